@@ -1,0 +1,1 @@
+//! gpukit-core (under construction in this session).

@@ -1,0 +1,105 @@
+//! Cache keys: a SHA-256 over everything that changes the compiled image.
+
+use crate::arch::Arch;
+use crate::options::{CompileOptions, Output};
+use sha2::{Digest, Sha256};
+use std::fmt;
+
+/// Identifies one compilation: source, headers, options, name expressions, program name,
+/// target, output kind and NVRTC version.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CacheKey(pub [u8; 32]);
+
+impl CacheKey {
+    /// Computes the key.
+    pub fn new(
+        source: &str,
+        program: &str,
+        target: Arch,
+        options: &CompileOptions,
+        nvrtc_version: (i32, i32),
+    ) -> Self {
+        let mut h = Sha256::new();
+        let mut field = |bytes: &[u8]| {
+            // Length-prefixed so that no two different inputs concatenate to the same bytes.
+            h.update((bytes.len() as u64).to_le_bytes());
+            h.update(bytes);
+        };
+        field(b"gpukit-jit cache key v1");
+        field(source.as_bytes());
+        field(program.as_bytes());
+        field(target.to_string().as_bytes());
+        field(match options.output_kind() {
+            Output::Ptx => b"ptx",
+            Output::Cubin => b"cubin",
+        });
+        field(format!("{}.{}", nvrtc_version.0, nvrtc_version.1).as_bytes());
+        for (name, content) in &options.headers {
+            field(name.as_bytes());
+            field(content.as_bytes());
+        }
+        for arg in options.to_nvrtc_args() {
+            field(arg.as_bytes());
+        }
+        for expr in &options.name_expressions {
+            field(expr.as_bytes());
+        }
+        CacheKey(h.finalize().into())
+    }
+
+    /// Lower-case hex, used as the file name on disk.
+    pub fn hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+impl fmt::Debug for CacheKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CacheKey({})", &self.hex()[..16])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_input_changes_the_key() {
+        let base = CompileOptions::new();
+        let a = Arch::new(9, 0);
+        let k = |src: &str, prog: &str, arch: Arch, o: &CompileOptions, v: (i32, i32)| {
+            CacheKey::new(src, prog, arch, o, v)
+        };
+        let k0 = k("s", "p", a, &base, (13, 0));
+        assert_eq!(k0, k("s", "p", a, &base, (13, 0)));
+        assert_ne!(k0, k("t", "p", a, &base, (13, 0)));
+        assert_ne!(k0, k("s", "q", a, &base, (13, 0)));
+        assert_ne!(k0, k("s", "p", a.specific(), &base, (13, 0)));
+        assert_ne!(k0, k("s", "p", a, &base, (13, 1)));
+        assert_ne!(k0, k("s", "p", a, &base.clone().define("X", "1"), (13, 0)));
+        assert_ne!(
+            k0,
+            k("s", "p", a, &base.clone().header("h.h", "x"), (13, 0))
+        );
+        assert_ne!(
+            k0,
+            k("s", "p", a, &base.clone().output(Output::Ptx), (13, 0))
+        );
+        assert_ne!(
+            k0,
+            k(
+                "s",
+                "p",
+                a,
+                &base.clone().name_expression("f<int>"),
+                (13, 0)
+            )
+        );
+        // Length prefixes: moving bytes between fields changes the key.
+        assert_ne!(
+            k("ab", "c", a, &base, (13, 0)),
+            k("a", "bc", a, &base, (13, 0))
+        );
+        assert_eq!(k0.hex().len(), 64);
+    }
+}

@@ -1,0 +1,374 @@
+//! Loading compiled modules into a CUDA context and launching their kernels.
+
+use crate::args::{check_args, KernelArg};
+use crate::compile::CompiledModule;
+use crate::error::{Error, Result};
+use crate::libs;
+use crate::options::{CompileOptions, Output};
+use crate::signature::KernelSignature;
+use crate::{Arch, KernelCache};
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule, CudaStream};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Opens the primary context of device `ordinal`, or returns a typed error when there is no
+/// driver or no such device (never panics).
+pub fn open_context(ordinal: usize) -> Result<Arc<CudaContext>> {
+    libs::ensure_driver()?;
+    cudarc::driver::result::init().map_err(|e| Error::driver("initialising the CUDA driver", e))?;
+    let count = cudarc::driver::result::device::get_count()
+        .map_err(|e| Error::driver("counting CUDA devices", e))?;
+    if ordinal >= count.max(0) as usize {
+        return Err(Error::invalid(
+            "device ordinal",
+            ordinal.to_string(),
+            format!("this machine has {count} CUDA device(s)"),
+        ));
+    }
+    CudaContext::new(ordinal).map_err(|e| Error::driver(format!("opening device {ordinal}"), e))
+}
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Blocks in x, y, z.
+    pub grid: (u32, u32, u32),
+    /// Threads per block in x, y, z.
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block in bytes. Above 48 KiB the kernel's limit is raised
+    /// automatically.
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// One-dimensional: enough blocks of `block` threads to cover `n` elements.
+    ///
+    /// ```
+    /// let c = gpukit_jit::LaunchConfig::for_elements(1000, 256);
+    /// assert_eq!(c.grid, (4, 1, 1));
+    /// ```
+    pub fn for_elements(n: usize, block: u32) -> Self {
+        let block = block.max(1);
+        let blocks = n.div_ceil(block as usize).clamp(1, u32::MAX as usize) as u32;
+        LaunchConfig {
+            grid: (blocks, 1, 1),
+            block: (block, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// A launch of `grid` blocks of `block` threads.
+    pub fn new(grid: (u32, u32, u32), block: (u32, u32, u32)) -> Self {
+        LaunchConfig {
+            grid,
+            block,
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// Sets the dynamic shared memory.
+    pub fn with_shared_mem(mut self, bytes: u32) -> Self {
+        self.shared_mem_bytes = bytes;
+        self
+    }
+}
+
+/// A compiled module loaded into one context.
+#[derive(Debug, Clone)]
+pub struct Module {
+    compiled: Arc<CompiledModule>,
+    module: Arc<CudaModule>,
+}
+
+impl Module {
+    /// Loads `compiled` into `ctx`.
+    pub fn load(ctx: &Arc<CudaContext>, compiled: Arc<CompiledModule>) -> Result<Self> {
+        let image = match compiled.output {
+            Output::Cubin => cudarc::nvrtc::Ptx::from_binary(compiled.image.clone()),
+            Output::Ptx => {
+                cudarc::nvrtc::Ptx::from_src(String::from_utf8_lossy(&compiled.image).into_owned())
+            }
+        };
+        let module = ctx.load_module(image).map_err(|e| {
+            Error::driver(
+                format!(
+                    "loading module `{}` (compiled for {})",
+                    compiled.program, compiled.target
+                ),
+                e,
+            )
+        })?;
+        Ok(Module { compiled, module })
+    }
+
+    /// The compiled module this was loaded from.
+    pub fn compiled(&self) -> &Arc<CompiledModule> {
+        &self.compiled
+    }
+
+    /// A kernel by its `extern "C"` name or by a name expression given at compile time.
+    pub fn kernel(&self, name: &str) -> Result<Kernel> {
+        let not_found = || Error::KernelNotFound {
+            name: name.to_string(),
+            program: self.compiled.program.clone(),
+            available: self.compiled.available_kernels(),
+        };
+        let symbol = self.compiled.symbol_for(name).ok_or_else(not_found)?;
+        let function = self
+            .module
+            .load_function(&symbol)
+            .map_err(|_| not_found())?;
+        Ok(Kernel {
+            name: name.to_string(),
+            function,
+            signature: self.compiled.signature_for(name),
+            smem_limit: Arc::new(AtomicU32::new(48 * 1024)),
+        })
+    }
+}
+
+/// A launchable kernel with its parsed signature.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    name: String,
+    function: CudaFunction,
+    signature: Option<KernelSignature>,
+    smem_limit: Arc<AtomicU32>,
+}
+
+impl Kernel {
+    /// The kernel's name (as asked for).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The parsed signature, when the source declared it in a form the parser understands.
+    pub fn signature(&self) -> Option<&KernelSignature> {
+        self.signature.as_ref()
+    }
+
+    /// The underlying cudarc function (for occupancy queries and attributes).
+    pub fn function(&self) -> &CudaFunction {
+        &self.function
+    }
+
+    /// Checks `args` against the signature without launching.
+    pub fn check(&self, args: &[KernelArg]) -> Result<()> {
+        match &self.signature {
+            Some(sig) => check_args(sig, &self.name, args),
+            None => Ok(()),
+        }
+    }
+
+    /// Launches on `stream` after checking the arguments against the signature.
+    ///
+    /// ```no_run
+    /// # use gpukit_jit::*;
+    /// # fn f(k: &Kernel, s: &std::sync::Arc<cudarc::driver::CudaStream>, x: u64) -> Result<()> {
+    /// k.launch(s, LaunchConfig::for_elements(1024, 256), &[KernelArg::Ptr(x), 0.5f32.into(), 1024i32.into()])
+    /// # }
+    /// ```
+    pub fn launch(&self, stream: &CudaStream, cfg: LaunchConfig, args: &[KernelArg]) -> Result<()> {
+        self.check(args)?;
+        stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| Error::driver("binding the context", e))?;
+        // SAFETY: the stream belongs to the bound context and is live for this call.
+        unsafe { self.launch_raw(stream.cu_stream(), cfg, args) }
+    }
+
+    /// Launches on a raw stream handle (for example a green-context stream) after checking the
+    /// arguments.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of the context that loaded this kernel's module, and that
+    /// context must be current on this thread; pointer arguments must be valid device memory
+    /// of that context for the kernel's accesses.
+    pub unsafe fn launch_raw(
+        &self,
+        stream: sys::CUstream,
+        cfg: LaunchConfig,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        self.check(args)?;
+        if cfg.grid.0 == 0 || cfg.grid.1 == 0 || cfg.grid.2 == 0 {
+            return Ok(());
+        }
+        if cfg.shared_mem_bytes > self.smem_limit.load(Ordering::Relaxed) {
+            self.function
+                .set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    cfg.shared_mem_bytes as i32,
+                )
+                .map_err(|source| Error::Launch {
+                    kernel: self.name.clone(),
+                    source,
+                })?;
+            self.smem_limit
+                .fetch_max(cfg.shared_mem_bytes, Ordering::Relaxed);
+        }
+        let mut params: Vec<*mut std::ffi::c_void> =
+            args.iter().map(KernelArg::as_param_ptr).collect();
+        // SAFETY: the caller guarantees stream/context validity; `params` holds one pointer per
+        // kernel parameter (count and widths checked against the signature when known), each
+        // pointing into `args`, which outlives this call; cuLaunchKernel copies the values.
+        unsafe {
+            cudarc::driver::result::launch_kernel(
+                self.function.cu_function(),
+                cfg.grid,
+                cfg.block,
+                cfg.shared_mem_bytes,
+                stream,
+                &mut params,
+            )
+        }
+        .map_err(|source| Error::Launch {
+            kernel: self.name.clone(),
+            source,
+        })
+    }
+
+    /// A launch with arguments given by parameter name, like the seed's
+    /// `kernel(x, factor=0.5, n=x.size)`:
+    ///
+    /// ```no_run
+    /// # use gpukit_jit::*;
+    /// # fn f(k: &Kernel, s: &std::sync::Arc<cudarc::driver::CudaStream>, x: u64) -> Result<()> {
+    /// k.call().arg("x", KernelArg::Ptr(x)).arg("factor", 0.5f32).arg("n", 1024i32)
+    ///     .launch(s, LaunchConfig::for_elements(1024, 256))
+    /// # }
+    /// ```
+    pub fn call(&self) -> Call<'_> {
+        Call {
+            kernel: self,
+            named: Vec::new(),
+        }
+    }
+}
+
+/// A launch under construction with named arguments (see [`Kernel::call`]).
+#[derive(Debug)]
+pub struct Call<'k> {
+    kernel: &'k Kernel,
+    named: Vec<(String, KernelArg)>,
+}
+
+impl Call<'_> {
+    /// Sets the parameter called `name`.
+    pub fn arg(mut self, name: &str, value: impl Into<KernelArg>) -> Self {
+        self.named.push((name.to_string(), value.into()));
+        self
+    }
+
+    /// Orders the arguments by the signature; errors name unknown, repeated or missing ones.
+    pub fn resolve(&self) -> Result<Vec<KernelArg>> {
+        let sig = self
+            .kernel
+            .signature
+            .as_ref()
+            .ok_or_else(|| Error::ArgumentMismatch {
+                kernel: self.kernel.name.clone(),
+                message: "named arguments need a parsed signature; pass arguments in order".into(),
+            })?;
+        let err = |message: String| Error::ArgumentMismatch {
+            kernel: self.kernel.name.clone(),
+            message,
+        };
+        let mut ordered: Vec<Option<KernelArg>> = vec![None; sig.params.len()];
+        for (name, value) in &self.named {
+            let idx = sig
+                .params
+                .iter()
+                .position(|p| &p.name == name)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = sig.params.iter().map(|p| p.name.as_str()).collect();
+                    err(format!(
+                        "has no parameter `{name}` (parameters: {})",
+                        known.join(", ")
+                    ))
+                })?;
+            if ordered[idx].replace(value.clone()).is_some() {
+                return Err(err(format!("parameter `{name}` given twice")));
+            }
+        }
+        let missing: Vec<&str> = sig
+            .params
+            .iter()
+            .zip(&ordered)
+            .filter(|(_, a)| a.is_none())
+            .map(|(p, _)| p.name.as_str())
+            .collect();
+        if !missing.is_empty() {
+            return Err(err(format!("missing argument(s): {}", missing.join(", "))));
+        }
+        Ok(ordered.into_iter().flatten().collect())
+    }
+
+    /// Launches with the named arguments.
+    pub fn launch(self, stream: &CudaStream, cfg: LaunchConfig) -> Result<()> {
+        let args = self.resolve()?;
+        self.kernel.launch(stream, cfg, &args)
+    }
+}
+
+type LoadedKey = (usize, crate::CacheKey);
+
+fn loaded_modules() -> &'static Mutex<HashMap<LoadedKey, Module>> {
+    static LOADED: OnceLock<Mutex<HashMap<LoadedKey, Module>>> = OnceLock::new();
+    LOADED.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Compiles (through the global cache) and loads `source` for the device of `ctx`, returning
+/// the module. The target is the device's architecture, arch-specific when the source needs
+/// it, unless `options.target` says otherwise. Loaded modules are reused per context.
+pub fn load_source(
+    ctx: &Arc<CudaContext>,
+    source: &str,
+    program: &str,
+    options: &CompileOptions,
+) -> Result<Module> {
+    let cache = KernelCache::global()?;
+    let target = match options.target {
+        Some(t) => t,
+        None => Arch::of_context(ctx)?.for_source(source),
+    };
+    let key = cache.key(source, program, target, options)?;
+    let ctx_id = ctx.cu_ctx() as usize;
+    if let Some(m) = loaded_modules().lock().get(&(ctx_id, key)) {
+        return Ok(m.clone());
+    }
+    let compiled = cache.get_or_compile(source, program, target, options)?;
+    let module = Module::load(ctx, compiled)?;
+    loaded_modules()
+        .lock()
+        .insert((ctx_id, key), module.clone());
+    Ok(module)
+}
+
+/// The one-call path, like the seed's `gp.jit(src, func="scale")`: compile `source` (cached),
+/// load it into `ctx` and return kernel `name`.
+///
+/// ```no_run
+/// use gpukit_jit::{jit, open_context, KernelArg, LaunchConfig};
+/// let ctx = open_context(0)?;
+/// let src = r#"extern "C" __global__ void scale(float* x, float factor, int n) {
+///     int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= factor; }"#;
+/// let scale = jit(&ctx, src, "scale")?;
+/// let stream = ctx.default_stream();
+/// let x = stream.clone_htod(&[1.0f32; 1024]).unwrap();
+/// let (ptr, _sync) = cudarc::driver::DevicePtr::device_ptr(&x, &stream);
+/// scale.call().arg("x", KernelArg::Ptr(ptr)).arg("factor", 0.5f32).arg("n", 1024i32)
+///     .launch(&stream, LaunchConfig::for_elements(1024, 256))?;
+/// # Ok::<(), gpukit_jit::Error>(())
+/// ```
+pub fn jit(ctx: &Arc<CudaContext>, source: &str, name: &str) -> Result<Kernel> {
+    let program = name.split('<').next().unwrap_or(name);
+    let mut options = CompileOptions::new();
+    if name.contains('<') {
+        options = options.name_expression(name);
+    }
+    load_source(ctx, source, program, &options)?.kernel(name)
+}

@@ -1,0 +1,419 @@
+//! Kernel signatures parsed from CUDA C++ source, so that launches can be checked before they
+//! reach the driver.
+//!
+//! The parser understands what kernels are usually written as: `extern "C" __global__ void
+//! name(T* p, float a, int n)`, `__launch_bounds__`, `const` / `__restrict__` qualifiers, and
+//! `template <typename T, int N> __global__ void name(...)` whose type parameters are bound from
+//! a name expression (`name<float, 4>`). Parameters of other types (structs, unknown typedefs)
+//! are recorded as [`ParamKind::Opaque`] and accept any by-value argument.
+
+/// What one kernel parameter is, as far as launch checking is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParamKind {
+    /// A pointer (device memory).
+    Pointer,
+    /// A floating-point scalar of this many bits (16 covers half and bfloat16).
+    Float(u32),
+    /// An integer (or bool) scalar of this many bits.
+    Int(u32),
+    /// A template type parameter not bound yet.
+    Template(String),
+    /// A type the parser cannot classify (a struct passed by value, a typedef).
+    Opaque(String),
+}
+
+/// One parameter of a kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Param {
+    /// The parameter's name in the source.
+    pub name: String,
+    /// Its type as written, qualifiers removed.
+    pub ty: String,
+    /// Its classification.
+    pub kind: ParamKind,
+}
+
+/// A `__global__` function found in the source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelSignature {
+    /// The function name as written.
+    pub name: String,
+    /// Declared `extern "C"` (its symbol is its name).
+    pub extern_c: bool,
+    /// Template type parameter names, in order (empty when not a template).
+    pub template_params: Vec<TemplateParam>,
+    /// The parameters.
+    pub params: Vec<Param>,
+}
+
+/// One template parameter of a kernel template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateParam {
+    /// Its name.
+    pub name: String,
+    /// True for `typename T` / `class T`, false for values (`int N`).
+    pub is_type: bool,
+}
+
+impl KernelSignature {
+    /// Binds template type parameters from a name expression such as `scale<float, 4>` and
+    /// returns the concrete signature. Non-template kernels are returned unchanged.
+    pub fn instantiate(&self, name_expression: &str) -> KernelSignature {
+        let args = match (name_expression.find('<'), name_expression.rfind('>')) {
+            (Some(open), Some(close)) if close > open => {
+                split_top_level(&name_expression[open + 1..close], ',')
+            }
+            _ => Vec::new(),
+        };
+        let mut out = self.clone();
+        for p in &mut out.params {
+            if let ParamKind::Template(t) = &p.kind {
+                let idx = self.template_params.iter().position(|tp| &tp.name == t);
+                if let Some(arg) = idx.and_then(|i| args.get(i)) {
+                    let pointer = p.ty.contains('*');
+                    p.ty = p.ty.replace(t.as_str(), arg.trim());
+                    p.kind = if pointer {
+                        ParamKind::Pointer
+                    } else {
+                        classify(arg.trim())
+                    };
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Finds every `__global__` function in `source`.
+///
+/// ```
+/// use gpukit_jit::signature::{parse_kernels, ParamKind};
+/// let k = parse_kernels(r#"extern "C" __global__ void scale(float* x, float f, int n) {}"#);
+/// assert_eq!(k[0].name, "scale");
+/// assert_eq!(k[0].params[1].kind, ParamKind::Float(32));
+/// ```
+pub fn parse_kernels(source: &str) -> Vec<KernelSignature> {
+    let src = strip_comments(source);
+    let mut out = Vec::new();
+    let mut search = 0;
+    while let Some(pos) = src[search..].find("__global__") {
+        let at = search + pos;
+        search = at + "__global__".len();
+        if let Some(sig) = parse_one(&src, at) {
+            out.push(sig);
+        }
+    }
+    out
+}
+
+fn parse_one(src: &str, at: usize) -> Option<KernelSignature> {
+    // The declaration's prefix: from the end of the previous statement or block.
+    let prefix_start = src[..at].rfind([';', '}', '{']).map(|i| i + 1).unwrap_or(0);
+    let prefix = &src[prefix_start..at];
+    let extern_c = prefix.contains("extern \"C\"") || inside_extern_c_block(src, at);
+    let template_params = prefix
+        .find("template")
+        .and_then(|t| {
+            let rest = &prefix[t..];
+            let open = rest.find('<')?;
+            let close = matching(rest, open, '<', '>')?;
+            Some(parse_template_params(&rest[open + 1..close]))
+        })
+        .unwrap_or_default();
+
+    // After `__global__`: qualifiers, `__launch_bounds__(...)`, the return type, the name, '('.
+    let bytes = src.as_bytes();
+    let mut i = at + "__global__".len();
+    let mut last_ident = String::new();
+    loop {
+        while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i >= bytes.len() {
+            return None;
+        }
+        let c = bytes[i] as char;
+        if c == '(' {
+            if last_ident == "__launch_bounds__" {
+                i = matching(src, i, '(', ')')? + 1;
+                last_ident.clear();
+                continue;
+            }
+            break;
+        }
+        if c.is_ascii_alphanumeric() || c == '_' {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            last_ident = src[start..i].to_string();
+        } else if c == ':' || c == '*' || c == '&' {
+            i += 1;
+        } else {
+            return None;
+        }
+    }
+    if last_ident.is_empty() || last_ident == "__launch_bounds__" {
+        return None;
+    }
+    let close = matching(src, i, '(', ')')?;
+    let type_names: Vec<&str> = template_params
+        .iter()
+        .filter(|p| p.is_type)
+        .map(|p| p.name.as_str())
+        .collect();
+    let params = split_top_level(&src[i + 1..close], ',')
+        .into_iter()
+        .filter(|p| !p.trim().is_empty() && p.trim() != "void")
+        .map(|p| parse_param(&p, &type_names))
+        .collect();
+    Some(KernelSignature {
+        name: last_ident,
+        extern_c,
+        template_params,
+        params,
+    })
+}
+
+fn inside_extern_c_block(src: &str, at: usize) -> bool {
+    // An `extern "C" {` whose block is still open at `at`.
+    let mut search = 0;
+    while let Some(p) = src[search..at].find("extern \"C\"") {
+        let start = search + p;
+        search = start + 10;
+        let after = src[search..at].trim_start();
+        if after.starts_with('{') {
+            let open = at - after.len();
+            match matching(src, open, '{', '}') {
+                Some(close) if close > at => return true,
+                None => return true,
+                _ => {}
+            }
+        }
+    }
+    false
+}
+
+fn parse_template_params(list: &str) -> Vec<TemplateParam> {
+    split_top_level(list, ',')
+        .into_iter()
+        .filter_map(|p| {
+            let p = p.split('=').next()?.trim().to_string();
+            let name = p.split_whitespace().last()?.to_string();
+            let is_type = p.starts_with("typename") || p.starts_with("class");
+            Some(TemplateParam { name, is_type })
+        })
+        .collect()
+}
+
+fn parse_param(text: &str, type_params: &[&str]) -> Param {
+    let text = text.split('=').next().unwrap_or("").trim();
+    let pointer = text.contains('*') || text.contains('&') || text.contains('[');
+    let cleaned = text.replace(['*', '&'], " * ");
+    let words: Vec<&str> = cleaned
+        .split_whitespace()
+        .filter(|w| {
+            !matches!(
+                *w,
+                "const" | "volatile" | "__restrict__" | "restrict" | "__restrict" | "struct"
+            )
+        })
+        .collect();
+    let (name, ty_words) = match words.split_last() {
+        Some((last, rest)) if !rest.is_empty() && *last != "*" => (last.to_string(), rest.to_vec()),
+        _ => (String::new(), words.clone()),
+    };
+    let name = name.split('[').next().unwrap_or("").to_string();
+    let ty = ty_words.join(" ").replace(" *", "*");
+    let base: String = ty_words
+        .iter()
+        .filter(|w| **w != "*")
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let kind = if pointer {
+        ParamKind::Pointer
+    } else if type_params.contains(&base.as_str()) {
+        ParamKind::Template(base.clone())
+    } else {
+        classify(&base)
+    };
+    Param { name, ty, kind }
+}
+
+/// Classifies a scalar type name.
+pub fn classify(ty: &str) -> ParamKind {
+    let t = ty
+        .split_whitespace()
+        .filter(|w| !matches!(*w, "const" | "volatile"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let t = t.trim_start_matches("std::");
+    match t {
+        "float" => ParamKind::Float(32),
+        "double" => ParamKind::Float(64),
+        "half" | "__half" | "__nv_bfloat16" | "nv_bfloat16" => ParamKind::Float(16),
+        "bool" | "char" | "signed char" | "unsigned char" | "int8_t" | "uint8_t" => {
+            ParamKind::Int(8)
+        }
+        "short" | "unsigned short" | "short int" | "int16_t" | "uint16_t" => ParamKind::Int(16),
+        "int" | "signed" | "signed int" | "unsigned" | "unsigned int" | "int32_t" | "uint32_t" => {
+            ParamKind::Int(32)
+        }
+        "long"
+        | "long int"
+        | "unsigned long"
+        | "long long"
+        | "long long int"
+        | "unsigned long long"
+        | "unsigned long long int"
+        | "int64_t"
+        | "uint64_t"
+        | "size_t"
+        | "ptrdiff_t"
+        | "intptr_t"
+        | "uintptr_t" => ParamKind::Int(64),
+        other => ParamKind::Opaque(other.to_string()),
+    }
+}
+
+/// Index of the bracket that closes the one at `open`.
+fn matching(s: &str, open: usize, o: char, c: char) -> Option<usize> {
+    let mut depth = 0i32;
+    for (i, ch) in s[open..].char_indices() {
+        if ch == o {
+            depth += 1;
+        } else if ch == c {
+            depth -= 1;
+            if depth == 0 {
+                return Some(open + i);
+            }
+        }
+    }
+    None
+}
+
+/// Splits on `sep` outside (), <>, [] and {}.
+fn split_top_level(s: &str, sep: char) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut cur = String::new();
+    for ch in s.chars() {
+        match ch {
+            '(' | '<' | '[' | '{' => depth += 1,
+            ')' | '>' | ']' | '}' => depth -= 1,
+            _ => {}
+        }
+        if ch == sep && depth == 0 {
+            out.push(std::mem::take(&mut cur));
+        } else {
+            cur.push(ch);
+        }
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// Replaces comments with spaces (newlines kept, so line numbers stay right).
+pub(crate) fn strip_comments(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    let mut chars = src.chars().peekable();
+    let mut in_str = false;
+    while let Some(c) = chars.next() {
+        if in_str {
+            out.push(c);
+            if c == '\\' {
+                if let Some(n) = chars.next() {
+                    out.push(n);
+                }
+            } else if c == '"' {
+                in_str = false;
+            }
+            continue;
+        }
+        match (c, chars.peek()) {
+            ('"', _) => {
+                in_str = true;
+                out.push(c);
+            }
+            ('/', Some('/')) => {
+                for n in chars.by_ref() {
+                    if n == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            ('/', Some('*')) => {
+                chars.next();
+                let mut prev = ' ';
+                for n in chars.by_ref() {
+                    if n == '\n' {
+                        out.push('\n');
+                    }
+                    if prev == '*' && n == '/' {
+                        break;
+                    }
+                    prev = n;
+                }
+                out.push(' ');
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_scale_kernel() {
+        let src = r#"
+            // a comment with __global__ in it
+            extern "C" __global__
+            void scale(float* x, float factor, int n) {
+                int idx = blockIdx.x * blockDim.x + threadIdx.x;
+                if (idx < n) x[idx] *= factor;
+            }"#;
+        let ks = parse_kernels(src);
+        assert_eq!(ks.len(), 1);
+        let k = &ks[0];
+        assert!(k.extern_c);
+        assert_eq!(k.name, "scale");
+        let kinds: Vec<_> = k.params.iter().map(|p| p.kind.clone()).collect();
+        assert_eq!(
+            kinds,
+            vec![ParamKind::Pointer, ParamKind::Float(32), ParamKind::Int(32)]
+        );
+        assert_eq!(k.params[2].name, "n");
+    }
+
+    #[test]
+    fn qualifiers_launch_bounds_blocks_and_templates() {
+        let src = r#"
+            struct P { int a; };
+            extern "C" {
+              __global__ void __launch_bounds__(256, 2) a(const float* __restrict__ x, double* y, size_t n, P p) {}
+            }
+            template <typename T, int N>
+            __global__ void axpy(T* y, const T* x, T alpha, unsigned long long n) {}
+            __global__ void plain(void) {}
+        "#;
+        let ks = parse_kernels(src);
+        let names: Vec<_> = ks.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(names, ["a", "axpy", "plain"]);
+        assert!(ks[0].extern_c);
+        assert!(!ks[1].extern_c);
+        assert_eq!(ks[0].params[2].kind, ParamKind::Int(64));
+        assert_eq!(ks[0].params[3].kind, ParamKind::Opaque("P".into()));
+        assert_eq!(ks[1].params[2].kind, ParamKind::Template("T".into()));
+        let inst = ks[1].instantiate("axpy<double, 4>");
+        assert_eq!(inst.params[2].kind, ParamKind::Float(64));
+        assert_eq!(inst.params[0].kind, ParamKind::Pointer);
+        assert!(ks[2].params.is_empty());
+    }
+}

@@ -1,0 +1,1 @@
+//! gpukit-mutex (under construction in this session).

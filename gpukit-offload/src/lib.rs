@@ -1,0 +1,1 @@
+//! gpukit-offload (under construction in this session).

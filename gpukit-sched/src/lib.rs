@@ -1,0 +1,1 @@
+//! gpukit-sched (under construction in this session).
