@@ -1,1 +1,5 @@
-//! gpukit-core (under construction in this session).
+//! # gpukit-core (being built in this session)
+//!
+//! Devices, streams, `GpuArray<T>`, a caching device allocator, operations and GEMM.
+
+pub mod gemm;
