@@ -41,6 +41,25 @@ impl CompiledModule {
             .then(|| name.to_string())
     }
 
+    /// The symbol for `name`, or [`Error::KernelNotFound`] listing what the module contains.
+    pub fn resolve(&self, name: &str) -> Result<String> {
+        self.symbol_for(name).ok_or_else(|| Error::KernelNotFound {
+            name: name.to_string(),
+            program: self.program.clone(),
+            available: self.available_kernels(),
+        })
+    }
+
+    /// Checks launch arguments for kernel `name` against its parsed signature (a no-op when
+    /// the signature could not be parsed).
+    pub fn check_launch(&self, name: &str, args: &[crate::KernelArg]) -> Result<()> {
+        self.resolve(name)?;
+        match self.signature_for(name) {
+            Some(sig) => crate::check_args(&sig, name, args),
+            None => Ok(()),
+        }
+    }
+
     /// The signature to check launches of `name` against, with template types bound.
     pub fn signature_for(&self, name: &str) -> Option<KernelSignature> {
         let base = name.split('<').next().unwrap_or(name).trim();

@@ -7,7 +7,7 @@ use crate::libs;
 use crate::options::{CompileOptions, Output};
 use crate::signature::KernelSignature;
 use crate::{Arch, KernelCache};
-use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::driver::{sys, CudaContext, CudaStream};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -75,23 +75,66 @@ impl LaunchConfig {
     }
 }
 
-/// A compiled module loaded into one context.
+/// A context-independent CUDA library (`cuLibraryLoadData`), unloaded when the last
+/// [`Module`] or [`Kernel`] using it is dropped.
+#[derive(Debug)]
+struct Library(sys::CUlibrary);
+
+// SAFETY: a CUlibrary handle is a process-wide driver object usable from any thread.
+unsafe impl Send for Library {}
+// SAFETY: as above; the driver synchronises access to it.
+unsafe impl Sync for Library {}
+
+impl Drop for Library {
+    fn drop(&mut self) {
+        // SAFETY: self.0 came from cuLibraryLoadData and is unloaded exactly once; kernels
+        // from it hold an Arc to this value, so none outlives the library.
+        unsafe {
+            sys::cuLibraryUnload(self.0);
+        }
+    }
+}
+
+/// A compiled module, loaded as a context-independent library so that its kernels can be
+/// launched on streams of any context of the device, green contexts included.
 #[derive(Debug, Clone)]
 pub struct Module {
     compiled: Arc<CompiledModule>,
-    module: Arc<CudaModule>,
+    library: Arc<Library>,
+    device: sys::CUdevice,
 }
 
+// SAFETY: the fields are an Arc'd immutable compiled module, a Send+Sync library handle and a
+// device ordinal handle (a plain integer).
+unsafe impl Send for Module {}
+// SAFETY: as above.
+unsafe impl Sync for Module {}
+
 impl Module {
-    /// Loads `compiled` into `ctx`.
+    /// Loads `compiled` for the device of `ctx`.
     pub fn load(ctx: &Arc<CudaContext>, compiled: Arc<CompiledModule>) -> Result<Self> {
-        let image = match compiled.output {
-            Output::Cubin => cudarc::nvrtc::Ptx::from_binary(compiled.image.clone()),
-            Output::Ptx => {
-                cudarc::nvrtc::Ptx::from_src(String::from_utf8_lossy(&compiled.image).into_owned())
-            }
+        let mut image = compiled.image.clone();
+        if compiled.output == Output::Ptx {
+            image.push(0); // PTX must be NUL-terminated text.
+        }
+        ctx.bind_to_thread()
+            .map_err(|e| Error::driver("binding the context", e))?;
+        let mut lib: sys::CUlibrary = std::ptr::null_mut();
+        // SAFETY: the driver is initialised (a context exists); `image` is a complete CUBIN or
+        // NUL-terminated PTX that outlives the call; no JIT or library options are passed.
+        let status = unsafe {
+            sys::cuLibraryLoadData(
+                &mut lib,
+                image.as_ptr() as *const std::ffi::c_void,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
         };
-        let module = ctx.load_module(image).map_err(|e| {
+        status.result().map_err(|e| {
             Error::driver(
                 format!(
                     "loading module `{}` (compiled for {})",
@@ -100,7 +143,11 @@ impl Module {
                 e,
             )
         })?;
-        Ok(Module { compiled, module })
+        Ok(Module {
+            compiled,
+            library: Arc::new(Library(lib)),
+            device: ctx.cu_device(),
+        })
     }
 
     /// The compiled module this was loaded from.
@@ -115,28 +162,43 @@ impl Module {
             program: self.compiled.program.clone(),
             available: self.compiled.available_kernels(),
         };
-        let symbol = self.compiled.symbol_for(name).ok_or_else(not_found)?;
-        let function = self
-            .module
-            .load_function(&symbol)
-            .map_err(|_| not_found())?;
+        let symbol = self.compiled.resolve(name)?;
+        let c_symbol = std::ffi::CString::new(symbol).map_err(|_| not_found())?;
+        let mut kernel: sys::CUkernel = std::ptr::null_mut();
+        // SAFETY: the library is live (we hold an Arc); c_symbol is NUL-terminated.
+        let status =
+            unsafe { sys::cuLibraryGetKernel(&mut kernel, self.library.0, c_symbol.as_ptr()) };
+        if status != sys::CUresult::CUDA_SUCCESS {
+            return Err(not_found());
+        }
         Ok(Kernel {
             name: name.to_string(),
-            function,
+            kernel,
+            device: self.device,
+            _library: self.library.clone(),
             signature: self.compiled.signature_for(name),
             smem_limit: Arc::new(AtomicU32::new(48 * 1024)),
         })
     }
 }
 
-/// A launchable kernel with its parsed signature.
+/// A launchable kernel with its parsed signature. Context-independent: it can be launched on
+/// any stream of its device (the primary context's or a green context's).
 #[derive(Debug, Clone)]
 pub struct Kernel {
     name: String,
-    function: CudaFunction,
+    kernel: sys::CUkernel,
+    device: sys::CUdevice,
+    _library: Arc<Library>,
     signature: Option<KernelSignature>,
     smem_limit: Arc<AtomicU32>,
 }
+
+// SAFETY: a CUkernel is a context-independent driver handle usable from any thread; the
+// library it belongs to is kept alive by the Arc.
+unsafe impl Send for Kernel {}
+// SAFETY: as above.
+unsafe impl Sync for Kernel {}
 
 impl Kernel {
     /// The kernel's name (as asked for).
@@ -149,9 +211,31 @@ impl Kernel {
         self.signature.as_ref()
     }
 
-    /// The underlying cudarc function (for occupancy queries and attributes).
-    pub fn function(&self) -> &CudaFunction {
-        &self.function
+    /// The kernel's function handle in the context current on this thread (for occupancy
+    /// queries and attributes).
+    pub fn function_in_current_context(&self) -> Result<sys::CUfunction> {
+        let mut f: sys::CUfunction = std::ptr::null_mut();
+        // SAFETY: self.kernel is a live CUkernel (its library is held).
+        unsafe { sys::cuKernelGetFunction(&mut f, self.kernel) }
+            .result()
+            .map_err(|e| {
+                Error::driver(
+                    format!("getting kernel `{}` in the current context", self.name),
+                    e,
+                )
+            })?;
+        Ok(f)
+    }
+
+    /// Sets a function attribute for this kernel on its device.
+    pub fn set_attribute(&self, attribute: sys::CUfunction_attribute, value: i32) -> Result<()> {
+        // SAFETY: self.kernel is live; the device handle came from the loading context.
+        unsafe { sys::cuKernelSetAttribute(attribute, value, self.kernel, self.device) }
+            .result()
+            .map_err(|source| Error::Launch {
+                kernel: self.name.clone(),
+                source,
+            })
     }
 
     /// Checks `args` against the signature without launching.
@@ -198,15 +282,10 @@ impl Kernel {
             return Ok(());
         }
         if cfg.shared_mem_bytes > self.smem_limit.load(Ordering::Relaxed) {
-            self.function
-                .set_attribute(
-                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    cfg.shared_mem_bytes as i32,
-                )
-                .map_err(|source| Error::Launch {
-                    kernel: self.name.clone(),
-                    source,
-                })?;
+            self.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                cfg.shared_mem_bytes as i32,
+            )?;
             self.smem_limit
                 .fetch_max(cfg.shared_mem_bytes, Ordering::Relaxed);
         }
@@ -217,7 +296,9 @@ impl Kernel {
         // pointing into `args`, which outlives this call; cuLaunchKernel copies the values.
         unsafe {
             cudarc::driver::result::launch_kernel(
-                self.function.cu_function(),
+                // A CUkernel may be passed wherever a CUfunction is expected; the driver
+                // launches it in the stream's context.
+                self.kernel as sys::CUfunction,
                 cfg.grid,
                 cfg.block,
                 cfg.shared_mem_bytes,
