@@ -1,0 +1,118 @@
+//! The crate's single error type.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything that can go wrong in `gpukit-mutex`.
+///
+/// Configuration errors ([`Error::InvalidDeviceList`], [`Error::InvalidConfig`],
+/// [`Error::NoVisibleDevices`], [`Error::ZeroDevices`], [`Error::TooManyDevices`],
+/// [`Error::LockDir`]) are detected before anything is written to the lock directory: a bad
+/// request changes nothing on disk.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A device list (`GPUMUTEX_VISIBLE_DEVICES`, `--visible-devices`) could not be parsed.
+    #[error("invalid device list {input:?}: {reason}")]
+    InvalidDeviceList {
+        /// The text as given.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A configuration value (environment variable or builder value) is malformed.
+    #[error("invalid value {value:?} for {name}: {reason}")]
+    InvalidConfig {
+        /// The setting, e.g. `GPUMUTEX_NUM_DEVICES`.
+        name: &'static str,
+        /// The value as given.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No visible devices were configured (neither `GPUMUTEX_VISIBLE_DEVICES` nor the builder).
+    #[error("no visible devices configured: set GPUMUTEX_VISIBLE_DEVICES (e.g. \"0,1\") or call visible_devices() on the builder")]
+    NoVisibleDevices,
+    /// A request for zero devices.
+    #[error("a request must be for at least one device (got 0)")]
+    ZeroDevices,
+    /// A request for more devices than the visible set holds: it could never be granted.
+    #[error("requested {requested} device(s) but only {visible} are visible")]
+    TooManyDevices {
+        /// Devices requested.
+        requested: usize,
+        /// Size of the visible set.
+        visible: usize,
+    },
+    /// The lock directory cannot be used (missing parent, not a directory, a symlink, not
+    /// writable, ...).
+    #[error("unusable lock directory {}: {reason}", path.display())]
+    LockDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// The wait ended at its deadline before the devices were granted.
+    #[error("timed out after {waited:?} waiting for {requested} device(s)")]
+    Timeout {
+        /// Devices requested.
+        requested: usize,
+        /// How long the call waited.
+        waited: Duration,
+    },
+    /// The wait was cancelled through a [`crate::CancelToken`].
+    #[error("wait for devices cancelled")]
+    Cancelled,
+    /// The caller descends from a live claim (it shares its ancestor's devices and must not
+    /// queue behind them), but that claim holds fewer of the caller's visible devices than
+    /// requested.
+    #[error("process {holder_pid} (an ancestor of this process) holds devices {held:?}, but {requested} were requested; a descendant cannot wait for more without deadlocking on its own ancestor")]
+    InheritedClaimTooSmall {
+        /// The ancestor (or job root) whose claim is shared.
+        holder_pid: u32,
+        /// The shared devices that are in the caller's visible set.
+        held: Vec<u32>,
+        /// Devices requested.
+        requested: usize,
+    },
+    /// An operating-system call on a lock-directory file failed.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// What was attempted (`open`, `flock`, ...).
+        op: &'static str,
+        /// The file involved.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// True for errors caused by the configuration or the request (as opposed to waiting or
+    /// I/O failures): these are reported before anything is touched.
+    pub fn is_config_error(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidDeviceList { .. }
+                | Error::InvalidConfig { .. }
+                | Error::NoVisibleDevices
+                | Error::ZeroDevices
+                | Error::TooManyDevices { .. }
+                | Error::LockDir { .. }
+        )
+    }
+}

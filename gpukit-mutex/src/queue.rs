@@ -1,0 +1,129 @@
+//! The grant policy as a pure function.
+//!
+//! Every waiter evaluates [`decide`] on the same inputs (the live tickets in FIFO order and
+//! the set of free devices), under the global join lock, and acts only on its own entry.
+//!
+//! Rules, in queue order:
+//!
+//! * **FIFO among overlapping requests.** A normal (non-backfill) request waits while any
+//!   earlier request that is still waiting could use one of its devices (their candidate sets
+//!   intersect). Requests whose candidate sets are disjoint never hold each other up.
+//! * **Backfill that cannot delay anyone ahead.** A backfill request may overtake earlier waiting
+//!   requests, but only with free devices that none of them could use (outside the union of their
+//!   candidate sets). Whether an earlier request can start depends only on the free devices in its
+//!   own candidate set, which a backfill grant never touches, so the head of the queue (and every
+//!   other earlier request) starts exactly when it would have without the backfill.
+//! * **All or nothing.** A request is granted `n` devices at once or nothing; nothing is held
+//!   while waiting, so there is no lock-order deadlock.
+//! * Devices are chosen in the request's preference order (its visible-device order).
+
+use std::collections::BTreeSet;
+
+/// One waiting request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// Devices this request may be given, in preference order.
+    pub candidates: Vec<u32>,
+    /// How many it needs.
+    pub n: usize,
+    /// Whether it may backfill.
+    pub backfill: bool,
+}
+
+/// What a request gets in this round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Take exactly these devices now.
+    Grant(Vec<u32>),
+    /// Keep waiting.
+    Wait,
+}
+
+/// Decides every request of `queue` (FIFO order) given the currently `free` devices.
+pub fn decide(queue: &[Request], free: &BTreeSet<u32>) -> Vec<Decision> {
+    let mut free = free.clone();
+    // Union of the candidate sets of earlier requests that wait in this round.
+    let mut blocked: BTreeSet<u32> = BTreeSet::new();
+    let mut out = Vec::with_capacity(queue.len());
+    for r in queue {
+        let overlaps = r.candidates.iter().any(|d| blocked.contains(d));
+        let decision = if overlaps && !r.backfill {
+            Decision::Wait
+        } else {
+            let avail: Vec<u32> = r
+                .candidates
+                .iter()
+                .copied()
+                .filter(|d| free.contains(d) && !blocked.contains(d))
+                .collect();
+            if r.n > 0 && avail.len() >= r.n {
+                let take: Vec<u32> = avail[..r.n].to_vec();
+                for d in &take {
+                    free.remove(d);
+                }
+                Decision::Grant(take)
+            } else {
+                Decision::Wait
+            }
+        };
+        if decision == Decision::Wait {
+            blocked.extend(r.candidates.iter().copied());
+        }
+        out.push(decision);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(c: &[u32], n: usize, backfill: bool) -> Request {
+        Request {
+            candidates: c.to_vec(),
+            n,
+            backfill,
+        }
+    }
+
+    #[test]
+    fn head_of_line_without_backfill_and_with() {
+        let free: BTreeSet<u32> = [1].into_iter().collect();
+        // Head pinned to busy device 0; second wants 0 or 1.
+        let q = [req(&[0], 1, false), req(&[0, 1], 1, false)];
+        assert_eq!(decide(&q, &free), vec![Decision::Wait, Decision::Wait]);
+        let q = [req(&[0], 1, false), req(&[0, 1], 1, true)];
+        assert_eq!(
+            decide(&q, &free),
+            vec![Decision::Wait, Decision::Grant(vec![1])]
+        );
+    }
+
+    #[test]
+    fn backfill_never_takes_what_the_head_could_use() {
+        // Head needs 2 of {0,1}; only 0 is free. A backfiller must not take 0.
+        let free: BTreeSet<u32> = [0].into_iter().collect();
+        let q = [req(&[0, 1], 2, false), req(&[0], 1, true)];
+        assert_eq!(decide(&q, &free), vec![Decision::Wait, Decision::Wait]);
+    }
+
+    #[test]
+    fn disjoint_requests_do_not_block() {
+        let free: BTreeSet<u32> = [2].into_iter().collect();
+        let q = [req(&[0, 1], 1, false), req(&[2], 1, false)];
+        assert_eq!(
+            decide(&q, &free),
+            vec![Decision::Wait, Decision::Grant(vec![2])]
+        );
+    }
+
+    #[test]
+    fn preference_order_and_all_or_nothing() {
+        let free: BTreeSet<u32> = [0, 1, 2, 3].into_iter().collect();
+        let q = [req(&[3, 1, 0], 2, false), req(&[0, 1, 2], 3, false)];
+        assert_eq!(
+            decide(&q, &free),
+            vec![Decision::Grant(vec![3, 1]), Decision::Wait]
+        );
+    }
+}

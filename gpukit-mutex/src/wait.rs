@@ -1,0 +1,129 @@
+//! Sleeping until something in the lock directory may have changed.
+//!
+//! Waiters watch the lock directory with inotify for close and delete events: a releasing
+//! holder unlocks and then closes its device files (a close event, also emitted by the kernel
+//! when a holder dies, however it dies), removes its claim record, and a departing waiter
+//! removes or closes its ticket. Waiters keep their own descriptors open, so their checks
+//! generate no events. Because a dying process's close event can precede the kernel dropping its
+//! `flock`, and inotify may be unavailable (per-user instance limit), waits also time out on a
+//! short exponential backoff (a quarter millisecond doubling to a cap), so a release is never
+//! missed for long.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// First re-check delay after a wake-up.
+pub const BACKOFF_START: Duration = Duration::from_micros(250);
+/// Re-check cap while inotify works (missed events are only a fallback concern).
+pub const BACKOFF_CAP_INOTIFY: Duration = Duration::from_millis(50);
+/// Re-check cap when inotify is unavailable (pure polling).
+pub const BACKOFF_CAP_POLLING: Duration = Duration::from_millis(2);
+
+/// Why a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woken {
+    /// Something changed in the directory.
+    Event,
+    /// The timeout passed.
+    Timeout,
+    /// The cancel descriptor became readable.
+    Cancelled,
+}
+
+/// An inotify watch on the lock directory (or nothing, when inotify is unavailable).
+#[derive(Debug)]
+pub struct Watcher {
+    fd: Option<OwnedFd>,
+}
+
+impl Watcher {
+    /// Watches `dir`. Falls back to plain timed sleeps when inotify cannot be set up.
+    pub fn new(dir: &Path) -> Result<Self> {
+        // SAFETY: plain syscall with constant flags; the result is checked.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if fd < 0 {
+            return Ok(Watcher { fd: None });
+        }
+        // SAFETY: `fd` was just returned by inotify_init1 and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()))
+            .map_err(|_| Error::LockDir {
+                path: dir.to_path_buf(),
+                reason: "path contains a NUL byte".into(),
+            })?;
+        let mask = libc::IN_CLOSE_WRITE
+            | libc::IN_CLOSE_NOWRITE
+            | libc::IN_DELETE
+            | libc::IN_MOVED_FROM
+            | libc::IN_ONLYDIR;
+        // SAFETY: valid inotify fd and NUL-terminated path.
+        let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), mask) };
+        if wd < 0 {
+            return Ok(Watcher { fd: None });
+        }
+        Ok(Watcher { fd: Some(fd) })
+    }
+
+    /// The backoff cap that suits this watcher.
+    pub fn backoff_cap(&self) -> Duration {
+        if self.fd.is_some() {
+            BACKOFF_CAP_INOTIFY
+        } else {
+            BACKOFF_CAP_POLLING
+        }
+    }
+
+    /// Sleeps until an event, the timeout, or `cancel_fd` becoming readable.
+    pub fn wait(&self, timeout: Duration, cancel_fd: Option<RawFd>) -> Woken {
+        let mut fds: [libc::pollfd; 2] = [
+            libc::pollfd {
+                fd: self.fd.as_ref().map_or(-1, |f| f.as_raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: cancel_fd.unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `fds` and `ts` are valid for the call; negative fds are ignored by ppoll.
+        let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+        if rc < 0 {
+            // EINTR (a signal): let the caller re-check its cancel flag and deadline.
+            return Woken::Event;
+        }
+        if fds[1].revents != 0 {
+            return Woken::Cancelled;
+        }
+        if fds[0].revents != 0 {
+            self.drain();
+            return Woken::Event;
+        }
+        Woken::Timeout
+    }
+
+    fn drain(&self) {
+        let Some(fd) = &self.fd else { return };
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: reads into a valid local buffer of the stated length.
+            let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                let e = io::Error::last_os_error();
+                if n < 0 && e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                break;
+            }
+        }
+    }
+}
