@@ -20,30 +20,43 @@ impl CacheKey {
         nvrtc_version: (i32, i32),
     ) -> Self {
         let mut h = Sha256::new();
+        // Every field is length-prefixed so that no two different inputs concatenate to the
+        // same bytes. Fields are hashed in place (no formatting): this runs on every lookup,
+        // including in-memory hits.
         let mut field = |bytes: &[u8]| {
-            // Length-prefixed so that no two different inputs concatenate to the same bytes.
             h.update((bytes.len() as u64).to_le_bytes());
             h.update(bytes);
         };
-        field(b"gpukit-jit cache key v1");
+        field(b"gpukit-jit cache key v2");
         field(source.as_bytes());
         field(program.as_bytes());
-        field(target.to_string().as_bytes());
-        field(match options.output_kind() {
-            Output::Ptx => b"ptx",
-            Output::Cubin => b"cubin",
-        });
-        field(format!("{}.{}", nvrtc_version.0, nvrtc_version.1).as_bytes());
-        for (name, content) in &options.headers {
-            field(name.as_bytes());
-            field(content.as_bytes());
-        }
-        for arg in options.to_nvrtc_args() {
-            field(arg.as_bytes());
-        }
-        for expr in &options.name_expressions {
-            field(expr.as_bytes());
-        }
+        field(&[
+            target.major as u8,
+            target.minor as u8,
+            target.arch_specific as u8,
+            match options.output_kind() {
+                Output::Ptx => 0,
+                Output::Cubin => 1,
+            },
+            options.fast_math as u8,
+            options.line_info as u8,
+            options.verbose_ptxas as u8,
+        ]);
+        field(&(nvrtc_version.0 as i64).to_le_bytes());
+        field(&(nvrtc_version.1 as i64).to_le_bytes());
+        field(&options.max_registers.map(|r| r as i64).unwrap_or(-1).to_le_bytes());
+        field(options.std.as_deref().unwrap_or("c++17").as_bytes());
+        let mut list = |tag: &[u8], items: &mut dyn Iterator<Item = &str>| {
+            field(tag);
+            for item in items {
+                field(item.as_bytes());
+            }
+        };
+        list(b"headers", &mut options.headers.iter().flat_map(|(n, c)| [n.as_str(), c.as_str()]));
+        list(b"defines", &mut options.defines.iter().flat_map(|(n, v)| [n.as_str(), v.as_str()]));
+        list(b"includes", &mut options.include_paths.iter().map(String::as_str));
+        list(b"names", &mut options.name_expressions.iter().map(String::as_str));
+        list(b"extra", &mut options.extra.iter().map(String::as_str));
         CacheKey(h.finalize().into())
     }
 
