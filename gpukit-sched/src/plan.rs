@@ -1,0 +1,768 @@
+//! The scheduler's decisions as pure, deterministic logic: admission, partitions, the queue,
+//! SM-group assignment and lending. No GPU, no clock (time is passed in), no threads: the
+//! runtime ([`crate::Scheduler`]) drives it under one lock, and the tests drive it directly.
+//!
+//! # Rules
+//! - **Admission** compares the *sum of requests* of running tasks plus the new request with
+//!   the pool's capacity (memory: its quota, which for the default pool is device memory minus
+//!   headroom minus partition quotas; compute: its SM groups) — never current usage, as in
+//!   Kubernetes. A request that can never fit its pool is rejected with the resource, the
+//!   amount requested and the amount available.
+//! - **Queue order** within a pool: priority (larger first), then earliest deadline (tasks
+//!   with a deadline before those without), then submission order (FIFO). Pools are served
+//!   by priority band (larger first). A task still queued at its deadline is rejected.
+//! - **Backfill and anti-starvation**: when the task at the head cannot start, tasks behind
+//!   it that fit may start ahead of it ("jump" it). Every time a task that was behind a queued
+//!   task T in the queue order, and submitted after it, starts while T waits in the same pool,
+//!   T's `bypassed` count grows. Once it reaches
+//!   `max_bypass` (default 4), T is *starving*: no task submitted after T starts in that pool
+//!   until T has started. Since running tasks finish and T's request fits the pool (else it was
+//!   rejected), T starts after at most `max_bypass` jumps plus the tasks submitted before it
+//!   and tasks of strictly higher priority (priority is strict: a higher-priority task is
+//!   ahead in the queue and does not count as a jump).
+//! - **SM groups**: a compute share rounds to whole groups (see [`SmLayout::groups_for_share`]);
+//!   a task gets its own groups for its lifetime. Groups of a pool that no running task owns
+//!   are *lent* to Burstable and BestEffort tasks (priority order, then Burstable before
+//!   BestEffort, then submission order) up to their compute limit; a new task's groups are
+//!   taken back from borrowers, who move off them at their next kernel launch.
+
+use crate::error::{Error, Resource, Result};
+use crate::sm::{ComputeGrant, GroupSet, Mechanism, SmLayout};
+use crate::spec::{QosClass, ResolvedSpec};
+use std::collections::BTreeMap;
+
+/// A task's identity inside the scheduler.
+pub type TaskId = u64;
+
+/// Capacity and policy knobs of a [`Planner`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannerConfig {
+    /// Memory that requests may sum to (device memory minus headroom).
+    pub memory_capacity: u64,
+    /// The SM groups.
+    pub layout: SmLayout,
+    /// Tasks running at once (the worker pool's size).
+    pub max_running: usize,
+    /// Tasks waiting at once; more are rejected.
+    pub max_queue: usize,
+    /// Jumps a queued task tolerates before it blocks later tasks (see the module docs).
+    pub max_bypass: u32,
+}
+
+/// A partition to create: a named slice with a memory quota, a compute share and a band.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionSpec {
+    /// Its name.
+    pub name: String,
+    /// Bytes reserved for it (requests of its tasks sum to at most this).
+    pub memory: u64,
+    /// Fraction of the GPU (rounded to SM groups; at least one group).
+    pub compute: f64,
+    /// Priority band: pools with a larger band are served first when worker slots are short.
+    pub priority_band: i32,
+}
+
+/// A partition (or the default pool) as it stands.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolInfo {
+    /// Name (`None`: the default pool, the unpartitioned rest).
+    pub name: Option<String>,
+    /// Memory quota in bytes.
+    pub memory_quota: u64,
+    /// Sum of memory requests of its running tasks.
+    pub memory_committed: u64,
+    /// Its SM groups.
+    pub groups: GroupSet,
+    /// SMs in those groups.
+    pub sms: u32,
+    /// Groups owned by running tasks.
+    pub groups_assigned: GroupSet,
+    /// Priority band.
+    pub priority_band: i32,
+    /// Running tasks.
+    pub running: usize,
+    /// Queued tasks.
+    pub queued: usize,
+}
+
+/// What the scheduler gives a task when it starts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Grant {
+    /// Bytes committed (its memory request).
+    pub memory_committed: u64,
+    /// Its effective memory limit (its limit, capped by its pool's quota).
+    pub memory_limit: u64,
+    /// Its compute.
+    pub compute: ComputeGrant,
+}
+
+/// The outcome of a submission.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Started at once.
+    Admitted(Grant),
+    /// Waiting; `position` 0 is next in its pool.
+    Queued {
+        /// Place in its pool's queue order.
+        position: usize,
+    },
+    /// Never admitted.
+    Rejected {
+        /// Which resource.
+        resource: Resource,
+        /// How much was asked.
+        requested: u64,
+        /// How much its pool can ever give.
+        available: u64,
+    },
+}
+
+/// Something that happened to a task inside [`Planner::schedule`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A queued task started.
+    Started(TaskId, Grant),
+    /// A queued task was rejected (deadline passed, or its pool shrank below its request).
+    Rejected(TaskId, String),
+}
+
+#[derive(Debug, Clone)]
+enum Phase {
+    Queued {
+        bypassed: u32,
+    },
+    Running {
+        own: GroupSet,
+        lent: GroupSet,
+        grant: Grant,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    spec: ResolvedSpec,
+    pool: Option<String>,
+    seq: u64,
+    groups_needed: u32,
+    deadline_at: Option<u64>,
+    phase: Phase,
+}
+
+#[derive(Debug, Clone)]
+struct Pool {
+    memory_quota: u64,
+    groups: GroupSet,
+    band: i32,
+    committed: u64,
+    assigned: GroupSet,
+    queue: Vec<TaskId>,
+}
+
+/// The deterministic core of the scheduler. See the module docs for the rules.
+///
+/// ```
+/// use gpukit_sched::plan::{Planner, PlannerConfig, Decision};
+/// use gpukit_sched::{SmLayout, TaskSpec};
+/// let cfg = PlannerConfig { memory_capacity: 10 << 30, layout: SmLayout::new(132, 8, true)?,
+///                           max_running: 8, max_queue: 64, max_bypass: 4 };
+/// let mut p = Planner::new(cfg);
+/// let g = TaskSpec::new("g").memory("4GiB", "4GiB").compute(0.25, 0.25).resolve()?;
+/// let (Decision::Admitted(grant), _) = p.submit(1, g.clone(), 0)? else { panic!() };
+/// assert_eq!((grant.compute.groups.len(), grant.compute.sms), (4, 32));
+/// // Requests, not usage: a third 4 GiB request does not fit in 10 GiB.
+/// p.submit(2, g.clone(), 0)?;
+/// assert_eq!(p.submit(3, g, 0)?.0, Decision::Queued { position: 0 });
+/// let started = p.finish(1, 1);
+/// assert!(matches!(started[0], gpukit_sched::plan::Event::Started(3, _)));
+/// # Ok::<(), gpukit_sched::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Planner {
+    cfg: PlannerConfig,
+    pools: BTreeMap<Option<String>, Pool>,
+    tasks: BTreeMap<TaskId, Entry>,
+    seq: u64,
+    running: usize,
+}
+
+impl Planner {
+    /// A planner whose default pool holds everything.
+    pub fn new(cfg: PlannerConfig) -> Self {
+        let mut pools = BTreeMap::new();
+        pools.insert(
+            None,
+            Pool {
+                memory_quota: cfg.memory_capacity,
+                groups: cfg.layout.all(),
+                band: 0,
+                committed: 0,
+                assigned: GroupSet::EMPTY,
+                queue: Vec::new(),
+            },
+        );
+        Planner {
+            cfg,
+            pools,
+            tasks: BTreeMap::new(),
+            seq: 0,
+            running: 0,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PlannerConfig {
+        &self.cfg
+    }
+
+    fn pool_names(&self) -> Vec<String> {
+        self.pools.keys().flatten().cloned().collect()
+    }
+
+    fn pool_key(&self, name: &Option<String>) -> Result<Option<String>> {
+        if self.pools.contains_key(name) {
+            Ok(name.clone())
+        } else {
+            Err(Error::UnknownPartition {
+                name: name.clone().unwrap_or_default(),
+                known: self.pool_names(),
+            })
+        }
+    }
+
+    /// Submits task `id` at time `now` (nanoseconds on any monotonic clock). Errors (unknown
+    /// partition, duplicate id) change nothing.
+    ///
+    /// Returns the decision for this task and any events for *other* tasks that the same
+    /// scheduling pass produced (queued tasks whose deadline passed meanwhile).
+    pub fn submit(
+        &mut self,
+        id: TaskId,
+        spec: ResolvedSpec,
+        now: u64,
+    ) -> Result<(Decision, Vec<Event>)> {
+        if self.tasks.contains_key(&id) {
+            return Err(Error::invalid("task id", id, "already in use"));
+        }
+        let pool_key = self.pool_key(&spec.partition)?;
+        let pool = &self.pools[&pool_key];
+        let groups_needed = self.cfg.layout.groups_for_share(spec.compute_request);
+        if spec.memory_request > pool.memory_quota {
+            return Ok((
+                Decision::Rejected {
+                    resource: Resource::Memory,
+                    requested: spec.memory_request,
+                    available: pool.memory_quota,
+                },
+                Vec::new(),
+            ));
+        }
+        if groups_needed > pool.groups.len() {
+            return Ok((
+                Decision::Rejected {
+                    resource: Resource::Compute,
+                    requested: groups_needed as u64,
+                    available: pool.groups.len() as u64,
+                },
+                Vec::new(),
+            ));
+        }
+        let queued: usize = self.pools.values().map(|p| p.queue.len()).sum();
+        if queued >= self.cfg.max_queue && !self.fits(&pool_key, spec.memory_request, groups_needed)
+        {
+            return Ok((
+                Decision::Rejected {
+                    resource: Resource::QueueSlots,
+                    requested: 1,
+                    available: 0,
+                },
+                Vec::new(),
+            ));
+        }
+        self.seq += 1;
+        let deadline_at = spec
+            .deadline
+            .map(|d| now.saturating_add(d.as_nanos().min(u64::MAX as u128) as u64));
+        self.tasks.insert(
+            id,
+            Entry {
+                spec,
+                pool: pool_key.clone(),
+                seq: self.seq,
+                groups_needed,
+                deadline_at,
+                phase: Phase::Queued { bypassed: 0 },
+            },
+        );
+        self.pools
+            .get_mut(&pool_key)
+            .expect("pool exists")
+            .queue
+            .push(id);
+        let mut events = self.schedule(now);
+        let mine = events.iter().position(|e| match e {
+            Event::Started(t, _) | Event::Rejected(t, _) => *t == id,
+        });
+        let decision = match mine.map(|i| events.remove(i)) {
+            Some(Event::Started(_, g)) => Decision::Admitted(g),
+            // Rejected in the same pass: only a zero deadline does that.
+            Some(Event::Rejected(..)) => Decision::Rejected {
+                resource: Resource::QueueSlots,
+                requested: 1,
+                available: 0,
+            },
+            None => Decision::Queued {
+                position: self.queue_position(id).unwrap_or(0),
+            },
+        };
+        Ok((decision, events))
+    }
+
+    fn fits(&self, pool_key: &Option<String>, memory: u64, groups: u32) -> bool {
+        let pool = &self.pools[pool_key];
+        self.running < self.cfg.max_running
+            && pool.committed + memory <= pool.memory_quota
+            && pool.groups.minus(pool.assigned).len() >= groups
+    }
+
+    fn order_key(&self, id: TaskId) -> (u8, i64, u64, u64, u64) {
+        let e = &self.tasks[&id];
+        let starving =
+            matches!(e.phase, Phase::Queued { bypassed } if bypassed >= self.cfg.max_bypass);
+        if starving {
+            (0, 0, 0, 0, e.seq)
+        } else {
+            (
+                1,
+                -(e.spec.priority as i64),
+                if e.deadline_at.is_some() { 0 } else { 1 },
+                e.deadline_at.unwrap_or(0),
+                e.seq,
+            )
+        }
+    }
+
+    fn sorted_queue(&self, pool_key: &Option<String>) -> Vec<TaskId> {
+        let mut q = self.pools[pool_key].queue.clone();
+        q.sort_by_key(|&id| self.order_key(id));
+        q
+    }
+
+    /// A queued task's place in its pool's order (0 = next).
+    pub fn queue_position(&self, id: TaskId) -> Option<usize> {
+        let e = self.tasks.get(&id)?;
+        if !matches!(e.phase, Phase::Queued { .. }) {
+            return None;
+        }
+        self.sorted_queue(&e.pool).iter().position(|&t| t == id)
+    }
+
+    /// Starts whatever can start and rejects queued tasks whose deadline has passed (or that
+    /// can no longer ever fit their pool). Call after every change; [`submit`](Self::submit),
+    /// [`finish`](Self::finish) and [`cancel`](Self::cancel) do.
+    pub fn schedule(&mut self, now: u64) -> Vec<Event> {
+        let mut events = Vec::new();
+        let mut order: Vec<Option<String>> = self.pools.keys().cloned().collect();
+        order.sort_by_key(|k| -(self.pools[k].band as i64));
+        for key in order {
+            // Deadlines and impossible requests.
+            for id in self.pools[&key].queue.clone() {
+                let e = &self.tasks[&id];
+                let pool = &self.pools[&key];
+                let reason = if e.deadline_at.is_some_and(|d| now >= d) {
+                    Some(format!(
+                        "deadline passed while queued ({} ms after submission)",
+                        e.spec.deadline.map(|d| d.as_millis()).unwrap_or(0)
+                    ))
+                } else if e.spec.memory_request > pool.memory_quota {
+                    Some(format!(
+                        "memory request {} exceeds its pool's quota {}",
+                        e.spec.memory_request, pool.memory_quota
+                    ))
+                } else if e.groups_needed > pool.groups.len() {
+                    Some(format!(
+                        "compute request of {} SM groups exceeds its pool's {}",
+                        e.groups_needed,
+                        pool.groups.len()
+                    ))
+                } else {
+                    None
+                };
+                if let Some(r) = reason {
+                    self.remove(id);
+                    events.push(Event::Rejected(id, r));
+                }
+            }
+            let queue = self.sorted_queue(&key);
+            let mut barrier: Option<u64> = None;
+            for id in queue {
+                let (seq, mem, groups, starving) = {
+                    let e = &self.tasks[&id];
+                    let starving = matches!(e.phase, Phase::Queued { bypassed } if bypassed >= self.cfg.max_bypass);
+                    (e.seq, e.spec.memory_request, e.groups_needed, starving)
+                };
+                let allowed = barrier.is_none_or(|b| seq < b);
+                if allowed && self.fits(&key, mem, groups) {
+                    let key_of_started = self.order_key(id);
+                    let grant = self.start(id);
+                    events.push(Event::Started(id, grant));
+                    // Every task still queued in this pool that was ahead of it in the queue
+                    // order, and submitted earlier, was jumped.
+                    for other in self.pools[&key].queue.clone() {
+                        if self.order_key(other) < key_of_started {
+                            let o = self.tasks.get_mut(&other).expect("queued task exists");
+                            if o.seq < seq {
+                                if let Phase::Queued { bypassed } = &mut o.phase {
+                                    *bypassed += 1;
+                                }
+                            }
+                        }
+                    }
+                } else if starving && barrier.is_none() {
+                    barrier = Some(seq);
+                }
+            }
+        }
+        self.lend();
+        events
+    }
+
+    fn start(&mut self, id: TaskId) -> Grant {
+        let layout = self.cfg.layout;
+        let (pool_key, mem, groups_needed, share, limit) = {
+            let e = &self.tasks[&id];
+            (
+                e.pool.clone(),
+                e.spec.memory_request,
+                e.groups_needed,
+                e.spec.compute_request,
+                e.spec.memory_limit,
+            )
+        };
+        // Prefer groups nobody borrows, so fewer borrowers have to move.
+        let lent_now = self.lent_in_pool(&pool_key);
+        let pool = self.pools.get_mut(&pool_key).expect("pool exists");
+        let free = pool.groups.minus(pool.assigned);
+        let calm = free.minus(lent_now);
+        let mut own = calm.take(groups_needed);
+        own = own.union(free.minus(own).take(groups_needed - own.len()));
+        pool.assigned = pool.assigned.union(own);
+        pool.committed += mem;
+        let pool_quota = pool.memory_quota;
+        pool.queue.retain(|&t| t != id);
+        self.running += 1;
+        let mechanism = if !layout.green {
+            Mechanism::Pacing
+        } else if groups_needed > 0 {
+            Mechanism::GreenContext
+        } else if share > 0.0 {
+            Mechanism::Pacing
+        } else {
+            Mechanism::Floor
+        };
+        let grant = Grant {
+            memory_committed: mem,
+            memory_limit: limit.unwrap_or(u64::MAX).min(pool_quota),
+            compute: ComputeGrant {
+                requested_share: share,
+                groups: own,
+                sms: layout.sms(own.len()),
+                granted_share: layout.share_of(own.len()),
+                mechanism,
+            },
+        };
+        self.tasks.get_mut(&id).expect("task exists").phase = Phase::Running {
+            own,
+            lent: GroupSet::EMPTY,
+            grant,
+        };
+        grant
+    }
+
+    fn lent_in_pool(&self, pool_key: &Option<String>) -> GroupSet {
+        self.tasks
+            .values()
+            .filter(|e| &e.pool == pool_key)
+            .fold(GroupSet::EMPTY, |acc, e| match e.phase {
+                Phase::Running { lent, .. } => acc.union(lent),
+                _ => acc,
+            })
+    }
+
+    /// Recomputes which idle groups are lent to whom. Returns the tasks whose set of usable
+    /// groups (own + lent) changed, with the new set.
+    pub fn lend(&mut self) -> Vec<(TaskId, GroupSet)> {
+        let layout = self.cfg.layout;
+        let mut changed = Vec::new();
+        let keys: Vec<Option<String>> = self.pools.keys().cloned().collect();
+        for key in keys {
+            let pool = &self.pools[&key];
+            let mut idle = pool.groups.minus(pool.assigned);
+            let pool_groups = pool.groups.len();
+            let mut borrowers: Vec<(TaskId, i64, u8, u64, u32, GroupSet)> = self
+                .tasks
+                .iter()
+                .filter(|(_, e)| e.pool == key && e.spec.qos != QosClass::Guaranteed)
+                .filter_map(|(&id, e)| match e.phase {
+                    Phase::Running { own, lent, .. } => {
+                        let cap = match e.spec.compute_limit {
+                            Some(l) => layout.groups_for_share(l).max(own.len()),
+                            None => pool_groups,
+                        };
+                        let room = cap.saturating_sub(own.len());
+                        let class = if e.spec.qos == QosClass::Burstable {
+                            0
+                        } else {
+                            1
+                        };
+                        Some((id, -(e.spec.priority as i64), class, e.seq, room, lent))
+                    }
+                    _ => None,
+                })
+                .collect();
+            borrowers.sort_by_key(|b| (b.1, b.2, b.3));
+            // Keep what each borrower already has where still idle, then hand out the rest.
+            let mut next: Vec<GroupSet> = Vec::with_capacity(borrowers.len());
+            for b in &borrowers {
+                let keep = b.5.intersect(idle).take(b.4);
+                idle = idle.minus(keep);
+                next.push(keep);
+            }
+            for (i, b) in borrowers.iter().enumerate() {
+                let more = idle.take(b.4 - next[i].len());
+                idle = idle.minus(more);
+                next[i] = next[i].union(more);
+            }
+            for (i, b) in borrowers.iter().enumerate() {
+                let e = self.tasks.get_mut(&b.0).expect("task exists");
+                if let Phase::Running { own, lent, .. } = &mut e.phase {
+                    if *lent != next[i] {
+                        *lent = next[i];
+                        changed.push((b.0, own.union(next[i])));
+                    }
+                }
+            }
+        }
+        changed
+    }
+
+    fn remove(&mut self, id: TaskId) -> Option<Entry> {
+        let e = self.tasks.remove(&id)?;
+        let pool = self.pools.get_mut(&e.pool).expect("pool exists");
+        match e.phase {
+            Phase::Queued { .. } => pool.queue.retain(|&t| t != id),
+            Phase::Running { own, .. } => {
+                pool.assigned = pool.assigned.minus(own);
+                pool.committed -= e.spec.memory_request;
+                self.running -= 1;
+            }
+        }
+        Some(e)
+    }
+
+    /// A running task ended: its resources return and queued tasks start.
+    pub fn finish(&mut self, id: TaskId, now: u64) -> Vec<Event> {
+        if self.remove(id).is_none() {
+            return Vec::new();
+        }
+        self.schedule(now)
+    }
+
+    /// Removes a queued task. Returns false when it is not queued (running tasks are
+    /// cancelled by the runtime at their next safe point and then [`finish`](Self::finish)ed).
+    pub fn cancel(&mut self, id: TaskId, now: u64) -> (bool, Vec<Event>) {
+        match self.tasks.get(&id).map(|e| &e.phase) {
+            Some(Phase::Queued { .. }) => {
+                self.remove(id);
+                (true, self.schedule(now))
+            }
+            _ => (false, Vec::new()),
+        }
+    }
+
+    /// Whether the task is running, and its own + lent groups.
+    pub fn running_groups(&self, id: TaskId) -> Option<(GroupSet, GroupSet)> {
+        match self.tasks.get(&id)?.phase {
+            Phase::Running { own, lent, .. } => Some((own, lent)),
+            _ => None,
+        }
+    }
+
+    /// The grant of a running task.
+    pub fn grant(&self, id: TaskId) -> Option<Grant> {
+        match self.tasks.get(&id)?.phase {
+            Phase::Running { grant, .. } => Some(grant),
+            _ => None,
+        }
+    }
+
+    /// How often a queued task has been jumped.
+    pub fn bypassed(&self, id: TaskId) -> Option<u32> {
+        match self.tasks.get(&id)?.phase {
+            Phase::Queued { bypassed } => Some(bypassed),
+            _ => None,
+        }
+    }
+
+    /// Tasks running now.
+    pub fn running_tasks(&self) -> Vec<TaskId> {
+        self.tasks
+            .iter()
+            .filter(|(_, e)| matches!(e.phase, Phase::Running { .. }))
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// Tasks queued now.
+    pub fn queued_tasks(&self) -> Vec<TaskId> {
+        self.tasks
+            .iter()
+            .filter(|(_, e)| matches!(e.phase, Phase::Queued { .. }))
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// The spec of a known task.
+    pub fn spec(&self, id: TaskId) -> Option<&ResolvedSpec> {
+        self.tasks.get(&id).map(|e| &e.spec)
+    }
+
+    /// Every pool, the default one first.
+    pub fn pools(&self) -> Vec<PoolInfo> {
+        self.pools
+            .iter()
+            .map(|(k, p)| {
+                let running = self
+                    .tasks
+                    .values()
+                    .filter(|e| &e.pool == k && matches!(e.phase, Phase::Running { .. }))
+                    .count();
+                PoolInfo {
+                    name: k.clone(),
+                    memory_quota: p.memory_quota,
+                    memory_committed: p.committed,
+                    groups: p.groups,
+                    sms: self.cfg.layout.sms(p.groups.len()),
+                    groups_assigned: p.assigned,
+                    priority_band: p.band,
+                    running,
+                    queued: p.queue.len(),
+                }
+            })
+            .collect()
+    }
+
+    /// Creates a partition out of the default pool's unused memory and groups.
+    pub fn create_partition(&mut self, spec: &PartitionSpec) -> Result<PoolInfo> {
+        let name = spec.name.trim();
+        if name.is_empty() {
+            return Err(Error::invalid("partition name", &spec.name, "is empty"));
+        }
+        if self.pools.contains_key(&Some(name.to_string())) {
+            return Err(Error::invalid("partition name", name, "already exists"));
+        }
+        if !(spec.compute.is_finite() && spec.compute > 0.0 && spec.compute <= 1.0) {
+            return Err(Error::invalid(
+                "partition compute share",
+                spec.compute,
+                "must be a fraction in (0, 1]",
+            ));
+        }
+        let groups = self.cfg.layout.groups_for_share(spec.compute).max(1);
+        let default = &self.pools[&None];
+        let mem_free = default.memory_quota - default.committed;
+        if spec.memory > mem_free {
+            return Err(Error::Insufficient {
+                resource: Resource::Memory,
+                requested: spec.memory,
+                available: mem_free,
+            });
+        }
+        let free = default.groups.minus(default.assigned);
+        if free.len() < groups {
+            return Err(Error::Insufficient {
+                resource: Resource::Compute,
+                requested: groups as u64,
+                available: free.len() as u64,
+            });
+        }
+        // Take the highest free groups so the default pool keeps the low ones.
+        let mine = GroupSet(reverse_take(free.0, groups));
+        let d = self.pools.get_mut(&None).expect("default pool");
+        d.memory_quota -= spec.memory;
+        d.groups = d.groups.minus(mine);
+        self.pools.insert(
+            Some(name.to_string()),
+            Pool {
+                memory_quota: spec.memory,
+                groups: mine,
+                band: spec.priority_band,
+                committed: 0,
+                assigned: GroupSet::EMPTY,
+                queue: Vec::new(),
+            },
+        );
+        Ok(self
+            .pools()
+            .into_iter()
+            .find(|p| p.name.as_deref() == Some(name))
+            .expect("just created"))
+    }
+
+    fn busy(&self, name: &str) -> Result<()> {
+        let key = self.pool_key(&Some(name.to_string()))?;
+        let n = self.tasks.values().filter(|e| e.pool == key).count();
+        if n > 0 {
+            return Err(Error::PartitionBusy {
+                name: name.to_string(),
+                tasks: n,
+            });
+        }
+        Ok(())
+    }
+
+    /// Removes a free partition; its memory and groups return to the default pool.
+    pub fn remove_partition(&mut self, name: &str, now: u64) -> Result<Vec<Event>> {
+        self.busy(name)?;
+        let p = self.pools.remove(&Some(name.to_string())).expect("checked");
+        let d = self.pools.get_mut(&None).expect("default pool");
+        d.memory_quota += p.memory_quota;
+        d.groups = d.groups.union(p.groups);
+        Ok(self.schedule(now))
+    }
+
+    /// Resizes a free partition (memory, share and band from `spec`; the name must match).
+    /// On failure the partition is left as it was.
+    pub fn resize_partition(
+        &mut self,
+        spec: &PartitionSpec,
+        now: u64,
+    ) -> Result<(PoolInfo, Vec<Event>)> {
+        self.busy(&spec.name)?;
+        let saved = self.clone();
+        let mut events = self.remove_partition(&spec.name, now)?;
+        match self.create_partition(spec) {
+            Ok(info) => {
+                events.extend(self.schedule(now));
+                Ok((info, events))
+            }
+            Err(e) => {
+                *self = saved;
+                Err(e)
+            }
+        }
+    }
+}
+
+fn reverse_take(bits: u64, n: u32) -> u64 {
+    let mut out = 0u64;
+    let mut rest = bits;
+    for _ in 0..n {
+        if rest == 0 {
+            break;
+        }
+        let top = 63 - rest.leading_zeros();
+        out |= 1 << top;
+        rest &= !(1u64 << top);
+    }
+    out
+}
