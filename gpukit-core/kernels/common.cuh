@@ -1,0 +1,115 @@
+// Shared helpers of gpukit-core's built-in kernels (included as an in-memory header).
+//
+// NVRTC ships no cuda_fp16.h / cuda_bf16.h, so the two 16-bit float types are defined here as
+// plain 16-bit storage with conversions through PTX `cvt`. Arithmetic on them happens in float.
+#pragma once
+
+#if !defined(__CUDA_FP16_H__)
+struct __align__(2) __half { unsigned short bits; };
+#endif
+#if !defined(__CUDA_BF16_H__)
+struct __align__(2) __nv_bfloat16 { unsigned short bits; };
+#endif
+
+#define GK_MAX_DIMS 8
+
+// Shape and per-operand element strides of a broadcast / strided launch, passed by value.
+// Rust builds the same bytes: ndim, shape[8], then K stride rows of 8 (all little-endian i64).
+template <int K> struct Layout {
+    long long ndim;
+    long long shape[GK_MAX_DIMS];
+    long long stride[K][GK_MAX_DIMS];
+};
+
+// Offsets of operand k for the row-major linear index `i` of the output.
+template <int K>
+__device__ __forceinline__ void layout_offsets(const Layout<K>& l, long long i, long long (&off)[K]) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) off[k] = 0;
+    for (int d = (int)l.ndim - 1; d >= 0; --d) {
+        long long extent = l.shape[d];
+        long long c = i % extent;
+        i /= extent;
+#pragma unroll
+        for (int k = 0; k < K; ++k) off[k] += c * l.stride[k][d];
+    }
+}
+
+// Compute type: float for the 16-bit floats, the type itself otherwise.
+template <typename T> struct Cv {
+    typedef T C;
+    static __device__ __forceinline__ C up(T x) { return x; }
+    static __device__ __forceinline__ T down(C x) { return x; }
+    static constexpr bool is_int = false;
+    static constexpr bool is_unsigned = false;
+};
+template <> struct Cv<__half> {
+    typedef float C;
+    static __device__ __forceinline__ float up(__half x) {
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+        return f;
+    }
+    static __device__ __forceinline__ __half down(float f) {
+        __half h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+        return h;
+    }
+    static constexpr bool is_int = false;
+    static constexpr bool is_unsigned = false;
+};
+template <> struct Cv<__nv_bfloat16> {
+    typedef float C;
+    static __device__ __forceinline__ float up(__nv_bfloat16 x) {
+        return __uint_as_float(((unsigned int)x.bits) << 16);
+    }
+    static __device__ __forceinline__ __nv_bfloat16 down(float f) {
+        __nv_bfloat16 h;
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+        return h;
+    }
+    static constexpr bool is_int = false;
+    static constexpr bool is_unsigned = false;
+};
+#define GK_INT_CV(T, U)                                                                   \
+    template <> struct Cv<T> {                                                            \
+        typedef T C;                                                                      \
+        static __device__ __forceinline__ C up(T x) { return x; }                         \
+        static __device__ __forceinline__ T down(C x) { return x; }                       \
+        static constexpr bool is_int = true;                                              \
+        static constexpr bool is_unsigned = U;                                            \
+    };
+GK_INT_CV(int, false)
+GK_INT_CV(unsigned int, true)
+GK_INT_CV(long long, false)
+GK_INT_CV(unsigned char, true)
+GK_INT_CV(unsigned long long, true)
+
+// A scalar argument reaches the kernel as a double (for floats) and an i64 (for integers), so
+// that 64-bit integers stay exact.
+template <typename T>
+__device__ __forceinline__ typename Cv<T>::C scalar_arg(double sf, long long si) {
+    typedef typename Cv<T>::C C;
+    if constexpr (Cv<T>::is_int) return (C)si;
+    else return (C)sf;
+}
+
+// Conversion between any two element types (for astype and fill).
+template <typename To, typename From> __device__ __forceinline__ To convert(From x) {
+    typedef typename Cv<From>::C CF;
+    typedef typename Cv<To>::C CT;
+    CF v = Cv<From>::up(x);
+    return Cv<To>::down((CT)v);
+}
+
+template <typename T, int N> struct __align__(sizeof(T) * N) Pack { T v[N]; };
+
+__device__ __forceinline__ long long global_tid() {
+    return (long long)blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ long long grid_threads() {
+    return (long long)gridDim.x * blockDim.x;
+}
+__device__ __forceinline__ bool aligned16(const void* p) {
+    return (((unsigned long long)p) & 15ull) == 0;
+}

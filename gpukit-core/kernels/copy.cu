@@ -1,0 +1,49 @@
+// Copy, cast, fill and arange kernels of gpukit-core.
+#include "common.cuh"
+
+// out (through stride row 0) = convert(in (through stride row 1)); used for contiguous(),
+// astype(), copy_from() into views and transposes.
+template <typename Ti, typename To>
+__global__ void copy_strided(To* __restrict__ out, const Ti* __restrict__ in, Layout<2> l, long long n) {
+    for (long long i = global_tid(); i < n; i += grid_threads()) {
+        long long off[2];
+        layout_offsets<2>(l, i, off);
+        out[off[0]] = convert<To, Ti>(in[off[1]]);
+    }
+}
+
+// Contiguous conversion of n elements.
+template <typename Ti, typename To>
+__global__ void cast_contig(To* __restrict__ out, const Ti* __restrict__ in, long long n) {
+    for (long long i = global_tid(); i < n; i += grid_threads()) out[i] = convert<To, Ti>(in[i]);
+}
+
+// out[i] = value for i < n (value as double for floats, i64 for integers).
+template <typename T>
+__global__ void fill(T* __restrict__ out, double sf, long long si, long long n) {
+    const T v = Cv<T>::down(scalar_arg<T>(sf, si));
+    constexpr int V = 16 / sizeof(T);
+    typedef Pack<T, V> P;
+    const long long tid = global_tid(), nt = grid_threads();
+    long long tail = 0;
+    if (aligned16(out)) {
+        P p;
+#pragma unroll
+        for (int k = 0; k < V; ++k) p.v[k] = v;
+        const long long nv = n / V;
+        P* po = reinterpret_cast<P*>(out);
+        for (long long i = tid; i < nv; i += nt) po[i] = p;
+        tail = nv * V;
+    }
+    for (long long j = tail + tid; j < n; j += nt) out[j] = v;
+}
+
+// out[i] = start + i * step (integers exactly in 64 bits, floats in double).
+template <typename T>
+__global__ void arange(T* __restrict__ out, double start, double step, long long istart, long long istep, long long n) {
+    typedef typename Cv<T>::C C;
+    for (long long i = global_tid(); i < n; i += grid_threads()) {
+        if constexpr (Cv<T>::is_int) out[i] = Cv<T>::down((C)(istart + i * istep));
+        else out[i] = Cv<T>::down((C)(start + (double)i * step));
+    }
+}

@@ -1,0 +1,496 @@
+//! The caching device allocator with per-owner accounting and quotas.
+//!
+//! - Size-classed free lists per stream ([`pool`]): a block freed on stream S is reused on S at
+//!   once (stream order makes that safe) without a driver call. A wholly free segment of another
+//!   stream is adopted after ordering the new stream behind the old one with an event.
+//! - A buffer used on streams other than its own ([`DeviceBuffer::record_stream`], done
+//!   automatically by gpukit-core's operations) returns to the cache only after events recorded
+//!   on those streams at free time have completed.
+//! - Every allocation is charged to an [`OwnerId`] (the thread's current owner, see
+//!   [`Allocator::with_owner`], default `"default"`), checked against the owner's quota and
+//!   offered to the allocation hook first (the scheduler's admission / preemption point).
+//! - When the driver is out of memory, cached segments are released and the allocation is
+//!   retried once; then it fails with [`Error::OutOfMemory`]. Nothing panics.
+
+pub mod pool;
+
+use crate::device::Stream;
+use crate::error::{DriverContext, Error, Result};
+use cudarc::driver::{sys, CudaContext, DriverError};
+use parking_lot::{Mutex, RwLock};
+use pool::{is_small, round_size, segment_size, Pool, StreamKey};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// The tag an allocation is charged to. Cheap to clone.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerId(Arc<str>);
+
+impl OwnerId {
+    /// An owner tag.
+    pub fn new(name: &str) -> Self {
+        OwnerId(Arc::from(name))
+    }
+    /// The tag of allocations made outside any [`Allocator::with_owner`] scope.
+    pub fn default_owner() -> Self {
+        thread_local! {
+            static DEFAULT: OwnerId = OwnerId::new("default");
+        }
+        DEFAULT.with(|d| d.clone())
+    }
+    /// The tag as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for OwnerId {
+    fn default() -> Self {
+        OwnerId::default_owner()
+    }
+}
+impl From<&str> for OwnerId {
+    fn from(s: &str) -> Self {
+        OwnerId::new(s)
+    }
+}
+impl From<String> for OwnerId {
+    fn from(s: String) -> Self {
+        OwnerId(Arc::from(s))
+    }
+}
+impl fmt::Debug for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OwnerId({:?})", &*self.0)
+    }
+}
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+thread_local! {
+    static OWNERS: RefCell<Vec<OwnerId>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The thread's current owner (innermost [`Allocator::with_owner`] scope, else `"default"`).
+pub fn current_owner() -> OwnerId {
+    OWNERS
+        .with(|o| o.borrow().last().cloned())
+        .unwrap_or_default()
+}
+
+/// Memory charged to one owner.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OwnerUsage {
+    /// Bytes in live allocations (rounded to 512 B).
+    pub in_use: usize,
+    /// Highest `in_use` seen.
+    pub peak: usize,
+    /// The quota, if any.
+    pub quota: Option<usize>,
+    /// Live allocations.
+    pub allocations: usize,
+}
+
+/// Allocator statistics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AllocStats {
+    /// Bytes in live allocations (rounded).
+    pub in_use: usize,
+    /// Bytes held from the driver (cached + in use).
+    pub reserved: usize,
+    /// Highest `in_use` seen.
+    pub peak_in_use: usize,
+    /// Allocations served from the cache.
+    pub hits: u64,
+    /// Allocations that needed a driver allocation (or a segment adopted from another stream).
+    pub misses: u64,
+    /// Driver allocations (cuMemAlloc).
+    pub driver_allocs: u64,
+    /// Driver frees (cuMemFree).
+    pub driver_frees: u64,
+    /// Allocations that failed with [`Error::OutOfMemory`].
+    pub oom_errors: u64,
+}
+
+/// The hook called before every allocation with the owner and the rounded size; an `Err`
+/// aborts the allocation with that error.
+pub type AllocHook = Arc<dyn Fn(&OwnerId, usize) -> Result<()> + Send + Sync>;
+
+struct Pending {
+    addr: u64,
+    events: Vec<crate::device::Event>,
+}
+
+struct State {
+    pool: Pool,
+    owners: HashMap<OwnerId, OwnerUsage>,
+    /// Streams that have segments: kept alive so their handles are not reused.
+    streams: HashMap<StreamKey, Stream>,
+    pending: Vec<Pending>,
+    stats: AllocStats,
+}
+
+pub(crate) struct AllocInner {
+    ctx: Arc<CudaContext>,
+    ordinal: usize,
+    state: Mutex<State>,
+    hook: RwLock<Option<AllocHook>>,
+}
+
+/// The caching allocator of one device. Cheap to clone.
+#[derive(Clone)]
+pub struct Allocator {
+    inner: Arc<AllocInner>,
+}
+
+impl fmt::Debug for Allocator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Allocator")
+            .field("device", &self.inner.ordinal)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Allocator {
+    pub(crate) fn new(ctx: Arc<CudaContext>, ordinal: usize) -> Self {
+        Allocator {
+            inner: Arc::new(AllocInner {
+                ctx,
+                ordinal,
+                state: Mutex::new(State {
+                    pool: Pool::new(),
+                    owners: HashMap::new(),
+                    streams: HashMap::new(),
+                    pending: Vec::new(),
+                    stats: AllocStats::default(),
+                }),
+                hook: RwLock::new(None),
+            }),
+        }
+    }
+
+    /// Allocates `bytes` for the thread's current owner, ordered on the device's current
+    /// stream of this thread.
+    pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {
+        let stream = self.current_stream()?;
+        self.alloc_for(&current_owner(), bytes, &stream)
+    }
+
+    fn current_stream(&self) -> Result<Stream> {
+        Ok(crate::Device::open(self.inner.ordinal)?.stream())
+    }
+
+    /// Allocates `bytes` charged to `owner`, for use on `stream` (the block may be reused by
+    /// later allocations on `stream` as soon as it is dropped).
+    pub fn alloc_for(&self, owner: &OwnerId, bytes: usize, stream: &Stream) -> Result<DeviceBuffer> {
+        if bytes == 0 {
+            return Ok(DeviceBuffer {
+                ptr: 0,
+                len: 0,
+                size: 0,
+                owner: owner.clone(),
+                stream: stream.clone(),
+                alloc: self.inner.clone(),
+                used_on: Mutex::new(Vec::new()),
+            });
+        }
+        let rounded = round_size(bytes);
+        if let Some(hook) = self.inner.hook.read().clone() {
+            hook(owner, rounded)?;
+        }
+        let key = stream.key();
+        let mut st = self.inner.state.lock();
+        // Quota.
+        let usage = st.owners.entry(owner.clone()).or_default();
+        if let Some(q) = usage.quota {
+            if usage.in_use.saturating_add(rounded) > q {
+                return Err(Error::QuotaExceeded {
+                    owner: owner.to_string(),
+                    requested: rounded,
+                    quota: q,
+                    in_use: usage.in_use,
+                });
+            }
+        }
+        let addr = match st.pool.alloc(key, rounded) {
+            Some(a) => {
+                st.stats.hits += 1;
+                a
+            }
+            None => {
+                st.stats.misses += 1;
+                self.alloc_slow(&mut st, stream, rounded)?
+            }
+        };
+        let size = st.pool.block_size(addr).unwrap_or(rounded);
+        let usage = st.owners.entry(owner.clone()).or_default();
+        usage.in_use += size;
+        usage.peak = usage.peak.max(usage.in_use);
+        usage.allocations += 1;
+        Ok(DeviceBuffer {
+            ptr: addr,
+            len: bytes,
+            size,
+            owner: owner.clone(),
+            stream: stream.clone(),
+            alloc: self.inner.clone(),
+            used_on: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn alloc_slow(&self, st: &mut State, stream: &Stream, rounded: usize) -> Result<u64> {
+        let key = stream.key();
+        // 1. Frees waiting for other streams whose events have completed.
+        Self::drain_pending(st, false)?;
+        if let Some(a) = st.pool.alloc(key, rounded) {
+            return Ok(a);
+        }
+        // 2. A wholly free segment of another stream: order this stream after that one.
+        if let Some(old) = st.pool.adopt_free_segment(key, rounded) {
+            if let Some(old_stream) = st.streams.get(&old).cloned() {
+                stream.wait_stream(&old_stream)?;
+            }
+            st.streams.insert(key, stream.clone());
+            if let Some(a) = st.pool.alloc(key, rounded) {
+                return Ok(a);
+            }
+        }
+        // 3. The driver; on OOM release every cached segment and retry once.
+        let seg = segment_size(rounded);
+        self.inner.ctx.bind_to_thread().ctx("binding the context")?;
+        let base = match self.driver_alloc(seg) {
+            Ok(p) => p,
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                self.inner.ctx.synchronize().ctx("synchronizing before releasing the cache")?;
+                Self::drain_pending(st, true)?;
+                self.release_segments(st)?;
+                match self.driver_alloc(seg) {
+                    Ok(p) => p,
+                    Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                        st.stats.oom_errors += 1;
+                        let free = self.inner.ctx.mem_get_info().map(|m| m.0).unwrap_or(0);
+                        return Err(Error::OutOfMemory {
+                            requested: seg,
+                            free,
+                            reserved: st.pool.counters().reserved,
+                        });
+                    }
+                    Err(e) => return Err(Error::driver("allocating device memory", e)),
+                }
+            }
+            Err(e) => return Err(Error::driver("allocating device memory", e)),
+        };
+        st.stats.driver_allocs += 1;
+        st.pool.add_segment(base, seg, key, is_small(rounded));
+        st.streams.insert(key, stream.clone());
+        st.pool.alloc(key, rounded).ok_or_else(|| {
+            Error::invalid("alloc", "internal: a fresh segment did not serve its request")
+        })
+    }
+
+    fn driver_alloc(&self, bytes: usize) -> std::result::Result<u64, DriverError> {
+        // SAFETY: the device's context is bound to this thread (by the caller); the result is
+        // a fresh allocation owned by the pool until released by `release_segments`.
+        unsafe { cudarc::driver::result::malloc_sync(bytes) }
+    }
+
+    fn drain_pending(st: &mut State, wait: bool) -> Result<()> {
+        let mut i = 0;
+        while i < st.pending.len() {
+            let done = if wait {
+                for e in &st.pending[i].events {
+                    e.synchronize()?;
+                }
+                true
+            } else {
+                let mut all = true;
+                for e in &st.pending[i].events {
+                    all &= e.is_complete()?;
+                }
+                all
+            };
+            if done {
+                let p = st.pending.swap_remove(i);
+                st.pool.free(p.addr);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn release_segments(&self, st: &mut State) -> Result<()> {
+        let segs = st.pool.take_free_segments(|_| true);
+        for (base, _) in segs {
+            // SAFETY: `base` came from malloc_sync and no block of its segment is allocated
+            // (take_free_segments only returns wholly free segments); the device was
+            // synchronized by the caller, so no queued work uses it.
+            unsafe { cudarc::driver::result::free_sync(base) }.ctx("freeing device memory")?;
+            st.stats.driver_frees += 1;
+        }
+        if st.pool.segment_count() == 0 {
+            st.streams.clear();
+        }
+        Ok(())
+    }
+
+    /// Sets (or with `None` removes) `owner`'s quota in bytes. Allocations already made stay;
+    /// later ones that would pass the quota fail with [`Error::QuotaExceeded`].
+    pub fn set_quota(&self, owner: &OwnerId, quota: Option<usize>) -> Result<()> {
+        self.inner
+            .state
+            .lock()
+            .owners
+            .entry(owner.clone())
+            .or_default()
+            .quota = quota;
+        Ok(())
+    }
+
+    /// Memory charged to `owner`.
+    pub fn owner_usage(&self, owner: &OwnerId) -> OwnerUsage {
+        self.inner
+            .state
+            .lock()
+            .owners
+            .get(owner)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Runs `f` with `owner` as this thread's current owner (scopes nest; restored on return
+    /// or panic).
+    pub fn with_owner<R>(&self, owner: &OwnerId, f: impl FnOnce() -> R) -> R {
+        OWNERS.with(|o| o.borrow_mut().push(owner.clone()));
+        struct Pop;
+        impl Drop for Pop {
+            fn drop(&mut self) {
+                OWNERS.with(|o| {
+                    o.borrow_mut().pop();
+                });
+            }
+        }
+        let _pop = Pop;
+        f()
+    }
+
+    /// Installs (or removes) the hook called before every allocation.
+    pub fn set_alloc_hook(&self, hook: Option<AllocHook>) {
+        *self.inner.hook.write() = hook;
+    }
+
+    /// Statistics.
+    pub fn stats(&self) -> AllocStats {
+        let st = self.inner.state.lock();
+        let c = st.pool.counters();
+        AllocStats {
+            in_use: c.in_use,
+            reserved: c.reserved,
+            peak_in_use: c.peak_in_use,
+            ..st.stats
+        }
+    }
+
+    /// Waits for pending frees and releases every cached (wholly free) segment to the driver.
+    pub fn empty_cache(&self) -> Result<()> {
+        self.inner.ctx.bind_to_thread().ctx("binding the context")?;
+        self.inner
+            .ctx
+            .synchronize()
+            .ctx("synchronizing before releasing the cache")?;
+        let mut st = self.inner.state.lock();
+        Self::drain_pending(&mut st, true)?;
+        self.release_segments(&mut st)
+    }
+}
+
+/// A block of device memory from the [`Allocator`]; returned to the cache when dropped.
+pub struct DeviceBuffer {
+    ptr: u64,
+    len: usize,
+    size: usize,
+    owner: OwnerId,
+    stream: Stream,
+    alloc: Arc<AllocInner>,
+    used_on: Mutex<Vec<Stream>>,
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("ptr", &format_args!("{:#x}", self.ptr))
+            .field("len_bytes", &self.len)
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
+
+impl DeviceBuffer {
+    /// The device address (0 for an empty buffer).
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+    /// Bytes requested.
+    pub fn len_bytes(&self) -> usize {
+        self.len
+    }
+    /// Bytes held (the request rounded to the allocator's granularity).
+    pub fn capacity_bytes(&self) -> usize {
+        self.size
+    }
+    /// The owner charged.
+    pub fn owner(&self) -> &OwnerId {
+        &self.owner
+    }
+    /// The stream the buffer is ordered on.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+    /// Declares that work on `stream` (other than the buffer's own) uses the buffer, so that
+    /// its memory is reused only after that work has finished.
+    pub fn record_stream(&self, stream: &Stream) {
+        if *stream == self.stream || self.size == 0 {
+            return;
+        }
+        let mut u = self.used_on.lock();
+        if !u.contains(stream) {
+            u.push(stream.clone());
+        }
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if self.size == 0 {
+            return;
+        }
+        let used_on = std::mem::take(&mut *self.used_on.lock());
+        let mut events = Vec::new();
+        for s in &used_on {
+            // If recording fails the context is broken; waiting on what we could record is
+            // the best we can do, and the block is still returned (never leaked).
+            if let Ok(e) = s.record_marker() {
+                events.push(e);
+            }
+        }
+        let mut st = self.alloc.state.lock();
+        if let Some(u) = st.owners.get_mut(&self.owner) {
+            u.in_use = u.in_use.saturating_sub(self.size);
+            u.allocations = u.allocations.saturating_sub(1);
+        }
+        if events.is_empty() {
+            st.pool.free(self.ptr);
+        } else {
+            st.pending.push(Pending {
+                addr: self.ptr,
+                events,
+            });
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! `GpuArray<T>`: an n-dimensional, row-major array on one device.
+//!
+//! An array is a view: a shared [`DeviceBuffer`] plus shape, element strides and an element
+//! offset. `reshape` (of a contiguous array), `transpose`, `permute` and `slice` make views
+//! without copying; operations always produce fresh contiguous arrays. Work is queued on the
+//! device's current stream of the calling thread ([`Device::with_stream`]); `to_vec` waits for
+//! it.
+
+mod ops;
+mod reduce;
+
+pub use ops::{where_, BinaryOp, CompareOp, UnaryOp};
+pub use reduce::ReduceOp;
+
+use crate::alloc::{current_owner, DeviceBuffer};
+use crate::device::{Device, Stream};
+use crate::dtype::DType;
+use crate::error::{DriverContext, Error, Result};
+use crate::kernels::{self, KernelFile};
+use crate::shape;
+use gpukit_jit::KernelArg;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// An n-dimensional array of `T` in device memory. Cloning makes another view of the same
+/// memory.
+pub struct GpuArray<T: DType> {
+    dev: Device,
+    buf: Arc<DeviceBuffer>,
+    shape: Vec<usize>,
+    strides: Vec<isize>,
+    offset: usize,
+    _t: PhantomData<T>,
+}
+
+impl<T: DType> Clone for GpuArray<T> {
+    fn clone(&self) -> Self {
+        GpuArray {
+            dev: self.dev.clone(),
+            buf: self.buf.clone(),
+            shape: self.shape.clone(),
+            strides: self.strides.clone(),
+            offset: self.offset,
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T: DType> std::fmt::Debug for GpuArray<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "GpuArray<{}>(shape {:?}, strides {:?}, device {})",
+            T::RUST_NAME,
+            self.shape,
+            self.strides,
+            self.dev.ordinal()
+        )
+    }
+}
+
+impl<T: DType> GpuArray<T> {
+    /// An uninitialised contiguous array on `stream` (for kernels that write every element).
+    pub(crate) fn alloc_on(dev: &Device, shape: &[usize], stream: &Stream) -> Result<Self> {
+        let n = shape::numel("alloc", shape)?;
+        let bytes = n.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+            Error::invalid("alloc", format!("shape {shape:?} is too large"))
+        })?;
+        let buf = dev
+            .allocator()
+            .alloc_for(&current_owner(), bytes, stream)?;
+        Ok(GpuArray {
+            dev: dev.clone(),
+            buf: Arc::new(buf),
+            shape: shape.to_vec(),
+            strides: shape::contiguous_strides(shape),
+            offset: 0,
+            _t: PhantomData,
+        })
+    }
+
+    /// An uninitialised array (every element must be written before it is read).
+    pub fn empty(dev: &Device, shape: &[usize]) -> Result<Self> {
+        Self::alloc_on(dev, shape, &dev.stream())
+    }
+
+    /// An array of zeros.
+    pub fn zeros(dev: &Device, shape: &[usize]) -> Result<Self> {
+        let stream = dev.stream();
+        let a = Self::alloc_on(dev, shape, &stream)?;
+        let bytes = a.len() * std::mem::size_of::<T>();
+        if bytes > 0 {
+            dev.context().bind_to_thread().ctx("binding the context")?;
+            // SAFETY: the buffer holds `bytes` bytes and is ordered on `stream`.
+            unsafe {
+                cudarc::driver::result::memset_d8_async(
+                    a.buf.ptr(),
+                    0,
+                    bytes,
+                    stream.cuda().cu_stream(),
+                )
+            }
+            .ctx("zeroing device memory")?;
+        }
+        Ok(a)
+    }
+
+    /// An array of ones.
+    pub fn ones(dev: &Device, shape: &[usize]) -> Result<Self> {
+        Self::full(dev, shape, T::one())
+    }
+
+    /// An array filled with `value`.
+    pub fn full(dev: &Device, shape: &[usize], value: T) -> Result<Self> {
+        let stream = dev.stream();
+        let a = Self::alloc_on(dev, shape, &stream)?;
+        let n = a.len();
+        if n > 0 {
+            let (sf, si) = value.scalar_args();
+            let k = a.kernel(KernelFile::Copy, &format!("fill<{}>", T::NAME))?;
+            kernels::launch(
+                &k,
+                &stream,
+                kernels::grid_for(dev, n.div_ceil(16 / std::mem::size_of::<T>()), 16),
+                &[a.arg(), sf.into(), si.into(), (n as i64).into()],
+            )?;
+        }
+        Ok(a)
+    }
+
+    /// `start, start + step, ...` up to (excluding) `stop`, like `numpy.arange`. Integer types
+    /// are computed exactly in 64 bits.
+    pub fn arange(dev: &Device, start: T, stop: T, step: T) -> Result<Self> {
+        let (s0, st) = (start.to_f64(), step.to_f64());
+        if st == 0.0 || !st.is_finite() || !s0.is_finite() || !stop.to_f64().is_finite() {
+            return Err(Error::invalid(
+                "arange",
+                format!("step must be finite and non-zero and the ends finite (start {start:?}, stop {stop:?}, step {step:?})"),
+            ));
+        }
+        let n = if T::is_float() {
+            ((stop.to_f64() - s0) / st).ceil().max(0.0) as usize
+        } else {
+            let (a, b, s) = (start.to_i64() as i128, stop.to_i64() as i128, step.to_i64() as i128);
+            let span = b - a;
+            if (span > 0) != (s > 0) || span == 0 {
+                0
+            } else {
+                ((span.abs() + s.abs() - 1) / s.abs()) as usize
+            }
+        };
+        let stream = dev.stream();
+        let a = Self::alloc_on(dev, &[n], &stream)?;
+        if n > 0 {
+            let k = a.kernel(KernelFile::Copy, &format!("arange<{}>", T::NAME))?;
+            kernels::launch(
+                &k,
+                &stream,
+                kernels::grid_for(dev, n, 16),
+                &[
+                    a.arg(),
+                    s0.into(),
+                    st.into(),
+                    start.to_i64().into(),
+                    step.to_i64().into(),
+                    (n as i64).into(),
+                ],
+            )?;
+        }
+        Ok(a)
+    }
+
+    /// An array with the contents of `data` (row-major) and shape `shape`.
+    pub fn from_slice(dev: &Device, data: &[T], shape: &[usize]) -> Result<Self> {
+        let n = shape::numel("from_slice", shape)?;
+        if n != data.len() {
+            return Err(Error::shape("from_slice", &[data.len()], shape));
+        }
+        let stream = dev.stream();
+        let a = Self::alloc_on(dev, shape, &stream)?;
+        let inner = dev.inner();
+        inner
+            .pinned
+            .upload(a.buf.ptr(), bytemuck::cast_slice(data), &stream, &inner.h2d)?;
+        Ok(a)
+    }
+
+    /// [`from_slice`](Self::from_slice) taking a `Vec`.
+    pub fn from_vec(dev: &Device, data: Vec<T>, shape: &[usize]) -> Result<Self> {
+        Self::from_slice(dev, &data, shape)
+    }
+
+    /// The elements in row-major order. Waits for all work queued on the current stream.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let a = self.contiguous()?;
+        let n = a.len();
+        let mut out = vec![T::zero(); n];
+        if n > 0 {
+            let stream = a.dev.stream();
+            let inner = a.dev.inner();
+            inner.pinned.download(
+                bytemuck::cast_slice_mut(&mut out),
+                a.device_ptr(),
+                &stream,
+                &inner.d2h,
+            )?;
+        }
+        Ok(out)
+    }
+
+    /// The single element of a one-element array (any shape, e.g. the result of `sum()`).
+    pub fn item(&self) -> Result<T> {
+        if self.len() != 1 {
+            return Err(Error::invalid(
+                "item",
+                format!("needs exactly one element, the array has shape {:?}", self.shape),
+            ));
+        }
+        Ok(self.to_vec()?[0])
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    /// Element strides (0 in broadcast views).
+    pub fn strides(&self) -> &[isize] {
+        &self.strides
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// True when the array has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+    /// True for a dense row-major layout.
+    pub fn is_contiguous(&self) -> bool {
+        shape::is_contiguous(&self.shape, &self.strides)
+    }
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+    /// The underlying buffer (shared by views).
+    pub fn buffer(&self) -> &DeviceBuffer {
+        &self.buf
+    }
+    /// Device address of element `[0, 0, ...]` (offset applied).
+    pub fn device_ptr(&self) -> u64 {
+        self.buf.ptr() + (self.offset * std::mem::size_of::<T>()) as u64
+    }
+    /// The array as a kernel argument (its [`device_ptr`](Self::device_ptr)).
+    pub fn as_kernel_arg(&self) -> KernelArg {
+        KernelArg::Ptr(self.device_ptr())
+    }
+    fn arg(&self) -> KernelArg {
+        self.as_kernel_arg()
+    }
+
+    pub(crate) fn kernel(&self, file: KernelFile, expr: &str) -> Result<gpukit_jit::Kernel> {
+        self.dev.inner().kernels.get(&self.dev, file, T::NAME, expr)
+    }
+
+    /// Declares use on `stream` (so the memory is not reused under a running kernel).
+    pub(crate) fn used_on(&self, stream: &Stream) {
+        self.buf.record_stream(stream);
+    }
+
+    fn view(&self, shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> Self {
+        GpuArray {
+            dev: self.dev.clone(),
+            buf: self.buf.clone(),
+            shape,
+            strides,
+            offset,
+            _t: PhantomData,
+        }
+    }
+
+    /// A contiguous array with the same elements (this array itself when already contiguous).
+    pub fn contiguous(&self) -> Result<Self> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        self.astype::<T>()
+    }
+
+    /// A fresh contiguous array with the elements converted to `U` (floats to integers
+    /// truncate; out-of-range values follow the CUDA conversion rules).
+    pub fn astype<U: DType>(&self) -> Result<GpuArray<U>> {
+        let stream = self.dev.stream();
+        let out = GpuArray::<U>::alloc_on(&self.dev, &self.shape, &stream)?;
+        let n = self.len();
+        if n == 0 {
+            return Ok(out);
+        }
+        self.used_on(&stream);
+        if self.is_contiguous() {
+            let k = self.kernel(KernelFile::Copy, &format!("cast_contig<{}, {}>", T::NAME, U::NAME))?;
+            kernels::launch(
+                &k,
+                &stream,
+                kernels::grid_for(&self.dev, n, 16),
+                &[out.arg(), self.arg(), (n as i64).into()],
+            )?;
+        } else {
+            let layout = shape::layout_bytes(
+                "astype",
+                &self.shape,
+                &[out.strides.clone(), self.strides.clone()],
+            )?;
+            let k = self.kernel(KernelFile::Copy, &format!("copy_strided<{}, {}>", T::NAME, U::NAME))?;
+            kernels::launch(
+                &k,
+                &stream,
+                kernels::grid_for(&self.dev, n, 32),
+                &[out.arg(), self.arg(), KernelArg::Bytes(layout), (n as i64).into()],
+            )?;
+        }
+        Ok(out)
+    }
+
+    /// Copies `src` (same element type, broadcastable to this shape) into this array, through
+    /// this array's strides (so a view writes into the memory it shares).
+    pub fn copy_from(&mut self, src: &GpuArray<T>) -> Result<()> {
+        if src.dev != self.dev {
+            return Err(Error::DeviceMismatch {
+                op: "copy_from".into(),
+                lhs: self.dev.ordinal(),
+                rhs: src.dev.ordinal(),
+            });
+        }
+        let sst = shape::broadcast_strides("copy_from", &src.shape, &src.strides, &self.shape)
+            .map_err(|_| Error::shape("copy_from", &self.shape, &src.shape))?;
+        let n = self.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let stream = self.dev.stream();
+        src.used_on(&stream);
+        self.used_on(&stream);
+        let layout = shape::layout_bytes("copy_from", &self.shape, &[self.strides.clone(), sst])?;
+        let k = self.kernel(KernelFile::Copy, &format!("copy_strided<{}, {}>", T::NAME, T::NAME))?;
+        kernels::launch(
+            &k,
+            &stream,
+            kernels::grid_for(&self.dev, n, 32),
+            &[self.arg(), src.arg(), KernelArg::Bytes(layout), (n as i64).into()],
+        )
+    }
+
+    /// The same elements with another shape (a view when contiguous, else a copy).
+    pub fn reshape(&self, new_shape: &[usize]) -> Result<Self> {
+        let n = shape::numel("reshape", new_shape)?;
+        if n != self.len() {
+            return Err(Error::shape("reshape", &self.shape, new_shape));
+        }
+        let base = self.contiguous()?;
+        Ok(base.view(
+            new_shape.to_vec(),
+            shape::contiguous_strides(new_shape),
+            base.offset,
+        ))
+    }
+
+    /// The axes reversed (a view); for 2-D arrays the matrix transpose.
+    pub fn transpose(&self) -> Self {
+        let perm: Vec<usize> = (0..self.ndim()).rev().collect();
+        self.permute_unchecked(&perm)
+    }
+
+    /// The axes reordered: axis `i` of the result is axis `perm[i]` of this array (a view).
+    pub fn permute(&self, perm: &[usize]) -> Result<Self> {
+        shape::check_permutation("permute", perm, self.ndim())?;
+        Ok(self.permute_unchecked(perm))
+    }
+
+    fn permute_unchecked(&self, perm: &[usize]) -> Self {
+        let shape = perm.iter().map(|&p| self.shape[p]).collect();
+        let strides = perm.iter().map(|&p| self.strides[p]).collect();
+        self.view(shape, strides, self.offset)
+    }
+
+    /// Rows `range` along the first axis (a view).
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Result<Self> {
+        let len0 = *self.shape.first().ok_or_else(|| {
+            Error::invalid("slice", "a 0-dimensional array has no first axis to slice")
+        })?;
+        if range.start > range.end || range.end > len0 {
+            return Err(Error::invalid(
+                "slice",
+                format!("range {range:?} is out of bounds for a first axis of length {len0}"),
+            ));
+        }
+        let mut shape = self.shape.clone();
+        shape[0] = range.end - range.start;
+        let offset = if shape[0] == 0 {
+            self.offset
+        } else {
+            (self.offset as isize + range.start as isize * self.strides[0]) as usize
+        };
+        Ok(self.view(shape, self.strides.clone(), offset))
+    }
+}
+
+impl<T: DType> From<&GpuArray<T>> for KernelArg {
+    fn from(a: &GpuArray<T>) -> Self {
+        a.as_kernel_arg()
+    }
+}

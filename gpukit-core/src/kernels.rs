@@ -1,0 +1,193 @@
+//! The built-in kernels: CUDA C++ in `kernels/*.cu`, compiled through gpukit-jit (cached on
+//! disk) at first use, one module per (file, element type) holding every instantiation of that
+//! type as an NVRTC name expression.
+
+use crate::device::{Device, Stream};
+use crate::dtype::{kind_of, DTypeKind, ALL_DTYPE_NAMES};
+use crate::error::Result;
+use gpukit_jit::{CompileOptions, Kernel, KernelArg, LaunchConfig, Module};
+use parking_lot::RwLock;
+use std::collections::HashMap;
+
+/// The shared header of the built-in kernels.
+pub const COMMON_H: &str = include_str!("../kernels/common.cuh");
+/// Elementwise kernels (binary, scalar, unary, comparison, where).
+pub const ELEMENTWISE_CU: &str = include_str!("../kernels/elementwise.cu");
+/// Copy, cast, fill and arange kernels.
+pub const COPY_CU: &str = include_str!("../kernels/copy.cu");
+/// Reduction kernels.
+pub const REDUCE_CU: &str = include_str!("../kernels/reduce.cu");
+
+/// One built-in kernel file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelFile {
+    /// `kernels/elementwise.cu`.
+    Elementwise,
+    /// `kernels/copy.cu`.
+    Copy,
+    /// `kernels/reduce.cu`.
+    Reduce,
+}
+
+impl KernelFile {
+    /// All files.
+    pub const ALL: [KernelFile; 3] = [KernelFile::Elementwise, KernelFile::Copy, KernelFile::Reduce];
+
+    /// The CUDA source.
+    pub fn source(self) -> &'static str {
+        match self {
+            KernelFile::Elementwise => ELEMENTWISE_CU,
+            KernelFile::Copy => COPY_CU,
+            KernelFile::Reduce => REDUCE_CU,
+        }
+    }
+
+    /// The program name for element type `dtype` (its C name).
+    pub fn program(self, dtype: &str) -> String {
+        let stem = match self {
+            KernelFile::Elementwise => "gpukit_elementwise",
+            KernelFile::Copy => "gpukit_copy",
+            KernelFile::Reduce => "gpukit_reduce",
+        };
+        format!("{stem}_{}", dtype.replace(' ', "_"))
+    }
+
+    /// Every instantiation the Rust side may ask for, for element type `dtype`.
+    pub fn name_expressions(self, dtype: &str) -> Vec<String> {
+        let kind = kind_of(dtype);
+        let mut v = Vec::new();
+        match self {
+            KernelFile::Elementwise => {
+                for op in 0..7 {
+                    for k in ["binary_contig", "binary_scalar", "binary_strided"] {
+                        v.push(format!("{k}<{dtype}, {op}>"));
+                    }
+                }
+                for op in unary_ops(kind) {
+                    for k in ["unary_contig", "unary_strided"] {
+                        v.push(format!("{k}<{dtype}, {op}>"));
+                    }
+                }
+                for op in 0..6 {
+                    for k in ["compare_contig", "compare_scalar", "compare_strided"] {
+                        v.push(format!("{k}<{dtype}, {op}>"));
+                    }
+                }
+                v.push(format!("where_strided<{dtype}>"));
+            }
+            KernelFile::Copy => {
+                for to in ALL_DTYPE_NAMES {
+                    v.push(format!("copy_strided<{dtype}, {to}>"));
+                    v.push(format!("cast_contig<{dtype}, {to}>"));
+                }
+                v.push(format!("fill<{dtype}>"));
+                v.push(format!("arange<{dtype}>"));
+            }
+            KernelFile::Reduce => {
+                for op in 0..4 {
+                    for k in ["reduce_partial", "reduce_finish", "reduce_rows", "reduce_cols"] {
+                        v.push(format!("{k}<{dtype}, {op}>"));
+                    }
+                }
+                for op in 0..2 {
+                    for k in ["arg_partial", "arg_finish", "arg_rows", "arg_cols"] {
+                        v.push(format!("{k}<{dtype}, {op}>"));
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// Compile options for element type `dtype` (target left to the loader).
+    pub fn options(self, dtype: &str) -> CompileOptions {
+        let mut o = CompileOptions::new().header("common.cuh", COMMON_H);
+        for e in self.name_expressions(dtype) {
+            o = o.name_expression(e);
+        }
+        o
+    }
+}
+
+/// Unary operation codes defined for a kind of element type: all eight for floats; neg, abs
+/// and relu for integers.
+pub(crate) fn unary_ops(kind: DTypeKind) -> Vec<u32> {
+    match kind {
+        DTypeKind::Float => (0..8).collect(),
+        _ => vec![0, 1, 6],
+    }
+}
+
+/// Every built-in program: `(program name, source, options)` for each file and element type;
+/// used by the NVRTC compile tests.
+pub fn builtin_programs() -> Vec<(String, &'static str, CompileOptions)> {
+    let mut v = Vec::new();
+    for f in KernelFile::ALL {
+        for d in ALL_DTYPE_NAMES {
+            v.push((f.program(d), f.source(), f.options(d)));
+        }
+    }
+    v
+}
+
+/// Loaded modules and kernels of one device.
+#[derive(Default)]
+pub(crate) struct KernelSet {
+    modules: RwLock<HashMap<(KernelFile, &'static str), Module>>,
+    kernels: RwLock<HashMap<String, Kernel>>,
+}
+
+impl KernelSet {
+    /// Kernel `expr` (a name expression) of `file` for element type `dtype`.
+    pub(crate) fn get(
+        &self,
+        dev: &Device,
+        file: KernelFile,
+        dtype: &'static str,
+        expr: &str,
+    ) -> Result<Kernel> {
+        if let Some(k) = self.kernels.read().get(expr) {
+            return Ok(k.clone());
+        }
+        let module = {
+            let cached = self.modules.read().get(&(file, dtype)).cloned();
+            match cached {
+                Some(m) => m,
+                None => {
+                    let m = gpukit_jit::load_source(
+                        dev.context(),
+                        file.source(),
+                        &file.program(dtype),
+                        &file.options(dtype),
+                    )?;
+                    self.modules.write().insert((file, dtype), m.clone());
+                    m
+                }
+            }
+        };
+        let k = module.kernel(expr)?;
+        self.kernels.write().insert(expr.to_string(), k.clone());
+        Ok(k)
+    }
+}
+
+/// Threads per block of the built-in kernels.
+pub(crate) const BLOCK: u32 = 256;
+
+/// Launch configuration for a grid-stride kernel covering `work` items: enough blocks to fill
+/// the device `waves` times over (or fewer when there is less work).
+pub(crate) fn grid_for(dev: &Device, work: usize, waves: u32) -> LaunchConfig {
+    let max_blocks = (dev.multiprocessor_count().max(1) * waves) as usize;
+    let blocks = work.div_ceil(BLOCK as usize).clamp(1, max_blocks) as u32;
+    LaunchConfig::new((blocks, 1, 1), (BLOCK, 1, 1))
+}
+
+/// Launches `kernel` on `stream`.
+pub(crate) fn launch(
+    kernel: &Kernel,
+    stream: &Stream,
+    cfg: LaunchConfig,
+    args: &[KernelArg],
+) -> Result<()> {
+    Ok(kernel.launch(stream.cuda(), cfg, args)?)
+}

@@ -1,0 +1,311 @@
+//! Shapes, strides and NumPy broadcasting: pure functions, testable without a GPU.
+
+use crate::error::{Error, Result};
+
+/// The most dimensions a strided kernel launch takes (after merging contiguous dimensions).
+pub const MAX_DIMS: usize = 8;
+
+/// Number of elements of `shape`; an error when the product overflows.
+pub fn numel(op: &str, shape: &[usize]) -> Result<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| {
+        acc.checked_mul(d).ok_or_else(|| {
+            Error::invalid(op, format!("shape {shape:?} has more elements than fit in usize"))
+        })
+    })
+}
+
+/// Row-major (C order) element strides of `shape`.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
+    let mut strides = vec![0isize; shape.len()];
+    let mut s = 1isize;
+    for (i, &d) in shape.iter().enumerate().rev() {
+        strides[i] = s;
+        s = s.saturating_mul(d.max(1) as isize);
+    }
+    strides
+}
+
+/// True when `strides` describe a row-major dense layout of `shape` (dimensions of extent 1
+/// may have any stride; an empty array is contiguous).
+pub fn is_contiguous(shape: &[usize], strides: &[isize]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut expect = 1isize;
+    for (&d, &s) in shape.iter().zip(strides).rev() {
+        if d != 1 {
+            if s != expect {
+                return false;
+            }
+            expect *= d as isize;
+        }
+    }
+    true
+}
+
+/// The broadcast shape of `a` and `b` under NumPy rules (align right; each pair of extents must
+/// be equal or one of them 1). The error names both shapes.
+pub fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0usize; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return Err(Error::shape(op, a, b));
+        };
+    }
+    Ok(out)
+}
+
+/// Strides that read an array of `shape`/`strides` as if it had `out_shape` (which must be a
+/// broadcast of `shape`): broadcast dimensions get stride 0.
+pub fn broadcast_strides(
+    op: &str,
+    shape: &[usize],
+    strides: &[isize],
+    out_shape: &[usize],
+) -> Result<Vec<isize>> {
+    if shape.len() > out_shape.len() {
+        return Err(Error::shape(op, shape, out_shape));
+    }
+    let lead = out_shape.len() - shape.len();
+    let mut out = vec![0isize; out_shape.len()];
+    for (i, &od) in out_shape.iter().enumerate() {
+        if i < lead {
+            continue;
+        }
+        let d = shape[i - lead];
+        if d == od {
+            out[i] = if d == 1 { 0 } else { strides[i - lead] };
+        } else if d == 1 {
+            out[i] = 0;
+        } else {
+            return Err(Error::shape(op, shape, out_shape));
+        }
+    }
+    Ok(out)
+}
+
+/// Merges adjacent dimensions that are contiguous with each other for every operand, and drops
+/// dimensions of extent 1, so that a strided launch needs as few dimensions as possible.
+/// Returns the merged shape and one stride row per operand.
+pub fn coalesce(shape: &[usize], strides: &[Vec<isize>]) -> (Vec<usize>, Vec<Vec<isize>>) {
+    let mut out_shape: Vec<usize> = Vec::new();
+    let mut out_strides: Vec<Vec<isize>> = vec![Vec::new(); strides.len()];
+    for (d, &extent) in shape.iter().enumerate() {
+        if extent == 1 {
+            continue;
+        }
+        if let Some(&last) = out_shape.last() {
+            let mergeable = strides
+                .iter()
+                .zip(&out_strides)
+                .all(|(s, o)| *o.last().unwrap_or(&0) == s[d] * extent as isize);
+            if mergeable {
+                *out_shape.last_mut().unwrap_or(&mut 0) = last * extent;
+                for (s, o) in strides.iter().zip(out_strides.iter_mut()) {
+                    if let Some(l) = o.last_mut() {
+                        *l = s[d];
+                    }
+                }
+                continue;
+            }
+        }
+        out_shape.push(extent);
+        for (s, o) in strides.iter().zip(out_strides.iter_mut()) {
+            o.push(s[d]);
+        }
+    }
+    (out_shape, out_strides)
+}
+
+/// The by-value `Layout<K>` struct of the kernels (common.cuh): `ndim`, `shape[8]`, then `K`
+/// rows of 8 strides, all little-endian i64. Dimensions are coalesced first; more than
+/// [`MAX_DIMS`] remaining dimensions is an error.
+pub fn layout_bytes(op: &str, shape: &[usize], strides: &[Vec<isize>]) -> Result<Vec<u8>> {
+    let (shape, strides) = coalesce(shape, strides);
+    if shape.len() > MAX_DIMS {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "strided operations support at most {MAX_DIMS} non-mergeable dimensions, got {} \
+                 (make the operands contiguous first)",
+                shape.len()
+            ),
+        ));
+    }
+    let mut words = vec![0i64; 1 + MAX_DIMS * (1 + strides.len())];
+    words[0] = shape.len() as i64;
+    for (i, &d) in shape.iter().enumerate() {
+        words[1 + i] = d as i64;
+    }
+    for (k, row) in strides.iter().enumerate() {
+        for (i, &s) in row.iter().enumerate() {
+            words[1 + MAX_DIMS * (1 + k) + i] = s as i64;
+        }
+    }
+    Ok(words.iter().flat_map(|w| w.to_le_bytes()).collect())
+}
+
+/// Checks and normalises an axis.
+pub fn check_axis(op: &str, axis: usize, ndim: usize) -> Result<usize> {
+    if axis < ndim {
+        Ok(axis)
+    } else {
+        Err(Error::AxisOutOfRange {
+            op: op.to_string(),
+            axis,
+            ndim,
+        })
+    }
+}
+
+/// Checks that `perm` is a permutation of `0..ndim`.
+pub fn check_permutation(op: &str, perm: &[usize], ndim: usize) -> Result<()> {
+    let mut seen = vec![false; ndim];
+    if perm.len() != ndim {
+        return Err(Error::invalid(
+            op,
+            format!("permutation {perm:?} has {} axes, the array has {ndim}", perm.len()),
+        ));
+    }
+    for &p in perm {
+        if p >= ndim || std::mem::replace(&mut seen[p], true) {
+            return Err(Error::invalid(
+                op,
+                format!("{perm:?} is not a permutation of 0..{ndim}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Splits a contiguous `shape` around `axis` into `(outer, extent, inner)`.
+pub fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    let outer = shape[..axis].iter().product();
+    let inner = shape[axis + 1..].iter().product();
+    (outer, shape[axis], inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn broadcasting_follows_numpy() {
+        assert_eq!(broadcast_shapes("add", &[3, 1], &[4]).unwrap(), vec![3, 4]);
+        assert_eq!(broadcast_shapes("add", &[], &[2, 3]).unwrap(), vec![2, 3]);
+        assert_eq!(broadcast_shapes("add", &[0, 1], &[1, 5]).unwrap(), vec![0, 5]);
+        assert_eq!(broadcast_shapes("add", &[5, 1, 7], &[6, 1]).unwrap(), vec![5, 6, 7]);
+        let e = broadcast_shapes("add", &[3, 4], &[5]).unwrap_err().to_string();
+        assert!(e.contains("[3, 4]") && e.contains("[5]") && e.contains("add"), "{e}");
+        assert!(broadcast_shapes("mul", &[2, 0], &[2, 3]).is_err());
+    }
+
+    #[test]
+    fn strides_and_contiguity() {
+        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert!(is_contiguous(&[2, 3], &[3, 1]));
+        assert!(!is_contiguous(&[2, 3], &[1, 2]));
+        assert!(is_contiguous(&[1, 3], &[99, 1]));
+        assert!(is_contiguous(&[0, 3], &[7, 7]));
+        assert_eq!(
+            broadcast_strides("add", &[3, 1], &[1, 1], &[2, 3, 4]).unwrap(),
+            vec![0, 1, 0]
+        );
+        assert!(broadcast_strides("add", &[3, 2], &[2, 1], &[3, 4]).is_err());
+    }
+
+    #[test]
+    fn coalesce_merges_contiguous_dims() {
+        let (s, st) = coalesce(&[2, 3, 4], &[vec![12, 4, 1], vec![12, 4, 1]]);
+        assert_eq!((s, st), (vec![24], vec![vec![1], vec![1]]));
+        // A broadcast dimension blocks merging for that operand.
+        let (s, st) = coalesce(&[2, 3, 4], &[vec![12, 4, 1], vec![0, 4, 1]]);
+        assert_eq!(s, vec![2, 12]);
+        assert_eq!(st, vec![vec![12, 1], vec![0, 1]]);
+        let (s, _) = coalesce(&[1, 1], &[vec![1, 1]]);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn layout_bytes_match_the_c_struct() {
+        let b = layout_bytes("x", &[2, 3], &[vec![1, 2], vec![3, 1]]).unwrap();
+        assert_eq!(b.len(), 8 * (1 + 8 * 3));
+        let w: Vec<i64> = b
+            .chunks(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(w[0], 2);
+        assert_eq!(&w[1..3], &[2, 3]);
+        assert_eq!(&w[9..11], &[1, 2]);
+        assert_eq!(&w[17..19], &[3, 1]);
+        // Nine dimensions that cannot merge are refused.
+        let shape = vec![2usize; 9];
+        let strides: Vec<isize> = (0..9).map(|i| 1isize << (2 * (8 - i))).collect();
+        let e = layout_bytes("x", &shape, &[strides]).unwrap_err().to_string();
+        assert!(e.contains("at most 8"), "{e}");
+    }
+
+    #[test]
+    fn axes_and_permutations() {
+        assert!(check_axis("sum", 2, 2).is_err());
+        assert_eq!(check_axis("sum", 1, 2).unwrap(), 1);
+        assert!(check_permutation("permute", &[1, 0], 2).is_ok());
+        assert!(check_permutation("permute", &[1, 1], 2).is_err());
+        assert!(check_permutation("permute", &[0], 2).is_err());
+        assert_eq!(split_at_axis(&[2, 3, 4], 1), (2, 3, 4));
+        assert!(numel("x", &[usize::MAX, 2]).is_err());
+    }
+
+    fn cpu_offsets(shape: &[usize], strides: &[isize]) -> Vec<isize> {
+        let n: usize = shape.iter().product();
+        (0..n)
+            .map(|mut i| {
+                let mut off = 0;
+                for d in (0..shape.len()).rev() {
+                    off += (i % shape[d]) as isize * strides[d];
+                    i /= shape[d];
+                }
+                off
+            })
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn coalescing_preserves_every_offset(
+            shape in prop::collection::vec(1usize..4, 0..6),
+            seed in any::<u64>(),
+        ) {
+            // Two operands: one contiguous, one with some broadcast (0) dimensions.
+            let a = contiguous_strides(&shape);
+            let b: Vec<isize> = a.iter().enumerate()
+                .map(|(i, &s)| if (seed >> i) & 1 == 1 { 0 } else { s }).collect();
+            let (cs, cst) = coalesce(&shape, &[a.clone(), b.clone()]);
+            prop_assert_eq!(cpu_offsets(&shape, &a), cpu_offsets(&cs, &cst[0]));
+            prop_assert_eq!(cpu_offsets(&shape, &b), cpu_offsets(&cs, &cst[1]));
+        }
+
+        #[test]
+        fn broadcast_is_symmetric_and_compatible(
+            a in prop::collection::vec(prop::sample::select(vec![1usize, 2, 3]), 0..5),
+            b in prop::collection::vec(prop::sample::select(vec![1usize, 2, 3]), 0..5),
+        ) {
+            let ab = broadcast_shapes("op", &a, &b);
+            let ba = broadcast_shapes("op", &b, &a);
+            prop_assert_eq!(ab.is_ok(), ba.is_ok());
+            if let (Ok(ab), Ok(ba)) = (ab, ba) {
+                prop_assert_eq!(&ab, &ba);
+                prop_assert!(broadcast_strides("op", &a, &contiguous_strides(&a), &ab).is_ok());
+                prop_assert!(broadcast_strides("op", &b, &contiguous_strides(&b), &ab).is_ok());
+            }
+        }
+    }
+}
