@@ -191,3 +191,44 @@ pub(crate) fn launch(
 ) -> Result<()> {
     Ok(kernel.launch(stream.cuda(), cfg, args)?)
 }
+
+/// Compiles every built-in program for `arch` into gpukit-jit's kernel cache (memory and disk),
+/// using all CPU cores. Later first uses on a device of that architecture load from the cache
+/// instead of compiling. Returns the number of programs.
+pub fn precompile(arch: gpukit_jit::Arch) -> Result<usize> {
+    let cache = gpukit_jit::KernelCache::global()?;
+    let programs = builtin_programs();
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(programs.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| -> Result<()> {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((program, source, opts)) = programs.get(i) else {
+                            return Ok(());
+                        };
+                        let target = arch.for_source(source);
+                        cache.get_or_compile(source, program, target, opts)?;
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(crate::Error::invalid("precompile", "a compile thread panicked"))
+                })
+            })
+            .collect()
+    });
+    for r in results {
+        r?;
+    }
+    Ok(programs.len())
+}

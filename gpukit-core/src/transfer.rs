@@ -175,19 +175,22 @@ impl PinnedPool {
         compute.wait_stream(h2d)
     }
 
-    /// Copies device address `src` into `dst` after `compute`'s queued work has finished.
+    /// Copies device address `src` into `dst` after the work queued on every stream of `after`
+    /// has finished.
     pub(crate) fn download(
         &self,
         dst: &mut [u8],
         src: u64,
-        compute: &Stream,
+        after: &[&Stream],
         d2h: &Stream,
     ) -> Result<()> {
         if dst.is_empty() {
             return Ok(());
         }
         self.ctx.bind_to_thread().ctx("binding the context")?;
-        d2h.wait_stream(compute)?;
+        for s in after {
+            d2h.wait_stream(s)?;
+        }
         let mut inflight: VecDeque<(PinnedBuf, usize, usize)> = VecDeque::new();
         let finish = |(mut buf, off, len): (PinnedBuf, usize, usize), dst: &mut [u8]| -> Result<()> {
             buf.wait_ready()?;

@@ -190,7 +190,8 @@ impl<T: DType> GpuArray<T> {
         Self::from_slice(dev, &data, shape)
     }
 
-    /// The elements in row-major order. Waits for all work queued on the current stream.
+    /// The elements in row-major order. Waits for the work queued on the current stream and on
+    /// the stream the array was made on, so it always sees finished results.
     pub fn to_vec(&self) -> Result<Vec<T>> {
         let a = self.contiguous()?;
         let n = a.len();
@@ -198,10 +199,11 @@ impl<T: DType> GpuArray<T> {
         if n > 0 {
             let stream = a.dev.stream();
             let inner = a.dev.inner();
+            // Wait for the current stream and for the stream the data was produced on.
             inner.pinned.download(
                 bytemuck::cast_slice_mut(&mut out),
                 a.device_ptr(),
-                &stream,
+                &[&stream, a.buf.stream(), self.buf.stream()],
                 &inner.d2h,
             )?;
         }

@@ -1,0 +1,141 @@
+//! Shared helpers of the GPU tests: the device, random data per element type, CPU references
+//! and tolerances.
+#![allow(dead_code)]
+
+use gpukit_core::{bf16, f16, DType, DTypeKind, Device};
+
+/// Device 0, or `None` (test skipped, or failed under GPUKIT_REQUIRE_GPU=1).
+pub fn device(test: &str) -> Option<Device> {
+    if !gpukit_jit::testing::gpu(test) {
+        return None;
+    }
+    Some(Device::open(0).expect("device 0 opens"))
+}
+
+/// A tiny deterministic generator (SplitMix64).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e3779b97f4a7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [lo, hi).
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
+    }
+}
+
+/// Element types under test, with data generation and tolerances.
+pub trait TestType: DType {
+    /// A random value suited to arithmetic tests (no overflow in a product of two for ints,
+    /// values away from 0 for floats used as divisors when `nonzero`).
+    fn random(rng: &mut Rng, nonzero: bool) -> Self;
+    /// Relative tolerance for one rounding of the result in this type (plus a little slack).
+    fn rtol() -> f64;
+}
+
+macro_rules! float_test_type {
+    ($t:ty, $rtol:expr) => {
+        impl TestType for $t {
+            fn random(rng: &mut Rng, nonzero: bool) -> Self {
+                let mut v = rng.uniform(-4.0, 4.0);
+                if nonzero && v.abs() < 0.25 {
+                    v += 0.5f64.copysign(v);
+                }
+                <$t as DType>::from_f64(v)
+            }
+            fn rtol() -> f64 {
+                $rtol
+            }
+        }
+    };
+}
+float_test_type!(f32, 2e-6);
+float_test_type!(f64, 1e-13);
+float_test_type!(f16, 2e-3);
+float_test_type!(bf16, 1.6e-2);
+
+macro_rules! int_test_type {
+    ($t:ty, $lo:expr, $hi:expr) => {
+        impl TestType for $t {
+            fn random(rng: &mut Rng, nonzero: bool) -> Self {
+                let span = ($hi - $lo) as u64;
+                let mut v = $lo + (rng.next_u64() % span) as i64;
+                if nonzero && v == 0 {
+                    v = 1;
+                }
+                <$t as DType>::from_i64(v)
+            }
+            fn rtol() -> f64 {
+                0.0
+            }
+        }
+    };
+}
+int_test_type!(i32, -1000, 1000);
+int_test_type!(u32, 0, 2000);
+int_test_type!(i64, -100000, 100000);
+int_test_type!(u8, 0, 16);
+
+pub fn random_vec<T: TestType>(rng: &mut Rng, n: usize, nonzero: bool) -> Vec<T> {
+    (0..n).map(|_| T::random(rng, nonzero)).collect()
+}
+
+/// Wraps an integer result into T's range (two's complement), as the GPU does.
+pub fn wrap<T: DType>(v: i128) -> T {
+    T::from_i64(v as i64)
+}
+
+/// Checks `got` against an f64 reference `want` (floats: relative tolerance with an absolute
+/// floor; integers: exact). Returns the first mismatch.
+pub fn check<T: TestType>(what: &str, got: &[T], want: &[f64], atol: f64) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{what}: {} elements, expected {}", got.len(), want.len()));
+    }
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let g = g.to_f64();
+        let ok = if T::KIND == DTypeKind::Float {
+            (g.is_nan() && w.is_nan())
+                || g == *w
+                || (g - w).abs() <= T::rtol() * w.abs() + atol
+        } else {
+            g == *w
+        };
+        if !ok {
+            return Err(format!(
+                "{what} ({}): element {i}: got {g}, expected {w}",
+                T::RUST_NAME
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Row-major strides of a shape.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// NumPy broadcasting on the CPU: the index into an array of `shape` for output index `i` of
+/// `out_shape`.
+pub fn bcast_index(i: usize, out_shape: &[usize], shape: &[usize]) -> usize {
+    let os = strides(out_shape);
+    let s = strides(shape);
+    let lead = out_shape.len() - shape.len();
+    let mut idx = 0;
+    for d in 0..out_shape.len() {
+        let c = (i / os[d]) % out_shape[d].max(1);
+        if d >= lead && shape[d - lead] != 1 {
+            idx += c * s[d - lead];
+        }
+    }
+    idx
+}
