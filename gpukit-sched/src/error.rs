@@ -142,6 +142,14 @@ pub enum Error {
         #[source]
         source: cudarc::driver::DriverError,
     },
+    /// A cuBLAS call failed (or cuBLAS is missing).
+    #[error("cuBLAS failed while {action}: {message}")]
+    Cublas {
+        /// What gpukit-sched was doing.
+        action: String,
+        /// cuBLAS's error.
+        message: String,
+    },
     /// An error from gpukit-core (allocation, streams, operations).
     #[error(transparent)]
     Core(#[from] gpukit_core::Error),

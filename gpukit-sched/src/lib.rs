@@ -38,13 +38,21 @@
 //! ```
 
 mod bytes;
+pub mod blas;
+pub mod green;
+pub mod kernels;
 mod error;
 pub mod memory;
 pub mod plan;
+mod runtime;
 mod sm;
 mod spec;
 
 pub use bytes::{format_bytes, parse_bytes, ByteSize};
 pub use error::{Error, Resource, Result};
 pub use sm::{ComputeGrant, GroupSet, Mechanism, SmLayout};
+pub use runtime::{
+    Admission, Partition, PartitionStats, Scheduler, SchedulerConfig, SchedulerStats, TaskContext,
+    TaskHandle, TaskState, TaskStats,
+};
 pub use spec::{QosClass, ResolvedSpec, TaskSpec};

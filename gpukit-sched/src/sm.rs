@@ -3,8 +3,10 @@
 
 use crate::error::{Error, Result};
 
-/// How the GPU's SMs are cut into groups. On an H200: 132 SMs = 16 groups of 8 + 4 left over
-/// (the *remainder*, which gpukit-sched uses as the floor for BestEffort work).
+/// How the GPU's SMs are cut into groups. On the H200 (driver 580) `cuDevSmResourceSplitByCount`
+/// with 8 SMs per group returns 15 groups of 8 and a remainder of 12 SMs (measured: not 16 + 4,
+/// the split respects the chip's GPC structure); gpukit-sched uses the remainder as the floor
+/// for BestEffort work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SmLayout {
     /// SMs on the device.
@@ -55,14 +57,41 @@ impl SmLayout {
     }
 
     /// Groups for a fraction of the GPU: the share of the *groups* rounded to the nearest
-    /// whole group (halves up), so that shares that sum to 1 use all groups (0.25 / 0.75 of
-    /// 16 groups -> 4 / 12). 0 means "below one group" (pacing) or nothing asked.
+    /// whole group, exact halves down, so that shares summing to 1 fit the groups (0.25 / 0.75
+    /// of 15 groups -> 4 / 11; 0.5 / 0.25 / 0.25 -> 7 / 4 / 4). 0 means "below one group"
+    /// (pacing) or nothing asked.
     pub fn groups_for_share(&self, share: f64) -> u32 {
-        if !(share > 0.0) {
+        if share.is_nan() || share <= 0.0 {
             return 0;
         }
-        let g = (share * self.groups as f64 + 0.5).floor();
+        let g = (share * self.groups as f64 - 0.5).ceil().max(0.0);
         (g as u32).min(self.groups)
+    }
+
+    /// A layout as a split returned it: `groups` groups of `group_size` SMs out of `total_sms`.
+    ///
+    /// ```
+    /// // What the H200 returns for groups of 8: 15 groups and 12 SMs left over.
+    /// let l = gpukit_sched::SmLayout::with_groups(132, 8, 15, true).unwrap();
+    /// assert_eq!(l.remainder_sms, 12);
+    /// assert_eq!((l.groups_for_share(0.25), l.groups_for_share(0.75)), (4, 11));
+    /// assert_eq!((l.groups_for_share(0.5), l.groups_for_share(0.25)), (7, 4));
+    /// ```
+    pub fn with_groups(total_sms: u32, group_size: u32, groups: u32, green: bool) -> Result<Self> {
+        if group_size == 0 || groups == 0 || groups > 64 || groups * group_size > total_sms {
+            return Err(Error::invalid(
+                "SM layout",
+                format!("{groups} groups of {group_size} in {total_sms} SMs"),
+                "needs 1..=64 groups that fit the SMs",
+            ));
+        }
+        Ok(SmLayout {
+            total_sms,
+            group_size,
+            groups,
+            remainder_sms: total_sms - groups * group_size,
+            green,
+        })
     }
 
     /// SMs in `groups` groups.
@@ -199,6 +228,11 @@ mod tests {
         assert_eq!(l.groups_for_share(1.0), 16);
         assert_eq!(l.groups_for_share(1.0 / 16.0), 1);
         assert_eq!(l.groups_for_share(0.031), 0);
+        assert_eq!(l.groups_for_share(1.5 / 16.0), 1, "halves round down");
+        let h = SmLayout::with_groups(132, 8, 15, true).unwrap();
+        assert_eq!([0.25, 0.75].map(|s| h.groups_for_share(s)).iter().sum::<u32>(), 15);
+        assert_eq!([0.5, 0.25, 0.25].map(|s| h.groups_for_share(s)).iter().sum::<u32>(), 15);
+        assert!(SmLayout::with_groups(132, 8, 17, true).is_err());
         assert_eq!(l.groups_for_share(0.0), 0);
         assert_eq!(l.groups_for_share(f64::NAN), 0);
         assert!(SmLayout::new(4, 8, true).is_err());
@@ -225,6 +259,13 @@ mod tests {
             prop_assert!(ga <= l.groups);
             if a <= b { prop_assert!(ga <= gb); }
             prop_assert!((ga as f64 - a * l.groups as f64).abs() <= 0.5 + 1e-9);
+        }
+        /// Shares that sum to at most 1 never need more groups than there are, for two tasks.
+        #[test]
+        fn two_shares_fit(a in 0.0f64..=1.0, groups in 1u32..=20) {
+            let l = SmLayout::with_groups(groups * 8 + 4, 8, groups, true).unwrap();
+            let b = 1.0 - a;
+            prop_assert!(l.groups_for_share(a) + l.groups_for_share(b) <= groups);
         }
         #[test]
         fn take_is_subset(bits in any::<u64>(), n in 0u32..70) {
