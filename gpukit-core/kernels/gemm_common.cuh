@@ -1,0 +1,118 @@
+// Shared device helpers of gpukit's GEMM kernels (gemm_tf32.cu, gemm_sgemm.cu).
+//
+// Conventions (all kernels): row-major storage, C[M x N] = alpha * op(A) * op(B) + beta * C.
+//   op(A)[m][k] = TA ? A[k * lda + m] : A[m * lda + k]
+//   op(B)[k][n] = TB ? B[n * ldb + k] : B[k * ldb + n]
+// blockIdx.z = batch * splits + split; split s covers k in [s * kPerSplit, min(K, (s+1) * kPerSplit)).
+// C is offset by blockIdx.z * strideC (for split-K the caller passes a workspace with one
+// M x N slice per (batch, split)). beta == 0 never reads C (BLAS semantics: NaN in C is ignored).
+#pragma once
+
+typedef unsigned int u32;
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte asynchronous copy global -> shared; bytes beyond src_bytes (0..16) are zero-filled.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(src_bytes));
+}
+
+// 4-byte asynchronous copy; src_bytes is 0 (zero-fill) or 4.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Grouped ("swizzled") tile order: consecutive blocks walk GROUP_M tile rows before moving to the
+// next tile column, so blocks resident at the same time share A rows and B columns in L2.
+__device__ __forceinline__ void tile_coords(int pid, int tilesM, int tilesN, int groupM, int& tm,
+                                            int& tn) {
+    int width = groupM * tilesN;
+    int group = pid / width;
+    int firstM = group * groupM;
+    int gsize = min(tilesM - firstM, groupM);
+    int inGroup = pid - group * width;
+    tm = firstM + inGroup % gsize;
+    tn = inGroup / gsize;
+}
+
+// Copies a ROWS x COLS tile whose COLS are contiguous in global memory (row stride ld) into shared
+// memory laid out the same way with row stride LD. Elements outside rowsValid x colsValid are
+// zero-filled. VEC: 16-byte copies (needs 16-byte aligned base and ld % 4 == 0); else 4-byte copies.
+template <int ROWS, int COLS, int LD, int NT, bool VEC>
+__device__ __forceinline__ void load_tile_direct(float* s, const float* g, const float* base,
+                                                 long long ld, int rowsValid, int colsValid,
+                                                 int tid) {
+    if (VEC) {
+        constexpr int CPR = COLS / 4;
+        constexpr int TOTAL = ROWS * CPR;
+#pragma unroll
+        for (int i = 0; i < (TOTAL + NT - 1) / NT; ++i) {
+            int idx = tid + i * NT;
+            if (TOTAL % NT == 0 || idx < TOTAL) {
+                int r = idx / CPR;
+                int c = (idx % CPR) * 4;
+                int rem = colsValid - c;
+                int bytes = (r < rowsValid && rem > 0) ? (rem >= 4 ? 16 : rem * 4) : 0;
+                const float* src = bytes ? g + r * ld + c : base;
+                cp_async16(s + r * LD + c, src, bytes);
+            }
+        }
+    } else {
+        // The scalar path is the fallback for unaligned operands: kept rolled so that its
+        // per-element addresses do not pin registers for the whole main loop.
+        constexpr int TOTAL = ROWS * COLS;
+#pragma unroll 1
+        for (int i = 0; i < (TOTAL + NT - 1) / NT; ++i) {
+            int idx = tid + i * NT;
+            if (TOTAL % NT == 0 || idx < TOTAL) {
+                int r = idx / COLS;
+                int c = idx % COLS;
+                bool ok = r < rowsValid && c < colsValid;
+                cp_async4(s + r * LD + c, ok ? g + r * ld + c : base, ok ? 4 : 0);
+            }
+        }
+    }
+}
+
+// Copies a ROWS x COLS tile whose COLS are contiguous in global memory into shared memory
+// transposed: s[c * LD + r]. 4-byte copies; eight consecutive lanes read eight consecutive
+// columns of one row (a 32-byte sector) and write eight shared rows, four rows per warp, so the
+// stores hit 32 distinct banks when LD % 32 == 4.
+// UNROLL: unrolled on the fast (aligned) path, rolled on the fallback path.
+template <int ROWS, int COLS, int LD, int NT, bool UNROLL>
+__device__ __forceinline__ void load_tile_transposed(float* s, const float* g, const float* base,
+                                                     long long ld, int rowsValid, int colsValid,
+                                                     int tid) {
+    static_assert(COLS % 8 == 0, "transposed tile needs COLS % 8 == 0");
+    constexpr int TOTAL = ROWS * COLS;
+    constexpr int U = UNROLL ? (TOTAL + NT - 1) / NT : 1;
+#pragma unroll U
+    for (int i = 0; i < (TOTAL + NT - 1) / NT; ++i) {
+        int e = tid + i * NT;
+        if (TOTAL % NT == 0 || e < TOTAL) {
+            int kl = e & 7;
+            int r = (e >> 3) % ROWS;
+            int c = (e / (8 * ROWS)) * 8 + kl;
+            bool ok = r < rowsValid && c < colsValid;
+            cp_async4(s + c * LD + r, ok ? g + r * ld + c : base, ok ? 4 : 0);
+        }
+    }
+}
+
+// C[r][c] = alpha * v + beta * C[r][c] for one element (beta == 0 does not read C).
+__device__ __forceinline__ void store1(float* C, long long off, float v, float alpha, float beta) {
+    float out = alpha * v;
+    if (beta != 0.0f) out = fmaf(beta, C[off], out);
+    C[off] = out;
+}

@@ -1,0 +1,142 @@
+// FP32 SIMT GEMM (exact single precision, no tensor cores): register-blocked, warp-tiled.
+// Each thread owns an 8 x 8 block of C as 2 x 2 sub-blocks of 4 x 4; a warp is 8 x 4 threads and
+// covers WM x WN = 64 x 32; per k step a thread does 4 LDS.128 and 64 FFMA.
+// Shared memory holds both operands MN-contiguous ([BK][BM + 4], [BK][BN + 4]) so the fragments
+// are float4 loads; operands that are K-contiguous in global memory (A not transposed, B
+// transposed) are transposed on the way in by 4-byte cp.async (see load_tile_transposed), the
+// others are copied with 16-byte cp.async. STAGES-deep cp.async pipeline, one barrier per k tile.
+// Conventions (row-major, transposes, split-K, beta) are in gemm_common.cuh.
+#include "gemm_common.cuh"
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool TA, bool TB, bool VEC>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 2)
+    gemm_sgemm(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+               int M, int N, int K, int lda, int ldb, int ldc, long long strideA,
+               long long strideB, long long strideC, float alpha, float beta, int splits,
+               int kPerSplit, int groupM) {
+    static_assert(WM == 64 && WN == 32, "warp tile is 8x4 threads of 8x8");
+    constexpr int WARPS_N = BN / WN;
+    constexpr int NT = (BM / WM) * WARPS_N * 32;
+    constexpr int A_LD = BM + 4;
+    constexpr int B_LD = BN + 4;
+    constexpr int A_STAGE = BK * A_LD;
+    constexpr int B_STAGE = BK * B_LD;
+
+    extern __shared__ __align__(16) float smem[];
+    float* As = smem;
+    float* Bs = smem + STAGES * A_STAGE;
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int wy = warp / WARPS_N;
+    const int wx = warp % WARPS_N;
+    const int ly = lane >> 2;  // 0..7
+    const int lx = lane & 3;   // 0..3
+
+    int tm, tn;
+    tile_coords(blockIdx.x, (M + BM - 1) / BM, (N + BN - 1) / BN, groupM, tm, tn);
+    const int z = blockIdx.z;
+    const int bIdx = z / splits;
+    const int split = z - bIdx * splits;
+    const float* Ab = A + bIdx * strideA;
+    const float* Bb = B + bIdx * strideB;
+    float* Cb = C + z * strideC;
+    const int m0 = tm * BM;
+    const int n0 = tn * BN;
+    const int kBegin = split * kPerSplit;
+    const int kEnd = min(K, kBegin + kPerSplit);
+    const int numK = kEnd > kBegin ? (kEnd - kBegin + BK - 1) / BK : 0;
+
+    auto load_stage = [&](int slot, int kt) {
+        const int k0 = kBegin + kt * BK;
+        float* as = As + slot * A_STAGE;
+        float* bs = Bs + slot * B_STAGE;
+        if (TA) {  // A stored K x M: rows k, m contiguous -> [k][m] directly
+            load_tile_direct<BK, BM, A_LD, NT, VEC>(as, Ab + (long long)k0 * lda + m0, Ab, lda,
+                                                    kEnd - k0, M - m0, tid);
+        } else {  // A stored M x K: rows m, k contiguous -> transpose into [k][m]
+            load_tile_transposed<BM, BK, A_LD, NT, VEC>(as, Ab + (long long)m0 * lda + k0, Ab, lda,
+                                                   M - m0, kEnd - k0, tid);
+        }
+        if (TB) {  // B stored N x K: rows n, k contiguous -> transpose into [k][n]
+            load_tile_transposed<BN, BK, B_LD, NT, VEC>(bs, Bb + (long long)n0 * ldb + k0, Bb, ldb,
+                                                   N - n0, kEnd - k0, tid);
+        } else {  // B stored K x N -> [k][n] directly
+            load_tile_direct<BK, BN, B_LD, NT, VEC>(bs, Bb + (long long)k0 * ldb + n0, Bb, ldb,
+                                                    kEnd - k0, N - n0, tid);
+        }
+    };
+
+    float acc[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < numK) load_stage(s, s);
+        cp_async_commit();
+    }
+
+    const int aOff = wy * WM + ly * 4;  // rows aOff..+3 and aOff+32..+35
+    const int bOff = wx * WN + lx * 4;  // cols bOff..+3 and bOff+16..+19
+
+    for (int kt = 0; kt < numK; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        {
+            int next = kt + STAGES - 1;
+            if (next < numK) load_stage(next % STAGES, next);
+            cp_async_commit();
+        }
+        const float* as = As + (kt % STAGES) * A_STAGE;
+        const float* bs = Bs + (kt % STAGES) * B_STAGE;
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            float a[8], b[8];
+            float4 t0 = *reinterpret_cast<const float4*>(as + k * A_LD + aOff);
+            float4 t1 = *reinterpret_cast<const float4*>(as + k * A_LD + aOff + 32);
+            float4 u0 = *reinterpret_cast<const float4*>(bs + k * B_LD + bOff);
+            float4 u1 = *reinterpret_cast<const float4*>(bs + k * B_LD + bOff + 16);
+            a[0] = t0.x; a[1] = t0.y; a[2] = t0.z; a[3] = t0.w;
+            a[4] = t1.x; a[5] = t1.y; a[6] = t1.z; a[7] = t1.w;
+            b[0] = u0.x; b[1] = u0.y; b[2] = u0.z; b[3] = u0.w;
+            b[4] = u1.x; b[5] = u1.y; b[6] = u1.z; b[7] = u1.w;
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+    }
+    cp_async_wait<0>();
+
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int r = m0 + aOff + (i & 3) + (i >> 2) * 32;
+        if (r >= M) continue;
+        float* crow = Cb + (long long)r * ldc;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int c = n0 + bOff + h * 16;
+            const float* v = &acc[i][h * 4];
+            if (VEC && c + 3 < N) {
+                float4* p = reinterpret_cast<float4*>(crow + c);
+                float4 o = make_float4(alpha * v[0], alpha * v[1], alpha * v[2], alpha * v[3]);
+                if (beta != 0.0f) {
+                    float4 old = *p;
+                    o.x = fmaf(beta, old.x, o.x);
+                    o.y = fmaf(beta, old.y, o.y);
+                    o.z = fmaf(beta, old.z, o.z);
+                    o.w = fmaf(beta, old.w, o.w);
+                }
+                *p = o;
+            } else {
+#pragma unroll
+                for (int q = 0; q < 4; ++q)
+                    if (c + q < N) store1(crow, c + q, v[q], alpha, beta);
+            }
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! The GEMM kernels' CUDA sources and how each instantiation is compiled.
+//!
+//! Every instantiation (configuration x transposes x vector path) is its own NVRTC program
+//! (one name expression), so a process compiles only the kernels it launches, and each lands
+//! in gpukit-jit's kernel cache under its own key.
+
+use super::config::TileConfig;
+use gpukit_jit::CompileOptions;
+
+/// Shared device helpers (`cp.async`, tile loaders, block swizzle), passed as an in-memory header.
+pub const COMMON_HEADER: &str = include_str!("../../kernels/gemm_common.cuh");
+/// The TF32 tensor-core kernel template.
+pub const TF32_SOURCE: &str = include_str!("../../kernels/gemm_tf32.cu");
+/// The FP32 SIMT kernel template.
+pub const SGEMM_SOURCE: &str = include_str!("../../kernels/gemm_sgemm.cu");
+/// The split-K reduction / beta-scaling kernel.
+pub const REDUCE_SOURCE: &str = include_str!("../../kernels/gemm_reduce.cu");
+/// Name of the reduction kernel in [`REDUCE_SOURCE`].
+pub const REDUCE_KERNEL: &str = "gemm_splitk_reduce";
+
+/// Source, program name and compile options of one instantiation.
+pub fn instantiation(
+    config: &TileConfig,
+    trans_a: bool,
+    trans_b: bool,
+    vec: bool,
+) -> (&'static str, &'static str, CompileOptions, String) {
+    let expr = config.name_expression(trans_a, trans_b, vec);
+    let source = match config.family {
+        super::config::Family::Tf32 => TF32_SOURCE,
+        super::config::Family::Sgemm => SGEMM_SOURCE,
+    };
+    let options = base_options().name_expression(expr.clone());
+    (source, config.kernel_name(), options, expr)
+}
+
+/// Options shared by all GEMM programs (the common header).
+pub fn base_options() -> CompileOptions {
+    CompileOptions::new().header("gemm_common.cuh", COMMON_HEADER)
+}
+
+/// Every `(trans_a, trans_b, vec)` combination a configuration is instantiated for.
+pub fn variants() -> impl Iterator<Item = (bool, bool, bool)> {
+    (0..8u8).map(|i| (i & 1 != 0, i & 2 != 0, i & 4 != 0))
+}
