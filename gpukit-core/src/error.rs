@@ -127,6 +127,15 @@ pub enum Error {
         #[source]
         source: DriverError,
     },
+    /// A cuBLAS call failed (GEMM for f64/f16/bf16 and the cuBLAS baseline).
+    #[error("cuBLAS call failed while {action}: {source}")]
+    Cublas {
+        /// What gpukit was doing.
+        action: String,
+        /// The cuBLAS status.
+        #[source]
+        source: cudarc::cublas::result::CublasError,
+    },
 }
 
 impl Error {
