@@ -15,9 +15,11 @@ pub const ENV_LOCK_DIR: &str = "GPUMUTEX_LOCK_DIR";
 pub const ENV_TIMEOUT: &str = "GPUMUTEX_TIMEOUT";
 /// gpukit extension: `1`/`true`/`yes` lets this process backfill (see [`crate::queue`]).
 pub const ENV_BACKFILL: &str = "GPUMUTEX_BACKFILL";
-/// gpukit extension: `<pid>:<starttime>` of the job root whose whole subtree shares one claim
-/// (set by the preload for torchrun-style launchers). Only honoured when that process really is
-/// an ancestor of the caller, so forging it grants nothing. See [`crate::job_root_env_value`].
+/// gpukit extension: `<pid>:<starttime>` of a job root (a launcher). Processes that carry the
+/// same job root share the first claim any of them takes (sibling ranks). Only honoured when
+/// that process really is an ancestor of the caller, so forging it grants nothing. See
+/// [`crate::job_root_env_value`]. torchrun-style ranks (`LOCAL_RANK` and `WORLD_SIZE` > 1 set)
+/// get their parent as job root without it.
 pub const ENV_JOB_ROOT: &str = "GPUMUTEX_JOB_ROOT";
 /// The seed's default lock directory.
 pub const DEFAULT_LOCK_DIR: &str = "/tmp/libgpumutex";

@@ -64,11 +64,16 @@
 //!   environment and after `setsid`, and a child never queues behind its own parent. Sharers take
 //!   a shared `flock` too, so the devices stay reserved while any participant lives. Siblings
 //!   started by a launcher that holds the claim are its descendants. For launchers that never
-//!   take the claim themselves (torchrun under the preload), `GPUMUTEX_JOB_ROOT=<pid>:<start>`
-//!   (see [`job_root_env_value`]) names a job root: the first claim taken in its subtree is
-//!   shared by the whole subtree. Environment variables are only ever hints: a
-//!   `GPUMUTEX_JOB_ROOT` that is not a true ancestor, or a forged `CUDA_VISIBLE_DEVICES`, grants
-//!   nothing. Processes re-parented away from the holder (double-fork daemons) leave the tree;
+//!   take the claim themselves (torchrun under the preload, where only the ranks call `cuInit`)
+//!   there is a *job anchor*: a torchrun-style rank (`LOCAL_RANK` set, `WORLD_SIZE` > 1) takes
+//!   its parent, the launcher, as anchor, and any launcher can export
+//!   `GPUMUTEX_JOB_ROOT=<pid>:<start>` (see [`job_root_env_value`]). A claim records its anchor,
+//!   and processes that declare the same anchor share it. Environment variables are only ever
+//!   hints checked against `/proc`: an anchor that is not a true ancestor is ignored, a process
+//!   that declares no anchor never joins an anchored claim, and a forged
+//!   `CUDA_VISIBLE_DEVICES` or `GPUMUTEX_JOB_ROOT` grants nothing to an unrelated process. The
+//!   one thing a forger can do is join the claim of its own sibling ranks.
+//!   Processes re-parented away from the holder (double-fork daemons) leave the tree;
 //!   `gpumutex-run` makes itself a child subreaper so such orphans stay in it.
 //! * **Lock directory.** The default `/tmp/libgpumutex` is created with mode `1777` (sticky,
 //!   world-writable) when this crate creates it; a directory the user names is never `chmod`ed.

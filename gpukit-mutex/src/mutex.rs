@@ -625,18 +625,36 @@ impl<'m> Session<'m> {
         Ok(own)
     }
 
-    /// The job root from `GPUMUTEX_JOB_ROOT`, if it names a live ancestor (or this process).
+    /// This process's job anchor: `GPUMUTEX_JOB_ROOT` if it names a live ancestor (or this
+    /// process), else, for a torchrun-style rank (`LOCAL_RANK` and `WORLD_SIZE` set), its parent
+    /// (the launcher). Never pid 1 (everything orphaned ends up there).
     fn job_root(&self, ancestry: &[ProcId]) -> Option<ProcId> {
         if !self.m.honour_job_root {
             return None;
         }
-        let v = std::env::var(crate::config::ENV_JOB_ROOT).ok()?;
-        let (p, s) = v.trim().split_once(':')?;
-        let id = ProcId {
-            pid: p.parse().ok()?,
-            start: s.parse().ok()?,
+        let explicit = std::env::var(crate::config::ENV_JOB_ROOT)
+            .ok()
+            .and_then(|v| {
+                let (p, s) = v.trim().split_once(':')?;
+                let id = ProcId {
+                    pid: p.parse().ok()?,
+                    start: s.parse().ok()?,
+                };
+                ancestry.contains(&id).then_some(id)
+            });
+        let rank_parent = || {
+            let is_rank = std::env::var_os("LOCAL_RANK").is_some()
+                && std::env::var("WORLD_SIZE")
+                    .ok()
+                    .and_then(|w| w.trim().parse::<u32>().ok())
+                    .is_some_and(|w| w > 1);
+            if is_rank {
+                ancestry.get(1).copied()
+            } else {
+                None
+            }
         };
-        ancestry.contains(&id).then_some(id)
+        explicit.or_else(rank_parent).filter(|id| id.pid > 1)
     }
 
     fn live_claims(&self) -> Vec<ClaimRecord> {
@@ -680,11 +698,14 @@ impl<'m> Session<'m> {
             return Ok(None);
         }
         let ancestry = proc::ancestry_of_self();
+        let my_anchor = self.job_root(&ancestry);
         let rank_of = |id: ProcId| ancestry.iter().position(|a| *a == id);
         let mut best: Option<(usize, ClaimRecord)> = None;
         for c in claims {
             let r1 = rank_of(c.proc_id);
-            let r2 = c.anchor.and_then(rank_of);
+            // A job anchor is shared only by processes that declare the same job themselves
+            // (an ancestor is not enough: a shell's other children must still queue).
+            let r2 = c.anchor.filter(|a| Some(*a) == my_anchor).and_then(rank_of);
             let rank = match (r1, r2) {
                 (Some(a), Some(b)) => a.min(b),
                 (Some(a), None) | (None, Some(a)) => a,
@@ -730,7 +751,7 @@ impl<'m> Session<'m> {
                 Err(TryLockError::Error(e)) => return Err(Error::io("flock", &path, e)),
             }
         }
-        let anchor = claim.anchor.or_else(|| self.job_root(&ancestry));
+        let anchor = claim.anchor.or(my_anchor);
         self.finish_claim(
             devices,
             files,

@@ -50,24 +50,33 @@ fn env_ms(name: &str, default: u64) -> Duration {
 }
 
 fn devs_str(d: &[u32]) -> String {
-    d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")
+    d.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// A command that runs this test binary in a child role.
 fn role(role: &str, dir: &Path, out: &Path) -> Command {
     let exe = std::env::current_exe().expect("current_exe");
     let mut c = Command::new(exe);
-    c.args(["--exact", "child_entry", "--nocapture", "--test-threads=1", "-q"])
-        .env("GMT_ROLE", role)
-        .env("GMT_DIR", dir)
-        .env("GMT_OUT", out)
-        .env_remove("GPUMUTEX_JOB_ROOT")
-        .env_remove("GPUMUTEX_VISIBLE_DEVICES")
-        .env_remove("GPUMUTEX_NUM_DEVICES")
-        .env_remove("GPUMUTEX_LOCK_DIR")
-        .env_remove("GPUMUTEX_TIMEOUT")
-        .env_remove("GPUMUTEX_BACKFILL")
-        .stdout(Stdio::null());
+    c.args([
+        "--exact",
+        "child_entry",
+        "--nocapture",
+        "--test-threads=1",
+        "-q",
+    ])
+    .env("GMT_ROLE", role)
+    .env("GMT_DIR", dir)
+    .env("GMT_OUT", out)
+    .env_remove("GPUMUTEX_JOB_ROOT")
+    .env_remove("GPUMUTEX_VISIBLE_DEVICES")
+    .env_remove("GPUMUTEX_NUM_DEVICES")
+    .env_remove("GPUMUTEX_LOCK_DIR")
+    .env_remove("GPUMUTEX_TIMEOUT")
+    .env_remove("GPUMUTEX_BACKFILL")
+    .stdout(Stdio::null());
     c
 }
 
@@ -90,7 +99,10 @@ fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 }
 
 fn waiters(dir: &Path) -> usize {
-    gpukit_mutex::status(dir, &[]).expect("status").waiters.len()
+    gpukit_mutex::status(dir, &[])
+        .expect("status")
+        .waiters
+        .len()
 }
 
 fn busy(dir: &Path, dev: u32) -> bool {
@@ -166,8 +178,14 @@ fn child_entry() {
             let mode = env("GMT_MODE");
             let exe = std::env::current_exe().expect("exe");
             let mut c = Command::new(exe);
-            c.args(["--exact", "child_entry", "--nocapture", "--test-threads=1", "-q"])
-                .stdout(Stdio::null());
+            c.args([
+                "--exact",
+                "child_entry",
+                "--nocapture",
+                "--test-threads=1",
+                "-q",
+            ])
+            .stdout(Stdio::null());
             if mode == "clear" {
                 c.env_clear();
             }
@@ -217,16 +235,37 @@ fn child_entry() {
             for i in 0..2 {
                 let exe = std::env::current_exe().expect("exe");
                 let mut c = Command::new(exe);
-                c.args(["--exact", "child_entry", "--nocapture", "--test-threads=1", "-q"])
-                    .stdout(Stdio::null())
-                    .env("GMT_ROLE", "rank")
-                    .env("GMT_TAG", format!("rank{i}"))
-                    .env("GMT_PEER", format!("rank{}", 1 - i));
+                c.args([
+                    "--exact",
+                    "child_entry",
+                    "--nocapture",
+                    "--test-threads=1",
+                    "-q",
+                ])
+                .stdout(Stdio::null())
+                .env("GMT_ROLE", "rank")
+                .env("GMT_TAG", format!("rank{i}"))
+                .env("GMT_PEER", format!("rank{}", 1 - i));
                 if mode == "jobroot" {
                     c.env(
                         gpukit_mutex::ENV_JOB_ROOT,
                         gpukit_mutex::job_root_env_value().expect("job root"),
                     );
+                }
+                if mode == "half" {
+                    if i == 0 {
+                        c.env(
+                            gpukit_mutex::ENV_JOB_ROOT,
+                            gpukit_mutex::job_root_env_value().expect("job root"),
+                        );
+                    } else {
+                        // Start later, and give up quickly: it must not get the device.
+                        std::thread::sleep(Duration::from_millis(300));
+                        c.env("GMT_RANK_TIMEOUT_MS", "500");
+                    }
+                }
+                if mode == "torchrun" {
+                    c.env("LOCAL_RANK", i.to_string()).env("WORLD_SIZE", "2");
                 }
                 ranks.push(c.spawn().expect("spawn rank"));
             }
@@ -237,11 +276,15 @@ fn child_entry() {
         "rank" => {
             let m = mutex_from_env();
             let dir = PathBuf::from(env("GMT_DIR"));
-            let got = m.acquire_timeout(1, Duration::from_secs(5));
+            let got = m.acquire_timeout(1, env_ms("GMT_RANK_TIMEOUT_MS", 5000));
             match &got {
                 Ok(g) => append(
                     &out,
-                    &format!("{tag} ok devs={} shared={}", devs_str(g.devices()), g.is_shared()),
+                    &format!(
+                        "{tag} ok devs={} shared={}",
+                        devs_str(g.devices()),
+                        g.is_shared()
+                    ),
                 ),
                 Err(e) => append(&out, &format!("{tag} err {e}")),
             }
@@ -261,7 +304,11 @@ fn child_entry() {
             let r2 = m.acquire_timeout(1, Duration::from_millis(300));
             let verdict = match (r1, r2) {
                 (None, Err(Error::Timeout { .. })) => "blocked".to_string(),
-                (a, b) => format!("GOT try={} timed={:?}", a.is_some(), b.map(|g| g.devices().to_vec())),
+                (a, b) => format!(
+                    "GOT try={} timed={:?}",
+                    a.is_some(),
+                    b.map(|g| g.devices().to_vec())
+                ),
             };
             append(&out, &format!("forge {verdict}"));
         }
@@ -315,7 +362,11 @@ fn exclusion_under_contention() {
         assert_ne!(f[1], "ERR", "{l}");
         let (s, e): (u64, u64) = (f[2].parse().expect("s"), f[3].parse().expect("e"));
         let devs: Vec<u32> = f[1].split(',').map(|d| d.parse().expect("dev")).collect();
-        let want = if f[0][1..].parse::<usize>().expect("tag") % 3 == 0 { 2 } else { 1 };
+        let want = if f[0][1..].parse::<usize>().expect("tag") % 3 == 0 {
+            2
+        } else {
+            1
+        };
         assert_eq!(devs.len(), want, "{l}");
         for d in devs {
             assert!(d <= 2);
@@ -351,15 +402,22 @@ fn fifo_order_and_dead_waiter_skipped() {
                 .spawn()
                 .expect("spawn"),
         );
-        wait_until("waiter enqueued", Duration::from_secs(20), || waiters(&dir) == i);
+        wait_until("waiter enqueued", Duration::from_secs(20), || {
+            waiters(&dir) == i
+        });
     }
     // Kill waiter 3 in the middle of the queue: it must be skipped, never block the line.
     kids.0[3].kill().expect("kill");
     kids.0[3].wait().expect("reap");
-    wait_until("dead waiter ignored", Duration::from_secs(5), || waiters(&dir) == 4);
+    wait_until("dead waiter ignored", Duration::from_secs(5), || {
+        waiters(&dir) == 4
+    });
     let st = gpukit_mutex::status(&dir, &[0]).expect("status");
     assert_eq!(st.waiters.len(), 4);
-    assert!(st.devices[0].busy && st.devices[0].holders.len() == 1, "{st}");
+    assert!(
+        st.devices[0].busy && st.devices[0].holders.len() == 1,
+        "{st}"
+    );
     fs::write(&release, b"").expect("release");
     for c in kids.0.iter_mut().skip(1) {
         let _ = c.wait();
@@ -390,7 +448,9 @@ fn holder_killed_with_sigkill_is_released_at_once() {
             .spawn()
             .expect("spawn"),
     );
-    wait_until("waiter enqueued", Duration::from_secs(20), || waiters(&dir) == 1);
+    wait_until("waiter enqueued", Duration::from_secs(20), || {
+        waiters(&dir) == 1
+    });
     std::thread::sleep(Duration::from_millis(50));
     let t0 = mono_ns();
     kids.0[0].kill().expect("SIGKILL holder");
@@ -425,7 +485,10 @@ fn timeouts_try_and_cancel() {
         other => panic!("expected timeout, got {other:?}"),
     }
     let el = t0.elapsed();
-    assert!(el >= Duration::from_millis(300) && el < Duration::from_secs(3), "{el:?}");
+    assert!(
+        el >= Duration::from_millis(300) && el < Duration::from_secs(3),
+        "{el:?}"
+    );
     assert_eq!(waiters(&dir), 0, "a timed-out waiter must leave the queue");
     // Builder default timeout.
     let m2 = GpuMutex::builder()
@@ -452,9 +515,14 @@ fn timeouts_try_and_cancel() {
     // scheduling delays on loaded CI hosts.
     assert!(ms < 2000.0, "{ms}");
     assert_eq!(waiters(&dir), 0);
-    assert!(matches!(m.acquire_with(1, None, Some(&tok)), Err(Error::Cancelled)));
+    assert!(matches!(
+        m.acquire_with(1, None, Some(&tok)),
+        Err(Error::Cancelled)
+    ));
     fs::write(&release, b"").expect("release");
-    let g = m.acquire_timeout(1, Duration::from_secs(20)).expect("acquire after release");
+    let g = m
+        .acquire_timeout(1, Duration::from_secs(20))
+        .expect("acquire after release");
     assert_eq!(g.devices(), [0]);
 }
 
@@ -467,8 +535,14 @@ fn tree_case(mode: &str) {
         .expect("spawn");
     assert!(c.wait().expect("wait").success());
     let lines = read_lines(&out);
-    let child = lines.iter().find(|l| l.starts_with("child")).expect("child line");
-    assert!(child.starts_with("child ok shared=true devs=0"), "{mode}: {lines:?}");
+    let child = lines
+        .iter()
+        .find(|l| l.starts_with("child"))
+        .expect("child line");
+    assert!(
+        child.starts_with("child ok shared=true devs=0"),
+        "{mode}: {lines:?}"
+    );
     if mode == "setsid" {
         assert!(child.contains("sid_differs=true"), "{child}");
     }
@@ -500,10 +574,15 @@ fn launcher_case(mode: &str) {
     let lines = read_lines(&out);
     for r in ["rank0", "rank1"] {
         assert!(
-            lines.iter().any(|l| l.starts_with(&format!("{r} ok devs="))),
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("{r} ok devs="))),
             "{mode}: {lines:?}"
         );
-        assert!(lines.contains(&format!("{r} rendezvous=true")), "{mode}: {lines:?}");
+        assert!(
+            lines.contains(&format!("{r} rendezvous=true")),
+            "{mode}: {lines:?}"
+        );
     }
     // Both ranks see the same devices.
     let devs: Vec<&str> = lines
@@ -526,6 +605,34 @@ fn sibling_ranks_share_via_job_root_without_launcher_claim() {
 }
 
 #[test]
+fn sibling_ranks_share_via_torchrun_env_without_launcher_claim() {
+    launcher_case("torchrun");
+}
+
+#[test]
+fn unrelated_sibling_without_job_does_not_share_job_claim() {
+    // A launcher exports a job root to one child only; the other child must queue.
+    let (_t, dir, out) = setup();
+    let mut c = role("launcher", &dir, &out)
+        .env("GMT_DEVS", "0")
+        .env("GMT_MODE", "half")
+        .spawn()
+        .expect("spawn");
+    assert!(c.wait().expect("wait").success());
+    let lines = read_lines(&out);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("rank0 ok devs=0 shared=false")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("rank1 err timed out")),
+        "{lines:?}"
+    );
+}
+
+#[test]
 fn forged_environment_does_not_skip_the_queue() {
     let (t, dir, out) = setup();
     let release = t.path().join("release");
@@ -539,6 +646,8 @@ fn forged_environment_does_not_skip_the_queue() {
         .env(gpukit_mutex::ENV_JOB_ROOT, &forged)
         .env("CUDA_VISIBLE_DEVICES", "0")
         .env("GPUMUTEX_VISIBLE_DEVICES", "0")
+        .env("LOCAL_RANK", "1")
+        .env("WORLD_SIZE", "2")
         .spawn()
         .expect("spawn");
     f.wait().expect("wait");
@@ -563,7 +672,9 @@ fn backfill_uses_only_devices_the_head_cannot_use() {
             .spawn()
             .expect("spawn"),
     );
-    wait_until("head queued", Duration::from_secs(20), || waiters(&dir) == 1);
+    wait_until("head queued", Duration::from_secs(20), || {
+        waiters(&dir) == 1
+    });
     // Without backfill, a request for {0,1} waits behind the head (FIFO) ...
     let strict = GpuMutex::builder()
         .visible_devices([0, 1])
@@ -636,13 +747,20 @@ fn status_reports_holders_and_queue_in_order() {
     assert!(d0.busy);
     assert_eq!(d0.holders[0].pid, kids.0[0].id());
     assert!(!d0.holders[0].shared);
-    assert!(d0.holders[0].cmd.contains("child_entry"), "{}", d0.holders[0].cmd);
+    assert!(
+        d0.holders[0].cmd.contains("child_entry"),
+        "{}",
+        d0.holders[0].cmd
+    );
     assert!(d0.holders[0].since <= std::time::SystemTime::now());
     assert!(!st.devices[1].busy);
     let pids: Vec<u32> = st.waiters.iter().map(|w| w.pid).collect();
     assert_eq!(pids, [kids.0[1].id(), kids.0[2].id()]);
     let text = st.to_string();
-    assert!(text.contains("device 0:") && text.contains("queue (2 waiting"), "{text}");
+    assert!(
+        text.contains("device 0:") && text.contains("queue (2 waiting"),
+        "{text}"
+    );
     fs::write(&release, b"").expect("release");
 }
 
@@ -656,7 +774,9 @@ fn nested_acquire_in_same_process_shares() {
         .expect("build");
     let a = m.acquire(1).expect("first");
     assert_eq!(a.devices(), [3]);
-    let b = m.acquire_timeout(1, Duration::from_secs(2)).expect("nested");
+    let b = m
+        .acquire_timeout(1, Duration::from_secs(2))
+        .expect("nested");
     assert!(b.is_shared());
     assert_eq!(b.devices(), [3]);
     assert!(matches!(
