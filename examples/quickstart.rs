@@ -29,9 +29,14 @@ fn main() -> ExitCode {
 
 fn run() -> Result<()> {
     let dev = Device::open(0)?;
-    println!("device 0: {} (sm_{}{}, {} SMs, {:.0} GiB)", dev.name(),
-        dev.compute_capability().0, dev.compute_capability().1,
-        dev.multiprocessor_count(), dev.total_memory() as f64 / (1u64 << 30) as f64);
+    println!(
+        "device 0: {} (sm_{}{}, {} SMs, {:.0} GiB)",
+        dev.name(),
+        dev.compute_capability().0,
+        dev.compute_capability().1,
+        dev.multiprocessor_count(),
+        dev.total_memory() as f64 / (1u64 << 30) as f64
+    );
 
     // Create: zeros, ones, ranges, and arrays from host data.
     let zeros = GpuArray::<f32>::zeros(&dev, &[2, 3])?;
@@ -49,7 +54,11 @@ fn run() -> Result<()> {
 
     // Reduce: over everything or one axis.
     println!("sum            = {}", z.sum()?.item()?);
-    println!("sum over axis 0 = {:?}, max over axis 1 = {:?}", z.sum_axis(0)?.to_vec()?, z.max_axis(1)?.to_vec()?);
+    println!(
+        "sum over axis 0 = {:?}, max over axis 1 = {:?}",
+        z.sum_axis(0)?.to_vec()?,
+        z.max_axis(1)?.to_vec()?
+    );
     println!("argmax         = {}", z.argmax()?.item()?);
 
     // Compare and select.

@@ -63,12 +63,20 @@ fn elementwise(c: &mut Criterion) {
         })
     });
     g.throughput(Throughput::Bytes(3 * bytes));
-    g.bench_function("add", |bch| bch.iter_custom(|i| events(&dev, i, || drop(a.add(&b).expect("add")))));
-    g.bench_function("mul", |bch| bch.iter_custom(|i| events(&dev, i, || drop(a.mul(&b).expect("mul")))));
+    g.bench_function("add", |bch| {
+        bch.iter_custom(|i| events(&dev, i, || drop(a.add(&b).expect("add"))))
+    });
+    g.bench_function("mul", |bch| {
+        bch.iter_custom(|i| events(&dev, i, || drop(a.mul(&b).expect("mul"))))
+    });
     g.throughput(Throughput::Bytes(2 * bytes));
-    g.bench_function("exp", |bch| bch.iter_custom(|i| events(&dev, i, || drop(a.exp().expect("exp")))));
+    g.bench_function("exp", |bch| {
+        bch.iter_custom(|i| events(&dev, i, || drop(a.exp().expect("exp"))))
+    });
     g.throughput(Throughput::Bytes(bytes));
-    g.bench_function("sum", |bch| bch.iter_custom(|i| events(&dev, i, || drop(a.sum().expect("sum")))));
+    g.bench_function("sum", |bch| {
+        bch.iter_custom(|i| events(&dev, i, || drop(a.sum().expect("sum"))))
+    });
     g.finish();
 
     let al = dev.allocator().clone();
@@ -94,5 +102,7 @@ fn main() {
         return;
     }
     benches();
-    criterion::Criterion::default().configure_from_args().final_summary();
+    criterion::Criterion::default()
+        .configure_from_args()
+        .final_summary();
 }

@@ -36,7 +36,9 @@ fn main() -> ExitCode {
 fn random_f32(n: usize, seed: u64) -> Vec<f32> {
     // Parallel SplitMix64 fill, uniform in [-1, 1).
     let mut v = vec![0f32; n];
-    let threads = std::thread::available_parallelism().map(|t| t.get()).unwrap_or(1);
+    let threads = std::thread::available_parallelism()
+        .map(|t| t.get())
+        .unwrap_or(1);
     let chunk = n.div_ceil(threads).max(1);
     std::thread::scope(|s| {
         for (t, part) in v.chunks_mut(chunk).enumerate() {
@@ -80,7 +82,10 @@ fn time_ms(dev: &Device, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
 }
 
 fn run() -> Result<()> {
-    let gib: f64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1.0);
+    let gib: f64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1.0);
     let dev = Device::open(0)?;
     let n = ((gib * (1u64 << 30) as f64) as usize / 4) & !1023;
     let bytes = (n * 4) as f64;
@@ -96,7 +101,11 @@ fn run() -> Result<()> {
     let hb = random_f32(n, 2);
     let a = GpuArray::from_slice(&dev, &ha, &[n])?;
     let b = GpuArray::from_slice(&dev, &hb, &[n])?;
-    println!("upload of 2 x {:.2} GiB: {:.0} ms", bytes / (1u64 << 30) as f64, t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "upload of 2 x {:.2} GiB: {:.0} ms",
+        bytes / (1u64 << 30) as f64,
+        t.elapsed().as_secs_f64() * 1e3
+    );
 
     // Correctness on samples (poisoned output first).
     let mut out = GpuArray::<f32>::full(&dev, &[n], f32::NAN)?;
@@ -113,9 +122,15 @@ fn run() -> Result<()> {
             let e = (ha[i] as f64).exp();
             assert!(((got_exp[i] as f64) - e).abs() <= 4e-7 * e, "exp at {i}");
         }
-        assert!(got_add.iter().all(|x| !x.is_nan()), "an add output element was not written");
+        assert!(
+            got_add.iter().all(|x| !x.is_nan()),
+            "an add output element was not written"
+        );
         let s = a.sum()?.item()? as f64;
-        assert!((s - sum_ref).abs() <= 1e-6 * ha.iter().map(|x| x.abs() as f64).sum::<f64>(), "sum {s} vs {sum_ref}");
+        assert!(
+            (s - sum_ref).abs() <= 1e-6 * ha.iter().map(|x| x.abs() as f64).sum::<f64>(),
+            "sum {s} vs {sum_ref}"
+        );
     }
     drop(out);
 
@@ -123,7 +138,12 @@ fn run() -> Result<()> {
     let dst = GpuArray::<f32>::empty(&dev, &[n])?;
     let s = dev.stream();
     let copy_ms = time_ms(&dev, || {
-        dev.context().bind_to_thread().map_err(|e| gpukit_core::Error::Driver { action: "bind".into(), source: e })?;
+        dev.context()
+            .bind_to_thread()
+            .map_err(|e| gpukit_core::Error::Driver {
+                action: "bind".into(),
+                source: e,
+            })?;
         // SAFETY: both buffers hold n f32 and are ordered on stream `s`.
         unsafe {
             gpukit_jit::cudarc::driver::result::memcpy_dtod_async(
@@ -133,7 +153,10 @@ fn run() -> Result<()> {
                 s.cuda().cu_stream(),
             )
         }
-        .map_err(|e| gpukit_core::Error::Driver { action: "copying".into(), source: e })
+        .map_err(|e| gpukit_core::Error::Driver {
+            action: "copying".into(),
+            source: e,
+        })
     })?;
     let copy_gbs = 2.0 * bytes / copy_ms / 1e6;
     let rows: Vec<(&str, f64, f64)> = vec![
@@ -143,7 +166,11 @@ fn run() -> Result<()> {
         ("exp", 2.0, time_ms(&dev, || a.exp().map(drop))?),
         ("sum", 1.0, time_ms(&dev, || a.sum().map(drop))?),
         ("add (&a + &b)", 3.0, time_ms(&dev, || (&a + &b).map(drop))?),
-        ("mul scalar (&a * 2.0)", 2.0, time_ms(&dev, || (&a * 2.0).map(drop))?),
+        (
+            "mul scalar (&a * 2.0)",
+            2.0,
+            time_ms(&dev, || (&a * 2.0).map(drop))?,
+        ),
     ];
 
     // Cached allocate + free (host time, includes the owner/quota bookkeeping).
@@ -157,14 +184,105 @@ fn run() -> Result<()> {
     let alloc_ns = t.elapsed().as_secs_f64() * 1e9 / iters as f64;
     let st = al.stats();
 
+    // Transfers of 1 GiB (host timers, after a warm-up; median of 3): gpukit's staged pinned
+    // path against a plain pageable cuMemcpy and a pure pinned DMA in the same process.
+    let ctx = dev.context().clone();
+    let drv = |e| gpukit_core::Error::Driver {
+        action: "baseline copy".into(),
+        source: e,
+    };
+    let host_ms = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        f()?;
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            let t = Instant::now();
+            f()?;
+            v.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(median(v))
+    };
+    let mut hback = vec![0f32; n];
+    let up_ms = host_ms(&mut || {
+        GpuArray::from_slice(&dev, &ha, &[n]).and_then(|g| dev.synchronize().map(|_| drop(g)))
+    })?;
+    let down_ms = host_ms(&mut || a.to_vec().map(drop))?;
+    let page_up = host_ms(&mut || {
+        ctx.bind_to_thread().map_err(drv)?;
+        // SAFETY: dst holds n f32; the source slice is valid for the synchronous copy.
+        unsafe { gpukit_jit::cudarc::driver::result::memcpy_htod_sync(dst.device_ptr(), &ha) }
+            .map_err(drv)
+    })?;
+    let page_down = host_ms(&mut || {
+        ctx.bind_to_thread().map_err(drv)?;
+        // SAFETY: a holds n f32; the destination slice is valid for the synchronous copy.
+        unsafe { gpukit_jit::cudarc::driver::result::memcpy_dtoh_sync(&mut hback, a.device_ptr()) }
+            .map_err(drv)
+    })?;
+    // SAFETY: the pinned buffer is written by the device copy below before anything reads it.
+    let mut pinned = unsafe { ctx.alloc_pinned_with_flags::<u8>(n * 4, 0) }.map_err(drv)?;
+    let pin_up = host_ms(&mut || {
+        let p = pinned.as_ptr().map_err(drv)?;
+        ctx.bind_to_thread().map_err(drv)?;
+        // SAFETY: p points to n*4 pinned bytes; dst holds n*4 bytes.
+        unsafe {
+            gpukit_jit::cudarc::driver::sys::cuMemcpyHtoD_v2(dst.device_ptr(), p as *const _, n * 4)
+        }
+        .result()
+        .map_err(drv)
+    })?;
+    let pin_down = host_ms(&mut || {
+        let p = pinned.as_mut_ptr().map_err(drv)?;
+        ctx.bind_to_thread().map_err(drv)?;
+        // SAFETY: p points to n*4 pinned bytes; a holds n*4 bytes.
+        unsafe {
+            gpukit_jit::cudarc::driver::sys::cuMemcpyDtoH_v2(p as *mut _, a.device_ptr(), n * 4)
+        }
+        .result()
+        .map_err(drv)
+    })?;
+    drop(pinned);
+
+    println!();
+    println!("| transfer of 1 GiB | host-to-device GB/s | device-to-host GB/s |");
+    println!("| --- | --- | --- |");
+    for (name, u, d) in [
+        (
+            "gpukit from_slice / to_vec (pinned staging, incl. host copies and Vec allocation)",
+            up_ms,
+            down_ms,
+        ),
+        (
+            "cuMemcpy from pageable host memory (baseline)",
+            page_up,
+            page_down,
+        ),
+        (
+            "cuMemcpy from pinned host memory, DMA only (ceiling)",
+            pin_up,
+            pin_down,
+        ),
+    ] {
+        println!(
+            "| {name} | {:.1} | {:.1} |",
+            bytes / u / 1e6,
+            bytes / d / 1e6
+        );
+    }
+
     println!();
     println!("| op | ms | GB/s | % of copy |");
     println!("| --- | --- | --- | --- |");
     for (name, factor, ms) in &rows {
         let gbs = factor * bytes / ms / 1e6;
-        println!("| {name} | {ms:.3} | {gbs:.0} | {:.1} % |", 100.0 * gbs / copy_gbs);
+        println!(
+            "| {name} | {ms:.3} | {gbs:.0} | {:.1} % |",
+            100.0 * gbs / copy_gbs
+        );
     }
-    println!("| cached alloc+free (1 MiB) | {:.3} us | | |", alloc_ns / 1e3);
+    println!(
+        "| cached alloc+free (1 MiB) | {:.3} us | | |",
+        alloc_ns / 1e3
+    );
     println!();
     println!("allocator: {st:?}");
     let add = rows[1].1 * bytes / rows[1].2 / 1e6 / copy_gbs;

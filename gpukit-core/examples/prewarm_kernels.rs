@@ -10,7 +10,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 fn main() -> ExitCode {
-    let arch = std::env::args().nth(1).unwrap_or_else(|| "sm_90".to_string());
+    let arch = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "sm_90".to_string());
     let arch: gpukit_core::Arch = match arch.parse() {
         Ok(a) => a,
         Err(e) => {
@@ -28,7 +30,9 @@ fn main() -> ExitCode {
             println!(
                 "compiled {n} built-in programs for {arch} in {:.1} s (cache: {:?})",
                 t.elapsed().as_secs_f64(),
-                gpukit_jit::KernelCache::global().ok().and_then(|c| c.disk_dir().map(|d| d.to_path_buf()))
+                gpukit_jit::KernelCache::global()
+                    .ok()
+                    .and_then(|c| c.disk_dir().map(|d| d.to_path_buf()))
             );
             ExitCode::SUCCESS
         }

@@ -79,7 +79,9 @@ impl Stream {
             .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
             .ctx("creating an event")?;
         ev.record(&self.inner).ctx("recording an event")?;
-        Ok(Event { inner: Arc::new(ev) })
+        Ok(Event {
+            inner: Arc::new(ev),
+        })
     }
 
     /// Records an ordering-only event (no timing: cheaper).
@@ -90,7 +92,9 @@ impl Stream {
             .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
             .ctx("creating an event")?;
         ev.record(&self.inner).ctx("recording an event")?;
-        Ok(Event { inner: Arc::new(ev) })
+        Ok(Event {
+            inner: Arc::new(ev),
+        })
     }
 
     /// Makes future work on this stream wait for `event` (does not block the host).
@@ -137,9 +141,7 @@ impl Event {
 
     /// True when the work before the event has completed.
     pub fn is_complete(&self) -> Result<bool> {
-        self.inner
-            .try_is_complete()
-            .ctx("querying an event")
+        self.inner.try_is_complete().ctx("querying an event")
     }
 
     /// The cudarc event.
@@ -228,9 +230,7 @@ impl Device {
         let (least, greatest) = cudarc::driver::result::stream::get_priority_range()
             .ctx("reading the stream priority range")?;
         let mk = |p: i32| -> Result<Stream> {
-            let s = ctx
-                .new_stream_with_priority(p)
-                .ctx("creating a stream")?;
+            let s = ctx.new_stream_with_priority(p).ctx("creating a stream")?;
             Ok(Stream {
                 inner: s,
                 priority: p,

@@ -88,13 +88,9 @@ macro_rules! float_dtype {
 float_dtype!(f32, "float", "f32", |x| x as f64, |v| v as f32);
 float_dtype!(f64, "double", "f64", |x| x, |v| v);
 float_dtype!(f16, "__half", "f16", |x| x.to_f64(), |v| f16::from_f64(v));
-float_dtype!(
-    bf16,
-    "__nv_bfloat16",
-    "bf16",
-    |x| x.to_f64(),
-    |v| bf16::from_f64(v)
-);
+float_dtype!(bf16, "__nv_bfloat16", "bf16", |x| x.to_f64(), |v| {
+    bf16::from_f64(v)
+});
 
 macro_rules! int_dtype {
     ($t:ty, $c:literal, $r:literal, $kind:ident) => {

@@ -31,7 +31,11 @@ pub enum KernelFile {
 
 impl KernelFile {
     /// All files.
-    pub const ALL: [KernelFile; 3] = [KernelFile::Elementwise, KernelFile::Copy, KernelFile::Reduce];
+    pub const ALL: [KernelFile; 3] = [
+        KernelFile::Elementwise,
+        KernelFile::Copy,
+        KernelFile::Reduce,
+    ];
 
     /// The CUDA source.
     pub fn source(self) -> &'static str {
@@ -85,7 +89,12 @@ impl KernelFile {
             }
             KernelFile::Reduce => {
                 for op in 0..4 {
-                    for k in ["reduce_partial", "reduce_finish", "reduce_rows", "reduce_cols"] {
+                    for k in [
+                        "reduce_partial",
+                        "reduce_finish",
+                        "reduce_rows",
+                        "reduce_cols",
+                    ] {
                         v.push(format!("{k}<{dtype}, {op}>"));
                     }
                 }
@@ -222,7 +231,10 @@ pub fn precompile(arch: gpukit_jit::Arch) -> Result<usize> {
             .into_iter()
             .map(|h| {
                 h.join().unwrap_or_else(|_| {
-                    Err(crate::Error::invalid("precompile", "a compile thread panicked"))
+                    Err(crate::Error::invalid(
+                        "precompile",
+                        "a compile thread panicked",
+                    ))
                 })
             })
             .collect()

@@ -31,7 +31,9 @@ pub mod kernels;
 pub mod shape;
 mod transfer;
 
-pub use alloc::{current_owner, AllocHook, AllocStats, Allocator, DeviceBuffer, OwnerId, OwnerUsage};
+pub use alloc::{
+    current_owner, AllocHook, AllocStats, Allocator, DeviceBuffer, OwnerId, OwnerUsage,
+};
 pub use array::{where_, BinaryOp, CompareOp, GpuArray, ReduceOp, UnaryOp};
 pub use device::{Device, Event, Stream};
 pub use dtype::{DType, DTypeKind};

@@ -9,7 +9,10 @@ pub const MAX_DIMS: usize = 8;
 pub fn numel(op: &str, shape: &[usize]) -> Result<usize> {
     shape.iter().try_fold(1usize, |acc, &d| {
         acc.checked_mul(d).ok_or_else(|| {
-            Error::invalid(op, format!("shape {shape:?} has more elements than fit in usize"))
+            Error::invalid(
+                op,
+                format!("shape {shape:?} has more elements than fit in usize"),
+            )
         })
     })
 }
@@ -49,8 +52,16 @@ pub fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>
     let n = a.len().max(b.len());
     let mut out = vec![0usize; n];
     for i in 0..n {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
@@ -171,7 +182,10 @@ pub fn check_permutation(op: &str, perm: &[usize], ndim: usize) -> Result<()> {
     if perm.len() != ndim {
         return Err(Error::invalid(
             op,
-            format!("permutation {perm:?} has {} axes, the array has {ndim}", perm.len()),
+            format!(
+                "permutation {perm:?} has {} axes, the array has {ndim}",
+                perm.len()
+            ),
         ));
     }
     for &p in perm {
@@ -201,10 +215,21 @@ mod tests {
     fn broadcasting_follows_numpy() {
         assert_eq!(broadcast_shapes("add", &[3, 1], &[4]).unwrap(), vec![3, 4]);
         assert_eq!(broadcast_shapes("add", &[], &[2, 3]).unwrap(), vec![2, 3]);
-        assert_eq!(broadcast_shapes("add", &[0, 1], &[1, 5]).unwrap(), vec![0, 5]);
-        assert_eq!(broadcast_shapes("add", &[5, 1, 7], &[6, 1]).unwrap(), vec![5, 6, 7]);
-        let e = broadcast_shapes("add", &[3, 4], &[5]).unwrap_err().to_string();
-        assert!(e.contains("[3, 4]") && e.contains("[5]") && e.contains("add"), "{e}");
+        assert_eq!(
+            broadcast_shapes("add", &[0, 1], &[1, 5]).unwrap(),
+            vec![0, 5]
+        );
+        assert_eq!(
+            broadcast_shapes("add", &[5, 1, 7], &[6, 1]).unwrap(),
+            vec![5, 6, 7]
+        );
+        let e = broadcast_shapes("add", &[3, 4], &[5])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[3, 4]") && e.contains("[5]") && e.contains("add"),
+            "{e}"
+        );
         assert!(broadcast_shapes("mul", &[2, 0], &[2, 3]).is_err());
     }
 
@@ -249,7 +274,9 @@ mod tests {
         // Nine dimensions that cannot merge are refused.
         let shape = vec![2usize; 9];
         let strides: Vec<isize> = (0..9).map(|i| 1isize << (2 * (8 - i))).collect();
-        let e = layout_bytes("x", &shape, &[strides]).unwrap_err().to_string();
+        let e = layout_bytes("x", &shape, &[strides])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("at most 8"), "{e}");
     }
 

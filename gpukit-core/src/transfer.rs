@@ -87,7 +87,9 @@ impl PinnedPool {
                 .position(|b| {
                     b.kind == kind
                         && b.size >= want
-                        && b.ready.as_ref().is_none_or(|e| e.is_complete().unwrap_or(false))
+                        && b.ready
+                            .as_ref()
+                            .is_none_or(|e| e.is_complete().unwrap_or(false))
                 })
                 .or_else(|| {
                     let n = free.iter().filter(|b| b.kind == kind).count();
@@ -154,7 +156,7 @@ impl PinnedPool {
             let mut buf = self.acquire(Kind::Upload, chunk.len())?;
             // SAFETY: buf.ptr points to buf.size >= chunk.len() bytes of pinned memory that no
             // copy uses now (wait_ready in acquire); the regions do not overlap.
-            unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), buf.ptr, chunk.len()) };
+            unsafe { par_copy(chunk.as_ptr(), buf.ptr, chunk.len()) };
             let off = (i * CHUNK) as u64;
             // SAFETY: dst + off .. + chunk.len() lies inside the destination allocation (the
             // caller passes a buffer of src.len() bytes); the pinned source stays alive and
@@ -192,13 +194,15 @@ impl PinnedPool {
             d2h.wait_stream(s)?;
         }
         let mut inflight: VecDeque<(PinnedBuf, usize, usize)> = VecDeque::new();
-        let finish = |(mut buf, off, len): (PinnedBuf, usize, usize), dst: &mut [u8]| -> Result<()> {
-            buf.wait_ready()?;
-            // SAFETY: the copy into buf has completed (wait_ready); buf holds >= len bytes.
-            unsafe { std::ptr::copy_nonoverlapping(buf.ptr, dst[off..off + len].as_mut_ptr(), len) };
-            self.release(buf);
-            Ok(())
-        };
+        let finish =
+            |(mut buf, off, len): (PinnedBuf, usize, usize), dst: &mut [u8]| -> Result<()> {
+                buf.wait_ready()?;
+                // SAFETY: the copy into buf has completed (wait_ready); buf holds >= len bytes, and
+                // dst[off..off + len] is a distinct, valid region.
+                unsafe { par_copy(buf.ptr, dst[off..off + len].as_mut_ptr(), len) };
+                self.release(buf);
+                Ok(())
+            };
         let total = dst.len();
         let mut off = 0usize;
         while off < total {
@@ -231,4 +235,52 @@ impl PinnedPool {
         }
         Ok(())
     }
+}
+
+/// Bytes below which a host copy runs on the calling thread only.
+const PAR_MIN: usize = 4 << 20;
+
+/// `memcpy` of `len` bytes, split over up to 8 threads for large copies: one core cannot
+/// stream to pinned (and write-combined) memory at the PCIe/NVLink-C2C rate.
+///
+/// # Safety
+/// `src` must be valid for reads and `dst` for writes of `len` bytes, and the regions must not
+/// overlap.
+unsafe fn par_copy(src: *const u8, dst: *mut u8, len: usize) {
+    let threads = if len < PAR_MIN {
+        1
+    } else {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(8)
+            .min(len / (1 << 20))
+    };
+    if threads <= 1 {
+        // SAFETY: guaranteed by the caller.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+        return;
+    }
+    let part = len.div_ceil(threads).next_multiple_of(4096);
+    let (src, dst) = (src as usize, dst as usize);
+    std::thread::scope(|s| {
+        for i in 0..threads {
+            let start = i * part;
+            if start >= len {
+                break;
+            }
+            let n = part.min(len - start);
+            s.spawn(move || {
+                // SAFETY: [start, start + n) lies inside both regions (caller's guarantee);
+                // the threads copy disjoint parts.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        (src + start) as *const u8,
+                        (dst + start) as *mut u8,
+                        n,
+                    )
+                };
+            });
+        }
+    });
 }

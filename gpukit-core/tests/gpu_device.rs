@@ -7,9 +7,15 @@ use gpukit_core::{Device, Error, GpuArray};
 
 #[test]
 fn device_properties_and_shared_state() {
-    let Some(dev) = device("device_properties_and_shared_state") else { return };
+    let Some(dev) = device("device_properties_and_shared_state") else {
+        return;
+    };
     assert!(Device::count().unwrap() >= 1);
-    assert_eq!(Device::open(0).unwrap(), dev, "open returns the same shared device");
+    assert_eq!(
+        Device::open(0).unwrap(),
+        dev,
+        "open returns the same shared device"
+    );
     assert!(!dev.name().is_empty());
     assert!(dev.compute_capability() >= (7, 0));
     assert_eq!(dev.arch().major, dev.compute_capability().0);
@@ -19,7 +25,9 @@ fn device_properties_and_shared_state() {
     assert!(dev.multiprocessor_count() > 0);
     let count = Device::count().unwrap();
     match Device::open(count + 3) {
-        Err(Error::InvalidDevice { ordinal, count: c }) => assert_eq!((ordinal, c), (count + 3, count)),
+        Err(Error::InvalidDevice { ordinal, count: c }) => {
+            assert_eq!((ordinal, c), (count + 3, count))
+        }
         other => panic!("expected InvalidDevice, got {other:?}"),
     }
     eprintln!(
@@ -35,7 +43,9 @@ fn device_properties_and_shared_state() {
 
 #[test]
 fn streams_scopes_priorities_and_events() {
-    let Some(dev) = device("streams_scopes_priorities_and_events") else { return };
+    let Some(dev) = device("streams_scopes_priorities_and_events") else {
+        return;
+    };
     let (lowest, highest) = dev.stream_priority_range();
     assert_eq!(dev.new_stream(-1000).unwrap().priority(), highest);
     assert_eq!(dev.new_stream(1000).unwrap().priority(), lowest);
@@ -55,7 +65,11 @@ fn streams_scopes_priorities_and_events() {
             b = (&b + &a).unwrap();
         }
         let e1 = s.record().unwrap();
-        assert_eq!(b.buffer().stream(), &s, "results are allocated on the scope's stream");
+        assert_eq!(
+            b.buffer().stream(),
+            &s,
+            "results are allocated on the scope's stream"
+        );
         (b, e0.elapsed_ms(&e1).unwrap())
     });
     assert_eq!(dev.stream(), *dev.compute_stream());
@@ -77,7 +91,9 @@ fn streams_scopes_priorities_and_events() {
 
 #[test]
 fn large_transfers_round_trip_through_the_pinned_pool() {
-    let Some(dev) = device("large_transfers_round_trip_through_the_pinned_pool") else { return };
+    let Some(dev) = device("large_transfers_round_trip_through_the_pinned_pool") else {
+        return;
+    };
     // Several chunks (16 MiB each) plus a tail.
     let n = (40 << 20) / 8 + 12345;
     let mut rng = Rng(9);
@@ -101,11 +117,18 @@ fn large_transfers_round_trip_through_the_pinned_pool() {
 
 #[test]
 fn user_kernels_take_arrays_as_arguments() {
-    let Some(dev) = device("user_kernels_take_arrays_as_arguments") else { return };
+    let Some(dev) = device("user_kernels_take_arrays_as_arguments") else {
+        return;
+    };
     let src = r#"extern "C" __global__ void scale(float* x, float f, int n) {
         int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= f; }"#;
     let k = dev
-        .load_kernel(src, "scale_test", &gpukit_core::CompileOptions::new(), "scale")
+        .load_kernel(
+            src,
+            "scale_test",
+            &gpukit_core::CompileOptions::new(),
+            "scale",
+        )
         .unwrap();
     let a = GpuArray::<f32>::full(&dev, &[1000], 4.0).unwrap();
     k.launch(

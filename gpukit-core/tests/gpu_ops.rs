@@ -24,10 +24,22 @@ fn broadcast_pair() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>
             0..=n,
         )
             .prop_map(|(out, ma, mb, da, db)| {
-                let a: Vec<usize> = out.iter().zip(&ma).map(|(&d, &m)| if m { 1 } else { d }).collect();
-                let b: Vec<usize> = out.iter().zip(&mb).map(|(&d, &m)| if m { 1 } else { d }).collect();
+                let a: Vec<usize> = out
+                    .iter()
+                    .zip(&ma)
+                    .map(|(&d, &m)| if m { 1 } else { d })
+                    .collect();
+                let b: Vec<usize> = out
+                    .iter()
+                    .zip(&mb)
+                    .map(|(&d, &m)| if m { 1 } else { d })
+                    .collect();
                 // Drop some leading dimensions (NumPy aligns shapes on the right).
-                (out.clone(), a[da.min(a.len())..].to_vec(), b[db.min(b.len())..].to_vec())
+                (
+                    out.clone(),
+                    a[da.min(a.len())..].to_vec(),
+                    b[db.min(b.len())..].to_vec(),
+                )
             })
     })
 }
@@ -52,8 +64,20 @@ fn ref_binary<T: TestType>(op: BinaryOp, a: T, b: T) -> f64 {
             BinaryOp::Sub => x - y,
             BinaryOp::Mul => x * y,
             BinaryOp::Div => x / y,
-            BinaryOp::Maximum => if x.is_nan() || x > y { x } else { y },
-            BinaryOp::Minimum => if x.is_nan() || x < y { x } else { y },
+            BinaryOp::Maximum => {
+                if x.is_nan() || x > y {
+                    x
+                } else {
+                    y
+                }
+            }
+            BinaryOp::Minimum => {
+                if x.is_nan() || x < y {
+                    x
+                } else {
+                    y
+                }
+            }
             BinaryOp::Pow => x.powf(y),
         };
         // The GPU rounds to T once; compare against the value rounded the same way.
@@ -65,16 +89,34 @@ fn ref_binary<T: TestType>(op: BinaryOp, a: T, b: T) -> f64 {
             BinaryOp::Add => w(x + y),
             BinaryOp::Sub => w(x - y),
             BinaryOp::Mul => w(x * y),
-            BinaryOp::Div => if y == 0 { 0 } else { w(x / y) },
+            BinaryOp::Div => {
+                if y == 0 {
+                    0
+                } else {
+                    w(x / y)
+                }
+            }
             BinaryOp::Maximum => x.max(y),
             BinaryOp::Minimum => x.min(y),
             BinaryOp::Pow => {
                 if y < 0 {
-                    if x == 1 { 1 } else if x == -1 { if y & 1 == 1 { -1 } else { 1 } } else { 0 }
+                    if x == 1 {
+                        1
+                    } else if x == -1 {
+                        if y & 1 == 1 {
+                            -1
+                        } else {
+                            1
+                        }
+                    } else {
+                        0
+                    }
                 } else {
                     let (mut r, mut base, mut e) = (1i128, x, y as u128);
                     while e > 0 {
-                        if e & 1 == 1 { r = w(r * base); }
+                        if e & 1 == 1 {
+                            r = w(r * base);
+                        }
                         base = w(base * base);
                         e >>= 1;
                     }
@@ -87,10 +129,22 @@ fn ref_binary<T: TestType>(op: BinaryOp, a: T, b: T) -> f64 {
 }
 
 const BINARY_OPS: [BinaryOp; 7] = [
-    BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Pow,
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Maximum,
+    BinaryOp::Minimum,
+    BinaryOp::Pow,
 ];
 
-fn binary_case<T: TestType>(dev: &Device, out: &[usize], sa: &[usize], sb: &[usize], seed: u64) -> Result<(), TestCaseError> {
+fn binary_case<T: TestType>(
+    dev: &Device,
+    out: &[usize],
+    sa: &[usize],
+    sb: &[usize],
+    seed: u64,
+) -> Result<(), TestCaseError> {
     let mut rng = Rng(seed);
     let na: usize = sa.iter().product();
     let nb: usize = sb.iter().product();
@@ -109,10 +163,20 @@ fn binary_case<T: TestType>(dev: &Device, out: &[usize], sa: &[usize], sb: &[usi
         check::<T>(&format!("{op:?} {sa:?} {sb:?}"), &got, &want, 1e-30).map_err(fail)?;
     }
     // Comparisons and where on the same operands.
-    for op in [CompareOp::Eq, CompareOp::Ne, CompareOp::Lt, CompareOp::Le, CompareOp::Gt, CompareOp::Ge] {
+    for op in [
+        CompareOp::Eq,
+        CompareOp::Ne,
+        CompareOp::Lt,
+        CompareOp::Le,
+        CompareOp::Gt,
+        CompareOp::Ge,
+    ] {
         let m = ga.compare(op, &gb).map_err(fail)?.to_vec().map_err(fail)?;
         for (i, &mv) in m.iter().enumerate() {
-            let (x, y) = (a[bcast_index(i, out, sa)].to_f64(), b[bcast_index(i, out, sb)].to_f64());
+            let (x, y) = (
+                a[bcast_index(i, out, sa)].to_f64(),
+                b[bcast_index(i, out, sb)].to_f64(),
+            );
             let want = match op {
                 CompareOp::Eq => x == y,
                 CompareOp::Ne => x != y,
@@ -125,7 +189,10 @@ fn binary_case<T: TestType>(dev: &Device, out: &[usize], sa: &[usize], sb: &[usi
         }
     }
     let mask = ga.gt(&gb).map_err(fail)?;
-    let w = gpukit_core::where_(&mask, &ga, &gb).map_err(fail)?.to_vec().map_err(fail)?;
+    let w = gpukit_core::where_(&mask, &ga, &gb)
+        .map_err(fail)?
+        .to_vec()
+        .map_err(fail)?;
     for (i, v) in w.iter().enumerate() {
         let (x, y) = (a[bcast_index(i, out, sa)], b[bcast_index(i, out, sb)]);
         let want = if x.to_f64() > y.to_f64() { x } else { y };
@@ -136,9 +203,33 @@ fn binary_case<T: TestType>(dev: &Device, out: &[usize], sa: &[usize], sb: &[usi
 
 fn binary_all<T: TestType>(dev: &Device, cases: u32) {
     runner(cases)
-        .run(&(broadcast_pair(), any::<u64>()), |((out, sa, sb), seed)| {
-            binary_case::<T>(dev, &out, &sa, &sb, seed)
-        })
+        .run(
+            &(broadcast_pair(), any::<u64>()),
+            |((out, sa, sb), seed)| {
+                // The expected shape by an independent rule: right-aligned, the larger extent unless
+                // one is 1 (the generator guarantees compatibility).
+                let _ = out;
+                let n = sa.len().max(sb.len());
+                let ext = |s: &[usize], i: usize| {
+                    if i + s.len() >= n {
+                        s[i + s.len() - n]
+                    } else {
+                        1
+                    }
+                };
+                let out: Vec<usize> = (0..n)
+                    .map(|i| {
+                        let (x, y) = (ext(&sa, i), ext(&sb, i));
+                        if x == 1 {
+                            y
+                        } else {
+                            x
+                        }
+                    })
+                    .collect();
+                binary_case::<T>(dev, &out, &sa, &sb, seed)
+            },
+        )
         .unwrap_or_else(|e| panic!("{}: {e}", T::RUST_NAME));
 }
 
@@ -157,7 +248,9 @@ macro_rules! for_all_dtypes {
 
 #[test]
 fn binary_compare_where_broadcast_every_dtype() {
-    let Some(dev) = device("binary_compare_where_broadcast_every_dtype") else { return };
+    let Some(dev) = device("binary_compare_where_broadcast_every_dtype") else {
+        return;
+    };
     for_all_dtypes!(binary_all, &dev, 24);
 }
 
@@ -171,9 +264,21 @@ fn scalar_and_unary<T: TestType>(dev: &Device, n: usize, seed: u64) {
             let got = ga.binary_scalar(op, s, left).unwrap().to_vec().unwrap();
             let want: Vec<f64> = a
                 .iter()
-                .map(|&x| if left { ref_binary(op, s, x) } else { ref_binary(op, x, s) })
+                .map(|&x| {
+                    if left {
+                        ref_binary(op, s, x)
+                    } else {
+                        ref_binary(op, x, s)
+                    }
+                })
                 .collect();
-            check::<T>(&format!("{op:?} scalar left={left} n={n}"), &got, &want, 1e-30).unwrap();
+            check::<T>(
+                &format!("{op:?} scalar left={left} n={n}"),
+                &got,
+                &want,
+                1e-30,
+            )
+            .unwrap();
         }
     }
     for (op, f) in [
@@ -219,7 +324,9 @@ fn scalar_and_unary<T: TestType>(dev: &Device, n: usize, seed: u64) {
 
 #[test]
 fn scalar_and_unary_every_dtype_and_size() {
-    let Some(dev) = device("scalar_and_unary_every_dtype_and_size") else { return };
+    let Some(dev) = device("scalar_and_unary_every_dtype_and_size") else {
+        return;
+    };
     // Sizes: 1, a prime, one vector tail short, a large odd size (vector path + tail).
     for n in [1usize, 7, 31, 4097, (1 << 20) + 3] {
         for_all_dtypes!(scalar_and_unary, &dev, n, n as u64 * 7919);
@@ -228,19 +335,30 @@ fn scalar_and_unary_every_dtype_and_size() {
 
 #[test]
 fn std_ops_and_error_messages() {
-    let Some(dev) = device("std_ops_and_error_messages") else { return };
+    let Some(dev) = device("std_ops_and_error_messages") else {
+        return;
+    };
     let a = GpuArray::<f32>::from_slice(&dev, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
     let b = GpuArray::<f32>::from_slice(&dev, &[10.0, 20.0, 30.0], &[3]).unwrap();
-    assert_eq!((&a + &b).unwrap().to_vec().unwrap(), vec![11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
+    assert_eq!(
+        (&a + &b).unwrap().to_vec().unwrap(),
+        vec![11.0, 22.0, 33.0, 14.0, 25.0, 36.0]
+    );
     assert_eq!((&a - &b).unwrap().to_vec().unwrap()[0], -9.0);
-    assert_eq!((&a * 2.0).unwrap().to_vec().unwrap(), vec![2.0, 4.0, 6.0, 8.0, 10.0, 12.0]);
+    assert_eq!(
+        (&a * 2.0).unwrap().to_vec().unwrap(),
+        vec![2.0, 4.0, 6.0, 8.0, 10.0, 12.0]
+    );
     assert_eq!((&a / 2.0).unwrap().to_vec().unwrap()[1], 1.0);
     assert_eq!((-&a).unwrap().to_vec().unwrap()[2], -3.0);
     let c = GpuArray::<f32>::zeros(&dev, &[4]).unwrap();
     let e = (&a + &c).unwrap_err();
     match &e {
         Error::ShapeMismatch { lhs, rhs, .. } => {
-            assert_eq!((lhs.as_slice(), rhs.as_slice()), (&[2usize, 3][..], &[4usize][..]))
+            assert_eq!(
+                (lhs.as_slice(), rhs.as_slice()),
+                (&[2usize, 3][..], &[4usize][..])
+            )
         }
         other => panic!("expected ShapeMismatch, got {other}"),
     }
@@ -261,16 +379,37 @@ fn std_ops_and_error_messages() {
 
 #[test]
 fn creation_views_and_casts() {
-    let Some(dev) = device("creation_views_and_casts") else { return };
+    let Some(dev) = device("creation_views_and_casts") else {
+        return;
+    };
     for n in [0usize, 1, 5, 1000003] {
-        assert!(GpuArray::<f64>::zeros(&dev, &[n]).unwrap().to_vec().unwrap().iter().all(|&x| x == 0.0));
-        assert!(GpuArray::<u8>::ones(&dev, &[n]).unwrap().to_vec().unwrap().iter().all(|&x| x == 1));
-        let f = GpuArray::<bf16>::full(&dev, &[n], bf16::from_f32(1.5)).unwrap().to_vec().unwrap();
+        assert!(GpuArray::<f64>::zeros(&dev, &[n])
+            .unwrap()
+            .to_vec()
+            .unwrap()
+            .iter()
+            .all(|&x| x == 0.0));
+        assert!(GpuArray::<u8>::ones(&dev, &[n])
+            .unwrap()
+            .to_vec()
+            .unwrap()
+            .iter()
+            .all(|&x| x == 1));
+        let f = GpuArray::<bf16>::full(&dev, &[n], bf16::from_f32(1.5))
+            .unwrap()
+            .to_vec()
+            .unwrap();
         assert!(f.iter().all(|&x| x.to_f32() == 1.5));
     }
-    let r = GpuArray::<i64>::arange(&dev, -5, 1 << 40, 1 << 38).unwrap().to_vec().unwrap();
+    let r = GpuArray::<i64>::arange(&dev, -5, 1 << 40, 1 << 38)
+        .unwrap()
+        .to_vec()
+        .unwrap();
     assert_eq!(r, (0..5).map(|i| -5 + i * (1i64 << 38)).collect::<Vec<_>>());
-    let r = GpuArray::<f32>::arange(&dev, 0.0, 1.0, 0.25).unwrap().to_vec().unwrap();
+    let r = GpuArray::<f32>::arange(&dev, 0.0, 1.0, 0.25)
+        .unwrap()
+        .to_vec()
+        .unwrap();
     assert_eq!(r, vec![0.0, 0.25, 0.5, 0.75]);
     assert_eq!(GpuArray::<u32>::arange(&dev, 5, 0, 1).unwrap().len(), 0);
     assert!(GpuArray::<f32>::arange(&dev, 0.0, 1.0, 0.0).is_err());
@@ -310,24 +449,47 @@ fn creation_views_and_casts() {
     assert!(off.is_contiguous() && off.device_ptr() % 16 != 0);
     let d = (&off + &off).unwrap().to_vec().unwrap();
     assert_eq!(d, v[1..].iter().map(|x| x * 2.0).collect::<Vec<_>>());
-    assert_eq!(off.sum().unwrap().item().unwrap(), v[1..].iter().sum::<f32>());
+    assert_eq!(
+        off.sum().unwrap().item().unwrap(),
+        v[1..].iter().sum::<f32>()
+    );
 
     // Casts.
     let x = GpuArray::<f32>::from_slice(&dev, &[-2.7, -0.5, 0.0, 3.9, 300.25], &[5]).unwrap();
-    assert_eq!(x.astype::<i32>().unwrap().to_vec().unwrap(), vec![-2, 0, 0, 3, 300]);
+    assert_eq!(
+        x.astype::<i32>().unwrap().to_vec().unwrap(),
+        vec![-2, 0, 0, 3, 300]
+    );
     assert_eq!(x.astype::<f64>().unwrap().to_vec().unwrap()[4], 300.25);
-    assert_eq!(x.astype::<f16>().unwrap().to_vec().unwrap()[1], f16::from_f32(-0.5));
-    assert_eq!(x.astype::<bf16>().unwrap().astype::<f32>().unwrap().to_vec().unwrap()[3], bf16::from_f32(3.9).to_f32());
+    assert_eq!(
+        x.astype::<f16>().unwrap().to_vec().unwrap()[1],
+        f16::from_f32(-0.5)
+    );
+    assert_eq!(
+        x.astype::<bf16>()
+            .unwrap()
+            .astype::<f32>()
+            .unwrap()
+            .to_vec()
+            .unwrap()[3],
+        bf16::from_f32(3.9).to_f32()
+    );
     let big = GpuArray::<i64>::from_slice(&dev, &[(1 << 40) + 3], &[1]).unwrap();
     assert_eq!(big.astype::<u8>().unwrap().to_vec().unwrap(), vec![3]);
-    assert_eq!(t.astype::<f64>().unwrap().to_vec().unwrap()[3], tv[3] as f64);
+    assert_eq!(
+        t.astype::<f64>().unwrap().to_vec().unwrap()[3],
+        tv[3] as f64
+    );
 
     // copy_from writes through a view.
     let mut dst = GpuArray::<i32>::zeros(&dev, &[4, 3]).unwrap();
     let src = GpuArray::<i32>::from_slice(&dev, &[7, 8, 9], &[3]).unwrap();
     let mut rows = dst.slice(1..3).unwrap();
     rows.copy_from(&src).unwrap();
-    assert_eq!(dst.to_vec().unwrap(), vec![0, 0, 0, 7, 8, 9, 7, 8, 9, 0, 0, 0]);
+    assert_eq!(
+        dst.to_vec().unwrap(),
+        vec![0, 0, 0, 7, 8, 9, 7, 8, 9, 0, 0, 0]
+    );
     let bad = GpuArray::<i32>::zeros(&dev, &[2]).unwrap();
     assert!(dst.copy_from(&bad).is_err());
 }
@@ -370,14 +532,29 @@ fn reduce_case<T: TestType>(dev: &Device, shape: &[usize], seed: u64) -> Result<
     check::<T>("sum", &[s], &[sum_ref(&a)], 4.0 * eps * abs_sum(&a) + 1e-30).map_err(fail)?;
     if n > 0 {
         let m = g.mean().map_err(fail)?.item().map_err(fail)?;
-        check::<T>("mean", &[m], &[mean_ref(&a)], 4.0 * eps * abs_sum(&a) / n as f64 + 1e-30).map_err(fail)?;
+        check::<T>(
+            "mean",
+            &[m],
+            &[mean_ref(&a)],
+            4.0 * eps * abs_sum(&a) / n as f64 + 1e-30,
+        )
+        .map_err(fail)?;
         let mx = g.max().map_err(fail)?.item().map_err(fail)?;
         let mn = g.min().map_err(fail)?.item().map_err(fail)?;
-        let fmax = a.iter().map(|x| x.to_f64()).fold(f64::NEG_INFINITY, f64::max);
+        let fmax = a
+            .iter()
+            .map(|x| x.to_f64())
+            .fold(f64::NEG_INFINITY, f64::max);
         let fmin = a.iter().map(|x| x.to_f64()).fold(f64::INFINITY, f64::min);
         prop_assert_eq!((mx.to_f64(), mn.to_f64()), (fmax, fmin));
-        prop_assert_eq!(g.argmax().map_err(fail)?.item().map_err(fail)?, first_arg(&a, true));
-        prop_assert_eq!(g.argmin().map_err(fail)?.item().map_err(fail)?, first_arg(&a, false));
+        prop_assert_eq!(
+            g.argmax().map_err(fail)?.item().map_err(fail)?,
+            first_arg(&a, true)
+        );
+        prop_assert_eq!(
+            g.argmin().map_err(fail)?.item().map_err(fail)?,
+            first_arg(&a, false)
+        );
     }
     // Each axis.
     for axis in 0..shape.len() {
@@ -386,14 +563,20 @@ fn reduce_case<T: TestType>(dev: &Device, shape: &[usize], seed: u64) -> Result<
             shape[axis],
             shape[axis + 1..].iter().product(),
         );
-        let lane = |o: usize, i: usize| -> Vec<T> { (0..r).map(|k| a[(o * r + k) * inner + i]).collect() };
+        let lane =
+            |o: usize, i: usize| -> Vec<T> { (0..r).map(|k| a[(o * r + k) * inner + i]).collect() };
         let gs = g.sum_axis(axis).map_err(fail)?.to_vec().map_err(fail)?;
         prop_assert_eq!(gs.len(), outer * inner);
         for o in 0..outer {
             for i in 0..inner {
                 let l = lane(o, i);
-                check::<T>(&format!("sum_axis {axis} of {shape:?}"), &[gs[o * inner + i]], &[sum_ref(&l)], 4.0 * eps * abs_sum(&l) + 1e-30)
-                    .map_err(fail)?;
+                check::<T>(
+                    &format!("sum_axis {axis} of {shape:?}"),
+                    &[gs[o * inner + i]],
+                    &[sum_ref(&l)],
+                    4.0 * eps * abs_sum(&l) + 1e-30,
+                )
+                .map_err(fail)?;
             }
         }
         if r == 0 {
@@ -409,11 +592,32 @@ fn reduce_case<T: TestType>(dev: &Device, shape: &[usize], seed: u64) -> Result<
             for i in 0..inner {
                 let l = lane(o, i);
                 let c = o * inner + i;
-                check::<T>("mean_axis", &[gm[c]], &[mean_ref(&l)], 4.0 * eps * abs_sum(&l) / r as f64 + 1e-30).map_err(fail)?;
-                let fmax = l.iter().map(|x| x.to_f64()).fold(f64::NEG_INFINITY, f64::max);
+                check::<T>(
+                    "mean_axis",
+                    &[gm[c]],
+                    &[mean_ref(&l)],
+                    4.0 * eps * abs_sum(&l) / r as f64 + 1e-30,
+                )
+                .map_err(fail)?;
+                let fmax = l
+                    .iter()
+                    .map(|x| x.to_f64())
+                    .fold(f64::NEG_INFINITY, f64::max);
                 let fmin = l.iter().map(|x| x.to_f64()).fold(f64::INFINITY, f64::min);
-                prop_assert_eq!((gx[c].to_f64(), gn[c].to_f64()), (fmax, fmin), "max/min axis {} of {:?}", axis, shape);
-                prop_assert_eq!((ga[c], gi[c]), (first_arg(&l, true), first_arg(&l, false)), "argmax/argmin axis {} of {:?}", axis, shape);
+                prop_assert_eq!(
+                    (gx[c].to_f64(), gn[c].to_f64()),
+                    (fmax, fmin),
+                    "max/min axis {} of {:?}",
+                    axis,
+                    shape
+                );
+                prop_assert_eq!(
+                    (ga[c], gi[c]),
+                    (first_arg(&l, true), first_arg(&l, false)),
+                    "argmax/argmin axis {} of {:?}",
+                    axis,
+                    shape
+                );
             }
         }
     }
@@ -421,16 +625,25 @@ fn reduce_case<T: TestType>(dev: &Device, shape: &[usize], seed: u64) -> Result<
 }
 
 fn reduce_all<T: TestType>(dev: &Device, cases: u32) {
-    let shapes = prop::collection::vec(prop::sample::select(vec![0usize, 1, 2, 3, 5, 13, 31, 257, 1031]), 1..4)
-        .prop_filter("at most ~300k elements", |s| s.iter().product::<usize>() <= 300_000);
+    let shapes = prop::collection::vec(
+        prop::sample::select(vec![0usize, 1, 2, 3, 5, 13, 31, 257, 1031]),
+        1..4,
+    )
+    .prop_filter("at most ~300k elements", |s| {
+        s.iter().product::<usize>() <= 300_000
+    });
     runner(cases)
-        .run(&(shapes, any::<u64>()), |(shape, seed)| reduce_case::<T>(dev, &shape, seed))
+        .run(&(shapes, any::<u64>()), |(shape, seed)| {
+            reduce_case::<T>(dev, &shape, seed)
+        })
         .unwrap_or_else(|e| panic!("{}: {e}", T::RUST_NAME));
 }
 
 #[test]
 fn reductions_every_dtype_all_and_axis() {
-    let Some(dev) = device("reductions_every_dtype_all_and_axis") else { return };
+    let Some(dev) = device("reductions_every_dtype_all_and_axis") else {
+        return;
+    };
     for_all_dtypes!(reduce_all, &dev, 16);
     // Large single reductions (vector path, many blocks).
     reduce_case::<f32>(&dev, &[3_000_017], 1).unwrap();
@@ -440,7 +653,9 @@ fn reductions_every_dtype_all_and_axis() {
 
 #[test]
 fn sum_of_1e8_f32_has_no_catastrophic_error() {
-    let Some(dev) = device("sum_of_1e8_f32_has_no_catastrophic_error") else { return };
+    let Some(dev) = device("sum_of_1e8_f32_has_no_catastrophic_error") else {
+        return;
+    };
     let n = 100_000_000usize;
     let mut rng = Rng(42);
     let host: Vec<f32> = (0..n).map(|_| rng.uniform(0.0, 1.0) as f32).collect();

@@ -188,7 +188,12 @@ impl Allocator {
 
     /// Allocates `bytes` charged to `owner`, for use on `stream` (the block may be reused by
     /// later allocations on `stream` as soon as it is dropped).
-    pub fn alloc_for(&self, owner: &OwnerId, bytes: usize, stream: &Stream) -> Result<DeviceBuffer> {
+    pub fn alloc_for(
+        &self,
+        owner: &OwnerId,
+        bytes: usize,
+        stream: &Stream,
+    ) -> Result<DeviceBuffer> {
         if bytes == 0 {
             return Ok(DeviceBuffer {
                 ptr: 0,
@@ -267,7 +272,10 @@ impl Allocator {
         let base = match self.driver_alloc(seg) {
             Ok(p) => p,
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-                self.inner.ctx.synchronize().ctx("synchronizing before releasing the cache")?;
+                self.inner
+                    .ctx
+                    .synchronize()
+                    .ctx("synchronizing before releasing the cache")?;
                 Self::drain_pending(st, true)?;
                 self.release_segments(st)?;
                 match self.driver_alloc(seg) {
@@ -290,7 +298,10 @@ impl Allocator {
         st.pool.add_segment(base, seg, key, is_small(rounded));
         st.streams.insert(key, stream.clone());
         st.pool.alloc(key, rounded).ok_or_else(|| {
-            Error::invalid("alloc", "internal: a fresh segment did not serve its request")
+            Error::invalid(
+                "alloc",
+                "internal: a fresh segment did not serve its request",
+            )
         })
     }
 

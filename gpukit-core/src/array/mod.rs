@@ -63,12 +63,10 @@ impl<T: DType> GpuArray<T> {
     /// An uninitialised contiguous array on `stream` (for kernels that write every element).
     pub(crate) fn alloc_on(dev: &Device, shape: &[usize], stream: &Stream) -> Result<Self> {
         let n = shape::numel("alloc", shape)?;
-        let bytes = n.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
-            Error::invalid("alloc", format!("shape {shape:?} is too large"))
-        })?;
-        let buf = dev
-            .allocator()
-            .alloc_for(&current_owner(), bytes, stream)?;
+        let bytes = n
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or_else(|| Error::invalid("alloc", format!("shape {shape:?} is too large")))?;
+        let buf = dev.allocator().alloc_for(&current_owner(), bytes, stream)?;
         Ok(GpuArray {
             dev: dev.clone(),
             buf: Arc::new(buf),
@@ -141,7 +139,11 @@ impl<T: DType> GpuArray<T> {
         let n = if T::is_float() {
             ((stop.to_f64() - s0) / st).ceil().max(0.0) as usize
         } else {
-            let (a, b, s) = (start.to_i64() as i128, stop.to_i64() as i128, step.to_i64() as i128);
+            let (a, b, s) = (
+                start.to_i64() as i128,
+                stop.to_i64() as i128,
+                step.to_i64() as i128,
+            );
             let span = b - a;
             if (span > 0) != (s > 0) || span == 0 {
                 0
@@ -193,6 +195,11 @@ impl<T: DType> GpuArray<T> {
     /// The elements in row-major order. Waits for the work queued on the current stream and on
     /// the stream the array was made on, so it always sees finished results.
     pub fn to_vec(&self) -> Result<Vec<T>> {
+        let current = self.dev.stream();
+        if !self.is_contiguous() && self.buf.stream() != &current {
+            // The gathering copy runs on the current stream: order it after the producer.
+            current.wait_stream(self.buf.stream())?;
+        }
         let a = self.contiguous()?;
         let n = a.len();
         let mut out = vec![T::zero(); n];
@@ -215,7 +222,10 @@ impl<T: DType> GpuArray<T> {
         if self.len() != 1 {
             return Err(Error::invalid(
                 "item",
-                format!("needs exactly one element, the array has shape {:?}", self.shape),
+                format!(
+                    "needs exactly one element, the array has shape {:?}",
+                    self.shape
+                ),
             ));
         }
         Ok(self.to_vec()?[0])
@@ -304,7 +314,10 @@ impl<T: DType> GpuArray<T> {
         }
         self.used_on(&stream);
         if self.is_contiguous() {
-            let k = self.kernel(KernelFile::Copy, &format!("cast_contig<{}, {}>", T::NAME, U::NAME))?;
+            let k = self.kernel(
+                KernelFile::Copy,
+                &format!("cast_contig<{}, {}>", T::NAME, U::NAME),
+            )?;
             kernels::launch(
                 &k,
                 &stream,
@@ -317,12 +330,20 @@ impl<T: DType> GpuArray<T> {
                 &self.shape,
                 &[out.strides.clone(), self.strides.clone()],
             )?;
-            let k = self.kernel(KernelFile::Copy, &format!("copy_strided<{}, {}>", T::NAME, U::NAME))?;
+            let k = self.kernel(
+                KernelFile::Copy,
+                &format!("copy_strided<{}, {}>", T::NAME, U::NAME),
+            )?;
             kernels::launch(
                 &k,
                 &stream,
                 kernels::grid_for(&self.dev, n, 32),
-                &[out.arg(), self.arg(), KernelArg::Bytes(layout), (n as i64).into()],
+                &[
+                    out.arg(),
+                    self.arg(),
+                    KernelArg::Bytes(layout),
+                    (n as i64).into(),
+                ],
             )?;
         }
         Ok(out)
@@ -348,12 +369,20 @@ impl<T: DType> GpuArray<T> {
         src.used_on(&stream);
         self.used_on(&stream);
         let layout = shape::layout_bytes("copy_from", &self.shape, &[self.strides.clone(), sst])?;
-        let k = self.kernel(KernelFile::Copy, &format!("copy_strided<{}, {}>", T::NAME, T::NAME))?;
+        let k = self.kernel(
+            KernelFile::Copy,
+            &format!("copy_strided<{}, {}>", T::NAME, T::NAME),
+        )?;
         kernels::launch(
             &k,
             &stream,
             kernels::grid_for(&self.dev, n, 32),
-            &[self.arg(), src.arg(), KernelArg::Bytes(layout), (n as i64).into()],
+            &[
+                self.arg(),
+                src.arg(),
+                KernelArg::Bytes(layout),
+                (n as i64).into(),
+            ],
         )
     }
 

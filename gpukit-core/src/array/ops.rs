@@ -143,7 +143,10 @@ impl<T: DType> GpuArray<T> {
         other.used_on(&stream);
         let op = op as u32;
         if self.shape == other.shape && self.is_contiguous() && other.is_contiguous() {
-            let k = self.kernel(KernelFile::Elementwise, &format!("binary_contig<{}, {op}>", T::NAME))?;
+            let k = self.kernel(
+                KernelFile::Elementwise,
+                &format!("binary_contig<{}, {op}>", T::NAME),
+            )?;
             let vec = 16 / std::mem::size_of::<T>();
             kernels::launch(
                 &k,
@@ -155,12 +158,21 @@ impl<T: DType> GpuArray<T> {
             let sa = shape::broadcast_strides(name, &self.shape, &self.strides, &out_shape)?;
             let sb = shape::broadcast_strides(name, &other.shape, &other.strides, &out_shape)?;
             let layout = shape::layout_bytes(name, &out_shape, &[sa, sb])?;
-            let k = self.kernel(KernelFile::Elementwise, &format!("binary_strided<{}, {op}>", T::NAME))?;
+            let k = self.kernel(
+                KernelFile::Elementwise,
+                &format!("binary_strided<{}, {op}>", T::NAME),
+            )?;
             kernels::launch(
                 &k,
                 &stream,
                 kernels::grid_for(&self.dev, n, 32),
-                &[out.arg(), self.arg(), other.arg(), KernelArg::Bytes(layout), (n as i64).into()],
+                &[
+                    out.arg(),
+                    self.arg(),
+                    other.arg(),
+                    KernelArg::Bytes(layout),
+                    (n as i64).into(),
+                ],
             )?;
         }
         Ok(out)
@@ -216,7 +228,10 @@ impl<T: DType> GpuArray<T> {
         self.used_on(&stream);
         let code = op as u32;
         if self.is_contiguous() {
-            let k = self.kernel(KernelFile::Elementwise, &format!("unary_contig<{}, {code}>", T::NAME))?;
+            let k = self.kernel(
+                KernelFile::Elementwise,
+                &format!("unary_contig<{}, {code}>", T::NAME),
+            )?;
             let vec = 16 / std::mem::size_of::<T>();
             kernels::launch(
                 &k,
@@ -225,13 +240,22 @@ impl<T: DType> GpuArray<T> {
                 &[out.arg(), self.arg(), (n as i64).into()],
             )?;
         } else {
-            let layout = shape::layout_bytes(op.name(), &self.shape, std::slice::from_ref(&self.strides))?;
-            let k = self.kernel(KernelFile::Elementwise, &format!("unary_strided<{}, {code}>", T::NAME))?;
+            let layout =
+                shape::layout_bytes(op.name(), &self.shape, std::slice::from_ref(&self.strides))?;
+            let k = self.kernel(
+                KernelFile::Elementwise,
+                &format!("unary_strided<{}, {code}>", T::NAME),
+            )?;
             kernels::launch(
                 &k,
                 &stream,
                 kernels::grid_for(&self.dev, n, 32),
-                &[out.arg(), self.arg(), KernelArg::Bytes(layout), (n as i64).into()],
+                &[
+                    out.arg(),
+                    self.arg(),
+                    KernelArg::Bytes(layout),
+                    (n as i64).into(),
+                ],
             )?;
         }
         Ok(out)
@@ -252,7 +276,10 @@ impl<T: DType> GpuArray<T> {
         other.used_on(&stream);
         let code = op as u32;
         if self.shape == other.shape && self.is_contiguous() && other.is_contiguous() {
-            let k = self.kernel(KernelFile::Elementwise, &format!("compare_contig<{}, {code}>", T::NAME))?;
+            let k = self.kernel(
+                KernelFile::Elementwise,
+                &format!("compare_contig<{}, {code}>", T::NAME),
+            )?;
             kernels::launch(
                 &k,
                 &stream,
@@ -263,12 +290,21 @@ impl<T: DType> GpuArray<T> {
             let sa = shape::broadcast_strides(name, &self.shape, &self.strides, &out_shape)?;
             let sb = shape::broadcast_strides(name, &other.shape, &other.strides, &out_shape)?;
             let layout = shape::layout_bytes(name, &out_shape, &[sa, sb])?;
-            let k = self.kernel(KernelFile::Elementwise, &format!("compare_strided<{}, {code}>", T::NAME))?;
+            let k = self.kernel(
+                KernelFile::Elementwise,
+                &format!("compare_strided<{}, {code}>", T::NAME),
+            )?;
             kernels::launch(
                 &k,
                 &stream,
                 kernels::grid_for(&self.dev, n, 32),
-                &[out.arg(), self.arg(), other.arg(), KernelArg::Bytes(layout), (n as i64).into()],
+                &[
+                    out.arg(),
+                    self.arg(),
+                    other.arg(),
+                    KernelArg::Bytes(layout),
+                    (n as i64).into(),
+                ],
             )?;
         }
         Ok(out)
@@ -293,7 +329,14 @@ impl<T: DType> GpuArray<T> {
             &k,
             &stream,
             kernels::grid_for(&self.dev, n, 32),
-            &[out.arg(), src.arg(), sf.into(), si.into(), 0i32.into(), (n as i64).into()],
+            &[
+                out.arg(),
+                src.arg(),
+                sf.into(),
+                si.into(),
+                0i32.into(),
+                (n as i64).into(),
+            ],
         )?;
         Ok(out)
     }
@@ -317,19 +360,33 @@ impl<T: DType> GpuArray<T> {
         let sa = shape::broadcast_strides("where", &a.shape, &a.strides, &out_shape)?;
         let sb = shape::broadcast_strides("where", &b.shape, &b.strides, &out_shape)?;
         let layout = shape::layout_bytes("where", &out_shape, &[sm, sa, sb])?;
-        let k = a.kernel(KernelFile::Elementwise, &format!("where_strided<{}>", T::NAME))?;
+        let k = a.kernel(
+            KernelFile::Elementwise,
+            &format!("where_strided<{}>", T::NAME),
+        )?;
         kernels::launch(
             &k,
             &stream,
             kernels::grid_for(&a.dev, n, 32),
-            &[out.arg(), mask.arg(), a.arg(), b.arg(), KernelArg::Bytes(layout), (n as i64).into()],
+            &[
+                out.arg(),
+                mask.arg(),
+                a.arg(),
+                b.arg(),
+                KernelArg::Bytes(layout),
+                (n as i64).into(),
+            ],
         )?;
         Ok(out)
     }
 }
 
 /// `mask ? a : b` elementwise with broadcasting (NumPy's `where`).
-pub fn where_<T: DType>(mask: &GpuArray<u8>, a: &GpuArray<T>, b: &GpuArray<T>) -> Result<GpuArray<T>> {
+pub fn where_<T: DType>(
+    mask: &GpuArray<u8>,
+    a: &GpuArray<T>,
+    b: &GpuArray<T>,
+) -> Result<GpuArray<T>> {
     GpuArray::select(mask, a, b)
 }
 

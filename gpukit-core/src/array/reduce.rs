@@ -62,14 +62,24 @@ impl<T: DType> GpuArray<T> {
         let code = op as u32;
         let blocks = self.partial_blocks(n);
         let scratch = GpuArray::<u8>::alloc_on(&self.dev, &[blocks * PARTIAL_BYTES], &stream)?;
-        let k1 = self.kernel(KernelFile::Reduce, &format!("reduce_partial<{}, {code}>", T::NAME))?;
+        let k1 = self.kernel(
+            KernelFile::Reduce,
+            &format!("reduce_partial<{}, {code}>", T::NAME),
+        )?;
         kernels::launch(
             &k1,
             &stream,
             LaunchConfig::new((blocks as u32, 1, 1), (BLOCK, 1, 1)),
-            &[src.as_kernel_arg(), (n as i64).into(), scratch.as_kernel_arg()],
+            &[
+                src.as_kernel_arg(),
+                (n as i64).into(),
+                scratch.as_kernel_arg(),
+            ],
         )?;
-        let k2 = self.kernel(KernelFile::Reduce, &format!("reduce_finish<{}, {code}>", T::NAME))?;
+        let k2 = self.kernel(
+            KernelFile::Reduce,
+            &format!("reduce_finish<{}, {code}>", T::NAME),
+        )?;
         kernels::launch(
             &k2,
             &stream,
@@ -111,16 +121,27 @@ impl<T: DType> GpuArray<T> {
         let out = GpuArray::<T>::alloc_on(&self.dev, &out_shape, &stream)?;
         let code = op as u32;
         if inner == 1 {
-            let k = self.kernel(KernelFile::Reduce, &format!("reduce_rows<{}, {code}>", T::NAME))?;
+            let k = self.kernel(
+                KernelFile::Reduce,
+                &format!("reduce_rows<{}, {code}>", T::NAME),
+            )?;
             let blocks = outer.min(65535 * 16) as u32;
             kernels::launch(
                 &k,
                 &stream,
                 LaunchConfig::new((blocks, 1, 1), (BLOCK, 1, 1)),
-                &[src.as_kernel_arg(), (outer as i64).into(), (r as i64).into(), out.as_kernel_arg()],
+                &[
+                    src.as_kernel_arg(),
+                    (outer as i64).into(),
+                    (r as i64).into(),
+                    out.as_kernel_arg(),
+                ],
             )?;
         } else {
-            let k = self.kernel(KernelFile::Reduce, &format!("reduce_cols<{}, {code}>", T::NAME))?;
+            let k = self.kernel(
+                KernelFile::Reduce,
+                &format!("reduce_cols<{}, {code}>", T::NAME),
+            )?;
             kernels::launch(
                 &k,
                 &stream,
@@ -152,20 +173,35 @@ impl<T: DType> GpuArray<T> {
                 src.used_on(&stream);
                 let out = GpuArray::<i64>::alloc_on(&self.dev, &[], &stream)?;
                 let blocks = self.partial_blocks(n);
-                let scratch = GpuArray::<u8>::alloc_on(&self.dev, &[blocks * PARTIAL_BYTES], &stream)?;
-                let k1 = self.kernel(KernelFile::Reduce, &format!("arg_partial<{}, {code}>", T::NAME))?;
+                let scratch =
+                    GpuArray::<u8>::alloc_on(&self.dev, &[blocks * PARTIAL_BYTES], &stream)?;
+                let k1 = self.kernel(
+                    KernelFile::Reduce,
+                    &format!("arg_partial<{}, {code}>", T::NAME),
+                )?;
                 kernels::launch(
                     &k1,
                     &stream,
                     LaunchConfig::new((blocks as u32, 1, 1), (BLOCK, 1, 1)),
-                    &[src.as_kernel_arg(), (n as i64).into(), scratch.as_kernel_arg()],
+                    &[
+                        src.as_kernel_arg(),
+                        (n as i64).into(),
+                        scratch.as_kernel_arg(),
+                    ],
                 )?;
-                let k2 = self.kernel(KernelFile::Reduce, &format!("arg_finish<{}, {code}>", T::NAME))?;
+                let k2 = self.kernel(
+                    KernelFile::Reduce,
+                    &format!("arg_finish<{}, {code}>", T::NAME),
+                )?;
                 kernels::launch(
                     &k2,
                     &stream,
                     LaunchConfig::new((1, 1, 1), (BLOCK * 4, 1, 1)),
-                    &[scratch.as_kernel_arg(), (blocks as i32).into(), out.as_kernel_arg()],
+                    &[
+                        scratch.as_kernel_arg(),
+                        (blocks as i32).into(),
+                        out.as_kernel_arg(),
+                    ],
                 )?;
                 Ok(out)
             }

@@ -94,14 +94,16 @@ pub fn wrap<T: DType>(v: i128) -> T {
 /// floor; integers: exact). Returns the first mismatch.
 pub fn check<T: TestType>(what: &str, got: &[T], want: &[f64], atol: f64) -> Result<(), String> {
     if got.len() != want.len() {
-        return Err(format!("{what}: {} elements, expected {}", got.len(), want.len()));
+        return Err(format!(
+            "{what}: {} elements, expected {}",
+            got.len(),
+            want.len()
+        ));
     }
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let g = g.to_f64();
         let ok = if T::KIND == DTypeKind::Float {
-            (g.is_nan() && w.is_nan())
-                || g == *w
-                || (g - w).abs() <= T::rtol() * w.abs() + atol
+            (g.is_nan() && w.is_nan()) || g == *w || (g - w).abs() <= T::rtol() * w.abs() + atol
         } else {
             g == *w
         };
