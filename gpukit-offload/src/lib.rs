@@ -1,1 +1,67 @@
-//! gpukit-offload (under construction in this session).
+//! # gpukit-offload
+//!
+//! A calibrated BLAS/LAPACK offload dispatcher: each call runs where this machine finishes it
+//! first, the CPU library or cuBLAS/cuSOLVER, copies included.
+//!
+//! * [`ops`]: the catalogue (routine, precision s/d/c/z, shape, flops, bytes moved).
+//! * [`model`]: predicted CPU and GPU time (copy in + compute + copy out) interpolated in log
+//!   space over calibrated grids keyed by op, precision and *shape features* (so rectangular
+//!   calls are judged by their shape, not their flop count); decision levels 1..10 map to a
+//!   required speedup from 3.0x down to 0.9x.
+//! * [`profile`]: the versioned JSON profile (embedded default calibrated on an H200 host;
+//!   `offload calibrate` writes `~/.config/gpukit/offload-profile.json` or
+//!   `$GPUKIT_OFFLOAD_PROFILE`). A corrupt file is a clear error and the default is used.
+//! * [`learn`]: run-time corrections per op, precision and size bucket, CPU re-checks, persisted
+//!   into the profile at exit.
+//! * [`dispatch`]: the decision, lazy GPU start-up, fallback, statistics ([`stats`]).
+//! * [`cpu`] / [`gpu`]: the backends. The CPU backend is the system OpenBLAS/LAPACK loaded at run
+//!   time (exact LAPACK semantics, the library the cost model was calibrated with; see
+//!   [`cpu`] for why not a pure-Rust library). The GPU backend stages through pinned memory,
+//!   overlaps copies with compute and runs calls from several threads at once, each on its own
+//!   lane of streams and handles.
+//! * [`api`]: the typed API on host slices ([`Offload`]).
+//! * [`interpose`]: the LD_PRELOAD shim's machinery and [`export_blas_symbols!`].
+//!
+//! ```no_run
+//! use gpukit_offload::{Offload, Trans};
+//! let off = Offload::global();
+//! let n = 2048;
+//! let a = vec![1.0f64; n * n];
+//! let b = vec![1.0f64; n * n];
+//! let mut c = vec![0.0f64; n * n];
+//! let out = off.gemm(Trans::No, Trans::No, n, n, n, 1.0, &a, n, &b, n, 0.0, &mut c, n)?;
+//! println!("ran on {:?} in {:.3}s", out.backend, out.seconds);
+//! # Ok::<(), gpukit_offload::Error>(())
+//! ```
+//!
+//! ## Environment
+//! | variable | values |
+//! | --- | --- |
+//! | `GPUKIT_OFFLOAD_LEVEL` | 1..10 (default 8: offload when predicted at least 1.05x faster) |
+//! | `GPUKIT_OFFLOAD_GPU` | `auto` (default) or `off` (CPU only, calls still timed) |
+//! | `GPUKIT_OFFLOAD_LOG` | `off` (default), `summary` (one line per routine at exit), `calls` |
+//! | `GPUKIT_OFFLOAD_PROFILE` | profile path |
+//! | `GPUKIT_OFFLOAD_PERSIST` | `1` (default) / `0`: save learned corrections at exit |
+//! | `GPUKIT_OFFLOAD_CPU_LIB` | CPU BLAS/LAPACK library for the typed API |
+//! | `GPUKIT_OFFLOAD_INJECT_FAILURE` | tests: `oom`, `error`, `info` make every GPU call fail |
+
+pub mod api;
+pub mod calibrate;
+pub mod call;
+pub mod cpu;
+pub mod dispatch;
+mod error;
+pub mod gpu;
+pub mod interpose;
+pub mod learn;
+pub mod model;
+pub mod ops;
+pub mod profile;
+pub mod stats;
+
+pub use api::{c32, c64, Complex, Element, Offload};
+pub use dispatch::{Config, Dispatcher, GpuMode, LogMode, Outcome};
+pub use error::{Error, Result};
+pub use model::Backend;
+pub use ops::{Diag, OpKind, Precision, Routine, Shape, Side, SvdJob, Trans, Uplo};
+pub use stats::{Reason, StatsSnapshot};

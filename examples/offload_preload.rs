@@ -1,0 +1,23 @@
+//! The gpukit-offload LD_PRELOAD shim (a cdylib built with the examples:
+//! `target/<profile>/examples/liboffload_preload.so`).
+//!
+//! It exports the Fortran BLAS/LAPACK names (`dgemm_`, `dgemm_64_`), the numpy/scipy wheel names
+//! (`scipy_dgemm_`, `scipy_dgemm_64_`) and the CBLAS names (`cblas_dgemm`,
+//! `scipy_cblas_dgemm64_`, ...) of every routine gpukit-offload knows, generated from one table by
+//! [`gpukit_offload::export_blas_symbols!`]. All logic lives in the library; this file only
+//! instantiates the wrappers and hooks process start and exit.
+//!
+//! Use it through `offload run CMD ARGS...`, or directly:
+//! `LD_PRELOAD=target/release/examples/liboffload_preload.so GPUKIT_OFFLOAD_LOG=summary python3 x.py`.
+
+gpukit_offload::export_blas_symbols!();
+
+extern "C" fn offload_shim_init() {
+    gpukit_offload::interpose::init();
+}
+
+/// Runs when the shim is loaded: creates the dispatcher (reading the environment and profile,
+/// printing configuration problems) and registers the exit hook (summary, learned corrections).
+#[used]
+#[link_section = ".init_array"]
+static OFFLOAD_SHIM_INIT: extern "C" fn() = offload_shim_init;

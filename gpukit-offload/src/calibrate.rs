@@ -1,0 +1,477 @@
+//! Calibration: measures this machine's CPU library and GPU on a grid of shapes per op kind and
+//! precision, and the staging copy throughput, and builds a [`Profile`].
+//!
+//! Quick mode (`quick = true`) measures smaller grids, one repetition for calls over 50 ms, and
+//! stops adding larger sizes once its time budget is used (the grids measured so far are kept;
+//! an op kind never reached keeps the embedded default's curves). The GPU curve stores compute
+//! time: the measured GPU call time minus the copy time the copy model predicts for it, so the
+//! model reproduces the measured totals at every grid point.
+
+use crate::call::{Call, HostMat, Op, Piv, Scalar};
+use crate::cpu::CpuBackend;
+use crate::error::{Error, Result};
+use crate::gpu::GpuBackend;
+use crate::model::{Backend, CopyModel, Curve};
+use crate::ops::{Diag, OpKind, Precision, Routine, Side, SvdJob, Trans, Uplo};
+use crate::profile::{CurveEntry, Machine, Profile, PROFILE_VERSION};
+use std::time::{Duration, Instant};
+
+/// Calibration settings.
+#[derive(Debug, Clone)]
+pub struct CalibrateOptions {
+    /// Smaller grids and a time budget.
+    pub quick: bool,
+    /// Stop adding larger sizes after this long (quick default: 150 s).
+    pub budget: Duration,
+    /// Show a progress bar on stderr.
+    pub progress: bool,
+    /// Only these op kinds (empty: all).
+    pub only: Vec<OpKind>,
+}
+
+impl CalibrateOptions {
+    /// Quick (`true`) or full settings.
+    pub fn new(quick: bool) -> CalibrateOptions {
+        CalibrateOptions {
+            quick,
+            budget: Duration::from_secs(if quick { 150 } else { 1500 }),
+            progress: true,
+            only: Vec::new(),
+        }
+    }
+}
+
+/// The feature grid measured for an op kind and precision.
+pub fn grid(kind: OpKind, p: Precision, quick: bool) -> (Vec<f64>, Vec<f64>) {
+    let cplx = p.is_complex();
+    let v = |x: &[f64]| x.to_vec();
+    let heavy = matches!(kind.routine, Routine::Syevd | Routine::Gesdd | Routine::Gesvd);
+    let x1: Vec<f64> = if heavy {
+        match (quick, cplx, kind.routine == Routine::Gesvd || kind.vectors) {
+            (true, true, _) => v(&[128.0, 384.0, 1024.0]),
+            (true, false, true) => v(&[128.0, 384.0, 1024.0, 2048.0]),
+            (true, false, false) => v(&[128.0, 512.0, 1024.0, 2048.0]),
+            (false, _, _) => v(&[128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0]),
+        }
+    } else if quick {
+        if cplx {
+            v(&[128.0, 512.0, 1024.0, 2048.0])
+        } else {
+            v(&[128.0, 512.0, 1024.0, 2048.0, 4096.0])
+        }
+    } else {
+        v(&[64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0])
+    };
+    let x2 = match kind.routine {
+        Routine::Potrf | Routine::Syevd => vec![1.0],
+        Routine::Getrf | Routine::Geqrf | Routine::Gesdd | Routine::Gesvd => {
+            if quick {
+                vec![1.0, 3.0]
+            } else {
+                vec![1.0, 2.0, 4.0]
+            }
+        }
+        Routine::Getrs | Routine::Gesv | Routine::Potrs | Routine::Posv => {
+            if quick {
+                vec![1.0, 64.0, 1024.0]
+            } else {
+                vec![1.0, 16.0, 128.0, 1024.0, 4096.0]
+            }
+        }
+        _ => {
+            if quick {
+                vec![32.0, 512.0, 4096.0]
+            } else {
+                vec![16.0, 128.0, 512.0, 2048.0, 8192.0]
+            }
+        }
+    };
+    (x1, x2)
+}
+
+/// Deterministic fast random numbers in [-1, 1).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+}
+
+/// A column-major test matrix in one precision, stored as bytes.
+pub(crate) struct Buf {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    p: Precision,
+}
+
+impl Buf {
+    pub(crate) fn zeros(p: Precision, rows: usize, cols: usize) -> Buf {
+        Buf {
+            bytes: vec![0u8; rows.max(1) * cols.max(1) * p.size()],
+            rows,
+            cols,
+            p,
+        }
+    }
+
+    fn set(&mut self, i: usize, j: usize, re: f64, im: f64) {
+        let es = self.p.size();
+        let o = (i + j * self.rows) * es;
+        let b = &mut self.bytes[o..o + es];
+        match self.p {
+            Precision::S => b.copy_from_slice(&(re as f32).to_ne_bytes()),
+            Precision::D => b.copy_from_slice(&re.to_ne_bytes()),
+            Precision::C => {
+                b[..4].copy_from_slice(&(re as f32).to_ne_bytes());
+                b[4..].copy_from_slice(&(im as f32).to_ne_bytes());
+            }
+            Precision::Z => {
+                b[..8].copy_from_slice(&re.to_ne_bytes());
+                b[8..].copy_from_slice(&im.to_ne_bytes());
+            }
+        }
+    }
+
+    /// Random entries in [-1, 1).
+    pub(crate) fn random(p: Precision, rows: usize, cols: usize, seed: u64) -> Buf {
+        let mut b = Buf::zeros(p, rows, cols);
+        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let cplx = p.is_complex();
+        for j in 0..cols {
+            for i in 0..rows {
+                let re = r.next();
+                let im = if cplx { r.next() } else { 0.0 };
+                b.set(i, j, re, im);
+            }
+        }
+        b
+    }
+
+    /// Symmetric (Hermitian for complex) random matrix with `diag` added on the diagonal
+    /// (diagonally dominant, hence positive definite, when `diag > n`).
+    pub(crate) fn symmetric(p: Precision, n: usize, diag: f64, seed: u64) -> Buf {
+        let mut b = Buf::zeros(p, n, n);
+        let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let cplx = p.is_complex();
+        for j in 0..n {
+            for i in j..n {
+                let re = r.next();
+                let im = if cplx && i != j { r.next() } else { 0.0 };
+                if i == j {
+                    b.set(i, i, re + diag, 0.0);
+                } else {
+                    b.set(i, j, re, im);
+                    b.set(j, i, re, -im);
+                }
+            }
+        }
+        b
+    }
+
+    pub(crate) fn mat(&mut self) -> HostMat {
+        HostMat::new(self.bytes.as_mut_ptr(), self.rows, self.cols, self.rows.max(1))
+    }
+}
+
+/// The operands of one measurement: pristine inputs and working copies.
+struct Case {
+    bufs: Vec<Buf>,
+    pristine: Vec<Vec<u8>>,
+    piv: Vec<i32>,
+}
+
+fn sc(p: Precision, v: f64) -> Scalar {
+    match p {
+        Precision::S => Scalar::of(v as f32),
+        Precision::D => Scalar::of(v),
+        Precision::C => Scalar::of([v as f32, 0.0]),
+        Precision::Z => Scalar::of([v, 0.0]),
+    }
+}
+
+impl Case {
+    fn new(kind: OpKind, p: Precision, x1: f64, x2: f64) -> Case {
+        let s = kind.canonical_shape(x1, x2);
+        let (m, n, k) = (s.m as usize, s.n as usize, s.k as usize);
+        let bufs = match kind.routine {
+            Routine::Gemm => vec![Buf::random(p, m, k, 1), Buf::random(p, k, n, 2), Buf::random(p, m, n, 3)],
+            Routine::Symm => vec![Buf::symmetric(p, m, 0.0, 1), Buf::random(p, m, n, 2), Buf::random(p, m, n, 3)],
+            Routine::Syrk => vec![Buf::random(p, n, k, 1), Buf::random(p, n, n, 2)],
+            Routine::Trsm => vec![Buf::symmetric(p, k, k as f64 + 1.0, 1), Buf::random(p, m, n, 2)],
+            Routine::Getrf | Routine::Geqrf | Routine::Gesdd | Routine::Gesvd => vec![Buf::random(p, m, n, 1)],
+            Routine::Getrs | Routine::Gesv => vec![Buf::symmetric(p, n, n as f64 + 1.0, 1), Buf::random(p, n, k, 2)],
+            Routine::Potrf | Routine::Potrs | Routine::Posv => {
+                vec![Buf::symmetric(p, n, n as f64 + 1.0, 1), Buf::random(p, n, k.max(1), 2)]
+            }
+            Routine::Syevd => vec![Buf::symmetric(p, n, 0.0, 1)],
+        };
+        let mut c = Case {
+            pristine: bufs.iter().map(|b| b.bytes.clone()).collect(),
+            bufs,
+            piv: (1..=m.max(n).max(1) as i32).collect(),
+        };
+        // outputs of the eigen / SVD / QR routines
+        match kind.routine {
+            Routine::Syevd => c.bufs.push(Buf::zeros(Precision::D, n, 1)),
+            Routine::Gesdd | Routine::Gesvd => {
+                let mn = m.min(n);
+                c.bufs.push(Buf::zeros(Precision::D, mn, 1));
+                c.bufs.push(Buf::zeros(p, m, mn));
+                c.bufs.push(Buf::zeros(p, mn, n));
+            }
+            Routine::Geqrf => c.bufs.push(Buf::zeros(p, m.min(n), 1)),
+            _ => {}
+        }
+        c
+    }
+
+    fn reset(&mut self) {
+        for (b, p) in self.bufs.iter_mut().zip(&self.pristine) {
+            b.bytes.copy_from_slice(p);
+        }
+        let n = self.piv.len();
+        for (i, v) in self.piv.iter_mut().enumerate() {
+            *v = (i + 1).min(n) as i32;
+        }
+    }
+
+    fn call(&mut self, kind: OpKind, p: Precision, x1: f64, x2: f64) -> Call {
+        let s = kind.canonical_shape(x1, x2);
+        let (m, n, k) = (s.m as usize, s.n as usize, s.k as usize);
+        let piv = Piv::I32(self.piv.as_mut_ptr());
+        let (one, zero) = (sc(p, 1.0), sc(p, 0.0));
+        let b = &mut self.bufs;
+        let op = match kind.routine {
+            Routine::Gemm => Op::Gemm { ta: Trans::No, tb: Trans::No, m, n, k, alpha: one, a: b[0].mat(), b: b[1].mat(), beta: one, c: b[2].mat() },
+            Routine::Symm => Op::Symm { side: Side::Left, uplo: Uplo::Lower, m, n, alpha: one, a: b[0].mat(), b: b[1].mat(), beta: one, c: b[2].mat() },
+            Routine::Syrk => Op::Syrk { uplo: Uplo::Lower, trans: Trans::No, n, k, alpha: one, a: b[0].mat(), beta: zero, c: b[1].mat() },
+            Routine::Trsm => Op::Trsm { side: Side::Left, uplo: Uplo::Lower, ta: Trans::No, diag: Diag::NonUnit, m, n, alpha: one, a: b[0].mat(), b: b[1].mat() },
+            Routine::Getrf => Op::Getrf { m, n, a: b[0].mat(), ipiv: piv },
+            Routine::Getrs => Op::Getrs { trans: Trans::No, n, nrhs: k, a: b[0].mat(), ipiv: piv, b: b[1].mat() },
+            Routine::Gesv => Op::Gesv { n, nrhs: k, a: b[0].mat(), ipiv: piv, b: b[1].mat() },
+            Routine::Potrf => Op::Potrf { uplo: Uplo::Lower, n, a: b[0].mat() },
+            Routine::Potrs => Op::Potrs { uplo: Uplo::Lower, n, nrhs: k, a: b[0].mat(), b: b[1].mat() },
+            Routine::Posv => Op::Posv { uplo: Uplo::Lower, n, nrhs: k, a: b[0].mat(), b: b[1].mat() },
+            Routine::Syevd => Op::Syevd { vectors: kind.vectors, uplo: Uplo::Lower, n, a: b[0].mat(), w: b[1].bytes.as_mut_ptr() },
+            Routine::Gesdd | Routine::Gesvd => {
+                let job = if kind.vectors { SvdJob::Thin } else { SvdJob::None };
+                let s_ptr = b[1].bytes.as_mut_ptr();
+                let (u, vt) = if kind.vectors { (b[2].mat(), b[3].mat()) } else { (HostMat::new(std::ptr::null_mut(), 0, 0, 1), HostMat::new(std::ptr::null_mut(), 0, 0, 1)) };
+                Op::Svd { routine: kind.routine, jobu: job, jobvt: job, m, n, a: b[0].mat(), s: s_ptr, u, vt }
+            }
+            Routine::Geqrf => Op::Geqrf { m, n, a: b[0].mat(), tau: b[1].bytes.as_mut_ptr() },
+        };
+        Call { prec: p, op }
+    }
+}
+
+/// Times one backend on one grid point: the minimum over repetitions (one repetition for calls
+/// over 50 ms in quick mode, three otherwise).
+fn time_point(case: &mut Case, kind: OpKind, p: Precision, x1: f64, x2: f64, quick: bool, run: &mut dyn FnMut(&Call) -> Result<()>) -> Result<f64> {
+    let mut best = f64::MAX;
+    let mut reps = 0;
+    loop {
+        case.reset();
+        let call = case.call(kind, p, x1, x2);
+        let t = Instant::now();
+        run(&call)?;
+        let dt = t.elapsed().as_secs_f64();
+        best = best.min(dt);
+        reps += 1;
+        let want = if dt > 0.05 && quick { 1 } else if dt > 0.5 { 1 } else if dt < 0.002 { 5 } else { 3 };
+        // the first run of a small call also pays for warm-up: always repeat those
+        if reps >= want && !(reps == 1 && dt < 0.05) {
+            break;
+        }
+    }
+    Ok(best.max(1e-7))
+}
+
+/// Measures the machine and returns the profile. `startup_s` is the GPU start-up time the
+/// caller measured when starting `gpu`.
+pub fn calibrate(cpu: &CpuBackend, gpu: &GpuBackend, startup_s: f64, opts: &CalibrateOptions) -> Result<Profile> {
+    let t_start = Instant::now();
+    let (h2d, d2h) = gpu.measure_copies(256 << 20)?;
+    let copy = CopyModel {
+        h2d_bytes_per_s: h2d,
+        d2h_bytes_per_s: d2h,
+        latency_s: 60e-6,
+    };
+    let kinds: Vec<OpKind> = if opts.only.is_empty() { OpKind::all() } else { opts.only.clone() };
+    // measure every kind's small sizes first, then larger ones, so a budget cut keeps all kinds
+    let mut plan = Vec::new();
+    for kind in &kinds {
+        for p in Precision::ALL {
+            let (x1, x2) = grid(*kind, p, opts.quick);
+            plan.push((*kind, p, x1, x2));
+        }
+    }
+    let total: usize = plan.iter().map(|(_, _, a, b)| a.len() * b.len()).sum();
+    let bar = if opts.progress {
+        let b = indicatif::ProgressBar::new(total as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("calibrating {bar:40} {pos}/{len} {msg} [{elapsed}]")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let embedded = Profile::embedded();
+    let mut curves = Vec::new();
+    // rows[i] = measured (cpu, gpu) seconds per x2 for x1[i]
+    let mut measured: Vec<Vec<Vec<(f64, f64)>>> = plan.iter().map(|_| Vec::new()).collect();
+    let max_rows = plan.iter().map(|(_, _, a, _)| a.len()).max().unwrap_or(0);
+    let mut cut = false;
+    for row in 0..max_rows {
+        for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
+            if row >= x1.len() || measured[idx].len() < row {
+                continue;
+            }
+            if cut {
+                bar.inc(x2.len() as u64);
+                continue;
+            }
+            let mut pts = Vec::new();
+            for &b in x2 {
+                bar.set_message(format!("{} {} x1={} x2={}", kind, p.letter(), x1[row], b));
+                let mut case = Case::new(*kind, *p, x1[row], b);
+                let tc = time_point(&mut case, *kind, *p, x1[row], b, opts.quick, &mut |c| {
+                    // SAFETY: the call's buffers belong to `case` and match its dimensions.
+                    let info = unsafe { cpu.run(c)? };
+                    if info != 0 {
+                        return Err(Error::Lapack { routine: c.name(), info, meaning: "calibration input rejected" });
+                    }
+                    Ok(())
+                })?;
+                let tg = time_point(&mut case, *kind, *p, x1[row], b, opts.quick, &mut |c| {
+                    // SAFETY: as above; the call is supported on the GPU (m >= n for SVD).
+                    unsafe { gpu.run(c) }.map_err(|e| Error::Gpu { what: "calibration", detail: format!("{}: {e}", c.name()) })
+                })?;
+                let s = kind.canonical_shape(x1[row], b);
+                let (inb, outb) = kind.bytes(*p, s);
+                let (ci, co) = copy.seconds(inb, outb);
+                let compute = (tg - ci - co - copy.latency_s).max(0.1 * tg);
+                pts.push((tc, compute));
+                bar.inc(1);
+            }
+            measured[idx].push(pts);
+            if t_start.elapsed() > opts.budget {
+                cut = true;
+            }
+        }
+    }
+    bar.finish_and_clear();
+    for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
+        let rows = &measured[idx];
+        if rows.is_empty() {
+            for b in [Backend::Cpu, Backend::Gpu] {
+                if let Some(c) = embedded.model().curve(*kind, *p, b) {
+                    curves.push(CurveEntry { op: kind.key(), precision: *p, backend: b, curve: c.clone() });
+                }
+            }
+            continue;
+        }
+        for (bi, b) in [Backend::Cpu, Backend::Gpu].into_iter().enumerate() {
+            let seconds = rows.iter().flat_map(|r| r.iter().map(|pt| if bi == 0 { pt.0 } else { pt.1 })).collect();
+            curves.push(CurveEntry {
+                op: kind.key(),
+                precision: *p,
+                backend: b,
+                curve: Curve { x1: x1[..rows.len()].to_vec(), x2: x2.clone(), seconds },
+            });
+        }
+    }
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let profile = Profile {
+        version: PROFILE_VERSION,
+        machine: Machine {
+            cpu: format!("{} ({cores} threads)", cpu_model()),
+            gpu: gpu.name().to_string(),
+            cpu_library: cpu.path().to_string(),
+        },
+        created_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        calibration_s: t_start.elapsed().as_secs_f64(),
+        startup_s,
+        copy,
+        curves,
+        corrections: Default::default(),
+    };
+    profile.validate().map_err(|msg| Error::Profile { path: "(calibration)".into(), msg })?;
+    Ok(profile)
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grids_are_valid_and_quick_is_smaller() {
+        for k in OpKind::all() {
+            for p in Precision::ALL {
+                let (a, b) = grid(k, p, true);
+                let (c, d) = grid(k, p, false);
+                let cv = Curve { x1: a.clone(), x2: b.clone(), seconds: vec![1.0; a.len() * b.len()] };
+                cv.validate().unwrap();
+                assert!(a.len() * b.len() <= c.len() * d.len(), "{k} {p:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn symmetric_buffers_are_symmetric() {
+        let b = Buf::symmetric(Precision::Z, 5, 6.0, 3);
+        let at = |i: usize, j: usize| {
+            let o = (i + j * 5) * 16;
+            (
+                f64::from_ne_bytes(b.bytes[o..o + 8].try_into().unwrap()),
+                f64::from_ne_bytes(b.bytes[o + 8..o + 16].try_into().unwrap()),
+            )
+        };
+        for i in 0..5 {
+            for j in 0..5 {
+                let (x, y) = (at(i, j), at(j, i));
+                assert_eq!(x.0, y.0);
+                assert_eq!(x.1, -y.1);
+            }
+            assert!(at(i, i).0 > 4.0);
+        }
+    }
+
+    /// Runs every op kind on the CPU backend through the calibration cases (small sizes): the
+    /// cases are valid inputs (info = 0) in every precision.
+    #[test]
+    fn calibration_cases_run_on_the_cpu() {
+        let Ok(cpu) = CpuBackend::discover() else {
+            eprintln!("SKIPPED calibration_cases_run_on_the_cpu: no CPU BLAS/LAPACK library");
+            return;
+        };
+        for k in OpKind::all() {
+            for p in Precision::ALL {
+                let x2 = match k.routine {
+                    Routine::Potrf | Routine::Syevd => 1.0,
+                    Routine::Getrf | Routine::Geqrf | Routine::Gesdd | Routine::Gesvd => 2.0,
+                    _ => 7.0,
+                };
+                let mut case = Case::new(k, p, 24.0, x2);
+                case.reset();
+                let call = case.call(k, p, 24.0, x2);
+                call.check().unwrap();
+                // SAFETY: buffers owned by `case`.
+                let info = unsafe { cpu.run(&call) }.unwrap();
+                assert_eq!(info, 0, "{k} {p:?}");
+            }
+        }
+    }
+}

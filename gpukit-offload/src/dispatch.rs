@@ -1,0 +1,625 @@
+//! The dispatcher: decides per call where it runs, runs it there (falling back to the CPU on any
+//! GPU failure), learns from the times it sees, and counts everything.
+//!
+//! Decision for a call above the fast-path threshold:
+//! 1. empty calls, nested calls (made by the CPU library from inside an intercepted call),
+//!    invalid arguments and shapes the GPU path does not support stay on the CPU;
+//! 2. the model (with learned corrections) predicts CPU and GPU time; the call is offloaded when
+//!    `cpu >= required_speedup(level) * gpu`;
+//! 3. CUDA is started lazily: the predicted savings of calls that would have gone to the GPU are
+//!    summed, and once they exceed the profile's start-up cost the GPU is started in a background
+//!    thread (calls keep running on the CPU meanwhile). A single call that alone would save more
+//!    than twice the start-up cost starts it synchronously and runs on the GPU;
+//! 4. one GPU-bound call in [`crate::learn::RECHECK_EVERY`] per size bucket is re-run on the CPU
+//!    while the predicted gain is modest, to keep the CPU side of the model honest.
+
+use crate::call::Call;
+use crate::cpu::CpuBackend;
+use crate::error::{Error, Result};
+use crate::gpu::{GpuBackend, GpuFailKind, Inject};
+use crate::learn::{CorrKey, Learner};
+use crate::model::{required_speedup, Backend, Estimate, Model, DEFAULT_LEVEL};
+use crate::ops::{OpKind, Precision, Routine};
+use crate::profile::Profile;
+use crate::stats::{slot, Reason, Stats, StatsSnapshot, NSLOT};
+use parking_lot::Mutex;
+use std::cell::Cell;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+/// Whether the GPU may be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuMode {
+    /// Use the GPU when the model says it pays.
+    Auto,
+    /// Never use the GPU (calls are still timed and counted: this measures the CPU-only run).
+    Off,
+}
+
+/// What is printed to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogMode {
+    /// Nothing.
+    Off,
+    /// One line per routine at exit.
+    Summary,
+    /// One line per timed call, and the summary at exit.
+    Calls,
+}
+
+/// Dispatcher settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Decision level 1..=10 (see [`crate::model::LEVEL_SPEEDUP`]).
+    pub level: u8,
+    /// GPU use.
+    pub gpu: GpuMode,
+    /// Logging.
+    pub log: LogMode,
+    /// Profile file (`None`: [`Profile::default_path`]).
+    pub profile_path: Option<PathBuf>,
+    /// Write learned corrections back into the profile file at exit / on [`Dispatcher::save_learned`].
+    pub persist: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            level: DEFAULT_LEVEL,
+            gpu: GpuMode::Auto,
+            log: LogMode::Off,
+            profile_path: None,
+            persist: true,
+        }
+    }
+}
+
+impl Config {
+    /// Reads `GPUKIT_OFFLOAD_LEVEL` (1-10), `GPUKIT_OFFLOAD_GPU` (`auto`|`off`),
+    /// `GPUKIT_OFFLOAD_LOG` (`off`|`summary`|`calls`), `GPUKIT_OFFLOAD_PROFILE` and
+    /// `GPUKIT_OFFLOAD_PERSIST` (`1`|`0`). A bad value keeps the default and yields a message.
+    pub fn from_env() -> (Config, Vec<Error>) {
+        let mut c = Config::default();
+        let mut errs = Vec::new();
+        let get = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        if let Some(v) = get("GPUKIT_OFFLOAD_LEVEL") {
+            match v.parse::<u8>() {
+                Ok(l) if (1..=10).contains(&l) => c.level = l,
+                _ => errs.push(Error::Config {
+                    name: "GPUKIT_OFFLOAD_LEVEL",
+                    value: v,
+                    msg: format!("must be an integer from 1 to 10; using {DEFAULT_LEVEL}"),
+                }),
+            }
+        }
+        if let Some(v) = get("GPUKIT_OFFLOAD_GPU") {
+            match v.to_ascii_lowercase().as_str() {
+                "auto" | "on" | "1" => c.gpu = GpuMode::Auto,
+                "off" | "0" => c.gpu = GpuMode::Off,
+                _ => errs.push(Error::Config {
+                    name: "GPUKIT_OFFLOAD_GPU",
+                    value: v,
+                    msg: "must be auto or off; using auto".into(),
+                }),
+            }
+        }
+        if let Some(v) = get("GPUKIT_OFFLOAD_LOG") {
+            match v.to_ascii_lowercase().as_str() {
+                "off" | "none" | "0" => c.log = LogMode::Off,
+                "summary" | "1" => c.log = LogMode::Summary,
+                "calls" | "debug" => c.log = LogMode::Calls,
+                _ => errs.push(Error::Config {
+                    name: "GPUKIT_OFFLOAD_LOG",
+                    value: v,
+                    msg: "must be summary, calls or off; using off".into(),
+                }),
+            }
+        }
+        if let Some(v) = get("GPUKIT_OFFLOAD_PERSIST") {
+            match v.as_str() {
+                "1" | "on" | "yes" => c.persist = true,
+                "0" | "off" | "no" => c.persist = false,
+                _ => errs.push(Error::Config {
+                    name: "GPUKIT_OFFLOAD_PERSIST",
+                    value: v,
+                    msg: "must be 1 or 0; using 1".into(),
+                }),
+            }
+        }
+        c.profile_path = get(crate::profile::PROFILE_ENV).map(PathBuf::from);
+        (c, errs)
+    }
+}
+
+/// Where a call ran and why.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outcome {
+    /// Backend that produced the result.
+    pub backend: Backend,
+    /// Why it ran on the CPU (`None` when it ran on the GPU).
+    pub reason: Option<Reason>,
+    /// Wall time of the call, seconds.
+    pub seconds: f64,
+    /// The model's prediction, when there was one.
+    pub estimate: Option<Estimate>,
+    /// LAPACK's `info` (0 for BLAS and for success).
+    pub info: i64,
+}
+
+const GPU_NOT_STARTED: u8 = 0;
+const GPU_STARTING: u8 = 1;
+const GPU_READY: u8 = 2;
+const GPU_FAILED: u8 = 3;
+
+thread_local! {
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The dispatcher. One per process is usual ([`Dispatcher::global`]); tests make their own.
+pub struct Dispatcher {
+    config: Config,
+    model: Model,
+    learner: Learner,
+    stats: Stats,
+    profile: Mutex<Profile>,
+    profile_path: Option<PathBuf>,
+    profile_error: Option<String>,
+    gpu: OnceLock<std::result::Result<Arc<GpuBackend>, String>>,
+    gpu_state: AtomicU8,
+    start_lock: Mutex<()>,
+    missed_ns: AtomicU64,
+    thresholds: Vec<AtomicU64>,
+    cpu: OnceLock<std::result::Result<CpuBackend, String>>,
+    warnings: Vec<String>,
+}
+
+static GLOBAL: OnceLock<Arc<Dispatcher>> = OnceLock::new();
+
+impl Dispatcher {
+    /// The process-wide dispatcher, configured from the environment on first use. Configuration
+    /// problems (bad env values, a corrupt profile) are in [`Dispatcher::warnings`].
+    pub fn global() -> &'static Arc<Dispatcher> {
+        GLOBAL.get_or_init(|| {
+            let (cfg, errs) = Config::from_env();
+            let mut d = Dispatcher::new(cfg);
+            d.warnings.extend(errs.into_iter().map(|e| e.to_string()));
+            Arc::new(d)
+        })
+    }
+
+    /// A dispatcher with these settings. The profile is loaded now (a corrupt one: the embedded
+    /// default, with the error in [`Dispatcher::warnings`]); CUDA is not touched.
+    pub fn new(config: Config) -> Dispatcher {
+        let (profile, path, err) = match &config.profile_path {
+            Some(p) if p.exists() => match Profile::load(p) {
+                Ok(prof) => (prof, Some(p.clone()), None),
+                Err(e) => (Profile::embedded(), Some(p.clone()), Some(e)),
+            },
+            Some(p) => (Profile::embedded(), Some(p.clone()), None),
+            None => {
+                let (prof, from, err) = Profile::resolve();
+                (prof, from.or_else(Profile::default_path), err)
+            }
+        };
+        let mut warnings = Vec::new();
+        let profile_error = err.map(|e| {
+            let msg = format!("{e}; using the built-in default profile");
+            warnings.push(msg.clone());
+            msg
+        });
+        let model = profile.model();
+        let learner = Learner::from_map(&profile.corrections);
+        let d = Dispatcher {
+            thresholds: (0..NSLOT).map(|_| AtomicU64::new(0)).collect(),
+            config,
+            model,
+            learner,
+            stats: Stats::default(),
+            profile: Mutex::new(profile),
+            profile_path: path,
+            profile_error,
+            gpu: OnceLock::new(),
+            gpu_state: AtomicU8::new(GPU_NOT_STARTED),
+            start_lock: Mutex::new(()),
+            missed_ns: AtomicU64::new(0),
+            cpu: OnceLock::new(),
+            warnings,
+        };
+        if d.config.gpu == GpuMode::Auto && !gpukit_jit::libs::driver_present() {
+            let _ = d.gpu.set(Err("no CUDA driver (libcuda) on this machine".into()));
+            d.gpu_state.store(GPU_FAILED, Relaxed);
+        }
+        d.compute_thresholds();
+        d
+    }
+
+    /// The process-wide dispatcher if it was created already (never creates it).
+    pub fn global_if_created() -> Option<&'static Arc<Dispatcher>> {
+        GLOBAL.get()
+    }
+
+    /// Counts a call that bypassed the dispatcher and ran on the CPU (the shim's pass-through of
+    /// calls it cannot parse, and workspace queries).
+    pub fn count_cpu(&self, r: Routine, p: Precision, reason: Reason) {
+        self.stats.record_cpu(slot(r, p), reason, None);
+    }
+
+    /// Settings.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The cost model (without learned corrections).
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The learned corrections.
+    pub fn learner(&self) -> &Learner {
+        &self.learner
+    }
+
+    /// Problems met while configuring (bad environment values, a corrupt profile).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The error that made the dispatcher fall back to the embedded profile, if any.
+    pub fn profile_error(&self) -> Option<&str> {
+        self.profile_error.as_deref()
+    }
+
+    /// The profile file corrections are saved to.
+    pub fn profile_path(&self) -> Option<&PathBuf> {
+        self.profile_path.as_ref()
+    }
+
+    /// Statistics so far.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    fn compute_thresholds(&self) {
+        let never = self.config.gpu == GpuMode::Auto && self.gpu_state.load(Relaxed) == GPU_FAILED;
+        for r in Routine::ALL {
+            for p in Precision::ALL {
+                let t = if never {
+                    u64::MAX
+                } else {
+                    OpKind::all()
+                        .into_iter()
+                        .filter(|k| k.routine == r)
+                        .map(|k| self.model.work_threshold(k, p, self.config.level, 4.0))
+                        .min()
+                        .unwrap_or(u64::MAX)
+                        .max(32 * 32 * 32)
+                };
+                self.thresholds[slot(r, p)].store(t, Relaxed);
+            }
+        }
+    }
+
+    /// The fast path: true when a call of this size certainly stays on the CPU. Counts it.
+    /// One relaxed load, one compare and one relaxed increment; no locks, no allocation.
+    #[inline(always)]
+    pub fn keep_small(&self, r: Routine, p: Precision, work: u64) -> bool {
+        let s = slot(r, p);
+        // SAFETY-free indexing: `slot` is always < NSLOT.
+        if work < self.thresholds[s].load(Relaxed) {
+            self.stats.count_small(s);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The current fast-path threshold (in [`OpKind::work`] units) of a routine and precision.
+    pub fn threshold(&self, r: Routine, p: Precision) -> u64 {
+        self.thresholds[slot(r, p)].load(Relaxed)
+    }
+
+    /// The started GPU backend, if started.
+    pub fn gpu(&self) -> Option<&Arc<GpuBackend>> {
+        match self.gpu.get() {
+            Some(Ok(g)) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// Why the GPU is unusable, once that is known.
+    pub fn gpu_error(&self) -> Option<&str> {
+        match self.gpu.get() {
+            Some(Err(e)) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Starts the GPU backend now (blocking). Used by calibration and tests; the dispatcher
+    /// itself starts it lazily.
+    pub fn start_gpu(&self) -> Result<&Arc<GpuBackend>> {
+        self.start_now();
+        match self.gpu.get() {
+            Some(Ok(g)) => Ok(g),
+            Some(Err(e)) => Err(Error::GpuUnavailable(e.clone())),
+            None => Err(Error::GpuUnavailable("GPU start-up did not finish".into())),
+        }
+    }
+
+    fn start_now(&self) {
+        let _g = self.start_lock.lock();
+        if self.gpu.get().is_some() {
+            return;
+        }
+        self.gpu_state.store(GPU_STARTING, Relaxed);
+        let r = GpuBackend::start().map(Arc::new).map_err(|e| e.to_string());
+        let ok = r.is_ok();
+        let _ = self.gpu.set(r);
+        self.gpu_state.store(if ok { GPU_READY } else { GPU_FAILED }, Relaxed);
+        if !ok {
+            self.compute_thresholds();
+        }
+    }
+
+    fn start_background(self: &Arc<Self>) {
+        if self
+            .gpu_state
+            .compare_exchange(GPU_NOT_STARTED, GPU_STARTING, Relaxed, Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let me = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("gpukit-offload-start".into())
+            .spawn(move || me.start_now());
+        if spawned.is_err() {
+            self.start_now();
+        }
+    }
+
+    /// Injects a GPU failure into the following calls (tests); starts nothing.
+    pub fn inject_failure(&self, i: Inject) {
+        if let Some(g) = self.gpu() {
+            g.set_inject(i);
+        }
+    }
+
+    /// The estimate for a call with learned corrections applied.
+    pub fn estimate(&self, call: &Call) -> Option<Estimate> {
+        let kind = call.kind();
+        let shape = call.shape();
+        let mut e = self.model.estimate(kind, call.prec, shape)?;
+        let flops = kind.flops(call.prec, shape);
+        e.cpu_s *= self.learner.factor(CorrKey::new(kind, call.prec, Backend::Cpu, flops));
+        e.gpu_s *= self.learner.factor(CorrKey::new(kind, call.prec, Backend::Gpu, flops));
+        Some(e)
+    }
+
+    /// Runs a call where it is fastest. `cpu` runs it on the CPU and returns LAPACK's info; it is
+    /// called at most once (on the GPU path's failure, the CPU runs on the untouched inputs).
+    ///
+    /// # Safety
+    /// Every pointer in `call` must be valid for the extent its dimensions describe (the typed
+    /// API checks this; the shim relies on the BLAS caller's contract).
+    pub unsafe fn execute(
+        self: &Arc<Self>,
+        call: &Call,
+        cpu: &mut dyn FnMut() -> Result<i64>,
+    ) -> Result<Outcome> {
+        let s = slot(call.routine(), call.prec);
+        let quick = |reason: Reason, cpu: &mut dyn FnMut() -> Result<i64>| -> Result<Outcome> {
+            let info = run_cpu_nested(cpu)?;
+            self.stats.record_cpu(s, reason, None);
+            Ok(Outcome {
+                backend: Backend::Cpu,
+                reason: Some(reason),
+                seconds: 0.0,
+                estimate: None,
+                info,
+            })
+        };
+        if DEPTH.with(|d| d.get()) > 0 {
+            return quick(Reason::Nested, cpu);
+        }
+        if call.is_empty() {
+            return quick(Reason::Empty, cpu);
+        }
+        if call.check().is_err() {
+            return quick(Reason::InvalidArgs, cpu);
+        }
+        let est = self.estimate(call);
+        let reason = self.decide(call, est.as_ref());
+        if reason.is_none() {
+            if let (Some(gpu), Some(e)) = (self.gpu(), est) {
+                let t0 = Instant::now();
+                // SAFETY: forwarded from the caller; check() passed; gpu_unsupported() is None.
+                let r = unsafe { gpu.run(call) };
+                let secs = t0.elapsed().as_secs_f64();
+                match r {
+                    Ok(()) => {
+                        let kind = call.kind();
+                        let flops = kind.flops(call.prec, call.shape());
+                        self.learner
+                            .observe(CorrKey::new(kind, call.prec, Backend::Gpu, flops), e.gpu_s, secs);
+                        self.stats.record_gpu(s, secs, e.cpu_s, e.gpu_s);
+                        self.log_call(call, Backend::Gpu, None, secs, Some(&e));
+                        return Ok(Outcome {
+                            backend: Backend::Gpu,
+                            reason: None,
+                            seconds: secs,
+                            estimate: Some(e),
+                            info: 0,
+                        });
+                    }
+                    Err(f) => {
+                        let reason = match f.kind {
+                            GpuFailKind::OutOfMemory => Reason::FallbackOutOfMemory,
+                            GpuFailKind::Error => Reason::FallbackError,
+                            GpuFailKind::Info => Reason::FallbackInfo,
+                            GpuFailKind::Injected => Reason::FallbackInjected,
+                        };
+                        if self.config.log == LogMode::Calls {
+                            eprintln!("gpukit-offload: {} GPU path failed ({f}); running on the CPU", call.name());
+                        }
+                        return self.timed_cpu(call, s, reason, est, cpu);
+                    }
+                }
+            }
+        }
+        self.timed_cpu(call, s, reason.unwrap_or(Reason::NoGpu), est, cpu)
+    }
+
+    fn timed_cpu(
+        &self,
+        call: &Call,
+        s: usize,
+        reason: Reason,
+        est: Option<Estimate>,
+        cpu: &mut dyn FnMut() -> Result<i64>,
+    ) -> Result<Outcome> {
+        let t0 = Instant::now();
+        let info = run_cpu_nested(cpu)?;
+        let secs = t0.elapsed().as_secs_f64();
+        if let Some(e) = est {
+            let kind = call.kind();
+            let flops = kind.flops(call.prec, call.shape());
+            self.learner
+                .observe(CorrKey::new(kind, call.prec, Backend::Cpu, flops), e.cpu_s, secs);
+        }
+        self.stats.record_cpu(s, reason, Some(secs));
+        self.log_call(call, Backend::Cpu, Some(reason), secs, est.as_ref());
+        Ok(Outcome {
+            backend: Backend::Cpu,
+            reason: Some(reason),
+            seconds: secs,
+            estimate: est,
+            info,
+        })
+    }
+
+    /// `None`: run on the GPU; else the reason to stay on the CPU.
+    fn decide(self: &Arc<Self>, call: &Call, est: Option<&Estimate>) -> Option<Reason> {
+        if self.config.gpu == GpuMode::Off {
+            return Some(Reason::Disabled);
+        }
+        if call.gpu_unsupported().is_some() {
+            return Some(Reason::Unsupported);
+        }
+        let e = est?;
+        let need = required_speedup(self.config.level);
+        if e.cpu_s < need * e.gpu_s {
+            return Some(Reason::CpuFaster);
+        }
+        match self.gpu_state.load(Relaxed) {
+            GPU_READY => {}
+            GPU_FAILED => return Some(Reason::NoGpu),
+            GPU_STARTING => return Some(Reason::GpuStarting),
+            _ => {
+                let gain = (e.cpu_s - e.gpu_s).max(0.0);
+                if gain > 2.0 * self.model.startup_s {
+                    self.start_now();
+                    if self.gpu_state.load(Relaxed) != GPU_READY {
+                        return Some(Reason::NoGpu);
+                    }
+                } else {
+                    let missed = self.missed_ns.fetch_add((gain * 1e9) as u64, Relaxed) as f64 * 1e-9 + gain;
+                    if missed > self.model.startup_s {
+                        self.start_background();
+                    }
+                    return Some(Reason::StartupNotPaid);
+                }
+            }
+        }
+        let kind = call.kind();
+        let flops = kind.flops(call.prec, call.shape());
+        if e.speedup() < 2.0 * need && self.learner.take_recheck(kind, call.prec, flops) {
+            return Some(Reason::Recheck);
+        }
+        None
+    }
+
+    fn log_call(&self, call: &Call, b: Backend, reason: Option<Reason>, secs: f64, e: Option<&Estimate>) {
+        if self.config.log != LogMode::Calls {
+            return;
+        }
+        let pred = e
+            .map(|e| format!(" predicted cpu={:.4}s gpu={:.4}s", e.cpu_s, e.gpu_s))
+            .unwrap_or_default();
+        eprintln!(
+            "gpukit-offload: {} {} -> {}{} {:.4}s{}",
+            call.name(),
+            call.shape(),
+            b.as_str(),
+            reason.map(|r| format!(" ({})", r.as_str())).unwrap_or_default(),
+            secs,
+            pred
+        );
+    }
+
+    /// The CPU backend for library users (loaded on first use).
+    pub fn cpu_backend(&self) -> Result<&CpuBackend> {
+        match self.cpu.get_or_init(|| CpuBackend::discover().map_err(|e| e.to_string())) {
+            Ok(c) => Ok(c),
+            Err(e) => Err(Error::NoCpuLibrary { tried: e.clone() }),
+        }
+    }
+
+    /// Writes the learned corrections into the profile file, if anything was learned, persisting
+    /// is enabled and the profile was not corrupt (a corrupt file is left for the user to see).
+    /// Returns the path written.
+    pub fn save_learned(&self) -> Result<Option<PathBuf>> {
+        if !self.config.persist || self.profile_error.is_some() || !self.learner.dirty() {
+            return Ok(None);
+        }
+        let Some(path) = self.profile_path.clone() else {
+            return Ok(None);
+        };
+        let mut p = self.profile.lock();
+        p.corrections = self.learner.snapshot();
+        p.save(&path)?;
+        self.learner.mark_saved();
+        Ok(Some(path))
+    }
+
+    /// The end-of-run work: prints the summary (per the log mode) and persists corrections.
+    /// Never panics; problems go to stderr.
+    pub fn finish(&self) {
+        if self.config.log != LogMode::Off {
+            eprint!("{}", self.stats().summary());
+        }
+        if let Err(e) = self.save_learned() {
+            eprintln!("gpukit-offload: could not save learned corrections: {e}");
+        }
+    }
+}
+
+fn run_cpu_nested(cpu: &mut dyn FnMut() -> Result<i64>) -> Result<i64> {
+    struct Guard;
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        }
+    }
+    DEPTH.with(|d| d.set(d.get() + 1));
+    let _g = Guard;
+    cpu()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_values_parse_with_clear_errors() {
+        // Config::from_env reads the process env; test the parsing through a scoped env would race
+        // with other tests, so check the error text of a constructed value instead.
+        let e = Error::Config {
+            name: "GPUKIT_OFFLOAD_LEVEL",
+            value: "eleven".into(),
+            msg: "must be an integer from 1 to 10; using 8".into(),
+        };
+        assert!(e.to_string().contains("GPUKIT_OFFLOAD_LEVEL=\"eleven\""));
+    }
+}
