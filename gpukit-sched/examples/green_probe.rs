@@ -15,7 +15,13 @@ use std::time::Instant;
 
 type R<T> = Result<T, Box<dyn std::error::Error>>;
 
-fn smids(dev: &Device, k: &TestKernels, gs: &GreenStream, bind_green: bool, blocks: u32) -> R<BTreeSet<u32>> {
+fn smids(
+    dev: &Device,
+    k: &TestKernels,
+    gs: &GreenStream,
+    bind_green: bool,
+    blocks: u32,
+) -> R<BTreeSet<u32>> {
     let s = Stream::from_cuda(gs.cuda().clone());
     dev.with_stream(&s, || -> R<BTreeSet<u32>> {
         let out = GpuArray::<u32>::full(dev, &[blocks as usize], u32::MAX)?;
@@ -29,11 +35,15 @@ fn smids(dev: &Device, k: &TestKernels, gs: &GreenStream, bind_green: bool, bloc
             k.record_smid.launch_raw(
                 gs.raw(),
                 LaunchConfig::new((blocks, 1, 1), (128, 1, 1)),
-                &[out.as_kernel_arg(), KernelArg::I32(blocks as i32), KernelArg::I64(20_000)],
+                &[
+                    out.as_kernel_arg(),
+                    KernelArg::I32(blocks as i32),
+                    KernelArg::I64(20_000),
+                ],
             )?
         };
         let v = out.to_vec()?;
-        if v.iter().any(|&x| x == u32::MAX) {
+        if v.contains(&u32::MAX) {
             return Err("a block did not write its smid".into());
         }
         Ok(v.into_iter().collect())
@@ -52,7 +62,11 @@ fn main() -> R<()> {
     let k = TestKernels::load(&dev)?;
     let t = Instant::now();
     let split = SmSplit::new(&dev, None)?;
-    println!("split: {:?} in {:.2} ms", split.layout(), t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "split: {:?} in {:.2} ms",
+        split.layout(),
+        t.elapsed().as_secs_f64() * 1e3
+    );
     let l = split.layout();
     let mk = |g: GroupSet, rem: bool| -> R<(GreenContext, GreenStream, f64)> {
         let t = Instant::now();
@@ -62,20 +76,49 @@ fn main() -> R<()> {
     };
     let a = mk(GroupSet::first(4), false)?;
     let b = mk(GroupSet::first(l.groups).minus(GroupSet::first(4)), false)?;
-    let f = if split.has_remainder() { Some(mk(GroupSet::EMPTY, true)?) } else { None };
+    let f = if split.has_remainder() {
+        Some(mk(GroupSet::EMPTY, true)?)
+    } else {
+        None
+    };
     let one = mk(GroupSet(1 << (l.groups - 1)), false)?;
-    println!("contexts: A {} SMs ({:.2} ms), B {} SMs ({:.2} ms), one-group {} SMs, floor {:?} SMs",
-        a.0.sms(), a.2, b.0.sms(), b.2, one.0.sms(), f.as_ref().map(|x| x.0.sms()));
-    for (name, ctx, bind) in [("A/primary-current", &a, false), ("A/green-current", &a, true),
-                              ("B/primary-current", &b, false), ("one/primary-current", &one, false)] {
+    println!(
+        "contexts: A {} SMs ({:.2} ms), B {} SMs ({:.2} ms), one-group {} SMs, floor {:?} SMs",
+        a.0.sms(),
+        a.2,
+        b.0.sms(),
+        b.2,
+        one.0.sms(),
+        f.as_ref().map(|x| x.0.sms())
+    );
+    for (name, ctx, bind) in [
+        ("A/primary-current", &a, false),
+        ("A/green-current", &a, true),
+        ("B/primary-current", &b, false),
+        ("one/primary-current", &one, false),
+    ] {
         match smids(&dev, &k, &ctx.1, bind, 4096) {
-            Ok(s) => println!("smid {name}: {} distinct SMs (context has {}) -> {}", s.len(), ctx.0.sms(),
-                if s.len() as u32 == ctx.0.sms() { "PASS" } else { "FAIL" }),
+            Ok(s) => println!(
+                "smid {name}: {} distinct SMs (context has {}) -> {}",
+                s.len(),
+                ctx.0.sms(),
+                if s.len() as u32 == ctx.0.sms() {
+                    "PASS"
+                } else {
+                    "FAIL"
+                }
+            ),
             Err(e) => println!("smid {name}: ERROR {e}"),
         }
     }
-    if let (Ok(sa), Ok(sb)) = (smids(&dev, &k, &a.1, false, 4096), smids(&dev, &k, &b.1, false, 4096)) {
-        println!("A and B disjoint: {}", if sa.is_disjoint(&sb) { "PASS" } else { "FAIL" });
+    if let (Ok(sa), Ok(sb)) = (
+        smids(&dev, &k, &a.1, false, 4096),
+        smids(&dev, &k, &b.1, false, 4096),
+    ) {
+        println!(
+            "A and B disjoint: {}",
+            if sa.is_disjoint(&sb) { "PASS" } else { "FAIL" }
+        );
     }
     if let Some(fl) = &f {
         match smids(&dev, &k, &fl.1, false, 1024) {
@@ -89,7 +132,13 @@ fn main() -> R<()> {
         let e0 = cs.record()?;
         dev.context().bind_to_thread()?;
         // SAFETY: no pointer args.
-        unsafe { k.spin_cycles.launch_raw(a.1.raw(), LaunchConfig::new((1, 1, 1), (32, 1, 1)), &[KernelArg::Ptr(0), KernelArg::I64(2_000_000)])? };
+        unsafe {
+            k.spin_cycles.launch_raw(
+                a.1.raw(),
+                LaunchConfig::new((1, 1, 1), (32, 1, 1)),
+                &[KernelArg::Ptr(0), KernelArg::I64(2_000_000)],
+            )?
+        };
         let e1 = cs.record()?;
         e1.synchronize()?;
         Ok(e0.elapsed_ms(&e1)?)
@@ -101,7 +150,13 @@ fn main() -> R<()> {
         let e1 = a.0.create_event()?;
         a.1.record(&e0)?;
         // SAFETY: no pointer args.
-        unsafe { k.spin_cycles.launch_raw(a.1.raw(), LaunchConfig::new((1, 1, 1), (32, 1, 1)), &[KernelArg::Ptr(0), KernelArg::I64(2_000_000)])? };
+        unsafe {
+            k.spin_cycles.launch_raw(
+                a.1.raw(),
+                LaunchConfig::new((1, 1, 1), (32, 1, 1)),
+                &[KernelArg::Ptr(0), KernelArg::I64(2_000_000)],
+            )?
+        };
         a.1.record(&e1)?;
         e1.synchronize()?;
         Ok(e0.elapsed_ms(&e1)?)
@@ -122,7 +177,13 @@ fn main() -> R<()> {
         let e0 = s.record()?;
         dev.context().bind_to_thread()?;
         // SAFETY: no pointer args.
-        unsafe { k.spin_cycles.launch_raw(raw, LaunchConfig::new((1, 1, 1), (32, 1, 1)), &[KernelArg::Ptr(0), KernelArg::I64(10_000)])? };
+        unsafe {
+            k.spin_cycles.launch_raw(
+                raw,
+                LaunchConfig::new((1, 1, 1), (32, 1, 1)),
+                &[KernelArg::Ptr(0), KernelArg::I64(10_000)],
+            )?
+        };
         let e1 = s.record()?;
         e1.synchronize()?;
         Ok(e0.elapsed_ms(&e1)?)
@@ -131,35 +192,72 @@ fn main() -> R<()> {
         dev.context().bind_to_thread()?;
         for _ in 0..40 {
             // SAFETY: no pointer args.
-            unsafe { k.spin_cycles.launch_raw(raw, LaunchConfig::new((132 * 16, 1, 1), (256, 1, 1)), &[KernelArg::Ptr(0), KernelArg::I64(1_000_000)])? };
+            unsafe {
+                k.spin_cycles.launch_raw(
+                    raw,
+                    LaunchConfig::new((132 * 16, 1, 1), (256, 1, 1)),
+                    &[KernelArg::Ptr(0), KernelArg::I64(1_000_000)],
+                )?
+            };
         }
         Ok(())
     };
-    let alone: Vec<f32> = (0..20).map(|_| probe_once(hi_s.cuda().cu_stream(), &hi_s)).collect::<R<_>>()?;
+    let alone: Vec<f32> = (0..20)
+        .map(|_| probe_once(hi_s.cuda().cu_stream(), &hi_s))
+        .collect::<R<_>>()?;
     hog(hog_s.cuda().cu_stream())?;
     std::thread::sleep(std::time::Duration::from_millis(2));
-    let shared: Vec<f32> = (0..20).map(|_| probe_once(hi_s.cuda().cu_stream(), &hi_s)).collect::<R<_>>()?;
+    let shared: Vec<f32> = (0..20)
+        .map(|_| probe_once(hi_s.cuda().cu_stream(), &hi_s))
+        .collect::<R<_>>()?;
     hog_s.synchronize()?;
     hog(b.1.raw())?;
     std::thread::sleep(std::time::Duration::from_millis(2));
-    let green: Vec<f32> = (0..20).map(|_| probe_once(a.1.raw(), &cs)).collect::<R<_>>()?;
+    let green: Vec<f32> = (0..20)
+        .map(|_| probe_once(a.1.raw(), &cs))
+        .collect::<R<_>>()?;
     b.1.synchronize()?;
-    println!("isolation probe ms: alone {:.4}, shared(hi-prio) {:.4}, green(hog on B) {:.4}",
-        median(alone), median(shared), median(green));
+    println!(
+        "isolation probe ms: alone {:.4}, shared(hi-prio) {:.4}, green(hog on B) {:.4}",
+        median(alone),
+        median(shared),
+        median(green)
+    );
     // cuBLAS confinement: sgemm 4096 on a one-group green stream vs on the primary stream.
     let r: R<(f32, f32)> = (|| {
         let n = 4096usize;
         let x = GpuArray::<f32>::full(&dev, &[n * n], 1.0)?;
         let y = GpuArray::<f32>::zeros(&dev, &[n * n])?;
         dev.synchronize()?;
-        let time = |ctx: cudarc::driver::sys::CUcontext, raw: cudarc::driver::sys::CUstream, s: &Stream| -> R<f32> {
+        let time = |ctx: cudarc::driver::sys::CUcontext,
+                    raw: cudarc::driver::sys::CUstream,
+                    s: &Stream|
+         -> R<f32> {
             let h = TaskBlas::new(ctx, raw)?;
             // SAFETY: buffers hold n*n floats and live until synchronize below.
-            unsafe { h.sgemm(n as i32, n as i32, n as i32, x.device_ptr(), x.device_ptr(), y.device_ptr())? };
+            unsafe {
+                h.sgemm(
+                    n as i32,
+                    n as i32,
+                    n as i32,
+                    x.device_ptr(),
+                    x.device_ptr(),
+                    y.device_ptr(),
+                )?
+            };
             let e0 = s.record()?;
             for _ in 0..3 {
                 // SAFETY: as above.
-                unsafe { h.sgemm(n as i32, n as i32, n as i32, x.device_ptr(), x.device_ptr(), y.device_ptr())? };
+                unsafe {
+                    h.sgemm(
+                        n as i32,
+                        n as i32,
+                        n as i32,
+                        x.device_ptr(),
+                        x.device_ptr(),
+                        y.device_ptr(),
+                    )?
+                };
             }
             let e1 = s.record()?;
             e1.synchronize()?;

@@ -71,7 +71,7 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
     let frac: u128 = frac_part.parse().map_err(|_| bad("malformed fraction"))?;
     let scale = 10u128.pow(frac_part.len() as u32);
     let scaled = frac * multiplier as u128;
-    if scaled % scale != 0 {
+    if !scaled.is_multiple_of(scale) {
         return Err(bad("is not a whole number of bytes"));
     }
     whole

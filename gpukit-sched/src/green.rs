@@ -70,9 +70,17 @@ fn sm_resource(device: sys::CUdevice) -> Result<sys::CUdevResource> {
     let mut res: sys::CUdevResource = unsafe { std::mem::zeroed() };
     // SAFETY: `device` came from a live context; `res` is a valid out-pointer. Only called
     // after the driver version was checked to have this entry point.
-    check("cuDeviceGetDevResource", "reading the device's SM resource", unsafe {
-        sys::cuDeviceGetDevResource(device, &mut res, sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM)
-    })?;
+    check(
+        "cuDeviceGetDevResource",
+        "reading the device's SM resource",
+        unsafe {
+            sys::cuDeviceGetDevResource(
+                device,
+                &mut res,
+                sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM,
+            )
+        },
+    )?;
     Ok(res)
 }
 
@@ -141,7 +149,9 @@ unsafe impl Sync for SmSplit {}
 
 impl std::fmt::Debug for SmSplit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SmSplit").field("layout", &self.layout).finish()
+        f.debug_struct("SmSplit")
+            .field("layout", &self.layout)
+            .finish()
     }
 }
 
@@ -151,7 +161,11 @@ impl SmSplit {
     pub fn new(dev: &gpukit_core::Device, group_size: Option<u32>) -> Result<SmSplit> {
         let support = probe(dev);
         if !support.available {
-            return Err(Error::invalid("green contexts", "unavailable", support.reason));
+            return Err(Error::invalid(
+                "green contexts",
+                "unavailable",
+                support.reason,
+            ));
         }
         let primary = dev.context().clone();
         primary.bind_to_thread().map_err(|e| Error::Driver {
@@ -163,25 +177,39 @@ impl SmSplit {
         let input = sm_resource(device)?;
         let min = support.min_partition.max(1);
         let size = group_size.unwrap_or(min);
-        if size < min || size % support.alignment.max(1) != 0 {
+        if size < min || !size.is_multiple_of(support.alignment.max(1)) {
             return Err(Error::invalid(
                 "SM group size",
                 size,
-                format!("must be a multiple of {} and at least {min}", support.alignment),
+                format!(
+                    "must be a multiple of {} and at least {min}",
+                    support.alignment
+                ),
             ));
         }
         let max_groups = (support.total_sms / size).max(1);
         // SAFETY: plain data, overwritten by the driver.
-        let mut groups: Vec<sys::CUdevResource> = vec![unsafe { std::mem::zeroed() }; max_groups as usize];
+        let mut groups: Vec<sys::CUdevResource> =
+            vec![unsafe { std::mem::zeroed() }; max_groups as usize];
         // SAFETY: as above.
         let mut remainder: sys::CUdevResource = unsafe { std::mem::zeroed() };
         let mut n = max_groups;
         // SAFETY: `groups` has room for `n` results; `input` came from cuDeviceGetDevResource;
         // `remainder` is a valid out-pointer; flags 0.
+        let status = unsafe {
+            sys::cuDevSmResourceSplitByCount(
+                groups.as_mut_ptr(),
+                &mut n,
+                &input,
+                &mut remainder,
+                0,
+                size,
+            )
+        };
         check(
             "cuDevSmResourceSplitByCount",
             format!("splitting {} SMs into groups of {size}", support.total_sms),
-            unsafe { sys::cuDevSmResourceSplitByCount(groups.as_mut_ptr(), &mut n, &input, &mut remainder, 0, size) },
+            status,
         )?;
         groups.truncate(n as usize);
         let got = groups.first().map(|g| sm_fields(g).0).unwrap_or(0);
@@ -231,42 +259,82 @@ impl SmSplit {
             .filter_map(|i| self.groups.get(i as usize).copied())
             .collect();
         if res.len() != groups.len() as usize {
-            return Err(Error::invalid("group set", groups, format!("the split has {} groups", self.groups.len())));
+            return Err(Error::invalid(
+                "group set",
+                groups,
+                format!("the split has {} groups", self.groups.len()),
+            ));
         }
         if with_remainder {
             match self.remainder {
                 Some(r) => res.push(r),
-                None => return Err(Error::invalid("green context", "remainder", "this split has no remainder SMs")),
+                None => {
+                    return Err(Error::invalid(
+                        "green context",
+                        "remainder",
+                        "this split has no remainder SMs",
+                    ))
+                }
             }
         }
         if res.is_empty() {
-            return Err(Error::invalid("green context", groups, "needs at least one SM group"));
+            return Err(Error::invalid(
+                "green context",
+                groups,
+                "needs at least one SM group",
+            ));
         }
         let mut desc: sys::CUdevResourceDesc = std::ptr::null_mut();
         // SAFETY: `res` holds resources from one split instance (as the driver requires for
         // combining); the out-pointer is valid.
-        check("cuDevResourceGenerateDesc", format!("describing groups {groups}"), unsafe {
-            sys::cuDevResourceGenerateDesc(&mut desc, res.as_mut_ptr(), res.len() as u32)
-        })?;
+        check(
+            "cuDevResourceGenerateDesc",
+            format!("describing groups {groups}"),
+            unsafe {
+                sys::cuDevResourceGenerateDesc(&mut desc, res.as_mut_ptr(), res.len() as u32)
+            },
+        )?;
         let mut handle: sys::CUgreenCtx = std::ptr::null_mut();
         // SAFETY: `desc` was just generated for this device; flags CU_GREEN_CTX_DEFAULT_STREAM
         // is one of the documented values.
-        check("cuGreenCtxCreate", format!("creating a green context over groups {groups}"), unsafe {
-            sys::cuGreenCtxCreate(&mut handle, desc, self.device, sys::CUgreenCtxCreate_flags::CU_GREEN_CTX_DEFAULT_STREAM as u32)
-        })?;
+        check(
+            "cuGreenCtxCreate",
+            format!("creating a green context over groups {groups}"),
+            unsafe {
+                sys::cuGreenCtxCreate(
+                    &mut handle,
+                    desc,
+                    self.device,
+                    sys::CUgreenCtxCreate_flags::CU_GREEN_CTX_DEFAULT_STREAM as u32,
+                )
+            },
+        )?;
         // Owned from here on: destroyed by GreenInner's drop on any early return.
-        let mut inner = GreenInner { handle, cu_ctx: std::ptr::null_mut() };
+        let mut inner = GreenInner {
+            handle,
+            cu_ctx: std::ptr::null_mut(),
+        };
         // SAFETY: `inner.handle` is a live green context; valid out-pointer.
-        check("cuCtxFromGreenCtx", "converting the green context", unsafe {
-            sys::cuCtxFromGreenCtx(&mut inner.cu_ctx, inner.handle)
-        })?;
+        check(
+            "cuCtxFromGreenCtx",
+            "converting the green context",
+            unsafe { sys::cuCtxFromGreenCtx(&mut inner.cu_ctx, inner.handle) },
+        )?;
         let inner = Arc::new(inner);
         // SAFETY: plain data, overwritten by the driver.
         let mut got: sys::CUdevResource = unsafe { std::mem::zeroed() };
         // SAFETY: live green context; valid out-pointer.
-        check("cuGreenCtxGetDevResource", "reading the green context's SMs", unsafe {
-            sys::cuGreenCtxGetDevResource(inner.handle, &mut got, sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM)
-        })?;
+        check(
+            "cuGreenCtxGetDevResource",
+            "reading the green context's SMs",
+            unsafe {
+                sys::cuGreenCtxGetDevResource(
+                    inner.handle,
+                    &mut got,
+                    sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM,
+                )
+            },
+        )?;
         let sms = sm_fields(&got).0;
         Ok(GreenContext {
             inner,
@@ -353,9 +421,18 @@ impl GreenContext {
     pub fn create_stream(&self, priority: i32) -> Result<GreenStream> {
         let mut raw: sys::CUstream = std::ptr::null_mut();
         // SAFETY: live green context; the flags must be CU_STREAM_NON_BLOCKING (documented).
-        check("cuGreenCtxStreamCreate", "creating a green-context stream", unsafe {
-            sys::cuGreenCtxStreamCreate(&mut raw, self.inner.handle, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32, priority)
-        })?;
+        check(
+            "cuGreenCtxStreamCreate",
+            "creating a green-context stream",
+            unsafe {
+                sys::cuGreenCtxStreamCreate(
+                    &mut raw,
+                    self.inner.handle,
+                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                    priority,
+                )
+            },
+        )?;
         // SAFETY: `raw` is a live stream; the wrapper does not own it (GreenStream destroys it
         // after the wrapper's users are gone, see GreenStream's docs).
         let cuda = unsafe { self.primary.wrap_borrowed_stream(raw) };
@@ -371,20 +448,31 @@ impl GreenContext {
         self.make_current()?;
         let mut ev: sys::CUevent = std::ptr::null_mut();
         // SAFETY: this green context is current; valid out-pointer; CU_EVENT_DEFAULT times.
-        check("cuEventCreate", "creating an event in a green context", unsafe {
-            sys::cuEventCreate(&mut ev, sys::CUevent_flags::CU_EVENT_DEFAULT as u32)
-        })?;
-        Ok(GreenEvent { raw: ev, _green: Some(self.inner.clone()) })
+        check(
+            "cuEventCreate",
+            "creating an event in a green context",
+            unsafe { sys::cuEventCreate(&mut ev, sys::CUevent_flags::CU_EVENT_DEFAULT as u32) },
+        )?;
+        Ok(GreenEvent {
+            raw: ev,
+            _green: Some(self.inner.clone()),
+        })
     }
 }
 
 pub(crate) fn make_current(ctx: sys::CUcontext) -> Result<()> {
     let mut cur: sys::CUcontext = std::ptr::null_mut();
     // SAFETY: valid out-pointer.
-    check("cuCtxGetCurrent", "reading the current context", unsafe { sys::cuCtxGetCurrent(&mut cur) })?;
+    check("cuCtxGetCurrent", "reading the current context", unsafe {
+        sys::cuCtxGetCurrent(&mut cur)
+    })?;
     if cur != ctx {
         // SAFETY: `ctx` is a live context handle (a green context held by the caller).
-        check("cuCtxSetCurrent", "making a green context current", unsafe { sys::cuCtxSetCurrent(ctx) })?;
+        check(
+            "cuCtxSetCurrent",
+            "making a green context current",
+            unsafe { sys::cuCtxSetCurrent(ctx) },
+        )?;
     }
     Ok(())
 }
@@ -427,17 +515,25 @@ impl GreenStream {
     /// Blocks until the stream's work is done.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: live stream.
-        check("cuStreamSynchronize", "synchronizing a green-context stream", unsafe { sys::cuStreamSynchronize(self.raw) })
+        check(
+            "cuStreamSynchronize",
+            "synchronizing a green-context stream",
+            unsafe { sys::cuStreamSynchronize(self.raw) },
+        )
     }
     /// Records `ev` on this stream.
     pub fn record(&self, ev: &GreenEvent) -> Result<()> {
         // SAFETY: live event and stream of the same device.
-        check("cuEventRecord", "recording an event", unsafe { sys::cuEventRecord(ev.raw, self.raw) })
+        check("cuEventRecord", "recording an event", unsafe {
+            sys::cuEventRecord(ev.raw, self.raw)
+        })
     }
     /// Makes this stream wait for `ev`.
     pub fn wait(&self, ev: &GreenEvent) -> Result<()> {
         // SAFETY: live event and stream.
-        check("cuStreamWaitEvent", "ordering streams", unsafe { sys::cuStreamWaitEvent(self.raw, ev.raw, 0) })
+        check("cuStreamWaitEvent", "ordering streams", unsafe {
+            sys::cuStreamWaitEvent(self.raw, ev.raw, 0)
+        })
     }
 }
 
@@ -473,19 +569,26 @@ impl GreenEvent {
         check("cuEventCreate", "creating an event", unsafe {
             sys::cuEventCreate(&mut ev, sys::CUevent_flags::CU_EVENT_DEFAULT as u32)
         })?;
-        Ok(GreenEvent { raw: ev, _green: None })
+        Ok(GreenEvent {
+            raw: ev,
+            _green: None,
+        })
     }
 
     /// Records it on a raw stream of the same device.
-    pub fn record_on(&self, stream: sys::CUstream) -> Result<()> {
+    pub(crate) fn record_on(&self, stream: sys::CUstream) -> Result<()> {
         // SAFETY: live event; the caller passes a live stream.
-        check("cuEventRecord", "recording an event", unsafe { sys::cuEventRecord(self.raw, stream) })
+        check("cuEventRecord", "recording an event", unsafe {
+            sys::cuEventRecord(self.raw, stream)
+        })
     }
 
     /// Makes the raw `stream` wait for this event.
-    pub fn wait_on(&self, stream: sys::CUstream) -> Result<()> {
+    pub(crate) fn wait_on(&self, stream: sys::CUstream) -> Result<()> {
         // SAFETY: live event; the caller passes a live stream.
-        check("cuStreamWaitEvent", "ordering streams", unsafe { sys::cuStreamWaitEvent(stream, self.raw, 0) })
+        check("cuStreamWaitEvent", "ordering streams", unsafe {
+            sys::cuStreamWaitEvent(stream, self.raw, 0)
+        })
     }
 
     /// The raw handle.
@@ -505,13 +608,17 @@ impl GreenEvent {
     /// Blocks until it has completed.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: live event.
-        check("cuEventSynchronize", "waiting for an event", unsafe { sys::cuEventSynchronize(self.raw) })
+        check("cuEventSynchronize", "waiting for an event", unsafe {
+            sys::cuEventSynchronize(self.raw)
+        })
     }
     /// Milliseconds from this event to `later` (both recorded and completed).
     pub fn elapsed_ms(&self, later: &GreenEvent) -> Result<f32> {
         let mut ms = 0f32;
         // SAFETY: live timing events; valid out-pointer.
-        check("cuEventElapsedTime", "timing", unsafe { sys::cuEventElapsedTime_v2(&mut ms, self.raw, later.raw) })?;
+        check("cuEventElapsedTime", "timing", unsafe {
+            sys::cuEventElapsedTime_v2(&mut ms, self.raw, later.raw)
+        })?;
         Ok(ms)
     }
 }

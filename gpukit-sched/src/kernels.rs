@@ -25,7 +25,12 @@ impl TestKernels {
     /// Compiles (cached) and loads the kernels for `dev`. They are context-independent, so
     /// they launch on green-context streams too.
     pub fn load(dev: &gpukit_core::Device) -> crate::Result<Self> {
-        let m = gpukit_jit::load_source(dev.context(), SOURCE, PROGRAM, &gpukit_jit::CompileOptions::new())?;
+        let m = gpukit_jit::load_source(
+            dev.context(),
+            SOURCE,
+            PROGRAM,
+            &gpukit_jit::CompileOptions::new(),
+        )?;
         Ok(TestKernels {
             record_smid: m.kernel("record_smid")?,
             fma_spin: m.kernel("fma_spin")?,
@@ -46,13 +51,24 @@ mod tests {
             return;
         }
         for arch in [Arch::new(8, 0), Arch::new(9, 0)] {
-            let m = compile(SOURCE, PROGRAM, arch, &CompileOptions::new().output(Output::Cubin).verbose_ptxas(true))
-                .unwrap_or_else(|e| panic!("{arch}: {e}"));
+            let m = compile(
+                SOURCE,
+                PROGRAM,
+                arch,
+                &CompileOptions::new()
+                    .output(Output::Cubin)
+                    .verbose_ptxas(true),
+            )
+            .unwrap_or_else(|e| panic!("{arch}: {e}"));
             let names: Vec<&str> = m.kernels.iter().map(|k| k.name.as_str()).collect();
             for k in ["record_smid", "fma_spin", "spin_cycles", "noop"] {
                 assert!(names.contains(&k), "{arch}: {k} missing from {names:?}");
             }
-            assert!(!m.log.contains("spill stores") || m.log.contains("0 bytes spill stores"), "{arch}: spills\n{}", m.log);
+            assert!(
+                !m.log.contains("spill stores") || m.log.contains("0 bytes spill stores"),
+                "{arch}: spills\n{}",
+                m.log
+            );
             assert!(!m.image.is_empty());
         }
     }

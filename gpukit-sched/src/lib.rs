@@ -33,15 +33,16 @@
 //!     |ctx: &mut gpukit_sched::TaskContext| -> gpukit_sched::Result<u32> { Ok(ctx.compute().sms) },
 //!     TaskSpec::new("job").memory("1GiB", "1GiB").compute(0.25, 0.25),
 //! )?;
-//! println!("{:?}: ran on {} SMs", h.admission(), h.wait()?);
+//! println!("{:?}", h.admission());
+//! println!("ran on {} SMs", h.wait()?);
 //! # Ok::<(), gpukit_sched::Error>(())
 //! ```
 
-mod bytes;
 pub mod blas;
+mod bytes;
+mod error;
 pub mod green;
 pub mod kernels;
-mod error;
 pub mod memory;
 pub mod plan;
 mod runtime;
@@ -50,9 +51,9 @@ mod spec;
 
 pub use bytes::{format_bytes, parse_bytes, ByteSize};
 pub use error::{Error, Resource, Result};
-pub use sm::{ComputeGrant, GroupSet, Mechanism, SmLayout};
 pub use runtime::{
     Admission, Partition, PartitionStats, Scheduler, SchedulerConfig, SchedulerStats, TaskContext,
     TaskHandle, TaskState, TaskStats,
 };
+pub use sm::{ComputeGrant, GroupSet, Mechanism, SmLayout};
 pub use spec::{QosClass, ResolvedSpec, TaskSpec};

@@ -6,7 +6,9 @@ use crate::bytes::ByteSize;
 use crate::error::{Error, Resource, Result};
 use crate::green::{make_current, probe, GreenContext, GreenEvent, GreenStream, SmSplit};
 use crate::memory::{check_allocation, plan_eviction, MemUse};
-use crate::plan::{Decision, Event, Grant, PartitionSpec, Planner, PlannerConfig, PoolInfo, TaskId};
+use crate::plan::{
+    Decision, Event, Grant, PartitionSpec, Planner, PlannerConfig, PoolInfo, TaskId,
+};
 use crate::sm::{ComputeGrant, GroupSet, Mechanism, SmLayout};
 use crate::spec::{QosClass, ResolvedSpec, TaskSpec};
 use crossbeam::channel::{unbounded, Receiver, Sender};
@@ -105,7 +107,12 @@ pub struct Partition {
 impl Partition {
     /// A partition with no memory and no compute yet.
     pub fn new(name: impl Into<String>) -> Self {
-        Partition { name: name.into(), memory: ByteSize::Bytes(0), compute: 0.0, priority_band: 0 }
+        Partition {
+            name: name.into(),
+            memory: ByteSize::Bytes(0),
+            compute: 0.0,
+            priority_band: 0,
+        }
     }
     /// Memory quota.
     pub fn memory(mut self, b: impl Into<ByteSize>) -> Self {
@@ -365,7 +372,10 @@ pub struct Scheduler {
 
 impl std::fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scheduler").field("layout", &self.inner.layout).field("mechanism", &self.inner.mechanism).finish()
+        f.debug_struct("Scheduler")
+            .field("layout", &self.inner.layout)
+            .field("mechanism", &self.inner.mechanism)
+            .finish()
     }
 }
 
@@ -378,9 +388,15 @@ impl Scheduler {
             return Err(Error::invalid("workers", 0, "need at least one worker"));
         }
         let headroom = cfg.memory_headroom.resolve()?;
-        let cap_cfg = cfg.memory_capacity.as_ref().map(ByteSize::resolve).transpose()?;
+        let cap_cfg = cfg
+            .memory_capacity
+            .as_ref()
+            .map(ByteSize::resolve)
+            .transpose()?;
         let free = dev.free_memory()? as u64;
-        let memory_capacity = free.saturating_sub(headroom).min(cap_cfg.unwrap_or(u64::MAX));
+        let memory_capacity = free
+            .saturating_sub(headroom)
+            .min(cap_cfg.unwrap_or(u64::MAX));
         let (split, layout, mechanism) = if cfg.green_contexts {
             let sup = probe(&dev);
             match sup.available.then(|| SmSplit::new(&dev, cfg.group_size)) {
@@ -393,11 +409,27 @@ impl Scheduler {
                     );
                     (Some(s), l, m)
                 }
-                Some(Err(e)) => (None, pacing_layout(&dev)?, format!("pacing by measured GPU time (green-context split failed: {e})")),
-                None => (None, pacing_layout(&dev)?, format!("pacing by measured GPU time (no green contexts: {})", sup.reason)),
+                Some(Err(e)) => (
+                    None,
+                    pacing_layout(&dev)?,
+                    format!("pacing by measured GPU time (green-context split failed: {e})"),
+                ),
+                None => (
+                    None,
+                    pacing_layout(&dev)?,
+                    format!(
+                        "pacing by measured GPU time (no green contexts: {})",
+                        sup.reason
+                    ),
+                ),
             }
         } else {
-            (None, pacing_layout(&dev)?, "pacing by measured GPU time (green contexts disabled by configuration)".to_string())
+            (
+                None,
+                pacing_layout(&dev)?,
+                "pacing by measured GPU time (green contexts disabled by configuration)"
+                    .to_string(),
+            )
         };
         let planner = Planner::new(PlannerConfig {
             memory_capacity,
@@ -437,12 +469,12 @@ impl Scheduler {
             tx: Mutex::new(Some(tx)),
         });
         let weak = Arc::downgrade(&inner);
-        dev.allocator().set_alloc_hook(Some(Arc::new(move |owner: &OwnerId, bytes: usize| {
-            match weak.upgrade() {
+        dev.allocator().set_alloc_hook(Some(Arc::new(
+            move |owner: &OwnerId, bytes: usize| match weak.upgrade() {
                 Some(inner) => inner.alloc_hook(owner, bytes as u64),
                 None => Ok(()),
-            }
-        })));
+            },
+        )));
         let workers = (0..cfg.workers)
             .map(|i| {
                 let rx: Receiver<Pending> = rx.clone();
@@ -524,7 +556,10 @@ impl Scheduler {
             let r = catch_unwind(AssertUnwindSafe(|| task(ctx)));
             let r = match r {
                 Ok(r) => r,
-                Err(payload) => Err(Error::Panicked { task: name, message: panic_message(&payload) }),
+                Err(payload) => Err(Error::Panicked {
+                    task: name,
+                    message: panic_message(&payload),
+                }),
             };
             if let Err(e) = &r {
                 ctx.task.status.lock().final_error = Some(e.to_string());
@@ -541,27 +576,63 @@ impl Scheduler {
         let admission = match decision {
             Decision::Admitted(g) => {
                 st.live.insert(id, shared.clone());
-                self.inner.owners.write().insert(shared.owner.clone(), shared.clone());
-                self.inner.dispatch(&mut st, Pending { task: shared.clone(), job }, g);
-                Admission::Admitted { compute: g.compute, memory_committed: g.memory_committed }
+                self.inner
+                    .owners
+                    .write()
+                    .insert(shared.owner.clone(), shared.clone());
+                self.inner.dispatch(
+                    &mut st,
+                    Pending {
+                        task: shared.clone(),
+                        job,
+                    },
+                    g,
+                );
+                Admission::Admitted {
+                    compute: g.compute,
+                    memory_committed: g.memory_committed,
+                }
             }
             Decision::Queued { position } => {
                 st.live.insert(id, shared.clone());
-                st.queued_jobs.insert(id, Pending { task: shared.clone(), job });
+                st.queued_jobs.insert(
+                    id,
+                    Pending {
+                        task: shared.clone(),
+                        job,
+                    },
+                );
                 Admission::Queued { position }
             }
-            Decision::Rejected { resource, requested, available } => {
+            Decision::Rejected {
+                resource,
+                requested,
+                available,
+            } => {
                 st.rejected += 1;
-                let reason = format!("not enough {resource}: requested {requested}, available {available}");
-                *slot.lock() = Some(Err(Error::Rejected { task: shared.spec.name.clone(), reason: reason.clone() }));
+                let reason =
+                    format!("not enough {resource}: requested {requested}, available {available}");
+                *slot.lock() = Some(Err(Error::Rejected {
+                    task: shared.spec.name.clone(),
+                    reason: reason.clone(),
+                }));
                 finish_status(&shared, TaskState::Rejected, Some(reason));
                 st.finished.push_back(shared.clone());
-                Admission::Rejected { resource, requested, available }
+                Admission::Rejected {
+                    resource,
+                    requested,
+                    available,
+                }
             }
         };
         self.inner.apply_events(&mut st, events);
         drop(st);
-        Ok(TaskHandle { task: shared, slot, admission, inner: self.inner.clone() })
+        Ok(TaskHandle {
+            task: shared,
+            slot,
+            admission,
+            inner: self.inner.clone(),
+        })
     }
 
     /// Creates a partition out of unused default-pool memory and SM groups.
@@ -592,7 +663,12 @@ impl Scheduler {
     /// Live statistics: every live task and the last finished ones, pools and totals.
     pub fn stats(&self) -> SchedulerStats {
         let st = self.inner.state.lock();
-        let mut tasks: Vec<TaskStats> = st.live.values().chain(st.finished.iter()).map(|t| self.inner.task_stats(t, &st)).collect();
+        let mut tasks: Vec<TaskStats> = st
+            .live
+            .values()
+            .chain(st.finished.iter())
+            .map(|t| self.inner.task_stats(t, &st))
+            .collect();
         tasks.sort_by_key(|t| t.id);
         let partitions = st
             .planner
@@ -605,7 +681,10 @@ impl Scheduler {
                     .filter(|t| t.spec.partition == pool.name)
                     .map(|t| self.inner.dev.allocator().owner_usage(&t.owner).in_use as u64)
                     .sum();
-                PartitionStats { pool, memory_in_use }
+                PartitionStats {
+                    pool,
+                    memory_in_use,
+                }
             })
             .collect();
         SchedulerStats {
@@ -653,7 +732,11 @@ impl Scheduler {
                     let now = self.inner.now();
                     st.planner.cancel(id, now);
                     st.live.remove(&id);
-                    finish_status(&p.task, TaskState::Cancelled, Some("scheduler shut down".into()));
+                    finish_status(
+                        &p.task,
+                        TaskState::Cancelled,
+                        Some("scheduler shut down".into()),
+                    );
                 }
             }
         }
@@ -665,7 +748,8 @@ impl Scheduler {
         let _ = self.inner.dev.synchronize();
         // Cached segments ordered on our streams must go before the streams do.
         let _ = self.inner.dev.allocator().empty_cache();
-        let in_use: u64 = self.inner.owners.read().values().map(|t| self.inner.dev.allocator().owner_usage(&t.owner).in_use as u64).sum();
+        // Live buffers anywhere (a task may have returned one) may be ordered on our streams.
+        let in_use = self.inner.dev.allocator().stats().in_use;
         let mut lanes = self.inner.lanes.lock();
         if in_use == 0 {
             lanes.clear();
@@ -687,7 +771,8 @@ impl Drop for Scheduler {
 
 fn pacing_layout(dev: &Device) -> Result<SmLayout> {
     let sms = dev.multiprocessor_count();
-    SmLayout::with_groups(sms, sms, 1, false).or_else(|_| SmLayout::with_groups(sms.max(1), sms.max(1), 1, false))
+    SmLayout::with_groups(sms, sms, 1, false)
+        .or_else(|_| SmLayout::with_groups(sms.max(1), sms.max(1), 1, false))
 }
 
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
@@ -734,7 +819,9 @@ impl Inner {
             match e {
                 Event::Started(id, g) => {
                     if let Some(p) = st.queued_jobs.remove(&id) {
-                        self.owners.write().insert(p.task.owner.clone(), p.task.clone());
+                        self.owners
+                            .write()
+                            .insert(p.task.owner.clone(), p.task.clone());
                         self.dispatch(st, p, g);
                     }
                 }
@@ -765,7 +852,13 @@ impl Inner {
     }
 
     fn pool_usage(&self, st: &State, partition: &Option<String>) -> (u64, Vec<MemUse>) {
-        let cap = st.planner.pools().into_iter().find(|p| &p.name == partition).map(|p| p.memory_quota).unwrap_or(0);
+        let cap = st
+            .planner
+            .pools()
+            .into_iter()
+            .find(|p| &p.name == partition)
+            .map(|p| p.memory_quota)
+            .unwrap_or(0);
         let tasks = st
             .planner
             .running_tasks()
@@ -793,7 +886,11 @@ impl Inner {
         let Some(task) = self.owners.read().get(owner).cloned() else {
             return Ok(());
         };
-        let refuse = |reason: String| gpukit_core::Error::AllocationRefused { owner: owner.to_string(), requested: bytes as usize, reason };
+        let refuse = |reason: String| gpukit_core::Error::AllocationRefused {
+            owner: owner.to_string(),
+            requested: bytes as usize,
+            reason,
+        };
         if task.preempt.load(Ordering::Acquire) {
             return Err(refuse(format!("preempted: {}", task.preempt_reason.lock())));
         }
@@ -806,7 +903,10 @@ impl Inner {
             return Ok(());
         };
         // The limit is the allocator's quota (its QuotaExceeded error); here: pressure only.
-        let me = MemUse { limit: u64::MAX, ..me };
+        let me = MemUse {
+            limit: u64::MAX,
+            ..me
+        };
         check_allocation(&tasks, cap, &me, bytes).map_err(|e| refuse(e.to_string()))
     }
 
@@ -829,14 +929,18 @@ impl Inner {
                             "{} task `{}` evicted to make room for {} task `{}`",
                             victim.spec.qos, victim.spec.name, task.spec.qos, task.spec.name
                         );
-                        st.evictions.push((victim.id, victim.spec.name.clone(), victim.spec.qos));
+                        st.evictions
+                            .push((victim.id, victim.spec.name.clone(), victim.spec.qos));
                     }
                 }
             }
             if self.memory_freed.wait_until(&mut st, deadline).timed_out() {
                 return Err(Error::Rejected {
                     task: task.spec.name.clone(),
-                    reason: format!("memory for its request of {incoming} bytes was not released within {:?}", self.cfg.eviction_timeout),
+                    reason: format!(
+                        "memory for its request of {incoming} bytes was not released within {:?}",
+                        self.cfg.eviction_timeout
+                    ),
                 });
             }
         }
@@ -848,7 +952,10 @@ impl Inner {
         }
         let lane = match key {
             LaneKey::Green(groups, floor) => {
-                let split = self.split.as_ref().ok_or_else(|| Error::invalid("lane", "green", "no green contexts"))?;
+                let split = self
+                    .split
+                    .as_ref()
+                    .ok_or_else(|| Error::invalid("lane", "green", "no green contexts"))?;
                 let gc = split.create(groups, floor)?;
                 let gs = gc.create_stream(0)?;
                 let lane = Lane {
@@ -862,7 +969,10 @@ impl Inner {
                     t1: gc.create_event()?,
                     _green: None,
                 };
-                Lane { _green: Some((gs, gc)), ..lane }
+                Lane {
+                    _green: Some((gs, gc)),
+                    ..lane
+                }
             }
             LaneKey::Primary => {
                 let s = self.dev.new_stream(0)?;
@@ -909,14 +1019,27 @@ impl Inner {
         let task = p.task.clone();
         let outcome: Result<()> = (|| {
             self.make_room(&task)?;
-            let grant = task.status.lock().grant.ok_or_else(|| Error::invalid("task", task.id, "started without a grant"))?;
-            self.dev.allocator().set_quota(&task.owner, (grant.memory_limit != u64::MAX).then_some(grant.memory_limit as usize))?;
+            let grant = task
+                .status
+                .lock()
+                .grant
+                .ok_or_else(|| Error::invalid("task", task.id, "started without a grant"))?;
+            self.dev.allocator().set_quota(
+                &task.owner,
+                (grant.memory_limit != u64::MAX).then_some(grant.memory_limit as usize),
+            )?;
             let (own, _) = *task.usable.lock();
             let home_key = self.lane_key(own, GroupSet::EMPTY, grant.compute.mechanism);
             let home = self.checkout(home_key)?;
             let pacing = match grant.compute.mechanism {
-                Mechanism::Pacing => Some(Pacer::new((grant.compute.requested_share * self.layout.total_sms as f64 / home.sms.max(1) as f64).min(1.0))),
-                Mechanism::Floor if self.split.as_ref().is_none_or(|s| !s.has_remainder()) => Some(Pacer::new(0.1)),
+                Mechanism::Pacing => Some(Pacer::new(
+                    (grant.compute.requested_share * self.layout.total_sms as f64
+                        / home.sms.max(1) as f64)
+                        .min(1.0),
+                )),
+                Mechanism::Floor if self.split.as_ref().is_none_or(|s| !s.has_remainder()) => {
+                    Some(Pacer::new(0.1))
+                }
                 _ => None,
             };
             {
@@ -940,7 +1063,9 @@ impl Inner {
             let owner = task.owner.clone();
             let dev = self.dev.clone();
             let core = ctx.h().core.clone();
-            dev.with_stream(&core, || dev.allocator().with_owner(&owner, || (p.job)(&mut ctx)));
+            dev.with_stream(&core, || {
+                dev.allocator().with_owner(&owner, || (p.job)(&mut ctx))
+            });
             ctx.finish()
         })();
         self.complete(&task, outcome);
@@ -960,7 +1085,10 @@ impl Inner {
             s.mem_peak = usage.peak as u64;
         }
         let (state, err) = if task.preempt.load(Ordering::Acquire) {
-            (TaskState::Preempted, Some(task.preempt_reason.lock().clone()))
+            (
+                TaskState::Preempted,
+                Some(task.preempt_reason.lock().clone()),
+            )
         } else if let Err(e) = outcome {
             (TaskState::Failed, Some(e.to_string()))
         } else {
@@ -971,9 +1099,17 @@ impl Inner {
                 // The closure's own result decides; record success/failure when the handle
                 // reads it. Count here from the task's error flag.
                 let failed = task.status.lock().final_error.is_some();
-                if failed { st.failed += 1 } else { st.succeeded += 1 }
+                if failed {
+                    st.failed += 1
+                } else {
+                    st.succeeded += 1
+                }
                 let mut s = task.status.lock();
-                s.state = if s.final_error.is_some() { TaskState::Failed } else { TaskState::Succeeded };
+                s.state = if s.final_error.is_some() {
+                    TaskState::Failed
+                } else {
+                    TaskState::Succeeded
+                };
                 s.finished = Some(Instant::now());
                 task.done.notify_all();
             }
@@ -995,7 +1131,9 @@ impl Inner {
         let usable_sms = if live && matches!(s.state, TaskState::Running | TaskState::Starting) {
             match s.grant.map(|g| g.compute.mechanism) {
                 Some(Mechanism::GreenContext) => self.layout.sms(own.union(lent).len()),
-                Some(_) if self.split.is_some() => self.layout.sms(lent.len()) + self.layout.remainder_sms,
+                Some(_) if self.split.is_some() => {
+                    self.layout.sms(lent.len()) + self.layout.remainder_sms
+                }
                 Some(_) => self.layout.total_sms,
                 None => 0,
             }
@@ -1009,11 +1147,18 @@ impl Inner {
             name: t.spec.name.clone(),
             qos: t.spec.qos,
             state: s.state,
-            queue_position: if s.state == TaskState::Queued { st.planner.queue_position(t.id) } else { None },
+            queue_position: if s.state == TaskState::Queued {
+                st.planner.queue_position(t.id)
+            } else {
+                None
+            },
             memory_in_use: usage.in_use as u64,
             memory_peak: (usage.peak as u64).max(s.mem_peak),
             memory_committed: t.spec.memory_request,
-            memory_limit: s.grant.map(|g| g.memory_limit).unwrap_or(t.spec.memory_limit.unwrap_or(u64::MAX)),
+            memory_limit: s
+                .grant
+                .map(|g| g.memory_limit)
+                .unwrap_or(t.spec.memory_limit.unwrap_or(u64::MAX)),
             gpu_time_ms: s.gpu_ms,
             compute: s.grant.map(|g| g.compute),
             usable_sms,
@@ -1023,8 +1168,14 @@ impl Inner {
             preemptions: t.preempt.load(Ordering::Relaxed) as u64,
             reported_bytes: bytes,
             achieved_gbps: (bytes > 0 && s.gpu_ms > 0.0).then(|| bytes as f64 / (s.gpu_ms * 1e6)),
-            wait_ms: s.started.map(|x| x.duration_since(t.submitted).as_secs_f64() * 1e3).unwrap_or(0.0),
-            run_ms: s.started.map(|x| end.saturating_duration_since(x).as_secs_f64() * 1e3).unwrap_or(0.0),
+            wait_ms: s
+                .started
+                .map(|x| x.duration_since(t.submitted).as_secs_f64() * 1e3)
+                .unwrap_or(0.0),
+            run_ms: s
+                .started
+                .map(|x| end.saturating_duration_since(x).as_secs_f64() * 1e3)
+                .unwrap_or(0.0),
         }
     }
 }
@@ -1046,7 +1197,13 @@ struct Pacer {
 
 impl Pacer {
     fn new(share: f64) -> Self {
-        Pacer { share: share.max(1e-3), start: Instant::now(), busy_ms: 0.0, inflight: VecDeque::new(), spare: Vec::new() }
+        Pacer {
+            share: share.max(1e-3),
+            start: Instant::now(),
+            busy_ms: 0.0,
+            inflight: VecDeque::new(),
+            spare: Vec::new(),
+        }
     }
 }
 
@@ -1071,13 +1228,18 @@ pub struct TaskContext {
 
 impl std::fmt::Debug for TaskContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskContext").field("task", &self.task.spec.name).field("grant", &self.grant).finish()
+        f.debug_struct("TaskContext")
+            .field("task", &self.task.spec.name)
+            .field("grant", &self.grant)
+            .finish()
     }
 }
 
 impl TaskContext {
     fn h(&self) -> &Lane {
-        self.home.as_ref().expect("the home lane lives as long as the context")
+        self.home
+            .as_ref()
+            .expect("the home lane lives as long as the context")
     }
 
     /// The task's id.
@@ -1111,7 +1273,11 @@ impl TaskContext {
     /// SMs of the stream the next launch goes to (home, or home + lent groups).
     pub fn current_sms(&mut self) -> Result<u32> {
         self.refresh()?;
-        Ok(if self.on_lent { self.lent.as_ref().map(|l| l.sms).unwrap_or(self.h().sms) } else { self.h().sms })
+        Ok(if self.on_lent {
+            self.lent.as_ref().map(|l| l.sms).unwrap_or(self.h().sms)
+        } else {
+            self.h().sms
+        })
     }
     /// The device.
     pub fn device(&self) -> &Device {
@@ -1136,7 +1302,9 @@ impl TaskContext {
             });
         }
         if self.task.cancel.load(Ordering::Acquire) {
-            return Err(Error::Cancelled { task: self.task.spec.name.clone() });
+            return Err(Error::Cancelled {
+                task: self.task.spec.name.clone(),
+            });
         }
         Ok(())
     }
@@ -1145,7 +1313,11 @@ impl TaskContext {
     /// eviction apply).
     pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {
         self.check()?;
-        Ok(self.inner.dev.allocator().alloc_for(&self.task.owner, bytes, &self.h().core)?)
+        Ok(self
+            .inner
+            .dev
+            .allocator()
+            .alloc_for(&self.task.owner, bytes, &self.h().core)?)
     }
 
     /// Records that the task moved `bytes` (for the achieved-bandwidth figure in its stats).
@@ -1248,7 +1420,12 @@ impl TaskContext {
         Ok(())
     }
 
-    fn launch_paced(&mut self, kernel: &Kernel, cfg: LaunchConfig, args: &[KernelArg]) -> Result<()> {
+    fn launch_paced(
+        &mut self,
+        kernel: &Kernel,
+        cfg: LaunchConfig,
+        args: &[KernelArg],
+    ) -> Result<()> {
         let (raw, ctx) = (self.h().raw, self.h().ctx);
         let pacer = self.pacer.as_mut().expect("pacing");
         // Harvest finished kernels' GPU time.
@@ -1266,9 +1443,12 @@ impl TaskContext {
         let wall_ms = pacer.start.elapsed().as_secs_f64() * 1e3;
         let allowed = pacer.share * wall_ms + 2.0;
         if pacer.busy_ms > allowed {
-            let wait = Duration::from_secs_f64((pacer.busy_ms / pacer.share - wall_ms).max(0.0) / 1e3);
+            let wait =
+                Duration::from_secs_f64((pacer.busy_ms / pacer.share - wall_ms).max(0.0) / 1e3);
             self.task.throttles.fetch_add(1, Ordering::Relaxed);
-            self.task.throttled_ns.fetch_add(wait.as_nanos() as u64, Ordering::Relaxed);
+            self.task
+                .throttled_ns
+                .fetch_add(wait.as_nanos() as u64, Ordering::Relaxed);
             std::thread::sleep(wait);
         }
         let pair = match pacer.spare.pop() {
@@ -1318,7 +1498,11 @@ fn sync_raw(s: sys::CUstream) -> Result<()> {
     if r == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(Error::Driver { call: "cuStreamSynchronize", action: "synchronizing a task stream".into(), source: cudarc::driver::DriverError(r) })
+        Err(Error::Driver {
+            call: "cuStreamSynchronize",
+            action: "synchronizing a task stream".into(),
+            source: cudarc::driver::DriverError(r),
+        })
     }
 }
 
@@ -1332,7 +1516,10 @@ pub struct TaskHandle<T> {
 
 impl<T> std::fmt::Debug for TaskHandle<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskHandle").field("id", &self.task.id).field("admission", &self.admission).finish()
+        f.debug_struct("TaskHandle")
+            .field("id", &self.task.id)
+            .field("admission", &self.admission)
+            .finish()
     }
 }
 
@@ -1368,7 +1555,11 @@ impl<T> TaskHandle<T> {
             st.queued_jobs.remove(&self.task.id);
             st.live.remove(&self.task.id);
             st.failed += 1;
-            finish_status(&self.task, TaskState::Cancelled, Some("cancelled while queued".into()));
+            finish_status(
+                &self.task,
+                TaskState::Cancelled,
+                Some("cancelled while queued".into()),
+            );
             push_finished(&mut st, self.task.clone());
             self.inner.apply_events(&mut st, events);
         } else {
@@ -1415,12 +1606,19 @@ impl<T> TaskHandle<T> {
         match state {
             TaskState::Preempted => {
                 self.slot.lock().take();
-                Err(Error::Preempted { task: name, qos: self.task.spec.qos.to_string(), reason: err.unwrap_or_default() })
+                Err(Error::Preempted {
+                    task: name,
+                    qos: self.task.spec.qos.to_string(),
+                    reason: err.unwrap_or_default(),
+                })
             }
             TaskState::Cancelled => Err(Error::Cancelled { task: name }),
             TaskState::Rejected => match self.slot.lock().take() {
                 Some(r) => r,
-                None => Err(Error::Rejected { task: name, reason: err.unwrap_or_default() }),
+                None => Err(Error::Rejected {
+                    task: name,
+                    reason: err.unwrap_or_default(),
+                }),
             },
             _ => match self.slot.lock().take() {
                 Some(Err(e)) if self.task.cancel.load(Ordering::Acquire) => {
@@ -1428,7 +1626,10 @@ impl<T> TaskHandle<T> {
                     Err(Error::Cancelled { task: name })
                 }
                 Some(r) => r,
-                None => Err(Error::TaskFailed { task: name, message: err.unwrap_or_else(|| "no result".into()) }),
+                None => Err(Error::TaskFailed {
+                    task: name,
+                    message: err.unwrap_or_else(|| "no result".into()),
+                }),
             },
         }
     }

@@ -230,8 +230,20 @@ mod tests {
         assert_eq!(l.groups_for_share(0.031), 0);
         assert_eq!(l.groups_for_share(1.5 / 16.0), 1, "halves round down");
         let h = SmLayout::with_groups(132, 8, 15, true).unwrap();
-        assert_eq!([0.25, 0.75].map(|s| h.groups_for_share(s)).iter().sum::<u32>(), 15);
-        assert_eq!([0.5, 0.25, 0.25].map(|s| h.groups_for_share(s)).iter().sum::<u32>(), 15);
+        assert_eq!(
+            [0.25, 0.75]
+                .map(|s| h.groups_for_share(s))
+                .iter()
+                .sum::<u32>(),
+            15
+        );
+        assert_eq!(
+            [0.5, 0.25, 0.25]
+                .map(|s| h.groups_for_share(s))
+                .iter()
+                .sum::<u32>(),
+            15
+        );
         assert!(SmLayout::with_groups(132, 8, 17, true).is_err());
         assert_eq!(l.groups_for_share(0.0), 0);
         assert_eq!(l.groups_for_share(f64::NAN), 0);

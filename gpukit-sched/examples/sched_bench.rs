@@ -1,0 +1,806 @@
+//! gpukit-sched's proof on the GPU: one table, one run. Shares, isolation, work conservation,
+//! memory and overheads, each beside its baseline measured in the same process.
+//!
+//! `cargo run -p gpukit-sched --release --example sched_bench` (a GPU with green contexts).
+
+use gpukit_core::{Device, Stream};
+use gpukit_jit::{KernelArg, LaunchConfig};
+use gpukit_sched::kernels::TestKernels;
+use gpukit_sched::{
+    format_bytes, Error, QosClass, Scheduler, SchedulerConfig, TaskContext, TaskSpec,
+};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+struct Counting;
+static HEAP: AtomicI64 = AtomicI64::new(0);
+// SAFETY: forwards to the system allocator and only counts bytes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        HEAP.fetch_add(l.size() as i64, Ordering::Relaxed);
+        // SAFETY: same layout contract as the caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        HEAP.fetch_sub(l.size() as i64, Ordering::Relaxed);
+        // SAFETY: `p` came from `alloc` with this layout.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+type R<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// FMA grid: a multiple of 8 blocks per SM for 32, 56, 88 and 120 SMs (no wave tail).
+const BLOCKS: u32 = 32 * 8 * 7 * 11 * 15 / 5;
+const ITERS: i32 = 2000;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+struct Row {
+    section: &'static str,
+    what: String,
+    ours: String,
+    baseline: String,
+    target: String,
+    pass: bool,
+}
+
+fn fma_cfg() -> LaunchConfig {
+    LaunchConfig::new((BLOCKS, 1, 1), (256, 1, 1))
+}
+
+/// A compute-bound task body: waits at `start`, launches FMA kernels (one in flight) until
+/// `stop`, returns (kernels, seconds).
+fn fma_task(
+    k: TestKernels,
+    start: Arc<Barrier>,
+    stop: Arc<AtomicBool>,
+) -> impl FnOnce(&mut TaskContext) -> gpukit_sched::Result<(u64, f64, u32)> + Send {
+    move |ctx: &mut TaskContext| {
+        let out = ctx.alloc(BLOCKS as usize * 256 * 4)?;
+        ctx.launch(
+            &k.fma_spin,
+            fma_cfg(),
+            &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+        )?;
+        ctx.synchronize()?;
+        start.wait();
+        let t = Instant::now();
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            ctx.launch(
+                &k.fma_spin,
+                fma_cfg(),
+                &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+            )?;
+            ctx.synchronize()?;
+            n += 1;
+        }
+        Ok((n, t.elapsed().as_secs_f64(), ctx.home_sms()))
+    }
+}
+
+fn shares(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>, fractions: &[f64]) -> R<()> {
+    // Baseline: the same tasks on plain streams of the primary context, no scheduler.
+    let base: Vec<f64> = {
+        let stop = Arc::new(AtomicBool::new(false));
+        let start = Arc::new(Barrier::new(fractions.len() + 1));
+        let hs: Vec<_> = fractions
+            .iter()
+            .map(|_| {
+                let (dev, k, stop, start) = (dev.clone(), k.clone(), stop.clone(), start.clone());
+                std::thread::spawn(move || -> R<f64> {
+                    let s = dev.new_stream(0)?;
+                    let out = dev.allocator().alloc_for(
+                        &"bench-base".into(),
+                        BLOCKS as usize * 256 * 4,
+                        &s,
+                    )?;
+                    start.wait();
+                    let t = Instant::now();
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        k.fma_spin.launch(
+                            s.cuda(),
+                            fma_cfg(),
+                            &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                        )?;
+                        s.synchronize()?;
+                        n += 1;
+                    }
+                    Ok(n as f64 / t.elapsed().as_secs_f64())
+                })
+            })
+            .collect();
+        start.wait();
+        std::thread::sleep(Duration::from_millis(1000));
+        stop.store(true, Ordering::Relaxed);
+        hs.into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect::<R<_>>()?
+    };
+    let sched = Scheduler::new(dev.clone(), SchedulerConfig::default())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Arc::new(Barrier::new(fractions.len() + 1));
+    let mut handles = Vec::new();
+    for (i, f) in fractions.iter().enumerate() {
+        let spec = TaskSpec::new(format!("share{i}"))
+            .memory("256MiB", "256MiB")
+            .compute(*f, *f);
+        handles.push(sched.submit(fma_task(k.clone(), start.clone(), stop.clone()), spec)?);
+    }
+    start.wait();
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    let res: Vec<(u64, f64, u32)> = handles
+        .into_iter()
+        .map(|h| h.wait())
+        .collect::<gpukit_sched::Result<_>>()?;
+    let thr: Vec<f64> = res.iter().map(|r| r.0 as f64 / r.1).collect();
+    let sms: Vec<u32> = res.iter().map(|r| r.2).collect();
+    // Ratio of each task's throughput to the first's, against the ratio of SMs given.
+    let mut worst = 0f64;
+    let mut parts = Vec::new();
+    for i in 1..thr.len() {
+        let got = thr[i] / thr[0];
+        let want = sms[i] as f64 / sms[0] as f64;
+        worst = worst.max((got / want - 1.0).abs());
+        parts.push(format!("{got:.3} vs {want:.3}"));
+    }
+    let label: Vec<String> = fractions.iter().map(|f| format!("{f}")).collect();
+    let sm_s: Vec<String> = sms.iter().map(|s| s.to_string()).collect();
+    let base_r: Vec<String> = base
+        .iter()
+        .skip(1)
+        .map(|b| format!("{:.2}", b / base[0]))
+        .collect();
+    rows.push(Row {
+        section: "shares",
+        what: format!(
+            "{} Guaranteed FMA tasks, SMs {}: throughput ratio vs SM ratio",
+            label.join("/"),
+            sm_s.join("/")
+        ),
+        ours: format!("{} (worst {:.1}% off)", parts.join(", "), worst * 100.0),
+        baseline: format!("no sched: ratio {}", base_r.join(", ")),
+        target: "within 10%".into(),
+        pass: worst <= 0.10,
+    });
+    Ok(())
+}
+
+fn probe_ms(
+    k: &TestKernels,
+    s: &Stream,
+    raw: gpukit_jit::cudarc::driver::sys::CUstream,
+    launch: &mut dyn FnMut() -> R<()>,
+) -> R<f64> {
+    let _ = (k, raw);
+    let e0 = s.record()?;
+    launch()?;
+    let e1 = s.record()?;
+    e1.synchronize()?;
+    Ok(e0.elapsed_ms(&e1)? as f64)
+}
+
+fn isolation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
+    let probe_cfg = LaunchConfig::new((1, 1, 1), (32, 1, 1));
+    let probe_args = [KernelArg::Ptr(0), KernelArg::I64(10_000)];
+    let hog_cfg = LaunchConfig::new((132 * 16, 1, 1), (256, 1, 1));
+    let hog_args = [KernelArg::Ptr(0), KernelArg::I64(1_000_000)];
+    let (least, greatest) = dev.stream_priority_range();
+    let hi = dev.new_stream(greatest)?;
+    let lo = dev.new_stream(least)?;
+    let run_probes = |n: usize| -> R<f64> {
+        let mut v = Vec::new();
+        for _ in 0..n {
+            v.push(probe_ms(k, &hi, hi.cuda().cu_stream(), &mut || {
+                Ok(k.spin_cycles.launch(hi.cuda(), probe_cfg, &probe_args)?)
+            })?);
+        }
+        Ok(median(v))
+    };
+    run_probes(5)?;
+    let alone = run_probes(50)?;
+    for _ in 0..400 {
+        k.spin_cycles.launch(lo.cuda(), hog_cfg, &hog_args)?;
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    let shared = run_probes(50)?;
+    lo.synchronize()?;
+    // With the scheduler: the probe is a Guaranteed task with one SM group; the hog is a
+    // BestEffort task that borrows every other group and the floor.
+    let sched = Scheduler::new(dev.clone(), SchedulerConfig::default())?;
+    let one_group = 1.0 / sched.layout().groups as f64;
+    let hog_running = Arc::new(Barrier::new(2));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (k1, b1, s1) = (k.clone(), hog_running.clone(), stop.clone());
+    let probe = sched.submit(
+        move |ctx: &mut TaskContext| -> gpukit_sched::Result<(f64, u32)> {
+            for _ in 0..5 {
+                ctx.launch(&k1.spin_cycles, probe_cfg, &probe_args)?;
+            }
+            ctx.synchronize()?;
+            b1.wait();
+            std::thread::sleep(Duration::from_millis(5));
+            let s = ctx.stream().clone();
+            let mut v = Vec::new();
+            for _ in 0..50 {
+                let e0 = s.record()?;
+                ctx.launch(&k1.spin_cycles, probe_cfg, &probe_args)?;
+                let e1 = s.record()?;
+                e1.synchronize()?;
+                v.push(e0.elapsed_ms(&e1)? as f64);
+            }
+            s1.store(true, Ordering::Relaxed);
+            Ok((median(v), ctx.home_sms()))
+        },
+        TaskSpec::new("probe")
+            .memory("64MiB", "64MiB")
+            .compute(one_group, one_group)
+            .priority(10),
+    )?;
+    let (k2, b2, s2) = (k.clone(), hog_running, stop.clone());
+    let hog = sched.submit(
+        move |ctx: &mut TaskContext| -> gpukit_sched::Result<u32> {
+            let mut first = true;
+            let mut sms = 0;
+            while !s2.load(Ordering::Relaxed) {
+                for _ in 0..4 {
+                    ctx.launch(&k2.spin_cycles, hog_cfg, &hog_args)?;
+                }
+                if first {
+                    sms = ctx.current_sms()?;
+                    b2.wait();
+                    first = false;
+                }
+                ctx.synchronize()?;
+            }
+            Ok(sms)
+        },
+        TaskSpec::new("hog"),
+    )?;
+    let (with, probe_sms) = probe.wait()?;
+    let hog_sms = hog.wait()?;
+    let ok = with < 2.0 * alone;
+    rows.push(Row {
+        section: "isolation",
+        what: format!("~5 us probe kernel latency (median of 50): Guaranteed {probe_sms} SMs beside a BestEffort hog on {hog_sms} SMs"),
+        ours: format!("{with:.4} ms ({:.2}x alone)", with / alone),
+        baseline: format!("alone {alone:.4} ms; hog same context, probe on highest-priority stream {shared:.4} ms ({:.0}x)", shared / alone),
+        target: "< 2x alone".into(),
+        pass: ok,
+    });
+    Ok(())
+}
+
+fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
+    let sched = Scheduler::new(dev.clone(), SchedulerConfig::default())?;
+    let l = sched.layout();
+    let groups_all: Vec<_> = (0..l.groups).collect();
+    let _ = groups_all;
+    let stop_b = Arc::new(AtomicBool::new(false));
+    let b_kernel_ms = Arc::new(AtomicU64::new(0));
+    let b_sms_alone = Arc::new(AtomicU64::new(0));
+    let b_sms_after = Arc::new(AtomicU64::new(0));
+    let phase = Arc::new(AtomicU64::new(0)); // 0 alone, 1 G submitted
+    let b_rate_alone = Arc::new(AtomicU64::new(0));
+    let (kb, sb, bk, bsa, bsb, ph, bra) = (
+        k.clone(),
+        stop_b.clone(),
+        b_kernel_ms.clone(),
+        b_sms_alone.clone(),
+        b_sms_after.clone(),
+        phase.clone(),
+        b_rate_alone.clone(),
+    );
+    let b = sched.submit(
+        move |ctx: &mut TaskContext| -> gpukit_sched::Result<(u32, u32)> {
+            let out = ctx.alloc(BLOCKS as usize * 256 * 4)?;
+            let s = ctx.stream().clone();
+            // Warm up (the lent-groups lane is created at the first launch).
+            for _ in 0..3 {
+                ctx.launch(
+                    &kb.fma_spin,
+                    fma_cfg(),
+                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                )?;
+                ctx.synchronize()?;
+            }
+            let t = Instant::now();
+            let mut n = 0u64;
+            let mut times = Vec::new();
+            while t.elapsed() < Duration::from_millis(600) {
+                let e0 = s.record()?;
+                ctx.launch(
+                    &kb.fma_spin,
+                    fma_cfg(),
+                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                )?;
+                let e1 = s.record()?;
+                e1.synchronize()?;
+                times.push(e0.elapsed_ms(&e1)? as f64);
+                n += 1;
+            }
+            bra.store(
+                (n as f64 / t.elapsed().as_secs_f64() * 1000.0) as u64,
+                Ordering::Relaxed,
+            );
+            bk.store((median(times) * 1e6) as u64, Ordering::Relaxed);
+            bsa.store(ctx.current_sms()? as u64, Ordering::Relaxed);
+            ph.store(1, Ordering::Release);
+            while !sb.load(Ordering::Relaxed) {
+                ctx.launch(
+                    &kb.fma_spin,
+                    fma_cfg(),
+                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                )?;
+                ctx.synchronize()?;
+                bsb.store(ctx.current_sms()? as u64, Ordering::Relaxed);
+            }
+            Ok((ctx.home_sms(), ctx.current_sms()?))
+        },
+        TaskSpec::new("burstable")
+            .memory_request("256MiB")
+            .compute(0.25, 1.0),
+    )?;
+    while phase.load(Ordering::Acquire) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Reference: the request's throughput (a Guaranteed 0.25 task alone, measured afterwards).
+    let kg = k.clone();
+    let g = sched.submit(
+        move |ctx: &mut TaskContext| -> gpukit_sched::Result<(f64, f64, u32)> {
+            let out = ctx.alloc(BLOCKS as usize * 256 * 4)?;
+            let s = ctx.stream().clone();
+            let mut times = Vec::new();
+            for _ in 0..12 {
+                let e0 = s.record()?;
+                ctx.launch(
+                    &kg.fma_spin,
+                    fma_cfg(),
+                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                )?;
+                let e1 = s.record()?;
+                e1.synchronize()?;
+                times.push(e0.elapsed_ms(&e1)? as f64);
+            }
+            let first = times[0];
+            let steady = median(times[4..].to_vec());
+            Ok((first, steady, ctx.home_sms()))
+        },
+        TaskSpec::new("guaranteed")
+            .memory("256MiB", "256MiB")
+            .compute(0.75, 0.75),
+    )?;
+    let (first, steady, g_sms) = g.wait()?;
+    stop_b.store(true, Ordering::Relaxed);
+    let (b_home, _) = b.wait()?;
+    let b_kernel = b_kernel_ms.load(Ordering::Relaxed) as f64 / 1e6;
+    let rate_alone = b_rate_alone.load(Ordering::Relaxed) as f64 / 1000.0;
+    // The request alone: a Guaranteed 0.25 task (same SMs as B's own groups), measured now.
+    let kr = k.clone();
+    let r = sched.submit(
+        move |ctx: &mut TaskContext| -> gpukit_sched::Result<f64> {
+            let out = ctx.alloc(BLOCKS as usize * 256 * 4)?;
+            ctx.launch(
+                &kr.fma_spin,
+                fma_cfg(),
+                &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+            )?;
+            ctx.synchronize()?;
+            let t = Instant::now();
+            let mut n = 0;
+            while t.elapsed() < Duration::from_millis(400) {
+                ctx.launch(
+                    &kr.fma_spin,
+                    fma_cfg(),
+                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                )?;
+                ctx.synchronize()?;
+                n += 1;
+            }
+            Ok(n as f64 / t.elapsed().as_secs_f64())
+        },
+        TaskSpec::new("request-only")
+            .memory("256MiB", "256MiB")
+            .compute(0.25, 0.25),
+    )?;
+    let rate_req = r.wait()?;
+    let b_alone_sms = b_sms_alone.load(Ordering::Relaxed);
+    rows.push(Row {
+        section: "work conservation",
+        what: format!("Burstable (request 0.25 = {b_home} SMs, limit 1.0) alone: SMs used, throughput vs its request"),
+        ours: format!("{b_alone_sms} SMs, {rate_alone:.0} kernels/s = {:.2}x", rate_alone / rate_req),
+        baseline: format!("its request alone: {rate_req:.0} kernels/s"),
+        target: "> 1x".into(),
+        pass: rate_alone > 1.2 * rate_req && b_alone_sms > b_home as u64,
+    });
+    let delay = (first - steady).max(0.0);
+    rows.push(Row {
+        section: "work conservation",
+        what: format!(
+            "Guaranteed 0.75 ({g_sms} SMs) arrives: extra time of its first kernel (share back)"
+        ),
+        ours: format!(
+            "{delay:.3} ms (first {first:.3}, steady {steady:.3}); Burstable then on {} SMs",
+            b_sms_after.load(Ordering::Relaxed)
+        ),
+        baseline: format!("one Burstable kernel: {b_kernel:.3} ms"),
+        target: "<= one kernel".into(),
+        pass: delay <= b_kernel * 1.1 + 0.05,
+    });
+    Ok(())
+}
+
+fn memory(dev: &Device, rows: &mut Vec<Row>) -> R<()> {
+    const GIB: usize = 1 << 30;
+    let sched = Scheduler::new(
+        dev.clone(),
+        SchedulerConfig::default().memory_headroom("3GiB"),
+    )?;
+    let cap = sched.memory_capacity() as usize;
+    let chunk = 2 * GIB;
+    // G1: Guaranteed 16 GiB, allocates while the BestEffort tasks fill the GPU.
+    let g1_go = Arc::new(AtomicBool::new(false));
+    let g1g = g1_go.clone();
+    let g1 = sched.submit(
+        move |ctx: &mut TaskContext| -> gpukit_sched::Result<(usize, usize)> {
+            let mut held = Vec::new();
+            let (mut ok, mut failed) = (0, 0);
+            while !g1g.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            for _ in 0..16 {
+                match ctx.alloc(GIB) {
+                    Ok(b) => {
+                        held.push(b);
+                        ok += 1;
+                    }
+                    Err(_) => failed += 1,
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Ok((ok, failed))
+        },
+        TaskSpec::new("G1")
+            .memory("16GiB", "16GiB")
+            .compute(0.25, 0.25),
+    )?;
+    // Burstable: request 8 GiB, uses 24.
+    let burst_ready = Arc::new(AtomicU64::new(0));
+    let br = burst_ready.clone();
+    let burst = sched.submit(
+        move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
+            let mut held = Vec::new();
+            for _ in 0..12 {
+                held.push(ctx.alloc(chunk)?);
+            }
+            br.store(1, Ordering::Release);
+            loop {
+                ctx.check()?;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        },
+        TaskSpec::new("burstable")
+            .memory("8GiB", "24GiB")
+            .compute(0.25, 0.5),
+    )?;
+    while burst_ready.load(Ordering::Acquire) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Three BestEffort tasks push memory to the limit (2 GiB chunks until refused).
+    let filled = Arc::new(AtomicU64::new(0));
+    let mut bes = Vec::new();
+    for (name, prio) in [("BE-a p0", 0), ("BE-b p0", 0), ("BE-c p1", 1)] {
+        let f = filled.clone();
+        let n = 99;
+        bes.push(sched.submit(
+            move |ctx: &mut TaskContext| -> gpukit_sched::Result<usize> {
+                let mut held = Vec::new();
+                for _ in 0..n {
+                    match ctx.alloc(chunk) {
+                        Ok(b) => held.push(b),
+                        Err(Error::Core(gpukit_core::Error::AllocationRefused { .. })) => break,
+                        Err(e) => return Err(e),
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                f.fetch_add(1, Ordering::Release);
+                loop {
+                    ctx.check()?;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            },
+            TaskSpec::new(name).priority(prio),
+        )?);
+    }
+    g1_go.store(true, Ordering::Relaxed);
+    while filled.load(Ordering::Acquire) < 3 {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let (g1_ok, g1_failed) = g1.wait()?;
+    let used_before = dev.total_memory() - dev.free_memory()?;
+    // G2: Guaranteed, large: needs every BestEffort task and the Burstable's excess evicted.
+    let g2_req = cap - 16 * GIB - 8 * GIB - GIB;
+    let t = Instant::now();
+    let g2 = sched.submit(
+        move |ctx: &mut TaskContext| -> gpukit_sched::Result<(usize, usize, f64)> {
+            let waited = t.elapsed().as_secs_f64() * 1e3;
+            let mut held = Vec::new();
+            let (mut ok, mut failed) = (0, 0);
+            let mut left = ctx.memory_limit() as usize;
+            while left >= chunk {
+                match ctx.alloc(chunk) {
+                    Ok(b) => {
+                        held.push(b);
+                        ok += 1;
+                    }
+                    Err(_) => failed += 1,
+                }
+                left -= chunk;
+            }
+            Ok((ok, failed, waited))
+        },
+        TaskSpec::new("G2")
+            .memory(g2_req as u64, g2_req as u64)
+            .compute(0.25, 0.25),
+    )?;
+    let (g2_ok, g2_failed, waited) = g2.wait()?;
+    let be_results: Vec<_> = bes.into_iter().map(|h| h.wait()).collect();
+    let burst_r = burst.wait();
+    let evicted: Vec<String> = sched
+        .stats()
+        .evictions
+        .iter()
+        .map(|(_, n, q)| format!("{n} ({q})"))
+        .collect();
+    let all_be_preempted = be_results
+        .iter()
+        .all(|r| matches!(r, Err(Error::Preempted { .. })));
+    let kinds: Vec<&str> = sched
+        .stats()
+        .evictions
+        .iter()
+        .map(|(_, n, _)| {
+            if n.starts_with("BE-c") {
+                "c"
+            } else if n.starts_with("BE") {
+                "ab"
+            } else {
+                "burst"
+            }
+        })
+        .collect();
+    let order_ok = kinds.len() >= 3
+        && kinds[..2].iter().all(|n| *n == "ab")
+        && kinds[2] == "c"
+        && kinds[3..].iter().all(|n| *n == "burst");
+    let _ = QosClass::BestEffort;
+    rows.push(Row {
+        section: "memory",
+        what: format!("Guaranteed allocations while BestEffort tasks fill the GPU ({} of {} in use)", format_bytes(used_before as u64), format_bytes(dev.total_memory() as u64)),
+        ours: format!("G1 {g1_ok} ok / {g1_failed} failed; G2 ({}) {g2_ok} ok / {g2_failed} failed after {waited:.0} ms", format_bytes(g2_req as u64)),
+        baseline: "no sched: first come, first served (cuMemAlloc OOM)".into(),
+        target: "0 failed".into(),
+        pass: g1_failed == 0 && g2_failed == 0 && g1_ok == 16,
+    });
+    rows.push(Row {
+        section: "memory",
+        what:
+            "eviction order for G2 (BestEffort p0 largest first, p1, then Burstable above request)"
+                .into(),
+        ours: evicted.join(" > "),
+        baseline: format!(
+            "Burstable result: {}",
+            match &burst_r {
+                Ok(_) => "ran on".to_string(),
+                Err(e) => e.to_string().chars().take(60).collect(),
+            }
+        ),
+        target: "BE p0, BE p0, BE p1, Burstable".into(),
+        pass: all_be_preempted && order_ok,
+    });
+    Ok(())
+}
+
+fn overheads(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
+    let sched = Scheduler::new(dev.clone(), SchedulerConfig::default().workers(2))?;
+    // Submit + admission, admitted path: a trivial Guaranteed task, one at a time.
+    let mut adm = Vec::new();
+    for i in 0..300 {
+        let t = Instant::now();
+        let h = sched.submit(
+            |_ctx: &mut TaskContext| Ok(()),
+            TaskSpec::new("t")
+                .memory("1MiB", "1MiB")
+                .compute(0.25, 0.25),
+        )?;
+        let dt = t.elapsed().as_secs_f64() * 1e6;
+        if i >= 20 {
+            adm.push(dt);
+        }
+        h.wait()?;
+    }
+    // Queued path: both workers blocked, then 64 submissions queue up.
+    let gate = Arc::new(AtomicBool::new(false));
+    let blockers: Vec<_> = (0..2)
+        .map(|_| {
+            let g = gate.clone();
+            sched.submit(
+                move |_ctx: &mut TaskContext| {
+                    while !g.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Ok(())
+                },
+                TaskSpec::new("blocker")
+                    .memory("1MiB", "1MiB")
+                    .compute(0.25, 0.25),
+            )
+        })
+        .collect::<gpukit_sched::Result<_>>()?;
+    std::thread::sleep(Duration::from_millis(20));
+    let mut q = Vec::new();
+    let heap0 = HEAP.load(Ordering::Relaxed);
+    let mut hs = Vec::new();
+    for _ in 0..64 {
+        let t = Instant::now();
+        let h = sched.submit(
+            |_ctx: &mut TaskContext| Ok(()),
+            TaskSpec::new("queued")
+                .memory("1MiB", "1MiB")
+                .compute(0.25, 0.25),
+        )?;
+        q.push(t.elapsed().as_secs_f64() * 1e6);
+        hs.push(h);
+    }
+    let per_task = (HEAP.load(Ordering::Relaxed) - heap0) as f64 / 64.0;
+    gate.store(true, Ordering::Relaxed);
+    for h in hs {
+        h.wait()?;
+    }
+    for b in blockers {
+        b.wait()?;
+    }
+    let (adm_med, q_med) = (median(adm), median(q.clone()));
+    rows.push(Row {
+        section: "overheads",
+        what: "submit + admission (median; admitted / queued behind 64)".into(),
+        ours: format!("{adm_med:.2} us / {q_med:.2} us"),
+        baseline: String::new(),
+        target: "< 5 us".into(),
+        pass: adm_med < 5.0,
+    });
+    // Launch overhead: TaskContext::launch vs a raw launch on the same stream (CPU time).
+    let kk = k.clone();
+    let (ctx_us, raw_us) = sched
+        .submit(
+            move |ctx: &mut TaskContext| -> gpukit_sched::Result<(f64, f64)> {
+                let (raw, cu) = ctx.raw_stream();
+                let n = 2000;
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                for _ in 0..10 {
+                    let t = Instant::now();
+                    for _ in 0..n {
+                        ctx.launch(
+                            &kk.noop,
+                            LaunchConfig::new((1, 1, 1), (32, 1, 1)),
+                            &[KernelArg::I32(1)],
+                        )?;
+                    }
+                    a.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
+                    ctx.synchronize()?;
+                    gpukit_sched::green::GreenContext::make_current_raw(cu)?;
+                    let t = Instant::now();
+                    for _ in 0..n {
+                        // SAFETY: live stream of the current context; no pointer arguments.
+                        unsafe {
+                            kk.noop.launch_raw(
+                                raw,
+                                LaunchConfig::new((1, 1, 1), (32, 1, 1)),
+                                &[KernelArg::I32(1)],
+                            )?
+                        };
+                    }
+                    b.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
+                    ctx.synchronize()?;
+                }
+                Ok((median(a), median(b)))
+            },
+            TaskSpec::new("launch")
+                .memory("1MiB", "1MiB")
+                .compute(0.25, 0.25),
+        )?
+        .wait()?;
+    rows.push(Row {
+        section: "overheads",
+        what: "kernel launch from TaskContext vs raw launch (CPU, median)".into(),
+        ours: format!("{ctx_us:.2} us (+{:.2} us)", ctx_us - raw_us),
+        baseline: format!("raw {raw_us:.2} us"),
+        target: "within 1 us".into(),
+        pass: ctx_us - raw_us < 1.0,
+    });
+    rows.push(Row {
+        section: "overheads",
+        what: "scheduler heap per queued task (counting allocator)".into(),
+        ours: format!("{per_task:.0} B"),
+        baseline: String::new(),
+        target: "report".into(),
+        pass: true,
+    });
+    Ok(())
+}
+
+/// Runs every section and prints the table.
+pub fn main() {
+    let dev = match Device::open(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("sched_bench needs a GPU: {e}");
+            std::process::exit(2);
+        }
+    };
+    let k = TestKernels::load(&dev).expect("test kernels");
+    let mut rows = Vec::new();
+    let mech = Scheduler::new(dev.clone(), SchedulerConfig::default())
+        .map(|s| s.mechanism().to_string())
+        .unwrap_or_else(|e| e.to_string());
+    type Section<'a> = (&'a str, Box<dyn Fn(&mut Vec<Row>) -> R<()> + 'a>);
+    let sections: Vec<Section> = vec![
+        (
+            "shares 0.25/0.75",
+            Box::new(|r| shares(&dev, &k, r, &[0.25, 0.75])),
+        ),
+        (
+            "shares 0.5/0.25/0.25",
+            Box::new(|r| shares(&dev, &k, r, &[0.5, 0.25, 0.25])),
+        ),
+        ("isolation", Box::new(|r| isolation(&dev, &k, r))),
+        (
+            "work conservation",
+            Box::new(|r| work_conservation(&dev, &k, r)),
+        ),
+        ("memory", Box::new(|r| memory(&dev, r))),
+        ("overheads", Box::new(|r| overheads(&dev, &k, r))),
+    ];
+    for (name, f) in sections {
+        if let Err(e) = f(&mut rows) {
+            rows.push(Row {
+                section: "error",
+                what: name.to_string(),
+                ours: e.to_string(),
+                baseline: String::new(),
+                target: String::new(),
+                pass: false,
+            });
+        }
+    }
+    println!("\ngpukit-sched on {} — {}", dev.name(), mech);
+    println!("| section | what | gpukit-sched | baseline (same run) | target | ok |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for r in &rows {
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            r.section,
+            r.what,
+            r.ours,
+            r.baseline,
+            r.target,
+            if r.pass { "PASS" } else { "FAIL" }
+        );
+    }
+    let failed = rows.iter().filter(|r| !r.pass).count();
+    println!("{} rows, {} failed", rows.len(), failed);
+}
