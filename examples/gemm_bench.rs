@@ -54,7 +54,10 @@ fn real_main() -> Res<()> {
         Some(s) => s
             .split(';')
             .map(|t| {
-                let v: Vec<usize> = t.split(',').map(|x| x.trim().parse().unwrap_or(0)).collect();
+                let v: Vec<usize> = t
+                    .split(',')
+                    .map(|x| x.trim().parse().unwrap_or(0))
+                    .collect();
                 (v[0], v[1], v[2])
             })
             .collect(),
@@ -75,13 +78,23 @@ fn real_main() -> Res<()> {
         let mut bench = Bench::new(&ctx, &stream, m, n, k)?;
         let flops = 2.0 * m as f64 * n as f64 * k as f64;
         let tf = |ms: f64| flops / (ms * 1e-3) / 1e12;
-        let c_fp32 = bench.time(|g| unsafe { raw::cublas_gemm(&stream, BlasType::F32, g) })?;
-        let reference = bench.result()?;
-        let o_fp32 = bench.time(|g| unsafe { raw::sgemm(&stream, Precision::Fp32, g) })?;
-        let err_fp32 = normwise(&bench.result()?, &reference);
-        let c_tf32 = bench.time(|g| unsafe { raw::cublas_gemm(&stream, BlasType::F32Tf32, g) })?;
-        let o_tf32 = bench.time(|g| unsafe { raw::sgemm(&stream, Precision::Tf32, g) })?;
-        let err_tf32 = normwise(&bench.result()?, &reference);
+        // SAFETY (every closure below): the RawGemm comes from Bench::raw, whose buffers are
+        // live device allocations of exactly m*k, k*n and m*n f32 on `stream`.
+        // SAFETY: see above (buffers owned by `bench`, sized for this shape).
+        let cublas32 = |g: &RawGemm| unsafe { raw::cublas_gemm(&stream, BlasType::F32, g) };
+        // SAFETY: see above (buffers owned by `bench`, sized for this shape).
+        let ours32 = |g: &RawGemm| unsafe { raw::sgemm(&stream, Precision::Fp32, g) };
+        // SAFETY: see above (buffers owned by `bench`, sized for this shape).
+        let cublas_tf = |g: &RawGemm| unsafe { raw::cublas_gemm(&stream, BlasType::F32Tf32, g) };
+        // SAFETY: see above (buffers owned by `bench`, sized for this shape).
+        let ours_tf = |g: &RawGemm| unsafe { raw::sgemm(&stream, Precision::Tf32, g) };
+        let c_fp32 = bench.time(cublas32)?;
+        let reference = bench.result(cublas32)?;
+        let o_fp32 = bench.time(ours32)?;
+        let err_fp32 = normwise(&bench.result(ours32)?, &reference);
+        let c_tf32 = bench.time(cublas_tf)?;
+        let o_tf32 = bench.time(ours_tf)?;
+        let err_tf32 = normwise(&bench.result(ours_tf)?, &reference);
         let g = bench.raw(0);
         let p32 = raw::plan_for(&ctx, Precision::Fp32, &g)?;
         let ptf = raw::plan_for(&ctx, Precision::Tf32, &g)?;
@@ -109,6 +122,7 @@ fn real_main() -> Res<()> {
                     if plan.splits != s {
                         continue;
                     }
+                    // SAFETY: as above.
                     let ms = bench.time(|g| unsafe { raw::sgemm_with_plan(&stream, g, &plan) })?;
                     let est = config::estimate(cfg, m as u32, n as u32, k as u32, 1, s, sms);
                     println!(
@@ -127,7 +141,9 @@ fn real_main() -> Res<()> {
         }
     }
     println!();
-    println!("GEMM on {name}: TFLOP/s (median of 9 samples, CUDA events, inputs rotated beyond L2)");
+    println!(
+        "GEMM on {name}: TFLOP/s (median of 9 samples, CUDA events, inputs rotated beyond L2)"
+    );
     println!(
         "| m x n x k | cuBLAS FP32 | ours FP32 | ours/cuBLAS | cuBLAS TF32 | ours TF32 | ours/cuBLAS | our plans (FP32 / TF32) | err vs cuBLAS FP32 (ours FP32 / TF32) |"
     );
@@ -218,7 +234,10 @@ impl Bench {
         self.raw(0).ab_vectorizable() && self.raw(0).c_vectorizable()
     }
 
-    fn result(&self) -> Res<Vec<f32>> {
+    /// Runs `f` once more on input set 0 and returns C (every method's result is compared on
+    /// the same inputs).
+    fn result(&self, f: impl Fn(&RawGemm) -> gpukit_core::Result<()>) -> Res<Vec<f32>> {
+        f(&self.raw(0))?;
         Ok(self.stream.clone_dtoh(&self.c)?)
     }
 
@@ -254,13 +273,21 @@ impl Bench {
 
 fn write_cubin(dir: &str, plan: &Plan, vec: bool) -> Res<()> {
     std::fs::create_dir_all(dir)?;
-    let (source, program, options, expr) =
-        kernels::instantiation(&plan.config, false, false, vec);
-    let options = options.output(gpukit_jit::Output::Cubin).verbose_ptxas(true);
+    let (source, program, options, expr) = kernels::instantiation(&plan.config, false, false, vec);
+    let options = options
+        .output(gpukit_jit::Output::Cubin)
+        .verbose_ptxas(true);
     let m = gpukit_jit::compile(source, program, gpukit_jit::Arch::new(9, 0), &options)?;
-    let file = format!("{dir}/{}_nn_{}.cubin", plan.config.name, if vec { "vec" } else { "scalar" });
+    let file = format!(
+        "{dir}/{}_nn_{}.cubin",
+        plan.config.name,
+        if vec { "vec" } else { "scalar" }
+    );
     std::fs::write(&file, &m.image)?;
-    println!("wrote {file} ({expr}); ptxas: {}", m.log.replace('\n', " | "));
+    println!(
+        "wrote {file} ({expr}); ptxas: {}",
+        m.log.replace('\n', " | ")
+    );
     Ok(())
 }
 
@@ -280,7 +307,12 @@ fn precompile(dir: &str) -> Res<()> {
             }
         }
     }
-    cache.get_or_compile(kernels::REDUCE_SOURCE, "gemm_reduce", arch, &kernels::base_options())?;
+    cache.get_or_compile(
+        kernels::REDUCE_SOURCE,
+        kernels::REDUCE_PROGRAM,
+        arch,
+        &kernels::base_options(),
+    )?;
     println!("precompiled {} GEMM kernels for {arch} into {dir}", n + 1);
     Ok(())
 }

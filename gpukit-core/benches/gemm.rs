@@ -17,7 +17,9 @@ fn gemm(c: &mut Criterion) {
     let ctx = gpukit_jit::open_context(0).expect("context");
     let stream = ctx.new_stream().expect("stream");
     for n in [1024usize, 4096] {
-        let host: Vec<f32> = (0..n * n).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0).collect();
+        let host: Vec<f32> = (0..n * n)
+            .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0)
+            .collect();
         let a = stream.clone_htod(&host).expect("htod");
         let b = stream.clone_htod(&host).expect("htod");
         let out = stream.clone_htod(&host).expect("htod");
@@ -29,24 +31,54 @@ fn gemm(c: &mut Criterion) {
         };
         let mut group = c.benchmark_group(format!("gemm_{n}"));
         group.throughput(Throughput::Elements((2 * n * n * n) as u64));
-        group.sample_size(20).measurement_time(Duration::from_secs(2));
+        group
+            .sample_size(20)
+            .measurement_time(Duration::from_secs(2));
         type Run = Box<dyn Fn(&RawGemm) -> gpukit_core::Result<()>>;
         let s1 = stream.clone();
         let s2 = stream.clone();
         let s3 = stream.clone();
         let s4 = stream.clone();
-        // SAFETY (all four): g's pointers are live device buffers of n*n f32 on this stream.
+        // Each closure is only called with `g`, whose pointers are live n*n f32 buffers.
         let runs: Vec<(&str, Run)> = vec![
-            ("cublas_fp32", Box::new(move |g| unsafe { raw::cublas_gemm(&s1, BlasType::F32, g) })),
-            ("ours_fp32", Box::new(move |g| unsafe { raw::sgemm(&s2, Precision::Fp32, g) })),
-            ("cublas_tf32", Box::new(move |g| unsafe { raw::cublas_gemm(&s3, BlasType::F32Tf32, g) })),
-            ("ours_tf32", Box::new(move |g| unsafe { raw::sgemm(&s4, Precision::Tf32, g) })),
+            (
+                "cublas_fp32",
+                Box::new(move |g| {
+                    // SAFETY: g points to live n*n f32 device buffers on this stream.
+                    unsafe { raw::cublas_gemm(&s1, BlasType::F32, g) }
+                }),
+            ),
+            (
+                "ours_fp32",
+                Box::new(move |g| {
+                    // SAFETY: g points to live n*n f32 device buffers on this stream.
+                    unsafe { raw::sgemm(&s2, Precision::Fp32, g) }
+                }),
+            ),
+            (
+                "cublas_tf32",
+                Box::new(move |g| {
+                    // SAFETY: g points to live n*n f32 device buffers on this stream.
+                    unsafe { raw::cublas_gemm(&s3, BlasType::F32Tf32, g) }
+                }),
+            ),
+            (
+                "ours_tf32",
+                Box::new(move |g| {
+                    // SAFETY: g points to live n*n f32 device buffers on this stream.
+                    unsafe { raw::sgemm(&s4, Precision::Tf32, g) }
+                }),
+            ),
         ];
         for (name, run) in &runs {
             run(&g).expect("warm-up");
             group.bench_function(*name, |bch| {
                 bch.iter_custom(|iters| {
-                    let ev = || stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).expect("event");
+                    let ev = || {
+                        stream
+                            .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                            .expect("event")
+                    };
                     let start = ev();
                     for _ in 0..iters {
                         run(&g).expect("gemm");

@@ -80,8 +80,16 @@ impl Case {
     }
 
     fn raw(&self, a: u64, b: u64, c: u64) -> RawGemm {
-        let (ar, ac) = if self.ta { (self.k, self.m) } else { (self.m, self.k) };
-        let (br, bc) = if self.tb { (self.n, self.k) } else { (self.k, self.n) };
+        let (ar, ac) = if self.ta {
+            (self.k, self.m)
+        } else {
+            (self.m, self.k)
+        };
+        let (br, bc) = if self.tb {
+            (self.n, self.k)
+        } else {
+            (self.k, self.n)
+        };
         let lda = ac + self.pad.0;
         let ldb = bc + self.pad.1;
         let ldc = self.n + self.pad.2;
@@ -89,8 +97,16 @@ impl Case {
             m: self.m,
             n: self.n,
             k: self.k,
-            trans_a: if self.ta { Transpose::Yes } else { Transpose::No },
-            trans_b: if self.tb { Transpose::Yes } else { Transpose::No },
+            trans_a: if self.ta {
+                Transpose::Yes
+            } else {
+                Transpose::No
+            },
+            trans_b: if self.tb {
+                Transpose::Yes
+            } else {
+                Transpose::No
+            },
             a,
             lda,
             stride_a: ar * lda,
@@ -109,6 +125,12 @@ impl Case {
 
 struct Outcome {
     err: f64,
+    /// For outputs of fewer than 64 elements a normwise gate is not meaningful (one TF32
+    /// product can be off by 2^-10 relative, and cancellation against beta*C magnifies it), so
+    /// each element is checked against the rounding bound of its own sum instead:
+    /// TF32 |c - ref| <= 2^-10 |alpha| sum|a||b| (+ f32 accumulation slack),
+    /// FP32 |c - ref| <= (k + 4) 2^-24 (|alpha| sum|a||b| + |beta c|).
+    small_ok: Option<bool>,
     c: Vec<f32>,
     c_ref: Vec<f64>,
 }
@@ -203,7 +225,50 @@ fn run(case: &Case, precision: Precision, plan: Option<&Plan>, seed: u64) -> Out
     } else {
         num.sqrt()
     };
-    Outcome { err, c, c_ref }
+    let small_ok = (case.m * case.n * case.batch < 64).then(|| {
+        let a = &a_host[case.a_off..];
+        let mut ok = true;
+        for bi in 0..case.batch {
+            for i in 0..case.m {
+                for j in 0..case.n {
+                    let mut s_abs = 0.0f64;
+                    for p in 0..case.k {
+                        let av = if case.ta {
+                            a[bi * g.stride_a + p * g.lda + i]
+                        } else {
+                            a[bi * g.stride_a + i * g.lda + p]
+                        };
+                        let bv = if case.tb {
+                            b_host[bi * g.stride_b + j * g.ldb + p]
+                        } else {
+                            b_host[bi * g.stride_b + p * g.ldb + j]
+                        };
+                        s_abs += (av as f64 * bv as f64).abs();
+                    }
+                    let idx = bi * g.stride_c + i * g.ldc + j;
+                    let scale = case.alpha.abs() * s_abs
+                        + if case.beta != 0.0 {
+                            (case.beta * c_init[idx] as f64).abs()
+                        } else {
+                            0.0
+                        };
+                    let eps32 = (case.k as f64 + 4.0) * 2f64.powi(-24) * scale;
+                    let bound = match precision {
+                        Precision::Fp32 => eps32,
+                        Precision::Tf32 => 2f64.powi(-10) * case.alpha.abs() * s_abs + eps32,
+                    };
+                    ok &= (c[idx] as f64 - c_ref[idx]).abs() <= bound * 1.01 + 1e-30;
+                }
+            }
+        }
+        ok
+    });
+    Outcome {
+        err,
+        small_ok,
+        c,
+        c_ref,
+    }
 }
 
 fn gate(p: Precision) -> f64 {
@@ -215,6 +280,14 @@ fn gate(p: Precision) -> f64 {
 
 fn check(case: &Case, p: Precision, plan: Option<&Plan>, seed: u64) -> f64 {
     let o = run(case, p, plan, seed);
+    if let Some(ok) = o.small_ok {
+        assert!(
+            ok,
+            "{case:?} {p:?} plan {:?}: an element exceeds its rounding bound",
+            plan.map(|p| (p.config.name, p.splits))
+        );
+        return o.err;
+    }
     assert!(
         o.err < gate(p),
         "{case:?} {p:?} plan {:?}: normwise error {:.3e} >= {:.0e}",
@@ -252,8 +325,16 @@ fn cublas_reference_matches_a_cpu_f64_loop() {
                 for j in 0..case.n {
                     let mut s = 0.0f64;
                     for p in 0..case.k {
-                        let av = if ta { a[bi * g.stride_a + p * g.lda + i] } else { a[bi * g.stride_a + i * g.lda + p] };
-                        let bv = if tb { b[bi * g.stride_b + j * g.ldb + p] } else { b[bi * g.stride_b + p * g.ldb + j] };
+                        let av = if ta {
+                            a[bi * g.stride_a + p * g.lda + i]
+                        } else {
+                            a[bi * g.stride_a + i * g.lda + p]
+                        };
+                        let bv = if tb {
+                            b[bi * g.stride_b + j * g.ldb + p]
+                        } else {
+                            b[bi * g.stride_b + p * g.ldb + j]
+                        };
                         s += av as f64 * bv as f64;
                     }
                     let idx = bi * g.stride_c + i * g.ldc + j;
@@ -294,7 +375,13 @@ fn every_config_and_split_on_awkward_shapes() {
     if !gpukit_jit::testing::cublas("every_config_and_split_on_awkward_shapes") {
         return;
     }
-    let shapes = [(1, 1, 1), (257, 131, 1000), (64, 64, 64), (7, 300, 517), (129, 257, 33)];
+    let shapes = [
+        (1, 1, 1),
+        (257, 131, 1000),
+        (64, 64, 64),
+        (7, 300, 517),
+        (129, 257, 33),
+    ];
     let mut seed = 100;
     for cfg in TF32_CONFIGS.iter().chain(SGEMM_CONFIGS.iter()) {
         let p = match cfg.family {
@@ -406,6 +493,9 @@ proptest! {
         let case = Case { m, n, k, ta, tb, pad, a_off, batch, alpha, beta, broadcast_b: false };
         let p = if tf32 { Precision::Tf32 } else { Precision::Fp32 };
         let o = run(&case, p, None, seed);
-        prop_assert!(o.err < gate(p), "{:?} {:?}: error {:.3e}", case, p, o.err);
+        match o.small_ok {
+            Some(ok) => prop_assert!(ok, "{:?} {:?}: an element exceeds its rounding bound", case, p),
+            None => prop_assert!(o.err < gate(p), "{:?} {:?}: error {:.3e}", case, p, o.err),
+        }
     }
 }

@@ -66,6 +66,9 @@ fn every_gemm_kernel_compiles_for_sm80_and_sm90_without_spills() {
                 config.name,
                 m.log
             );
+            for e in &exprs {
+                assert!(m.symbol_for(e).is_some(), "{e} has no symbol");
+            }
             for (expr, lowered) in &m.lowered_names {
                 let (_, regs, st, ld, stack) = report
                     .iter()
@@ -84,14 +87,26 @@ fn every_gemm_kernel_compiles_for_sm80_and_sm90_without_spills() {
             kernels::REDUCE_SOURCE,
             "gemm_reduce",
             arch,
-            &kernels::base_options().output(Output::Cubin).verbose_ptxas(true),
+            &kernels::base_options()
+                .output(Output::Cubin)
+                .verbose_ptxas(true),
         )
         .unwrap();
+        assert!(
+            m.symbol_for(kernels::REDUCE_KERNEL).is_some(),
+            "{} not found in {:?}",
+            kernels::REDUCE_KERNEL,
+            m.available_kernels()
+        );
         let report = parse_ptxas(&m.log);
         assert_eq!(report.len(), 1, "{}", m.log);
         assert_eq!((report[0].2, report[0].3), (0, 0), "{}", m.log);
     }
-    assert!(failures.is_empty(), "register spills:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "register spills:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -100,5 +115,8 @@ fn ptxas_report_parser_reads_registers_and_spills() {
                ptxas info    : Function properties for _Z1kv\n\
                \x20   8 bytes stack frame, 12 bytes spill stores, 16 bytes spill loads\n\
                ptxas info    : Used 255 registers, used 1 barriers, 380 bytes cmem[0]";
-    assert_eq!(parse_ptxas(log), vec![("_Z1kv".to_string(), 255, 12, 16, 8)]);
+    assert_eq!(
+        parse_ptxas(log),
+        vec![("_Z1kv".to_string(), 255, 12, 16, 8)]
+    );
 }

@@ -15,6 +15,8 @@ pub const TF32_SOURCE: &str = include_str!("../../kernels/gemm_tf32.cu");
 pub const SGEMM_SOURCE: &str = include_str!("../../kernels/gemm_sgemm.cu");
 /// The split-K reduction / beta-scaling kernel.
 pub const REDUCE_SOURCE: &str = include_str!("../../kernels/gemm_reduce.cu");
+/// Program name the reduction is compiled under.
+pub const REDUCE_PROGRAM: &str = "gemm_reduce";
 /// Name of the reduction kernel in [`REDUCE_SOURCE`].
 pub const REDUCE_KERNEL: &str = "gemm_splitk_reduce";
 

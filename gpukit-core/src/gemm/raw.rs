@@ -237,16 +237,18 @@ impl RawGemm {
     /// aligned, leading dimensions and batch strides multiples of 4.
     pub fn ab_vectorizable(&self) -> bool {
         let batched = self.batch > 1;
-        self.a % 16 == 0
-            && self.b % 16 == 0
-            && self.lda % 4 == 0
-            && self.ldb % 4 == 0
-            && (!batched || (self.stride_a % 4 == 0 && self.stride_b % 4 == 0))
+        self.a.is_multiple_of(16)
+            && self.b.is_multiple_of(16)
+            && self.lda.is_multiple_of(4)
+            && self.ldb.is_multiple_of(4)
+            && (!batched || (self.stride_a.is_multiple_of(4) && self.stride_b.is_multiple_of(4)))
     }
 
     /// True when C also allows vector stores (same conditions).
     pub fn c_vectorizable(&self) -> bool {
-        self.c % 16 == 0 && self.ldc % 4 == 0 && (self.batch <= 1 || self.stride_c % 4 == 0)
+        self.c.is_multiple_of(16)
+            && self.ldc.is_multiple_of(4)
+            && (self.batch <= 1 || self.stride_c.is_multiple_of(4))
     }
 }
 
@@ -256,8 +258,14 @@ fn kernel_cache() -> &'static Mutex<HashMap<(usize, String), Kernel>> {
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-fn load(ctx: &Arc<CudaContext>, source: &str, program: &str, expr: Option<&str>) -> Result<Kernel> {
-    let key = (ctx.cu_ctx() as usize, expr.unwrap_or(program).to_string());
+fn load(
+    ctx: &Arc<CudaContext>,
+    source: &str,
+    program: &str,
+    kernel: &str,
+    expr: Option<&str>,
+) -> Result<Kernel> {
+    let key = (ctx.cu_ctx() as usize, expr.unwrap_or(kernel).to_string());
     if let Some(k) = kernel_cache().lock().get(&key) {
         return Ok(k.clone());
     }
@@ -266,7 +274,7 @@ fn load(ctx: &Arc<CudaContext>, source: &str, program: &str, expr: Option<&str>)
         options = options.name_expression(e);
     }
     let module = gpukit_jit::load_source(ctx, source, program, &options)?;
-    let kernel = module.kernel(expr.unwrap_or(program))?;
+    let kernel = module.kernel(expr.unwrap_or(kernel))?;
     kernel_cache().lock().insert(key, kernel.clone());
     Ok(kernel)
 }
@@ -280,7 +288,18 @@ pub fn load_gemm_kernel(
     vec: bool,
 ) -> Result<Kernel> {
     let (source, program, _, expr) = kernels::instantiation(config, trans_a, trans_b, vec);
-    load(ctx, source, program, Some(&expr))
+    load(ctx, source, program, program, Some(&expr))
+}
+
+/// Loads the split-K reduction / beta-scaling kernel.
+pub fn load_reduce(ctx: &Arc<CudaContext>) -> Result<Kernel> {
+    load(
+        ctx,
+        kernels::REDUCE_SOURCE,
+        kernels::REDUCE_PROGRAM,
+        kernels::REDUCE_KERNEL,
+        None,
+    )
 }
 
 /// The multiprocessor count of a context's device (cached per context).
@@ -350,7 +369,10 @@ pub unsafe fn sgemm_with_plan(stream: &Arc<CudaStream>, g: &RawGemm, plan: &Plan
     if tiles > i32::MAX as u64 {
         return Err(Error::invalid(
             "gemm",
-            format!("{}x{} makes {tiles} tiles, more than a grid holds", g.m, g.n),
+            format!(
+                "{}x{} makes {tiles} tiles, more than a grid holds",
+                g.m, g.n
+            ),
         ));
     }
     let smem = cfg.smem_bytes(ta, tb);
@@ -394,7 +416,7 @@ pub unsafe fn sgemm_with_plan(stream: &Arc<CudaStream>, g: &RawGemm, plan: &Plan
     let per_launch = (MAX_GRID_Z / splits as usize).max(1);
     let vec = g.ab_vectorizable();
     let kernel = load_gemm_kernel(ctx, cfg, ta, tb, vec)?;
-    let reduce = load(ctx, kernels::REDUCE_SOURCE, "gemm_reduce", None)?;
+    let reduce = load_reduce(ctx)?;
     let mut b0 = 0usize;
     while b0 < g.batch {
         let nb = (g.batch - b0).min(per_launch);
@@ -483,7 +505,7 @@ fn gemm_args(
 
 /// `C = beta * C` over all batch entries (the k == 0 / alpha == 0 case).
 unsafe fn scale_c(stream: &Arc<CudaStream>, g: &RawGemm) -> Result<()> {
-    let reduce = load(stream.context(), kernels::REDUCE_SOURCE, "gemm_reduce", None)?;
+    let reduce = load_reduce(stream.context())?;
     let mut b0 = 0usize;
     // The reduction indexes batch * m * n with 64-bit arithmetic; chunk the batch to keep the
     // `batch` argument in i32.
@@ -537,8 +559,10 @@ impl BlasType {
 
 /// cuBLAS handles per (context, stream). A handle keeps its stream alive, so a cached entry's
 /// stream address is never reused by another stream.
-fn blas_handles() -> &'static Mutex<HashMap<(usize, usize), Arc<CudaBlas>>> {
-    static H: OnceLock<Mutex<HashMap<(usize, usize), Arc<CudaBlas>>>> = OnceLock::new();
+type HandleMap = Mutex<HashMap<(usize, usize), Arc<CudaBlas>>>;
+
+fn blas_handles() -> &'static HandleMap {
+    static H: OnceLock<HandleMap> = OnceLock::new();
     H.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -553,10 +577,12 @@ pub fn blas_handle(stream: &Arc<CudaStream>) -> Result<Arc<CudaBlas>> {
     if let Some(h) = map.get(&key) {
         return Ok(h.clone());
     }
-    let h = Arc::new(CudaBlas::new(stream.clone()).map_err(|source| Error::Cublas {
-        action: "creating a cuBLAS handle".into(),
-        source,
-    })?);
+    let h = Arc::new(
+        CudaBlas::new(stream.clone()).map_err(|source| Error::Cublas {
+            action: "creating a cuBLAS handle".into(),
+            source,
+        })?,
+    );
     map.insert(key, h.clone());
     Ok(h)
 }
@@ -583,14 +609,16 @@ pub unsafe fn cublas_gemm(stream: &Arc<CudaStream>, ty: BlasType, g: &RawGemm) -
         BlasType::Bf16 => (Dt::CUDA_R_16BF, Ct::CUBLAS_COMPUTE_32F),
     };
     let (a32, b32) = (g.alpha as f32, g.beta as f32);
-    let (alpha, beta): (*const std::ffi::c_void, *const std::ffi::c_void) = if ty == BlasType::F64
-    {
+    let (alpha, beta): (*const std::ffi::c_void, *const std::ffi::c_void) = if ty == BlasType::F64 {
         (
             &g.alpha as *const f64 as *const _,
             &g.beta as *const f64 as *const _,
         )
     } else {
-        (&a32 as *const f32 as *const _, &b32 as *const f32 as *const _)
+        (
+            &a32 as *const f32 as *const _,
+            &b32 as *const f32 as *const _,
+        )
     };
     ctx_bind(stream)?;
     let ld = |x: usize| x.max(1) as i32;
