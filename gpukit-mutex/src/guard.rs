@@ -106,14 +106,14 @@ impl GpuGuard {
         let mut locked = false;
         if let Some(q) = &qfile {
             let until = Instant::now() + Duration::from_secs(2);
-            let mut pause = Duration::from_micros(10);
+            let mut pause = Duration::from_micros(5);
             while Instant::now() < until {
                 if q.try_lock().is_ok() {
                     locked = true;
                     break;
                 }
                 std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(1));
+                pause = (pause * 2).min(Duration::from_micros(100));
             }
         }
         let mut first_err = None;

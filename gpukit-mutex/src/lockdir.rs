@@ -171,6 +171,10 @@ fn open_raw(path: &Path, flags: libc::c_int, mode: libc::c_uint) -> io::Result<O
 /// Opens (creating if needed) a lock file read-only, without following symlinks. A file this
 /// call creates gets mode `0644` regardless of the umask, so other users can open it too.
 pub fn open_lock_file(path: &Path) -> Result<File> {
+    // Common case first: the file exists.
+    if let Ok(fd) = open_raw(path, libc::O_RDONLY, 0) {
+        return Ok(File::from(fd));
+    }
     loop {
         match open_raw(path, libc::O_RDONLY | libc::O_CREAT | libc::O_EXCL, 0o644) {
             Ok(fd) => {

@@ -275,7 +275,9 @@ pub(crate) fn lock_queue<'a>(
     requested: usize,
     started: Instant,
 ) -> Result<QueueLock<'a>> {
-    let mut pause = Duration::from_micros(10);
+    // The lock is held for tens of microseconds: spin with short sleeps (capped at 100 us) so
+    // a release is noticed quickly, without burning a core.
+    let mut pause = Duration::from_micros(5);
     loop {
         match file.try_lock() {
             Ok(()) => return Ok(QueueLock { file }),
@@ -294,7 +296,7 @@ pub(crate) fn lock_queue<'a>(
             }
         }
         std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(1));
+        pause = (pause * 2).min(Duration::from_micros(100));
     }
 }
 
@@ -607,7 +609,7 @@ impl<'m> Session<'m> {
                 candidates: self.m.cfg.visible_devices.clone(),
                 backfill: self.m.cfg.backfill,
                 since: SystemTime::now(),
-                cmd: proc::cmdline(self.me.pid).unwrap_or_default(),
+                cmd: proc::self_cmdline(),
             },
         };
         // Liveness: the exclusive flock on our own ticket lasts exactly as long as we do.
@@ -801,8 +803,11 @@ impl<'m> Session<'m> {
             f.lock_shared().map_err(|e| Error::io("flock", &path, e))?;
             files.push(f);
         }
-        let ancestry = proc::ancestry_of_self();
-        let anchor = self.job_root(&ancestry);
+        let anchor = if wants_job_root() {
+            self.job_root(&proc::ancestry_of_self())
+        } else {
+            None
+        };
         self.finish_claim(devs.to_vec(), files, ClaimKind::Primary, anchor, None)
     }
 
@@ -825,7 +830,7 @@ impl<'m> Session<'m> {
             devices: devices.clone(),
             anchor,
             since,
-            cmd: proc::cmdline(self.me.pid).unwrap_or_default(),
+            cmd: proc::self_cmdline(),
         };
         let write = (|| {
             let mut f = lockdir::create_new(&path)?;
@@ -849,6 +854,12 @@ impl<'m> Session<'m> {
             inherited_from,
         ))
     }
+}
+
+/// Whether the environment declares a job anchor at all (saves the `/proc` walk otherwise).
+fn wants_job_root() -> bool {
+    std::env::var_os(crate::config::ENV_JOB_ROOT).is_some()
+        || std::env::var_os("LOCAL_RANK").is_some()
 }
 
 fn to_request(t: &TicketRecord) -> Request {

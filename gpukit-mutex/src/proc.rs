@@ -104,6 +104,13 @@ pub fn ancestry_of_self() -> Vec<ProcId> {
     out
 }
 
+/// The calling process's command line, read once.
+pub fn self_cmdline() -> String {
+    static CMD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    CMD.get_or_init(|| cmdline(std::process::id()).unwrap_or_default())
+        .clone()
+}
+
 /// The command line of `pid` (arguments joined by spaces), or `None` if unreadable. Kernel
 /// threads and zombies have an empty command line; their name from `stat` is used instead.
 pub fn cmdline(pid: u32) -> Option<String> {

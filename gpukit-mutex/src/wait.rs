@@ -77,53 +77,99 @@ impl Watcher {
         }
     }
 
-    /// Sleeps until an event, the timeout, or `cancel_fd` becoming readable.
+    /// Sleeps until a relevant event, the timeout, or `cancel_fd` becoming readable.
     pub fn wait(&self, timeout: Duration, cancel_fd: Option<RawFd>) -> Woken {
-        let mut fds: [libc::pollfd; 2] = [
-            libc::pollfd {
-                fd: self.fd.as_ref().map_or(-1, |f| f.as_raw_fd()),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: cancel_fd.unwrap_or(-1),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: `fds` and `ts` are valid for the call; negative fds are ignored by ppoll.
-        let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
-        if rc < 0 {
-            // EINTR (a signal): let the caller re-check its cancel flag and deadline.
-            return Woken::Event;
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Woken::Timeout;
+            }
+            let mut fds: [libc::pollfd; 2] = [
+                libc::pollfd {
+                    fd: self.fd.as_ref().map_or(-1, |f| f.as_raw_fd()),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: cancel_fd.unwrap_or(-1),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            let ts = libc::timespec {
+                tv_sec: left.as_secs().min(i64::MAX as u64) as libc::time_t,
+                tv_nsec: left.subsec_nanos() as libc::c_long,
+            };
+            // SAFETY: `fds` and `ts` are valid for the call; negative fds are ignored by ppoll.
+            let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+            if rc < 0 {
+                // EINTR (a signal): let the caller re-check its cancel flag and deadline.
+                return Woken::Event;
+            }
+            if fds[1].revents != 0 {
+                return Woken::Cancelled;
+            }
+            if rc == 0 {
+                return Woken::Timeout;
+            }
+            if fds[0].revents != 0 && self.drain() {
+                return Woken::Event;
+            }
         }
-        if fds[1].revents != 0 {
-            return Woken::Cancelled;
-        }
-        if fds[0].revents != 0 {
-            self.drain();
-            return Woken::Event;
-        }
-        Woken::Timeout
     }
 
-    fn drain(&self) {
-        let Some(fd) = &self.fd else { return };
-        let mut buf = [0u8; 4096];
+    /// Reads all pending events; true if any of them can change a decision. Events that only
+    /// reflect somebody *reading* the directory (listing it, reading a claim or ticket record)
+    /// are ignored, or every check by any waiter would wake every other waiter.
+    fn drain(&self) -> bool {
+        let Some(fd) = &self.fd else { return false };
+        let mut relevant = false;
+        // Aligned for inotify_event.
+        let mut buf = [0u64; 1024];
+        let hdr = std::mem::size_of::<libc::inotify_event>();
         loop {
+            let bytes = std::mem::size_of_val(&buf);
             // SAFETY: reads into a valid local buffer of the stated length.
-            let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), bytes) };
             if n <= 0 {
                 let e = io::Error::last_os_error();
                 if n < 0 && e.raw_os_error() == Some(libc::EINTR) {
                     continue;
                 }
-                break;
+                return relevant;
+            }
+            let n = n as usize;
+            // SAFETY: the kernel wrote `n` bytes of whole inotify_event records into `buf`.
+            let data = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
+            let mut off = 0;
+            while off + hdr <= n {
+                // SAFETY: `off + hdr <= n`; read_unaligned copes with any offset.
+                let ev: libc::inotify_event =
+                    unsafe { std::ptr::read_unaligned(data[off..].as_ptr().cast()) };
+                let name_end = (off + hdr + ev.len as usize).min(n);
+                let raw = &data[off + hdr..name_end];
+                let name = &raw[..raw.iter().position(|b| *b == 0).unwrap_or(raw.len())];
+                relevant |= is_relevant(ev.mask, name);
+                off = name_end;
             }
         }
     }
+}
+
+/// Which directory events may free a device, shorten the queue or create an inherited claim.
+pub fn is_relevant(mask: u32, name: &[u8]) -> bool {
+    if mask & libc::IN_Q_OVERFLOW != 0 {
+        return true;
+    }
+    if name.starts_with(b"gpukit-dev") {
+        // A holder released (unlock then close) or died.
+        return mask & (libc::IN_CLOSE_WRITE | libc::IN_CLOSE_NOWRITE | libc::IN_DELETE) != 0;
+    }
+    if name.starts_with(b"gpukit-ticket.") || name.starts_with(b"gpukit-claim.") {
+        // Removed (granted, cancelled, released) or closed by its writer (a new claim, a dead
+        // waiter's descriptor); plain reads by other processes are ignored.
+        return mask & (libc::IN_DELETE | libc::IN_MOVED_FROM | libc::IN_CLOSE_WRITE) != 0;
+    }
+    false
 }
