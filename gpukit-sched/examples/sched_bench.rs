@@ -356,6 +356,9 @@ fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()
             .compute(0.25, 1.0),
     )?;
     while phase.load(Ordering::Acquire) == 0 {
+        if b.is_finished() {
+            return Err(format!("the Burstable task ended early: {:?}", b.wait().err()).into());
+        }
         std::thread::sleep(Duration::from_millis(1));
     }
     // Reference: the request's throughput (a Guaranteed 0.25 task alone, measured afterwards).
@@ -498,6 +501,10 @@ fn memory(dev: &Device, rows: &mut Vec<Row>) -> R<()> {
             .compute(0.25, 0.5),
     )?;
     while burst_ready.load(Ordering::Acquire) == 0 {
+        if burst.is_finished() {
+            g1_go.store(true, Ordering::Relaxed);
+            return Err(format!("the Burstable task ended early: {:?}", burst.wait().err()).into());
+        }
         std::thread::sleep(Duration::from_millis(1));
     }
     // Three BestEffort tasks push memory to the limit (2 GiB chunks until refused).
@@ -527,7 +534,15 @@ fn memory(dev: &Device, rows: &mut Vec<Row>) -> R<()> {
         )?);
     }
     g1_go.store(true, Ordering::Relaxed);
+    let t_fill = Instant::now();
     while filled.load(Ordering::Acquire) < 3 {
+        if t_fill.elapsed() > Duration::from_secs(60) || bes.iter().any(|h| h.is_finished()) {
+            for h in &bes {
+                h.cancel();
+            }
+            burst.cancel();
+            return Err("BestEffort tasks did not fill memory".into());
+        }
         std::thread::sleep(Duration::from_millis(2));
     }
     let (g1_ok, g1_failed) = g1.wait()?;
@@ -557,7 +572,13 @@ fn memory(dev: &Device, rows: &mut Vec<Row>) -> R<()> {
             .memory(g2_req as u64, g2_req as u64)
             .compute(0.25, 0.25),
     )?;
-    let (g2_ok, g2_failed, waited) = g2.wait()?;
+    let g2_r = g2.wait();
+    // Whatever happened, nobody keeps looping: cancel the rest (a no-op for evicted tasks).
+    for h in &bes {
+        h.cancel();
+    }
+    burst.cancel();
+    let (g2_ok, g2_failed, waited) = g2_r?;
     let be_results: Vec<_> = bes.into_iter().map(|h| h.wait()).collect();
     let burst_r = burst.wait();
     let evicted: Vec<String> = sched

@@ -70,16 +70,17 @@ fn sm_resource(device: sys::CUdevice) -> Result<sys::CUdevResource> {
     let mut res: sys::CUdevResource = unsafe { std::mem::zeroed() };
     // SAFETY: `device` came from a live context; `res` is a valid out-pointer. Only called
     // after the driver version was checked to have this entry point.
+    let status = unsafe {
+        sys::cuDeviceGetDevResource(
+            device,
+            &mut res,
+            sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM,
+        )
+    };
     check(
         "cuDeviceGetDevResource",
         "reading the device's SM resource",
-        unsafe {
-            sys::cuDeviceGetDevResource(
-                device,
-                &mut res,
-                sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM,
-            )
-        },
+        status,
     )?;
     Ok(res)
 }
@@ -287,27 +288,29 @@ impl SmSplit {
         let mut desc: sys::CUdevResourceDesc = std::ptr::null_mut();
         // SAFETY: `res` holds resources from one split instance (as the driver requires for
         // combining); the out-pointer is valid.
+        let status = unsafe {
+            sys::cuDevResourceGenerateDesc(&mut desc, res.as_mut_ptr(), res.len() as u32)
+        };
         check(
             "cuDevResourceGenerateDesc",
             format!("describing groups {groups}"),
-            unsafe {
-                sys::cuDevResourceGenerateDesc(&mut desc, res.as_mut_ptr(), res.len() as u32)
-            },
+            status,
         )?;
         let mut handle: sys::CUgreenCtx = std::ptr::null_mut();
         // SAFETY: `desc` was just generated for this device; flags CU_GREEN_CTX_DEFAULT_STREAM
         // is one of the documented values.
+        let status = unsafe {
+            sys::cuGreenCtxCreate(
+                &mut handle,
+                desc,
+                self.device,
+                sys::CUgreenCtxCreate_flags::CU_GREEN_CTX_DEFAULT_STREAM as u32,
+            )
+        };
         check(
             "cuGreenCtxCreate",
             format!("creating a green context over groups {groups}"),
-            unsafe {
-                sys::cuGreenCtxCreate(
-                    &mut handle,
-                    desc,
-                    self.device,
-                    sys::CUgreenCtxCreate_flags::CU_GREEN_CTX_DEFAULT_STREAM as u32,
-                )
-            },
+            status,
         )?;
         // Owned from here on: destroyed by GreenInner's drop on any early return.
         let mut inner = GreenInner {
@@ -315,25 +318,23 @@ impl SmSplit {
             cu_ctx: std::ptr::null_mut(),
         };
         // SAFETY: `inner.handle` is a live green context; valid out-pointer.
-        check(
-            "cuCtxFromGreenCtx",
-            "converting the green context",
-            unsafe { sys::cuCtxFromGreenCtx(&mut inner.cu_ctx, inner.handle) },
-        )?;
+        let status = unsafe { sys::cuCtxFromGreenCtx(&mut inner.cu_ctx, inner.handle) };
+        check("cuCtxFromGreenCtx", "converting the green context", status)?;
         let inner = Arc::new(inner);
         // SAFETY: plain data, overwritten by the driver.
         let mut got: sys::CUdevResource = unsafe { std::mem::zeroed() };
         // SAFETY: live green context; valid out-pointer.
+        let status = unsafe {
+            sys::cuGreenCtxGetDevResource(
+                inner.handle,
+                &mut got,
+                sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM,
+            )
+        };
         check(
             "cuGreenCtxGetDevResource",
             "reading the green context's SMs",
-            unsafe {
-                sys::cuGreenCtxGetDevResource(
-                    inner.handle,
-                    &mut got,
-                    sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM,
-                )
-            },
+            status,
         )?;
         let sms = sm_fields(&got).0;
         Ok(GreenContext {
@@ -421,17 +422,18 @@ impl GreenContext {
     pub fn create_stream(&self, priority: i32) -> Result<GreenStream> {
         let mut raw: sys::CUstream = std::ptr::null_mut();
         // SAFETY: live green context; the flags must be CU_STREAM_NON_BLOCKING (documented).
+        let status = unsafe {
+            sys::cuGreenCtxStreamCreate(
+                &mut raw,
+                self.inner.handle,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                priority,
+            )
+        };
         check(
             "cuGreenCtxStreamCreate",
             "creating a green-context stream",
-            unsafe {
-                sys::cuGreenCtxStreamCreate(
-                    &mut raw,
-                    self.inner.handle,
-                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-                    priority,
-                )
-            },
+            status,
         )?;
         // SAFETY: `raw` is a live stream; the wrapper does not own it (GreenStream destroys it
         // after the wrapper's users are gone, see GreenStream's docs).
@@ -448,10 +450,12 @@ impl GreenContext {
         self.make_current()?;
         let mut ev: sys::CUevent = std::ptr::null_mut();
         // SAFETY: this green context is current; valid out-pointer; CU_EVENT_DEFAULT times.
+        let status =
+            unsafe { sys::cuEventCreate(&mut ev, sys::CUevent_flags::CU_EVENT_DEFAULT as u32) };
         check(
             "cuEventCreate",
             "creating an event in a green context",
-            unsafe { sys::cuEventCreate(&mut ev, sys::CUevent_flags::CU_EVENT_DEFAULT as u32) },
+            status,
         )?;
         Ok(GreenEvent {
             raw: ev,
@@ -468,11 +472,8 @@ pub(crate) fn make_current(ctx: sys::CUcontext) -> Result<()> {
     })?;
     if cur != ctx {
         // SAFETY: `ctx` is a live context handle (a green context held by the caller).
-        check(
-            "cuCtxSetCurrent",
-            "making a green context current",
-            unsafe { sys::cuCtxSetCurrent(ctx) },
-        )?;
+        let status = unsafe { sys::cuCtxSetCurrent(ctx) };
+        check("cuCtxSetCurrent", "making a green context current", status)?;
     }
     Ok(())
 }
@@ -515,10 +516,11 @@ impl GreenStream {
     /// Blocks until the stream's work is done.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: live stream.
+        let status = unsafe { sys::cuStreamSynchronize(self.raw) };
         check(
             "cuStreamSynchronize",
             "synchronizing a green-context stream",
-            unsafe { sys::cuStreamSynchronize(self.raw) },
+            status,
         )
     }
     /// Records `ev` on this stream.

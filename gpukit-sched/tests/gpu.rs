@@ -309,7 +309,11 @@ fn eviction_order_and_guaranteed_never_fails() {
                 .compute(0.25, 0.25),
         )
         .unwrap();
-    assert_eq!(g.wait().unwrap(), 24, "a Guaranteed allocation failed");
+    let gr = g.wait();
+    for h in &bes {
+        h.cancel();
+    }
+    assert_eq!(gr.unwrap(), 24, "a Guaranteed allocation failed");
     println!("G waited {:?} for evictions", t.elapsed());
     let ev: Vec<String> = sched
         .stats()
