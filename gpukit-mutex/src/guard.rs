@@ -106,14 +106,19 @@ impl GpuGuard {
         let mut locked = false;
         if let Some(q) = &qfile {
             let until = Instant::now() + Duration::from_secs(2);
-            let mut pause = Duration::from_micros(5);
+            let spin_until = Instant::now() + Duration::from_millis(2);
+            let mut pause = Duration::from_micros(50);
             while Instant::now() < until {
                 if q.try_lock().is_ok() {
                     locked = true;
                     break;
                 }
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_micros(100));
+                if Instant::now() < spin_until {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(1));
+                }
             }
         }
         let mut first_err = None;

@@ -275,9 +275,11 @@ pub(crate) fn lock_queue<'a>(
     requested: usize,
     started: Instant,
 ) -> Result<QueueLock<'a>> {
-    // The lock is held for tens of microseconds: spin with short sleeps (capped at 100 us) so
-    // a release is noticed quickly, without burning a core.
-    let mut pause = Duration::from_micros(5);
+    // The lock is held for tens of microseconds: yield-spin first (sleeping, even for
+    // microseconds, can cost a whole timer tick on VMs without fine-grained timers), then
+    // back off with short sleeps so a stuck holder does not burn a core.
+    let spin_until = Instant::now() + Duration::from_millis(2);
+    let mut pause = Duration::from_micros(50);
     loop {
         match file.try_lock() {
             Ok(()) => return Ok(QueueLock { file }),
@@ -295,8 +297,12 @@ pub(crate) fn lock_queue<'a>(
                 });
             }
         }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_micros(100));
+        if Instant::now() < spin_until {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
     }
 }
 
