@@ -284,3 +284,19 @@ unsafe fn par_copy(src: *const u8, dst: *mut u8, len: usize) {
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::par_copy;
+
+    #[test]
+    fn parallel_copy_copies_every_byte() {
+        for len in [0usize, 1, 4095, (4 << 20) - 1, (4 << 20) + 12345, 37 << 20] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4099) as u8).collect();
+            let mut dst = vec![0u8; len];
+            // SAFETY: both vectors hold `len` bytes and do not overlap.
+            unsafe { par_copy(src.as_ptr(), dst.as_mut_ptr(), len) };
+            assert!(src == dst, "len {len}");
+        }
+    }
+}

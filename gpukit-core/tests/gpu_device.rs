@@ -110,6 +110,11 @@ fn large_transfers_round_trip_through_the_pinned_pool() {
         dt * 1e3,
         2.0 * (n * 8) as f64 / dt / 1e9
     );
+    // Into a caller-owned buffer; a wrong length is an error.
+    let mut again = vec![0i64; n];
+    g.copy_to_host(&mut again).unwrap();
+    assert_eq!(again, as_i64);
+    assert!(g.copy_to_host(&mut again[1..]).is_err());
     // Empty arrays.
     let e = GpuArray::<u8>::from_slice(&dev, &[], &[0, 4]).unwrap();
     assert!(e.to_vec().unwrap().is_empty());

@@ -195,26 +195,35 @@ impl<T: DType> GpuArray<T> {
     /// The elements in row-major order. Waits for the work queued on the current stream and on
     /// the stream the array was made on, so it always sees finished results.
     pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut out = vec![T::zero(); self.len()];
+        self.copy_to_host(&mut out)?;
+        Ok(out)
+    }
+
+    /// Copies the elements (row-major) into `out`, which must hold exactly [`len`](Self::len)
+    /// elements. Like [`to_vec`](Self::to_vec) but into memory the caller owns (for example a
+    /// buffer reused across calls, whose pages are already mapped).
+    pub fn copy_to_host(&self, out: &mut [T]) -> Result<()> {
+        if out.len() != self.len() {
+            return Err(Error::shape("copy_to_host", &[out.len()], &self.shape));
+        }
         let current = self.dev.stream();
         if !self.is_contiguous() && self.buf.stream() != &current {
             // The gathering copy runs on the current stream: order it after the producer.
             current.wait_stream(self.buf.stream())?;
         }
         let a = self.contiguous()?;
-        let n = a.len();
-        let mut out = vec![T::zero(); n];
-        if n > 0 {
-            let stream = a.dev.stream();
+        if !out.is_empty() {
             let inner = a.dev.inner();
             // Wait for the current stream and for the stream the data was produced on.
             inner.pinned.download(
-                bytemuck::cast_slice_mut(&mut out),
+                bytemuck::cast_slice_mut(out),
                 a.device_ptr(),
-                &[&stream, a.buf.stream(), self.buf.stream()],
+                &[&current, a.buf.stream(), self.buf.stream()],
                 &inner.d2h,
             )?;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The single element of a one-element array (any shape, e.g. the result of `sum()`).
