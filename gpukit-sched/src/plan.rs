@@ -183,6 +183,7 @@ pub struct Planner {
     tasks: BTreeMap<TaskId, Entry>,
     seq: u64,
     running: usize,
+    lend_changes: Vec<(TaskId, GroupSet)>,
 }
 
 impl Planner {
@@ -206,6 +207,7 @@ impl Planner {
             tasks: BTreeMap::new(),
             seq: 0,
             running: 0,
+            lend_changes: Vec::new(),
         }
     }
 
@@ -361,9 +363,16 @@ impl Planner {
     /// [`finish`](Self::finish) and [`cancel`](Self::cancel) do.
     pub fn schedule(&mut self, now: u64) -> Vec<Event> {
         let mut events = Vec::new();
-        let mut order: Vec<Option<String>> = self.pools.keys().cloned().collect();
+        let mut order: Vec<Option<String>> = if self.pools.len() == 1 {
+            vec![None]
+        } else {
+            self.pools.keys().cloned().collect()
+        };
         order.sort_by_key(|k| -(self.pools[k].band as i64));
         for key in order {
+            if self.pools[&key].queue.is_empty() {
+                continue;
+            }
             // Deadlines and impossible requests.
             for id in self.pools[&key].queue.clone() {
                 let e = &self.tasks[&id];
@@ -422,8 +431,15 @@ impl Planner {
                 }
             }
         }
-        self.lend();
+        let changed = self.lend();
+        self.lend_changes.extend(changed);
         events
+    }
+
+    /// Lending changes since the last call: tasks whose usable groups (own + lent) changed,
+    /// with the new sets (the runtime publishes these to the tasks).
+    pub fn take_lend_changes(&mut self) -> Vec<(TaskId, GroupSet)> {
+        std::mem::take(&mut self.lend_changes)
     }
 
     fn start(&mut self, id: TaskId) -> Grant {
@@ -475,6 +491,7 @@ impl Planner {
             lent: GroupSet::EMPTY,
             grant,
         };
+        self.lend_changes.push((id, own));
         grant
     }
 

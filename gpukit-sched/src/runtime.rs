@@ -315,6 +315,7 @@ struct State {
     started_seq: u64,
     start_order: HashMap<TaskId, u64>,
     evictions: Vec<(TaskId, String, QosClass)>,
+    outbox: Vec<Pending>,
     submitted: u64,
     rejected: u64,
     succeeded: u64,
@@ -451,6 +452,7 @@ impl Scheduler {
                 started_seq: 0,
                 start_order: HashMap::new(),
                 evictions: Vec::new(),
+                outbox: Vec::new(),
                 submitted: 0,
                 rejected: 0,
                 succeeded: 0,
@@ -626,7 +628,9 @@ impl Scheduler {
             }
         };
         self.inner.apply_events(&mut st, events);
+        let out = std::mem::take(&mut st.outbox);
         drop(st);
+        self.inner.flush(out);
         Ok(TaskHandle {
             task: shared,
             slot,
@@ -648,6 +652,9 @@ impl Scheduler {
         let mut st = self.inner.state.lock();
         let (info, events) = st.planner.resize_partition(&spec, now)?;
         self.inner.apply_events(&mut st, events);
+        let out = std::mem::take(&mut st.outbox);
+        drop(st);
+        self.inner.flush(out);
         Ok(info)
     }
 
@@ -657,6 +664,9 @@ impl Scheduler {
         let mut st = self.inner.state.lock();
         let events = st.planner.remove_partition(name, now)?;
         self.inner.apply_events(&mut st, events);
+        let out = std::mem::take(&mut st.outbox);
+        drop(st);
+        self.inner.flush(out);
         Ok(())
     }
 
@@ -798,6 +808,18 @@ impl Inner {
         self.epoch.elapsed().as_nanos() as u64
     }
 
+    /// Hands started tasks to the workers (call after releasing the state lock).
+    fn flush(&self, out: Vec<Pending>) {
+        if out.is_empty() {
+            return;
+        }
+        if let Some(tx) = self.tx.lock().as_ref() {
+            for p in out {
+                let _ = tx.send(p);
+            }
+        }
+    }
+
     fn dispatch(&self, st: &mut State, p: Pending, g: Grant) {
         st.started_seq += 1;
         st.start_order.insert(p.task.id, st.started_seq);
@@ -807,9 +829,9 @@ impl Inner {
             s.grant = Some(g);
         }
         self.sync_groups(st);
-        if let Some(tx) = self.tx.lock().as_ref() {
-            let _ = tx.send(p);
-        }
+        // Sent by `flush` once the state lock is released, so the woken worker does not
+        // block on it.
+        st.outbox.push(p);
     }
 
     /// Applies planner events: starts queued tasks, rejects expired ones, and publishes the
@@ -839,8 +861,9 @@ impl Inner {
         self.sync_groups(st);
     }
 
-    fn sync_groups(&self, st: &State) {
-        for id in st.planner.running_tasks() {
+    /// Publishes the planner's lending changes (own + lent groups) to the running tasks.
+    fn sync_groups(&self, st: &mut State) {
+        for (id, _) in st.planner.take_lend_changes() {
             if let (Some(t), Some(groups)) = (st.live.get(&id), st.planner.running_groups(id)) {
                 let mut u = t.usable.lock();
                 if *u != groups {
@@ -1073,17 +1096,8 @@ impl Inner {
 
     fn complete(&self, task: &Arc<TaskShared>, outcome: Result<()>) {
         let usage = self.dev.allocator().owner_usage(&task.owner);
-        let now = self.now();
-        let mut st = self.state.lock();
-        st.live.remove(&task.id);
-        st.start_order.remove(&task.id);
-        let events = st.planner.finish(task.id, now);
-        self.owners.write().remove(&task.owner);
         let _ = self.dev.allocator().set_quota(&task.owner, None);
-        {
-            let mut s = task.status.lock();
-            s.mem_peak = usage.peak as u64;
-        }
+        self.owners.write().remove(&task.owner);
         let (state, err) = if task.preempt.load(Ordering::Acquire) {
             (
                 TaskState::Preempted,
@@ -1092,35 +1106,32 @@ impl Inner {
         } else if let Err(e) = outcome {
             (TaskState::Failed, Some(e.to_string()))
         } else {
-            (TaskState::Running, None) // decided by the result slot in TaskHandle
+            let s = task.status.lock();
+            match &s.final_error {
+                Some(e) => (TaskState::Failed, Some(e.clone())),
+                None => (TaskState::Succeeded, None),
+            }
         };
-        match state {
-            TaskState::Running => {
-                // The closure's own result decides; record success/failure when the handle
-                // reads it. Count here from the task's error flag.
-                let failed = task.status.lock().final_error.is_some();
-                if failed {
-                    st.failed += 1
-                } else {
-                    st.succeeded += 1
-                }
-                let mut s = task.status.lock();
-                s.state = if s.final_error.is_some() {
-                    TaskState::Failed
-                } else {
-                    TaskState::Succeeded
-                };
-                s.finished = Some(Instant::now());
-                task.done.notify_all();
-            }
-            other => {
+        let now = self.now();
+        let out = {
+            let mut st = self.state.lock();
+            st.live.remove(&task.id);
+            st.start_order.remove(&task.id);
+            let events = st.planner.finish(task.id, now);
+            if state == TaskState::Succeeded {
+                st.succeeded += 1;
+            } else {
                 st.failed += 1;
-                finish_status(task, other, err);
             }
-        }
-        push_finished(&mut st, task.clone());
-        self.apply_events(&mut st, events);
+            push_finished(&mut st, task.clone());
+            self.apply_events(&mut st, events);
+            std::mem::take(&mut st.outbox)
+        };
+        self.flush(out);
         self.memory_freed.notify_all();
+        // Waiters wake last, after the scheduler's lock is free again.
+        task.status.lock().mem_peak = usage.peak as u64;
+        finish_status(task, state, err);
     }
 
     fn task_stats(&self, t: &Arc<TaskShared>, st: &State) -> TaskStats {
@@ -1562,6 +1573,9 @@ impl<T> TaskHandle<T> {
             );
             push_finished(&mut st, self.task.clone());
             self.inner.apply_events(&mut st, events);
+            let out = std::mem::take(&mut st.outbox);
+            drop(st);
+            self.inner.flush(out);
         } else {
             self.task.cancel.store(true, Ordering::Release);
         }
