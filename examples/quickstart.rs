@@ -1,7 +1,7 @@
 //! gpukit quickstart: the first thing to read.
 //!
-//! Arrays on the GPU, NumPy-style operations with broadcasting, reductions, and copies to and
-//! from the host. Without a GPU it says so and exits successfully.
+//! Arrays on the GPU, NumPy-style operations with broadcasting, reductions, a matrix multiply,
+//! and copies to and from the host. Without a GPU it says so and exits successfully.
 //!
 //! ```text
 //! cargo run --release --example quickstart
@@ -77,6 +77,12 @@ fn run() -> Result<()> {
     if let Err(e) = &x + &bad {
         println!("x + zeros([4]) -> error: {e}");
     }
-    // Matrix multiply lives in gpukit::core::gemm (see examples/gemm_bench.rs).
+    // Matrix multiply (gpukit::core::gemm; FP32 by default, TF32 tensor cores on request).
+    let xxt = gpukit::core::gemm::matmul(&x, &t.contiguous()?)?;
+    println!(
+        "x @ x.T        = {:?} (shape {:?})",
+        xxt.to_vec()?,
+        xxt.shape()
+    );
     Ok(())
 }
