@@ -293,7 +293,9 @@ fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()
     let stop_b = Arc::new(AtomicBool::new(false));
     let b_kernel_ms = Arc::new(AtomicU64::new(0));
     let b_sms_alone = Arc::new(AtomicU64::new(0));
-    let b_sms_after = Arc::new(AtomicU64::new(0));
+    // Fewest SMs the Burstable task had after the Guaranteed arrival (its groups are lent back
+    // once the Guaranteed task ends, so the last value would show the lending again).
+    let b_sms_after = Arc::new(AtomicU64::new(u64::MAX));
     let phase = Arc::new(AtomicU64::new(0)); // 0 alone, 1 G submitted
     let b_rate_alone = Arc::new(AtomicU64::new(0));
     let (kb, sb, bk, bsa, bsb, ph, bra) = (
@@ -347,7 +349,7 @@ fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()
                     &[KernelArg::Ptr(out.ptr()), ITERS.into()],
                 )?;
                 ctx.synchronize()?;
-                bsb.store(ctx.current_sms()? as u64, Ordering::Relaxed);
+                bsb.fetch_min(ctx.current_sms()? as u64, Ordering::Relaxed);
             }
             Ok((ctx.home_sms(), ctx.current_sms()?))
         },
@@ -437,7 +439,7 @@ fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()
             "Guaranteed 0.75 ({g_sms} SMs) arrives: extra time of its first kernel (share back)"
         ),
         ours: format!(
-            "{delay:.3} ms (first {first:.3}, steady {steady:.3}); Burstable then on {} SMs",
+            "{delay:.3} ms (first {first:.3}, steady {steady:.3}); Burstable down to {} SMs",
             b_sms_after.load(Ordering::Relaxed)
         ),
         baseline: format!("one Burstable kernel: {b_kernel:.3} ms"),

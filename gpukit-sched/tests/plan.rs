@@ -476,3 +476,33 @@ proptest! {
         prop_assert!(left.is_empty(), "never ran nor rejected: {left:?}");
     }
 }
+
+#[test]
+fn h200_burstable_gives_back_everything_to_a_guaranteed_arrival() {
+    let mut c = cfg();
+    c.layout = SmLayout::with_groups(132, 8, 15, true).unwrap();
+    let mut p = Planner::new(c);
+    let b = TaskSpec::new("b")
+        .memory_request("256MiB")
+        .compute(0.25, 1.0)
+        .resolve()
+        .unwrap();
+    p.submit(1, b, 0).unwrap();
+    assert_eq!(p.take_lend_changes().last().map(|(_, g)| g.len()), Some(15));
+    let g = TaskSpec::new("g")
+        .memory("256MiB", "256MiB")
+        .compute(0.75, 0.75)
+        .resolve()
+        .unwrap();
+    assert!(matches!(
+        p.submit(2, g, 0).unwrap().0,
+        Decision::Admitted(_)
+    ));
+    let (own, lent) = p.running_groups(1).unwrap();
+    assert_eq!((own.len(), lent.len()), (4, 0));
+    let changes = p.take_lend_changes();
+    assert!(
+        changes.iter().any(|(t, set)| *t == 1 && set.len() == 4),
+        "{changes:?}"
+    );
+}
