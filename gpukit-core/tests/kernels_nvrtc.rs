@@ -11,26 +11,40 @@ fn every_builtin_kernel_compiles_for_sm80_and_sm90() {
     }
     let programs = builtin_programs();
     assert_eq!(programs.len(), 3 * 8);
-    for arch in [Arch::new(8, 0), Arch::new(9, 0)] {
-        for (program, source, opts) in &programs {
-            let opts = opts.clone().output(Output::Cubin).verbose_ptxas(true);
-            let m = compile(source, program, arch, &opts)
-                .unwrap_or_else(|e| panic!("{program} for {arch}: {e}"));
-            assert!(!m.image.is_empty());
-            assert_eq!(
-                m.lowered_names.len(),
-                opts.name_expressions.len(),
-                "{program}: every name expression must lower"
-            );
-            // No kernel spills registers to local memory.
-            for line in m.log.lines().filter(|l| l.contains("spill")) {
-                assert!(
-                    line.contains("0 bytes spill stores") && line.contains("0 bytes spill loads"),
-                    "{program} for {arch} spills: {line}"
+    let jobs: Vec<_> = [Arch::new(8, 0), Arch::new(9, 0)]
+        .into_iter()
+        .flat_map(|arch| programs.iter().map(move |p| (arch, p)))
+        .collect();
+    // NVRTC is thread-safe: compile on every core.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((arch, (program, source, opts))) = jobs.get(i) else {
+                    return;
+                };
+                let opts = opts.clone().output(Output::Cubin).verbose_ptxas(true);
+                let m = compile(source, program, *arch, &opts)
+                    .unwrap_or_else(|e| panic!("{program} for {arch}: {e}"));
+                assert!(!m.image.is_empty());
+                assert_eq!(
+                    m.lowered_names.len(),
+                    opts.name_expressions.len(),
+                    "{program}: every name expression must lower"
                 );
-            }
+                // No kernel spills registers to local memory.
+                for line in m.log.lines().filter(|l| l.contains("spill")) {
+                    assert!(
+                        line.contains("0 bytes spill stores")
+                            && line.contains("0 bytes spill loads"),
+                        "{program} for {arch} spills: {line}"
+                    );
+                }
+            });
         }
-    }
+    });
 }
 
 #[test]
