@@ -56,8 +56,13 @@
 //!   delays the head of the queue.
 //! * **Hand-over.** Waiters sleep in `ppoll` on an inotify watch of the lock directory (a
 //!   release closes the device descriptors, which emits close events; so does a holder's death)
-//!   plus a cancel pipe, with a short backoff re-check as a fallback. Hand-over takes well under
-//!   the 5 ms target (the seed polled every 50 ms); see `benches/mutex.rs`.
+//!   plus a cancel pipe, with a backoff re-check as a fallback. Inotify instances are pooled
+//!   per process and never closed after a wait: closing one that had a watch blocks for a
+//!   kernel tick plus an RCU grace period (7-20 ms), which used to delay every contended
+//!   `acquire`'s return (see `src/wait.rs`). The `/proc` ancestry walk of a waiting process
+//!   runs before it takes the join lock, so its checks hold that lock briefly.
+//!   Hand-over takes a few hundred microseconds, well under the 5 ms target (the seed polled
+//!   every 50 ms); see `benches/mutex.rs`.
 //! * **Process trees.** A process shares the claim of the nearest ancestor that holds one: the
 //!   ancestry is the kernel's `ppid` chain read from `/proc`, and processes are identified by pid
 //!   *and* start time (so a recycled pid is not a holder). This works with a copied or cleared

@@ -338,6 +338,13 @@ struct Session<'m> {
     cancels: Vec<CancelToken>,
     me: ProcId,
     uid: u32,
+    /// This process's ancestry for the current check, read from `/proc` *before* taking the
+    /// join lock when the previous check saw live claims (the walk takes a few `/proc` reads per
+    /// ancestor; holding the join lock meanwhile delays releases and other waiters). `None`:
+    /// read lazily, under the lock, only if the check finds a claim.
+    ancestry: Option<Vec<ProcId>>,
+    /// Whether the last check saw any live claim record.
+    saw_claims: bool,
 }
 
 struct Scan {
@@ -352,7 +359,7 @@ impl<'m> Session<'m> {
         lockdir::validate_existing(&dir)?;
         let queue_path = dir.join(lockdir::QUEUE_LOCK);
         let queue_file = lockdir::open_lock_file(&queue_path)?;
-        let me = proc::self_id().ok_or_else(|| {
+        let me = proc::self_id_cached().ok_or_else(|| {
             Error::io(
                 "read",
                 "/proc/self/stat",
@@ -371,6 +378,8 @@ impl<'m> Session<'m> {
             cancels: Vec::new(),
             me,
             uid,
+            ancestry: None,
+            saw_claims: false,
         })
     }
 
@@ -393,10 +402,11 @@ impl<'m> Session<'m> {
             .try_clone()
             .map_err(|e| Error::io("dup", &self.queue_path, e))?;
         let _q = lock_queue(&queue_file, &self.queue_path, None, &[], n, started)?;
-        if let Some(g) = self.try_inherit(n)? {
+        let names = self.list_dir()?;
+        if let Some(g) = self.try_inherit(n, &names)? {
             return Ok(Some(g));
         }
-        let scan = self.scan(None)?;
+        let scan = self.scan(None, &names)?;
         let mut reqs: Vec<Request> = scan.live.iter().map(|(_, t)| to_request(t)).collect();
         reqs.push(self.my_request(n));
         let free = self.free_devices(&reqs)?;
@@ -433,10 +443,11 @@ impl<'m> Session<'m> {
                 n,
                 started,
             )?;
-            if let Some(g) = self.try_inherit(n)? {
+            let names = self.list_dir()?;
+            if let Some(g) = self.try_inherit(n, &names)? {
                 return Ok(g);
             }
-            let scan = self.scan(None)?;
+            let scan = self.scan(None, &names)?;
             let mut reqs: Vec<Request> = scan.live.iter().map(|(_, t)| to_request(t)).collect();
             reqs.push(self.my_request(n));
             let free = self.free_devices(&reqs)?;
@@ -457,6 +468,8 @@ impl<'m> Session<'m> {
         let cap = watcher.backoff_cap();
         let mut backoff = BACKOFF_START;
         loop {
+            // The ancestry walk happens here, outside the join lock (see `Session::ancestry`).
+            self.ancestry = (self.saw_claims || wants_job_root()).then(proc::ancestry_of_self);
             {
                 let _q = lock_queue(
                     &queue_file,
@@ -466,11 +479,12 @@ impl<'m> Session<'m> {
                     n,
                     started,
                 )?;
-                if let Some(g) = self.try_inherit(n)? {
+                let names = self.list_dir()?;
+                if let Some(g) = self.try_inherit(n, &names)? {
                     drop(own);
                     return Ok(g);
                 }
-                let scan = self.scan(Some(&own))?;
+                let scan = self.scan(Some(&own), &names)?;
                 let reqs: Vec<Request> = scan.live.iter().map(|(_, t)| to_request(t)).collect();
                 let free = self.free_devices(&reqs)?;
                 let decisions = queue::decide(&reqs, &free);
@@ -535,19 +549,26 @@ impl<'m> Session<'m> {
         Ok(free)
     }
 
-    /// Lists live tickets in FIFO order, removing dead ones it may remove.
-    fn scan(&mut self, own: Option<&OwnTicket>) -> Result<Scan> {
-        let mut names: Vec<(u64, String)> = Vec::new();
+    /// The names in the lock directory (one listing per check, shared by the claim and ticket
+    /// scans). Must run under the join lock.
+    fn list_dir(&self) -> Result<Vec<String>> {
         let rd = fs::read_dir(&self.dir).map_err(|e| Error::io("read_dir", &self.dir, e))?;
+        let mut out = Vec::new();
         for ent in rd {
             let ent = ent.map_err(|e| Error::io("read_dir", &self.dir, e))?;
-            let Some(name) = ent.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            if let Some(seq) = records::parse_ticket_name(&name) {
-                names.push((seq, name));
+            if let Some(name) = ent.file_name().to_str() {
+                out.push(name.to_owned());
             }
         }
+        Ok(out)
+    }
+
+    /// Lists live tickets in FIFO order, removing dead ones it may remove.
+    fn scan(&mut self, own: Option<&OwnTicket>, listing: &[String]) -> Result<Scan> {
+        let mut names: Vec<(u64, String)> = listing
+            .iter()
+            .filter_map(|name| records::parse_ticket_name(name).map(|seq| (seq, name.clone())))
+            .collect();
         names.sort();
         let max_seq = names.last().map(|(s, _)| *s);
         self.tickets
@@ -665,14 +686,9 @@ impl<'m> Session<'m> {
         explicit.or_else(rank_parent).filter(|id| id.pid > 1)
     }
 
-    fn live_claims(&self) -> Vec<ClaimRecord> {
+    fn live_claims(&self, listing: &[String]) -> Vec<ClaimRecord> {
         let mut out = Vec::new();
-        let Ok(rd) = fs::read_dir(&self.dir) else {
-            return out;
-        };
-        for ent in rd.flatten() {
-            let name = ent.file_name();
-            let Some(name) = name.to_str() else { continue };
+        for name in listing {
             if !name.starts_with(lockdir::CLAIM_PREFIX) {
                 continue;
             }
@@ -700,12 +716,20 @@ impl<'m> Session<'m> {
 
     /// Shares the claim of the nearest live ancestor (or of the job root's subtree), if any
     /// covers some of our visible devices. Must run under the join lock.
-    fn try_inherit(&mut self, n: usize) -> Result<Option<GpuGuard>> {
-        let claims = self.live_claims();
+    fn try_inherit(&mut self, n: usize, listing: &[String]) -> Result<Option<GpuGuard>> {
+        let claims = self.live_claims(listing);
+        self.saw_claims = !claims.is_empty();
         if claims.is_empty() {
             return Ok(None);
         }
-        let ancestry = proc::ancestry_of_self();
+        let ancestry = match &self.ancestry {
+            Some(a) => a.clone(),
+            None => {
+                let a = proc::ancestry_of_self();
+                self.ancestry = Some(a.clone());
+                a
+            }
+        };
         let my_anchor = self.job_root(&ancestry);
         let rank_of = |id: ProcId| ancestry.iter().position(|a| *a == id);
         let mut best: Option<(usize, ClaimRecord)> = None;
@@ -810,7 +834,11 @@ impl<'m> Session<'m> {
             files.push(f);
         }
         let anchor = if wants_job_root() {
-            self.job_root(&proc::ancestry_of_self())
+            let ancestry = match self.ancestry.take() {
+                Some(a) => a,
+                None => proc::ancestry_of_self(),
+            };
+            self.job_root(&ancestry)
         } else {
             None
         };

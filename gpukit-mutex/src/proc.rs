@@ -72,6 +72,26 @@ pub fn self_id() -> Option<ProcId> {
     parse_stat(&text).map(|s| s.id())
 }
 
+/// [`self_id`], read from `/proc` once per process (the cache is keyed by pid, so a `fork`ed
+/// child reads its own).
+pub fn self_id_cached() -> Option<ProcId> {
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    static PID: AtomicU32 = AtomicU32::new(0);
+    static START: AtomicU64 = AtomicU64::new(0);
+    let pid = std::process::id();
+    if PID.load(Ordering::Acquire) == pid {
+        return Some(ProcId {
+            pid,
+            start: START.load(Ordering::Relaxed),
+        });
+    }
+    let id = self_id()?;
+    // Every thread of this process stores the same value; `PID` is published last.
+    START.store(id.start, Ordering::Relaxed);
+    PID.store(id.pid, Ordering::Release);
+    Some(id)
+}
+
 /// True if the process `id` is alive (exists with the same start time and is not a zombie).
 pub fn is_alive(id: ProcId) -> bool {
     match stat(id.pid) {
