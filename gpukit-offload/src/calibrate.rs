@@ -45,7 +45,10 @@ impl CalibrateOptions {
 pub fn grid(kind: OpKind, p: Precision, quick: bool) -> (Vec<f64>, Vec<f64>) {
     let cplx = p.is_complex();
     let v = |x: &[f64]| x.to_vec();
-    let heavy = matches!(kind.routine, Routine::Syevd | Routine::Gesdd | Routine::Gesvd);
+    let heavy = matches!(
+        kind.routine,
+        Routine::Syevd | Routine::Gesdd | Routine::Gesvd
+    );
     let x1: Vec<f64> = if heavy {
         match (quick, cplx, kind.routine == Routine::Gesvd || kind.vectors) {
             (true, true, _) => v(&[128.0, 384.0, 1024.0]),
@@ -173,15 +176,20 @@ impl Buf {
     }
 
     pub(crate) fn mat(&mut self) -> HostMat {
-        HostMat::new(self.bytes.as_mut_ptr(), self.rows, self.cols, self.rows.max(1))
+        HostMat::new(
+            self.bytes.as_mut_ptr(),
+            self.rows,
+            self.cols,
+            self.rows.max(1),
+        )
     }
 }
 
 /// The operands of one measurement: pristine inputs and working copies.
-struct Case {
-    bufs: Vec<Buf>,
-    pristine: Vec<Vec<u8>>,
-    piv: Vec<i32>,
+pub(crate) struct Case {
+    pub(crate) bufs: Vec<Buf>,
+    pub(crate) pristine: Vec<Vec<u8>>,
+    pub(crate) piv: Vec<i32>,
 }
 
 fn sc(p: Precision, v: f64) -> Scalar {
@@ -194,18 +202,37 @@ fn sc(p: Precision, v: f64) -> Scalar {
 }
 
 impl Case {
-    fn new(kind: OpKind, p: Precision, x1: f64, x2: f64) -> Case {
+    pub(crate) fn new(kind: OpKind, p: Precision, x1: f64, x2: f64) -> Case {
         let s = kind.canonical_shape(x1, x2);
         let (m, n, k) = (s.m as usize, s.n as usize, s.k as usize);
         let bufs = match kind.routine {
-            Routine::Gemm => vec![Buf::random(p, m, k, 1), Buf::random(p, k, n, 2), Buf::random(p, m, n, 3)],
-            Routine::Symm => vec![Buf::symmetric(p, m, 0.0, 1), Buf::random(p, m, n, 2), Buf::random(p, m, n, 3)],
+            Routine::Gemm => vec![
+                Buf::random(p, m, k, 1),
+                Buf::random(p, k, n, 2),
+                Buf::random(p, m, n, 3),
+            ],
+            Routine::Symm => vec![
+                Buf::symmetric(p, m, 0.0, 1),
+                Buf::random(p, m, n, 2),
+                Buf::random(p, m, n, 3),
+            ],
             Routine::Syrk => vec![Buf::random(p, n, k, 1), Buf::random(p, n, n, 2)],
-            Routine::Trsm => vec![Buf::symmetric(p, k, k as f64 + 1.0, 1), Buf::random(p, m, n, 2)],
-            Routine::Getrf | Routine::Geqrf | Routine::Gesdd | Routine::Gesvd => vec![Buf::random(p, m, n, 1)],
-            Routine::Getrs | Routine::Gesv => vec![Buf::symmetric(p, n, n as f64 + 1.0, 1), Buf::random(p, n, k, 2)],
+            Routine::Trsm => vec![
+                Buf::symmetric(p, k, k as f64 + 1.0, 1),
+                Buf::random(p, m, n, 2),
+            ],
+            Routine::Getrf | Routine::Geqrf | Routine::Gesdd | Routine::Gesvd => {
+                vec![Buf::random(p, m, n, 1)]
+            }
+            Routine::Getrs | Routine::Gesv => vec![
+                Buf::symmetric(p, n, n as f64 + 1.0, 1),
+                Buf::random(p, n, k, 2),
+            ],
             Routine::Potrf | Routine::Potrs | Routine::Posv => {
-                vec![Buf::symmetric(p, n, n as f64 + 1.0, 1), Buf::random(p, n, k.max(1), 2)]
+                vec![
+                    Buf::symmetric(p, n, n as f64 + 1.0, 1),
+                    Buf::random(p, n, k.max(1), 2),
+                ]
             }
             Routine::Syevd => vec![Buf::symmetric(p, n, 0.0, 1)],
         };
@@ -229,7 +256,7 @@ impl Case {
         c
     }
 
-    fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         for (b, p) in self.bufs.iter_mut().zip(&self.pristine) {
             b.bytes.copy_from_slice(p);
         }
@@ -239,31 +266,137 @@ impl Case {
         }
     }
 
-    fn call(&mut self, kind: OpKind, p: Precision, x1: f64, x2: f64) -> Call {
+    pub(crate) fn call(&mut self, kind: OpKind, p: Precision, x1: f64, x2: f64) -> Call {
         let s = kind.canonical_shape(x1, x2);
         let (m, n, k) = (s.m as usize, s.n as usize, s.k as usize);
         let piv = Piv::I32(self.piv.as_mut_ptr());
         let (one, zero) = (sc(p, 1.0), sc(p, 0.0));
         let b = &mut self.bufs;
         let op = match kind.routine {
-            Routine::Gemm => Op::Gemm { ta: Trans::No, tb: Trans::No, m, n, k, alpha: one, a: b[0].mat(), b: b[1].mat(), beta: one, c: b[2].mat() },
-            Routine::Symm => Op::Symm { side: Side::Left, uplo: Uplo::Lower, m, n, alpha: one, a: b[0].mat(), b: b[1].mat(), beta: one, c: b[2].mat() },
-            Routine::Syrk => Op::Syrk { uplo: Uplo::Lower, trans: Trans::No, n, k, alpha: one, a: b[0].mat(), beta: zero, c: b[1].mat() },
-            Routine::Trsm => Op::Trsm { side: Side::Left, uplo: Uplo::Lower, ta: Trans::No, diag: Diag::NonUnit, m, n, alpha: one, a: b[0].mat(), b: b[1].mat() },
-            Routine::Getrf => Op::Getrf { m, n, a: b[0].mat(), ipiv: piv },
-            Routine::Getrs => Op::Getrs { trans: Trans::No, n, nrhs: k, a: b[0].mat(), ipiv: piv, b: b[1].mat() },
-            Routine::Gesv => Op::Gesv { n, nrhs: k, a: b[0].mat(), ipiv: piv, b: b[1].mat() },
-            Routine::Potrf => Op::Potrf { uplo: Uplo::Lower, n, a: b[0].mat() },
-            Routine::Potrs => Op::Potrs { uplo: Uplo::Lower, n, nrhs: k, a: b[0].mat(), b: b[1].mat() },
-            Routine::Posv => Op::Posv { uplo: Uplo::Lower, n, nrhs: k, a: b[0].mat(), b: b[1].mat() },
-            Routine::Syevd => Op::Syevd { vectors: kind.vectors, uplo: Uplo::Lower, n, a: b[0].mat(), w: b[1].bytes.as_mut_ptr() },
+            Routine::Gemm => Op::Gemm {
+                ta: Trans::No,
+                tb: Trans::No,
+                m,
+                n,
+                k,
+                alpha: one,
+                a: b[0].mat(),
+                b: b[1].mat(),
+                beta: one,
+                c: b[2].mat(),
+            },
+            Routine::Symm => Op::Symm {
+                side: Side::Left,
+                uplo: Uplo::Lower,
+                m,
+                n,
+                alpha: one,
+                a: b[0].mat(),
+                b: b[1].mat(),
+                beta: one,
+                c: b[2].mat(),
+            },
+            Routine::Syrk => Op::Syrk {
+                uplo: Uplo::Lower,
+                trans: Trans::No,
+                n,
+                k,
+                alpha: one,
+                a: b[0].mat(),
+                beta: zero,
+                c: b[1].mat(),
+            },
+            Routine::Trsm => Op::Trsm {
+                side: Side::Left,
+                uplo: Uplo::Lower,
+                ta: Trans::No,
+                diag: Diag::NonUnit,
+                m,
+                n,
+                alpha: one,
+                a: b[0].mat(),
+                b: b[1].mat(),
+            },
+            Routine::Getrf => Op::Getrf {
+                m,
+                n,
+                a: b[0].mat(),
+                ipiv: piv,
+            },
+            Routine::Getrs => Op::Getrs {
+                trans: Trans::No,
+                n,
+                nrhs: k,
+                a: b[0].mat(),
+                ipiv: piv,
+                b: b[1].mat(),
+            },
+            Routine::Gesv => Op::Gesv {
+                n,
+                nrhs: k,
+                a: b[0].mat(),
+                ipiv: piv,
+                b: b[1].mat(),
+            },
+            Routine::Potrf => Op::Potrf {
+                uplo: Uplo::Lower,
+                n,
+                a: b[0].mat(),
+            },
+            Routine::Potrs => Op::Potrs {
+                uplo: Uplo::Lower,
+                n,
+                nrhs: k,
+                a: b[0].mat(),
+                b: b[1].mat(),
+            },
+            Routine::Posv => Op::Posv {
+                uplo: Uplo::Lower,
+                n,
+                nrhs: k,
+                a: b[0].mat(),
+                b: b[1].mat(),
+            },
+            Routine::Syevd => Op::Syevd {
+                vectors: kind.vectors,
+                uplo: Uplo::Lower,
+                n,
+                a: b[0].mat(),
+                w: b[1].bytes.as_mut_ptr(),
+            },
             Routine::Gesdd | Routine::Gesvd => {
-                let job = if kind.vectors { SvdJob::Thin } else { SvdJob::None };
+                let job = if kind.vectors {
+                    SvdJob::Thin
+                } else {
+                    SvdJob::None
+                };
                 let s_ptr = b[1].bytes.as_mut_ptr();
-                let (u, vt) = if kind.vectors { (b[2].mat(), b[3].mat()) } else { (HostMat::new(std::ptr::null_mut(), 0, 0, 1), HostMat::new(std::ptr::null_mut(), 0, 0, 1)) };
-                Op::Svd { routine: kind.routine, jobu: job, jobvt: job, m, n, a: b[0].mat(), s: s_ptr, u, vt }
+                let (u, vt) = if kind.vectors {
+                    (b[2].mat(), b[3].mat())
+                } else {
+                    (
+                        HostMat::new(std::ptr::null_mut(), 0, 0, 1),
+                        HostMat::new(std::ptr::null_mut(), 0, 0, 1),
+                    )
+                };
+                Op::Svd {
+                    routine: kind.routine,
+                    jobu: job,
+                    jobvt: job,
+                    m,
+                    n,
+                    a: b[0].mat(),
+                    s: s_ptr,
+                    u,
+                    vt,
+                }
             }
-            Routine::Geqrf => Op::Geqrf { m, n, a: b[0].mat(), tau: b[1].bytes.as_mut_ptr() },
+            Routine::Geqrf => Op::Geqrf {
+                m,
+                n,
+                a: b[0].mat(),
+                tau: b[1].bytes.as_mut_ptr(),
+            },
         };
         Call { prec: p, op }
     }
@@ -271,7 +404,15 @@ impl Case {
 
 /// Times one backend on one grid point: the minimum over repetitions (one repetition for calls
 /// over 50 ms in quick mode, three otherwise).
-fn time_point(case: &mut Case, kind: OpKind, p: Precision, x1: f64, x2: f64, quick: bool, run: &mut dyn FnMut(&Call) -> Result<()>) -> Result<f64> {
+fn time_point(
+    case: &mut Case,
+    kind: OpKind,
+    p: Precision,
+    x1: f64,
+    x2: f64,
+    quick: bool,
+    run: &mut dyn FnMut(&Call) -> Result<()>,
+) -> Result<f64> {
     let mut best = f64::MAX;
     let mut reps = 0;
     loop {
@@ -282,7 +423,13 @@ fn time_point(case: &mut Case, kind: OpKind, p: Precision, x1: f64, x2: f64, qui
         let dt = t.elapsed().as_secs_f64();
         best = best.min(dt);
         reps += 1;
-        let want = if dt > 0.05 && quick { 1 } else if dt > 0.5 { 1 } else if dt < 0.002 { 5 } else { 3 };
+        let want = if (dt > 0.05 && quick) || dt > 0.5 {
+            1
+        } else if dt < 0.002 {
+            5
+        } else {
+            3
+        };
         // the first run of a small call also pays for warm-up: always repeat those
         if reps >= want && !(reps == 1 && dt < 0.05) {
             break;
@@ -293,7 +440,12 @@ fn time_point(case: &mut Case, kind: OpKind, p: Precision, x1: f64, x2: f64, qui
 
 /// Measures the machine and returns the profile. `startup_s` is the GPU start-up time the
 /// caller measured when starting `gpu`.
-pub fn calibrate(cpu: &CpuBackend, gpu: &GpuBackend, startup_s: f64, opts: &CalibrateOptions) -> Result<Profile> {
+pub fn calibrate(
+    cpu: &CpuBackend,
+    gpu: &GpuBackend,
+    startup_s: f64,
+    opts: &CalibrateOptions,
+) -> Result<Profile> {
     let t_start = Instant::now();
     let (h2d, d2h) = gpu.measure_copies(256 << 20)?;
     let copy = CopyModel {
@@ -301,7 +453,11 @@ pub fn calibrate(cpu: &CpuBackend, gpu: &GpuBackend, startup_s: f64, opts: &Cali
         d2h_bytes_per_s: d2h,
         latency_s: 60e-6,
     };
-    let kinds: Vec<OpKind> = if opts.only.is_empty() { OpKind::all() } else { opts.only.clone() };
+    let kinds: Vec<OpKind> = if opts.only.is_empty() {
+        OpKind::all()
+    } else {
+        opts.only.clone()
+    };
     // measure every kind's small sizes first, then larger ones, so a budget cut keeps all kinds
     let mut plan = Vec::new();
     for kind in &kinds {
@@ -314,8 +470,10 @@ pub fn calibrate(cpu: &CpuBackend, gpu: &GpuBackend, startup_s: f64, opts: &Cali
     let bar = if opts.progress {
         let b = indicatif::ProgressBar::new(total as u64);
         b.set_style(
-            indicatif::ProgressStyle::with_template("calibrating {bar:40} {pos}/{len} {msg} [{elapsed}]")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(
+                "calibrating {bar:40} {pos}/{len} {msg} [{elapsed}]",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         b
     } else {
@@ -326,6 +484,19 @@ pub fn calibrate(cpu: &CpuBackend, gpu: &GpuBackend, startup_s: f64, opts: &Cali
     // rows[i] = measured (cpu, gpu) seconds per x2 for x1[i]
     let mut measured: Vec<Vec<Vec<(f64, f64)>>> = plan.iter().map(|_| Vec::new()).collect();
     let max_rows = plan.iter().map(|(_, _, a, _)| a.len()).max().unwrap_or(0);
+    // warm-up: load every GPU kernel and library path once, untimed, so the first timed points
+    // do not pay for it
+    for (kind, p, x1, x2) in &plan {
+        let mut case = Case::new(*kind, *p, x1[0], x2[0]);
+        case.reset();
+        let call = case.call(*kind, *p, x1[0], x2[0]);
+        // SAFETY: the call's buffers belong to `case`.
+        let _ = unsafe { gpu.run(&call) };
+        case.reset();
+        let call = case.call(*kind, *p, x1[0], x2[0]);
+        // SAFETY: as above.
+        let _ = unsafe { cpu.run(&call) };
+    }
     let mut cut = false;
     for row in 0..max_rows {
         for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
@@ -344,13 +515,20 @@ pub fn calibrate(cpu: &CpuBackend, gpu: &GpuBackend, startup_s: f64, opts: &Cali
                     // SAFETY: the call's buffers belong to `case` and match its dimensions.
                     let info = unsafe { cpu.run(c)? };
                     if info != 0 {
-                        return Err(Error::Lapack { routine: c.name(), info, meaning: "calibration input rejected" });
+                        return Err(Error::Lapack {
+                            routine: c.name(),
+                            info,
+                            meaning: "calibration input rejected",
+                        });
                     }
                     Ok(())
                 })?;
                 let tg = time_point(&mut case, *kind, *p, x1[row], b, opts.quick, &mut |c| {
                     // SAFETY: as above; the call is supported on the GPU (m >= n for SVD).
-                    unsafe { gpu.run(c) }.map_err(|e| Error::Gpu { what: "calibration", detail: format!("{}: {e}", c.name()) })
+                    unsafe { gpu.run(c) }.map_err(|e| Error::Gpu {
+                        what: "calibration",
+                        detail: format!("{}: {e}", c.name()),
+                    })
                 })?;
                 let s = kind.canonical_shape(x1[row], b);
                 let (inb, outb) = kind.bytes(*p, s);
@@ -371,22 +549,36 @@ pub fn calibrate(cpu: &CpuBackend, gpu: &GpuBackend, startup_s: f64, opts: &Cali
         if rows.is_empty() {
             for b in [Backend::Cpu, Backend::Gpu] {
                 if let Some(c) = embedded.model().curve(*kind, *p, b) {
-                    curves.push(CurveEntry { op: kind.key(), precision: *p, backend: b, curve: c.clone() });
+                    curves.push(CurveEntry {
+                        op: kind.key(),
+                        precision: *p,
+                        backend: b,
+                        curve: c.clone(),
+                    });
                 }
             }
             continue;
         }
         for (bi, b) in [Backend::Cpu, Backend::Gpu].into_iter().enumerate() {
-            let seconds = rows.iter().flat_map(|r| r.iter().map(|pt| if bi == 0 { pt.0 } else { pt.1 })).collect();
+            let seconds = rows
+                .iter()
+                .flat_map(|r| r.iter().map(|pt| if bi == 0 { pt.0 } else { pt.1 }))
+                .collect();
             curves.push(CurveEntry {
                 op: kind.key(),
                 precision: *p,
                 backend: b,
-                curve: Curve { x1: x1[..rows.len()].to_vec(), x2: x2.clone(), seconds },
+                curve: Curve {
+                    x1: x1[..rows.len()].to_vec(),
+                    x2: x2.clone(),
+                    seconds,
+                },
             });
         }
     }
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let profile = Profile {
         version: PROFILE_VERSION,
         machine: Machine {
@@ -394,21 +586,32 @@ pub fn calibrate(cpu: &CpuBackend, gpu: &GpuBackend, startup_s: f64, opts: &Cali
             gpu: gpu.name().to_string(),
             cpu_library: cpu.path().to_string(),
         },
-        created_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        created_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
         calibration_s: t_start.elapsed().as_secs_f64(),
         startup_s,
         copy,
         curves,
         corrections: Default::default(),
     };
-    profile.validate().map_err(|msg| Error::Profile { path: "(calibration)".into(), msg })?;
+    profile.validate().map_err(|msg| Error::Profile {
+        path: "(calibration)".into(),
+        msg,
+    })?;
     Ok(profile)
 }
 
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
@@ -422,7 +625,11 @@ mod tests {
             for p in Precision::ALL {
                 let (a, b) = grid(k, p, true);
                 let (c, d) = grid(k, p, false);
-                let cv = Curve { x1: a.clone(), x2: b.clone(), seconds: vec![1.0; a.len() * b.len()] };
+                let cv = Curve {
+                    x1: a.clone(),
+                    x2: b.clone(),
+                    seconds: vec![1.0; a.len() * b.len()],
+                };
                 cv.validate().unwrap();
                 assert!(a.len() * b.len() <= c.len() * d.len(), "{k} {p:?}");
             }

@@ -106,31 +106,122 @@ impl Scalar {
 #[allow(missing_docs)]
 pub enum Op {
     /// `C = alpha op(A) op(B) + beta C`; A is `op(A): m x k`, B `op(B): k x n`, C `m x n`.
-    Gemm { ta: Trans, tb: Trans, m: usize, n: usize, k: usize, alpha: Scalar, a: HostMat, b: HostMat, beta: Scalar, c: HostMat },
+    Gemm {
+        ta: Trans,
+        tb: Trans,
+        m: usize,
+        n: usize,
+        k: usize,
+        alpha: Scalar,
+        a: HostMat,
+        b: HostMat,
+        beta: Scalar,
+        c: HostMat,
+    },
     /// `C = alpha A B + beta C` (side L) or `alpha B A + beta C` (side R), A symmetric.
-    Symm { side: Side, uplo: Uplo, m: usize, n: usize, alpha: Scalar, a: HostMat, b: HostMat, beta: Scalar, c: HostMat },
+    Symm {
+        side: Side,
+        uplo: Uplo,
+        m: usize,
+        n: usize,
+        alpha: Scalar,
+        a: HostMat,
+        b: HostMat,
+        beta: Scalar,
+        c: HostMat,
+    },
     /// `C = alpha A A^T + beta C` (trans N) or `alpha A^T A + beta C`; C `n x n`.
-    Syrk { uplo: Uplo, trans: Trans, n: usize, k: usize, alpha: Scalar, a: HostMat, beta: Scalar, c: HostMat },
+    Syrk {
+        uplo: Uplo,
+        trans: Trans,
+        n: usize,
+        k: usize,
+        alpha: Scalar,
+        a: HostMat,
+        beta: Scalar,
+        c: HostMat,
+    },
     /// `B = alpha op(A)^-1 B` (side L) or `alpha B op(A)^-1`.
-    Trsm { side: Side, uplo: Uplo, ta: Trans, diag: Diag, m: usize, n: usize, alpha: Scalar, a: HostMat, b: HostMat },
+    Trsm {
+        side: Side,
+        uplo: Uplo,
+        ta: Trans,
+        diag: Diag,
+        m: usize,
+        n: usize,
+        alpha: Scalar,
+        a: HostMat,
+        b: HostMat,
+    },
     /// LU of `m x n` A, pivots `min(m, n)`.
-    Getrf { m: usize, n: usize, a: HostMat, ipiv: Piv },
+    Getrf {
+        m: usize,
+        n: usize,
+        a: HostMat,
+        ipiv: Piv,
+    },
     /// Solve with an LU: A `n x n`, B `n x nrhs`.
-    Getrs { trans: Trans, n: usize, nrhs: usize, a: HostMat, ipiv: Piv, b: HostMat },
+    Getrs {
+        trans: Trans,
+        n: usize,
+        nrhs: usize,
+        a: HostMat,
+        ipiv: Piv,
+        b: HostMat,
+    },
     /// LU and solve.
-    Gesv { n: usize, nrhs: usize, a: HostMat, ipiv: Piv, b: HostMat },
+    Gesv {
+        n: usize,
+        nrhs: usize,
+        a: HostMat,
+        ipiv: Piv,
+        b: HostMat,
+    },
     /// Cholesky.
     Potrf { uplo: Uplo, n: usize, a: HostMat },
     /// Solve with a Cholesky factor.
-    Potrs { uplo: Uplo, n: usize, nrhs: usize, a: HostMat, b: HostMat },
+    Potrs {
+        uplo: Uplo,
+        n: usize,
+        nrhs: usize,
+        a: HostMat,
+        b: HostMat,
+    },
     /// Cholesky and solve.
-    Posv { uplo: Uplo, n: usize, nrhs: usize, a: HostMat, b: HostMat },
+    Posv {
+        uplo: Uplo,
+        n: usize,
+        nrhs: usize,
+        a: HostMat,
+        b: HostMat,
+    },
     /// Eigenvalues (into `w`, `n` reals) and optionally eigenvectors (into A).
-    Syevd { vectors: bool, uplo: Uplo, n: usize, a: HostMat, w: *mut u8 },
+    Syevd {
+        vectors: bool,
+        uplo: Uplo,
+        n: usize,
+        a: HostMat,
+        w: *mut u8,
+    },
     /// SVD of `m x n` A: `s` gets `min(m, n)` reals; `u` and `vt` per the jobs.
-    Svd { routine: Routine, jobu: SvdJob, jobvt: SvdJob, m: usize, n: usize, a: HostMat, s: *mut u8, u: HostMat, vt: HostMat },
+    Svd {
+        routine: Routine,
+        jobu: SvdJob,
+        jobvt: SvdJob,
+        m: usize,
+        n: usize,
+        a: HostMat,
+        s: *mut u8,
+        u: HostMat,
+        vt: HostMat,
+    },
     /// QR of `m x n` A; `tau` gets `min(m, n)` elements.
-    Geqrf { m: usize, n: usize, a: HostMat, tau: *mut u8 },
+    Geqrf {
+        m: usize,
+        n: usize,
+        a: HostMat,
+        tau: *mut u8,
+    },
 }
 
 /// A call: an operation in a precision.
@@ -221,7 +312,10 @@ impl Call {
                 return Err(Error::arg(
                     &name,
                     arg,
-                    format!("leading dimension {} is smaller than the {} rows", mat.ld, mat.rows),
+                    format!(
+                        "leading dimension {} is smaller than the {} rows",
+                        mat.ld, mat.rows
+                    ),
                 ));
             }
             Ok(())
@@ -263,25 +357,39 @@ impl Call {
             }
             Op::Syevd { a, .. } => ld("lda", a)?,
             Op::Svd {
-                jobu, jobvt, m, n, a, u, vt, routine, ..
+                jobu,
+                jobvt,
+                m,
+                n,
+                a,
+                u,
+                vt,
+                routine,
+                ..
             } => {
                 ld("lda", a)?;
                 if *routine == Routine::Gesdd && jobu != jobvt {
-                    return Err(Error::arg(&name, "jobz", "gesdd takes one job for U and VT"));
+                    return Err(Error::arg(
+                        &name,
+                        "jobz",
+                        "gesdd takes one job for U and VT",
+                    ));
                 }
                 if *jobu == SvdJob::Overwrite
                     && *jobvt == SvdJob::Overwrite
                     && *routine == Routine::Gesvd
                 {
-                    return Err(Error::arg(&name, "jobvt", "jobu and jobvt cannot both be 'O'"));
+                    return Err(Error::arg(
+                        &name,
+                        "jobvt",
+                        "jobu and jobvt cannot both be 'O'",
+                    ));
                 }
                 let mn = (*m).min(*n);
-                if matches!(jobu, SvdJob::Thin | SvdJob::Full)
-                    || (*jobu == SvdJob::Overwrite && *routine == Routine::Gesdd && m < n)
-                {
-                    if u.ld < (*m).max(1) {
-                        return Err(Error::arg(&name, "ldu", format!("ldu {} < m = {m}", u.ld)));
-                    }
+                let wants_u = matches!(jobu, SvdJob::Thin | SvdJob::Full)
+                    || (*jobu == SvdJob::Overwrite && *routine == Routine::Gesdd && m < n);
+                if wants_u && u.ld < (*m).max(1) {
+                    return Err(Error::arg(&name, "ldu", format!("ldu {} < m = {m}", u.ld)));
                 }
                 let vt_rows = match jobvt {
                     SvdJob::Full => *n,
@@ -290,7 +398,11 @@ impl Call {
                     _ => 0,
                 };
                 if vt_rows > 0 && vt.ld < vt_rows.max(1) {
-                    return Err(Error::arg(&name, "ldvt", format!("ldvt {} < {vt_rows}", vt.ld)));
+                    return Err(Error::arg(
+                        &name,
+                        "ldvt",
+                        format!("ldvt {} < {vt_rows}", vt.ld),
+                    ));
                 }
             }
         }
@@ -305,7 +417,9 @@ impl Call {
             return Some("dimension too large for cuBLAS 32-bit sizes");
         }
         match self.op {
-            Op::Svd { jobu, jobvt, m, n, .. } => {
+            Op::Svd {
+                jobu, jobvt, m, n, ..
+            } => {
                 if m < n {
                     Some("cuSOLVER gesvd needs m >= n")
                 } else if jobu == SvdJob::Overwrite || jobvt == SvdJob::Overwrite {

@@ -84,7 +84,11 @@ impl CpuBackend {
                 tried: paths.join(" + "),
             });
         }
-        for (prefix, suffix, ilp64) in [("", "_", false), ("scipy_", "_64_", true), ("", "_64_", true)] {
+        for (prefix, suffix, ilp64) in [
+            ("", "_", false),
+            ("scipy_", "_64_", true),
+            ("", "_64_", true),
+        ] {
             let b = CpuBackend {
                 handles: handles.clone(),
                 prefix,
@@ -147,30 +151,186 @@ impl CpuBackend {
         let mut info = I::from_usize(0);
         let v = |m: &HostMat| m.ptr as *mut c_void;
         type P = *mut c_void;
-        // SAFETY (whole block): every transmute turns a symbol of the routine named right there
+        // SAFETY: (whole block) every transmute turns a symbol of the routine named right there
         // into its Fortran prototype; the integer width matches the library's convention; every
         // pointer comes from the checked call (caller's contract) or from a live local.
         unsafe {
             match call.op {
-                Op::Gemm { ta, tb, m, n, k, alpha, a, b, beta, c } => {
-                    let f: unsafe extern "C" fn(*const c_char, *const c_char, *const I, *const I, *const I, *const u8, P, *const I, P, *const I, *const u8, P, *const I, usize, usize) =
-                        std::mem::transmute(self.need(&name(Routine::Gemm))?);
-                    f(&ch(ta.to_char()), &ch(tb.to_char()), &i(m), &i(n), &i(k), alpha.as_ptr(), v(&a), &i(a.ld), v(&b), &i(b.ld), beta.as_ptr(), v(&c), &i(c.ld), 1, 1);
+                Op::Gemm {
+                    ta,
+                    tb,
+                    m,
+                    n,
+                    k,
+                    alpha,
+                    a,
+                    b,
+                    beta,
+                    c,
+                } => {
+                    let f: unsafe extern "C" fn(
+                        *const c_char,
+                        *const c_char,
+                        *const I,
+                        *const I,
+                        *const I,
+                        *const u8,
+                        P,
+                        *const I,
+                        P,
+                        *const I,
+                        *const u8,
+                        P,
+                        *const I,
+                        usize,
+                        usize,
+                    ) = std::mem::transmute(self.need(&name(Routine::Gemm))?);
+                    f(
+                        &ch(ta.to_char()),
+                        &ch(tb.to_char()),
+                        &i(m),
+                        &i(n),
+                        &i(k),
+                        alpha.as_ptr(),
+                        v(&a),
+                        &i(a.ld),
+                        v(&b),
+                        &i(b.ld),
+                        beta.as_ptr(),
+                        v(&c),
+                        &i(c.ld),
+                        1,
+                        1,
+                    );
                 }
-                Op::Symm { side, uplo, m, n, alpha, a, b, beta, c } => {
-                    let f: unsafe extern "C" fn(*const c_char, *const c_char, *const I, *const I, *const u8, P, *const I, P, *const I, *const u8, P, *const I, usize, usize) =
-                        std::mem::transmute(self.need(&name(Routine::Symm))?);
-                    f(&ch(side.to_char()), &ch(uplo.to_char()), &i(m), &i(n), alpha.as_ptr(), v(&a), &i(a.ld), v(&b), &i(b.ld), beta.as_ptr(), v(&c), &i(c.ld), 1, 1);
+                Op::Symm {
+                    side,
+                    uplo,
+                    m,
+                    n,
+                    alpha,
+                    a,
+                    b,
+                    beta,
+                    c,
+                } => {
+                    let f: unsafe extern "C" fn(
+                        *const c_char,
+                        *const c_char,
+                        *const I,
+                        *const I,
+                        *const u8,
+                        P,
+                        *const I,
+                        P,
+                        *const I,
+                        *const u8,
+                        P,
+                        *const I,
+                        usize,
+                        usize,
+                    ) = std::mem::transmute(self.need(&name(Routine::Symm))?);
+                    f(
+                        &ch(side.to_char()),
+                        &ch(uplo.to_char()),
+                        &i(m),
+                        &i(n),
+                        alpha.as_ptr(),
+                        v(&a),
+                        &i(a.ld),
+                        v(&b),
+                        &i(b.ld),
+                        beta.as_ptr(),
+                        v(&c),
+                        &i(c.ld),
+                        1,
+                        1,
+                    );
                 }
-                Op::Syrk { uplo, trans, n, k, alpha, a, beta, c } => {
-                    let f: unsafe extern "C" fn(*const c_char, *const c_char, *const I, *const I, *const u8, P, *const I, *const u8, P, *const I, usize, usize) =
-                        std::mem::transmute(self.need(&name(Routine::Syrk))?);
-                    f(&ch(uplo.to_char()), &ch(trans.to_char()), &i(n), &i(k), alpha.as_ptr(), v(&a), &i(a.ld), beta.as_ptr(), v(&c), &i(c.ld), 1, 1);
+                Op::Syrk {
+                    uplo,
+                    trans,
+                    n,
+                    k,
+                    alpha,
+                    a,
+                    beta,
+                    c,
+                } => {
+                    let f: unsafe extern "C" fn(
+                        *const c_char,
+                        *const c_char,
+                        *const I,
+                        *const I,
+                        *const u8,
+                        P,
+                        *const I,
+                        *const u8,
+                        P,
+                        *const I,
+                        usize,
+                        usize,
+                    ) = std::mem::transmute(self.need(&name(Routine::Syrk))?);
+                    f(
+                        &ch(uplo.to_char()),
+                        &ch(trans.to_char()),
+                        &i(n),
+                        &i(k),
+                        alpha.as_ptr(),
+                        v(&a),
+                        &i(a.ld),
+                        beta.as_ptr(),
+                        v(&c),
+                        &i(c.ld),
+                        1,
+                        1,
+                    );
                 }
-                Op::Trsm { side, uplo, ta, diag, m, n, alpha, a, b } => {
-                    let f: unsafe extern "C" fn(*const c_char, *const c_char, *const c_char, *const c_char, *const I, *const I, *const u8, P, *const I, P, *const I, usize, usize, usize, usize) =
-                        std::mem::transmute(self.need(&name(Routine::Trsm))?);
-                    f(&ch(side.to_char()), &ch(uplo.to_char()), &ch(ta.to_char()), &ch(diag.to_char()), &i(m), &i(n), alpha.as_ptr(), v(&a), &i(a.ld), v(&b), &i(b.ld), 1, 1, 1, 1);
+                Op::Trsm {
+                    side,
+                    uplo,
+                    ta,
+                    diag,
+                    m,
+                    n,
+                    alpha,
+                    a,
+                    b,
+                } => {
+                    let f: unsafe extern "C" fn(
+                        *const c_char,
+                        *const c_char,
+                        *const c_char,
+                        *const c_char,
+                        *const I,
+                        *const I,
+                        *const u8,
+                        P,
+                        *const I,
+                        P,
+                        *const I,
+                        usize,
+                        usize,
+                        usize,
+                        usize,
+                    ) = std::mem::transmute(self.need(&name(Routine::Trsm))?);
+                    f(
+                        &ch(side.to_char()),
+                        &ch(uplo.to_char()),
+                        &ch(ta.to_char()),
+                        &ch(diag.to_char()),
+                        &i(m),
+                        &i(n),
+                        alpha.as_ptr(),
+                        v(&a),
+                        &i(a.ld),
+                        v(&b),
+                        &i(b.ld),
+                        1,
+                        1,
+                        1,
+                        1,
+                    );
                 }
                 Op::Getrf { m, n, a, ipiv } => {
                     let f: unsafe extern "C" fn(*const I, *const I, P, *const I, *mut I, *mut I) =
@@ -179,31 +339,126 @@ impl CpuBackend {
                     f(&i(m), &i(n), v(&a), &i(a.ld), piv.ptr(), &mut info);
                     piv.finish();
                 }
-                Op::Getrs { trans, n, nrhs, a, ipiv, b } => {
-                    let f: unsafe extern "C" fn(*const c_char, *const I, *const I, P, *const I, *mut I, P, *const I, *mut I, usize) =
-                        std::mem::transmute(self.need(&name(Routine::Getrs))?);
+                Op::Getrs {
+                    trans,
+                    n,
+                    nrhs,
+                    a,
+                    ipiv,
+                    b,
+                } => {
+                    let f: unsafe extern "C" fn(
+                        *const c_char,
+                        *const I,
+                        *const I,
+                        P,
+                        *const I,
+                        *mut I,
+                        P,
+                        *const I,
+                        *mut I,
+                        usize,
+                    ) = std::mem::transmute(self.need(&name(Routine::Getrs))?);
                     let mut piv = PivBuf::<I>::new(ipiv, n, true);
-                    f(&ch(trans.to_char()), &i(n), &i(nrhs), v(&a), &i(a.ld), piv.ptr(), v(&b), &i(b.ld), &mut info, 1);
+                    f(
+                        &ch(trans.to_char()),
+                        &i(n),
+                        &i(nrhs),
+                        v(&a),
+                        &i(a.ld),
+                        piv.ptr(),
+                        v(&b),
+                        &i(b.ld),
+                        &mut info,
+                        1,
+                    );
                 }
-                Op::Gesv { n, nrhs, a, ipiv, b } => {
-                    let f: unsafe extern "C" fn(*const I, *const I, P, *const I, *mut I, P, *const I, *mut I) =
-                        std::mem::transmute(self.need(&name(Routine::Gesv))?);
+                Op::Gesv {
+                    n,
+                    nrhs,
+                    a,
+                    ipiv,
+                    b,
+                } => {
+                    let f: unsafe extern "C" fn(
+                        *const I,
+                        *const I,
+                        P,
+                        *const I,
+                        *mut I,
+                        P,
+                        *const I,
+                        *mut I,
+                    ) = std::mem::transmute(self.need(&name(Routine::Gesv))?);
                     let mut piv = PivBuf::<I>::new(ipiv, n, false);
-                    f(&i(n), &i(nrhs), v(&a), &i(a.ld), piv.ptr(), v(&b), &i(b.ld), &mut info);
+                    f(
+                        &i(n),
+                        &i(nrhs),
+                        v(&a),
+                        &i(a.ld),
+                        piv.ptr(),
+                        v(&b),
+                        &i(b.ld),
+                        &mut info,
+                    );
                     piv.finish();
                 }
                 Op::Potrf { uplo, n, a } => {
-                    let f: unsafe extern "C" fn(*const c_char, *const I, P, *const I, *mut I, usize) =
-                        std::mem::transmute(self.need(&name(Routine::Potrf))?);
+                    let f: unsafe extern "C" fn(
+                        *const c_char,
+                        *const I,
+                        P,
+                        *const I,
+                        *mut I,
+                        usize,
+                    ) = std::mem::transmute(self.need(&name(Routine::Potrf))?);
                     f(&ch(uplo.to_char()), &i(n), v(&a), &i(a.ld), &mut info, 1);
                 }
-                Op::Potrs { uplo, n, nrhs, a, b } | Op::Posv { uplo, n, nrhs, a, b } => {
-                    let r = call.routine();
-                    let f: unsafe extern "C" fn(*const c_char, *const I, *const I, P, *const I, P, *const I, *mut I, usize) =
-                        std::mem::transmute(self.need(&name(r))?);
-                    f(&ch(uplo.to_char()), &i(n), &i(nrhs), v(&a), &i(a.ld), v(&b), &i(b.ld), &mut info, 1);
+                Op::Potrs {
+                    uplo,
+                    n,
+                    nrhs,
+                    a,
+                    b,
                 }
-                Op::Syevd { vectors, uplo, n, a, w } => {
+                | Op::Posv {
+                    uplo,
+                    n,
+                    nrhs,
+                    a,
+                    b,
+                } => {
+                    let r = call.routine();
+                    let f: unsafe extern "C" fn(
+                        *const c_char,
+                        *const I,
+                        *const I,
+                        P,
+                        *const I,
+                        P,
+                        *const I,
+                        *mut I,
+                        usize,
+                    ) = std::mem::transmute(self.need(&name(r))?);
+                    f(
+                        &ch(uplo.to_char()),
+                        &i(n),
+                        &i(nrhs),
+                        v(&a),
+                        &i(a.ld),
+                        v(&b),
+                        &i(b.ld),
+                        &mut info,
+                        1,
+                    );
+                }
+                Op::Syevd {
+                    vectors,
+                    uplo,
+                    n,
+                    a,
+                    w,
+                } => {
                     let jobz = ch(if vectors { b'V' } else { b'N' });
                     let sym = self.need(&name(Routine::Syevd))?;
                     let mut iq = I::from_usize(0);
@@ -211,60 +466,313 @@ impl CpuBackend {
                     let mut wq = [0f64; 2];
                     let mut rq = [0f64; 1];
                     if p.is_complex() {
-                        let f: unsafe extern "C" fn(*const c_char, *const c_char, *const I, P, *const I, P, P, *const I, P, *const I, *mut I, *const I, *mut I, usize, usize) =
-                            std::mem::transmute(sym);
-                        f(&jobz, &ch(uplo.to_char()), &i(n), v(&a), &i(a.ld), w as P, wq.as_mut_ptr() as P, &minus1, rq.as_mut_ptr() as P, &minus1, &mut iq, &minus1, &mut info, 1, 1);
+                        let f: unsafe extern "C" fn(
+                            *const c_char,
+                            *const c_char,
+                            *const I,
+                            P,
+                            *const I,
+                            P,
+                            P,
+                            *const I,
+                            P,
+                            *const I,
+                            *mut I,
+                            *const I,
+                            *mut I,
+                            usize,
+                            usize,
+                        ) = std::mem::transmute(sym);
+                        f(
+                            &jobz,
+                            &ch(uplo.to_char()),
+                            &i(n),
+                            v(&a),
+                            &i(a.ld),
+                            w as P,
+                            wq.as_mut_ptr() as P,
+                            &minus1,
+                            rq.as_mut_ptr() as P,
+                            &minus1,
+                            &mut iq,
+                            &minus1,
+                            &mut info,
+                            1,
+                            1,
+                        );
                         let lw = work_len(&wq, p);
                         let lr = real_len(&rq, p);
                         let mut work = vec![0u8; lw.max(1) * p.size()];
                         let mut rwork = vec![0u8; lr.max(1) * p.real_size()];
                         let mut iwork = vec![I::from_usize(0); iq.to_usize().max(1)];
-                        f(&jobz, &ch(uplo.to_char()), &i(n), v(&a), &i(a.ld), w as P, work.as_mut_ptr() as P, &i(lw), rwork.as_mut_ptr() as P, &i(lr), iwork.as_mut_ptr(), &i(iwork.len()), &mut info, 1, 1);
+                        f(
+                            &jobz,
+                            &ch(uplo.to_char()),
+                            &i(n),
+                            v(&a),
+                            &i(a.ld),
+                            w as P,
+                            work.as_mut_ptr() as P,
+                            &i(lw),
+                            rwork.as_mut_ptr() as P,
+                            &i(lr),
+                            iwork.as_mut_ptr(),
+                            &i(iwork.len()),
+                            &mut info,
+                            1,
+                            1,
+                        );
                     } else {
-                        let f: unsafe extern "C" fn(*const c_char, *const c_char, *const I, P, *const I, P, P, *const I, *mut I, *const I, *mut I, usize, usize) =
-                            std::mem::transmute(sym);
-                        f(&jobz, &ch(uplo.to_char()), &i(n), v(&a), &i(a.ld), w as P, wq.as_mut_ptr() as P, &minus1, &mut iq, &minus1, &mut info, 1, 1);
+                        let f: unsafe extern "C" fn(
+                            *const c_char,
+                            *const c_char,
+                            *const I,
+                            P,
+                            *const I,
+                            P,
+                            P,
+                            *const I,
+                            *mut I,
+                            *const I,
+                            *mut I,
+                            usize,
+                            usize,
+                        ) = std::mem::transmute(sym);
+                        f(
+                            &jobz,
+                            &ch(uplo.to_char()),
+                            &i(n),
+                            v(&a),
+                            &i(a.ld),
+                            w as P,
+                            wq.as_mut_ptr() as P,
+                            &minus1,
+                            &mut iq,
+                            &minus1,
+                            &mut info,
+                            1,
+                            1,
+                        );
                         let lw = work_len(&wq, p);
                         let mut work = vec![0u8; lw.max(1) * p.size()];
                         let mut iwork = vec![I::from_usize(0); iq.to_usize().max(1)];
-                        f(&jobz, &ch(uplo.to_char()), &i(n), v(&a), &i(a.ld), w as P, work.as_mut_ptr() as P, &i(lw), iwork.as_mut_ptr(), &i(iwork.len()), &mut info, 1, 1);
+                        f(
+                            &jobz,
+                            &ch(uplo.to_char()),
+                            &i(n),
+                            v(&a),
+                            &i(a.ld),
+                            w as P,
+                            work.as_mut_ptr() as P,
+                            &i(lw),
+                            iwork.as_mut_ptr(),
+                            &i(iwork.len()),
+                            &mut info,
+                            1,
+                            1,
+                        );
                     }
                 }
-                Op::Svd { routine, jobu, jobvt, m, n, a, s, u, vt } => {
+                Op::Svd {
+                    routine,
+                    jobu,
+                    jobvt,
+                    m,
+                    n,
+                    a,
+                    s,
+                    u,
+                    vt,
+                } => {
                     let sym = self.need(&name(routine))?;
                     let mn = m.min(n);
                     let mx = m.max(n);
                     let minus1 = I::from_i64(-1);
                     let mut wq = [0f64; 2];
                     let lrwork = if routine == Routine::Gesdd {
-                        if jobu == SvdJob::None { 7 * mn } else { (5 * mn * mn + 5 * mn).max(2 * mx * mn + 2 * mn * mn + mn) }
+                        if jobu == SvdJob::None {
+                            7 * mn
+                        } else {
+                            (5 * mn * mn + 5 * mn).max(2 * mx * mn + 2 * mn * mn + mn)
+                        }
                     } else {
                         5 * mn
                     }
                     .max(1);
-                    let mut rwork = vec![0u8; if p.is_complex() { lrwork * p.real_size() } else { 0 }];
+                    let mut rwork = vec![
+                        0u8;
+                        if p.is_complex() {
+                            lrwork * p.real_size()
+                        } else {
+                            0
+                        }
+                    ];
                     let mut iwork = vec![I::from_usize(0); 8 * mn.max(1)];
                     let (ldu, ldvt) = (u.ld.max(1), vt.ld.max(1));
                     let mut dummy = [0u8; 16];
-                    let up = if u.ptr.is_null() { dummy.as_mut_ptr() as P } else { v(&u) };
-                    let vtp = if vt.ptr.is_null() { dummy.as_mut_ptr() as P } else { v(&vt) };
+                    let up = if u.ptr.is_null() {
+                        dummy.as_mut_ptr() as P
+                    } else {
+                        v(&u)
+                    };
+                    let vtp = if vt.ptr.is_null() {
+                        dummy.as_mut_ptr() as P
+                    } else {
+                        v(&vt)
+                    };
                     let rw = rwork.as_mut_ptr() as P;
                     let iw = iwork.as_mut_ptr() as P;
                     let call_it = |work: P, lwork: &I, info: &mut I| {
                         if routine == Routine::Gesdd {
                             if p.is_complex() {
-                                let f: unsafe extern "C" fn(*const c_char, *const I, *const I, P, *const I, P, P, *const I, P, *const I, P, *const I, P, P, *mut I, usize) = std::mem::transmute(sym);
-                                f(&ch(jobu.to_char()), &i(m), &i(n), v(&a), &i(a.ld), s as P, up, &i(ldu), vtp, &i(ldvt), work, lwork, rw, iw, info, 1);
+                                let f: unsafe extern "C" fn(
+                                    *const c_char,
+                                    *const I,
+                                    *const I,
+                                    P,
+                                    *const I,
+                                    P,
+                                    P,
+                                    *const I,
+                                    P,
+                                    *const I,
+                                    P,
+                                    *const I,
+                                    P,
+                                    P,
+                                    *mut I,
+                                    usize,
+                                ) = std::mem::transmute(sym);
+                                f(
+                                    &ch(jobu.to_char()),
+                                    &i(m),
+                                    &i(n),
+                                    v(&a),
+                                    &i(a.ld),
+                                    s as P,
+                                    up,
+                                    &i(ldu),
+                                    vtp,
+                                    &i(ldvt),
+                                    work,
+                                    lwork,
+                                    rw,
+                                    iw,
+                                    info,
+                                    1,
+                                );
                             } else {
-                                let f: unsafe extern "C" fn(*const c_char, *const I, *const I, P, *const I, P, P, *const I, P, *const I, P, *const I, P, *mut I, usize) = std::mem::transmute(sym);
-                                f(&ch(jobu.to_char()), &i(m), &i(n), v(&a), &i(a.ld), s as P, up, &i(ldu), vtp, &i(ldvt), work, lwork, iw, info, 1);
+                                let f: unsafe extern "C" fn(
+                                    *const c_char,
+                                    *const I,
+                                    *const I,
+                                    P,
+                                    *const I,
+                                    P,
+                                    P,
+                                    *const I,
+                                    P,
+                                    *const I,
+                                    P,
+                                    *const I,
+                                    P,
+                                    *mut I,
+                                    usize,
+                                ) = std::mem::transmute(sym);
+                                f(
+                                    &ch(jobu.to_char()),
+                                    &i(m),
+                                    &i(n),
+                                    v(&a),
+                                    &i(a.ld),
+                                    s as P,
+                                    up,
+                                    &i(ldu),
+                                    vtp,
+                                    &i(ldvt),
+                                    work,
+                                    lwork,
+                                    iw,
+                                    info,
+                                    1,
+                                );
                             }
                         } else if p.is_complex() {
-                            let f: unsafe extern "C" fn(*const c_char, *const c_char, *const I, *const I, P, *const I, P, P, *const I, P, *const I, P, *const I, P, *mut I, usize, usize) = std::mem::transmute(sym);
-                            f(&ch(jobu.to_char()), &ch(jobvt.to_char()), &i(m), &i(n), v(&a), &i(a.ld), s as P, up, &i(ldu), vtp, &i(ldvt), work, lwork, rw, info, 1, 1);
+                            let f: unsafe extern "C" fn(
+                                *const c_char,
+                                *const c_char,
+                                *const I,
+                                *const I,
+                                P,
+                                *const I,
+                                P,
+                                P,
+                                *const I,
+                                P,
+                                *const I,
+                                P,
+                                *const I,
+                                P,
+                                *mut I,
+                                usize,
+                                usize,
+                            ) = std::mem::transmute(sym);
+                            f(
+                                &ch(jobu.to_char()),
+                                &ch(jobvt.to_char()),
+                                &i(m),
+                                &i(n),
+                                v(&a),
+                                &i(a.ld),
+                                s as P,
+                                up,
+                                &i(ldu),
+                                vtp,
+                                &i(ldvt),
+                                work,
+                                lwork,
+                                rw,
+                                info,
+                                1,
+                                1,
+                            );
                         } else {
-                            let f: unsafe extern "C" fn(*const c_char, *const c_char, *const I, *const I, P, *const I, P, P, *const I, P, *const I, P, *const I, *mut I, usize, usize) = std::mem::transmute(sym);
-                            f(&ch(jobu.to_char()), &ch(jobvt.to_char()), &i(m), &i(n), v(&a), &i(a.ld), s as P, up, &i(ldu), vtp, &i(ldvt), work, lwork, info, 1, 1);
+                            let f: unsafe extern "C" fn(
+                                *const c_char,
+                                *const c_char,
+                                *const I,
+                                *const I,
+                                P,
+                                *const I,
+                                P,
+                                P,
+                                *const I,
+                                P,
+                                *const I,
+                                P,
+                                *const I,
+                                *mut I,
+                                usize,
+                                usize,
+                            ) = std::mem::transmute(sym);
+                            f(
+                                &ch(jobu.to_char()),
+                                &ch(jobvt.to_char()),
+                                &i(m),
+                                &i(n),
+                                v(&a),
+                                &i(a.ld),
+                                s as P,
+                                up,
+                                &i(ldu),
+                                vtp,
+                                &i(ldvt),
+                                work,
+                                lwork,
+                                info,
+                                1,
+                                1,
+                            );
                         }
                     };
                     call_it(wq.as_mut_ptr() as P, &minus1, &mut info);
@@ -273,13 +781,39 @@ impl CpuBackend {
                     call_it(work.as_mut_ptr() as P, &i(lw), &mut info);
                 }
                 Op::Geqrf { m, n, a, tau } => {
-                    let f: unsafe extern "C" fn(*const I, *const I, P, *const I, P, P, *const I, *mut I) =
-                        std::mem::transmute(self.need(&name(Routine::Geqrf))?);
+                    let f: unsafe extern "C" fn(
+                        *const I,
+                        *const I,
+                        P,
+                        *const I,
+                        P,
+                        P,
+                        *const I,
+                        *mut I,
+                    ) = std::mem::transmute(self.need(&name(Routine::Geqrf))?);
                     let mut wq = [0f64; 2];
-                    f(&i(m), &i(n), v(&a), &i(a.ld), tau as P, wq.as_mut_ptr() as P, &I::from_i64(-1), &mut info);
+                    f(
+                        &i(m),
+                        &i(n),
+                        v(&a),
+                        &i(a.ld),
+                        tau as P,
+                        wq.as_mut_ptr() as P,
+                        &I::from_i64(-1),
+                        &mut info,
+                    );
                     let lw = work_len(&wq, p);
                     let mut work = vec![0u8; lw.max(1) * p.size()];
-                    f(&i(m), &i(n), v(&a), &i(a.ld), tau as P, work.as_mut_ptr() as P, &i(lw), &mut info);
+                    f(
+                        &i(m),
+                        &i(n),
+                        v(&a),
+                        &i(a.ld),
+                        tau as P,
+                        work.as_mut_ptr() as P,
+                        &i(lw),
+                        &mut info,
+                    );
                 }
             }
         }
@@ -290,7 +824,9 @@ impl CpuBackend {
 /// The workspace size a query wrote into `work[0]` (its real part).
 fn work_len(q: &[f64; 2], p: Precision) -> usize {
     let x = match p {
-        Precision::S | Precision::C => f32::from_ne_bytes(q[0].to_ne_bytes()[..4].try_into().unwrap_or([0; 4])) as f64,
+        Precision::S | Precision::C => {
+            f32::from_ne_bytes(q[0].to_ne_bytes()[..4].try_into().unwrap_or([0; 4])) as f64
+        }
         Precision::D | Precision::Z => q[0],
     };
     if x.is_finite() && x > 0.0 {
@@ -314,28 +850,35 @@ pub trait FInt: Copy + 'static {
     /// To `i64`.
     fn to_i64(self) -> i64;
     /// To a size (negative: 0).
+    #[inline]
     fn to_usize(self) -> usize {
         self.to_i64().max(0) as usize
     }
 }
 impl FInt for i32 {
+    #[inline]
     fn from_usize(x: usize) -> i32 {
         x.min(i32::MAX as usize) as i32
     }
+    #[inline]
     fn from_i64(x: i64) -> i32 {
         x.clamp(i32::MIN as i64, i32::MAX as i64) as i32
     }
+    #[inline]
     fn to_i64(self) -> i64 {
         self as i64
     }
 }
 impl FInt for i64 {
+    #[inline]
     fn from_usize(x: usize) -> i64 {
         x.min(i64::MAX as usize) as i64
     }
+    #[inline]
     fn from_i64(x: i64) -> i64 {
         x
     }
+    #[inline]
     fn to_i64(self) -> i64 {
         self
     }

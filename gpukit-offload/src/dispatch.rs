@@ -83,7 +83,12 @@ impl Config {
     pub fn from_env() -> (Config, Vec<Error>) {
         let mut c = Config::default();
         let mut errs = Vec::new();
-        let get = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let get = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
         if let Some(v) = get("GPUKIT_OFFLOAD_LEVEL") {
             match v.parse::<u8>() {
                 Ok(l) if (1..=10).contains(&l) => c.level = l,
@@ -170,7 +175,7 @@ pub struct Dispatcher {
     gpu_state: AtomicU8,
     start_lock: Mutex<()>,
     missed_ns: AtomicU64,
-    thresholds: Vec<AtomicU64>,
+    thresholds: [AtomicU64; NSLOT],
     cpu: OnceLock<std::result::Result<CpuBackend, String>>,
     warnings: Vec<String>,
 }
@@ -180,7 +185,16 @@ static GLOBAL: OnceLock<Arc<Dispatcher>> = OnceLock::new();
 impl Dispatcher {
     /// The process-wide dispatcher, configured from the environment on first use. Configuration
     /// problems (bad env values, a corrupt profile) are in [`Dispatcher::warnings`].
+    #[inline]
     pub fn global() -> &'static Arc<Dispatcher> {
+        match GLOBAL.get() {
+            Some(d) => d,
+            None => Dispatcher::global_slow(),
+        }
+    }
+
+    #[cold]
+    fn global_slow() -> &'static Arc<Dispatcher> {
         GLOBAL.get_or_init(|| {
             let (cfg, errs) = Config::from_env();
             let mut d = Dispatcher::new(cfg);
@@ -212,7 +226,7 @@ impl Dispatcher {
         let model = profile.model();
         let learner = Learner::from_map(&profile.corrections);
         let d = Dispatcher {
-            thresholds: (0..NSLOT).map(|_| AtomicU64::new(0)).collect(),
+            thresholds: [const { AtomicU64::new(0) }; NSLOT],
             config,
             model,
             learner,
@@ -228,7 +242,9 @@ impl Dispatcher {
             warnings,
         };
         if d.config.gpu == GpuMode::Auto && !gpukit_jit::libs::driver_present() {
-            let _ = d.gpu.set(Err("no CUDA driver (libcuda) on this machine".into()));
+            let _ = d
+                .gpu
+                .set(Err("no CUDA driver (libcuda) on this machine".into()));
             d.gpu_state.store(GPU_FAILED, Relaxed);
         }
         d.compute_thresholds();
@@ -302,12 +318,13 @@ impl Dispatcher {
     }
 
     /// The fast path: true when a call of this size certainly stays on the CPU. Counts it.
-    /// One relaxed load, one compare and one relaxed increment; no locks, no allocation.
+    /// One relaxed load, one compare and a relaxed load + store of a counter; no locked
+    /// instruction, no lock, no allocation.
     #[inline(always)]
     pub fn keep_small(&self, r: Routine, p: Precision, work: u64) -> bool {
         let s = slot(r, p);
-        // SAFETY-free indexing: `slot` is always < NSLOT.
-        if work < self.thresholds[s].load(Relaxed) {
+        // `slot` is always < NSLOT: the bounds check folds away.
+        if work < self.thresholds[s % NSLOT].load(Relaxed) {
             self.stats.count_small(s);
             true
         } else {
@@ -356,7 +373,8 @@ impl Dispatcher {
         let r = GpuBackend::start().map(Arc::new).map_err(|e| e.to_string());
         let ok = r.is_ok();
         let _ = self.gpu.set(r);
-        self.gpu_state.store(if ok { GPU_READY } else { GPU_FAILED }, Relaxed);
+        self.gpu_state
+            .store(if ok { GPU_READY } else { GPU_FAILED }, Relaxed);
         if !ok {
             self.compute_thresholds();
         }
@@ -392,8 +410,12 @@ impl Dispatcher {
         let shape = call.shape();
         let mut e = self.model.estimate(kind, call.prec, shape)?;
         let flops = kind.flops(call.prec, shape);
-        e.cpu_s *= self.learner.factor(CorrKey::new(kind, call.prec, Backend::Cpu, flops));
-        e.gpu_s *= self.learner.factor(CorrKey::new(kind, call.prec, Backend::Gpu, flops));
+        e.cpu_s *= self
+            .learner
+            .factor(CorrKey::new(kind, call.prec, Backend::Cpu, flops));
+        e.gpu_s *= self
+            .learner
+            .factor(CorrKey::new(kind, call.prec, Backend::Gpu, flops));
         Some(e)
     }
 
@@ -441,8 +463,11 @@ impl Dispatcher {
                     Ok(()) => {
                         let kind = call.kind();
                         let flops = kind.flops(call.prec, call.shape());
-                        self.learner
-                            .observe(CorrKey::new(kind, call.prec, Backend::Gpu, flops), e.gpu_s, secs);
+                        self.learner.observe(
+                            CorrKey::new(kind, call.prec, Backend::Gpu, flops),
+                            e.gpu_s,
+                            secs,
+                        );
                         self.stats.record_gpu(s, secs, e.cpu_s, e.gpu_s);
                         self.log_call(call, Backend::Gpu, None, secs, Some(&e));
                         return Ok(Outcome {
@@ -461,7 +486,10 @@ impl Dispatcher {
                             GpuFailKind::Injected => Reason::FallbackInjected,
                         };
                         if self.config.log == LogMode::Calls {
-                            eprintln!("gpukit-offload: {} GPU path failed ({f}); running on the CPU", call.name());
+                            eprintln!(
+                                "gpukit-offload: {} GPU path failed ({f}); running on the CPU",
+                                call.name()
+                            );
                         }
                         return self.timed_cpu(call, s, reason, est, cpu);
                     }
@@ -485,8 +513,11 @@ impl Dispatcher {
         if let Some(e) = est {
             let kind = call.kind();
             let flops = kind.flops(call.prec, call.shape());
-            self.learner
-                .observe(CorrKey::new(kind, call.prec, Backend::Cpu, flops), e.cpu_s, secs);
+            self.learner.observe(
+                CorrKey::new(kind, call.prec, Backend::Cpu, flops),
+                e.cpu_s,
+                secs,
+            );
         }
         self.stats.record_cpu(s, reason, Some(secs));
         self.log_call(call, Backend::Cpu, Some(reason), secs, est.as_ref());
@@ -524,7 +555,8 @@ impl Dispatcher {
                         return Some(Reason::NoGpu);
                     }
                 } else {
-                    let missed = self.missed_ns.fetch_add((gain * 1e9) as u64, Relaxed) as f64 * 1e-9 + gain;
+                    let missed =
+                        self.missed_ns.fetch_add((gain * 1e9) as u64, Relaxed) as f64 * 1e-9 + gain;
                     if missed > self.model.startup_s {
                         self.start_background();
                     }
@@ -540,7 +572,14 @@ impl Dispatcher {
         None
     }
 
-    fn log_call(&self, call: &Call, b: Backend, reason: Option<Reason>, secs: f64, e: Option<&Estimate>) {
+    fn log_call(
+        &self,
+        call: &Call,
+        b: Backend,
+        reason: Option<Reason>,
+        secs: f64,
+        e: Option<&Estimate>,
+    ) {
         if self.config.log != LogMode::Calls {
             return;
         }
@@ -552,7 +591,9 @@ impl Dispatcher {
             call.name(),
             call.shape(),
             b.as_str(),
-            reason.map(|r| format!(" ({})", r.as_str())).unwrap_or_default(),
+            reason
+                .map(|r| format!(" ({})", r.as_str()))
+                .unwrap_or_default(),
             secs,
             pred
         );
@@ -560,7 +601,10 @@ impl Dispatcher {
 
     /// The CPU backend for library users (loaded on first use).
     pub fn cpu_backend(&self) -> Result<&CpuBackend> {
-        match self.cpu.get_or_init(|| CpuBackend::discover().map_err(|e| e.to_string())) {
+        match self
+            .cpu
+            .get_or_init(|| CpuBackend::discover().map_err(|e| e.to_string()))
+        {
             Ok(c) => Ok(c),
             Err(e) => Err(Error::NoCpuLibrary { tried: e.clone() }),
         }

@@ -84,7 +84,11 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub(crate) fn arg(routine: impl Into<String>, arg: &'static str, msg: impl Into<String>) -> Error {
+    pub(crate) fn arg(
+        routine: impl Into<String>,
+        arg: &'static str,
+        msg: impl Into<String>,
+    ) -> Error {
         Error::InvalidArgument {
             routine: routine.into(),
             arg,

@@ -66,7 +66,9 @@ fn fail(kind: GpuFailKind, detail: impl Into<String>) -> GpuFail {
 fn cu_ok(r: cu::CUresult, what: &str) -> GResult<()> {
     match r {
         cu::CUresult::CUDA_SUCCESS => Ok(()),
-        cu::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(fail(GpuFailKind::OutOfMemory, what.to_string())),
+        cu::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+            Err(fail(GpuFailKind::OutOfMemory, what.to_string()))
+        }
         e => Err(fail(GpuFailKind::Error, format!("{what}: {e:?}"))),
     }
 }
@@ -74,7 +76,9 @@ fn cu_ok(r: cu::CUresult, what: &str) -> GResult<()> {
 fn cb_ok(r: cb::cublasStatus_t, what: &str) -> GResult<()> {
     match r {
         cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
-        cb::cublasStatus_t::CUBLAS_STATUS_ALLOC_FAILED => Err(fail(GpuFailKind::OutOfMemory, what.to_string())),
+        cb::cublasStatus_t::CUBLAS_STATUS_ALLOC_FAILED => {
+            Err(fail(GpuFailKind::OutOfMemory, what.to_string()))
+        }
         e => Err(fail(GpuFailKind::Error, format!("{what}: {e:?}"))),
     }
 }
@@ -82,7 +86,9 @@ fn cb_ok(r: cb::cublasStatus_t, what: &str) -> GResult<()> {
 fn cs_ok(r: cs::cusolverStatus_t, what: &str) -> GResult<()> {
     match r {
         cs::cusolverStatus_t::CUSOLVER_STATUS_SUCCESS => Ok(()),
-        cs::cusolverStatus_t::CUSOLVER_STATUS_ALLOC_FAILED => Err(fail(GpuFailKind::OutOfMemory, what.to_string())),
+        cs::cusolverStatus_t::CUSOLVER_STATUS_ALLOC_FAILED => {
+            Err(fail(GpuFailKind::OutOfMemory, what.to_string()))
+        }
         e => Err(fail(GpuFailKind::Error, format!("{what}: {e:?}"))),
     }
 }
@@ -124,10 +130,16 @@ struct Pinned {
 impl Pinned {
     fn alloc(size: usize) -> GResult<Pinned> {
         let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: a plain pinned allocation (flags 0: cached, not write-combined, so the CPU can
-        // read device-to-host results at full speed).
-        cu_ok(unsafe { cu::cuMemHostAlloc(&mut p, size.max(1), 0) }, "pinned host allocation")?;
-        Ok(Pinned { ptr: p as *mut u8, size })
+        cu_ok(
+            // SAFETY: a plain pinned allocation (flags 0: cached, not write-combined, so the CPU can
+            // read device-to-host results at full speed).
+            unsafe { cu::cuMemHostAlloc(&mut p, size.max(1), 0) },
+            "pinned host allocation",
+        )?;
+        Ok(Pinned {
+            ptr: p as *mut u8,
+            size,
+        })
     }
 
     fn ensure(&mut self, size: usize) -> GResult<()> {
@@ -190,8 +202,13 @@ impl Lane {
     fn new() -> GResult<Lane> {
         let mk_stream = || -> GResult<cu::CUstream> {
             let mut s = std::ptr::null_mut();
-            // SAFETY: plain stream creation with the context current (the caller bound it).
-            cu_ok(unsafe { cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }, "stream creation")?;
+            cu_ok(
+                // SAFETY: plain stream creation with the context current (the caller bound it).
+                unsafe {
+                    cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+                },
+                "stream creation",
+            )?;
             Ok(s)
         };
         let compute = mk_stream()?;
@@ -199,23 +216,37 @@ impl Lane {
         let d2h = mk_stream()?;
         let mk_event = || -> GResult<cu::CUevent> {
             let mut e = std::ptr::null_mut();
-            // SAFETY: event creation, context current.
-            cu_ok(unsafe { cu::cuEventCreate(&mut e, cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }, "event creation")?;
+            cu_ok(
+                // SAFETY: event creation, context current.
+                unsafe {
+                    cu::cuEventCreate(&mut e, cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+                },
+                "event creation",
+            )?;
             Ok(e)
         };
         let mut blas = std::ptr::null_mut();
         // SAFETY: handle creation; the stream is live and owned by this lane.
         unsafe {
             cb_ok(cb::cublasCreate_v2(&mut blas), "cublasCreate")?;
-            cb_ok(cb::cublasSetStream_v2(blas, compute as _), "cublasSetStream")?;
+            cb_ok(
+                cb::cublasSetStream_v2(blas, compute as _),
+                "cublasSetStream",
+            )?;
         }
         let mut solver = std::ptr::null_mut();
         let mut params = std::ptr::null_mut();
         // SAFETY: as above.
         unsafe {
             cs_ok(cs::cusolverDnCreate(&mut solver), "cusolverDnCreate")?;
-            cs_ok(cs::cusolverDnSetStream(solver, compute as _), "cusolverDnSetStream")?;
-            cs_ok(cs::cusolverDnCreateParams(&mut params), "cusolverDnCreateParams")?;
+            cs_ok(
+                cs::cusolverDnSetStream(solver, compute as _),
+                "cusolverDnSetStream",
+            )?;
+            cs_ok(
+                cs::cusolverDnCreateParams(&mut params),
+                "cusolverDnCreateParams",
+            )?;
         }
         Ok(Lane {
             compute,
@@ -242,27 +273,43 @@ impl Lane {
         self.sync_all()?;
         let grown = bytes.next_multiple_of(64 << 20);
         let (mut free, mut total) = (0usize, 0usize);
-        // SAFETY: plain query, context current.
-        cu_ok(unsafe { cu::cuMemGetInfo_v2(&mut free, &mut total) }, "memory query")?;
+        cu_ok(
+            // SAFETY: plain query, context current.
+            unsafe { cu::cuMemGetInfo_v2(&mut free, &mut total) },
+            "memory query",
+        )?;
         let headroom = 512usize << 20;
         if grown + headroom > free + self.arena.size {
             return Err(fail(
                 GpuFailKind::OutOfMemory,
-                format!("need {} MiB of device memory, {} MiB free", grown >> 20, free >> 20),
+                format!(
+                    "need {} MiB of device memory, {} MiB free",
+                    grown >> 20,
+                    free >> 20
+                ),
             ));
         }
         self.arena = DevArena { ptr: 0, size: 0 }; // free the old one first
         let mut p = 0;
-        // SAFETY: plain device allocation.
-        cu_ok(unsafe { cu::cuMemAlloc_v2(&mut p, grown) }, "device allocation")?;
-        self.arena = DevArena { ptr: p, size: grown };
+        cu_ok(
+            // SAFETY: plain device allocation.
+            unsafe { cu::cuMemAlloc_v2(&mut p, grown) },
+            "device allocation",
+        )?;
+        self.arena = DevArena {
+            ptr: p,
+            size: grown,
+        };
         Ok(p)
     }
 
     fn sync_all(&self) -> GResult<()> {
         for s in [self.h2d, self.compute, self.d2h] {
-            // SAFETY: the streams are live.
-            cu_ok(unsafe { cu::cuStreamSynchronize(s) }, "stream synchronisation")?;
+            cu_ok(
+                // SAFETY: the streams are live.
+                unsafe { cu::cuStreamSynchronize(s) },
+                "stream synchronisation",
+            )?;
         }
         Ok(())
     }
@@ -294,15 +341,23 @@ impl Lane {
             let c1 = (c0 + per).min(m.cols);
             let s = self.next_slot;
             self.next_slot ^= 1;
-            // SAFETY: waits for the previous DMA out of this slot before overwriting it.
-            cu_ok(unsafe { cu::cuEventSynchronize(self.slot_ev[s]) }, "staging slot wait")?;
+            cu_ok(
+                // SAFETY: waits for the previous DMA out of this slot before overwriting it.
+                unsafe { cu::cuEventSynchronize(self.slot_ev[s]) },
+                "staging slot wait",
+            )?;
             let bytes = (c1 - c0) * col;
             // SAFETY: the slot holds >= `bytes`; the source columns are valid (caller contract).
             unsafe { pack(m, es, c0, c1, self.slots[s].ptr) };
             // SAFETY: pinned source of `bytes`, device destination inside the arena.
             unsafe {
                 cu_ok(
-                    cu::cuMemcpyHtoDAsync_v2(dst + (c0 * col) as u64, self.slots[s].ptr as *const c_void, bytes, self.h2d),
+                    cu::cuMemcpyHtoDAsync_v2(
+                        dst + (c0 * col) as u64,
+                        self.slots[s].ptr as *const c_void,
+                        bytes,
+                        self.h2d,
+                    ),
                     "host-to-device copy",
                 )?;
                 cu_ok(cu::cuEventRecord(self.slot_ev[s], self.h2d), "event record")?;
@@ -319,14 +374,22 @@ impl Lane {
     }
 
     /// Queues a device-to-host copy into the pinned output buffer at `off` on `stream`.
-    fn download(&self, src: cu::CUdeviceptr, off: usize, bytes: usize, stream: cu::CUstream) -> GResult<()> {
+    fn download(
+        &self,
+        src: cu::CUdeviceptr,
+        off: usize,
+        bytes: usize,
+        stream: cu::CUstream,
+    ) -> GResult<()> {
         if bytes == 0 {
             return Ok(());
         }
         debug_assert!(off + bytes <= self.out.size);
-        // SAFETY: the pinned buffer holds off+bytes (ensured by the caller's layout).
         cu_ok(
-            unsafe { cu::cuMemcpyDtoHAsync_v2(self.out.ptr.add(off) as *mut c_void, src, bytes, stream) },
+            // SAFETY: the pinned buffer holds off+bytes (ensured by the caller's layout).
+            unsafe {
+                cu::cuMemcpyDtoHAsync_v2(self.out.ptr.add(off) as *mut c_void, src, bytes, stream)
+            },
             "device-to-host copy",
         )
     }
@@ -385,7 +448,9 @@ impl SendPtr {
 }
 
 fn threads_for(bytes: usize) -> usize {
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     (bytes / (4 << 20)).clamp(1, cores.min(8))
 }
 
@@ -421,14 +486,26 @@ unsafe fn pack(m: &HostMat, es: usize, c0: usize, c1: usize, dst: *mut u8) {
         let bytes = (c1 - c0) * col;
         par_ranges(bytes, threads_for(bytes), |lo, hi| {
             // SAFETY: disjoint byte ranges of the contiguous source and destination.
-            unsafe { std::ptr::copy_nonoverlapping(src.get().add(c0 * col + lo), d.get().add(lo), hi - lo) }
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.get().add(c0 * col + lo),
+                    d.get().add(lo),
+                    hi - lo,
+                )
+            }
         });
     } else {
         let ld = m.ld;
         par_ranges(c1 - c0, threads_for((c1 - c0) * col), |lo, hi| {
             for j in lo..hi {
                 // SAFETY: column c0+j of the source (inside its extent), slot j of the destination.
-                unsafe { std::ptr::copy_nonoverlapping(src.get().add((c0 + j) * ld * es), d.get().add(j * col), col) }
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        src.get().add((c0 + j) * ld * es),
+                        d.get().add(j * col),
+                        col,
+                    )
+                }
             }
         });
     }
@@ -455,7 +532,13 @@ unsafe fn unpack(src: *const u8, m: &HostMat, es: usize) {
         par_ranges(m.cols, threads_for(m.cols * col), |lo, hi| {
             for j in lo..hi {
                 // SAFETY: column j of both.
-                unsafe { std::ptr::copy_nonoverlapping(s.get().add(j * col), d.get().add(j * ld * es), col) }
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        s.get().add(j * col),
+                        d.get().add(j * ld * es),
+                        col,
+                    )
+                }
             }
         });
     }
@@ -573,7 +656,8 @@ impl GpuBackend {
             return Err(unavailable("the CUDA driver reports no device".into()));
         }
         let ctx = gpukit_jit::open_context(0).map_err(|e| unavailable(e.to_string()))?;
-        ctx.bind_to_thread().map_err(|e| unavailable(e.to_string()))?;
+        ctx.bind_to_thread()
+            .map_err(|e| unavailable(e.to_string()))?;
         let name = ctx.name().unwrap_or_else(|_| "CUDA device 0".into());
         let lane = Lane::new().map_err(|e| unavailable(e.to_string()))?;
         let inject = std::env::var("GPUKIT_OFFLOAD_INJECT_FAILURE")
@@ -643,74 +727,179 @@ impl GpuBackend {
         let mut piv_out: Option<(usize, Piv, usize)> = None;
         let mut infos: Vec<usize> = Vec::new();
         let packed = |m: &HostMat| m.rows * m.cols * es;
-        // SAFETY (whole block): every device pointer is inside the arena sized by `lay`; every
+        // SAFETY: (whole block) every device pointer is inside the arena sized by `lay`; every
         // host pointer is the caller's (contract) or a pinned buffer sized by `lay.out`.
         unsafe {
             match call.op {
-                Op::Gemm { ta, tb, m, n, k, alpha, a, b, beta, c } => {
-                    let (oa, ob, oc) = (lay.dev(packed(&a)), lay.dev(packed(&b)), lay.dev(packed(&c)));
+                Op::Gemm {
+                    ta,
+                    tb,
+                    m,
+                    n,
+                    k,
+                    alpha,
+                    a,
+                    b,
+                    beta,
+                    c,
+                } => {
+                    let (oa, ob, oc) = (
+                        lay.dev(packed(&a)),
+                        lay.dev(packed(&b)),
+                        lay.dev(packed(&c)),
+                    );
                     let out_c = lay.out(packed(&c));
                     let base = self.prepare(lane, &lay)?;
                     lane.upload(&a, es, base + oa as u64)?;
                     let read_c = !beta.is_zero();
                     let chunkable = tb == Trans::No;
                     self.column_pipeline(lane, n, m, chunkable, |lane, j0, j1| {
-                        let bcols = HostMat { ptr: b.ptr.add(j0 * b.ld * es), cols: j1 - j0, ..b };
-                        let bptr = if chunkable { base + (ob + j0 * b.rows * es) as u64 } else { base + ob as u64 };
+                        let bcols = HostMat {
+                            ptr: b.ptr.add(j0 * b.ld * es),
+                            cols: j1 - j0,
+                            ..b
+                        };
+                        let bptr = if chunkable {
+                            base + (ob + j0 * b.rows * es) as u64
+                        } else {
+                            base + ob as u64
+                        };
                         if chunkable || j0 == 0 {
                             lane.upload(if chunkable { &bcols } else { &b }, es, bptr)?;
                         }
                         if read_c {
-                            let ccols = HostMat { ptr: c.ptr.add(j0 * c.ld * es), cols: j1 - j0, ..c };
+                            let ccols = HostMat {
+                                ptr: c.ptr.add(j0 * c.ld * es),
+                                cols: j1 - j0,
+                                ..c
+                            };
                             lane.upload(&ccols, es, base + (oc + j0 * m * es) as u64)?;
                         }
                         lane.link(lane.h2d, lane.compute, lane.ev_in)?;
                         let cptr: *mut c_void = dp(base, oc + j0 * m * es);
                         cb_ok(
                             cb::cublasGemmEx(
-                                lane.blas, op_b(ta, p), op_b(tb, p), ci(m), ci(j1 - j0), ci(k),
-                                alpha.as_ptr() as *const c_void, dp::<c_void>(base, oa), dtype_b(p), ci(a.rows.max(1)),
-                                dp::<c_void>(base, if chunkable { ob + j0 * b.rows * es } else { ob }), dtype_b(p), ci(b.rows.max(1)),
-                                beta.as_ptr() as *const c_void, cptr, dtype_b(p), ci(m.max(1)),
-                                compute_type(p), cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                                lane.blas,
+                                op_b(ta, p),
+                                op_b(tb, p),
+                                ci(m),
+                                ci(j1 - j0),
+                                ci(k),
+                                alpha.as_ptr() as *const c_void,
+                                dp::<c_void>(base, oa),
+                                dtype_b(p),
+                                ci(a.rows.max(1)),
+                                dp::<c_void>(
+                                    base,
+                                    if chunkable { ob + j0 * b.rows * es } else { ob },
+                                ),
+                                dtype_b(p),
+                                ci(b.rows.max(1)),
+                                beta.as_ptr() as *const c_void,
+                                cptr,
+                                dtype_b(p),
+                                ci(m.max(1)),
+                                compute_type(p),
+                                cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
                             ),
                             "cublasGemmEx",
                         )?;
                         // a non-chunkable product is one block over all columns
                         let _ = bptr;
                         lane.link(lane.compute, lane.d2h, lane.ev_done)?;
-                        lane.download(base + (oc + j0 * m * es) as u64, out_c + j0 * m * es, (j1 - j0) * m * es, lane.d2h)
+                        lane.download(
+                            base + (oc + j0 * m * es) as u64,
+                            out_c + j0 * m * es,
+                            (j1 - j0) * m * es,
+                            lane.d2h,
+                        )
                     })?;
                     outs.push((out_c, c, es));
                 }
-                Op::Symm { side, uplo, m, n, alpha, a, b, beta, c } => {
-                    let (oa, ob, oc) = (lay.dev(packed(&a)), lay.dev(packed(&b)), lay.dev(packed(&c)));
+                Op::Symm {
+                    side,
+                    uplo,
+                    m,
+                    n,
+                    alpha,
+                    a,
+                    b,
+                    beta,
+                    c,
+                } => {
+                    let (oa, ob, oc) = (
+                        lay.dev(packed(&a)),
+                        lay.dev(packed(&b)),
+                        lay.dev(packed(&c)),
+                    );
                     let out_c = lay.out(packed(&c));
                     let base = self.prepare(lane, &lay)?;
                     lane.upload(&a, es, base + oa as u64)?;
                     let read_c = !beta.is_zero();
                     let chunkable = side == Side::Left;
                     self.column_pipeline(lane, n, m, chunkable, |lane, j0, j1| {
-                        let sub = |x: &HostMat| HostMat { ptr: x.ptr.add(j0 * x.ld * es), cols: j1 - j0, ..*x };
+                        let sub = |x: &HostMat| HostMat {
+                            ptr: x.ptr.add(j0 * x.ld * es),
+                            cols: j1 - j0,
+                            ..*x
+                        };
                         let off = j0 * m * es;
                         lane.upload(&sub(&b), es, base + (ob + off) as u64)?;
                         if read_c {
                             lane.upload(&sub(&c), es, base + (oc + off) as u64)?;
                         }
                         lane.link(lane.h2d, lane.compute, lane.ev_in)?;
-                        let (ka, bp, cp) = (a.rows.max(1), dp::<u8>(base, ob + off), dp::<u8>(base, oc + off));
+                        let (ka, bp, cp) = (
+                            a.rows.max(1),
+                            dp::<u8>(base, ob + off),
+                            dp::<u8>(base, oc + off),
+                        );
                         let ap = dp::<u8>(base, oa);
                         cb_ok(
-                            typed_blas!(p, cublasSsymm_v2, cublasDsymm_v2, cublasCsymm_v2, cublasZsymm_v2,
-                                (lane.blas, side_b(side), fill_b(uplo), ci(m), ci(j1 - j0), alpha.as_ptr(), ap, ci(ka), bp, ci(m.max(1)), beta.as_ptr(), cp, ci(m.max(1)))),
+                            typed_blas!(
+                                p,
+                                cublasSsymm_v2,
+                                cublasDsymm_v2,
+                                cublasCsymm_v2,
+                                cublasZsymm_v2,
+                                (
+                                    lane.blas,
+                                    side_b(side),
+                                    fill_b(uplo),
+                                    ci(m),
+                                    ci(j1 - j0),
+                                    alpha.as_ptr(),
+                                    ap,
+                                    ci(ka),
+                                    bp,
+                                    ci(m.max(1)),
+                                    beta.as_ptr(),
+                                    cp,
+                                    ci(m.max(1))
+                                )
+                            ),
                             "cublas symm",
                         )?;
                         lane.link(lane.compute, lane.d2h, lane.ev_done)?;
-                        lane.download(base + (oc + off) as u64, out_c + off, (j1 - j0) * m * es, lane.d2h)
+                        lane.download(
+                            base + (oc + off) as u64,
+                            out_c + off,
+                            (j1 - j0) * m * es,
+                            lane.d2h,
+                        )
                     })?;
                     outs.push((out_c, c, es));
                 }
-                Op::Syrk { uplo, trans, n, k, alpha, a, beta, c } => {
+                Op::Syrk {
+                    uplo,
+                    trans,
+                    n,
+                    k,
+                    alpha,
+                    a,
+                    beta,
+                    c,
+                } => {
                     let (oa, oc) = (lay.dev(packed(&a)), lay.dev(packed(&c)));
                     let out_c = lay.out(packed(&c));
                     let base = self.prepare(lane, &lay)?;
@@ -718,16 +907,48 @@ impl GpuBackend {
                     // C is read back whole: the untouched triangle must come back unchanged
                     lane.upload(&c, es, base + oc as u64)?;
                     lane.link(lane.h2d, lane.compute, lane.ev_in)?;
-                    let t = if trans == Trans::No { Trans::No } else { Trans::Trans };
+                    let t = if trans == Trans::No {
+                        Trans::No
+                    } else {
+                        Trans::Trans
+                    };
                     cb_ok(
-                        typed_blas!(p, cublasSsyrk_v2, cublasDsyrk_v2, cublasCsyrk_v2, cublasZsyrk_v2,
-                            (lane.blas, fill_b(uplo), op_b(t, p), ci(n), ci(k), alpha.as_ptr(), dp::<u8>(base, oa), ci(a.rows.max(1)), beta.as_ptr(), dp::<u8>(base, oc), ci(n.max(1)))),
+                        typed_blas!(
+                            p,
+                            cublasSsyrk_v2,
+                            cublasDsyrk_v2,
+                            cublasCsyrk_v2,
+                            cublasZsyrk_v2,
+                            (
+                                lane.blas,
+                                fill_b(uplo),
+                                op_b(t, p),
+                                ci(n),
+                                ci(k),
+                                alpha.as_ptr(),
+                                dp::<u8>(base, oa),
+                                ci(a.rows.max(1)),
+                                beta.as_ptr(),
+                                dp::<u8>(base, oc),
+                                ci(n.max(1))
+                            )
+                        ),
                         "cublas syrk",
                     )?;
                     lane.download(base + oc as u64, out_c, packed(&c), lane.compute)?;
                     outs.push((out_c, c, es));
                 }
-                Op::Trsm { side, uplo, ta, diag, m, n, alpha, a, b } => {
+                Op::Trsm {
+                    side,
+                    uplo,
+                    ta,
+                    diag,
+                    m,
+                    n,
+                    alpha,
+                    a,
+                    b,
+                } => {
                     let (oa, ob) = (lay.dev(packed(&a)), lay.dev(packed(&b)));
                     let out_b = lay.out(packed(&b));
                     let base = self.prepare(lane, &lay)?;
@@ -735,16 +956,44 @@ impl GpuBackend {
                     let chunkable = side == Side::Left;
                     self.column_pipeline(lane, n, m, chunkable, |lane, j0, j1| {
                         let off = j0 * m * es;
-                        let sub = HostMat { ptr: b.ptr.add(j0 * b.ld * es), cols: j1 - j0, ..b };
+                        let sub = HostMat {
+                            ptr: b.ptr.add(j0 * b.ld * es),
+                            cols: j1 - j0,
+                            ..b
+                        };
                         lane.upload(&sub, es, base + (ob + off) as u64)?;
                         lane.link(lane.h2d, lane.compute, lane.ev_in)?;
                         cb_ok(
-                            typed_blas!(p, cublasStrsm_v2, cublasDtrsm_v2, cublasCtrsm_v2, cublasZtrsm_v2,
-                                (lane.blas, side_b(side), fill_b(uplo), op_b(ta, p), diag_b(diag), ci(m), ci(j1 - j0), alpha.as_ptr(), dp::<u8>(base, oa), ci(a.rows.max(1)), dp::<u8>(base, ob + off), ci(m.max(1)))),
+                            typed_blas!(
+                                p,
+                                cublasStrsm_v2,
+                                cublasDtrsm_v2,
+                                cublasCtrsm_v2,
+                                cublasZtrsm_v2,
+                                (
+                                    lane.blas,
+                                    side_b(side),
+                                    fill_b(uplo),
+                                    op_b(ta, p),
+                                    diag_b(diag),
+                                    ci(m),
+                                    ci(j1 - j0),
+                                    alpha.as_ptr(),
+                                    dp::<u8>(base, oa),
+                                    ci(a.rows.max(1)),
+                                    dp::<u8>(base, ob + off),
+                                    ci(m.max(1))
+                                )
+                            ),
                             "cublas trsm",
                         )?;
                         lane.link(lane.compute, lane.d2h, lane.ev_done)?;
-                        lane.download(base + (ob + off) as u64, out_b + off, (j1 - j0) * m * es, lane.d2h)
+                        lane.download(
+                            base + (ob + off) as u64,
+                            out_b + off,
+                            (j1 - j0) * m * es,
+                            lane.d2h,
+                        )
                     })?;
                     outs.push((out_b, b, es));
                 }
@@ -765,8 +1014,20 @@ impl GpuBackend {
                     piv_out = Some((out_p, ipiv, mn));
                     infos.push(out_i);
                 }
-                Op::Getrs { trans, n, nrhs, a, ipiv, b } => {
-                    let (oa, op, ob, oi) = (lay.dev(packed(&a)), lay.dev(8 * n), lay.dev(packed(&b)), lay.dev(4));
+                Op::Getrs {
+                    trans,
+                    n,
+                    nrhs,
+                    a,
+                    ipiv,
+                    b,
+                } => {
+                    let (oa, op, ob, oi) = (
+                        lay.dev(packed(&a)),
+                        lay.dev(8 * n),
+                        lay.dev(packed(&b)),
+                        lay.dev(4),
+                    );
                     let (out_b, out_i) = (lay.out(packed(&b)), lay.out(4));
                     let base = self.prepare(lane, &lay)?;
                     lane.upload(&a, es, base + oa as u64)?;
@@ -775,7 +1036,21 @@ impl GpuBackend {
                     lane.upload(&b, es, base + ob as u64)?;
                     lane.link(lane.h2d, lane.compute, lane.ev_in)?;
                     cs_ok(
-                        cs::cusolverDnXgetrs(lane.solver, lane.params, op_s(trans, p), n as i64, nrhs as i64, dtype_s(p), dp::<c_void>(base, oa), a.rows.max(1) as i64, dp::<i64>(base, op), dtype_s(p), dp::<c_void>(base, ob), n.max(1) as i64, dp::<i32>(base, oi)),
+                        cs::cusolverDnXgetrs(
+                            lane.solver,
+                            lane.params,
+                            op_s(trans, p),
+                            n as i64,
+                            nrhs as i64,
+                            dtype_s(p),
+                            dp::<c_void>(base, oa),
+                            a.rows.max(1) as i64,
+                            dp::<i64>(base, op),
+                            dtype_s(p),
+                            dp::<c_void>(base, ob),
+                            n.max(1) as i64,
+                            dp::<i32>(base, oi),
+                        ),
                         "cusolverDnXgetrs",
                     )?;
                     lane.download(base + ob as u64, out_b, packed(&b), lane.compute)?;
@@ -783,9 +1058,27 @@ impl GpuBackend {
                     outs.push((out_b, b, es));
                     infos.push(out_i);
                 }
-                Op::Gesv { n, nrhs, a, ipiv, b } => {
-                    let (oa, op, ob, oi, oi2) = (lay.dev(packed(&a)), lay.dev(8 * n), lay.dev(packed(&b)), lay.dev(4), lay.dev(4));
-                    let (out_a, out_p, out_b, out_i, out_i2) = (lay.out(packed(&a)), lay.out(8 * n), lay.out(packed(&b)), lay.out(4), lay.out(4));
+                Op::Gesv {
+                    n,
+                    nrhs,
+                    a,
+                    ipiv,
+                    b,
+                } => {
+                    let (oa, op, ob, oi, oi2) = (
+                        lay.dev(packed(&a)),
+                        lay.dev(8 * n),
+                        lay.dev(packed(&b)),
+                        lay.dev(4),
+                        lay.dev(4),
+                    );
+                    let (out_a, out_p, out_b, out_i, out_i2) = (
+                        lay.out(packed(&a)),
+                        lay.out(8 * n),
+                        lay.out(packed(&b)),
+                        lay.out(4),
+                        lay.out(4),
+                    );
                     let ws = self.ws_getrf(lane, p, n, n)?;
                     let ow = lay.dev(ws.0);
                     let base = self.prepare(lane, &lay)?;
@@ -800,7 +1093,21 @@ impl GpuBackend {
                     lane.download(base + oi as u64, out_i, 4, lane.d2h)?;
                     lane.link(lane.h2d, lane.compute, lane.ev_in)?;
                     cs_ok(
-                        cs::cusolverDnXgetrs(lane.solver, lane.params, cs::cublasOperation_t::CUBLAS_OP_N, n as i64, nrhs as i64, dtype_s(p), dp::<c_void>(base, oa), n.max(1) as i64, dp::<i64>(base, op), dtype_s(p), dp::<c_void>(base, ob), n.max(1) as i64, dp::<i32>(base, oi2)),
+                        cs::cusolverDnXgetrs(
+                            lane.solver,
+                            lane.params,
+                            cs::cublasOperation_t::CUBLAS_OP_N,
+                            n as i64,
+                            nrhs as i64,
+                            dtype_s(p),
+                            dp::<c_void>(base, oa),
+                            n.max(1) as i64,
+                            dp::<i64>(base, op),
+                            dtype_s(p),
+                            dp::<c_void>(base, ob),
+                            n.max(1) as i64,
+                            dp::<i32>(base, oi2),
+                        ),
                         "cusolverDnXgetrs",
                     )?;
                     lane.download(base + ob as u64, out_b, packed(&b), lane.compute)?;
@@ -825,11 +1132,38 @@ impl GpuBackend {
                     outs.push((out_a, a, es));
                     infos.push(out_i);
                 }
-                Op::Potrs { uplo, n, nrhs, a, b } | Op::Posv { uplo, n, nrhs, a, b } => {
+                Op::Potrs {
+                    uplo,
+                    n,
+                    nrhs,
+                    a,
+                    b,
+                }
+                | Op::Posv {
+                    uplo,
+                    n,
+                    nrhs,
+                    a,
+                    b,
+                } => {
                     let factor = matches!(call.op, Op::Posv { .. });
-                    let (oa, ob, oi, oi2) = (lay.dev(packed(&a)), lay.dev(packed(&b)), lay.dev(4), lay.dev(4));
-                    let (out_a, out_b, out_i, out_i2) = (lay.out(packed(&a)), lay.out(packed(&b)), lay.out(4), lay.out(4));
-                    let ws = if factor { self.ws_potrf(lane, p, uplo, n)? } else { (0, 0) };
+                    let (oa, ob, oi, oi2) = (
+                        lay.dev(packed(&a)),
+                        lay.dev(packed(&b)),
+                        lay.dev(4),
+                        lay.dev(4),
+                    );
+                    let (out_a, out_b, out_i, out_i2) = (
+                        lay.out(packed(&a)),
+                        lay.out(packed(&b)),
+                        lay.out(4),
+                        lay.out(4),
+                    );
+                    let ws = if factor {
+                        self.ws_potrf(lane, p, uplo, n)?
+                    } else {
+                        (0, 0)
+                    };
                     let ow = lay.dev(ws.0);
                     let base = self.prepare(lane, &lay)?;
                     lane.upload(&a, es, base + oa as u64)?;
@@ -845,7 +1179,20 @@ impl GpuBackend {
                     lane.upload(&b, es, base + ob as u64)?;
                     lane.link(lane.h2d, lane.compute, lane.ev_in)?;
                     cs_ok(
-                        cs::cusolverDnXpotrs(lane.solver, lane.params, fill_s(uplo), n as i64, nrhs as i64, dtype_s(p), dp::<c_void>(base, oa), n.max(1) as i64, dtype_s(p), dp::<c_void>(base, ob), n.max(1) as i64, dp::<i32>(base, oi2)),
+                        cs::cusolverDnXpotrs(
+                            lane.solver,
+                            lane.params,
+                            fill_s(uplo),
+                            n as i64,
+                            nrhs as i64,
+                            dtype_s(p),
+                            dp::<c_void>(base, oa),
+                            n.max(1) as i64,
+                            dtype_s(p),
+                            dp::<c_void>(base, ob),
+                            n.max(1) as i64,
+                            dp::<i32>(base, oi2),
+                        ),
                         "cusolverDnXpotrs",
                     )?;
                     lane.download(base + ob as u64, out_b, packed(&b), lane.compute)?;
@@ -853,14 +1200,38 @@ impl GpuBackend {
                     outs.push((out_b, b, es));
                     infos.push(out_i2);
                 }
-                Op::Syevd { vectors, uplo, n, a, w } => {
+                Op::Syevd {
+                    vectors,
+                    uplo,
+                    n,
+                    a,
+                    w,
+                } => {
                     let rs = p.real_size();
                     let (oa, ow_, oi) = (lay.dev(packed(&a)), lay.dev(n * rs), lay.dev(4));
                     let (out_a, out_w, out_i) = (lay.out(packed(&a)), lay.out(n * rs), lay.out(4));
-                    let mode = if vectors { cs::cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR } else { cs::cusolverEigMode_t::CUSOLVER_EIG_MODE_NOVECTOR };
+                    let mode = if vectors {
+                        cs::cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR
+                    } else {
+                        cs::cusolverEigMode_t::CUSOLVER_EIG_MODE_NOVECTOR
+                    };
                     let (mut dws, mut hws) = (0usize, 0usize);
                     cs_ok(
-                        cs::cusolverDnXsyevd_bufferSize(lane.solver, lane.params, mode, fill_s(uplo), n as i64, dtype_s(p), std::ptr::null(), n.max(1) as i64, real_dtype_s(p), std::ptr::null(), dtype_s(p), &mut dws, &mut hws),
+                        cs::cusolverDnXsyevd_bufferSize(
+                            lane.solver,
+                            lane.params,
+                            mode,
+                            fill_s(uplo),
+                            n as i64,
+                            dtype_s(p),
+                            std::ptr::null(),
+                            n.max(1) as i64,
+                            real_dtype_s(p),
+                            std::ptr::null(),
+                            dtype_s(p),
+                            &mut dws,
+                            &mut hws,
+                        ),
                         "cusolverDnXsyevd_bufferSize",
                     )?;
                     let owk = lay.dev(dws);
@@ -869,7 +1240,24 @@ impl GpuBackend {
                     lane.upload(&a, es, base + oa as u64)?;
                     lane.link(lane.h2d, lane.compute, lane.ev_in)?;
                     cs_ok(
-                        cs::cusolverDnXsyevd(lane.solver, lane.params, mode, fill_s(uplo), n as i64, dtype_s(p), dp::<c_void>(base, oa), n.max(1) as i64, real_dtype_s(p), dp::<c_void>(base, ow_), dtype_s(p), dp::<c_void>(base, owk), dws, lane.host_ws.as_mut_ptr() as *mut c_void, hws, dp::<i32>(base, oi)),
+                        cs::cusolverDnXsyevd(
+                            lane.solver,
+                            lane.params,
+                            mode,
+                            fill_s(uplo),
+                            n as i64,
+                            dtype_s(p),
+                            dp::<c_void>(base, oa),
+                            n.max(1) as i64,
+                            real_dtype_s(p),
+                            dp::<c_void>(base, ow_),
+                            dtype_s(p),
+                            dp::<c_void>(base, owk),
+                            dws,
+                            lane.host_ws.as_mut_ptr() as *mut c_void,
+                            hws,
+                            dp::<i32>(base, oi),
+                        ),
                         "cusolverDnXsyevd",
                     )?;
                     if vectors {
@@ -881,7 +1269,16 @@ impl GpuBackend {
                     outs.push((out_w, HostMat::new(w, n, 1, n.max(1)), rs));
                     infos.push(out_i);
                 }
-                Op::Svd { jobu, m, n, a, s, u, vt, .. } => {
+                Op::Svd {
+                    jobu,
+                    m,
+                    n,
+                    a,
+                    s,
+                    u,
+                    vt,
+                    ..
+                } => {
                     // m >= n and jobu == jobvt (checked by gpu_unsupported)
                     let rs = p.real_size();
                     let mn = n;
@@ -891,12 +1288,44 @@ impl GpuBackend {
                         _ => (0, 0),
                     };
                     let job = jobu.to_char() as i8;
-                    let (oa, os, ou, ov, oi) = (lay.dev(packed(&a)), lay.dev(mn * rs), lay.dev(m * ucols * es), lay.dev(vtrows * n * es), lay.dev(4));
-                    let (out_s, out_u, out_v, out_i) = (lay.out(mn * rs), lay.out(m * ucols * es), lay.out(vtrows * n * es), lay.out(4));
+                    let (oa, os, ou, ov, oi) = (
+                        lay.dev(packed(&a)),
+                        lay.dev(mn * rs),
+                        lay.dev(m * ucols * es),
+                        lay.dev(vtrows * n * es),
+                        lay.dev(4),
+                    );
+                    let (out_s, out_u, out_v, out_i) = (
+                        lay.out(mn * rs),
+                        lay.out(m * ucols * es),
+                        lay.out(vtrows * n * es),
+                        lay.out(4),
+                    );
                     let (mut dws, mut hws) = (0usize, 0usize);
                     let (ldu, ldvt) = (m.max(1) as i64, vtrows.max(1) as i64);
                     cs_ok(
-                        cs::cusolverDnXgesvd_bufferSize(lane.solver, lane.params, job, job, m as i64, n as i64, dtype_s(p), std::ptr::null(), m.max(1) as i64, real_dtype_s(p), std::ptr::null(), dtype_s(p), std::ptr::null(), ldu, dtype_s(p), std::ptr::null(), ldvt, dtype_s(p), &mut dws, &mut hws),
+                        cs::cusolverDnXgesvd_bufferSize(
+                            lane.solver,
+                            lane.params,
+                            job,
+                            job,
+                            m as i64,
+                            n as i64,
+                            dtype_s(p),
+                            std::ptr::null(),
+                            m.max(1) as i64,
+                            real_dtype_s(p),
+                            std::ptr::null(),
+                            dtype_s(p),
+                            std::ptr::null(),
+                            ldu,
+                            dtype_s(p),
+                            std::ptr::null(),
+                            ldvt,
+                            dtype_s(p),
+                            &mut dws,
+                            &mut hws,
+                        ),
                         "cusolverDnXgesvd_bufferSize",
                     )?;
                     let owk = lay.dev(dws);
@@ -905,7 +1334,31 @@ impl GpuBackend {
                     lane.upload(&a, es, base + oa as u64)?;
                     lane.link(lane.h2d, lane.compute, lane.ev_in)?;
                     cs_ok(
-                        cs::cusolverDnXgesvd(lane.solver, lane.params, job, job, m as i64, n as i64, dtype_s(p), dp::<c_void>(base, oa), m.max(1) as i64, real_dtype_s(p), dp::<c_void>(base, os), dtype_s(p), dp::<c_void>(base, ou), ldu, dtype_s(p), dp::<c_void>(base, ov), ldvt, dtype_s(p), dp::<c_void>(base, owk), dws, lane.host_ws.as_mut_ptr() as *mut c_void, hws, dp::<i32>(base, oi)),
+                        cs::cusolverDnXgesvd(
+                            lane.solver,
+                            lane.params,
+                            job,
+                            job,
+                            m as i64,
+                            n as i64,
+                            dtype_s(p),
+                            dp::<c_void>(base, oa),
+                            m.max(1) as i64,
+                            real_dtype_s(p),
+                            dp::<c_void>(base, os),
+                            dtype_s(p),
+                            dp::<c_void>(base, ou),
+                            ldu,
+                            dtype_s(p),
+                            dp::<c_void>(base, ov),
+                            ldvt,
+                            dtype_s(p),
+                            dp::<c_void>(base, owk),
+                            dws,
+                            lane.host_ws.as_mut_ptr() as *mut c_void,
+                            hws,
+                            dp::<i32>(base, oi),
+                        ),
                         "cusolverDnXgesvd",
                     )?;
                     lane.download(base + os as u64, out_s, mn * rs, lane.compute)?;
@@ -914,8 +1367,24 @@ impl GpuBackend {
                     lane.download(base + oi as u64, out_i, 4, lane.compute)?;
                     outs.push((out_s, HostMat::new(s, mn, 1, mn.max(1)), rs));
                     if ucols > 0 {
-                        outs.push((out_u, HostMat { rows: m, cols: ucols, ..u }, es));
-                        outs.push((out_v, HostMat { rows: vtrows, cols: n, ..vt }, es));
+                        outs.push((
+                            out_u,
+                            HostMat {
+                                rows: m,
+                                cols: ucols,
+                                ..u
+                            },
+                            es,
+                        ));
+                        outs.push((
+                            out_v,
+                            HostMat {
+                                rows: vtrows,
+                                cols: n,
+                                ..vt
+                            },
+                            es,
+                        ));
                     }
                     infos.push(out_i);
                 }
@@ -925,7 +1394,20 @@ impl GpuBackend {
                     let (out_a, out_t, out_i) = (lay.out(packed(&a)), lay.out(mn * es), lay.out(4));
                     let (mut dws, mut hws) = (0usize, 0usize);
                     cs_ok(
-                        cs::cusolverDnXgeqrf_bufferSize(lane.solver, lane.params, m as i64, n as i64, dtype_s(p), std::ptr::null(), m.max(1) as i64, dtype_s(p), std::ptr::null(), dtype_s(p), &mut dws, &mut hws),
+                        cs::cusolverDnXgeqrf_bufferSize(
+                            lane.solver,
+                            lane.params,
+                            m as i64,
+                            n as i64,
+                            dtype_s(p),
+                            std::ptr::null(),
+                            m.max(1) as i64,
+                            dtype_s(p),
+                            std::ptr::null(),
+                            dtype_s(p),
+                            &mut dws,
+                            &mut hws,
+                        ),
                         "cusolverDnXgeqrf_bufferSize",
                     )?;
                     let owk = lay.dev(dws);
@@ -934,7 +1416,23 @@ impl GpuBackend {
                     lane.upload(&a, es, base + oa as u64)?;
                     lane.link(lane.h2d, lane.compute, lane.ev_in)?;
                     cs_ok(
-                        cs::cusolverDnXgeqrf(lane.solver, lane.params, m as i64, n as i64, dtype_s(p), dp::<c_void>(base, oa), m.max(1) as i64, dtype_s(p), dp::<c_void>(base, ot), dtype_s(p), dp::<c_void>(base, owk), dws, lane.host_ws.as_mut_ptr() as *mut c_void, hws, dp::<i32>(base, oi)),
+                        cs::cusolverDnXgeqrf(
+                            lane.solver,
+                            lane.params,
+                            m as i64,
+                            n as i64,
+                            dtype_s(p),
+                            dp::<c_void>(base, oa),
+                            m.max(1) as i64,
+                            dtype_s(p),
+                            dp::<c_void>(base, ot),
+                            dtype_s(p),
+                            dp::<c_void>(base, owk),
+                            dws,
+                            lane.host_ws.as_mut_ptr() as *mut c_void,
+                            hws,
+                            dp::<i32>(base, oi),
+                        ),
                         "cusolverDnXgeqrf",
                     )?;
                     lane.download(base + oa as u64, out_a, packed(&a), lane.compute)?;
@@ -951,7 +1449,10 @@ impl GpuBackend {
             // SAFETY: `off` is inside the pinned output buffer; the streams are synchronised.
             let info = unsafe { (lane.out.ptr.add(*off) as *const i32).read_unaligned() };
             if info != 0 {
-                return Err(fail(GpuFailKind::Info, format!("{}: info = {info}", call.name())));
+                return Err(fail(
+                    GpuFailKind::Info,
+                    format!("{}: info = {info}", call.name()),
+                ));
             }
         }
         match inject {
@@ -991,7 +1492,11 @@ impl GpuBackend {
         mut launch: impl FnMut(&mut Lane, usize, usize) -> GResult<()>,
     ) -> GResult<()> {
         let bytes = n * rows * 8;
-        let blocks = if chunkable { (bytes / (48 << 20)).clamp(1, 8).min(n.max(1)) } else { 1 };
+        let blocks = if chunkable {
+            (bytes / (48 << 20)).clamp(1, 8).min(n.max(1))
+        } else {
+            1
+        };
         let per = n.div_ceil(blocks).max(1);
         let mut j0 = 0;
         while j0 < n {
@@ -1002,22 +1507,60 @@ impl GpuBackend {
         Ok(())
     }
 
-    fn ws_getrf(&self, lane: &mut Lane, p: Precision, m: usize, n: usize) -> GResult<(usize, usize)> {
+    fn ws_getrf(
+        &self,
+        lane: &mut Lane,
+        p: Precision,
+        m: usize,
+        n: usize,
+    ) -> GResult<(usize, usize)> {
         let (mut d, mut h) = (0usize, 0usize);
-        // SAFETY: size query with null matrix pointers (allowed by cuSOLVER).
         cs_ok(
-            unsafe { cs::cusolverDnXgetrf_bufferSize(lane.solver, lane.params, m as i64, n as i64, dtype_s(p), std::ptr::null(), m.max(1) as i64, dtype_s(p), &mut d, &mut h) },
+            // SAFETY: size query with null matrix pointers (allowed by cuSOLVER).
+            unsafe {
+                cs::cusolverDnXgetrf_bufferSize(
+                    lane.solver,
+                    lane.params,
+                    m as i64,
+                    n as i64,
+                    dtype_s(p),
+                    std::ptr::null(),
+                    m.max(1) as i64,
+                    dtype_s(p),
+                    &mut d,
+                    &mut h,
+                )
+            },
             "cusolverDnXgetrf_bufferSize",
         )?;
         lane.host_ws.resize(h.max(1), 0);
         Ok((d, h))
     }
 
-    fn ws_potrf(&self, lane: &mut Lane, p: Precision, uplo: Uplo, n: usize) -> GResult<(usize, usize)> {
+    fn ws_potrf(
+        &self,
+        lane: &mut Lane,
+        p: Precision,
+        uplo: Uplo,
+        n: usize,
+    ) -> GResult<(usize, usize)> {
         let (mut d, mut h) = (0usize, 0usize);
-        // SAFETY: size query.
         cs_ok(
-            unsafe { cs::cusolverDnXpotrf_bufferSize(lane.solver, lane.params, fill_s(uplo), n as i64, dtype_s(p), std::ptr::null(), n.max(1) as i64, dtype_s(p), &mut d, &mut h) },
+            // SAFETY: size query.
+            unsafe {
+                cs::cusolverDnXpotrf_bufferSize(
+                    lane.solver,
+                    lane.params,
+                    fill_s(uplo),
+                    n as i64,
+                    dtype_s(p),
+                    std::ptr::null(),
+                    n.max(1) as i64,
+                    dtype_s(p),
+                    &mut d,
+                    &mut h,
+                )
+            },
             "cusolverDnXpotrf_bufferSize",
         )?;
         lane.host_ws.resize(h.max(1), 0);
@@ -1025,20 +1568,76 @@ impl GpuBackend {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn getrf(&self, lane: &mut Lane, p: Precision, m: usize, n: usize, base: u64, oa: usize, op: usize, oi: usize, ow: usize, ws: (usize, usize)) -> GResult<()> {
-        // SAFETY: device pointers inside the arena sized for this layout; host workspace sized by
-        // ws_getrf.
+    fn getrf(
+        &self,
+        lane: &mut Lane,
+        p: Precision,
+        m: usize,
+        n: usize,
+        base: u64,
+        oa: usize,
+        op: usize,
+        oi: usize,
+        ow: usize,
+        ws: (usize, usize),
+    ) -> GResult<()> {
         cs_ok(
-            unsafe { cs::cusolverDnXgetrf(lane.solver, lane.params, m as i64, n as i64, dtype_s(p), dp::<c_void>(base, oa), m.max(1) as i64, dp::<i64>(base, op), dtype_s(p), dp::<c_void>(base, ow), ws.0, lane.host_ws.as_mut_ptr() as *mut c_void, ws.1, dp::<i32>(base, oi)) },
+            // SAFETY: device pointers inside the arena sized for this layout; host workspace sized by
+            // ws_getrf.
+            unsafe {
+                cs::cusolverDnXgetrf(
+                    lane.solver,
+                    lane.params,
+                    m as i64,
+                    n as i64,
+                    dtype_s(p),
+                    dp::<c_void>(base, oa),
+                    m.max(1) as i64,
+                    dp::<i64>(base, op),
+                    dtype_s(p),
+                    dp::<c_void>(base, ow),
+                    ws.0,
+                    lane.host_ws.as_mut_ptr() as *mut c_void,
+                    ws.1,
+                    dp::<i32>(base, oi),
+                )
+            },
             "cusolverDnXgetrf",
         )
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn potrf(&self, lane: &mut Lane, p: Precision, uplo: Uplo, n: usize, base: u64, oa: usize, oi: usize, ow: usize, ws: (usize, usize)) -> GResult<()> {
-        // SAFETY: as in getrf.
+    fn potrf(
+        &self,
+        lane: &mut Lane,
+        p: Precision,
+        uplo: Uplo,
+        n: usize,
+        base: u64,
+        oa: usize,
+        oi: usize,
+        ow: usize,
+        ws: (usize, usize),
+    ) -> GResult<()> {
         cs_ok(
-            unsafe { cs::cusolverDnXpotrf(lane.solver, lane.params, fill_s(uplo), n as i64, dtype_s(p), dp::<c_void>(base, oa), n.max(1) as i64, dtype_s(p), dp::<c_void>(base, ow), ws.0, lane.host_ws.as_mut_ptr() as *mut c_void, ws.1, dp::<i32>(base, oi)) },
+            // SAFETY: as in getrf.
+            unsafe {
+                cs::cusolverDnXpotrf(
+                    lane.solver,
+                    lane.params,
+                    fill_s(uplo),
+                    n as i64,
+                    dtype_s(p),
+                    dp::<c_void>(base, oa),
+                    n.max(1) as i64,
+                    dtype_s(p),
+                    dp::<c_void>(base, ow),
+                    ws.0,
+                    lane.host_ws.as_mut_ptr() as *mut c_void,
+                    ws.1,
+                    dp::<i32>(base, oi),
+                )
+            },
             "cusolverDnXpotrf",
         )
     }
@@ -1046,8 +1645,14 @@ impl GpuBackend {
     /// Measures staging throughput: `(h2d bytes/s, d2h bytes/s)` for a `bytes`-sized pageable
     /// buffer, as the backend copies it (pack + DMA, DMA + unpack).
     pub fn measure_copies(&self, bytes: usize) -> crate::Result<(f64, f64)> {
-        let err = |e: GpuFail| crate::Error::Gpu { what: "copy calibration", detail: e.to_string() };
-        self.ctx.bind_to_thread().map_err(|e| crate::Error::Gpu { what: "copy calibration", detail: e.to_string() })?;
+        let err = |e: GpuFail| crate::Error::Gpu {
+            what: "copy calibration",
+            detail: e.to_string(),
+        };
+        self.ctx.bind_to_thread().map_err(|e| crate::Error::Gpu {
+            what: "copy calibration",
+            detail: e.to_string(),
+        })?;
         let mut lane = match self.lanes.lock().pop() {
             Some(l) => l,
             None => Lane::new().map_err(err)?,

@@ -110,7 +110,11 @@ pub fn find_real(name: &CStr) -> *mut c_void {
         return p;
     }
     let mut paths: Vec<std::ffi::CString> = Vec::new();
-    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: dl_iterate_phdr passes a valid info; `data` is our Vec.
         unsafe {
             let paths = &mut *(data as *mut Vec<std::ffi::CString>);
@@ -175,6 +179,7 @@ unsafe fn ch(p: *const c_char) -> u8 {
     unsafe { *p as u8 }
 }
 
+#[inline]
 fn piv<I: FInt>(p: *mut I) -> Piv {
     if std::mem::size_of::<I>() == 4 {
         Piv::I32(p as *mut i32)
@@ -183,18 +188,22 @@ fn piv<I: FInt>(p: *mut I) -> Piv {
     }
 }
 
+#[inline]
 fn u(x: i64) -> usize {
     x.max(0) as usize
 }
 
+#[inline]
 fn m(p: *const c_void, rows: i64, cols: i64, ld: i64) -> HostMat {
     HostMat::new(p as *mut u8, u(rows), u(cols), u(ld))
 }
 
+#[inline]
 fn work(r: Routine, s: Shape) -> u64 {
     OpKind::plain(r).work(s)
 }
 
+#[inline]
 fn shape(a: i64, b: i64, c: i64) -> Shape {
     Shape::new(a as u64, b as u64, c as u64)
 }
@@ -220,7 +229,7 @@ type M = *mut c_void;
 type C = *const c_char;
 
 macro_rules! real {
-    ($real:expr, fn($($t:ty),*)) => {{
+    ($real:expr, fn($($t:ty),* $(,)?)) => {{
         let f: unsafe extern "C" fn($($t),*) = std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($t),*)>($real.get());
         f
     }};
@@ -234,24 +243,88 @@ macro_rules! real {
 /// Fortran BLAS contract for every argument.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_gemm<I: FInt>(real: &RealFn, p: Precision, ta: C, tb: C, mm: *const I, nn: *const I, kk: *const I, alpha: P, a: P, lda: *const I, b: P, ldb: *const I, beta: P, c: M, ldc: *const I, l1: usize, l2: usize) {
+pub unsafe fn f_gemm<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    ta: C,
+    tb: C,
+    mm: *const I,
+    nn: *const I,
+    kk: *const I,
+    alpha: P,
+    a: P,
+    lda: *const I,
+    b: P,
+    ldb: *const I,
+    beta: P,
+    c: M,
+    ldc: *const I,
+    l1: usize,
+    l2: usize,
+) {
     // SAFETY: Fortran BLAS contract (whole body).
     unsafe {
-        let f = real!(real, fn(C, C, *const I, *const I, *const I, P, P, *const I, P, *const I, P, M, *const I, usize, usize));
+        let f = real!(
+            real,
+            fn(
+                C,
+                C,
+                *const I,
+                *const I,
+                *const I,
+                P,
+                P,
+                *const I,
+                P,
+                *const I,
+                P,
+                M,
+                *const I,
+                usize,
+                usize,
+            )
+        );
         let (m_, n_, k_) = (rd(mm), rd(nn), rd(kk));
         let d = dispatcher();
-        if m_ < 0 || n_ < 0 || k_ < 0 || d.keep_small(Routine::Gemm, p, work(Routine::Gemm, shape(m_, n_, k_))) {
-            return f(ta, tb, mm, nn, kk, alpha, a, lda, b, ldb, beta, c, ldc, l1, l2);
+        if m_ < 0
+            || n_ < 0
+            || k_ < 0
+            || d.keep_small(Routine::Gemm, p, work(Routine::Gemm, shape(m_, n_, k_)))
+        {
+            return f(
+                ta, tb, mm, nn, kk, alpha, a, lda, b, ldb, beta, c, ldc, l1, l2,
+            );
         }
         let (Some(t1), Some(t2)) = (Trans::from_char(ch(ta)), Trans::from_char(ch(tb))) else {
             d.count_cpu(Routine::Gemm, p, Reason::InvalidArgs);
-            return f(ta, tb, mm, nn, kk, alpha, a, lda, b, ldb, beta, c, ldc, l1, l2);
+            return f(
+                ta, tb, mm, nn, kk, alpha, a, lda, b, ldb, beta, c, ldc, l1, l2,
+            );
         };
         let (ar, ac) = if t1 == Trans::No { (m_, k_) } else { (k_, m_) };
         let (br, bc) = if t2 == Trans::No { (k_, n_) } else { (n_, k_) };
         let es = p.size();
-        let call = Call { prec: p, op: Op::Gemm { ta: t1, tb: t2, m: u(m_), n: u(n_), k: u(k_), alpha: Scalar::read(alpha as *const u8, es), a: m(a, ar, ac, rd(lda)), b: m(b, br, bc, rd(ldb)), beta: Scalar::read(beta as *const u8, es), c: m(c, m_, n_, rd(ldc)) } };
-        dispatch::<I>(call, std::ptr::null_mut(), &mut || { f(ta, tb, mm, nn, kk, alpha, a, lda, b, ldb, beta, c, ldc, l1, l2); 0 });
+        let call = Call {
+            prec: p,
+            op: Op::Gemm {
+                ta: t1,
+                tb: t2,
+                m: u(m_),
+                n: u(n_),
+                k: u(k_),
+                alpha: Scalar::read(alpha as *const u8, es),
+                a: m(a, ar, ac, rd(lda)),
+                b: m(b, br, bc, rd(ldb)),
+                beta: Scalar::read(beta as *const u8, es),
+                c: m(c, m_, n_, rd(ldc)),
+            },
+        };
+        dispatch::<I>(call, std::ptr::null_mut(), &mut || {
+            f(
+                ta, tb, mm, nn, kk, alpha, a, lda, b, ldb, beta, c, ldc, l1, l2,
+            );
+            0
+        });
     }
 }
 
@@ -261,24 +334,69 @@ pub unsafe fn f_gemm<I: FInt>(real: &RealFn, p: Precision, ta: C, tb: C, mm: *co
 /// Fortran BLAS contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_symm<I: FInt>(real: &RealFn, p: Precision, side: C, uplo: C, mm: *const I, nn: *const I, alpha: P, a: P, lda: *const I, b: P, ldb: *const I, beta: P, c: M, ldc: *const I, l1: usize, l2: usize) {
+pub unsafe fn f_symm<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    side: C,
+    uplo: C,
+    mm: *const I,
+    nn: *const I,
+    alpha: P,
+    a: P,
+    lda: *const I,
+    b: P,
+    ldb: *const I,
+    beta: P,
+    c: M,
+    ldc: *const I,
+    l1: usize,
+    l2: usize,
+) {
     // SAFETY: Fortran BLAS contract.
     unsafe {
-        let f = real!(real, fn(C, C, *const I, *const I, P, P, *const I, P, *const I, P, M, *const I, usize, usize));
+        let f = real!(
+            real,
+            fn(C, C, *const I, *const I, P, P, *const I, P, *const I, P, M, *const I, usize, usize)
+        );
         let (m_, n_) = (rd(mm), rd(nn));
         let d = dispatcher();
         let sd = Side::from_char(ch(side));
         let ka = if sd == Some(Side::Right) { n_ } else { m_ };
-        if m_ < 0 || n_ < 0 || d.keep_small(Routine::Symm, p, work(Routine::Symm, shape(m_, n_, ka))) {
-            return f(side, uplo, mm, nn, alpha, a, lda, b, ldb, beta, c, ldc, l1, l2);
+        if m_ < 0
+            || n_ < 0
+            || d.keep_small(Routine::Symm, p, work(Routine::Symm, shape(m_, n_, ka)))
+        {
+            return f(
+                side, uplo, mm, nn, alpha, a, lda, b, ldb, beta, c, ldc, l1, l2,
+            );
         }
         let (Some(sd), Some(ul)) = (sd, Uplo::from_char(ch(uplo))) else {
             d.count_cpu(Routine::Symm, p, Reason::InvalidArgs);
-            return f(side, uplo, mm, nn, alpha, a, lda, b, ldb, beta, c, ldc, l1, l2);
+            return f(
+                side, uplo, mm, nn, alpha, a, lda, b, ldb, beta, c, ldc, l1, l2,
+            );
         };
         let es = p.size();
-        let call = Call { prec: p, op: Op::Symm { side: sd, uplo: ul, m: u(m_), n: u(n_), alpha: Scalar::read(alpha as *const u8, es), a: m(a, ka, ka, rd(lda)), b: m(b, m_, n_, rd(ldb)), beta: Scalar::read(beta as *const u8, es), c: m(c, m_, n_, rd(ldc)) } };
-        dispatch::<I>(call, std::ptr::null_mut(), &mut || { f(side, uplo, mm, nn, alpha, a, lda, b, ldb, beta, c, ldc, l1, l2); 0 });
+        let call = Call {
+            prec: p,
+            op: Op::Symm {
+                side: sd,
+                uplo: ul,
+                m: u(m_),
+                n: u(n_),
+                alpha: Scalar::read(alpha as *const u8, es),
+                a: m(a, ka, ka, rd(lda)),
+                b: m(b, m_, n_, rd(ldb)),
+                beta: Scalar::read(beta as *const u8, es),
+                c: m(c, m_, n_, rd(ldc)),
+            },
+        };
+        dispatch::<I>(call, std::ptr::null_mut(), &mut || {
+            f(
+                side, uplo, mm, nn, alpha, a, lda, b, ldb, beta, c, ldc, l1, l2,
+            );
+            0
+        });
     }
 }
 
@@ -288,13 +406,32 @@ pub unsafe fn f_symm<I: FInt>(real: &RealFn, p: Precision, side: C, uplo: C, mm:
 /// Fortran BLAS contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_syrk<I: FInt>(real: &RealFn, p: Precision, uplo: C, trans: C, nn: *const I, kk: *const I, alpha: P, a: P, lda: *const I, beta: P, c: M, ldc: *const I, l1: usize, l2: usize) {
+pub unsafe fn f_syrk<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    uplo: C,
+    trans: C,
+    nn: *const I,
+    kk: *const I,
+    alpha: P,
+    a: P,
+    lda: *const I,
+    beta: P,
+    c: M,
+    ldc: *const I,
+    l1: usize,
+    l2: usize,
+) {
     // SAFETY: Fortran BLAS contract.
     unsafe {
-        let f = real!(real, fn(C, C, *const I, *const I, P, P, *const I, P, M, *const I, usize, usize));
+        let f = real!(
+            real,
+            fn(C, C, *const I, *const I, P, P, *const I, P, M, *const I, usize, usize)
+        );
         let (n_, k_) = (rd(nn), rd(kk));
         let d = dispatcher();
-        if n_ < 0 || k_ < 0 || d.keep_small(Routine::Syrk, p, work(Routine::Syrk, shape(1, n_, k_))) {
+        if n_ < 0 || k_ < 0 || d.keep_small(Routine::Syrk, p, work(Routine::Syrk, shape(1, n_, k_)))
+        {
             return f(uplo, trans, nn, kk, alpha, a, lda, beta, c, ldc, l1, l2);
         }
         let (Some(ul), Some(t)) = (Uplo::from_char(ch(uplo)), Trans::from_char(ch(trans))) else {
@@ -303,8 +440,23 @@ pub unsafe fn f_syrk<I: FInt>(real: &RealFn, p: Precision, uplo: C, trans: C, nn
         };
         let (ar, ac) = if t == Trans::No { (n_, k_) } else { (k_, n_) };
         let es = p.size();
-        let call = Call { prec: p, op: Op::Syrk { uplo: ul, trans: t, n: u(n_), k: u(k_), alpha: Scalar::read(alpha as *const u8, es), a: m(a, ar, ac, rd(lda)), beta: Scalar::read(beta as *const u8, es), c: m(c, n_, n_, rd(ldc)) } };
-        dispatch::<I>(call, std::ptr::null_mut(), &mut || { f(uplo, trans, nn, kk, alpha, a, lda, beta, c, ldc, l1, l2); 0 });
+        let call = Call {
+            prec: p,
+            op: Op::Syrk {
+                uplo: ul,
+                trans: t,
+                n: u(n_),
+                k: u(k_),
+                alpha: Scalar::read(alpha as *const u8, es),
+                a: m(a, ar, ac, rd(lda)),
+                beta: Scalar::read(beta as *const u8, es),
+                c: m(c, n_, n_, rd(ldc)),
+            },
+        };
+        dispatch::<I>(call, std::ptr::null_mut(), &mut || {
+            f(uplo, trans, nn, kk, alpha, a, lda, beta, c, ldc, l1, l2);
+            0
+        });
     }
 }
 
@@ -314,24 +466,91 @@ pub unsafe fn f_syrk<I: FInt>(real: &RealFn, p: Precision, uplo: C, trans: C, nn
 /// Fortran BLAS contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_trsm<I: FInt>(real: &RealFn, p: Precision, side: C, uplo: C, ta: C, diag: C, mm: *const I, nn: *const I, alpha: P, a: P, lda: *const I, b: M, ldb: *const I, l1: usize, l2: usize, l3: usize, l4: usize) {
+pub unsafe fn f_trsm<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    side: C,
+    uplo: C,
+    ta: C,
+    diag: C,
+    mm: *const I,
+    nn: *const I,
+    alpha: P,
+    a: P,
+    lda: *const I,
+    b: M,
+    ldb: *const I,
+    l1: usize,
+    l2: usize,
+    l3: usize,
+    l4: usize,
+) {
     // SAFETY: Fortran BLAS contract.
     unsafe {
-        let f = real!(real, fn(C, C, C, C, *const I, *const I, P, P, *const I, M, *const I, usize, usize, usize, usize));
+        let f = real!(
+            real,
+            fn(
+                C,
+                C,
+                C,
+                C,
+                *const I,
+                *const I,
+                P,
+                P,
+                *const I,
+                M,
+                *const I,
+                usize,
+                usize,
+                usize,
+                usize,
+            )
+        );
         let (m_, n_) = (rd(mm), rd(nn));
         let d = dispatcher();
         let sd = Side::from_char(ch(side));
         let ka = if sd == Some(Side::Right) { n_ } else { m_ };
-        if m_ < 0 || n_ < 0 || d.keep_small(Routine::Trsm, p, work(Routine::Trsm, shape(m_, n_, ka))) {
-            return f(side, uplo, ta, diag, mm, nn, alpha, a, lda, b, ldb, l1, l2, l3, l4);
+        if m_ < 0
+            || n_ < 0
+            || d.keep_small(Routine::Trsm, p, work(Routine::Trsm, shape(m_, n_, ka)))
+        {
+            return f(
+                side, uplo, ta, diag, mm, nn, alpha, a, lda, b, ldb, l1, l2, l3, l4,
+            );
         }
-        let (Some(sd), Some(ul), Some(t), Some(dg)) = (sd, Uplo::from_char(ch(uplo)), Trans::from_char(ch(ta)), Diag::from_char(ch(diag))) else {
+        let (Some(sd), Some(ul), Some(t), Some(dg)) = (
+            sd,
+            Uplo::from_char(ch(uplo)),
+            Trans::from_char(ch(ta)),
+            Diag::from_char(ch(diag)),
+        ) else {
             d.count_cpu(Routine::Trsm, p, Reason::InvalidArgs);
-            return f(side, uplo, ta, diag, mm, nn, alpha, a, lda, b, ldb, l1, l2, l3, l4);
+            return f(
+                side, uplo, ta, diag, mm, nn, alpha, a, lda, b, ldb, l1, l2, l3, l4,
+            );
         };
         let es = p.size();
-        let call = Call { prec: p, op: Op::Trsm { side: sd, uplo: ul, ta: t, diag: dg, m: u(m_), n: u(n_), alpha: Scalar::read(alpha as *const u8, es), a: m(a, ka, ka, rd(lda)), b: m(b, m_, n_, rd(ldb)) } };
-        dispatch::<I>(call, std::ptr::null_mut(), &mut || { f(side, uplo, ta, diag, mm, nn, alpha, a, lda, b, ldb, l1, l2, l3, l4); 0 });
+        let call = Call {
+            prec: p,
+            op: Op::Trsm {
+                side: sd,
+                uplo: ul,
+                ta: t,
+                diag: dg,
+                m: u(m_),
+                n: u(n_),
+                alpha: Scalar::read(alpha as *const u8, es),
+                a: m(a, ka, ka, rd(lda)),
+                b: m(b, m_, n_, rd(ldb)),
+            },
+        };
+        dispatch::<I>(call, std::ptr::null_mut(), &mut || {
+            f(
+                side, uplo, ta, diag, mm, nn, alpha, a, lda, b, ldb, l1, l2, l3, l4,
+            );
+            0
+        });
     }
 }
 
@@ -341,18 +560,42 @@ pub unsafe fn f_trsm<I: FInt>(real: &RealFn, p: Precision, side: C, uplo: C, ta:
 ///
 /// # Safety
 /// LAPACK contract.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_getrf<I: FInt>(real: &RealFn, p: Precision, mm: *const I, nn: *const I, a: M, lda: *const I, ipiv: *mut I, info: *mut I) {
+pub unsafe fn f_getrf<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    mm: *const I,
+    nn: *const I,
+    a: M,
+    lda: *const I,
+    ipiv: *mut I,
+    info: *mut I,
+) {
     // SAFETY: LAPACK contract.
     unsafe {
         let f = real!(real, fn(*const I, *const I, M, *const I, *mut I, *mut I));
         let (m_, n_) = (rd(mm), rd(nn));
         let d = dispatcher();
-        if m_ < 0 || n_ < 0 || d.keep_small(Routine::Getrf, p, work(Routine::Getrf, shape(m_, n_, 1))) {
+        if m_ < 0
+            || n_ < 0
+            || d.keep_small(Routine::Getrf, p, work(Routine::Getrf, shape(m_, n_, 1)))
+        {
             return f(mm, nn, a, lda, ipiv, info);
         }
-        let call = Call { prec: p, op: Op::Getrf { m: u(m_), n: u(n_), a: m(a, m_, n_, rd(lda)), ipiv: piv(ipiv) } };
-        dispatch::<I>(call, info, &mut || { f(mm, nn, a, lda, ipiv, info); rd(info) });
+        let call = Call {
+            prec: p,
+            op: Op::Getrf {
+                m: u(m_),
+                n: u(n_),
+                a: m(a, m_, n_, rd(lda)),
+                ipiv: piv(ipiv),
+            },
+        };
+        dispatch::<I>(call, info, &mut || {
+            f(mm, nn, a, lda, ipiv, info);
+            rd(info)
+        });
     }
 }
 
@@ -362,21 +605,53 @@ pub unsafe fn f_getrf<I: FInt>(real: &RealFn, p: Precision, mm: *const I, nn: *c
 /// LAPACK contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_getrs<I: FInt>(real: &RealFn, p: Precision, trans: C, nn: *const I, nrhs: *const I, a: P, lda: *const I, ipiv: *const I, b: M, ldb: *const I, info: *mut I, l1: usize) {
+pub unsafe fn f_getrs<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    trans: C,
+    nn: *const I,
+    nrhs: *const I,
+    a: P,
+    lda: *const I,
+    ipiv: *const I,
+    b: M,
+    ldb: *const I,
+    info: *mut I,
+    l1: usize,
+) {
     // SAFETY: LAPACK contract.
     unsafe {
-        let f = real!(real, fn(C, *const I, *const I, P, *const I, *const I, M, *const I, *mut I, usize));
+        let f = real!(
+            real,
+            fn(C, *const I, *const I, P, *const I, *const I, M, *const I, *mut I, usize)
+        );
         let (n_, r_) = (rd(nn), rd(nrhs));
         let d = dispatcher();
-        if n_ < 0 || r_ < 0 || d.keep_small(Routine::Getrs, p, work(Routine::Getrs, shape(1, n_, r_))) {
+        if n_ < 0
+            || r_ < 0
+            || d.keep_small(Routine::Getrs, p, work(Routine::Getrs, shape(1, n_, r_)))
+        {
             return f(trans, nn, nrhs, a, lda, ipiv, b, ldb, info, l1);
         }
         let Some(t) = Trans::from_char(ch(trans)) else {
             d.count_cpu(Routine::Getrs, p, Reason::InvalidArgs);
             return f(trans, nn, nrhs, a, lda, ipiv, b, ldb, info, l1);
         };
-        let call = Call { prec: p, op: Op::Getrs { trans: t, n: u(n_), nrhs: u(r_), a: m(a, n_, n_, rd(lda)), ipiv: piv(ipiv as *mut I), b: m(b, n_, r_, rd(ldb)) } };
-        dispatch::<I>(call, info, &mut || { f(trans, nn, nrhs, a, lda, ipiv, b, ldb, info, l1); rd(info) });
+        let call = Call {
+            prec: p,
+            op: Op::Getrs {
+                trans: t,
+                n: u(n_),
+                nrhs: u(r_),
+                a: m(a, n_, n_, rd(lda)),
+                ipiv: piv(ipiv as *mut I),
+                b: m(b, n_, r_, rd(ldb)),
+            },
+        };
+        dispatch::<I>(call, info, &mut || {
+            f(trans, nn, nrhs, a, lda, ipiv, b, ldb, info, l1);
+            rd(info)
+        });
     }
 }
 
@@ -386,17 +661,44 @@ pub unsafe fn f_getrs<I: FInt>(real: &RealFn, p: Precision, trans: C, nn: *const
 /// LAPACK contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_gesv<I: FInt>(real: &RealFn, p: Precision, nn: *const I, nrhs: *const I, a: M, lda: *const I, ipiv: *mut I, b: M, ldb: *const I, info: *mut I) {
+pub unsafe fn f_gesv<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    nn: *const I,
+    nrhs: *const I,
+    a: M,
+    lda: *const I,
+    ipiv: *mut I,
+    b: M,
+    ldb: *const I,
+    info: *mut I,
+) {
     // SAFETY: LAPACK contract.
     unsafe {
-        let f = real!(real, fn(*const I, *const I, M, *const I, *mut I, M, *const I, *mut I));
+        let f = real!(
+            real,
+            fn(*const I, *const I, M, *const I, *mut I, M, *const I, *mut I)
+        );
         let (n_, r_) = (rd(nn), rd(nrhs));
         let d = dispatcher();
-        if n_ < 0 || r_ < 0 || d.keep_small(Routine::Gesv, p, work(Routine::Gesv, shape(1, n_, r_))) {
+        if n_ < 0 || r_ < 0 || d.keep_small(Routine::Gesv, p, work(Routine::Gesv, shape(1, n_, r_)))
+        {
             return f(nn, nrhs, a, lda, ipiv, b, ldb, info);
         }
-        let call = Call { prec: p, op: Op::Gesv { n: u(n_), nrhs: u(r_), a: m(a, n_, n_, rd(lda)), ipiv: piv(ipiv), b: m(b, n_, r_, rd(ldb)) } };
-        dispatch::<I>(call, info, &mut || { f(nn, nrhs, a, lda, ipiv, b, ldb, info); rd(info) });
+        let call = Call {
+            prec: p,
+            op: Op::Gesv {
+                n: u(n_),
+                nrhs: u(r_),
+                a: m(a, n_, n_, rd(lda)),
+                ipiv: piv(ipiv),
+                b: m(b, n_, r_, rd(ldb)),
+            },
+        };
+        dispatch::<I>(call, info, &mut || {
+            f(nn, nrhs, a, lda, ipiv, b, ldb, info);
+            rd(info)
+        });
     }
 }
 
@@ -404,8 +706,18 @@ pub unsafe fn f_gesv<I: FInt>(real: &RealFn, p: Precision, nn: *const I, nrhs: *
 ///
 /// # Safety
 /// LAPACK contract.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_potrf<I: FInt>(real: &RealFn, p: Precision, uplo: C, nn: *const I, a: M, lda: *const I, info: *mut I, l1: usize) {
+pub unsafe fn f_potrf<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    uplo: C,
+    nn: *const I,
+    a: M,
+    lda: *const I,
+    info: *mut I,
+    l1: usize,
+) {
     // SAFETY: LAPACK contract.
     unsafe {
         let f = real!(real, fn(C, *const I, M, *const I, *mut I, usize));
@@ -418,8 +730,18 @@ pub unsafe fn f_potrf<I: FInt>(real: &RealFn, p: Precision, uplo: C, nn: *const 
             d.count_cpu(Routine::Potrf, p, Reason::InvalidArgs);
             return f(uplo, nn, a, lda, info, l1);
         };
-        let call = Call { prec: p, op: Op::Potrf { uplo: ul, n: u(n_), a: m(a, n_, n_, rd(lda)) } };
-        dispatch::<I>(call, info, &mut || { f(uplo, nn, a, lda, info, l1); rd(info) });
+        let call = Call {
+            prec: p,
+            op: Op::Potrf {
+                uplo: ul,
+                n: u(n_),
+                a: m(a, n_, n_, rd(lda)),
+            },
+        };
+        dispatch::<I>(call, info, &mut || {
+            f(uplo, nn, a, lda, info, l1);
+            rd(info)
+        });
     }
 }
 
@@ -429,10 +751,26 @@ pub unsafe fn f_potrf<I: FInt>(real: &RealFn, p: Precision, uplo: C, nn: *const 
 /// LAPACK contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_potrs_posv<I: FInt>(real: &RealFn, p: Precision, r: Routine, uplo: C, nn: *const I, nrhs: *const I, a: M, lda: *const I, b: M, ldb: *const I, info: *mut I, l1: usize) {
+pub unsafe fn f_potrs_posv<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    r: Routine,
+    uplo: C,
+    nn: *const I,
+    nrhs: *const I,
+    a: M,
+    lda: *const I,
+    b: M,
+    ldb: *const I,
+    info: *mut I,
+    l1: usize,
+) {
     // SAFETY: LAPACK contract.
     unsafe {
-        let f = real!(real, fn(C, *const I, *const I, M, *const I, M, *const I, *mut I, usize));
+        let f = real!(
+            real,
+            fn(C, *const I, *const I, M, *const I, M, *const I, *mut I, usize)
+        );
         let (n_, r_) = (rd(nn), rd(nrhs));
         let d = dispatcher();
         if n_ < 0 || r_ < 0 || d.keep_small(r, p, work(r, shape(1, n_, r_))) {
@@ -444,11 +782,26 @@ pub unsafe fn f_potrs_posv<I: FInt>(real: &RealFn, p: Precision, r: Routine, upl
         };
         let (am, bm) = (m(a, n_, n_, rd(lda)), m(b, n_, r_, rd(ldb)));
         let op = if r == Routine::Posv {
-            Op::Posv { uplo: ul, n: u(n_), nrhs: u(r_), a: am, b: bm }
+            Op::Posv {
+                uplo: ul,
+                n: u(n_),
+                nrhs: u(r_),
+                a: am,
+                b: bm,
+            }
         } else {
-            Op::Potrs { uplo: ul, n: u(n_), nrhs: u(r_), a: am, b: bm }
+            Op::Potrs {
+                uplo: ul,
+                n: u(n_),
+                nrhs: u(r_),
+                a: am,
+                b: bm,
+            }
         };
-        dispatch::<I>(Call { prec: p, op }, info, &mut || { f(uplo, nn, nrhs, a, lda, b, ldb, info, l1); rd(info) });
+        dispatch::<I>(Call { prec: p, op }, info, &mut || {
+            f(uplo, nn, nrhs, a, lda, b, ldb, info, l1);
+            rd(info)
+        });
     }
 }
 
@@ -458,11 +811,34 @@ pub unsafe fn f_potrs_posv<I: FInt>(real: &RealFn, p: Precision, r: Routine, upl
 /// LAPACK contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_syevd<I: FInt>(real: &RealFn, p: Precision, jobz: C, uplo: C, nn: *const I, a: M, lda: *const I, w: M, wk: M, lwork: *const I, iwork: *mut I, liwork: *const I, info: *mut I, l1: usize, l2: usize) {
+pub unsafe fn f_syevd<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    jobz: C,
+    uplo: C,
+    nn: *const I,
+    a: M,
+    lda: *const I,
+    w: M,
+    wk: M,
+    lwork: *const I,
+    iwork: *mut I,
+    liwork: *const I,
+    info: *mut I,
+    l1: usize,
+    l2: usize,
+) {
     // SAFETY: LAPACK contract.
     unsafe {
-        let f = real!(real, fn(C, C, *const I, M, *const I, M, M, *const I, *mut I, *const I, *mut I, usize, usize));
-        let go = || f(jobz, uplo, nn, a, lda, w, wk, lwork, iwork, liwork, info, l1, l2);
+        let f = real!(
+            real,
+            fn(C, C, *const I, M, *const I, M, M, *const I, *mut I, *const I, *mut I, usize, usize)
+        );
+        let go = || {
+            f(
+                jobz, uplo, nn, a, lda, w, wk, lwork, iwork, liwork, info, l1, l2,
+            )
+        };
         let n_ = rd(nn);
         let d = dispatcher();
         if n_ < 0 || d.keep_small(Routine::Syevd, p, work(Routine::Syevd, shape(1, n_, 1))) {
@@ -472,13 +848,27 @@ pub unsafe fn f_syevd<I: FInt>(real: &RealFn, p: Precision, jobz: C, uplo: C, nn
             d.count_cpu(Routine::Syevd, p, Reason::WorkspaceQuery);
             return go();
         }
-        let (Some(ul), j) = (Uplo::from_char(ch(uplo)), ch(jobz).to_ascii_uppercase()) else { return go() };
+        let (Some(ul), j) = (Uplo::from_char(ch(uplo)), ch(jobz).to_ascii_uppercase()) else {
+            return go();
+        };
         if j != b'N' && j != b'V' {
             d.count_cpu(Routine::Syevd, p, Reason::InvalidArgs);
             return go();
         }
-        let call = Call { prec: p, op: Op::Syevd { vectors: j == b'V', uplo: ul, n: u(n_), a: m(a, n_, n_, rd(lda)), w: w as *mut u8 } };
-        dispatch::<I>(call, info, &mut || { go(); rd(info) });
+        let call = Call {
+            prec: p,
+            op: Op::Syevd {
+                vectors: j == b'V',
+                uplo: ul,
+                n: u(n_),
+                a: m(a, n_, n_, rd(lda)),
+                w: w as *mut u8,
+            },
+        };
+        dispatch::<I>(call, info, &mut || {
+            go();
+            rd(info)
+        });
     }
 }
 
@@ -488,11 +878,52 @@ pub unsafe fn f_syevd<I: FInt>(real: &RealFn, p: Precision, jobz: C, uplo: C, nn
 /// LAPACK contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_heevd<I: FInt>(real: &RealFn, p: Precision, jobz: C, uplo: C, nn: *const I, a: M, lda: *const I, w: M, wk: M, lwork: *const I, rwork: M, lrwork: *const I, iwork: *mut I, liwork: *const I, info: *mut I, l1: usize, l2: usize) {
+pub unsafe fn f_heevd<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    jobz: C,
+    uplo: C,
+    nn: *const I,
+    a: M,
+    lda: *const I,
+    w: M,
+    wk: M,
+    lwork: *const I,
+    rwork: M,
+    lrwork: *const I,
+    iwork: *mut I,
+    liwork: *const I,
+    info: *mut I,
+    l1: usize,
+    l2: usize,
+) {
     // SAFETY: LAPACK contract.
     unsafe {
-        let f = real!(real, fn(C, C, *const I, M, *const I, M, M, *const I, M, *const I, *mut I, *const I, *mut I, usize, usize));
-        let go = || f(jobz, uplo, nn, a, lda, w, wk, lwork, rwork, lrwork, iwork, liwork, info, l1, l2);
+        let f = real!(
+            real,
+            fn(
+                C,
+                C,
+                *const I,
+                M,
+                *const I,
+                M,
+                M,
+                *const I,
+                M,
+                *const I,
+                *mut I,
+                *const I,
+                *mut I,
+                usize,
+                usize,
+            )
+        );
+        let go = || {
+            f(
+                jobz, uplo, nn, a, lda, w, wk, lwork, rwork, lrwork, iwork, liwork, info, l1, l2,
+            )
+        };
         let n_ = rd(nn);
         let d = dispatcher();
         if n_ < 0 || d.keep_small(Routine::Syevd, p, work(Routine::Syevd, shape(1, n_, 1))) {
@@ -502,18 +933,46 @@ pub unsafe fn f_heevd<I: FInt>(real: &RealFn, p: Precision, jobz: C, uplo: C, nn
             d.count_cpu(Routine::Syevd, p, Reason::WorkspaceQuery);
             return go();
         }
-        let (Some(ul), j) = (Uplo::from_char(ch(uplo)), ch(jobz).to_ascii_uppercase()) else { return go() };
+        let (Some(ul), j) = (Uplo::from_char(ch(uplo)), ch(jobz).to_ascii_uppercase()) else {
+            return go();
+        };
         if j != b'N' && j != b'V' {
             d.count_cpu(Routine::Syevd, p, Reason::InvalidArgs);
             return go();
         }
-        let call = Call { prec: p, op: Op::Syevd { vectors: j == b'V', uplo: ul, n: u(n_), a: m(a, n_, n_, rd(lda)), w: w as *mut u8 } };
-        dispatch::<I>(call, info, &mut || { go(); rd(info) });
+        let call = Call {
+            prec: p,
+            op: Op::Syevd {
+                vectors: j == b'V',
+                uplo: ul,
+                n: u(n_),
+                a: m(a, n_, n_, rd(lda)),
+                w: w as *mut u8,
+            },
+        };
+        dispatch::<I>(call, info, &mut || {
+            go();
+            rd(info)
+        });
     }
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe fn svd_call<I: FInt>(p: Precision, r: Routine, jobu: u8, jobvt: u8, m_: i64, n_: i64, a: M, lda: *const I, s: M, uu: M, ldu: *const I, vt: M, ldvt: *const I) -> Option<Call> {
+unsafe fn svd_call<I: FInt>(
+    p: Precision,
+    r: Routine,
+    jobu: u8,
+    jobvt: u8,
+    m_: i64,
+    n_: i64,
+    a: M,
+    lda: *const I,
+    s: M,
+    uu: M,
+    ldu: *const I,
+    vt: M,
+    ldvt: *const I,
+) -> Option<Call> {
     let (ju, jv) = (SvdJob::from_char(jobu)?, SvdJob::from_char(jobvt)?);
     let mn = m_.min(n_);
     let ucols = match ju {
@@ -530,7 +989,17 @@ unsafe fn svd_call<I: FInt>(p: Precision, r: Routine, jobu: u8, jobvt: u8, m_: i
     let (ldu_, ldvt_, lda_) = unsafe { (rd(ldu), rd(ldvt), rd(lda)) };
     Some(Call {
         prec: p,
-        op: Op::Svd { routine: r, jobu: ju, jobvt: jv, m: u(m_), n: u(n_), a: m(a, m_, n_, lda_), s: s as *mut u8, u: m(uu, m_, ucols, ldu_), vt: m(vt, vtrows, n_, ldvt_) },
+        op: Op::Svd {
+            routine: r,
+            jobu: ju,
+            jobvt: jv,
+            m: u(m_),
+            n: u(n_),
+            a: m(a, m_, n_, lda_),
+            s: s as *mut u8,
+            u: m(uu, m_, ucols, ldu_),
+            vt: m(vt, vtrows, n_, ldvt_),
+        },
     })
 }
 
@@ -540,14 +1009,58 @@ unsafe fn svd_call<I: FInt>(p: Precision, r: Routine, jobu: u8, jobvt: u8, m_: i
 /// LAPACK contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_gesdd<I: FInt>(real: &RealFn, p: Precision, jobz: C, mm: *const I, nn: *const I, a: M, lda: *const I, s: M, uu: M, ldu: *const I, vt: M, ldvt: *const I, wk: M, lwork: *const I, iwork: *mut I, info: *mut I, l1: usize) {
+pub unsafe fn f_gesdd<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    jobz: C,
+    mm: *const I,
+    nn: *const I,
+    a: M,
+    lda: *const I,
+    s: M,
+    uu: M,
+    ldu: *const I,
+    vt: M,
+    ldvt: *const I,
+    wk: M,
+    lwork: *const I,
+    iwork: *mut I,
+    info: *mut I,
+    l1: usize,
+) {
     // SAFETY: LAPACK contract.
     unsafe {
-        let f = real!(real, fn(C, *const I, *const I, M, *const I, M, M, *const I, M, *const I, M, *const I, *mut I, *mut I, usize));
-        let go = || f(jobz, mm, nn, a, lda, s, uu, ldu, vt, ldvt, wk, lwork, iwork, info, l1);
+        let f = real!(
+            real,
+            fn(
+                C,
+                *const I,
+                *const I,
+                M,
+                *const I,
+                M,
+                M,
+                *const I,
+                M,
+                *const I,
+                M,
+                *const I,
+                *mut I,
+                *mut I,
+                usize,
+            )
+        );
+        let go = || {
+            f(
+                jobz, mm, nn, a, lda, s, uu, ldu, vt, ldvt, wk, lwork, iwork, info, l1,
+            )
+        };
         let (m_, n_) = (rd(mm), rd(nn));
         let d = dispatcher();
-        if m_ < 0 || n_ < 0 || d.keep_small(Routine::Gesdd, p, work(Routine::Gesdd, shape(m_, n_, 1))) {
+        if m_ < 0
+            || n_ < 0
+            || d.keep_small(Routine::Gesdd, p, work(Routine::Gesdd, shape(m_, n_, 1)))
+        {
             return go();
         }
         if rd(lwork) == -1 {
@@ -555,8 +1068,25 @@ pub unsafe fn f_gesdd<I: FInt>(real: &RealFn, p: Precision, jobz: C, mm: *const 
             return go();
         }
         let j = ch(jobz);
-        match svd_call::<I>(p, Routine::Gesdd, j, j, m_, n_, a, lda, s, uu, ldu, vt, ldvt) {
-            Some(call) => dispatch::<I>(call, info, &mut || { go(); rd(info) }),
+        match svd_call::<I>(
+            p,
+            Routine::Gesdd,
+            j,
+            j,
+            m_,
+            n_,
+            a,
+            lda,
+            s,
+            uu,
+            ldu,
+            vt,
+            ldvt,
+        ) {
+            Some(call) => dispatch::<I>(call, info, &mut || {
+                go();
+                rd(info)
+            }),
             None => {
                 d.count_cpu(Routine::Gesdd, p, Reason::InvalidArgs);
                 go()
@@ -571,14 +1101,60 @@ pub unsafe fn f_gesdd<I: FInt>(real: &RealFn, p: Precision, jobz: C, mm: *const 
 /// LAPACK contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_gesdd_c<I: FInt>(real: &RealFn, p: Precision, jobz: C, mm: *const I, nn: *const I, a: M, lda: *const I, s: M, uu: M, ldu: *const I, vt: M, ldvt: *const I, wk: M, lwork: *const I, rwork: M, iwork: *mut I, info: *mut I, l1: usize) {
+pub unsafe fn f_gesdd_c<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    jobz: C,
+    mm: *const I,
+    nn: *const I,
+    a: M,
+    lda: *const I,
+    s: M,
+    uu: M,
+    ldu: *const I,
+    vt: M,
+    ldvt: *const I,
+    wk: M,
+    lwork: *const I,
+    rwork: M,
+    iwork: *mut I,
+    info: *mut I,
+    l1: usize,
+) {
     // SAFETY: LAPACK contract.
     unsafe {
-        let f = real!(real, fn(C, *const I, *const I, M, *const I, M, M, *const I, M, *const I, M, *const I, M, *mut I, *mut I, usize));
-        let go = || f(jobz, mm, nn, a, lda, s, uu, ldu, vt, ldvt, wk, lwork, rwork, iwork, info, l1);
+        let f = real!(
+            real,
+            fn(
+                C,
+                *const I,
+                *const I,
+                M,
+                *const I,
+                M,
+                M,
+                *const I,
+                M,
+                *const I,
+                M,
+                *const I,
+                M,
+                *mut I,
+                *mut I,
+                usize,
+            )
+        );
+        let go = || {
+            f(
+                jobz, mm, nn, a, lda, s, uu, ldu, vt, ldvt, wk, lwork, rwork, iwork, info, l1,
+            )
+        };
         let (m_, n_) = (rd(mm), rd(nn));
         let d = dispatcher();
-        if m_ < 0 || n_ < 0 || d.keep_small(Routine::Gesdd, p, work(Routine::Gesdd, shape(m_, n_, 1))) {
+        if m_ < 0
+            || n_ < 0
+            || d.keep_small(Routine::Gesdd, p, work(Routine::Gesdd, shape(m_, n_, 1)))
+        {
             return go();
         }
         if rd(lwork) == -1 {
@@ -586,8 +1162,25 @@ pub unsafe fn f_gesdd_c<I: FInt>(real: &RealFn, p: Precision, jobz: C, mm: *cons
             return go();
         }
         let j = ch(jobz);
-        match svd_call::<I>(p, Routine::Gesdd, j, j, m_, n_, a, lda, s, uu, ldu, vt, ldvt) {
-            Some(call) => dispatch::<I>(call, info, &mut || { go(); rd(info) }),
+        match svd_call::<I>(
+            p,
+            Routine::Gesdd,
+            j,
+            j,
+            m_,
+            n_,
+            a,
+            lda,
+            s,
+            uu,
+            ldu,
+            vt,
+            ldvt,
+        ) {
+            Some(call) => dispatch::<I>(call, info, &mut || {
+                go();
+                rd(info)
+            }),
             None => {
                 d.count_cpu(Routine::Gesdd, p, Reason::InvalidArgs);
                 go()
@@ -602,22 +1195,85 @@ pub unsafe fn f_gesdd_c<I: FInt>(real: &RealFn, p: Precision, jobz: C, mm: *cons
 /// LAPACK contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_gesvd<I: FInt>(real: &RealFn, p: Precision, jobu: C, jobvt: C, mm: *const I, nn: *const I, a: M, lda: *const I, s: M, uu: M, ldu: *const I, vt: M, ldvt: *const I, wk: M, lwork: *const I, info: *mut I, l1: usize, l2: usize) {
+pub unsafe fn f_gesvd<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    jobu: C,
+    jobvt: C,
+    mm: *const I,
+    nn: *const I,
+    a: M,
+    lda: *const I,
+    s: M,
+    uu: M,
+    ldu: *const I,
+    vt: M,
+    ldvt: *const I,
+    wk: M,
+    lwork: *const I,
+    info: *mut I,
+    l1: usize,
+    l2: usize,
+) {
     // SAFETY: LAPACK contract.
     unsafe {
-        let f = real!(real, fn(C, C, *const I, *const I, M, *const I, M, M, *const I, M, *const I, M, *const I, *mut I, usize, usize));
-        let go = || f(jobu, jobvt, mm, nn, a, lda, s, uu, ldu, vt, ldvt, wk, lwork, info, l1, l2);
+        let f = real!(
+            real,
+            fn(
+                C,
+                C,
+                *const I,
+                *const I,
+                M,
+                *const I,
+                M,
+                M,
+                *const I,
+                M,
+                *const I,
+                M,
+                *const I,
+                *mut I,
+                usize,
+                usize,
+            )
+        );
+        let go = || {
+            f(
+                jobu, jobvt, mm, nn, a, lda, s, uu, ldu, vt, ldvt, wk, lwork, info, l1, l2,
+            )
+        };
         let (m_, n_) = (rd(mm), rd(nn));
         let d = dispatcher();
-        if m_ < 0 || n_ < 0 || d.keep_small(Routine::Gesvd, p, work(Routine::Gesvd, shape(m_, n_, 1))) {
+        if m_ < 0
+            || n_ < 0
+            || d.keep_small(Routine::Gesvd, p, work(Routine::Gesvd, shape(m_, n_, 1)))
+        {
             return go();
         }
         if rd(lwork) == -1 {
             d.count_cpu(Routine::Gesvd, p, Reason::WorkspaceQuery);
             return go();
         }
-        match svd_call::<I>(p, Routine::Gesvd, ch(jobu), ch(jobvt), m_, n_, a, lda, s, uu, ldu, vt, ldvt) {
-            Some(call) => dispatch::<I>(call, info, &mut || { go(); rd(info) }),
+        match svd_call::<I>(
+            p,
+            Routine::Gesvd,
+            ch(jobu),
+            ch(jobvt),
+            m_,
+            n_,
+            a,
+            lda,
+            s,
+            uu,
+            ldu,
+            vt,
+            ldvt,
+        ) {
+            Some(call) => dispatch::<I>(call, info, &mut || {
+                go();
+                rd(info)
+            }),
             None => {
                 d.count_cpu(Routine::Gesvd, p, Reason::InvalidArgs);
                 go()
@@ -632,22 +1288,87 @@ pub unsafe fn f_gesvd<I: FInt>(real: &RealFn, p: Precision, jobu: C, jobvt: C, m
 /// LAPACK contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_gesvd_c<I: FInt>(real: &RealFn, p: Precision, jobu: C, jobvt: C, mm: *const I, nn: *const I, a: M, lda: *const I, s: M, uu: M, ldu: *const I, vt: M, ldvt: *const I, wk: M, lwork: *const I, rwork: M, info: *mut I, l1: usize, l2: usize) {
+pub unsafe fn f_gesvd_c<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    jobu: C,
+    jobvt: C,
+    mm: *const I,
+    nn: *const I,
+    a: M,
+    lda: *const I,
+    s: M,
+    uu: M,
+    ldu: *const I,
+    vt: M,
+    ldvt: *const I,
+    wk: M,
+    lwork: *const I,
+    rwork: M,
+    info: *mut I,
+    l1: usize,
+    l2: usize,
+) {
     // SAFETY: LAPACK contract.
     unsafe {
-        let f = real!(real, fn(C, C, *const I, *const I, M, *const I, M, M, *const I, M, *const I, M, *const I, M, *mut I, usize, usize));
-        let go = || f(jobu, jobvt, mm, nn, a, lda, s, uu, ldu, vt, ldvt, wk, lwork, rwork, info, l1, l2);
+        let f = real!(
+            real,
+            fn(
+                C,
+                C,
+                *const I,
+                *const I,
+                M,
+                *const I,
+                M,
+                M,
+                *const I,
+                M,
+                *const I,
+                M,
+                *const I,
+                M,
+                *mut I,
+                usize,
+                usize,
+            )
+        );
+        let go = || {
+            f(
+                jobu, jobvt, mm, nn, a, lda, s, uu, ldu, vt, ldvt, wk, lwork, rwork, info, l1, l2,
+            )
+        };
         let (m_, n_) = (rd(mm), rd(nn));
         let d = dispatcher();
-        if m_ < 0 || n_ < 0 || d.keep_small(Routine::Gesvd, p, work(Routine::Gesvd, shape(m_, n_, 1))) {
+        if m_ < 0
+            || n_ < 0
+            || d.keep_small(Routine::Gesvd, p, work(Routine::Gesvd, shape(m_, n_, 1)))
+        {
             return go();
         }
         if rd(lwork) == -1 {
             d.count_cpu(Routine::Gesvd, p, Reason::WorkspaceQuery);
             return go();
         }
-        match svd_call::<I>(p, Routine::Gesvd, ch(jobu), ch(jobvt), m_, n_, a, lda, s, uu, ldu, vt, ldvt) {
-            Some(call) => dispatch::<I>(call, info, &mut || { go(); rd(info) }),
+        match svd_call::<I>(
+            p,
+            Routine::Gesvd,
+            ch(jobu),
+            ch(jobvt),
+            m_,
+            n_,
+            a,
+            lda,
+            s,
+            uu,
+            ldu,
+            vt,
+            ldvt,
+        ) {
+            Some(call) => dispatch::<I>(call, info, &mut || {
+                go();
+                rd(info)
+            }),
             None => {
                 d.count_cpu(Routine::Gesvd, p, Reason::InvalidArgs);
                 go()
@@ -662,21 +1383,49 @@ pub unsafe fn f_gesvd_c<I: FInt>(real: &RealFn, p: Precision, jobu: C, jobvt: C,
 /// LAPACK contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn f_geqrf<I: FInt>(real: &RealFn, p: Precision, mm: *const I, nn: *const I, a: M, lda: *const I, tau: M, wk: M, lwork: *const I, info: *mut I) {
+pub unsafe fn f_geqrf<I: FInt>(
+    real: &RealFn,
+    p: Precision,
+    mm: *const I,
+    nn: *const I,
+    a: M,
+    lda: *const I,
+    tau: M,
+    wk: M,
+    lwork: *const I,
+    info: *mut I,
+) {
     // SAFETY: LAPACK contract.
     unsafe {
-        let f = real!(real, fn(*const I, *const I, M, *const I, M, M, *const I, *mut I));
+        let f = real!(
+            real,
+            fn(*const I, *const I, M, *const I, M, M, *const I, *mut I)
+        );
         let (m_, n_) = (rd(mm), rd(nn));
         let d = dispatcher();
-        if m_ < 0 || n_ < 0 || d.keep_small(Routine::Geqrf, p, work(Routine::Geqrf, shape(m_, n_, 1))) {
+        if m_ < 0
+            || n_ < 0
+            || d.keep_small(Routine::Geqrf, p, work(Routine::Geqrf, shape(m_, n_, 1)))
+        {
             return f(mm, nn, a, lda, tau, wk, lwork, info);
         }
         if rd(lwork) == -1 {
             d.count_cpu(Routine::Geqrf, p, Reason::WorkspaceQuery);
             return f(mm, nn, a, lda, tau, wk, lwork, info);
         }
-        let call = Call { prec: p, op: Op::Geqrf { m: u(m_), n: u(n_), a: m(a, m_, n_, rd(lda)), tau: tau as *mut u8 } };
-        dispatch::<I>(call, info, &mut || { f(mm, nn, a, lda, tau, wk, lwork, info); rd(info) });
+        let call = Call {
+            prec: p,
+            op: Op::Geqrf {
+                m: u(m_),
+                n: u(n_),
+                a: m(a, m_, n_, rd(lda)),
+                tau: tau as *mut u8,
+            },
+        };
+        dispatch::<I>(call, info, &mut || {
+            f(mm, nn, a, lda, tau, wk, lwork, info);
+            rd(info)
+        });
     }
 }
 
@@ -746,18 +1495,46 @@ fn c_diag(d: c_int) -> Option<Diag> {
 /// CBLAS contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn c_gemm<I: FInt, S: CScalar>(real: &RealFn, p: Precision, order: c_int, ta: c_int, tb: c_int, mm: I, nn: I, kk: I, alpha: S, a: P, lda: I, b: P, ldb: I, beta: S, c: M, ldc: I) {
+pub unsafe fn c_gemm<I: FInt, S: CScalar>(
+    real: &RealFn,
+    p: Precision,
+    order: c_int,
+    ta: c_int,
+    tb: c_int,
+    mm: I,
+    nn: I,
+    kk: I,
+    alpha: S,
+    a: P,
+    lda: I,
+    b: P,
+    ldb: I,
+    beta: S,
+    c: M,
+    ldc: I,
+) {
     // SAFETY: CBLAS contract.
     unsafe {
-        let f = real!(real, fn(c_int, c_int, c_int, I, I, I, S, P, I, P, I, S, M, I));
+        let f = real!(
+            real,
+            fn(c_int, c_int, c_int, I, I, I, S, P, I, P, I, S, M, I)
+        );
         let (m_, n_, k_) = (mm.to_i64(), nn.to_i64(), kk.to_i64());
         let d = dispatcher();
-        if m_ < 0 || n_ < 0 || k_ < 0 || d.keep_small(Routine::Gemm, p, work(Routine::Gemm, shape(m_, n_, k_))) {
-            return f(order, ta, tb, mm, nn, kk, alpha, a, lda, b, ldb, beta, c, ldc);
+        if m_ < 0
+            || n_ < 0
+            || k_ < 0
+            || d.keep_small(Routine::Gemm, p, work(Routine::Gemm, shape(m_, n_, k_)))
+        {
+            return f(
+                order, ta, tb, mm, nn, kk, alpha, a, lda, b, ldb, beta, c, ldc,
+            );
         }
         let (Some(t1), Some(t2)) = (c_trans(ta), c_trans(tb)) else {
             d.count_cpu(Routine::Gemm, p, Reason::InvalidArgs);
-            return f(order, ta, tb, mm, nn, kk, alpha, a, lda, b, ldb, beta, c, ldc);
+            return f(
+                order, ta, tb, mm, nn, kk, alpha, a, lda, b, ldb, beta, c, ldc,
+            );
         };
         // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T (as reference CBLAS).
         let (t1, t2, m2, n2, a2, lda2, b2, ldb2) = match order {
@@ -765,13 +1542,34 @@ pub unsafe fn c_gemm<I: FInt, S: CScalar>(real: &RealFn, p: Precision, order: c_
             ROW_MAJOR => (t2, t1, n_, m_, b, ldb, a, lda),
             _ => {
                 d.count_cpu(Routine::Gemm, p, Reason::InvalidArgs);
-                return f(order, ta, tb, mm, nn, kk, alpha, a, lda, b, ldb, beta, c, ldc);
+                return f(
+                    order, ta, tb, mm, nn, kk, alpha, a, lda, b, ldb, beta, c, ldc,
+                );
             }
         };
         let (ar, ac) = if t1 == Trans::No { (m2, k_) } else { (k_, m2) };
         let (br, bc) = if t2 == Trans::No { (k_, n2) } else { (n2, k_) };
-        let call = Call { prec: p, op: Op::Gemm { ta: t1, tb: t2, m: u(m2), n: u(n2), k: u(k_), alpha: alpha.bytes(p), a: m(a2, ar, ac, lda2.to_i64()), b: m(b2, br, bc, ldb2.to_i64()), beta: beta.bytes(p), c: m(c, m2, n2, ldc.to_i64()) } };
-        dispatch::<I>(call, std::ptr::null_mut(), &mut || { f(order, ta, tb, mm, nn, kk, alpha, a, lda, b, ldb, beta, c, ldc); 0 });
+        let call = Call {
+            prec: p,
+            op: Op::Gemm {
+                ta: t1,
+                tb: t2,
+                m: u(m2),
+                n: u(n2),
+                k: u(k_),
+                alpha: alpha.bytes(p),
+                a: m(a2, ar, ac, lda2.to_i64()),
+                b: m(b2, br, bc, ldb2.to_i64()),
+                beta: beta.bytes(p),
+                c: m(c, m2, n2, ldc.to_i64()),
+            },
+        };
+        dispatch::<I>(call, std::ptr::null_mut(), &mut || {
+            f(
+                order, ta, tb, mm, nn, kk, alpha, a, lda, b, ldb, beta, c, ldc,
+            );
+            0
+        });
     }
 }
 
@@ -781,15 +1579,42 @@ pub unsafe fn c_gemm<I: FInt, S: CScalar>(real: &RealFn, p: Precision, order: c_
 /// CBLAS contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn c_symm<I: FInt, S: CScalar>(real: &RealFn, p: Precision, order: c_int, side: c_int, uplo: c_int, mm: I, nn: I, alpha: S, a: P, lda: I, b: P, ldb: I, beta: S, c: M, ldc: I) {
+pub unsafe fn c_symm<I: FInt, S: CScalar>(
+    real: &RealFn,
+    p: Precision,
+    order: c_int,
+    side: c_int,
+    uplo: c_int,
+    mm: I,
+    nn: I,
+    alpha: S,
+    a: P,
+    lda: I,
+    b: P,
+    ldb: I,
+    beta: S,
+    c: M,
+    ldc: I,
+) {
     // SAFETY: CBLAS contract.
     unsafe {
         let f = real!(real, fn(c_int, c_int, c_int, I, I, S, P, I, P, I, S, M, I));
-        let go = || f(order, side, uplo, mm, nn, alpha, a, lda, b, ldb, beta, c, ldc);
+        let go = || {
+            f(
+                order, side, uplo, mm, nn, alpha, a, lda, b, ldb, beta, c, ldc,
+            )
+        };
         let (m_, n_) = (mm.to_i64(), nn.to_i64());
         let d = dispatcher();
-        let ka = if c_side(side) == Some(Side::Right) { n_ } else { m_ };
-        if m_ < 0 || n_ < 0 || d.keep_small(Routine::Symm, p, work(Routine::Symm, shape(m_, n_, ka))) {
+        let ka = if c_side(side) == Some(Side::Right) {
+            n_
+        } else {
+            m_
+        };
+        if m_ < 0
+            || n_ < 0
+            || d.keep_small(Routine::Symm, p, work(Routine::Symm, shape(m_, n_, ka)))
+        {
             return go();
         }
         let (Some(sd), Some(ul)) = (c_side(side), c_uplo(uplo)) else {
@@ -804,8 +1629,24 @@ pub unsafe fn c_symm<I: FInt, S: CScalar>(real: &RealFn, p: Precision, order: c_
                 return go();
             }
         };
-        let call = Call { prec: p, op: Op::Symm { side: sd, uplo: ul, m: u(m2), n: u(n2), alpha: alpha.bytes(p), a: m(a, ka, ka, lda.to_i64()), b: m(b, m2, n2, ldb.to_i64()), beta: beta.bytes(p), c: m(c, m2, n2, ldc.to_i64()) } };
-        dispatch::<I>(call, std::ptr::null_mut(), &mut || { go(); 0 });
+        let call = Call {
+            prec: p,
+            op: Op::Symm {
+                side: sd,
+                uplo: ul,
+                m: u(m2),
+                n: u(n2),
+                alpha: alpha.bytes(p),
+                a: m(a, ka, ka, lda.to_i64()),
+                b: m(b, m2, n2, ldb.to_i64()),
+                beta: beta.bytes(p),
+                c: m(c, m2, n2, ldc.to_i64()),
+            },
+        };
+        dispatch::<I>(call, std::ptr::null_mut(), &mut || {
+            go();
+            0
+        });
     }
 }
 
@@ -815,14 +1656,29 @@ pub unsafe fn c_symm<I: FInt, S: CScalar>(real: &RealFn, p: Precision, order: c_
 /// CBLAS contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn c_syrk<I: FInt, S: CScalar>(real: &RealFn, p: Precision, order: c_int, uplo: c_int, trans: c_int, nn: I, kk: I, alpha: S, a: P, lda: I, beta: S, c: M, ldc: I) {
+pub unsafe fn c_syrk<I: FInt, S: CScalar>(
+    real: &RealFn,
+    p: Precision,
+    order: c_int,
+    uplo: c_int,
+    trans: c_int,
+    nn: I,
+    kk: I,
+    alpha: S,
+    a: P,
+    lda: I,
+    beta: S,
+    c: M,
+    ldc: I,
+) {
     // SAFETY: CBLAS contract.
     unsafe {
         let f = real!(real, fn(c_int, c_int, c_int, I, I, S, P, I, S, M, I));
         let go = || f(order, uplo, trans, nn, kk, alpha, a, lda, beta, c, ldc);
         let (n_, k_) = (nn.to_i64(), kk.to_i64());
         let d = dispatcher();
-        if n_ < 0 || k_ < 0 || d.keep_small(Routine::Syrk, p, work(Routine::Syrk, shape(1, n_, k_))) {
+        if n_ < 0 || k_ < 0 || d.keep_small(Routine::Syrk, p, work(Routine::Syrk, shape(1, n_, k_)))
+        {
             return go();
         }
         let (Some(ul), Some(t)) = (c_uplo(uplo), c_trans(trans)) else {
@@ -831,15 +1687,37 @@ pub unsafe fn c_syrk<I: FInt, S: CScalar>(real: &RealFn, p: Precision, order: c_
         };
         let (ul, t) = match order {
             COL_MAJOR => (ul, t),
-            ROW_MAJOR => (ul.flip(), if t == Trans::No { Trans::Trans } else { Trans::No }),
+            ROW_MAJOR => (
+                ul.flip(),
+                if t == Trans::No {
+                    Trans::Trans
+                } else {
+                    Trans::No
+                },
+            ),
             _ => {
                 d.count_cpu(Routine::Syrk, p, Reason::InvalidArgs);
                 return go();
             }
         };
         let (ar, ac) = if t == Trans::No { (n_, k_) } else { (k_, n_) };
-        let call = Call { prec: p, op: Op::Syrk { uplo: ul, trans: t, n: u(n_), k: u(k_), alpha: alpha.bytes(p), a: m(a, ar, ac, lda.to_i64()), beta: beta.bytes(p), c: m(c, n_, n_, ldc.to_i64()) } };
-        dispatch::<I>(call, std::ptr::null_mut(), &mut || { go(); 0 });
+        let call = Call {
+            prec: p,
+            op: Op::Syrk {
+                uplo: ul,
+                trans: t,
+                n: u(n_),
+                k: u(k_),
+                alpha: alpha.bytes(p),
+                a: m(a, ar, ac, lda.to_i64()),
+                beta: beta.bytes(p),
+                c: m(c, n_, n_, ldc.to_i64()),
+            },
+        };
+        dispatch::<I>(call, std::ptr::null_mut(), &mut || {
+            go();
+            0
+        });
     }
 }
 
@@ -849,18 +1727,45 @@ pub unsafe fn c_syrk<I: FInt, S: CScalar>(real: &RealFn, p: Precision, order: c_
 /// CBLAS contract.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn c_trsm<I: FInt, S: CScalar>(real: &RealFn, p: Precision, order: c_int, side: c_int, uplo: c_int, ta: c_int, diag: c_int, mm: I, nn: I, alpha: S, a: P, lda: I, b: M, ldb: I) {
+pub unsafe fn c_trsm<I: FInt, S: CScalar>(
+    real: &RealFn,
+    p: Precision,
+    order: c_int,
+    side: c_int,
+    uplo: c_int,
+    ta: c_int,
+    diag: c_int,
+    mm: I,
+    nn: I,
+    alpha: S,
+    a: P,
+    lda: I,
+    b: M,
+    ldb: I,
+) {
     // SAFETY: CBLAS contract.
     unsafe {
-        let f = real!(real, fn(c_int, c_int, c_int, c_int, c_int, I, I, S, P, I, M, I));
+        let f = real!(
+            real,
+            fn(c_int, c_int, c_int, c_int, c_int, I, I, S, P, I, M, I)
+        );
         let go = || f(order, side, uplo, ta, diag, mm, nn, alpha, a, lda, b, ldb);
         let (m_, n_) = (mm.to_i64(), nn.to_i64());
         let d = dispatcher();
-        let ka = if c_side(side) == Some(Side::Right) { n_ } else { m_ };
-        if m_ < 0 || n_ < 0 || d.keep_small(Routine::Trsm, p, work(Routine::Trsm, shape(m_, n_, ka))) {
+        let ka = if c_side(side) == Some(Side::Right) {
+            n_
+        } else {
+            m_
+        };
+        if m_ < 0
+            || n_ < 0
+            || d.keep_small(Routine::Trsm, p, work(Routine::Trsm, shape(m_, n_, ka)))
+        {
             return go();
         }
-        let (Some(sd), Some(ul), Some(t), Some(dg)) = (c_side(side), c_uplo(uplo), c_trans(ta), c_diag(diag)) else {
+        let (Some(sd), Some(ul), Some(t), Some(dg)) =
+            (c_side(side), c_uplo(uplo), c_trans(ta), c_diag(diag))
+        else {
             d.count_cpu(Routine::Trsm, p, Reason::InvalidArgs);
             return go();
         };
@@ -872,8 +1777,24 @@ pub unsafe fn c_trsm<I: FInt, S: CScalar>(real: &RealFn, p: Precision, order: c_
                 return go();
             }
         };
-        let call = Call { prec: p, op: Op::Trsm { side: sd, uplo: ul, ta: t, diag: dg, m: u(m2), n: u(n2), alpha: alpha.bytes(p), a: m(a, ka, ka, lda.to_i64()), b: m(b, m2, n2, ldb.to_i64()) } };
-        dispatch::<I>(call, std::ptr::null_mut(), &mut || { go(); 0 });
+        let call = Call {
+            prec: p,
+            op: Op::Trsm {
+                side: sd,
+                uplo: ul,
+                ta: t,
+                diag: dg,
+                m: u(m2),
+                n: u(n2),
+                alpha: alpha.bytes(p),
+                a: m(a, ka, ka, lda.to_i64()),
+                b: m(b, m2, n2, ldb.to_i64()),
+            },
+        };
+        dispatch::<I>(call, std::ptr::null_mut(), &mut || {
+            go();
+            0
+        });
     }
 }
 

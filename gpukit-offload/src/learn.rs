@@ -138,7 +138,7 @@ impl Learner {
         let mut st = self.state.lock();
         let c = st.rechecks.entry((kind, prec, bucket(flops))).or_insert(0);
         *c += 1;
-        *c % RECHECK_EVERY == 0
+        (*c).is_multiple_of(RECHECK_EVERY)
     }
 
     /// All factors, as profile keys.
@@ -202,7 +202,9 @@ mod tests {
     fn rechecks_one_in_sixteen() {
         let l = Learner::default();
         let k = OpKind::plain(Routine::Potrf);
-        let n = (0..64).filter(|_| l.take_recheck(k, Precision::D, 1e10)).count();
+        let n = (0..64)
+            .filter(|_| l.take_recheck(k, Precision::D, 1e10))
+            .count();
         assert_eq!(n, 4);
     }
 

@@ -59,6 +59,9 @@ pub mod ops;
 pub mod profile;
 pub mod stats;
 
+#[cfg(test)]
+mod gpu_tests;
+
 pub use api::{c32, c64, Complex, Element, Offload};
 pub use dispatch::{Config, Dispatcher, GpuMode, LogMode, Outcome};
 pub use error::{Error, Result};

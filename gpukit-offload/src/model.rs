@@ -204,8 +204,12 @@ impl Model {
 
     /// Uncorrected estimate; `None` when the model has no curve for the kind.
     pub fn estimate(&self, kind: OpKind, prec: Precision, shape: Shape) -> Option<Estimate> {
-        let cpu = self.curve(kind, prec, Backend::Cpu)?.predict(kind, prec, shape);
-        let compute = self.curve(kind, prec, Backend::Gpu)?.predict(kind, prec, shape);
+        let cpu = self
+            .curve(kind, prec, Backend::Cpu)?
+            .predict(kind, prec, shape);
+        let compute = self
+            .curve(kind, prec, Backend::Gpu)?
+            .predict(kind, prec, shape);
         let (inb, outb) = kind.bytes(prec, shape);
         let (h2d, d2h) = self.copy.seconds(inb, outb);
         Some(Estimate {
@@ -272,8 +276,14 @@ mod tests {
 
     fn model() -> Model {
         let mut c = HashMap::new();
-        c.insert((gemm(), Precision::D, Backend::Cpu), saturating(gemm(), 1e12, 64.0));
-        c.insert((gemm(), Precision::D, Backend::Gpu), saturating(gemm(), 5e13, 2048.0));
+        c.insert(
+            (gemm(), Precision::D, Backend::Cpu),
+            saturating(gemm(), 1e12, 64.0),
+        );
+        c.insert(
+            (gemm(), Precision::D, Backend::Gpu),
+            saturating(gemm(), 5e13, 2048.0),
+        );
         Model::new(
             c,
             CopyModel {
@@ -302,9 +312,13 @@ mod tests {
     #[test]
     fn small_calls_stay_on_cpu_large_go_to_gpu() {
         let m = model();
-        let small = m.estimate(gemm(), Precision::D, Shape::new(64, 64, 64)).unwrap();
+        let small = m
+            .estimate(gemm(), Precision::D, Shape::new(64, 64, 64))
+            .unwrap();
         assert!(small.speedup() < 1.0, "{small:?}");
-        let large = m.estimate(gemm(), Precision::D, Shape::new(8192, 8192, 8192)).unwrap();
+        let large = m
+            .estimate(gemm(), Precision::D, Shape::new(8192, 8192, 8192))
+            .unwrap();
         assert!(large.speedup() > 3.0, "{large:?}");
     }
 
@@ -313,8 +327,12 @@ mod tests {
         let m = model();
         // same flops: a square call and a call with a tiny inner dimension; the latter moves far
         // more bytes per flop, so the GPU gains much less on it
-        let sq = m.estimate(gemm(), Precision::D, Shape::new(2048, 2048, 2048)).unwrap();
-        let flat = m.estimate(gemm(), Precision::D, Shape::new(16384, 16384, 32)).unwrap();
+        let sq = m
+            .estimate(gemm(), Precision::D, Shape::new(2048, 2048, 2048))
+            .unwrap();
+        let flat = m
+            .estimate(gemm(), Precision::D, Shape::new(16384, 16384, 32))
+            .unwrap();
         let f1 = gemm().flops(Precision::D, Shape::new(2048, 2048, 2048));
         let f2 = gemm().flops(Precision::D, Shape::new(16384, 16384, 32));
         assert!((f1 - f2).abs() / f1 < 1e-9);
@@ -325,8 +343,16 @@ mod tests {
     fn precision_fallback_uses_same_width() {
         let m = model();
         assert!(m.curve(gemm(), Precision::Z, Backend::Cpu).is_some());
-        assert!(m.curve(OpKind::plain(Routine::Potrf), Precision::D, Backend::Cpu).is_none());
-        assert!(m.estimate(OpKind::plain(Routine::Potrf), Precision::D, Shape::new(1, 9, 1)).is_none());
+        assert!(m
+            .curve(OpKind::plain(Routine::Potrf), Precision::D, Backend::Cpu)
+            .is_none());
+        assert!(m
+            .estimate(
+                OpKind::plain(Routine::Potrf),
+                Precision::D,
+                Shape::new(1, 9, 1)
+            )
+            .is_none());
     }
 
     #[test]

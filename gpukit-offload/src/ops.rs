@@ -80,6 +80,7 @@ impl Precision {
         }
     }
 
+    #[inline]
     pub(crate) fn index(self) -> usize {
         self as usize
     }
@@ -190,6 +191,7 @@ impl Routine {
         matches!(self, Routine::Syevd | Routine::Gesdd | Routine::Gesvd)
     }
 
+    #[inline]
     pub(crate) fn index(self) -> usize {
         self as usize
     }
@@ -207,6 +209,7 @@ pub struct OpKind {
 
 impl OpKind {
     /// A routine without the vectors flag.
+    #[inline]
     pub fn plain(routine: Routine) -> OpKind {
         OpKind {
             routine,
@@ -281,6 +284,7 @@ pub struct Shape {
 
 impl Shape {
     /// A shape from its three sizes.
+    #[inline]
     pub fn new(m: u64, n: u64, k: u64) -> Shape {
         Shape { m, n, k }
     }
@@ -392,7 +396,12 @@ impl OpKind {
                 let mn = m.min(n);
                 (
                     m * n * e,
-                    mn * re + if self.vectors { (m * mn + mn * n) * e } else { 0.0 },
+                    mn * re
+                        + if self.vectors {
+                            (m * mn + mn * n) * e
+                        } else {
+                            0.0
+                        },
                 )
             }
             Routine::Geqrf => (m * n * e, m * n * e + m.min(n) * e),
@@ -401,6 +410,7 @@ impl OpKind {
 
     /// The unit-less size product the shim's fast path compares against its threshold (no
     /// floating point, saturating): the dominant flop term without constants.
+    #[inline]
     pub fn work(self, s: Shape) -> u64 {
         let (m, n, k) = (s.m.max(1), s.n.max(1), s.k.max(1));
         match self.routine {
@@ -411,7 +421,9 @@ impl OpKind {
                 m.saturating_mul(n).saturating_mul(m.min(n))
             }
             Routine::Getrs | Routine::Potrs => n.saturating_mul(n).saturating_mul(k),
-            Routine::Gesv | Routine::Posv => n.saturating_mul(n).saturating_mul(n.saturating_add(k)),
+            Routine::Gesv | Routine::Posv => {
+                n.saturating_mul(n).saturating_mul(n.saturating_add(k))
+            }
             Routine::Potrf | Routine::Syevd => n.saturating_mul(n).saturating_mul(n),
         }
     }

@@ -73,12 +73,14 @@ impl Profile {
     /// The profile compiled into the crate.
     pub fn embedded() -> Profile {
         // The embedded file is checked by a unit test; a broken one would fail the build's tests.
-        Profile::parse(EMBEDDED).unwrap_or_else(|e| panic!("embedded offload profile is invalid: {e}"))
+        Profile::parse(EMBEDDED)
+            .unwrap_or_else(|e| panic!("embedded offload profile is invalid: {e}"))
     }
 
     /// Parses and validates profile JSON.
     pub fn parse(text: &str) -> std::result::Result<Profile, String> {
-        let p: Profile = serde_json::from_str(text).map_err(|e| format!("not a valid profile: {e}"))?;
+        let p: Profile =
+            serde_json::from_str(text).map_err(|e| format!("not a valid profile: {e}"))?;
         if p.version != PROFILE_VERSION {
             return Err(format!(
                 "profile version {} is not supported (this build reads version {PROFILE_VERSION}); run `offload calibrate` again",
@@ -105,9 +107,14 @@ impl Profile {
             if OpKind::parse_key(&e.op).is_none() {
                 return Err(format!("unknown op {:?}", e.op));
             }
-            e.curve
-                .validate()
-                .map_err(|m| format!("curve {}/{}/{}: {m}", e.op, e.precision.letter(), e.backend.as_str()))?;
+            e.curve.validate().map_err(|m| {
+                format!(
+                    "curve {}/{}/{}: {m}",
+                    e.op,
+                    e.precision.letter(),
+                    e.backend.as_str()
+                )
+            })?;
         }
         for (k, v) in &self.corrections {
             if !(v.is_finite() && *v > 0.0) {
@@ -135,10 +142,12 @@ impl Profile {
             path: path.to_path_buf(),
             msg,
         };
-        self.validate().map_err(|m| err(format!("refusing to write an invalid profile: {m}")))?;
+        self.validate()
+            .map_err(|m| err(format!("refusing to write an invalid profile: {m}")))?;
         if let Some(dir) = path.parent() {
             if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir).map_err(|e| err(format!("cannot create directory: {e}")))?;
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| err(format!("cannot create directory: {e}")))?;
             }
         }
         let text = serde_json::to_string_pretty(self).map_err(|e| err(e.to_string()))?;
@@ -193,7 +202,10 @@ mod tests {
         for kind in OpKind::all() {
             for prec in Precision::ALL {
                 for b in [Backend::Cpu, Backend::Gpu] {
-                    assert!(m.curve(kind, prec, b).is_some(), "no curve for {kind} {prec:?} {b:?}");
+                    assert!(
+                        m.curve(kind, prec, b).is_some(),
+                        "no curve for {kind} {prec:?} {b:?}"
+                    );
                 }
             }
         }
@@ -216,7 +228,10 @@ mod tests {
         let path = dir.path().join("p.json");
         std::fs::write(&path, "{ this is not json").unwrap();
         let e = Profile::load(&path).unwrap_err().to_string();
-        assert!(e.contains("p.json") && e.contains("not a valid profile"), "{e}");
+        assert!(
+            e.contains("p.json") && e.contains("not a valid profile"),
+            "{e}"
+        );
 
         let mut p = Profile::embedded();
         p.version = 99;
