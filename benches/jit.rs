@@ -37,7 +37,8 @@ fn bench(c: &mut Criterion) {
     // Cold: a source no cache has seen (a unique comment per iteration), no disk level.
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let cold = cache(None);
-    cold.get_or_compile(SCALE, "scale", target, &opts).expect("warm-up compile");
+    cold.get_or_compile(SCALE, "scale", target, &opts)
+        .expect("warm-up compile");
     g.sample_size(20).measurement_time(Duration::from_secs(8));
     g.bench_function("cold_compile", |b| {
         b.iter_custom(|iters| {
@@ -45,7 +46,8 @@ fn bench(c: &mut Criterion) {
             for _ in 0..iters {
                 let src = format!("// {}\n{SCALE}", SEQ.fetch_add(1, Ordering::Relaxed));
                 let t = Instant::now();
-                cold.get_or_compile(&src, "scale", target, &opts).expect("compile");
+                cold.get_or_compile(&src, "scale", target, &opts)
+                    .expect("compile");
                 total += t.elapsed();
             }
             total
@@ -53,7 +55,9 @@ fn bench(c: &mut Criterion) {
     });
 
     // Disk hit: a new cache object (empty memory level) over a warm directory.
-    cache(Some(dir.path())).get_or_compile(SCALE, "scale", target, &opts).expect("fill");
+    cache(Some(dir.path()))
+        .get_or_compile(SCALE, "scale", target, &opts)
+        .expect("fill");
     g.sample_size(50).measurement_time(Duration::from_secs(5));
     g.bench_function("disk_hit", |b| {
         b.iter_custom(|iters| {
@@ -61,7 +65,9 @@ fn bench(c: &mut Criterion) {
             for _ in 0..iters {
                 let fresh = cache(Some(dir.path()));
                 let t = Instant::now();
-                fresh.get_or_compile(SCALE, "scale", target, &opts).expect("disk hit");
+                fresh
+                    .get_or_compile(SCALE, "scale", target, &opts)
+                    .expect("disk hit");
                 total += t.elapsed();
                 assert_eq!(fresh.stats().disk_hits, 1);
             }
@@ -71,10 +77,14 @@ fn bench(c: &mut Criterion) {
 
     // Memory hit.
     let warm = cache(Some(dir.path()));
-    warm.get_or_compile(SCALE, "scale", target, &opts).expect("fill");
+    warm.get_or_compile(SCALE, "scale", target, &opts)
+        .expect("fill");
     g.sample_size(100).measurement_time(Duration::from_secs(3));
     g.bench_function("memory_hit", |b| {
-        b.iter(|| warm.get_or_compile(SCALE, "scale", target, &opts).expect("memory hit"))
+        b.iter(|| {
+            warm.get_or_compile(SCALE, "scale", target, &opts)
+                .expect("memory hit")
+        })
     });
     g.finish();
 }

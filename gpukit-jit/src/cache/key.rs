@@ -44,7 +44,13 @@ impl CacheKey {
         ]);
         field(&(nvrtc_version.0 as i64).to_le_bytes());
         field(&(nvrtc_version.1 as i64).to_le_bytes());
-        field(&options.max_registers.map(|r| r as i64).unwrap_or(-1).to_le_bytes());
+        field(
+            &options
+                .max_registers
+                .map(|r| r as i64)
+                .unwrap_or(-1)
+                .to_le_bytes(),
+        );
         field(options.std.as_deref().unwrap_or("c++17").as_bytes());
         let mut list = |tag: &[u8], items: &mut dyn Iterator<Item = &str>| {
             field(tag);
@@ -52,10 +58,28 @@ impl CacheKey {
                 field(item.as_bytes());
             }
         };
-        list(b"headers", &mut options.headers.iter().flat_map(|(n, c)| [n.as_str(), c.as_str()]));
-        list(b"defines", &mut options.defines.iter().flat_map(|(n, v)| [n.as_str(), v.as_str()]));
-        list(b"includes", &mut options.include_paths.iter().map(String::as_str));
-        list(b"names", &mut options.name_expressions.iter().map(String::as_str));
+        list(
+            b"headers",
+            &mut options
+                .headers
+                .iter()
+                .flat_map(|(n, c)| [n.as_str(), c.as_str()]),
+        );
+        list(
+            b"defines",
+            &mut options
+                .defines
+                .iter()
+                .flat_map(|(n, v)| [n.as_str(), v.as_str()]),
+        );
+        list(
+            b"includes",
+            &mut options.include_paths.iter().map(String::as_str),
+        );
+        list(
+            b"names",
+            &mut options.name_expressions.iter().map(String::as_str),
+        );
         list(b"extra", &mut options.extra.iter().map(String::as_str));
         CacheKey(h.finalize().into())
     }
