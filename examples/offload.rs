@@ -291,9 +291,7 @@ fn demo() -> gpukit_offload::Result<()> {
         ),
         Err(e) => println!("no GPU here ({e}): every call runs on the CPU"),
     }
-    if let Err(e) = d.cpu_backend() {
-        return Err(e);
-    }
+    d.cpu_backend()?;
     println!(
         "{:<8} {:<26} {:<4} {:<18} {:>10}",
         "routine", "shape", "ran", "reason", "time"
