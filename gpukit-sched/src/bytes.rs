@@ -31,21 +31,30 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
     if num.is_empty() {
         return Err(bad("must start with a non-negative number"));
     }
-    let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" => 1_000,
-        "m" | "mb" => 1_000_000,
-        "g" | "gb" => 1_000_000_000,
-        "t" | "tb" => 1_000_000_000_000,
-        "ki" | "kib" => 1 << 10,
-        "mi" | "mib" => 1 << 20,
-        "gi" | "gib" => 1 << 30,
-        "ti" | "tib" => 1 << 40,
-        _ => {
-            return Err(bad(
-                "unknown unit; use B, kB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024)",
-            ))
-        }
+    const UNITS: [(&str, u64); 18] = [
+        ("", 1),
+        ("b", 1),
+        ("k", 1_000),
+        ("kb", 1_000),
+        ("m", 1_000_000),
+        ("mb", 1_000_000),
+        ("g", 1_000_000_000),
+        ("gb", 1_000_000_000),
+        ("t", 1_000_000_000_000),
+        ("tb", 1_000_000_000_000),
+        ("ki", 1 << 10),
+        ("kib", 1 << 10),
+        ("mi", 1 << 20),
+        ("mib", 1 << 20),
+        ("gi", 1 << 30),
+        ("gib", 1 << 30),
+        ("ti", 1 << 40),
+        ("tib", 1 << 40),
+    ];
+    let Some(&(_, multiplier)) = UNITS.iter().find(|(u, _)| u.eq_ignore_ascii_case(unit)) else {
+        return Err(bad(
+            "unknown unit; use B, kB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024)",
+        ));
     };
     let (int_part, frac_part) = match num.split_once('.') {
         Some((i, f)) => (i, f),

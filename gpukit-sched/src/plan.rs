@@ -148,6 +148,9 @@ struct Entry {
     phase: Phase,
 }
 
+/// A queued task's place in the queue order (see [`Planner::order_key`]).
+type OrderKey = (u8, i64, u64, u64, u64);
+
 #[derive(Debug, Clone)]
 struct Pool {
     memory_quota: u64,
@@ -155,7 +158,8 @@ struct Pool {
     band: i32,
     committed: u64,
     assigned: GroupSet,
-    queue: Vec<TaskId>,
+    /// Queued tasks with their order keys, kept sorted by key (the queue order).
+    queue: Vec<(OrderKey, TaskId)>,
 }
 
 /// The deterministic core of the scheduler. See the module docs for the rules.
@@ -184,6 +188,12 @@ pub struct Planner {
     seq: u64,
     running: usize,
     lend_changes: Vec<(TaskId, GroupSet)>,
+    /// Running tasks that may borrow groups (not Guaranteed); none: nothing to lend.
+    borrowers: usize,
+    /// No queued task's deadline is earlier (a lower bound; `u64::MAX`: none).
+    next_deadline: u64,
+    /// Pools changed since queued tasks were last checked against them.
+    recheck: bool,
 }
 
 impl Planner {
@@ -208,6 +218,9 @@ impl Planner {
             seq: 0,
             running: 0,
             lend_changes: Vec::new(),
+            borrowers: 0,
+            next_deadline: u64::MAX,
+            recheck: false,
         }
     }
 
@@ -295,11 +308,13 @@ impl Planner {
                 phase: Phase::Queued { bypassed: 0 },
             },
         );
-        self.pools
-            .get_mut(&pool_key)
-            .expect("pool exists")
-            .queue
-            .push(id);
+        if let Some(d) = deadline_at {
+            self.next_deadline = self.next_deadline.min(d);
+        }
+        let key = self.order_key(id);
+        let queue = &mut self.pools.get_mut(&pool_key).expect("pool exists").queue;
+        let at = queue.partition_point(|(k, _)| *k < key);
+        queue.insert(at, (key, id));
         let mut events = self.schedule(now);
         let mine = events.iter().position(|e| match e {
             Event::Started(t, _) | Event::Rejected(t, _) => *t == id,
@@ -326,7 +341,9 @@ impl Planner {
             && pool.groups.minus(pool.assigned).len() >= groups
     }
 
-    fn order_key(&self, id: TaskId) -> (u8, i64, u64, u64, u64) {
+    /// The queue order: starving tasks first (in submission order), then priority (larger
+    /// first), deadline (earliest first, tasks with one before those without), submission.
+    fn order_key(&self, id: TaskId) -> OrderKey {
         let e = &self.tasks[&id];
         let starving =
             matches!(e.phase, Phase::Queued { bypassed } if bypassed >= self.cfg.max_bypass);
@@ -344,9 +361,11 @@ impl Planner {
     }
 
     fn sorted_queue(&self, pool_key: &Option<String>) -> Vec<TaskId> {
-        let mut q = self.pools[pool_key].queue.clone();
-        q.sort_by_key(|&id| self.order_key(id));
-        q
+        self.pools[pool_key]
+            .queue
+            .iter()
+            .map(|&(_, id)| id)
+            .collect()
     }
 
     /// A queued task's place in its pool's order (0 = next).
@@ -355,7 +374,7 @@ impl Planner {
         if !matches!(e.phase, Phase::Queued { .. }) {
             return None;
         }
-        self.sorted_queue(&e.pool).iter().position(|&t| t == id)
+        self.pools[&e.pool].queue.iter().position(|&(_, t)| t == id)
     }
 
     /// Starts whatever can start and rejects queued tasks whose deadline has passed (or that
@@ -363,20 +382,50 @@ impl Planner {
     /// [`finish`](Self::finish) and [`cancel`](Self::cancel) do.
     pub fn schedule(&mut self, now: u64) -> Vec<Event> {
         let mut events = Vec::new();
-        let mut order: Vec<Option<String>> = if self.pools.len() == 1 {
-            vec![None]
+        // Queued tasks passed the pool checks at submit and at the last check; only a pool
+        // change or a passed deadline can reject one now.
+        let check = self.recheck || now >= self.next_deadline;
+        if check {
+            self.next_deadline = u64::MAX;
+        }
+        if self.pools.len() == 1 {
+            self.schedule_pool(&None, now, check, &mut events);
         } else {
-            self.pools.keys().cloned().collect()
-        };
-        order.sort_by_key(|k| -(self.pools[k].band as i64));
-        for key in order {
-            if self.pools[&key].queue.is_empty() {
-                continue;
+            let mut order: Vec<Option<String>> = self.pools.keys().cloned().collect();
+            order.sort_by_key(|k| -(self.pools[k].band as i64));
+            for key in order {
+                self.schedule_pool(&key, now, check, &mut events);
             }
-            // Deadlines and impossible requests.
-            for id in self.pools[&key].queue.clone() {
+        }
+        if check {
+            self.recheck = false;
+        }
+        let changed = self.lend();
+        self.lend_changes.extend(changed);
+        events
+    }
+
+    fn schedule_pool(
+        &mut self,
+        key: &Option<String>,
+        now: u64,
+        check: bool,
+        events: &mut Vec<Event>,
+    ) {
+        if self.pools[key].queue.is_empty() {
+            return;
+        }
+        if check {
+            // Deadlines and impossible requests, in submission order.
+            let mut ids: Vec<(u64, TaskId)> = self.pools[key]
+                .queue
+                .iter()
+                .map(|&(_, id)| (self.tasks[&id].seq, id))
+                .collect();
+            ids.sort_unstable();
+            for (_, id) in ids {
                 let e = &self.tasks[&id];
-                let pool = &self.pools[&key];
+                let pool = &self.pools[key];
                 let reason = if e.deadline_at.is_some_and(|d| now >= d) {
                     Some(format!(
                         "deadline passed while queued ({} ms after submission)",
@@ -396,44 +445,73 @@ impl Planner {
                 } else {
                     None
                 };
-                if let Some(r) = reason {
-                    self.remove(id);
-                    events.push(Event::Rejected(id, r));
-                }
-            }
-            let queue = self.sorted_queue(&key);
-            let mut barrier: Option<u64> = None;
-            for id in queue {
-                let (seq, mem, groups, starving) = {
-                    let e = &self.tasks[&id];
-                    let starving = matches!(e.phase, Phase::Queued { bypassed } if bypassed >= self.cfg.max_bypass);
-                    (e.seq, e.spec.memory_request, e.groups_needed, starving)
-                };
-                let allowed = barrier.is_none_or(|b| seq < b);
-                if allowed && self.fits(&key, mem, groups) {
-                    let key_of_started = self.order_key(id);
-                    let grant = self.start(id);
-                    events.push(Event::Started(id, grant));
-                    // Every task still queued in this pool that was ahead of it in the queue
-                    // order, and submitted earlier, was jumped.
-                    for other in self.pools[&key].queue.clone() {
-                        if self.order_key(other) < key_of_started {
-                            let o = self.tasks.get_mut(&other).expect("queued task exists");
-                            if o.seq < seq {
-                                if let Phase::Queued { bypassed } = &mut o.phase {
-                                    *bypassed += 1;
-                                }
-                            }
+                match reason {
+                    Some(r) => {
+                        self.remove(id);
+                        events.push(Event::Rejected(id, r));
+                    }
+                    None => {
+                        if let Some(d) = e.deadline_at {
+                            self.next_deadline = self.next_deadline.min(d);
                         }
                     }
-                } else if starving && barrier.is_none() {
-                    barrier = Some(seq);
                 }
             }
         }
-        let changed = self.lend();
-        self.lend_changes.extend(changed);
-        events
+        // Nothing starts while every worker slot is taken.
+        if self.running >= self.cfg.max_running {
+            return;
+        }
+        let queue = self.sorted_queue(key);
+        let mut barrier: Option<u64> = None;
+        for id in queue {
+            if self.running >= self.cfg.max_running {
+                break;
+            }
+            let (seq, mem, groups, starving) = {
+                let e = &self.tasks[&id];
+                let starving = matches!(e.phase, Phase::Queued { bypassed } if bypassed >= self.cfg.max_bypass);
+                (e.seq, e.spec.memory_request, e.groups_needed, starving)
+            };
+            let allowed = barrier.is_none_or(|b| seq < b);
+            if allowed && self.fits(key, mem, groups) {
+                let key_of_started = self.order_key(id);
+                let grant = self.start(id);
+                events.push(Event::Started(id, grant));
+                // Every task still queued in this pool that was ahead of it in the queue
+                // order (a prefix of the sorted queue), and submitted earlier, was jumped.
+                let ahead = self.pools[key]
+                    .queue
+                    .partition_point(|(k, _)| *k < key_of_started);
+                let max_bypass = self.cfg.max_bypass;
+                let mut now_starving = false;
+                for i in 0..ahead {
+                    let other = self.pools[key].queue[i].1;
+                    let o = self.tasks.get_mut(&other).expect("queued task exists");
+                    if o.seq < seq {
+                        if let Phase::Queued { bypassed } = &mut o.phase {
+                            now_starving |= *bypassed < max_bypass && *bypassed + 1 >= max_bypass;
+                            *bypassed += 1;
+                        }
+                    }
+                }
+                if now_starving {
+                    self.rekey(key);
+                }
+            } else if starving && barrier.is_none() {
+                barrier = Some(seq);
+            }
+        }
+    }
+
+    /// Recomputes the order keys of a pool's queue and sorts it again.
+    fn rekey(&mut self, key: &Option<String>) {
+        let mut queue = std::mem::take(&mut self.pools.get_mut(key).expect("pool exists").queue);
+        for (k, id) in queue.iter_mut() {
+            *k = self.order_key(*id);
+        }
+        queue.sort_unstable();
+        self.pools.get_mut(key).expect("pool exists").queue = queue;
     }
 
     /// Lending changes since the last call: tasks whose usable groups (own + lent) changed,
@@ -464,8 +542,10 @@ impl Planner {
         pool.assigned = pool.assigned.union(own);
         pool.committed += mem;
         let pool_quota = pool.memory_quota;
-        pool.queue.retain(|&t| t != id);
+        pool.queue.retain(|&(_, t)| t != id);
         self.running += 1;
+        let borrower = self.tasks[&id].spec.qos != QosClass::Guaranteed;
+        self.borrowers += borrower as usize;
         let mechanism = if !layout.green {
             Mechanism::Pacing
         } else if groups_needed > 0 {
@@ -496,6 +576,10 @@ impl Planner {
     }
 
     fn lent_in_pool(&self, pool_key: &Option<String>) -> GroupSet {
+        if self.borrowers == 0 {
+            // Only running borrowers hold lent groups.
+            return GroupSet::EMPTY;
+        }
         self.tasks
             .values()
             .filter(|e| &e.pool == pool_key)
@@ -510,6 +594,10 @@ impl Planner {
     pub fn lend(&mut self) -> Vec<(TaskId, GroupSet)> {
         let layout = self.cfg.layout;
         let mut changed = Vec::new();
+        if self.borrowers == 0 {
+            // Guaranteed tasks never borrow: nobody to lend to, nothing lent.
+            return changed;
+        }
         let keys: Vec<Option<String>> = self.pools.keys().cloned().collect();
         for key in keys {
             let pool = &self.pools[&key];
@@ -566,11 +654,12 @@ impl Planner {
         let e = self.tasks.remove(&id)?;
         let pool = self.pools.get_mut(&e.pool).expect("pool exists");
         match e.phase {
-            Phase::Queued { .. } => pool.queue.retain(|&t| t != id),
+            Phase::Queued { .. } => pool.queue.retain(|&(_, t)| t != id),
             Phase::Running { own, .. } => {
                 pool.assigned = pool.assigned.minus(own);
                 pool.committed -= e.spec.memory_request;
                 self.running -= 1;
+                self.borrowers -= (e.spec.qos != QosClass::Guaranteed) as usize;
             }
         }
         Some(e)
@@ -707,6 +796,7 @@ impl Planner {
         let d = self.pools.get_mut(&None).expect("default pool");
         d.memory_quota -= spec.memory;
         d.groups = d.groups.minus(mine);
+        self.recheck = true;
         self.pools.insert(
             Some(name.to_string()),
             Pool {
@@ -744,6 +834,7 @@ impl Planner {
         let d = self.pools.get_mut(&None).expect("default pool");
         d.memory_quota += p.memory_quota;
         d.groups = d.groups.union(p.groups);
+        self.recheck = true;
         Ok(self.schedule(now))
     }
 

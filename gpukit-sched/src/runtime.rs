@@ -11,14 +11,13 @@ use crate::plan::{
 };
 use crate::sm::{ComputeGrant, GroupSet, Mechanism, SmLayout};
 use crate::spec::{QosClass, ResolvedSpec, TaskSpec};
-use crossbeam::channel::{unbounded, Receiver, Sender};
 use cudarc::driver::sys;
 use gpukit_core::{Device, DeviceBuffer, OwnerId, Stream};
 use gpukit_jit::{Kernel, KernelArg, LaunchConfig};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,6 +43,10 @@ pub struct SchedulerConfig {
     pub green_contexts: bool,
     /// SMs per group (default: the driver's minimum partition, 8 on Hopper).
     pub group_size: Option<u32>,
+    /// How long a worker that just finished a task polls for the next one before it sleeps
+    /// (at most one worker polls at a time). A task started while one polls is handed over
+    /// without a wake-up system call on the submitting thread. Default 100 us; zero: never.
+    pub worker_spin: Duration,
     /// How long a starting task waits for evicted tasks to release memory. Default 30 s.
     pub eviction_timeout: Duration,
 }
@@ -58,6 +61,7 @@ impl Default for SchedulerConfig {
             max_bypass: 4,
             green_contexts: true,
             group_size: None,
+            worker_spin: Duration::from_micros(100),
             eviction_timeout: Duration::from_secs(30),
         }
     }
@@ -77,6 +81,11 @@ impl SchedulerConfig {
     /// Caps the memory capacity.
     pub fn memory_capacity(mut self, b: impl Into<ByteSize>) -> Self {
         self.memory_capacity = Some(b.into());
+        self
+    }
+    /// Sets how long an idle worker polls before it sleeps.
+    pub fn worker_spin(mut self, d: Duration) -> Self {
+        self.worker_spin = d;
         self
     }
     /// Enables or disables green contexts.
@@ -302,6 +311,48 @@ struct Status {
 
 type Job = Box<dyn FnOnce(&mut TaskContext) + Send>;
 
+/// Maps keyed by task ids (sequential numbers: a multiplicative hash suffices).
+type IdMap<V> = HashMap<TaskId, V, std::hash::BuildHasherDefault<IdHasher>>;
+
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// `sched-task-{id}` without a temporary `String`.
+fn owner_of(id: TaskId) -> OwnerId {
+    const PREFIX: &[u8] = b"sched-task-";
+    let mut buf = [0u8; PREFIX.len() + 20];
+    buf[..PREFIX.len()].copy_from_slice(PREFIX);
+    let mut digits = [0u8; 20];
+    let (mut n, mut k) = (id, 0);
+    loop {
+        digits[k] = b'0' + (n % 10) as u8;
+        k += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for (i, d) in digits[..k].iter().rev().enumerate() {
+        buf[PREFIX.len() + i] = *d;
+    }
+    let text = std::str::from_utf8(&buf[..PREFIX.len() + k]).expect("ASCII");
+    OwnerId::new(text)
+}
+
 struct Pending {
     task: Arc<TaskShared>,
     job: Job,
@@ -309,11 +360,11 @@ struct Pending {
 
 struct State {
     planner: Planner,
-    live: HashMap<TaskId, Arc<TaskShared>>,
-    queued_jobs: HashMap<TaskId, Pending>,
+    live: IdMap<Arc<TaskShared>>,
+    queued_jobs: IdMap<Pending>,
     finished: VecDeque<Arc<TaskShared>>,
     started_seq: u64,
-    start_order: HashMap<TaskId, u64>,
+    start_order: IdMap<u64>,
     evictions: Vec<(TaskId, String, QosClass)>,
     outbox: Vec<Pending>,
     submitted: u64,
@@ -349,7 +400,8 @@ enum LaneKey {
 }
 
 struct Inner {
-    dev: Device,
+    /// `None` only for [`Scheduler::cpu_only`] (benches and tests of the CPU side).
+    dev: Option<Device>,
     cfg: SchedulerConfig,
     epoch: Instant,
     state: Mutex<State>,
@@ -362,7 +414,103 @@ struct Inner {
     lanes_created: AtomicU64,
     kernels_total: AtomicU64,
     next_id: AtomicU64,
-    tx: Mutex<Option<Sender<Pending>>>,
+    handoff: Handoff,
+}
+
+/// Started tasks on their way to the workers. A worker that just finished a task polls
+/// `pending` for `worker_spin` before it sleeps on `ready`; a sender wakes sleeping workers
+/// only for the jobs that polling workers will not take, so a task handed to a polling worker
+/// costs the submitting thread no system call.
+struct Handoff {
+    queue: Mutex<HandoffQueue>,
+    ready: Condvar,
+    /// Jobs queued (a hint for the polling worker; the queue under the lock decides).
+    pending: AtomicUsize,
+}
+
+struct HandoffQueue {
+    jobs: VecDeque<Pending>,
+    /// Workers polling: each checks the queue under the lock before it sleeps.
+    polling: usize,
+    closed: bool,
+}
+
+impl Handoff {
+    fn new() -> Self {
+        Handoff {
+            queue: Mutex::new(HandoffQueue {
+                jobs: VecDeque::new(),
+                polling: 0,
+                closed: false,
+            }),
+            ready: Condvar::new(),
+            pending: AtomicUsize::new(0),
+        }
+    }
+
+    /// Queues started tasks; after [`close`](Self::close) they are dropped.
+    fn send(&self, out: Vec<Pending>) {
+        let wake = {
+            let mut q = self.queue.lock();
+            if q.closed {
+                return;
+            }
+            let n = out.len();
+            q.jobs.extend(out);
+            self.pending.store(q.jobs.len(), Ordering::Release);
+            n.saturating_sub(q.polling)
+        };
+        // After unlocking, so a woken worker does not block on the lock. A worker that is
+        // still polling took no wake-up; one that takes a job and sees more wakes another.
+        for _ in 0..wake {
+            self.ready.notify_one();
+        }
+    }
+
+    /// Workers finish the queued jobs, then exit.
+    fn close(&self) {
+        self.queue.lock().closed = true;
+        self.ready.notify_all();
+    }
+
+    /// The next job; `None` once closed and drained. `spin`: poll before sleeping.
+    fn recv(&self, spin: Duration) -> Option<Pending> {
+        let mut q = self.queue.lock();
+        if spin > Duration::ZERO && q.jobs.is_empty() && !q.closed && q.polling == 0 {
+            q.polling += 1;
+            drop(q);
+            let t = Instant::now();
+            let mut i = 0u32;
+            while self.pending.load(Ordering::Acquire) == 0 {
+                i = i.wrapping_add(1);
+                if i.is_multiple_of(64) {
+                    if t.elapsed() >= spin {
+                        break;
+                    }
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            q = self.queue.lock();
+            q.polling -= 1;
+        }
+        loop {
+            if let Some(p) = q.jobs.pop_front() {
+                self.pending.store(q.jobs.len(), Ordering::Release);
+                let more = !q.jobs.is_empty();
+                drop(q);
+                if more {
+                    self.ready.notify_one();
+                }
+                return Some(p);
+            }
+            if q.closed {
+                return None;
+            }
+            self.ready.wait(&mut q);
+        }
+    }
 }
 
 /// The QoS scheduler of one device. See the crate docs.
@@ -432,6 +580,36 @@ impl Scheduler {
                     .to_string(),
             )
         };
+        Scheduler::start(Some(dev), cfg, memory_capacity, split, layout, mechanism)
+    }
+
+    /// A scheduler with no device, for benches and tests of its CPU side: the same planner,
+    /// state, admission and hand-off to the worker threads as [`Scheduler::new`] (so
+    /// [`submit`](Self::submit) runs exactly the code it runs there), with `layout` and
+    /// `memory_capacity` given instead of probed. Workers run each task's closure with a
+    /// context that has no streams (a closure that touches the GPU through it panics and the
+    /// task fails); [`device`](Self::device) panics.
+    #[doc(hidden)]
+    pub fn cpu_only(
+        layout: SmLayout,
+        memory_capacity: u64,
+        cfg: SchedulerConfig,
+    ) -> Result<Scheduler> {
+        if cfg.workers == 0 {
+            return Err(Error::invalid("workers", 0, "need at least one worker"));
+        }
+        let mechanism = "none: CPU-only scheduler (no device; benches and tests)".to_string();
+        Scheduler::start(None, cfg, memory_capacity, None, layout, mechanism)
+    }
+
+    fn start(
+        dev: Option<Device>,
+        cfg: SchedulerConfig,
+        memory_capacity: u64,
+        split: Option<SmSplit>,
+        layout: SmLayout,
+        mechanism: String,
+    ) -> Result<Scheduler> {
         let planner = Planner::new(PlannerConfig {
             memory_capacity,
             layout,
@@ -439,18 +617,17 @@ impl Scheduler {
             max_queue: cfg.max_queue,
             max_bypass: cfg.max_bypass,
         });
-        let (tx, rx) = unbounded::<Pending>();
         let inner = Arc::new(Inner {
             dev: dev.clone(),
             cfg: cfg.clone(),
             epoch: Instant::now(),
             state: Mutex::new(State {
                 planner,
-                live: HashMap::new(),
-                queued_jobs: HashMap::new(),
+                live: IdMap::default(),
+                queued_jobs: IdMap::default(),
                 finished: VecDeque::new(),
                 started_seq: 0,
-                start_order: HashMap::new(),
+                start_order: IdMap::default(),
                 evictions: Vec::new(),
                 outbox: Vec::new(),
                 submitted: 0,
@@ -468,24 +645,28 @@ impl Scheduler {
             lanes_created: AtomicU64::new(0),
             kernels_total: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
-            tx: Mutex::new(Some(tx)),
+            handoff: Handoff::new(),
         });
-        let weak = Arc::downgrade(&inner);
-        dev.allocator().set_alloc_hook(Some(Arc::new(
-            move |owner: &OwnerId, bytes: usize| match weak.upgrade() {
-                Some(inner) => inner.alloc_hook(owner, bytes as u64),
-                None => Ok(()),
-            },
-        )));
+        if let Some(dev) = &dev {
+            let weak = Arc::downgrade(&inner);
+            dev.allocator()
+                .set_alloc_hook(Some(Arc::new(
+                    move |owner: &OwnerId, bytes: usize| match weak.upgrade() {
+                        Some(inner) => inner.alloc_hook(owner, bytes as u64),
+                        None => Ok(()),
+                    },
+                )));
+        }
         let workers = (0..cfg.workers)
             .map(|i| {
-                let rx: Receiver<Pending> = rx.clone();
                 let inner = inner.clone();
                 std::thread::Builder::new()
                     .name(format!("gpukit-sched-{i}"))
                     .spawn(move || {
-                        while let Ok(p) = rx.recv() {
+                        let mut spin = Duration::ZERO;
+                        while let Some(p) = inner.handoff.recv(spin) {
                             inner.run_task(p);
+                            spin = inner.cfg.worker_spin;
                         }
                     })
                     .map_err(|e| Error::invalid("worker thread", i, e.to_string()))
@@ -496,7 +677,7 @@ impl Scheduler {
 
     /// The device.
     pub fn device(&self) -> &Device {
-        &self.inner.dev
+        self.inner.dev()
     }
 
     /// The SM layout in force.
@@ -524,7 +705,7 @@ impl Scheduler {
     {
         let spec = spec.resolve()?;
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let owner = OwnerId::from(format!("sched-task-{id}"));
+        let owner = owner_of(id);
         let shared = Arc::new(TaskShared {
             id,
             spec: spec.clone(),
@@ -553,13 +734,12 @@ impl Scheduler {
         });
         let slot: Arc<Mutex<Option<Result<T>>>> = Arc::new(Mutex::new(None));
         let slot2 = slot.clone();
-        let name = spec.name.clone();
         let job: Job = Box::new(move |ctx: &mut TaskContext| {
             let r = catch_unwind(AssertUnwindSafe(|| task(ctx)));
             let r = match r {
                 Ok(r) => r,
                 Err(payload) => Err(Error::Panicked {
-                    task: name,
+                    task: ctx.task.spec.name.clone(),
                     message: panic_message(&payload),
                 }),
             };
@@ -689,7 +869,7 @@ impl Scheduler {
                     .live
                     .values()
                     .filter(|t| t.spec.partition == pool.name)
-                    .map(|t| self.inner.dev.allocator().owner_usage(&t.owner).in_use as u64)
+                    .map(|t| self.inner.in_use(&t.owner))
                     .sum();
                 PartitionStats {
                     pool,
@@ -750,16 +930,19 @@ impl Scheduler {
                 }
             }
         }
-        self.inner.tx.lock().take();
+        self.inner.handoff.close();
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
-        self.inner.dev.allocator().set_alloc_hook(None);
-        let _ = self.inner.dev.synchronize();
+        let Some(dev) = &self.inner.dev else {
+            return;
+        };
+        dev.allocator().set_alloc_hook(None);
+        let _ = dev.synchronize();
         // Cached segments ordered on our streams must go before the streams do.
-        let _ = self.inner.dev.allocator().empty_cache();
+        let _ = dev.allocator().empty_cache();
         // Live buffers anywhere (a task may have returned one) may be ordered on our streams.
-        let in_use = self.inner.dev.allocator().stats().in_use;
+        let in_use = dev.allocator().stats().in_use;
         let mut lanes = self.inner.lanes.lock();
         if in_use == 0 {
             lanes.clear();
@@ -804,6 +987,19 @@ fn finish_status(t: &TaskShared, state: TaskState, err: Option<String>) {
 }
 
 impl Inner {
+    fn dev(&self) -> &Device {
+        self.dev
+            .as_ref()
+            .expect("a CPU-only scheduler (Scheduler::cpu_only) has no device")
+    }
+
+    /// Bytes `owner` has allocated now (0 without a device).
+    fn in_use(&self, owner: &OwnerId) -> u64 {
+        self.dev
+            .as_ref()
+            .map_or(0, |d| d.allocator().owner_usage(owner).in_use as u64)
+    }
+
     fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
@@ -813,11 +1009,7 @@ impl Inner {
         if out.is_empty() {
             return;
         }
-        if let Some(tx) = self.tx.lock().as_ref() {
-            for p in out {
-                let _ = tx.send(p);
-            }
-        }
+        self.handoff.send(out);
     }
 
     fn dispatch(&self, st: &mut State, p: Pending, g: Grant) {
@@ -898,7 +1090,7 @@ impl Inner {
                     started: st.start_order.get(&t.id).copied().unwrap_or(0),
                     request: t.spec.memory_request,
                     limit: grant.map(|g| g.memory_limit).unwrap_or(u64::MAX),
-                    in_use: self.dev.allocator().owner_usage(&t.owner).in_use as u64,
+                    in_use: self.in_use(&t.owner),
                 }
             })
             .collect();
@@ -998,12 +1190,13 @@ impl Inner {
                 }
             }
             LaneKey::Primary => {
-                let s = self.dev.new_stream(0)?;
-                let ctx = self.dev.context().cu_ctx();
+                let dev = self.dev();
+                let s = dev.new_stream(0)?;
+                let ctx = dev.context().cu_ctx();
                 Lane {
                     raw: s.cuda().cu_stream(),
                     ctx,
-                    sms: self.dev.multiprocessor_count(),
+                    sms: dev.multiprocessor_count(),
                     key,
                     marker: GreenEvent::in_context(ctx)?,
                     t0: GreenEvent::in_context(ctx)?,
@@ -1040,14 +1233,53 @@ impl Inner {
 
     fn run_task(self: &Arc<Self>, p: Pending) {
         let task = p.task.clone();
-        let outcome: Result<()> = (|| {
+        let outcome = match &self.dev {
+            Some(dev) => self.run_on_device(dev, p),
+            None => self.run_without_device(p),
+        };
+        self.complete(&task, outcome);
+    }
+
+    /// [`Scheduler::cpu_only`]: the same steps as [`run_on_device`](Self::run_on_device)
+    /// minus quotas, streams and events.
+    fn run_without_device(self: &Arc<Self>, p: Pending) -> Result<()> {
+        let task = p.task.clone();
+        self.make_room(&task)?;
+        let grant = task
+            .status
+            .lock()
+            .grant
+            .ok_or_else(|| Error::invalid("task", task.id, "started without a grant"))?;
+        {
+            let mut s = task.status.lock();
+            s.state = TaskState::Running;
+            s.started = Some(Instant::now());
+        }
+        let mut ctx = TaskContext {
+            inner: self.clone(),
+            task,
+            grant,
+            home: None,
+            lent: None,
+            on_lent: false,
+            seen_generation: u64::MAX,
+            pacer: None,
+            blas: None,
+        };
+        (p.job)(&mut ctx);
+        Ok(())
+    }
+
+    fn run_on_device(self: &Arc<Self>, dev: &Device, p: Pending) -> Result<()> {
+        let task = p.task.clone();
+        (|| {
             self.make_room(&task)?;
             let grant = task
                 .status
                 .lock()
                 .grant
                 .ok_or_else(|| Error::invalid("task", task.id, "started without a grant"))?;
-            self.dev.allocator().set_quota(
+            dev.allocator().set_quota(
                 &task.owner,
                 (grant.memory_limit != u64::MAX).then_some(grant.memory_limit as usize),
             )?;
@@ -1084,19 +1316,23 @@ impl Inner {
             };
             ctx.h().t0.record_on(ctx.h().raw)?;
             let owner = task.owner.clone();
-            let dev = self.dev.clone();
             let core = ctx.h().core.clone();
             dev.with_stream(&core, || {
                 dev.allocator().with_owner(&owner, || (p.job)(&mut ctx))
             });
             ctx.finish()
-        })();
-        self.complete(&task, outcome);
+        })()
     }
 
     fn complete(&self, task: &Arc<TaskShared>, outcome: Result<()>) {
-        let usage = self.dev.allocator().owner_usage(&task.owner);
-        let _ = self.dev.allocator().set_quota(&task.owner, None);
+        let peak = match &self.dev {
+            Some(dev) => {
+                let usage = dev.allocator().owner_usage(&task.owner);
+                let _ = dev.allocator().set_quota(&task.owner, None);
+                usage.peak as u64
+            }
+            None => 0,
+        };
         self.owners.write().remove(&task.owner);
         let (state, err) = if task.preempt.load(Ordering::Acquire) {
             (
@@ -1130,13 +1366,17 @@ impl Inner {
         self.flush(out);
         self.memory_freed.notify_all();
         // Waiters wake last, after the scheduler's lock is free again.
-        task.status.lock().mem_peak = usage.peak as u64;
+        task.status.lock().mem_peak = peak;
         finish_status(task, state, err);
     }
 
     fn task_stats(&self, t: &Arc<TaskShared>, st: &State) -> TaskStats {
         let s = t.status.lock();
-        let usage = self.dev.allocator().owner_usage(&t.owner);
+        let usage = self
+            .dev
+            .as_ref()
+            .map(|d| d.allocator().owner_usage(&t.owner));
+        let (in_use, peak) = usage.map_or((0, 0), |u| (u.in_use as u64, u.peak as u64));
         let (own, lent) = *t.usable.lock();
         let live = st.live.contains_key(&t.id);
         let usable_sms = if live && matches!(s.state, TaskState::Running | TaskState::Starting) {
@@ -1163,8 +1403,8 @@ impl Inner {
             } else {
                 None
             },
-            memory_in_use: usage.in_use as u64,
-            memory_peak: (usage.peak as u64).max(s.mem_peak),
+            memory_in_use: in_use,
+            memory_peak: peak.max(s.mem_peak),
             memory_committed: t.spec.memory_request,
             memory_limit: s
                 .grant
@@ -1250,7 +1490,7 @@ impl TaskContext {
     fn h(&self) -> &Lane {
         self.home
             .as_ref()
-            .expect("the home lane lives as long as the context")
+            .expect("the home lane lives as long as the context (none without a device)")
     }
 
     /// The task's id.
@@ -1292,7 +1532,7 @@ impl TaskContext {
     }
     /// The device.
     pub fn device(&self) -> &Device {
-        &self.inner.dev
+        self.inner.dev()
     }
     /// The home stream (gpukit-core operations in the task run here).
     pub fn stream(&self) -> &Stream {
@@ -1326,7 +1566,7 @@ impl TaskContext {
         self.check()?;
         Ok(self
             .inner
-            .dev
+            .dev()
             .allocator()
             .alloc_for(&self.task.owner, bytes, &self.h().core)?)
     }
@@ -1493,7 +1733,9 @@ impl TaskContext {
 
 impl Drop for TaskContext {
     fn drop(&mut self) {
-        let _ = self.synchronize();
+        if self.home.is_some() {
+            let _ = self.synchronize();
+        }
         if let Some(l) = self.lent.take() {
             self.inner.checkin(l);
         }
@@ -1645,6 +1887,18 @@ impl<T> TaskHandle<T> {
                     message: err.unwrap_or_else(|| "no result".into()),
                 }),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_names() {
+        for id in [0, 1, 9, 10, 123, u64::MAX] {
+            assert_eq!(owner_of(id).as_str(), format!("sched-task-{id}"));
         }
     }
 }
