@@ -4,7 +4,7 @@
 #   tools/torch_mutex_check.sh path/to/libgpumutex_preload.so
 set -euo pipefail
 so=$(readlink -f "$1")
-dir=$(mktemp -d)
+dir=$(mktemp -d); mkdir -p "$dir/locks"
 prog='import time, torch
 t0 = time.time(); x = torch.ones(1 << 20, device="cuda"); torch.cuda.synchronize(); t1 = time.time()
 time.sleep(2.0); y = float((x * 2).sum()); t2 = time.time()
