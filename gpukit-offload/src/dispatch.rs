@@ -36,6 +36,9 @@ pub enum GpuMode {
     Auto,
     /// Never use the GPU (calls are still timed and counted: this measures the CPU-only run).
     Off,
+    /// Run every call the GPU backend supports on the GPU, whatever the model predicts (for
+    /// measuring the GPU side and for tests); failures still fall back to the CPU.
+    Always,
 }
 
 /// What is printed to stderr.
@@ -77,15 +80,19 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Reads `GPUKIT_OFFLOAD_LEVEL` (1-10), `GPUKIT_OFFLOAD_GPU` (`auto`|`off`),
+    /// Reads `GPUKIT_OFFLOAD_LEVEL` (1-10), `GPUKIT_OFFLOAD_GPU` (`auto`|`off`|`always`),
     /// `GPUKIT_OFFLOAD_LOG` (`off`|`summary`|`calls`), `GPUKIT_OFFLOAD_PROFILE` and
     /// `GPUKIT_OFFLOAD_PERSIST` (`1`|`0`). A bad value keeps the default and yields a message.
     pub fn from_env() -> (Config, Vec<Error>) {
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// [`from_env`](Self::from_env) with a custom variable source (for tests and embedders).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> (Config, Vec<Error>) {
         let mut c = Config::default();
         let mut errs = Vec::new();
         let get = |k: &str| {
-            std::env::var(k)
-                .ok()
+            var(k)
                 .map(|v| v.trim().to_string())
                 .filter(|v| !v.is_empty())
         };
@@ -103,10 +110,11 @@ impl Config {
             match v.to_ascii_lowercase().as_str() {
                 "auto" | "on" | "1" => c.gpu = GpuMode::Auto,
                 "off" | "0" => c.gpu = GpuMode::Off,
+                "always" => c.gpu = GpuMode::Always,
                 _ => errs.push(Error::Config {
                     name: "GPUKIT_OFFLOAD_GPU",
                     value: v,
-                    msg: "must be auto or off; using auto".into(),
+                    msg: "must be auto, off or always; using auto".into(),
                 }),
             }
         }
@@ -241,7 +249,7 @@ impl Dispatcher {
             cpu: OnceLock::new(),
             warnings,
         };
-        if d.config.gpu == GpuMode::Auto && !gpukit_jit::libs::driver_present() {
+        if d.config.gpu != GpuMode::Off && !gpukit_jit::libs::driver_present() {
             let _ = d
                 .gpu
                 .set(Err("no CUDA driver (libcuda) on this machine".into()));
@@ -298,11 +306,13 @@ impl Dispatcher {
     }
 
     fn compute_thresholds(&self) {
-        let never = self.config.gpu == GpuMode::Auto && self.gpu_state.load(Relaxed) == GPU_FAILED;
+        let never = self.config.gpu != GpuMode::Off && self.gpu_state.load(Relaxed) == GPU_FAILED;
         for r in Routine::ALL {
             for p in Precision::ALL {
                 let t = if never {
                     u64::MAX
+                } else if self.config.gpu == GpuMode::Always {
+                    0
                 } else {
                     OpKind::all()
                         .into_iter()
@@ -538,6 +548,12 @@ impl Dispatcher {
         if call.gpu_unsupported().is_some() {
             return Some(Reason::Unsupported);
         }
+        if self.config.gpu == GpuMode::Always {
+            if self.gpu_state.load(Relaxed) != GPU_READY {
+                self.start_now();
+            }
+            return (self.gpu_state.load(Relaxed) != GPU_READY).then_some(Reason::NoGpu);
+        }
         let e = est?;
         let need = required_speedup(self.config.level);
         if e.cpu_s < need * e.gpu_s {
@@ -657,13 +673,36 @@ mod tests {
 
     #[test]
     fn env_values_parse_with_clear_errors() {
-        // Config::from_env reads the process env; test the parsing through a scoped env would race
-        // with other tests, so check the error text of a constructed value instead.
-        let e = Error::Config {
-            name: "GPUKIT_OFFLOAD_LEVEL",
-            value: "eleven".into(),
-            msg: "must be an integer from 1 to 10; using 8".into(),
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
         };
-        assert!(e.to_string().contains("GPUKIT_OFFLOAD_LEVEL=\"eleven\""));
+        let (c, errs) = Config::from_vars(vars(&[
+            ("GPUKIT_OFFLOAD_LEVEL", "3"),
+            ("GPUKIT_OFFLOAD_GPU", "always"),
+        ]));
+        assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!((c.level, c.gpu), (3, GpuMode::Always));
+        let (c, _) = Config::from_vars(vars(&[("GPUKIT_OFFLOAD_GPU", " OFF ")]));
+        assert_eq!(c.gpu, GpuMode::Off);
+        let (c, errs) = Config::from_vars(vars(&[
+            ("GPUKIT_OFFLOAD_LEVEL", "eleven"),
+            ("GPUKIT_OFFLOAD_GPU", "sometimes"),
+        ]));
+        assert_eq!((c.level, c.gpu), (Config::default().level, GpuMode::Auto));
+        let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        assert_eq!(text.len(), 2, "{text:?}");
+        assert!(
+            text[0].contains("GPUKIT_OFFLOAD_LEVEL=\"eleven\""),
+            "{text:?}"
+        );
+        assert!(
+            text[1].contains("GPUKIT_OFFLOAD_GPU") && text[1].contains("always"),
+            "{text:?}"
+        );
     }
 }

@@ -374,8 +374,11 @@ fn concurrent_calls_from_several_threads_body() {
     if backends("concurrent_calls_from_several_threads").is_none() {
         return;
     }
+    // Forced onto the GPU: this test is about concurrency, not decisions (under contention the
+    // learner may rightly move a 2048 dgemm back to the CPU).
     let off = Offload::with_config(Config {
         level: 10,
+        gpu: crate::GpuMode::Always,
         persist: false,
         ..Config::default()
     });

@@ -38,7 +38,7 @@
 //! | variable | values |
 //! | --- | --- |
 //! | `GPUKIT_OFFLOAD_LEVEL` | 1..10 (default 8: offload when predicted at least 1.05x faster) |
-//! | `GPUKIT_OFFLOAD_GPU` | `auto` (default) or `off` (CPU only, calls still timed) |
+//! | `GPUKIT_OFFLOAD_GPU` | `auto` (default), `off` (CPU only, calls still timed) or `always` (every supported call on the GPU) |
 //! | `GPUKIT_OFFLOAD_LOG` | `off` (default), `summary` (one line per routine at exit), `calls` |
 //! | `GPUKIT_OFFLOAD_PROFILE` | profile path |
 //! | `GPUKIT_OFFLOAD_PERSIST` | `1` (default) / `0`: save learned corrections at exit |
