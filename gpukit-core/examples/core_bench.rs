@@ -206,6 +206,8 @@ fn run() -> Result<()> {
         GpuArray::from_slice(&dev, &ha, &[n]).and_then(|g| dev.synchronize().map(|_| drop(g)))
     })?;
     let down_ms = host_ms(&mut || a.to_vec().map(drop))?;
+    let mut reused = vec![0f32; n];
+    let down_reused_ms = host_ms(&mut || a.copy_to_host(&mut reused))?;
     let page_up = host_ms(&mut || {
         ctx.bind_to_thread().map_err(drv)?;
         // SAFETY: dst holds n f32; the source slice is valid for the synchronous copy.
@@ -250,6 +252,11 @@ fn run() -> Result<()> {
             "gpukit from_slice / to_vec (pinned staging, incl. host copies and Vec allocation)",
             up_ms,
             down_ms,
+        ),
+        (
+            "gpukit from_slice / copy_to_host into a reused buffer",
+            up_ms,
+            down_reused_ms,
         ),
         (
             "cuMemcpy from pageable host memory (baseline)",

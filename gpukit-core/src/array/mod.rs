@@ -195,7 +195,11 @@ impl<T: DType> GpuArray<T> {
     /// The elements in row-major order. Waits for the work queued on the current stream and on
     /// the stream the array was made on, so it always sees finished results.
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        let mut out = vec![T::zero(); self.len()];
+        // Zeroed allocation: a large one is fresh mmap'd memory whose pages are not touched yet,
+        // so asking for huge pages now makes the copy fault 2 MiB at a time instead of 4 KiB
+        // (a 1 GiB download otherwise spends most of its time in 262,144 page faults).
+        let mut out: Vec<T> = bytemuck::zeroed_vec(self.len());
+        advise_huge_pages(bytemuck::cast_slice_mut(&mut out));
         self.copy_to_host(&mut out)?;
         Ok(out)
     }
@@ -452,5 +456,27 @@ impl<T: DType> GpuArray<T> {
 impl<T: DType> From<&GpuArray<T>> for KernelArg {
     fn from(a: &GpuArray<T>) -> Self {
         a.as_kernel_arg()
+    }
+}
+
+/// Asks the kernel to back a large, not yet touched host buffer with transparent huge pages.
+/// Only a hint: on failure (or where THP is disabled) nothing changes.
+fn advise_huge_pages(buf: &mut [u8]) {
+    const MIN: usize = 64 << 20;
+    const HUGE: usize = 2 << 20;
+    if buf.len() < MIN {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let start = (buf.as_mut_ptr() as usize).next_multiple_of(HUGE);
+        let end = (buf.as_mut_ptr() as usize + buf.len()) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: [start, end) lies inside `buf`, which we borrow mutably; MADV_HUGEPAGE
+            // changes only how future faults are served, never the contents.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+            }
+        }
     }
 }
