@@ -128,6 +128,9 @@ pub enum Error {
         /// The error, rendered.
         message: String,
     },
+    /// The scheduler has no device (a CPU-only scheduler, for benches and tests).
+    #[error("this scheduler has no device (Scheduler::cpu_only)")]
+    NoDevice,
     /// The scheduler is shutting down or gone.
     #[error("the scheduler has shut down")]
     ShutDown,

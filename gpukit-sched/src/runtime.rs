@@ -588,7 +588,8 @@ impl Scheduler {
     /// [`submit`](Self::submit) runs exactly the code it runs there), with `layout` and
     /// `memory_capacity` given instead of probed. Workers run each task's closure with a
     /// context that has no streams (a closure that touches the GPU through it panics and the
-    /// task fails); [`device`](Self::device) panics.
+    /// task fails); [`device`](Self::device) and [`TaskContext::device`] return
+    /// [`Error::NoDevice`], and [`TaskContext::alloc`] fails with it.
     #[doc(hidden)]
     pub fn cpu_only(
         layout: SmLayout,
@@ -675,8 +676,8 @@ impl Scheduler {
         Ok(Scheduler { inner, workers })
     }
 
-    /// The device.
-    pub fn device(&self) -> &Device {
+    /// The device; [`Error::NoDevice`] for a CPU-only scheduler ([`Scheduler::cpu_only`]).
+    pub fn device(&self) -> Result<&Device> {
         self.inner.dev()
     }
 
@@ -987,10 +988,8 @@ fn finish_status(t: &TaskShared, state: TaskState, err: Option<String>) {
 }
 
 impl Inner {
-    fn dev(&self) -> &Device {
-        self.dev
-            .as_ref()
-            .expect("a CPU-only scheduler (Scheduler::cpu_only) has no device")
+    fn dev(&self) -> Result<&Device> {
+        self.dev.as_ref().ok_or(Error::NoDevice)
     }
 
     /// Bytes `owner` has allocated now (0 without a device).
@@ -1117,7 +1116,19 @@ impl Inner {
         let Some(me) = tasks.iter().find(|t| t.id == task.id).cloned() else {
             return Ok(());
         };
-        // The limit is the allocator's quota (its QuotaExceeded error); here: pressure only.
+        // Past its limit (its own, capped by its partition's quota) an allocation can never
+        // succeed: the quota error, as the allocator's own check would give, before the
+        // pressure check (which, in a partition whose quota is the pool's capacity, would
+        // otherwise answer first with a pressure error).
+        if me.in_use.saturating_add(bytes) > me.limit {
+            return Err(gpukit_core::Error::QuotaExceeded {
+                owner: owner.to_string(),
+                requested: bytes as usize,
+                quota: usize::try_from(me.limit).unwrap_or(usize::MAX),
+                in_use: usize::try_from(me.in_use).unwrap_or(usize::MAX),
+            });
+        }
+        // The limit is also the allocator's quota; below it: pressure only.
         let me = MemUse {
             limit: u64::MAX,
             ..me
@@ -1190,7 +1201,7 @@ impl Inner {
                 }
             }
             LaneKey::Primary => {
-                let dev = self.dev();
+                let dev = self.dev()?;
                 let s = dev.new_stream(0)?;
                 let ctx = dev.context().cu_ctx();
                 Lane {
@@ -1530,8 +1541,9 @@ impl TaskContext {
             self.h().sms
         })
     }
-    /// The device.
-    pub fn device(&self) -> &Device {
+    /// The device; [`Error::NoDevice`] in a task of a CPU-only scheduler
+    /// ([`Scheduler::cpu_only`]).
+    pub fn device(&self) -> Result<&Device> {
         self.inner.dev()
     }
     /// The home stream (gpukit-core operations in the task run here).
@@ -1566,7 +1578,7 @@ impl TaskContext {
         self.check()?;
         Ok(self
             .inner
-            .dev()
+            .dev()?
             .allocator()
             .alloc_for(&self.task.owner, bytes, &self.h().core)?)
     }

@@ -131,3 +131,26 @@ fn queue_panic_cancel_shutdown() {
     opener.join().unwrap();
     assert_eq!(queued.state(), TaskState::Cancelled);
 }
+
+#[test]
+fn no_device_is_an_error_not_a_panic() {
+    let s = sched(Duration::ZERO);
+    assert!(matches!(s.device(), Err(Error::NoDevice)));
+    let h = s
+        .submit(
+            |ctx: &mut TaskContext| -> gpukit_sched::Result<(bool, bool)> {
+                Ok((
+                    matches!(ctx.device(), Err(Error::NoDevice)),
+                    matches!(ctx.alloc(1024), Err(Error::NoDevice)),
+                ))
+            },
+            spec(),
+        )
+        .unwrap();
+    assert_eq!(
+        h.wait_timeout(Duration::from_secs(10))
+            .expect("ended")
+            .unwrap(),
+        (true, true)
+    );
+}

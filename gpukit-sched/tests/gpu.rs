@@ -6,11 +6,11 @@ use gpukit_core::Device;
 use gpukit_jit::{KernelArg, LaunchConfig};
 use gpukit_sched::kernels::TestKernels;
 use gpukit_sched::{
-    Admission, Error, Mechanism, QosClass, Scheduler, SchedulerConfig, TaskContext, TaskSpec,
-    TaskState,
+    Admission, Error, Mechanism, Partition, QosClass, Resource, Scheduler, SchedulerConfig,
+    TaskContext, TaskHandle, TaskSpec, TaskState,
 };
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
@@ -381,4 +381,536 @@ fn shares_and_isolation_loose() {
     let (got, want) = (tb / ta, sb as f64 / sa as f64);
     println!("throughput ratio {got:.3}, SM ratio {want:.3}");
     assert!((got / want - 1.0).abs() < 0.25, "ratio {got} vs {want}");
+}
+
+const MIB: usize = 1 << 20;
+
+/// Polls `f` every millisecond until it holds; false when `timeout` passed first.
+fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while !f() {
+        if Instant::now() > end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
+fn failed(task: &str, message: &str) -> Error {
+    Error::TaskFailed {
+        task: task.into(),
+        message: message.into(),
+    }
+}
+
+/// Waits for a task with a deadline (a hang fails the test instead of stalling the run).
+fn finish<T>(h: TaskHandle<T>, what: &str) -> gpukit_sched::Result<T> {
+    match h.wait_timeout(Duration::from_secs(120)) {
+        Ok(r) => r,
+        Err(h) => {
+            h.cancel();
+            panic!("{what} did not end within 120 s");
+        }
+    }
+}
+
+fn driver(action: &str) -> impl FnOnce(cudarc::driver::DriverError) -> Error + '_ {
+    move |e| Error::Driver {
+        call: "cuMemcpy/cuMemset",
+        action: action.into(),
+        source: e,
+    }
+}
+
+#[test]
+fn partitions_confine_sms_and_memory_and_resize_when_free() {
+    let Some((_g, dev, k)) = setup("partitions_confine_sms_and_memory_and_resize_when_free") else {
+        return;
+    };
+    let sched = Scheduler::new(dev, SchedulerConfig::default()).unwrap();
+    assert!(
+        sched.mechanism().starts_with("green contexts"),
+        "{}",
+        sched.mechanism()
+    );
+    let l = sched.layout();
+    let default_before = sched.stats().partitions[0].pool.clone();
+    assert_eq!(default_before.name, None);
+
+    // Create: quota, share (rounded to groups), band; disjoint groups.
+    let pa = sched
+        .create_partition(
+            &Partition::new("pa")
+                .memory("256MiB")
+                .compute(0.25)
+                .priority_band(1),
+        )
+        .unwrap();
+    let pb = sched
+        .create_partition(&Partition::new("pb").memory("1GiB").compute(0.5))
+        .unwrap();
+    println!("pa: {pa:?}\npb: {pb:?}");
+    assert_eq!(pa.sms, l.sms(l.groups_for_share(0.25)));
+    assert_eq!(pb.sms, l.sms(l.groups_for_share(0.5)));
+    assert_eq!((pa.memory_quota, pa.priority_band), (256 * MIB as u64, 1));
+    assert_eq!(pb.memory_quota, 1024 * MIB as u64);
+    assert!(pa.groups.intersect(pb.groups).is_empty());
+    assert!(sched
+        .create_partition(&Partition::new("pa").memory("1MiB").compute(0.1))
+        .is_err());
+
+    // Admission against the partition's quota and share.
+    let h = sched
+        .submit(
+            |_: &mut TaskContext| Ok(()),
+            TaskSpec::new("too-much-memory")
+                .partition("pa")
+                .memory("512MiB", "512MiB")
+                .compute(0.25, 0.25),
+        )
+        .unwrap();
+    assert_eq!(
+        h.admission(),
+        &Admission::Rejected {
+            resource: Resource::Memory,
+            requested: 512 * MIB as u64,
+            available: 256 * MIB as u64,
+        }
+    );
+    let h = sched
+        .submit(
+            |_: &mut TaskContext| Ok(()),
+            TaskSpec::new("too-much-compute")
+                .partition("pa")
+                .memory("1MiB", "1MiB")
+                .compute(0.5, 0.5),
+        )
+        .unwrap();
+    assert!(
+        matches!(
+            h.admission(),
+            Admission::Rejected {
+                resource: Resource::Compute,
+                ..
+            }
+        ),
+        "{:?}",
+        h.admission()
+    );
+
+    // One task in each partition, running together.
+    let ready = Arc::new(AtomicUsize::new(0));
+    let go = Arc::new(AtomicBool::new(false));
+    let a_hit_quota = Arc::new(AtomicBool::new(false));
+    let b_allocated = Arc::new(AtomicBool::new(false));
+    // One group of its own; the rest of the GPU idle: it may borrow only pa's groups.
+    let one_group = 1.4 / l.groups as f64;
+    let a = sched
+        .submit(
+            {
+                let (k, ready, go) = (k.clone(), ready.clone(), go.clone());
+                let (hit, b_alloc) = (a_hit_quota.clone(), b_allocated.clone());
+                move |ctx: &mut TaskContext| -> gpukit_sched::Result<_> {
+                    ready.fetch_add(1, Ordering::AcqRel);
+                    if !wait_until(Duration::from_secs(30), || go.load(Ordering::Acquire)) {
+                        hit.store(true, Ordering::Release);
+                        return Err(failed("a", "no go within 30 s"));
+                    }
+                    // One launch only: its first launch orders the home stream (the poison
+                    // memset) before the lent lane; later launches on a lent lane are not.
+                    let s = smids(ctx, &k, 8192)?;
+                    let own = ctx.compute().sms;
+                    let current = ctx.current_sms()?;
+                    let limit = ctx.memory_limit();
+                    // Its limit (4 GiB) is capped by pa's quota (256 MiB).
+                    let held = ctx.alloc(200 * MIB);
+                    let past = match ctx.alloc(100 * MIB).map(|_| ()) {
+                        Err(Error::Core(gpukit_core::Error::QuotaExceeded { quota, .. })) => {
+                            Ok(quota)
+                        }
+                        other => Err(format!("{other:?}")),
+                    };
+                    hit.store(true, Ordering::Release);
+                    // Hold the 200 MiB while pb's task allocates.
+                    wait_until(Duration::from_secs(30), || b_alloc.load(Ordering::Acquire));
+                    let held = held.map(|_| ()).map_err(|e| e.to_string());
+                    Ok((s, own, current, limit, held, past))
+                }
+            },
+            TaskSpec::new("a-burstable")
+                .partition("pa")
+                .memory("64MiB", "4GiB")
+                .compute(one_group, 1.0),
+        )
+        .unwrap();
+    let b = sched
+        .submit(
+            {
+                let (k, ready, go) = (k.clone(), ready.clone(), go.clone());
+                let (hit, b_alloc) = (a_hit_quota.clone(), b_allocated.clone());
+                move |ctx: &mut TaskContext| -> gpukit_sched::Result<_> {
+                    ready.fetch_add(1, Ordering::AcqRel);
+                    let r = (|| {
+                        if !wait_until(Duration::from_secs(30), || go.load(Ordering::Acquire)) {
+                            return Err(failed("b", "no go within 30 s"));
+                        }
+                        let s = smids(ctx, &k, 4096)?;
+                        if !wait_until(Duration::from_secs(30), || hit.load(Ordering::Acquire)) {
+                            return Err(failed("b", "task a never reached its quota"));
+                        }
+                        // pa's task is at its quota; pb's allocations are unaffected.
+                        let mut held = Vec::new();
+                        for _ in 0..3 {
+                            held.push(ctx.alloc(200 * MIB)?);
+                        }
+                        Ok((s, ctx.compute().sms, held.len()))
+                    })();
+                    b_alloc.store(true, Ordering::Release);
+                    r
+                }
+            },
+            TaskSpec::new("b-guaranteed")
+                .partition("pb")
+                .memory("768MiB", "768MiB")
+                .compute(0.5, 0.5),
+        )
+        .unwrap();
+    let both_in = wait_until(Duration::from_secs(30), || {
+        ready.load(Ordering::Acquire) == 2
+    });
+    // Both partitions have a task: resize and remove are refused.
+    let busy_resize = sched.resize_partition(&Partition::new("pa").memory("128MiB").compute(0.125));
+    let busy_remove = sched.remove_partition("pb");
+    go.store(true, Ordering::Release);
+    let ra = finish(a, "task a");
+    let rb = finish(b, "task b");
+    assert!(both_in, "the two partition tasks did not both start");
+    assert!(
+        matches!(&busy_resize, Err(Error::PartitionBusy { name, .. }) if name == "pa"),
+        "{busy_resize:?}"
+    );
+    assert!(
+        matches!(&busy_remove, Err(Error::PartitionBusy { name, .. }) if name == "pb"),
+        "{busy_remove:?}"
+    );
+    let (sa, own_a, current_a, limit_a, held_a, past_a) = ra.expect("task a");
+    let (sb, nb, held_b) = rb.expect("task b");
+    println!(
+        "a: {} SMs touched (own {own_a}, current {current_a}, partition {}), limit {limit_a}; b: {} SMs touched of {nb} (partition {})",
+        sa.len(),
+        pa.sms,
+        sb.len(),
+        pb.sms
+    );
+    assert_eq!(own_a, l.sms(1));
+    assert!(
+        sa.len() as u32 >= own_a && sa.len() as u32 <= pa.sms,
+        "a Burstable task in pa touched {} SMs; pa has {}",
+        sa.len(),
+        pa.sms
+    );
+    assert!(current_a >= own_a && current_a <= pa.sms, "{current_a}");
+    assert_eq!(nb, pb.sms);
+    assert_eq!(
+        sb.len() as u32,
+        pb.sms,
+        "pb's task touched exactly pb's SMs"
+    );
+    assert!(sa.is_disjoint(&sb), "tasks of two partitions shared an SM");
+    assert_eq!(limit_a, 256 * MIB as u64, "limit capped by the quota");
+    assert_eq!(held_a, Ok(()), "200 MiB inside the quota");
+    assert_eq!(past_a, Ok(256 * MIB), "past pa's quota: the quota error");
+    assert_eq!(held_b, 3, "pb unaffected by pa's quota");
+
+    // Free again: resize works (and a resize that cannot fit changes nothing).
+    let pa2 = sched
+        .resize_partition(
+            &Partition::new("pa")
+                .memory("128MiB")
+                .compute(0.125)
+                .priority_band(2),
+        )
+        .expect("resize of a free partition");
+    assert_eq!(pa2.sms, l.sms(l.groups_for_share(0.125)));
+    assert_eq!((pa2.memory_quota, pa2.priority_band), (128 * MIB as u64, 2));
+    assert!(sched
+        .resize_partition(&Partition::new("pa").memory("128MiB").compute(1.0))
+        .is_err());
+    let pools = sched.stats().partitions;
+    let now = pools
+        .iter()
+        .find(|p| p.pool.name.as_deref() == Some("pa"))
+        .expect("pa still there");
+    assert_eq!(
+        (now.pool.groups, now.pool.memory_quota),
+        (pa2.groups, pa2.memory_quota)
+    );
+    // The resized partition in force: its new SMs and quota.
+    let share = 0.125;
+    let c = sched
+        .submit(
+            {
+                let k = k.clone();
+                move |ctx: &mut TaskContext| -> gpukit_sched::Result<_> {
+                    Ok((smids(ctx, &k, 4096)?, ctx.compute().sms))
+                }
+            },
+            TaskSpec::new("c-resized")
+                .partition("pa")
+                .memory("64MiB", "64MiB")
+                .compute(share, share),
+        )
+        .unwrap();
+    let (sc, nc) = finish(c, "task c").expect("task c");
+    assert_eq!((sc.len() as u32, nc), (pa2.sms, pa2.sms));
+    let h = sched
+        .submit(
+            |_: &mut TaskContext| Ok(()),
+            TaskSpec::new("over-new-quota")
+                .partition("pa")
+                .memory("256MiB", "256MiB")
+                .compute(share, share),
+        )
+        .unwrap();
+    assert!(
+        matches!(
+            h.admission(),
+            Admission::Rejected {
+                resource: Resource::Memory,
+                ..
+            }
+        ),
+        "{:?}",
+        h.admission()
+    );
+
+    // Remove: everything returns to the default pool; the names are gone.
+    sched.remove_partition("pa").expect("remove pa");
+    sched.remove_partition("pb").expect("remove pb");
+    let pools = sched.stats().partitions;
+    assert_eq!(pools.len(), 1);
+    assert_eq!(pools[0].pool.groups, default_before.groups);
+    assert_eq!(pools[0].pool.memory_quota, default_before.memory_quota);
+    assert!(matches!(
+        sched.submit(
+            |_: &mut TaskContext| Ok(()),
+            TaskSpec::new("gone").partition("pa")
+        ),
+        Err(Error::UnknownPartition { .. })
+    ));
+}
+
+#[test]
+fn partition_priority_band_orders_starts() {
+    let Some((_g, dev, _k)) = setup("partition_priority_band_orders_starts") else {
+        return;
+    };
+    // One worker: the band decides which queued task starts when it frees.
+    let sched = Scheduler::new(dev, SchedulerConfig::default().workers(1)).unwrap();
+    for (name, band) in [("lo", 0), ("hi", 5)] {
+        sched
+            .create_partition(
+                &Partition::new(name)
+                    .memory("64MiB")
+                    .compute(0.1)
+                    .priority_band(band),
+            )
+            .unwrap();
+    }
+    let started = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(AtomicBool::new(false));
+    let blocker = sched
+        .submit(
+            {
+                let (started, release) = (started.clone(), release.clone());
+                move |_: &mut TaskContext| -> gpukit_sched::Result<()> {
+                    started.store(true, Ordering::Release);
+                    wait_until(Duration::from_secs(30), || release.load(Ordering::Acquire));
+                    Ok(())
+                }
+            },
+            TaskSpec::new("blocker")
+                .memory("16MiB", "16MiB")
+                .compute(0.25, 0.25),
+        )
+        .unwrap();
+    let blocker_started = wait_until(Duration::from_secs(30), || started.load(Ordering::Acquire));
+    let order = Arc::new(Mutex::new(Vec::<String>::new()));
+    let rec = |order: Arc<Mutex<Vec<String>>>| {
+        move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
+            order
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(ctx.name().to_string());
+            Ok(())
+        }
+    };
+    let spec = |p: &str| {
+        TaskSpec::new(p)
+            .partition(p)
+            .memory("16MiB", "16MiB")
+            .compute(0.1, 0.1)
+    };
+    let lo = sched.submit(rec(order.clone()), spec("lo")).unwrap();
+    let hi = sched.submit(rec(order.clone()), spec("hi")).unwrap();
+    let (lo_adm, hi_adm) = (lo.admission().clone(), hi.admission().clone());
+    release.store(true, Ordering::Release);
+    finish(blocker, "blocker").expect("blocker");
+    finish(hi, "hi").expect("hi");
+    finish(lo, "lo").expect("lo");
+    assert!(blocker_started);
+    assert!(
+        matches!(lo_adm, Admission::Queued { .. }) && matches!(hi_adm, Admission::Queued { .. }),
+        "{lo_adm:?} {hi_adm:?}"
+    );
+    let order = order.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert_eq!(order, ["hi", "lo"], "the higher band starts first");
+}
+
+/// Column-major random matrix in [-1, 1) (xorshift; deterministic).
+fn random_matrix(n: usize, seed: u64) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n * n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+#[test]
+fn cublas_in_a_task_is_correct_and_confined() {
+    let Some((_g, dev, _k)) = setup("cublas_in_a_task_is_correct_and_confined") else {
+        return;
+    };
+    let sched = Scheduler::new(dev, SchedulerConfig::default()).unwrap();
+    assert!(
+        sched.mechanism().starts_with("green contexts"),
+        "{}",
+        sched.mechanism()
+    );
+    let l = sched.layout();
+
+    // Correctness: n = 256 against a CPU reference.
+    let n = 256usize;
+    let (a, b) = (random_matrix(n, 1), random_matrix(n, 2));
+    let (a2, b2) = (a.clone(), b.clone());
+    let h = sched
+        .submit(
+            move |ctx: &mut TaskContext| -> gpukit_sched::Result<Vec<f32>> {
+                let bytes = n * n * 4;
+                let (da, db, dc) = (ctx.alloc(bytes)?, ctx.alloc(bytes)?, ctx.alloc(bytes)?);
+                let (raw, _) = ctx.raw_stream();
+                // SAFETY: da/db hold n*n f32 and are ordered on the home stream `raw`; the
+                // host slices live in this closure until the synchronize below.
+                unsafe {
+                    cudarc::driver::result::memcpy_htod_async(da.ptr(), &a2, raw)
+                        .map_err(driver("uploading A"))?;
+                    cudarc::driver::result::memcpy_htod_async(db.ptr(), &b2, raw)
+                        .map_err(driver("uploading B"))?;
+                }
+                let nn = n as i32;
+                // SAFETY: three live n*n f32 device buffers, alive until the synchronize.
+                unsafe {
+                    ctx.cublas()?
+                        .sgemm(nn, nn, nn, da.ptr(), db.ptr(), dc.ptr())?
+                };
+                ctx.synchronize()?;
+                let mut c = vec![0f32; n * n];
+                // SAFETY: copies n*n f32 from a live device buffer; the stream is idle.
+                unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut c, dc.ptr()) }
+                    .map_err(driver("reading C"))?;
+                Ok(c)
+            },
+            TaskSpec::new("sgemm-check")
+                .memory("64MiB", "64MiB")
+                .compute(0.25, 0.25),
+        )
+        .unwrap();
+    let c = finish(h, "sgemm check").expect("sgemm in a task");
+    let (mut err2, mut a2n, mut b2n) = (0f64, 0f64, 0f64);
+    for j in 0..n {
+        for i in 0..n {
+            let mut s = 0f64;
+            for p in 0..n {
+                s += a[i + p * n] as f64 * b[p + j * n] as f64;
+            }
+            err2 += (c[i + j * n] as f64 - s).powi(2);
+        }
+    }
+    for i in 0..n * n {
+        a2n += (a[i] as f64).powi(2);
+        b2n += (b[i] as f64).powi(2);
+    }
+    let rel = err2.sqrt() / (a2n.sqrt() * b2n.sqrt());
+    println!("sgemm {n}: ||C - ref|| / (||A|| ||B||) = {rel:.3e}");
+    assert!(rel < 1e-5, "normwise error {rel:e}");
+
+    // Confinement: the same SGEMM at n = 4096 on one group vs on every group.
+    let timed = move |ctx: &mut TaskContext| -> gpukit_sched::Result<(f64, u32)> {
+        let n = 4096usize;
+        let bytes = n * n * 4;
+        let (da, db, dc) = (ctx.alloc(bytes)?, ctx.alloc(bytes)?, ctx.alloc(bytes)?);
+        let (raw, _) = ctx.raw_stream();
+        for d in [&da, &db, &dc] {
+            // SAFETY: a live buffer of `bytes` bytes ordered on the home stream (0x3c bytes
+            // make small finite floats).
+            unsafe { cudarc::driver::result::memset_d8_async(d.ptr(), 0x3c, bytes, raw) }
+                .map_err(driver("filling"))?;
+        }
+        let nn = n as i32;
+        // SAFETY: three live n*n f32 buffers, alive until the synchronize.
+        unsafe {
+            ctx.cublas()?
+                .sgemm(nn, nn, nn, da.ptr(), db.ptr(), dc.ptr())?
+        };
+        ctx.synchronize()?;
+        let reps = 5;
+        let t = Instant::now();
+        for _ in 0..reps {
+            // SAFETY: as above.
+            unsafe {
+                ctx.cublas()?
+                    .sgemm(nn, nn, nn, da.ptr(), db.ptr(), dc.ptr())?
+            };
+        }
+        ctx.synchronize()?;
+        Ok((
+            t.elapsed().as_secs_f64() * 1e3 / reps as f64,
+            ctx.home_sms(),
+        ))
+    };
+    let one = 1.4 / l.groups as f64;
+    let small = sched
+        .submit(
+            timed,
+            TaskSpec::new("sgemm-one-group")
+                .memory("512MiB", "512MiB")
+                .compute(one, one),
+        )
+        .unwrap();
+    let (ms_small, sms_small) = finish(small, "one-group sgemm").expect("one-group sgemm");
+    let big = sched
+        .submit(
+            timed,
+            TaskSpec::new("sgemm-all-groups")
+                .memory("512MiB", "512MiB")
+                .compute(1.0, 1.0),
+        )
+        .unwrap();
+    let (ms_big, sms_big) = finish(big, "all-groups sgemm").expect("all-groups sgemm");
+    let ratio = ms_small / ms_big;
+    println!(
+        "sgemm 4096: {sms_small} SMs {ms_small:.3} ms, {sms_big} SMs {ms_big:.3} ms, ratio {ratio:.1} (SM ratio {:.1})",
+        sms_big as f64 / sms_small as f64
+    );
+    assert_eq!(sms_small, l.sms(1));
+    assert_eq!(sms_big, l.sms(l.groups));
+    assert!(
+        ratio >= 3.0,
+        "cuBLAS not confined: one group {ms_small} ms vs all groups {ms_big} ms"
+    );
 }
