@@ -1662,6 +1662,14 @@ impl TaskContext {
         if self.pacer.is_some() {
             return self.launch_paced(kernel, cfg, args);
         }
+        if self.on_lent {
+            // Work queued on the home stream since the last launch (core ops, copies, memsets)
+            // must finish before this kernel runs on the lent groups' stream.
+            let lane = self.lent.as_ref().expect("on lent");
+            make_current(self.h().ctx)?;
+            self.h().marker.record_on(self.h().raw)?;
+            self.h().marker.wait_on(lane.raw)?;
+        }
         let (raw, ctx) = match (&self.lent, self.on_lent) {
             (Some(l), true) => (l.raw, l.ctx),
             _ => (self.h().raw, self.h().ctx),
