@@ -26,6 +26,16 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_by
                  "r"(src_bytes));
 }
 
+// 16-byte asynchronous copy of a source known to be in bounds (no zero-fill operand).
+__device__ __forceinline__ void cp_async16_full(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+
+// 4-byte asynchronous copy of a source known to be in bounds.
+__device__ __forceinline__ void cp_async4_full(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int N>
@@ -107,6 +117,56 @@ __device__ __forceinline__ void load_tile_transposed(float* s, const float* g, c
             bool ok = r < rowsValid && c < colsValid;
             cp_async4(s + c * LD + r, ok ? g + r * ld + c : base, ok ? 4 : 0);
         }
+    }
+}
+
+// Fast paths of the two loaders for a tile that lies entirely inside the operand (no bounds, no
+// zero-fill): every thread's copies are one base address plus compile-time offsets, so a stage
+// costs a few instructions per copy instead of the per-element index and bounds arithmetic of
+// the checked loaders (which stay the path for edge tiles). `g` points at the tile's first
+// element; the layouts written are exactly those of the checked loaders.
+template <int ROWS, int COLS, int LD, int NT>
+__device__ __forceinline__ void load_tile_direct_full(float* s, const float* g, long long ld,
+                                                      int tid) {
+    constexpr int CPR = COLS / 4;
+    constexpr int TOTAL = ROWS * CPR;
+    if constexpr (NT % CPR == 0 && TOTAL % NT == 0) {
+        constexpr int RSTEP = NT / CPR;  // rows between one thread's consecutive copies
+        const int r = tid / CPR;
+        const int c = (tid % CPR) * 4;
+        const float* src = g + r * ld + c;
+        float* dst = s + r * LD + c;
+#pragma unroll
+        for (int i = 0; i < TOTAL / NT; ++i)
+            cp_async16_full(dst + i * RSTEP * LD, src + (long long)(i * RSTEP) * ld);
+    } else {
+        load_tile_direct<ROWS, COLS, LD, NT, true>(s, g, g, ld, ROWS, COLS, tid);
+    }
+}
+
+template <int ROWS, int COLS, int LD, int NT>
+__device__ __forceinline__ void load_tile_transposed_full(float* s, const float* g, long long ld,
+                                                          int tid) {
+    static_assert(COLS % 8 == 0, "transposed tile needs COLS % 8 == 0");
+    constexpr int TOTAL = ROWS * COLS;
+    if constexpr (NT % 8 == 0 && (8 * ROWS) % NT == 0 && TOTAL % NT == 0) {
+        // Element e = tid + i * NT of the checked loader: kl = e & 7, r = (e >> 3) % ROWS,
+        // c = (e / (8 * ROWS)) * 8 + kl. With NT | 8 * ROWS, iteration i = cb * P + ir
+        // (P = 8 * ROWS / NT) has r = (tid >> 3) + ir * NT / 8 and c = cb * 8 + (tid & 7).
+        constexpr int P = 8 * ROWS / NT;
+        const int r = tid >> 3;
+        const int c = tid & 7;
+        const float* src = g + r * ld + c;
+        float* dst = s + c * LD + r;
+#pragma unroll
+        for (int i = 0; i < TOTAL / NT; ++i) {
+            const int cb = i / P;
+            const int ir = i % P;
+            cp_async4_full(dst + cb * 8 * LD + ir * (NT / 8),
+                           src + (long long)(ir * (NT / 8)) * ld + cb * 8);
+        }
+    } else {
+        load_tile_transposed<ROWS, COLS, LD, NT, true>(s, g, g, ld, ROWS, COLS, tid);
     }
 }
 

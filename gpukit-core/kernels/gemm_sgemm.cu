@@ -48,23 +48,49 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 2)
     const int kEnd = min(K, kBegin + kPerSplit);
     const int numK = kEnd > kBegin ? (kEnd - kBegin + BK - 1) / BK : 0;
 
+    // Block tile entirely inside M and N (the k extent is checked per stage): such stages take
+    // the unchecked loaders. Aligned instantiations of 256-thread blocks with A not transposed
+    // only, on sm_90: the others spill (12-64 B) with the extra path.
+    #if __CUDA_ARCH__ >= 900
+    constexpr bool FAST_OK = VEC && !TA && NT >= 256;
+#else
+    constexpr bool FAST_OK = false;  // sm_80: spills 24 B with the extra path
+#endif
+    const bool fullMN = m0 + BM <= M && n0 + BN <= N;
     auto load_stage = [&](int slot, int kt) {
         const int k0 = kBegin + kt * BK;
         float* as = As + slot * A_STAGE;
         float* bs = Bs + slot * B_STAGE;
-        if (TA) {  // A stored K x M: rows k, m contiguous -> [k][m] directly
-            load_tile_direct<BK, BM, A_LD, NT, VEC>(as, Ab + (long long)k0 * lda + m0, Ab, lda,
-                                                    kEnd - k0, M - m0, tid);
-        } else {  // A stored M x K: rows m, k contiguous -> transpose into [k][m]
-            load_tile_transposed<BM, BK, A_LD, NT, VEC>(as, Ab + (long long)m0 * lda + k0, Ab, lda,
-                                                   M - m0, kEnd - k0, tid);
-        }
-        if (TB) {  // B stored N x K: rows n, k contiguous -> transpose into [k][n]
-            load_tile_transposed<BN, BK, B_LD, NT, VEC>(bs, Bb + (long long)n0 * ldb + k0, Bb, ldb,
-                                                   N - n0, kEnd - k0, tid);
-        } else {  // B stored K x N -> [k][n] directly
-            load_tile_direct<BK, BN, B_LD, NT, VEC>(bs, Bb + (long long)k0 * ldb + n0, Bb, ldb,
-                                                    kEnd - k0, N - n0, tid);
+        if (FAST_OK && fullMN && k0 + BK <= kEnd) {  // unchecked (gemm_common.cuh)
+            if (TA) {
+                load_tile_direct_full<BK, BM, A_LD, NT>(as, Ab + (long long)k0 * lda + m0, lda,
+                                                        tid);
+            } else {
+                load_tile_transposed_full<BM, BK, A_LD, NT>(as, Ab + (long long)m0 * lda + k0,
+                                                            lda, tid);
+            }
+            if (TB) {
+                load_tile_transposed_full<BN, BK, B_LD, NT>(bs, Bb + (long long)n0 * ldb + k0,
+                                                            ldb, tid);
+            } else {
+                load_tile_direct_full<BK, BN, B_LD, NT>(bs, Bb + (long long)k0 * ldb + n0, ldb,
+                                                        tid);
+            }
+        } else {
+            if (TA) {  // A stored K x M: rows k, m contiguous -> [k][m] directly
+                load_tile_direct<BK, BM, A_LD, NT, VEC>(as, Ab + (long long)k0 * lda + m0, Ab, lda,
+                                                        kEnd - k0, M - m0, tid);
+            } else {  // A stored M x K: rows m, k contiguous -> transpose into [k][m]
+                load_tile_transposed<BM, BK, A_LD, NT, VEC>(as, Ab + (long long)m0 * lda + k0, Ab, lda,
+                                                       M - m0, kEnd - k0, tid);
+            }
+            if (TB) {  // B stored N x K: rows n, k contiguous -> transpose into [k][n]
+                load_tile_transposed<BN, BK, B_LD, NT, VEC>(bs, Bb + (long long)n0 * ldb + k0, Bb, ldb,
+                                                       N - n0, kEnd - k0, tid);
+            } else {  // B stored K x N -> [k][n] directly
+                load_tile_direct<BK, BN, B_LD, NT, VEC>(bs, Bb + (long long)k0 * ldb + n0, Bb, ldb,
+                                                        kEnd - k0, N - n0, tid);
+            }
         }
     };
 
@@ -74,14 +100,14 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 2)
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
 
+    const int aOff = wy * WM + ly * 4;  // rows aOff..+3 and aOff+32..+35
+    const int bOff = wx * WN + lx * 4;  // cols bOff..+3 and bOff+16..+19
+
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < numK) load_stage(s, s);
         cp_async_commit();
     }
-
-    const int aOff = wy * WM + ly * 4;  // rows aOff..+3 and aOff+32..+35
-    const int bOff = wx * WN + lx * 4;  // cols bOff..+3 and bOff+16..+19
 
     for (int kt = 0; kt < numK; ++kt) {
         cp_async_wait<STAGES - 2>();

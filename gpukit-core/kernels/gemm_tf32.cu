@@ -1,19 +1,38 @@
-// TF32 tensor-core GEMM: mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, inputs rounded with
-// cvt.rna.tf32.f32, cp.async multistage pipeline in dynamic shared memory, padded shared layouts
-// (conflict-free fragment loads), warp tiles of WM x WN, grouped block order for L2 reuse.
-// Conventions (row-major, transposes, split-K, beta) are in gemm_common.cuh.
+// TF32 tensor-core GEMM: mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, inputs rounded to
+// TF32 (round to nearest, ties away), cp.async multistage pipeline in dynamic shared memory,
+// padded shared layouts (conflict-free fragment loads), warp tiles of WM x WN, grouped block order
+// for L2 reuse. Conventions (row-major, transposes, split-K, beta) are in gemm_common.cuh.
 //
 // Shared memory keeps each operand in its global layout:
 //   A, !TA: [BM][BK + 4] (k contiguous)   fragment a[g][t] -> bank 4g + t      (distinct)
 //   A,  TA: [BK][BM + 8] (m contiguous)   fragment a[g][t] -> bank 8t + g      (distinct)
 //   B, !TB: [BK][BN + 8] (n contiguous)   fragment b[t][g] -> bank 8t + g      (distinct)
 //   B,  TB: [BN][BK + 4] (k contiguous)   fragment b[t][g] -> bank 4g + t      (distinct)
+// K-contiguous operands are read with ldmatrix.x4 (a TF32 word is a pair of b16 elements, and
+// ldmatrix hands lane l word l % 4 of row l / 4 of each 8 x 4-word matrix: exactly the mma
+// fragment layout), one instruction per A fragment or per two B fragments; 8 rows of 144 bytes
+// per phase hit 32 distinct banks. M/N-contiguous operands are read with 32-bit loads.
+//
+// Version 2 (issue 4 tuning): rounding is one integer add per element (see to_tf32), edge-free
+// tiles use the unchecked cp.async loaders, stage slots are counters instead of k % STAGES.
 #include "gemm_common.cuh"
 
-__device__ __forceinline__ u32 to_tf32(float x) {
-    u32 r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r;
+// Rounds the bits of an f32 to TF32, round to nearest with ties away from zero, for the mma: the
+// tensor cores ignore the 13 low mantissa bits of a .tf32 operand, so adding half a TF32 ulp
+// (0x1000) to the bit pattern and letting the mma drop the low bits is round-to-nearest-away,
+// carries into the exponent included. This is what ptxas itself emits for cvt.rna.tf32.f32 on
+// sm_90 (FSETP |x| < inf + predicated IADD 0x1000, no masking), minus the finiteness test: an
+// infinity stays infinite (0x7f801000 -> 0x7f800000 once the low bits are dropped), NaNs with a
+// high mantissa bit set stay NaN. One ALU instruction instead of two.
+__device__ __forceinline__ u32 to_tf32(u32 bits) { return bits + 0x1000u; }
+__device__ __forceinline__ u32 to_tf32(float x) { return to_tf32(__float_as_uint(x)); }
+
+// ldmatrix.x4 (b16 view): lane l supplies the address of row l % 8 of matrix l / 8 and receives
+// word l % 4 of row l / 4 of each of the four 8 x 16-byte matrices.
+__device__ __forceinline__ void ldsm_x4(u32* r, const float* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
 }
 
 __device__ __forceinline__ void mma_tf32(float* c, const u32* a, const u32* b) {
@@ -42,7 +61,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     constexpr int B_LD = B_COLS + (TB ? 4 : 8);
     constexpr int A_STAGE = A_ROWS * A_LD;
     constexpr int B_STAGE = B_ROWS * B_LD;
-    static_assert(BK % 8 == 0 && WM % 16 == 0 && WN % 8 == 0, "tile shape");
+    static_assert(BK % 8 == 0 && WM % 16 == 0 && WN % 16 == 0, "tile shape");
 
     extern __shared__ __align__(16) float smem[];
     float* As = smem;
@@ -70,23 +89,44 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     const int kEnd = min(K, kBegin + kPerSplit);
     const int numK = kEnd > kBegin ? (kEnd - kBegin + BK - 1) / BK : 0;
 
+    // Block tile entirely inside M and N (the k extent is checked per stage): such stages take
+    // the unchecked loaders (aligned instantiations only).
+    constexpr bool FAST_OK = VEC;
+    const bool fullMN = m0 + BM <= M && n0 + BN <= N;
     auto load_stage = [&](int slot, int kt) {
         const int k0 = kBegin + kt * BK;
         float* as = As + slot * A_STAGE;
         float* bs = Bs + slot * B_STAGE;
-        if (TA) {
-            load_tile_direct<A_ROWS, A_COLS, A_LD, NT, VEC>(as, Ab + (long long)k0 * lda + m0, Ab,
-                                                            lda, kEnd - k0, M - m0, tid);
+        if (FAST_OK && fullMN && k0 + BK <= kEnd) {  // unchecked (gemm_common.cuh)
+            if (TA) {
+                load_tile_direct_full<A_ROWS, A_COLS, A_LD, NT>(as, Ab + (long long)k0 * lda + m0,
+                                                                lda, tid);
+            } else {
+                load_tile_direct_full<A_ROWS, A_COLS, A_LD, NT>(as, Ab + (long long)m0 * lda + k0,
+                                                                lda, tid);
+            }
+            if (TB) {
+                load_tile_direct_full<B_ROWS, B_COLS, B_LD, NT>(bs, Bb + (long long)n0 * ldb + k0,
+                                                                ldb, tid);
+            } else {
+                load_tile_direct_full<B_ROWS, B_COLS, B_LD, NT>(bs, Bb + (long long)k0 * ldb + n0,
+                                                                ldb, tid);
+            }
         } else {
-            load_tile_direct<A_ROWS, A_COLS, A_LD, NT, VEC>(as, Ab + (long long)m0 * lda + k0, Ab,
-                                                            lda, M - m0, kEnd - k0, tid);
-        }
-        if (TB) {
-            load_tile_direct<B_ROWS, B_COLS, B_LD, NT, VEC>(bs, Bb + (long long)n0 * ldb + k0, Bb,
-                                                            ldb, N - n0, kEnd - k0, tid);
-        } else {
-            load_tile_direct<B_ROWS, B_COLS, B_LD, NT, VEC>(bs, Bb + (long long)k0 * ldb + n0, Bb,
-                                                            ldb, kEnd - k0, N - n0, tid);
+            if (TA) {
+                load_tile_direct<A_ROWS, A_COLS, A_LD, NT, VEC>(as, Ab + (long long)k0 * lda + m0, Ab,
+                                                                lda, kEnd - k0, M - m0, tid);
+            } else {
+                load_tile_direct<A_ROWS, A_COLS, A_LD, NT, VEC>(as, Ab + (long long)m0 * lda + k0, Ab,
+                                                                lda, M - m0, kEnd - k0, tid);
+            }
+            if (TB) {
+                load_tile_direct<B_ROWS, B_COLS, B_LD, NT, VEC>(bs, Bb + (long long)n0 * ldb + k0, Bb,
+                                                                ldb, N - n0, kEnd - k0, tid);
+            } else {
+                load_tile_direct<B_ROWS, B_COLS, B_LD, NT, VEC>(bs, Bb + (long long)k0 * ldb + n0, Bb,
+                                                                ldb, kEnd - k0, N - n0, tid);
+            }
         }
     };
 
@@ -106,18 +146,28 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 
     const int aRow = wy * WM + g;  // this lane's first A row inside the block tile
     const int bCol = wx * WN + g;  // this lane's first B column inside the block tile
+    // ldmatrix row addresses (K-contiguous operands): lane l -> matrix q = l / 8, row l % 8.
+    // A: matrices (rows +0, k +0), (rows +8, k +0), (rows +0, k +4), (rows +8, k +4) = a0..a3.
+    // B: matrices (n +0, k +0), (n +0, k +4), (n +8, k +0), (n +8, k +4) = b[j][0..1], b[j+1][0..1].
+    const int q = lane >> 3;
+    const int aLdsm = (wy * WM + (lane & 7) + 8 * (q & 1)) * A_LD + 4 * (q >> 1);
+    const int bLdsm = (wx * WN + (lane & 7) + 8 * (q >> 1)) * B_LD + 4 * (q & 1);
 
+    int readSlot = 0;               // slot of k tile kt
+    int writeSlot = STAGES - 1;     // slot of k tile kt + STAGES - 1
     for (int kt = 0; kt < numK; ++kt) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();
         // Refill the slot that everyone finished reading in the previous iteration.
         {
             int next = kt + STAGES - 1;
-            if (next < numK) load_stage(next % STAGES, next);
+            if (next < numK) load_stage(writeSlot, next);
             cp_async_commit();
         }
-        const float* as = As + (kt % STAGES) * A_STAGE;
-        const float* bs = Bs + (kt % STAGES) * B_STAGE;
+        const float* as = As + readSlot * A_STAGE;
+        const float* bs = Bs + readSlot * B_STAGE;
+        readSlot = readSlot == STAGES - 1 ? 0 : readSlot + 1;
+        writeSlot = writeSlot == STAGES - 1 ? 0 : writeSlot + 1;
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 8) {
             u32 af[MT][4];
@@ -132,10 +182,9 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
                     af[i][2] = to_tf32(as[(k + 4) * A_LD + r]);
                     af[i][3] = to_tf32(as[(k + 4) * A_LD + r + 8]);
                 } else {
-                    af[i][0] = to_tf32(as[r * A_LD + k]);
-                    af[i][1] = to_tf32(as[(r + 8) * A_LD + k]);
-                    af[i][2] = to_tf32(as[r * A_LD + k + 4]);
-                    af[i][3] = to_tf32(as[(r + 8) * A_LD + k + 4]);
+                    ldsm_x4(af[i], as + aLdsm + i * 16 * A_LD + kk);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) af[i][e] = to_tf32(af[i][e]);
                 }
             }
 #pragma unroll
@@ -143,8 +192,14 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
                 const int n = bCol + j * 8;
                 const int k = kk + t;
                 if (TB) {
-                    bf[j][0] = to_tf32(bs[n * B_LD + k]);
-                    bf[j][1] = to_tf32(bs[n * B_LD + k + 4]);
+                    if (j % 2 == 0) {
+                        u32 r4[4];
+                        ldsm_x4(r4, bs + bLdsm + j * 8 * B_LD + kk);
+                        bf[j][0] = to_tf32(r4[0]);
+                        bf[j][1] = to_tf32(r4[1]);
+                        bf[j + 1][0] = to_tf32(r4[2]);
+                        bf[j + 1][1] = to_tf32(r4[3]);
+                    }
                 } else {
                     bf[j][0] = to_tf32(bs[k * B_LD + n]);
                     bf[j][1] = to_tf32(bs[(k + 4) * B_LD + n]);
