@@ -37,16 +37,23 @@ fn rel(x: &[f64], r: &[f64]) -> f64 {
     (num / den.max(1e-300)).sqrt()
 }
 
-fn dev(test: &str) -> Option<Device> {
+/// The default precision is process-wide and one test switches it: every test of this binary
+/// holds this lock, so a test that relies on the default never runs while it is TF32.
+static DEFAULT_PRECISION: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn dev(test: &str) -> Option<(Device, std::sync::MutexGuard<'static, ()>)> {
+    let guard = DEFAULT_PRECISION
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if !gpukit_jit::testing::cublas(test) {
         return None;
     }
-    Some(Device::open(0).expect("device"))
+    Some((Device::open(0).expect("device"), guard))
 }
 
 #[test]
 fn matmul_2d_both_precisions_and_default_switch() {
-    let Some(dev) = dev("matmul_2d_both_precisions_and_default_switch") else {
+    let Some((dev, _default_lock)) = dev("matmul_2d_both_precisions_and_default_switch") else {
         return;
     };
     let (m, n, k) = (77, 131, 300);
@@ -80,7 +87,7 @@ fn matmul_2d_both_precisions_and_default_switch() {
 
 #[test]
 fn batched_broadcast_and_transposed_views() {
-    let Some(dev) = dev("batched_broadcast_and_transposed_views") else {
+    let Some((dev, _default_lock)) = dev("batched_broadcast_and_transposed_views") else {
         return;
     };
     let (bt, m, n, k) = (3, 20, 33, 45);
@@ -119,7 +126,7 @@ fn batched_broadcast_and_transposed_views() {
 
 #[test]
 fn f64_f16_bf16_through_cublas() {
-    let Some(dev) = dev("f64_f16_bf16_through_cublas") else {
+    let Some((dev, _default_lock)) = dev("f64_f16_bf16_through_cublas") else {
         return;
     };
     let (m, n, k) = (40, 24, 64);
@@ -155,7 +162,7 @@ fn f64_f16_bf16_through_cublas() {
 
 #[test]
 fn shape_errors_empty_dims_and_unsupported_types() {
-    let Some(dev) = dev("shape_errors_empty_dims_and_unsupported_types") else {
+    let Some((dev, _default_lock)) = dev("shape_errors_empty_dims_and_unsupported_types") else {
         return;
     };
     let a = GpuArray::<f32>::zeros(&dev, &[2, 3]).unwrap();
