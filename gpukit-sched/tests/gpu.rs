@@ -914,3 +914,80 @@ fn cublas_in_a_task_is_correct_and_confined() {
         "cuBLAS not confined: one group {ms_small} ms vs all groups {ms_big} ms"
     );
 }
+
+/// A share below one SM group is enforced by pacing launches by measured GPU time: the task is
+/// told so (`Mechanism::Pacing`), it is throttled, and its throughput lands near its share.
+/// Reference in the same test: the same kernel loop in a one-group (8 SM) green-context task.
+/// The paced task runs on the floor SMs (those no group covers) at a duty cycle of
+/// `share * total_sms / floor_sms`, so it should reach about `share * total_sms / 8` of the
+/// one-group task's throughput (0.02 * 132 / 8 = 0.33); the bounds are loose.
+#[test]
+fn share_below_one_group_is_paced() {
+    let Some((_g, dev, k)) = setup("share_below_one_group_is_paced") else {
+        return;
+    };
+    let total_sms = dev.multiprocessor_count() as f64;
+    let sched = Scheduler::new(dev, SchedulerConfig::default()).unwrap();
+    let body = |k: TestKernels| {
+        move |ctx: &mut TaskContext| -> gpukit_sched::Result<(f64, Mechanism, u32)> {
+            let blocks = 32 * 8 * 11;
+            let out = ctx.alloc(blocks * 256 * 4)?;
+            let cfg = LaunchConfig::new((blocks as u32, 1, 1), (256, 1, 1));
+            let t = Instant::now();
+            let mut n = 0u32;
+            while t.elapsed() < Duration::from_millis(700) {
+                ctx.launch(
+                    &k.fma_spin,
+                    cfg,
+                    &[KernelArg::Ptr(out.ptr()), KernelArg::I32(500)],
+                )?;
+                ctx.synchronize()?;
+                n += 1;
+            }
+            Ok((
+                n as f64 / t.elapsed().as_secs_f64(),
+                ctx.compute().mechanism,
+                ctx.home_sms(),
+            ))
+        }
+    };
+    let group = sched
+        .submit(
+            body(k.clone()),
+            TaskSpec::new("one-group")
+                .memory("64MiB", "64MiB")
+                .compute(8.0 / total_sms, 8.0 / total_sms),
+        )
+        .unwrap();
+    let (rate_group, mech_group, sms_group) = finish(group, "one-group task").unwrap();
+    let share = 0.02;
+    let paced = sched
+        .submit(
+            body(k),
+            TaskSpec::new("paced")
+                .memory("64MiB", "64MiB")
+                .compute(share, share),
+        )
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(60), || paced.is_finished()),
+        "the paced task did not finish within 60 s"
+    );
+    let throttles = paced.stats().throttles;
+    let (rate_paced, mech_paced, sms_paced) = finish(paced, "paced task").unwrap();
+    let ratio = rate_paced / rate_group;
+    let expected = share * total_sms / 8.0;
+    println!(
+        "one group: {mech_group:?} on {sms_group} SMs, {rate_group:.1} kernels/s; \
+         paced: {mech_paced:?} on {sms_paced} SMs, {rate_paced:.1} kernels/s, {throttles} \
+         throttles; ratio {ratio:.3} (expected about {expected:.3})"
+    );
+    assert_eq!(mech_group, Mechanism::GreenContext);
+    assert_eq!(sms_group, 8);
+    assert_eq!(mech_paced, Mechanism::Pacing);
+    assert!(throttles > 0, "the paced task was never throttled");
+    assert!(
+        ratio > expected * 0.5 && ratio < expected * 1.6,
+        "paced throughput ratio {ratio:.3}, expected about {expected:.3}"
+    );
+}
