@@ -113,10 +113,17 @@ unsafe impl Sync for Module {}
 impl Module {
     /// Loads `compiled` for the device of `ctx`.
     pub fn load(ctx: &Arc<CudaContext>, compiled: Arc<CompiledModule>) -> Result<Self> {
-        let mut image = compiled.image.clone();
-        if compiled.output == Output::Ptx {
-            image.push(0); // PTX must be NUL-terminated text.
-        }
+        // A CUBIN is loaded from the cached bytes as they are; PTX must be NUL-terminated text,
+        // which the compiler's output is not, so only PTX is copied.
+        let image: std::borrow::Cow<[u8]> =
+            if compiled.output == Output::Ptx && compiled.image.last() != Some(&0) {
+                let mut text = Vec::with_capacity(compiled.image.len() + 1);
+                text.extend_from_slice(&compiled.image);
+                text.push(0);
+                std::borrow::Cow::Owned(text)
+            } else {
+                std::borrow::Cow::Borrowed(&compiled.image)
+            };
         ctx.bind_to_thread()
             .map_err(|e| Error::driver("binding the context", e))?;
         let mut lib: sys::CUlibrary = std::ptr::null_mut();
@@ -395,7 +402,9 @@ impl Call<'_> {
     }
 }
 
-type LoadedKey = (usize, crate::CacheKey);
+/// Loaded modules are libraries (context-independent), so one load serves every context of a
+/// device, green contexts included: the map is keyed by device, not by context.
+type LoadedKey = (i32, crate::CacheKey);
 
 fn loaded_modules() -> &'static Mutex<HashMap<LoadedKey, Module>> {
     static LOADED: OnceLock<Mutex<HashMap<LoadedKey, Module>>> = OnceLock::new();
@@ -417,16 +426,18 @@ pub fn load_source(
         None => Arch::of_context(ctx)?.for_source(source),
     };
     let key = cache.key(source, program, target, options)?;
-    let ctx_id = ctx.cu_ctx() as usize;
-    if let Some(m) = loaded_modules().lock().get(&(ctx_id, key)) {
+    let loaded = (ctx.cu_device(), key);
+    if let Some(m) = loaded_modules().lock().get(&loaded) {
         return Ok(m.clone());
     }
-    let compiled = cache.get_or_compile(source, program, target, options)?;
+    let compiled = cache.get_or_compile_keyed(key, source, program, target, options)?;
     let module = Module::load(ctx, compiled)?;
-    loaded_modules()
+    // Two threads may race to load the same module: keep the first, drop the other's copy.
+    Ok(loaded_modules()
         .lock()
-        .insert((ctx_id, key), module.clone());
-    Ok(module)
+        .entry(loaded)
+        .or_insert(module)
+        .clone())
 }
 
 /// The one-call path, like the seed's `gp.jit(src, func="scale")`: compile `source` (cached),

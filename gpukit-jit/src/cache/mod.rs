@@ -220,7 +220,21 @@ impl KernelCache {
         target: Arch,
         options: &CompileOptions,
     ) -> Result<Arc<CompiledModule>> {
-        let key = CacheKey::new(source, program, target, options, nvrtc_version()?);
+        let key = self.key(source, program, target, options)?;
+        self.get_or_compile_keyed(key, source, program, target, options)
+    }
+
+    /// [`get_or_compile`](Self::get_or_compile) with the key already computed by
+    /// [`key`](Self::key) for the same inputs (saves hashing the source twice).
+    pub fn get_or_compile_keyed(
+        &self,
+        key: CacheKey,
+        source: &str,
+        program: &str,
+        target: Arch,
+        options: &CompileOptions,
+    ) -> Result<Arc<CompiledModule>> {
+        debug_assert!(self.key(source, program, target, options).ok() == Some(key));
         if let Some(m) = self.memory.lock().get(&key) {
             self.counters.memory_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(m.clone());
