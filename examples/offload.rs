@@ -112,6 +112,8 @@ fn run_calibrate(
     let startup = t.elapsed().as_secs_f64();
     eprintln!("offload: GPU {} started in {:.3}s", gpu.name(), startup);
     let mut opts = CalibrateOptions::new(quick);
+    // a log (not a terminal) gets one line per grid point instead of the progress bar
+    opts.log_points = !std::io::IsTerminal::is_terminal(&std::io::stderr());
     if let Some(b) = budget.filter(|b| b.is_finite() && *b > 0.0) {
         opts.budget = std::time::Duration::from_secs_f64(b);
     }

@@ -6,27 +6,31 @@ set -u
 B=.gpu-bundle-offload
 OUT=${OUT:-/tmp/offload-out}; mkdir -p "$OUT"
 S=gpukit-offload/bench
-export PYTHONUNBUFFERED=1 GPUKIT_OFFLOAD_PERSIST=0
+export PYTHONUNBUFFERED=1 GPUKIT_OFFLOAD_PERSIST=0 REPS=${REPS:-5}
 sum() { echo "$*" | tee -a "$OUT/summary.txt"; }
 : > "$OUT/summary.txt"
 # 1. tests (GPU tests required)
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  bash $B/run-tests.sh > "$OUT/tests.log" 2>&1; rc=$?; sum "tests: $(tail -1 "$OUT/tests.log") (rc=$rc)"
+  t=$(date +%s.%N)
+  timeout ${TEST_TIMEOUT:-200} bash $B/run-tests.sh > "$OUT/tests.log" 2>&1; rc=$?; t2=$(date +%s.%N)
+  sum "tests: $(tail -1 "$OUT/tests.log") (rc=$rc, $(python3 -c "print(round($t2 - $t, 1))")s)"
   grep -E "FAILED|panicked|^failures|error" "$OUT/tests.log" | head -20
 fi
 # 2. quick calibration
 if [ "${SKIP_CAL:-0}" != 1 ]; then
   t=$(date +%s.%N)
-  $B/examples/offload calibrate --quick --budget ${CAL_BUDGET:-150} --output "$OUT/h200-profile.json" > "$OUT/calibrate.log" 2>&1
+  timeout 200 $B/examples/offload calibrate --quick --budget ${CAL_BUDGET:-150} --output "$OUT/h200-profile.json" > "$OUT/calibrate.log" 2>&1
   rc=$?; t2=$(date +%s.%N)
   sum "calibrate --quick: rc=$rc wall=$(python3 -c "print(round($t2 - $t, 1))")s :: $(tail -1 "$OUT/calibrate.log")"
+  grep "points extrapolated" "$OUT/calibrate.log" | tee -a "$OUT/summary.txt"
+  grep -E "x1=(4096|6144)" "$OUT/calibrate.log" | grep -E "^calibrate: (gemm|potrf|gesv) [sd] " | tee -a "$OUT/summary.txt"
 fi
 [ -f "$OUT/h200-profile.json" ] && export GPUKIT_OFFLOAD_PROFILE="$OUT/h200-profile.json"
 $B/examples/offload explain > "$OUT/explain.txt" 2>&1
 # 3. whole-program benchmark: plain, under the shim with the GPU off (CPU-only share), with the GPU
-python3 $S/whole_program.py > "$OUT/wp_plain.log" 2>&1
-GPUKIT_OFFLOAD_LOG=calls GPUKIT_OFFLOAD_GPU=off $B/examples/offload run python3 $S/whole_program.py > "$OUT/wp_cpu_shim.log" 2>&1
-GPUKIT_OFFLOAD_LOG=calls $B/examples/offload run python3 $S/whole_program.py > "$OUT/wp_gpu.log" 2>&1
+timeout 120 python3 $S/whole_program.py > "$OUT/wp_plain.log" 2>&1
+GPUKIT_OFFLOAD_LOG=calls GPUKIT_OFFLOAD_GPU=off timeout 120 $B/examples/offload run python3 $S/whole_program.py > "$OUT/wp_cpu_shim.log" 2>&1
+GPUKIT_OFFLOAD_LOG=calls timeout 120 $B/examples/offload run python3 $S/whole_program.py > "$OUT/wp_gpu.log" 2>&1
 sum "plain:      $(grep whole_program "$OUT/wp_plain.log")"
 sum "shim gpu=off: $(grep whole_program "$OUT/wp_cpu_shim.log")"
 sum "shim gpu:   $(grep whole_program "$OUT/wp_gpu.log")"
@@ -42,22 +46,15 @@ for f in ("wp_plain.log", "wp_gpu.log"):
 PY
 grep "^gpukit-offload: [a-z]* calls" "$OUT/wp_gpu.log" | tee -a "$OUT/summary.txt"
 python3 $S/compare_calls.py "$OUT/wp_cpu_shim.log" "$OUT/wp_gpu.log" | tee -a "$OUT/summary.txt"
-# 4. small matrices: alternate plain and shim, best of two each
-for i in 1 2; do
-  python3 $S/small_matrices.py >> "$OUT/small_plain.log" 2>&1
-  $B/examples/offload run python3 $S/small_matrices.py >> "$OUT/small_shim.log" 2>&1
-done
-python3 - "$OUT" <<'PY' | tee -a "$OUT/summary.txt"
-import re, sys
-o = sys.argv[1]
-def best(f): return min(float(x) for x in re.findall(r"time=([0-9.]+)s", open(f"{o}/{f}").read()))
-def hashes(f): return set(re.findall(r"hash: (\w+)", open(f"{o}/{f}").read()))
-p, s = best("small_plain.log"), best("small_shim.log")
-print(f"small matrices: plain {p:.3f}s, shim {s:.3f}s, overhead {(s/p-1)*100:+.2f}%, identical={hashes('small_plain.log')==hashes('small_shim.log')}")
-PY
+grep -E "gpukit-offload: dgesdd .* -> gpu" "$OUT/wp_gpu.log" | head -2 | tee -a "$OUT/summary.txt"
+# 3b. thin-SVD accuracy at 6000x2000: CPU gesdd vs the GPU's polar SVD
+timeout 60 python3 $S/svd_check.py 2>&1 | tee -a "$OUT/summary.txt"
+GPUKIT_OFFLOAD_GPU=always timeout 60 $B/examples/offload run python3 $S/svd_check.py 2>&1 | grep -E "svd_check|dgesdd|fallback" | tee -a "$OUT/summary.txt"
+# 4. small matrices: PAIRS alternating plain / shim runs
+ITERS=${SMALL_ITERS:-40000} timeout 150 bash $S/small_matrices_alt.sh $B/examples/offload "$OUT" | tee -a "$OUT/summary.txt"
 # 5. the fast-path overhead bench (baseline and shim entry in the same run)
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  for b in $B/benches/dispatch-*; do "$b" --bench --warm-up-time 1 --measurement-time 3 --noplot > "$OUT/bench.log" 2>&1; done
+  for b in $B/benches/dispatch-*; do timeout 60 "$b" --bench --warm-up-time 1 --measurement-time 3 --noplot > "$OUT/bench.log" 2>&1; done
   grep -E "^dgemm|time:" "$OUT/bench.log" | tee -a "$OUT/summary.txt"
 fi
 # at most 8 files come back: everything but the profile and the summary goes into one archive

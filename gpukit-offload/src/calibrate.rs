@@ -27,7 +27,18 @@ pub struct CalibrateOptions {
     pub progress: bool,
     /// Only these op kinds (empty: all).
     pub only: Vec<OpKind>,
+    /// Print one line per measured grid point on stderr (for logs; the progress bar is for
+    /// terminals).
+    pub log_points: bool,
 }
+
+/// A grid point's CPU time is extrapolated from the previous size (same `x2`) instead of measured
+/// when the GPU, copies included, was at least this many times faster there and the CPU call took
+/// at least [`DOMINATED_MIN_S`]: the GPU's advantage only grows with size, so the decision cannot
+/// flip, and the CPU side of large calls (the slow part of a calibration) is not paid for twice.
+pub const DOMINATED_SPEEDUP: f64 = 4.0;
+/// See [`DOMINATED_SPEEDUP`].
+pub const DOMINATED_MIN_S: f64 = 0.02;
 
 impl CalibrateOptions {
     /// Quick (`true`) or full settings.
@@ -37,6 +48,7 @@ impl CalibrateOptions {
             budget: Duration::from_secs(if quick { 150 } else { 1500 }),
             progress: true,
             only: Vec::new(),
+            log_points: false,
         }
     }
 }
@@ -60,7 +72,7 @@ pub fn grid(kind: OpKind, p: Precision, quick: bool) -> (Vec<f64>, Vec<f64>) {
         if cplx {
             v(&[128.0, 512.0, 1024.0, 2048.0])
         } else {
-            v(&[128.0, 512.0, 1024.0, 2048.0, 4096.0])
+            v(&[128.0, 512.0, 1024.0, 2048.0, 4096.0, 6144.0])
         }
     } else {
         v(&[64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0])
@@ -497,6 +509,12 @@ pub fn calibrate(
         // SAFETY: as above.
         let _ = unsafe { cpu.run(&call) };
     }
+    // per plan entry and x2: the last row's (cpu seconds, gpu seconds with copies, flops)
+    let mut last: Vec<Vec<Option<(f64, f64, f64)>>> = plan
+        .iter()
+        .map(|(_, _, _, x2)| vec![None; x2.len()])
+        .collect();
+    let mut extrapolated = 0usize;
     let mut cut = false;
     for row in 0..max_rows {
         for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
@@ -508,29 +526,49 @@ pub fn calibrate(
                 continue;
             }
             let mut pts = Vec::new();
-            for &b in x2 {
+            for (bi, &b) in x2.iter().enumerate() {
                 bar.set_message(format!("{} {} x1={} x2={}", kind, p.letter(), x1[row], b));
+                let s = kind.canonical_shape(x1[row], b);
+                let flops = kind.flops(*p, s);
                 let mut case = Case::new(*kind, *p, x1[row], b);
-                let tc = time_point(&mut case, *kind, *p, x1[row], b, opts.quick, &mut |c| {
-                    // SAFETY: the call's buffers belong to `case` and match its dimensions.
-                    let info = unsafe { cpu.run(c)? };
-                    if info != 0 {
-                        return Err(Error::Lapack {
-                            routine: c.name(),
-                            info,
-                            meaning: "calibration input rejected",
-                        });
-                    }
-                    Ok(())
-                })?;
                 let tg = time_point(&mut case, *kind, *p, x1[row], b, opts.quick, &mut |c| {
-                    // SAFETY: as above; the call is supported on the GPU (m >= n for SVD).
+                    // SAFETY: the call's buffers belong to `case` and match its dimensions; the
+                    // call is supported on the GPU (m >= n for SVD).
                     unsafe { gpu.run(c) }.map_err(|e| Error::Gpu {
                         what: "calibration",
                         detail: format!("{}: {e}", c.name()),
                     })
                 })?;
-                let s = kind.canonical_shape(x1[row], b);
+                let dominated = last[idx][bi].filter(|&(tc0, tg0, _)| {
+                    tc0 >= DOMINATED_MIN_S && tc0 >= DOMINATED_SPEEDUP * tg0 && tg <= tg0 * 64.0
+                });
+                let (tc, how) = if let Some((tc0, _, f0)) = dominated {
+                    extrapolated += 1;
+                    (tc0 * flops / f0.max(1.0), "extrapolated")
+                } else {
+                    let tc = time_point(&mut case, *kind, *p, x1[row], b, opts.quick, &mut |c| {
+                        // SAFETY: as above.
+                        let info = unsafe { cpu.run(c)? };
+                        if info != 0 {
+                            return Err(Error::Lapack {
+                                routine: c.name(),
+                                info,
+                                meaning: "calibration input rejected",
+                            });
+                        }
+                        Ok(())
+                    })?;
+                    (tc, "measured")
+                };
+                last[idx][bi] = Some((tc, tg, flops));
+                if opts.log_points {
+                    eprintln!(
+                        "calibrate: {kind} {} x1={} x2={b} cpu={tc:.4}s ({how}) gpu={tg:.4}s at {:.1}s",
+                        p.letter(),
+                        x1[row],
+                        t_start.elapsed().as_secs_f64()
+                    );
+                }
                 let (inb, outb) = kind.bytes(*p, s);
                 let (ci, co) = copy.seconds(inb, outb);
                 let compute = (tg - ci - co - copy.latency_s).max(0.1 * tg);
@@ -544,6 +582,11 @@ pub fn calibrate(
         }
     }
     bar.finish_and_clear();
+    if opts.log_points {
+        eprintln!(
+            "calibrate: {extrapolated} CPU points extrapolated (GPU >= {DOMINATED_SPEEDUP}x faster one size below), budget cut: {cut}"
+        );
+    }
     for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
         let rows = &measured[idx];
         if rows.is_empty() {

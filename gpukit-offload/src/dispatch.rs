@@ -8,8 +8,8 @@
 //!    `cpu >= required_speedup(level) * gpu`;
 //! 3. CUDA is started lazily: the predicted savings of calls that would have gone to the GPU are
 //!    summed, and once they exceed the profile's start-up cost the GPU is started in a background
-//!    thread (calls keep running on the CPU meanwhile). A single call that alone would save more
-//!    than twice the start-up cost starts it synchronously and runs on the GPU;
+//!    thread (calls keep running on the CPU meanwhile: no call ever waits for start-up, which
+//!    also loads the kernels of the common routines before the first offloaded call);
 //! 4. one GPU-bound call in [`crate::learn::RECHECK_EVERY`] per size bucket is re-run on the CPU
 //!    while the predicted gain is modest, to keep the CPU side of the model honest.
 
@@ -381,6 +381,9 @@ impl Dispatcher {
         }
         self.gpu_state.store(GPU_STARTING, Relaxed);
         let r = GpuBackend::start().map(Arc::new).map_err(|e| e.to_string());
+        if let Ok(g) = &r {
+            warm_up(g);
+        }
         let ok = r.is_ok();
         let _ = self.gpu.set(r);
         self.gpu_state
@@ -564,20 +567,16 @@ impl Dispatcher {
             GPU_FAILED => return Some(Reason::NoGpu),
             GPU_STARTING => return Some(Reason::GpuStarting),
             _ => {
+                // No call ever waits for CUDA start-up: the savings this call misses are added
+                // up, and once they would have paid for start-up CUDA starts on a background
+                // thread while this call (and every call until the GPU is ready) runs on the CPU.
                 let gain = (e.cpu_s - e.gpu_s).max(0.0);
-                if gain > 2.0 * self.model.startup_s {
-                    self.start_now();
-                    if self.gpu_state.load(Relaxed) != GPU_READY {
-                        return Some(Reason::NoGpu);
-                    }
-                } else {
-                    let missed =
-                        self.missed_ns.fetch_add((gain * 1e9) as u64, Relaxed) as f64 * 1e-9 + gain;
-                    if missed > self.model.startup_s {
-                        self.start_background();
-                    }
-                    return Some(Reason::StartupNotPaid);
+                let missed =
+                    self.missed_ns.fetch_add((gain * 1e9) as u64, Relaxed) as f64 * 1e-9 + gain;
+                if missed > self.model.startup_s {
+                    self.start_background();
                 }
+                return Some(Reason::StartupNotPaid);
             }
         }
         let kind = call.kind();
@@ -652,6 +651,33 @@ impl Dispatcher {
         if let Err(e) = self.save_learned() {
             eprintln!("gpukit-offload: could not save learned corrections: {e}");
         }
+    }
+}
+
+/// Runs one small call of each common routine on the GPU, untimed and unrecorded, so the lazily
+/// loaded cuBLAS/cuSOLVER kernels and the lane's workspaces are ready before the first offloaded
+/// call (this runs in the start-up thread, while calls still go to the CPU). Failures are ignored:
+/// a real call meets them again and falls back.
+fn warm_up(g: &GpuBackend) {
+    use crate::calibrate::Case;
+    let d = Precision::D;
+    let cases = [
+        (Routine::Gemm, false, d, 512.0, 512.0),
+        (Routine::Gemm, false, Precision::S, 512.0, 512.0),
+        (Routine::Syrk, false, d, 512.0, 512.0),
+        (Routine::Trsm, false, d, 512.0, 512.0),
+        (Routine::Potrf, false, d, 512.0, 1.0),
+        (Routine::Gesv, false, d, 512.0, 64.0),
+        (Routine::Syevd, true, d, 512.0, 1.0),
+        (Routine::Gesdd, true, d, 256.0, 3.0),
+    ];
+    for (routine, vectors, p, x1, x2) in cases {
+        let kind = OpKind { routine, vectors };
+        let mut case = Case::new(kind, p, x1, x2);
+        case.reset();
+        let call = case.call(kind, p, x1, x2);
+        // SAFETY: the call's buffers belong to `case` and match its dimensions.
+        let _ = unsafe { g.run(&call) };
     }
 }
 

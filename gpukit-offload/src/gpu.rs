@@ -15,7 +15,7 @@
 //!   caller's memory. Any failure returns [`GpuFail`] and leaves the caller's buffers untouched,
 //!   so the CPU can run the call on the original inputs.
 
-use crate::call::{Call, HostMat, Op, Piv};
+use crate::call::{Call, HostMat, Op, Piv, Scalar};
 use crate::ops::{Diag, Precision, Side, SvdJob, Trans, Uplo};
 use cudarc::cublas::sys as cb;
 use cudarc::cusolver::sys as cs;
@@ -633,6 +633,24 @@ macro_rules! typed_blas {
     };
 }
 
+/// How one attempt of a call ended (failures are `Err`).
+enum Done {
+    /// Results are in the caller's buffers.
+    Ok,
+    /// Nothing was written; run again with the QR-iteration SVD.
+    RetryQr,
+}
+
+/// `(1, 0)` in precision `p`.
+fn unit_scalars(p: Precision) -> (Scalar, Scalar) {
+    match p {
+        Precision::S => (Scalar::of(1.0f32), Scalar::of(0.0f32)),
+        Precision::D => (Scalar::of(1.0f64), Scalar::of(0.0f64)),
+        Precision::C => (Scalar::of([1.0f32, 0.0]), Scalar::of([0.0f32, 0.0])),
+        Precision::Z => (Scalar::of([1.0f64, 0.0]), Scalar::of([0.0f64, 0.0])),
+    }
+}
+
 /// The started GPU backend.
 pub struct GpuBackend {
     ctx: Arc<CudaContext>,
@@ -706,7 +724,17 @@ impl GpuBackend {
             None => Lane::new()?,
         };
         // SAFETY: forwarded.
-        let r = unsafe { self.run_on(&mut lane, call) };
+        let mut r = unsafe { self.run_on(&mut lane, call, false) };
+        if matches!(r, Ok(Done::RetryQr)) {
+            // the polar SVD perturbed the singular values too much: the QR-iteration SVD, on
+            // the same (still untouched) inputs
+            // SAFETY: forwarded.
+            r = unsafe { self.run_on(&mut lane, call, true) };
+        }
+        let r = r.and_then(|d| match d {
+            Done::Ok => Ok(()),
+            Done::RetryQr => Err(fail(GpuFailKind::Error, "SVD retry did not finish")),
+        });
         let healthy = lane.sync_all().is_ok();
         if healthy {
             self.lanes.lock().push(lane);
@@ -714,7 +742,8 @@ impl GpuBackend {
         r
     }
 
-    unsafe fn run_on(&self, lane: &mut Lane, call: &Call) -> GResult<()> {
+    /// One attempt of a call on `lane`; `svd_qr` forces the QR-iteration SVD (gesvd).
+    unsafe fn run_on(&self, lane: &mut Lane, call: &Call, svd_qr: bool) -> GResult<Done> {
         let inject = self.injected();
         if inject == Inject::OutOfMemory {
             return Err(fail(GpuFailKind::Injected, "injected out-of-memory"));
@@ -726,6 +755,8 @@ impl GpuBackend {
         let mut outs: Vec<(usize, HostMat, usize)> = Vec::new();
         let mut piv_out: Option<(usize, Piv, usize)> = None;
         let mut infos: Vec<usize> = Vec::new();
+        // polar SVD: (its reported perturbation, pinned offset of the singular values, max(m, n))
+        let mut polar_check: Option<(f64, usize, usize)> = None;
         let packed = |m: &HostMat| m.rows * m.cols * es;
         // SAFETY: (whole block) every device pointer is inside the arena sized by `lay`; every
         // host pointer is the caller's (contract) or a pinned buffer sized by `lay.out`.
@@ -1303,64 +1334,160 @@ impl GpuBackend {
                     );
                     let (mut dws, mut hws) = (0usize, 0usize);
                     let (ldu, ldvt) = (m.max(1) as i64, vtrows.max(1) as i64);
-                    cs_ok(
-                        cs::cusolverDnXgesvd_bufferSize(
-                            lane.solver,
-                            lane.params,
-                            job,
-                            job,
-                            m as i64,
-                            n as i64,
-                            dtype_s(p),
-                            std::ptr::null(),
-                            m.max(1) as i64,
-                            real_dtype_s(p),
-                            std::ptr::null(),
-                            dtype_s(p),
-                            std::ptr::null(),
-                            ldu,
-                            dtype_s(p),
-                            std::ptr::null(),
-                            ldvt,
-                            dtype_s(p),
-                            &mut dws,
-                            &mut hws,
-                        ),
-                        "cusolverDnXgesvd_bufferSize",
-                    )?;
+                    // Thin SVD with vectors: the polar-decomposition SVD (QDWH + syevd), several
+                    // times faster than the QR-iteration gesvd. It returns V (not V^H), which a
+                    // geam transposes into VT. Its singular values can be shifted by a small
+                    // perturbation it adds for (near-)singular inputs: checked after the call.
+                    let polar = jobu == SvdJob::Thin && !svd_qr;
+                    let ovv = if polar { lay.dev(n * n * es) } else { 0 };
+                    if polar {
+                        cs_ok(
+                            cs::cusolverDnXgesvdp_bufferSize(
+                                lane.solver,
+                                lane.params,
+                                cs::cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR,
+                                1,
+                                m as i64,
+                                n as i64,
+                                dtype_s(p),
+                                std::ptr::null(),
+                                m.max(1) as i64,
+                                real_dtype_s(p),
+                                std::ptr::null(),
+                                dtype_s(p),
+                                std::ptr::null(),
+                                ldu,
+                                dtype_s(p),
+                                std::ptr::null(),
+                                n.max(1) as i64,
+                                dtype_s(p),
+                                &mut dws,
+                                &mut hws,
+                            ),
+                            "cusolverDnXgesvdp_bufferSize",
+                        )?;
+                    } else {
+                        cs_ok(
+                            cs::cusolverDnXgesvd_bufferSize(
+                                lane.solver,
+                                lane.params,
+                                job,
+                                job,
+                                m as i64,
+                                n as i64,
+                                dtype_s(p),
+                                std::ptr::null(),
+                                m.max(1) as i64,
+                                real_dtype_s(p),
+                                std::ptr::null(),
+                                dtype_s(p),
+                                std::ptr::null(),
+                                ldu,
+                                dtype_s(p),
+                                std::ptr::null(),
+                                ldvt,
+                                dtype_s(p),
+                                &mut dws,
+                                &mut hws,
+                            ),
+                            "cusolverDnXgesvd_bufferSize",
+                        )?;
+                    }
                     let owk = lay.dev(dws);
                     let base = self.prepare(lane, &lay)?;
                     lane.host_ws.resize(hws.max(1), 0);
                     lane.upload(&a, es, base + oa as u64)?;
                     lane.link(lane.h2d, lane.compute, lane.ev_in)?;
-                    cs_ok(
-                        cs::cusolverDnXgesvd(
-                            lane.solver,
-                            lane.params,
-                            job,
-                            job,
-                            m as i64,
-                            n as i64,
-                            dtype_s(p),
-                            dp::<c_void>(base, oa),
-                            m.max(1) as i64,
-                            real_dtype_s(p),
-                            dp::<c_void>(base, os),
-                            dtype_s(p),
-                            dp::<c_void>(base, ou),
-                            ldu,
-                            dtype_s(p),
-                            dp::<c_void>(base, ov),
-                            ldvt,
-                            dtype_s(p),
-                            dp::<c_void>(base, owk),
-                            dws,
-                            lane.host_ws.as_mut_ptr() as *mut c_void,
-                            hws,
-                            dp::<i32>(base, oi),
-                        ),
-                        "cusolverDnXgesvd",
-                    )?;
+                    if polar {
+                        let mut err_sigma = 0.0f64;
+                        cs_ok(
+                            cs::cusolverDnXgesvdp(
+                                lane.solver,
+                                lane.params,
+                                cs::cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR,
+                                1,
+                                m as i64,
+                                n as i64,
+                                dtype_s(p),
+                                dp::<c_void>(base, oa),
+                                m.max(1) as i64,
+                                real_dtype_s(p),
+                                dp::<c_void>(base, os),
+                                dtype_s(p),
+                                dp::<c_void>(base, ou),
+                                ldu,
+                                dtype_s(p),
+                                dp::<c_void>(base, ovv),
+                                n.max(1) as i64,
+                                dtype_s(p),
+                                dp::<c_void>(base, owk),
+                                dws,
+                                lane.host_ws.as_mut_ptr() as *mut c_void,
+                                hws,
+                                dp::<i32>(base, oi),
+                                &mut err_sigma,
+                            ),
+                            "cusolverDnXgesvdp",
+                        )?;
+                        // VT = V^H (conjugate transpose for complex data)
+                        let (one, zero) = unit_scalars(p);
+                        let vt_ptr = dp::<u8>(base, ov);
+                        cb_ok(
+                            typed_blas!(
+                                p,
+                                cublasSgeam,
+                                cublasDgeam,
+                                cublasCgeam,
+                                cublasZgeam,
+                                (
+                                    lane.blas,
+                                    op_b(Trans::Conj, p),
+                                    cb::cublasOperation_t::CUBLAS_OP_N,
+                                    ci(n),
+                                    ci(n),
+                                    one.as_ptr(),
+                                    dp::<u8>(base, ovv),
+                                    ci(n.max(1)),
+                                    zero.as_ptr(),
+                                    vt_ptr,
+                                    ci(n.max(1)),
+                                    vt_ptr,
+                                    ci(n.max(1))
+                                )
+                            ),
+                            "cublas geam (V transpose)",
+                        )?;
+                        polar_check = Some((err_sigma, out_s, m.max(n)));
+                    } else {
+                        cs_ok(
+                            cs::cusolverDnXgesvd(
+                                lane.solver,
+                                lane.params,
+                                job,
+                                job,
+                                m as i64,
+                                n as i64,
+                                dtype_s(p),
+                                dp::<c_void>(base, oa),
+                                m.max(1) as i64,
+                                real_dtype_s(p),
+                                dp::<c_void>(base, os),
+                                dtype_s(p),
+                                dp::<c_void>(base, ou),
+                                ldu,
+                                dtype_s(p),
+                                dp::<c_void>(base, ov),
+                                ldvt,
+                                dtype_s(p),
+                                dp::<c_void>(base, owk),
+                                dws,
+                                lane.host_ws.as_mut_ptr() as *mut c_void,
+                                hws,
+                                dp::<i32>(base, oi),
+                            ),
+                            "cusolverDnXgesvd",
+                        )?;
+                    }
                     lane.download(base + os as u64, out_s, mn * rs, lane.compute)?;
                     lane.download(base + ou as u64, out_u, m * ucols * es, lane.compute)?;
                     lane.download(base + ov as u64, out_v, vtrows * n * es, lane.compute)?;
@@ -1455,6 +1582,24 @@ impl GpuBackend {
                 ));
             }
         }
+        if let Some((err, off, dim)) = polar_check {
+            // SAFETY: the singular values (descending) are in the pinned buffer at `off`.
+            let smax = unsafe {
+                if p.real_size() == 4 {
+                    (lane.out.ptr.add(off) as *const f32).read_unaligned() as f64
+                } else {
+                    (lane.out.ptr.add(off) as *const f64).read_unaligned()
+                }
+            };
+            let eps = if p.real_size() == 4 {
+                f32::EPSILON as f64
+            } else {
+                f64::EPSILON
+            };
+            if !err.is_finite() || !smax.is_finite() || err > eps * dim as f64 * smax {
+                return Ok(Done::RetryQr);
+            }
+        }
         match inject {
             Inject::Info => return Err(fail(GpuFailKind::Injected, "injected info = 1")),
             Inject::Error => return Err(fail(GpuFailKind::Injected, "injected CUDA error")),
@@ -1469,7 +1614,7 @@ impl GpuBackend {
             // SAFETY: `len` i64 pivots at `off`; the caller's vector holds `len` integers.
             unsafe { write_piv(lane.out.ptr.add(off) as *const i64, piv, len) };
         }
-        Ok(())
+        Ok(Done::Ok)
     }
 
     /// Sizes the lane's arena and pinned output for a layout; returns the arena base.

@@ -512,6 +512,13 @@ fn lazy_start_body() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     eprintln!("large potrf calls before the GPU was up: {seen:?}");
+    // the call that starts CUDA does not wait for it: it runs on the CPU (later calls may find
+    // the GPU ready: the background start can finish during that CPU call)
+    assert_eq!(
+        seen[0],
+        (Backend::Cpu, Some(Reason::StartupNotPaid)),
+        "the call that starts CUDA must not wait for it: {seen:?}"
+    );
     assert!(off.dispatcher().gpu().is_some(), "{seen:?}");
     let mut x = a.clone();
     let o = off.potrf(Uplo::Lower, n, &mut x, n).unwrap();
