@@ -158,22 +158,39 @@ pub const TF32_CONFIGS: [TileConfig; 3] = [
     },
 ];
 
-/// FP32 SIMT configurations, largest first (warp tile fixed at 64x32, 8x8 per thread).
+/// FP32 SIMT configurations, largest first.
 ///
-/// - `sgemm_128x128`: 8 warps, BK 16, 3 stages (51 KB), two blocks per SM.
+/// Version 3 (warp tile 64x64, 16x8 per thread, fragments double-buffered in registers,
+/// 255-register cap, 8 warps per SM):
+/// - `sgemm_128x256`: 8 warps, BK 8, 4 stages (50 KB), one block per SM: the big-problem tile.
+/// - `sgemm_128x128_w4`: 4 warps, BK 8, 4 stages (34 KB), two blocks per SM, for mid sizes.
+///
+/// Version 2 (warp tile 64x32, 8x8 per thread):
 /// - `sgemm_64x64`: 2 warps, BK 16, 3 stages (26 KB), for small problems.
-pub const SGEMM_CONFIGS: [TileConfig; 2] = [
+pub const SGEMM_CONFIGS: [TileConfig; 3] = [
     TileConfig {
-        name: "sgemm_128x128",
+        name: "sgemm_128x256",
+        family: Family::Sgemm,
+        bm: 128,
+        bn: 256,
+        bk: 8,
+        wm: 64,
+        wn: 64,
+        stages: 4,
+        occupancy: 1,
+        gflops_per_sm: 363,
+    },
+    TileConfig {
+        name: "sgemm_128x128_w4",
         family: Family::Sgemm,
         bm: 128,
         bn: 128,
         bk: 8,
         wm: 64,
-        wn: 32,
+        wn: 64,
         stages: 4,
         occupancy: 2,
-        gflops_per_sm: 286,
+        gflops_per_sm: 356,
     },
     TileConfig {
         name: "sgemm_64x64",
@@ -322,7 +339,7 @@ mod tests {
             assert_eq!(p.config.name, "tf32_128x256", "n={n}");
             assert_eq!(p.splits, 1);
             let p = plan(Family::Sgemm, n, n, n, 1, H200_SMS);
-            assert_eq!(p.config.name, "sgemm_128x128", "n={n}");
+            assert_eq!(p.config.name, "sgemm_128x256", "n={n}");
             assert_eq!(p.splits, 1);
         }
     }
@@ -395,6 +412,7 @@ mod tests {
         );
         assert_eq!(TF32_CONFIGS[0].threads(), 256);
         assert_eq!(SGEMM_CONFIGS[0].threads(), 256);
-        assert_eq!(SGEMM_CONFIGS[1].threads(), 64);
+        assert_eq!(SGEMM_CONFIGS[1].threads(), 128);
+        assert_eq!(SGEMM_CONFIGS[2].threads(), 64);
     }
 }
