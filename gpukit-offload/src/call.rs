@@ -297,6 +297,86 @@ impl Call {
         }
     }
 
+    /// The same call with every data pointer set to null: dimensions, leading dimensions,
+    /// transposes, scalars and precision only. The start-up thread uses it to size the GPU
+    /// buffers for a call it saw earlier (see [`crate::gpu::GpuBackend::presize`]); nothing may
+    /// read or write through it.
+    pub fn without_data(&self) -> Call {
+        fn mat(x: &mut HostMat) {
+            x.ptr = std::ptr::null_mut();
+        }
+        fn piv(x: &mut Piv) {
+            *x = match x {
+                Piv::I32(_) => Piv::I32(std::ptr::null_mut()),
+                Piv::I64(_) => Piv::I64(std::ptr::null_mut()),
+            };
+        }
+        let mut op = self.op;
+        match &mut op {
+            Op::Gemm { a, b, c, .. } | Op::Symm { a, b, c, .. } => {
+                mat(a);
+                mat(b);
+                mat(c);
+            }
+            Op::Syrk { a, c, .. } => {
+                mat(a);
+                mat(c);
+            }
+            Op::Trsm { a, b, .. } | Op::Potrs { a, b, .. } | Op::Posv { a, b, .. } => {
+                mat(a);
+                mat(b);
+            }
+            Op::Getrf { a, ipiv, .. } => {
+                mat(a);
+                piv(ipiv);
+            }
+            Op::Getrs { a, ipiv, b, .. } | Op::Gesv { a, ipiv, b, .. } => {
+                mat(a);
+                piv(ipiv);
+                mat(b);
+            }
+            Op::Potrf { a, .. } => mat(a),
+            Op::Syevd { a, w, .. } => {
+                mat(a);
+                *w = std::ptr::null_mut();
+            }
+            Op::Svd { a, s, u, vt, .. } => {
+                mat(a);
+                mat(u);
+                mat(vt);
+                *s = std::ptr::null_mut();
+            }
+            Op::Geqrf { a, tau, .. } => {
+                mat(a);
+                *tau = std::ptr::null_mut();
+            }
+        }
+        Call {
+            prec: self.prec,
+            op,
+        }
+    }
+
+    /// Bytes of the matrix operands (rows x cols of each, the vectors left out): the measure of
+    /// "largest call" for pre-sizing GPU buffers.
+    pub fn footprint(&self) -> usize {
+        let mats: [Option<&HostMat>; 3] = match &self.op {
+            Op::Gemm { a, b, c, .. } | Op::Symm { a, b, c, .. } => [Some(a), Some(b), Some(c)],
+            Op::Syrk { a, c, .. } => [Some(a), Some(c), None],
+            Op::Trsm { a, b, .. }
+            | Op::Potrs { a, b, .. }
+            | Op::Posv { a, b, .. }
+            | Op::Getrs { a, b, .. }
+            | Op::Gesv { a, b, .. } => [Some(a), Some(b), None],
+            Op::Getrf { a, .. }
+            | Op::Potrf { a, .. }
+            | Op::Syevd { a, .. }
+            | Op::Geqrf { a, .. } => [Some(a), None, None],
+            Op::Svd { a, u, vt, .. } => [Some(a), Some(u), Some(vt)],
+        };
+        mats.iter().flatten().map(|x| x.len()).sum::<usize>() * self.prec.size()
+    }
+
     /// True when the call does no arithmetic (a zero dimension).
     pub fn is_empty(&self) -> bool {
         let s = self.shape();

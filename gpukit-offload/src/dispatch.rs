@@ -16,8 +16,9 @@
 use crate::call::Call;
 use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
-use crate::gpu::{GpuBackend, GpuFailKind, Inject};
+use crate::gpu::{GpuBackend, GpuFailKind, Inject, Presized};
 use crate::learn::{CorrKey, Learner};
+use crate::lowprio::{self, StartThread};
 use crate::model::{required_speedup, Backend, Estimate, Model, DEFAULT_LEVEL};
 use crate::ops::{OpKind, Precision, Routine};
 use crate::profile::Profile;
@@ -25,7 +26,7 @@ use crate::stats::{slot, Reason, Stats, StatsSnapshot, NSLOT};
 use parking_lot::Mutex;
 use std::cell::Cell;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -166,6 +167,46 @@ const GPU_STARTING: u8 = 1;
 const GPU_READY: u8 = 2;
 const GPU_FAILED: u8 = 3;
 
+/// How many of the largest missed calls the start-up thread sizes the GPU buffers for.
+pub const PRESIZE_CALLS: usize = 4;
+
+/// A call without its data ([`Call::without_data`]): only its dimensions are kept.
+#[derive(Debug, Clone, Copy)]
+struct ShapeOnly(Call);
+
+// SAFETY: every pointer in the call is null (made by `Call::without_data`); it is only read for
+// its dimensions, from any thread.
+unsafe impl Send for ShapeOnly {}
+// SAFETY: as above.
+unsafe impl Sync for ShapeOnly {}
+
+/// Adds `call` to `kept`, the (at most `cap`) largest calls by [`Call::footprint`] with distinct
+/// routine, precision and shape; returns whether it was kept.
+fn keep_largest(kept: &mut Vec<ShapeOnly>, call: &Call, cap: usize) -> bool {
+    let same =
+        |c: &Call| c.kind() == call.kind() && c.prec == call.prec && c.shape() == call.shape();
+    if cap == 0 || kept.iter().any(|k| same(&k.0)) {
+        return false;
+    }
+    let f = call.footprint();
+    if kept.len() < cap {
+        kept.push(ShapeOnly(call.without_data()));
+        return true;
+    }
+    let (i, smallest) = kept
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (i, k.0.footprint()))
+        .min_by_key(|&(_, f)| f)
+        .expect("cap > 0");
+    if f > smallest {
+        kept[i] = ShapeOnly(call.without_data());
+        true
+    } else {
+        false
+    }
+}
+
 thread_local! {
     static DEPTH: Cell<u32> = const { Cell::new(0) };
 }
@@ -183,6 +224,13 @@ pub struct Dispatcher {
     gpu_state: AtomicU8,
     start_lock: Mutex<()>,
     missed_ns: AtomicU64,
+    /// The largest calls kept on the CPU because the GPU was not started (or starting): the
+    /// start-up thread sizes the GPU buffers for them.
+    missed_calls: Mutex<Vec<ShapeOnly>>,
+    /// Timed CPU calls in flight that began while the GPU was starting.
+    cpu_in_flight: AtomicU32,
+    /// The background start-up thread while it runs, if its priority can be toggled.
+    start_thread: Mutex<Option<StartThread>>,
     thresholds: [AtomicU64; NSLOT],
     cpu: OnceLock<std::result::Result<CpuBackend, String>>,
     warnings: Vec<String>,
@@ -246,6 +294,9 @@ impl Dispatcher {
             gpu_state: AtomicU8::new(GPU_NOT_STARTED),
             start_lock: Mutex::new(()),
             missed_ns: AtomicU64::new(0),
+            missed_calls: Mutex::new(Vec::new()),
+            cpu_in_flight: AtomicU32::new(0),
+            start_thread: Mutex::new(None),
             cpu: OnceLock::new(),
             warnings,
         };
@@ -366,7 +417,7 @@ impl Dispatcher {
     /// Starts the GPU backend now (blocking). Used by calibration and tests; the dispatcher
     /// itself starts it lazily.
     pub fn start_gpu(&self) -> Result<&Arc<GpuBackend>> {
-        self.start_now();
+        self.start_now(false);
         match self.gpu.get() {
             Some(Ok(g)) => Ok(g),
             Some(Err(e)) => Err(Error::GpuUnavailable(e.clone())),
@@ -374,15 +425,30 @@ impl Dispatcher {
         }
     }
 
-    fn start_now(&self) {
+    /// Starts the GPU (if not yet), loads the common kernels and sizes the lane's buffers for
+    /// the largest calls missed so far; returns what was reserved (`None`: not started here).
+    fn start_now(&self, background: bool) -> Option<Presized> {
         let _g = self.start_lock.lock();
         if self.gpu.get().is_some() {
-            return;
+            return None;
         }
         self.gpu_state.store(GPU_STARTING, Relaxed);
-        let r = GpuBackend::start().map(Arc::new).map_err(|e| e.to_string());
+        let between = || {
+            if background {
+                self.wait_for_cpu_calls()
+            }
+        };
+        let r = GpuBackend::start_with(&between)
+            .map(Arc::new)
+            .map_err(|e| e.to_string());
+        let mut presized = None;
         if let Ok(g) = &r {
-            warm_up(g);
+            warm_up(g, &between);
+            between();
+            let calls: Vec<Call> = self.missed_calls.lock().iter().map(|c| c.0).collect();
+            if !calls.is_empty() {
+                presized = g.presize(&calls).ok();
+            }
         }
         let ok = r.is_ok();
         let _ = self.gpu.set(r);
@@ -391,6 +457,7 @@ impl Dispatcher {
         if !ok {
             self.compute_thresholds();
         }
+        presized
     }
 
     fn start_background(self: &Arc<Self>) {
@@ -404,9 +471,46 @@ impl Dispatcher {
         let me = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name("gpukit-offload-start".into())
-            .spawn(move || me.start_now());
+            .spawn(move || {
+                // lowest priority while CPU calls are in flight, normal otherwise (see
+                // `crate::lowprio` for why not lowest throughout)
+                let t0 = Instant::now();
+                let low = start_priority_low();
+                let me_thread = StartThread::current();
+                let toggled = low && me_thread.can_toggle;
+                if toggled {
+                    *me.start_thread.lock() = Some(StartThread::current());
+                }
+                let presized = me.start_now(low);
+                // no caller may touch this thread id once the thread is gone
+                if let Some(t) = me.start_thread.lock().take() {
+                    lowprio::set_nice(t.tid, t.normal);
+                }
+                let (found, restored) = me_thread.restore_spawned();
+                if me.config.log == LogMode::Calls {
+                    let mib = |b: usize| b >> 20;
+                    let p = presized.unwrap_or_default();
+                    eprintln!(
+                        "gpukit-offload: background start {} in {:.3}s (nice {} during CPU calls: {}; driver threads set back: {restored}/{found}); reserved for missed calls: device {} MiB (need {}), pinned {} MiB (need {})",
+                        if me.gpu().is_some() { "ready" } else { "failed" },
+                        t0.elapsed().as_secs_f64(),
+                        lowprio::START_NICE,
+                        if toggled {
+                            "yes"
+                        } else if low {
+                            "no, waits between steps only"
+                        } else {
+                            "no, GPUKIT_OFFLOAD_START_PRIORITY=normal"
+                        },
+                        mib(p.dev),
+                        mib(p.need_dev),
+                        mib(p.pinned),
+                        mib(p.need_pinned),
+                    );
+                }
+            });
         if spawned.is_err() {
-            self.start_now();
+            self.start_now(false);
         }
     }
 
@@ -520,6 +624,8 @@ impl Dispatcher {
         est: Option<Estimate>,
         cpu: &mut dyn FnMut() -> Result<i64>,
     ) -> Result<Outcome> {
+        let _starting =
+            (self.gpu_state.load(Relaxed) == GPU_STARTING).then(|| self.cpu_call_begins());
         let t0 = Instant::now();
         let info = run_cpu_nested(cpu)?;
         let secs = t0.elapsed().as_secs_f64();
@@ -553,7 +659,7 @@ impl Dispatcher {
         }
         if self.config.gpu == GpuMode::Always {
             if self.gpu_state.load(Relaxed) != GPU_READY {
-                self.start_now();
+                self.start_now(false);
             }
             return (self.gpu_state.load(Relaxed) != GPU_READY).then_some(Reason::NoGpu);
         }
@@ -565,8 +671,12 @@ impl Dispatcher {
         match self.gpu_state.load(Relaxed) {
             GPU_READY => {}
             GPU_FAILED => return Some(Reason::NoGpu),
-            GPU_STARTING => return Some(Reason::GpuStarting),
+            GPU_STARTING => {
+                self.note_missed(call);
+                return Some(Reason::GpuStarting);
+            }
             _ => {
+                self.note_missed(call);
                 // No call ever waits for CUDA start-up: the savings this call misses are added
                 // up, and once they would have paid for start-up CUDA starts on a background
                 // thread while this call (and every call until the GPU is ready) runs on the CPU.
@@ -585,6 +695,34 @@ impl Dispatcher {
             return Some(Reason::Recheck);
         }
         None
+    }
+
+    /// A timed CPU call begins while the GPU is starting: the start-up thread drops to the
+    /// lowest priority until the last such call ends (where it can be raised back), and waits
+    /// before its next step.
+    fn cpu_call_begins(&self) -> CpuCallGuard<'_> {
+        let t = self.start_thread.lock();
+        if self.cpu_in_flight.fetch_add(1, Relaxed) == 0 {
+            if let Some(t) = t.as_ref() {
+                lowprio::set_nice(t.tid, lowprio::START_NICE);
+            }
+        }
+        CpuCallGuard(self)
+    }
+
+    /// The start-up thread's step boundary: waits while CPU calls that began during start-up
+    /// are in flight (at most 2 s at a time, so a long CPU phase cannot hold start-up off).
+    fn wait_for_cpu_calls(&self) {
+        let t0 = Instant::now();
+        while self.cpu_in_flight.load(Relaxed) > 0 && t0.elapsed().as_secs_f64() < 2.0 {
+            std::thread::sleep(std::time::Duration::from_micros(500));
+        }
+    }
+
+    /// Remembers a call that would have gone to the GPU had it been started (its dimensions
+    /// only), for the start-up thread's buffer sizing.
+    fn note_missed(&self, call: &Call) {
+        keep_largest(&mut self.missed_calls.lock(), call, PRESIZE_CALLS);
     }
 
     fn log_call(
@@ -654,11 +792,34 @@ impl Dispatcher {
     }
 }
 
+/// The environment variable that selects the background start-up's priority: `low` (default:
+/// lowest priority while CPU calls are in flight, waits between its steps; see
+/// [`crate::lowprio`]) or `normal` (the thread runs like any other, as before).
+pub const START_PRIORITY_ENV: &str = "GPUKIT_OFFLOAD_START_PRIORITY";
+
+fn start_priority_low() -> bool {
+    std::env::var(START_PRIORITY_ENV).map_or(true, |v| !v.trim().eq_ignore_ascii_case("normal"))
+}
+
+/// Ends a timed CPU call's hold on the start-up thread (see [`Dispatcher::cpu_call_begins`]).
+struct CpuCallGuard<'a>(&'a Dispatcher);
+
+impl Drop for CpuCallGuard<'_> {
+    fn drop(&mut self) {
+        let t = self.0.start_thread.lock();
+        if self.0.cpu_in_flight.fetch_sub(1, Relaxed) == 1 {
+            if let Some(t) = t.as_ref() {
+                lowprio::set_nice(t.tid, t.normal);
+            }
+        }
+    }
+}
+
 /// Runs one small call of each common routine on the GPU, untimed and unrecorded, so the lazily
 /// loaded cuBLAS/cuSOLVER kernels and the lane's workspaces are ready before the first offloaded
-/// call (this runs in the start-up thread, while calls still go to the CPU). Failures are ignored:
-/// a real call meets them again and falls back.
-fn warm_up(g: &GpuBackend) {
+/// call (this runs in the start-up thread, while calls still go to the CPU; `between` runs
+/// before each). Failures are ignored: a real call meets them again and falls back.
+fn warm_up(g: &GpuBackend, between: &dyn Fn()) {
     use crate::calibrate::Case;
     let d = Precision::D;
     let cases = [
@@ -672,6 +833,7 @@ fn warm_up(g: &GpuBackend) {
         (Routine::Gesdd, true, d, 256.0, 3.0),
     ];
     for (routine, vectors, p, x1, x2) in cases {
+        between();
         let kind = OpKind { routine, vectors };
         let mut case = Case::new(kind, p, x1, x2);
         case.reset();
@@ -730,5 +892,80 @@ mod tests {
             text[1].contains("GPUKIT_OFFLOAD_GPU") && text[1].contains("always"),
             "{text:?}"
         );
+    }
+
+    fn potrf(n: usize, buf: &mut [f64]) -> Call {
+        Call {
+            prec: Precision::D,
+            op: crate::call::Op::Potrf {
+                uplo: crate::ops::Uplo::Lower,
+                n,
+                a: crate::call::HostMat::new(buf.as_mut_ptr() as *mut u8, n, n, n),
+            },
+        }
+    }
+
+    fn gemm(m: usize, n: usize, k: usize, buf: &mut [f64]) -> Call {
+        let p = buf.as_mut_ptr() as *mut u8;
+        let one = crate::call::Scalar::of(1.0f64);
+        Call {
+            prec: Precision::D,
+            op: crate::call::Op::Gemm {
+                ta: crate::ops::Trans::No,
+                tb: crate::ops::Trans::No,
+                m,
+                n,
+                k,
+                alpha: one,
+                a: crate::call::HostMat::new(p, m, k, m),
+                b: crate::call::HostMat::new(p, k, n, k),
+                beta: one,
+                c: crate::call::HostMat::new(p, m, n, m),
+            },
+        }
+    }
+
+    #[test]
+    fn missed_calls_keep_the_largest_distinct_shapes_without_data() {
+        let mut buf = vec![0.0f64; 16];
+        let mut kept = Vec::new();
+        assert!(keep_largest(&mut kept, &potrf(1000, &mut buf), 2));
+        // the same routine and shape again: not a second entry
+        assert!(!keep_largest(&mut kept, &potrf(1000, &mut buf), 2));
+        assert!(keep_largest(
+            &mut kept,
+            &gemm(3000, 3000, 6000, &mut buf),
+            2
+        ));
+        // full: a larger call replaces the smallest, a smaller one is dropped
+        assert!(keep_largest(&mut kept, &potrf(6000, &mut buf), 2));
+        assert!(!keep_largest(&mut kept, &potrf(500, &mut buf), 2));
+        let mut sizes: Vec<usize> = kept.iter().map(|k| k.0.footprint()).collect();
+        sizes.sort();
+        // potrf 6000: 6000^2 doubles; gemm: 3 * 3000*6000 doubles... (A 3000x6000, B 6000x3000, C 3000^2)
+        assert_eq!(
+            sizes,
+            vec![6000 * 6000 * 8, (2 * 3000 * 6000 + 3000 * 3000) * 8]
+        );
+        for k in &kept {
+            match k.0.op {
+                crate::call::Op::Potrf { a, .. } => assert!(a.ptr.is_null()),
+                crate::call::Op::Gemm { a, b, c, .. } => {
+                    assert!(a.ptr.is_null() && b.ptr.is_null() && c.ptr.is_null())
+                }
+                _ => unreachable!(),
+            }
+        }
+        assert!(!keep_largest(&mut kept, &potrf(9000, &mut buf), 0));
+    }
+
+    #[test]
+    fn without_data_keeps_the_dimensions() {
+        let mut buf = vec![0.0f64; 16];
+        let c = gemm(30, 20, 10, &mut buf);
+        let d = c.without_data();
+        assert_eq!((d.kind(), d.prec, d.shape()), (c.kind(), c.prec, c.shape()));
+        assert_eq!(d.footprint(), c.footprint());
+        assert!(d.check().is_ok());
     }
 }

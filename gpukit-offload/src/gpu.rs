@@ -192,6 +192,9 @@ pub(crate) struct Lane {
     out: Pinned,
     arena: DevArena,
     host_ws: Vec<u8>,
+    /// Sizing only ([`GpuBackend::presize`]): `prepare` records the layout here and stops the
+    /// call before anything is copied.
+    sizing: Option<Option<Layout>>,
 }
 
 // SAFETY: a lane is used by one thread at a time (checked out of the pool); CUDA handles and
@@ -263,6 +266,7 @@ impl Lane {
             out: Pinned::alloc(SLOT_BYTES)?,
             arena: DevArena { ptr: 0, size: 0 },
             host_ws: Vec::new(),
+            sizing: None,
         })
     }
 
@@ -414,7 +418,7 @@ impl Drop for Lane {
 }
 
 /// Bump allocator for one call's device and pinned-output layout.
-#[derive(Default)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Layout {
     dev: usize,
     out: usize,
@@ -651,6 +655,51 @@ fn unit_scalars(p: Precision) -> (Scalar, Scalar) {
     }
 }
 
+/// The most pinned memory [`GpuBackend::presize`] reserves ahead of a call (the output buffer
+/// of one lane): a call whose results need more grows its buffer itself, as without presizing.
+pub const PRESIZE_PINNED_MAX: usize = 1 << 30;
+
+const SIZING_ONLY: &str = "sizing only";
+
+/// What to reserve ahead for calls whose layouts are `needs` (device bytes, pinned output
+/// bytes), on a lane that has `have_dev` / `have_pinned`: `(device, pinned)`, `None` where
+/// nothing needs to grow. The device size is the largest need (an arena that cannot be had is
+/// refused by the allocation's own free-memory check); the pinned size is the largest need that
+/// is at most `pinned_max`: reserving less than a call needs would not spare it the growth, so
+/// larger ones are left to grow in their own call, and nothing is reserved beyond what one of
+/// the calls needs.
+pub fn presize_plan(
+    needs: &[(usize, usize)],
+    have_dev: usize,
+    have_pinned: usize,
+    pinned_max: usize,
+) -> (Option<usize>, Option<usize>) {
+    let dev = needs.iter().map(|n| n.0).max().unwrap_or(0);
+    let pinned = needs
+        .iter()
+        .map(|n| n.1)
+        .filter(|&o| o <= pinned_max)
+        .max()
+        .unwrap_or(0);
+    (
+        (dev > have_dev).then_some(dev),
+        (pinned > have_pinned).then_some(pinned),
+    )
+}
+
+/// What [`GpuBackend::presize`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Presized {
+    /// Device bytes the calls need (largest).
+    pub need_dev: usize,
+    /// Pinned output bytes the calls need (largest).
+    pub need_pinned: usize,
+    /// The lane's device arena afterwards.
+    pub dev: usize,
+    /// The lane's pinned output buffer afterwards.
+    pub pinned: usize,
+}
+
 /// The started GPU backend.
 pub struct GpuBackend {
     ctx: Arc<CudaContext>,
@@ -663,9 +712,19 @@ impl GpuBackend {
     /// Checks the CUDA libraries, opens device 0, and creates the first lane (handles, streams,
     /// staging buffers), so the first offloaded call does not pay for them.
     pub fn start() -> crate::Result<GpuBackend> {
+        GpuBackend::start_with(&|| {})
+    }
+
+    /// [`GpuBackend::start`], calling `between` before each of its steps (loading the driver,
+    /// cuBLAS, cuSOLVER, opening the context, creating the lane): the background start-up waits
+    /// there while CPU calls are in flight.
+    pub fn start_with(between: &dyn Fn()) -> crate::Result<GpuBackend> {
         let unavailable = |e: String| crate::Error::GpuUnavailable(e);
+        between();
         gpukit_jit::libs::ensure_driver().map_err(|e| unavailable(e.to_string()))?;
+        between();
         gpukit_jit::libs::ensure_cublas().map_err(|e| unavailable(e.to_string()))?;
+        between();
         // SAFETY: only tries to dlopen libcusolver by its candidate names.
         if !unsafe { cs::is_culib_present() } {
             return Err(unavailable("libcusolver cannot be loaded".into()));
@@ -673,10 +732,12 @@ impl GpuBackend {
         if !gpukit_jit::libs::gpu_available() {
             return Err(unavailable("the CUDA driver reports no device".into()));
         }
+        between();
         let ctx = gpukit_jit::open_context(0).map_err(|e| unavailable(e.to_string()))?;
         ctx.bind_to_thread()
             .map_err(|e| unavailable(e.to_string()))?;
         let name = ctx.name().unwrap_or_else(|_| "CUDA device 0".into());
+        between();
         let lane = Lane::new().map_err(|e| unavailable(e.to_string()))?;
         let inject = std::env::var("GPUKIT_OFFLOAD_INJECT_FAILURE")
             .ok()
@@ -707,6 +768,72 @@ impl GpuBackend {
             3 => Inject::Info,
             _ => Inject::None,
         }
+    }
+
+    /// Reserves, on an idle lane, the device arena and pinned output buffer that the largest of
+    /// `calls` needs (bounded by [`presize_plan`] with [`PRESIZE_PINNED_MAX`]), so that the first
+    /// such call does not allocate inside its own time. Each call's layout is found by running
+    /// it in sizing-only mode: workspace queries, then a stop before anything is copied. Nothing
+    /// is read from or written to the calls' buffers (they may be [`Call::without_data`]).
+    pub fn presize(&self, calls: &[Call]) -> GResult<Presized> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| fail(GpuFailKind::Error, format!("binding the context: {e}")))?;
+        let lane = self.lanes.lock().pop();
+        let mut lane = match lane {
+            Some(l) => l,
+            None => Lane::new()?,
+        };
+        let r = (|| -> GResult<Presized> {
+            let mut needs = Vec::with_capacity(calls.len());
+            for call in calls {
+                if call.gpu_unsupported().is_some() || call.check().is_err() {
+                    continue;
+                }
+                lane.sizing = Some(None);
+                // SAFETY: a sizing-only run stops in `prepare`, before the first access to any
+                // host pointer of the call (everything before it is shape arithmetic and
+                // cuSOLVER workspace queries with null matrix pointers).
+                let r = unsafe { self.run_on(&mut lane, call, false) };
+                let lay = lane.sizing.take().flatten();
+                // a call whose sizing run fails (a workspace query) or takes no buffers is
+                // left to size itself when it runs
+                if let (Err(f), Some(l)) = (r, lay) {
+                    if f.detail == SIZING_ONLY {
+                        needs.push((l.dev, l.out));
+                    }
+                }
+            }
+            let (dev, pinned) =
+                presize_plan(&needs, lane.arena.size, lane.out.size, PRESIZE_PINNED_MAX);
+            if let Some(d) = dev {
+                lane.ensure_arena(d)?;
+            }
+            if let Some(p) = pinned {
+                lane.sync_all()?;
+                lane.out.ensure(p)?;
+            }
+            Ok(Presized {
+                need_dev: needs.iter().map(|n| n.0).max().unwrap_or(0),
+                need_pinned: needs.iter().map(|n| n.1).max().unwrap_or(0),
+                dev: lane.arena.size,
+                pinned: lane.out.size,
+            })
+        })();
+        lane.sizing = None;
+        if lane.sync_all().is_ok() {
+            self.lanes.lock().push(lane);
+        }
+        r
+    }
+
+    /// The largest device arena and pinned output buffer among the idle lanes (bytes).
+    pub fn reserved(&self) -> (usize, usize) {
+        let lanes = self.lanes.lock();
+        (
+            lanes.iter().map(|l| l.arena.size).max().unwrap_or(0),
+            lanes.iter().map(|l| l.out.size).max().unwrap_or(0),
+        )
     }
 
     /// Runs a checked call on the GPU. On `Err` the caller's buffers are untouched.
@@ -1617,8 +1744,14 @@ impl GpuBackend {
         Ok(Done::Ok)
     }
 
-    /// Sizes the lane's arena and pinned output for a layout; returns the arena base.
+    /// Sizes the lane's arena and pinned output for a layout; returns the arena base. In a
+    /// sizing-only run ([`GpuBackend::presize`]) it records the layout and stops the call here,
+    /// before any host pointer is read.
     fn prepare(&self, lane: &mut Lane, lay: &Layout) -> GResult<cu::CUdeviceptr> {
+        if let Some(slot) = lane.sizing.as_mut() {
+            *slot = Some(*lay);
+            return Err(fail(GpuFailKind::Error, SIZING_ONLY));
+        }
         if lay.out > lane.out.size {
             lane.sync_all()?;
             lane.out.ensure(lay.out)?;
@@ -1869,5 +2002,45 @@ unsafe fn write_piv(src: *const i64, piv: Piv, len: usize) {
                 Piv::I64(p) => *p.add(j) = v,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn presize_reserves_the_largest_need_within_the_pinned_bound() {
+        // dgesv 6000 nrhs 200 (A and B come back) and sgemm 6000^3 (C comes back)
+        let gesv = (300 * MIB, 298 * MIB);
+        let sgemm = (432 * MIB, 144 * MIB);
+        assert_eq!(
+            presize_plan(&[gesv, sgemm], 0, 32 * MIB, PRESIZE_PINNED_MAX),
+            (Some(432 * MIB), Some(298 * MIB))
+        );
+        // already large enough: nothing
+        assert_eq!(
+            presize_plan(&[gesv], 512 * MIB, 320 * MIB, PRESIZE_PINNED_MAX),
+            (None, None)
+        );
+        // a call whose output is over the bound gets no pinned reservation (a smaller one
+        // would not spare it the growth); the device arena is still sized
+        let huge = (3000 * MIB, 1500 * MIB);
+        assert_eq!(
+            presize_plan(&[huge], 0, 32 * MIB, PRESIZE_PINNED_MAX),
+            (Some(3000 * MIB), None)
+        );
+        assert_eq!(
+            presize_plan(&[huge, gesv], 0, 32 * MIB, PRESIZE_PINNED_MAX),
+            (Some(3000 * MIB), Some(298 * MIB))
+        );
+        // never more than a call needs
+        assert_eq!(presize_plan(&[], 0, 0, PRESIZE_PINNED_MAX), (None, None));
+        assert_eq!(
+            presize_plan(&[(MIB, MIB)], 0, 0, PRESIZE_PINNED_MAX),
+            (Some(MIB), Some(MIB))
+        );
     }
 }

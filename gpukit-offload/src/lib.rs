@@ -54,6 +54,7 @@ mod error;
 pub mod gpu;
 pub mod interpose;
 pub mod learn;
+pub mod lowprio;
 pub mod model;
 pub mod ops;
 pub mod profile;
