@@ -342,9 +342,8 @@ fn precompile(dir: &str) -> Res<()> {
             }
         }
     }
-    for row_contiguous in [false, true] {
-        let options =
-            kernels::base_options().name_expression(kernels::pack_expression(row_contiguous));
+    for cfg in &WGMMA_CONFIGS {
+        let options = kernels::base_options().name_expression(kernels::pack_expression(cfg));
         cache.get_or_compile(
             kernels::WGMMA_SOURCE,
             kernels::PACK_PROGRAM,

@@ -41,25 +41,107 @@ __device__ __forceinline__ u32 round_tf32(u32 bits) {
     return (bits + 0x1000u) & 0xffffe000u;
 }
 
-// Packs op(X) (rows x K, op(X)[r][k] = T ? X[k * ld + r] : X[r * ld + k], batch entry b at
-// X + b * strideX) into the tiled, swizzled, TF32-rounded layout described above, for tiles of
-// tileRows rows (a multiple of 64). Grid: x = k tile (32 k), y = block of 64 rows of the padded
-// row range, z = batch entry. Reads are coalesced along the contiguous dimension of X (the tile
-// is transposed through shared memory when X is row-contiguous), writes are 16-byte stores, eight
-// threads per 128-byte row.
-template <bool T>
+__device__ __forceinline__ uint4 round4(float a, float b, float c, float d) {
+    return make_uint4(round_tf32(__float_as_uint(a)), round_tf32(__float_as_uint(b)),
+                      round_tf32(__float_as_uint(c)), round_tf32(__float_as_uint(d)));
+}
+
+// Packs both operands in one launch: op(A) (M x K) into tiles of BM rows and op(B)^T (N x K) into
+// tiles of BN rows, in the tiled, swizzled, TF32-rounded layout described above. For an operand X
+// with "row-contiguous" flag rc: op(X)[r][k] = rc ? X[k * ld + r] : X[r * ld + k], batch entry b
+// at X + b * stride (A: rc = TA; B: rc = !TB since op(B)^T[n][k] = op(B)[k][n]).
+// Grid: x = k tile (32 k); y = block of 64 rows, the padded rows of A first, then those of B;
+// z = batch entry (an operand with fewer entries, i.e. broadcast, skips the surplus z).
+// Rows that are k-contiguous (rc = 0) stream straight through: each thread reads one 16-byte chunk
+// (four scalar loads when X is not 16-byte aligned, ld % 4 != 0 or the chunk crosses K) and stores
+// it rounded at its swizzled position; a warp reads and writes four whole 128-byte rows. For
+// rc = 1 the 64 x 32 tile is read along r (16-byte loads when aligned) and transposed through
+// shared memory. Elements beyond the operand's rows or K are written as zeros.
+template <int BM, int BN>
 __global__ void __launch_bounds__(256)
-    gemm_wgmma_pack(const float* __restrict__ X, float* __restrict__ P, int rows, int K, int ld,
-                    long long strideX, int tileRows, int numKT) {
+    gemm_wgmma_pack(const float* __restrict__ A, float* __restrict__ Ap, int M, int lda,
+                    long long strideA, int aRowContig, int aEntries, const float* __restrict__ B,
+                    float* __restrict__ Bp, int N, int ldb, long long strideB, int bRowContig,
+                    int bEntries, int K, int numKT) {
     __shared__ float s[64][33];
     const int tid = threadIdx.x;
     const int kt = blockIdx.x;
-    const int r0 = blockIdx.y * 64;
-    const long long b = blockIdx.z;
     const int k0 = kt * 32;
-    const float* Xb = X + b * strideX;
-    if (T) {
-        // X[k][r]: consecutive threads take consecutive r (coalesced), k = idx / 64.
+    const int aTiles = (M + BM - 1) / BM;
+    const int aBlocks = aTiles * (BM / 64);
+    const bool isA = (int)blockIdx.y < aBlocks;
+    const int y = isA ? (int)blockIdx.y : (int)blockIdx.y - aBlocks;
+    const long long b = blockIdx.z;
+    if (b >= (isA ? aEntries : bEntries)) return;
+    const float* X = isA ? A : B;
+    float* P = isA ? Ap : Bp;
+    const int rows = isA ? M : N;
+    const int ld = isA ? lda : ldb;
+    const long long stride = isA ? strideA : strideB;
+    const bool rc = (isA ? aRowContig : bRowContig) != 0;
+    const int tileRows = isA ? BM : BN;
+    const long long numTiles = isA ? aTiles : (N + BN - 1) / BN;
+
+    const float* Xb = X + b * stride;
+    const int r0 = y * 64;
+    const int tile = r0 / tileRows;
+    const int rowInTile0 = r0 - tile * tileRows;  // a multiple of 64: (row & 7) == (r & 7)
+    float* tp = P + ((b * numTiles + tile) * numKT + kt) * (long long)tileRows * 32 +
+                (long long)rowInTile0 * 32;
+    const bool vec = (reinterpret_cast<unsigned long long>(Xb) & 15) == 0 && (ld & 3) == 0;
+
+    if (!rc) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int q = tid + 256 * i;
+            const int r = q >> 3;
+            const int c = q & 7;
+            const int gr = r0 + r;
+            const int gk = k0 + 4 * c;
+            const float* src = Xb + (long long)gr * ld + gk;
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (gr < rows) {
+                if (vec && gk + 3 < K) {
+                    v = *reinterpret_cast<const float4*>(src);
+                } else {
+                    if (gk < K) v.x = src[0];
+                    if (gk + 1 < K) v.y = src[1];
+                    if (gk + 2 < K) v.z = src[2];
+                    if (gk + 3 < K) v.w = src[3];
+                }
+            }
+            *reinterpret_cast<uint4*>(tp + r * 32 + ((c ^ (r & 7)) * 4)) =
+                round4(v.x, v.y, v.z, v.w);
+        }
+        return;
+    }
+
+    // Row-contiguous source X[k][r]: load the 32 x 64 (k, r) tile along r into s[r][k].
+    if (vec) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int q = tid + 256 * i;
+            const int k = q >> 4;
+            const int r = 4 * (q & 15);
+            const int gk = k0 + k;
+            const int gr = r0 + r;
+            const float* src = Xb + (long long)gk * ld + gr;
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (gk < K) {
+                if (gr + 3 < rows) {
+                    v = *reinterpret_cast<const float4*>(src);
+                } else {
+                    if (gr < rows) v.x = src[0];
+                    if (gr + 1 < rows) v.y = src[1];
+                    if (gr + 2 < rows) v.z = src[2];
+                }
+            }
+            s[r][k] = v.x;
+            s[r + 1][k] = v.y;
+            s[r + 2][k] = v.z;
+            s[r + 3][k] = v.w;
+        }
+    } else {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int idx = tid + 256 * i;
@@ -69,35 +151,15 @@ __global__ void __launch_bounds__(256)
             const int gk = k0 + k;
             s[r][k] = (gr < rows && gk < K) ? Xb[(long long)gk * ld + gr] : 0.0f;
         }
-    } else {
-        // X[r][k]: a warp reads 32 consecutive k of one row (128 bytes).
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int idx = tid + 256 * i;
-            const int r = idx >> 5;
-            const int k = idx & 31;
-            const int gr = r0 + r;
-            const int gk = k0 + k;
-            s[r][k] = (gr < rows && gk < K) ? Xb[(long long)gr * ld + gk] : 0.0f;
-        }
     }
     __syncthreads();
-    const int tile = r0 / tileRows;
-    const int rowInTile0 = r0 - tile * tileRows;  // a multiple of 64: (row & 7) == (r & 7)
-    const long long numTiles = (long long)gridDim.y * 64 / tileRows;
-    float* tp = P + ((b * numTiles + tile) * numKT + kt) * (long long)tileRows * 32 +
-                (long long)rowInTile0 * 32;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
         const int q = tid + 256 * i;
         const int r = q >> 3;
         const int c = q & 7;
-        uint4 v;
-        v.x = round_tf32(__float_as_uint(s[r][4 * c + 0]));
-        v.y = round_tf32(__float_as_uint(s[r][4 * c + 1]));
-        v.z = round_tf32(__float_as_uint(s[r][4 * c + 2]));
-        v.w = round_tf32(__float_as_uint(s[r][4 * c + 3]));
-        *reinterpret_cast<uint4*>(tp + r * 32 + ((c ^ (r & 7)) * 4)) = v;
+        *reinterpret_cast<uint4*>(tp + r * 32 + ((c ^ (r & 7)) * 4)) =
+            round4(s[r][4 * c], s[r][4 * c + 1], s[r][4 * c + 2], s[r][4 * c + 3]);
     }
 }
 

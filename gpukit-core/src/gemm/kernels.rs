@@ -41,10 +41,11 @@ pub fn instantiation(
     (source, config.kernel_name(), options, expr)
 }
 
-/// Name expression of the `wgmma` pack kernel for an operand whose packed rows are contiguous in
-/// memory (`row_contiguous`: `op(X)[r][k] = X[k * ld + r]`) or not (`X[r * ld + k]`).
-pub fn pack_expression(row_contiguous: bool) -> String {
-    format!("{PACK_PROGRAM}<{row_contiguous}>")
+/// Name expression of the `wgmma` pack kernel for a configuration's tile rows (it packs op(A)
+/// into `bm`-row tiles and op(B)^T into `bn`-row tiles in one launch), e.g.
+/// `gemm_wgmma_pack<128,256>`.
+pub fn pack_expression(config: &TileConfig) -> String {
+    format!("{PACK_PROGRAM}<{},{}>", config.bm, config.bn)
 }
 
 /// Options shared by all GEMM programs (the common header).

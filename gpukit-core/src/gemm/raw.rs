@@ -533,16 +533,17 @@ pub unsafe fn sgemm_with_plan(stream: &Arc<CudaStream>, g: &RawGemm, plan: &Plan
 const PACK_ROWS: usize = 64;
 
 /// Operands packed for the `wgmma` kernel (see `gemm_wgmma.cu`): TF32-rounded, swizzled K-major
-/// tiles of op(A) and op(B)^T, with their element strides between batch entries (0: packed once
-/// and broadcast).
+/// tiles of op(A) (at element 0 of `buf`) and op(B)^T (at element `b_offset`), with their element
+/// strides between batch entries (0: packed once and broadcast).
 struct Packed {
-    a: cudarc::driver::CudaSlice<f32>,
-    b: cudarc::driver::CudaSlice<f32>,
+    buf: cudarc::driver::CudaSlice<f32>,
+    b_offset: usize,
     stride_a: usize,
     stride_b: usize,
 }
 
-/// Packs batch entries `b0 .. b0 + nb` of op(A) and op(B)^T for `cfg`.
+/// Packs batch entries `b0 .. b0 + nb` of op(A) and op(B)^T for `cfg` (one allocation, one
+/// launch).
 ///
 /// # Safety
 /// As for [`sgemm`]; `g` is validated, `k > 0`, `b0 + nb <= g.batch` and `nb <= 65535`.
@@ -557,12 +558,12 @@ unsafe fn wgmma_pack(
     let (bm, bn, bk) = (cfg.bm as usize, cfg.bn as usize, cfg.bk as usize);
     let num_kt = g.k.div_ceil(bk);
     let (mp, np) = (g.m.div_ceil(bm) * bm, g.n.div_ceil(bn) * bn);
-    if num_kt > u32::MAX as usize / 2 || mp / PACK_ROWS > 65535 || np / PACK_ROWS > 65535 {
+    if num_kt > u32::MAX as usize / 2 || (mp + np) / PACK_ROWS > 65535 {
         return Err(Error::invalid(
             "gemm",
             format!(
-                "{}x{}x{} is too large for the wgmma operand pack (at most {} rows per operand); \
-                 use {TF32_PATH_ENV}=mma",
+                "{}x{}x{} is too large for the wgmma operand pack (at most {} rows of op(A) and \
+                 op(B)^T together); use {TF32_PATH_ENV}=mma",
                 g.m,
                 g.n,
                 g.k,
@@ -570,55 +571,57 @@ unsafe fn wgmma_pack(
             ),
         ));
     }
-    let mut out = Vec::with_capacity(2);
-    // (pointer, stride, ld, rows, padded rows, tile rows, row-contiguous source)
-    let ops = [
-        (g.a, g.stride_a, g.lda, g.m, mp, bm, g.trans_a.is_yes()),
-        (g.b, g.stride_b, g.ldb, g.n, np, bn, !g.trans_b.is_yes()),
-    ];
-    for (ptr, stride, ld, rows, padded, tile_rows, row_contiguous) in ops {
-        let entries = if stride == 0 { 1 } else { nb };
-        let per_entry = padded * num_kt * bk;
-        let len = entries * per_entry;
-        // SAFETY: every element of the buffer is written by the pack kernel below (its grid
-        // covers every (entry, 64-row block, k tile) of the padded extent) before the GEMM kernel
-        // reads it, both on this stream.
-        let buf = unsafe { stream.alloc::<f32>(len) }
-            .map_err(|e| Error::driver("allocating the wgmma operand pack", e))?;
-        {
-            let (dst, _sync) = cudarc::driver::DevicePtr::device_ptr(&buf, stream);
-            let kernel = load(
-                ctx,
-                kernels::WGMMA_SOURCE,
-                kernels::PACK_PROGRAM,
-                kernels::PACK_PROGRAM,
-                Some(&kernels::pack_expression(row_contiguous)),
-            )?;
-            let args = [
-                KernelArg::Ptr(ptr + (b0 * stride * 4) as u64),
-                KernelArg::Ptr(dst),
-                (rows as i32).into(),
-                (g.k as i32).into(),
-                (ld as i32).into(),
-                (stride as i64).into(),
-                (tile_rows as i32).into(),
-                (num_kt as i32).into(),
-            ];
-            let lc = LaunchConfig::new(
-                (num_kt as u32, (padded / PACK_ROWS) as u32, entries as u32),
-                (256, 1, 1),
-            );
-            kernel.launch(stream, lc, &args)?;
-        }
-        out.push((buf, if stride == 0 { 0 } else { per_entry }));
+    let entries = |stride: usize| if stride == 0 { 1 } else { nb };
+    let (ea, eb) = (entries(g.stride_a), entries(g.stride_b));
+    let (per_a, per_b) = (mp * num_kt * bk, np * num_kt * bk);
+    let b_offset = ea * per_a;
+    // SAFETY: every element of the buffer is written by the pack kernel below (its grid covers
+    // every (entry, 64-row block, k tile) of both padded operands) before the GEMM kernel reads
+    // it, both on this stream.
+    let buf = unsafe { stream.alloc::<f32>(b_offset + eb * per_b) }
+        .map_err(|e| Error::driver("allocating the wgmma operand pack", e))?;
+    {
+        let (dst, _sync) = cudarc::driver::DevicePtr::device_ptr(&buf, stream);
+        let kernel = load(
+            ctx,
+            kernels::WGMMA_SOURCE,
+            kernels::PACK_PROGRAM,
+            kernels::PACK_PROGRAM,
+            Some(&kernels::pack_expression(cfg)),
+        )?;
+        let args = [
+            KernelArg::Ptr(g.a + (b0 * g.stride_a * 4) as u64),
+            KernelArg::Ptr(dst),
+            (g.m as i32).into(),
+            (g.lda as i32).into(),
+            (g.stride_a as i64).into(),
+            (g.trans_a.is_yes() as i32).into(),
+            (ea as i32).into(),
+            KernelArg::Ptr(g.b + (b0 * g.stride_b * 4) as u64),
+            KernelArg::Ptr(dst + (b_offset * 4) as u64),
+            (g.n as i32).into(),
+            (g.ldb as i32).into(),
+            (g.stride_b as i64).into(),
+            (!g.trans_b.is_yes() as i32).into(),
+            (eb as i32).into(),
+            (g.k as i32).into(),
+            (num_kt as i32).into(),
+        ];
+        let lc = LaunchConfig::new(
+            (
+                num_kt as u32,
+                ((mp + np) / PACK_ROWS) as u32,
+                ea.max(eb) as u32,
+            ),
+            (256, 1, 1),
+        );
+        kernel.launch(stream, lc, &args)?;
     }
-    let (b, stride_b) = out.pop().expect("two operands");
-    let (a, stride_a) = out.pop().expect("two operands");
     Ok(Packed {
-        a,
-        b,
-        stride_a,
-        stride_b,
+        buf,
+        b_offset,
+        stride_a: if g.stride_a == 0 { 0 } else { per_a },
+        stride_b: if g.stride_b == 0 { 0 } else { per_b },
     })
 }
 
@@ -653,8 +656,8 @@ unsafe fn wgmma_gemm(
         let nb = (g.batch - b0).min(MAX_GRID_Z);
         // SAFETY: forwarded from the caller; b0 + nb <= batch, nb <= 65535.
         let packed = unsafe { wgmma_pack(stream, g, cfg, b0, nb) }?;
-        let (pa, _ga) = cudarc::driver::DevicePtr::device_ptr(&packed.a, stream);
-        let (pb, _gb) = cudarc::driver::DevicePtr::device_ptr(&packed.b, stream);
+        let (pa, _guard) = cudarc::driver::DevicePtr::device_ptr(&packed.buf, stream);
+        let pb = pa + (packed.b_offset * 4) as u64;
         let args = [
             KernelArg::Ptr(pa),
             KernelArg::Ptr(pb),
