@@ -12,8 +12,15 @@
 //! Inputs are random (never zeros), rotated among several sets so that A and B together exceed
 //! the 60 MB L2; each method is warmed up, then timed with CUDA events over repeated launches,
 //! median of 9 samples. Every shape also checks our result against cuBLAS FP32 (normwise).
+//!
+//! TF32 columns: "ours TF32" is the path the library chooses (`GPUKIT_GEMM_TF32` unset: the
+//! planner; see `gemm::raw`), then the best `mma.sync` plan and the Hopper `wgmma` kernel each
+//! forced (the latter on compute capability 9.0 only), and the share of the `wgmma` time spent
+//! in its operand pack (the pack kernels timed alone).
 
-use gpukit_core::gemm::config::{self, fixed_plan, Family, Plan, SGEMM_CONFIGS, TF32_CONFIGS};
+use gpukit_core::gemm::config::{
+    self, fixed_plan, Family, Plan, SGEMM_CONFIGS, TF32_CONFIGS, WGMMA_CONFIGS,
+};
 use gpukit_core::gemm::kernels;
 use gpukit_core::gemm::raw::{self, BlasType, Precision, RawGemm};
 use gpukit_jit::cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
@@ -71,7 +78,8 @@ fn real_main() -> Res<()> {
     let stream = ctx.new_stream()?;
     let sms = raw::multiprocessor_count(&ctx)?;
     let name = ctx.name()?;
-    println!("device: {name}, {sms} SMs");
+    let wgmma = raw::supports_wgmma(&ctx)?;
+    println!("device: {name}, {sms} SMs, wgmma kernel: {wgmma}");
 
     let mut rows = Vec::new();
     for &(m, n, k) in &shapes {
@@ -98,25 +106,50 @@ fn real_main() -> Res<()> {
         let g = bench.raw(0);
         let p32 = raw::plan_for(&ctx, Precision::Fp32, &g)?;
         let ptf = raw::plan_for(&ctx, Precision::Tf32, &g)?;
+        // The mma.sync path's own best plan, and the wgmma kernel, each forced.
+        let pmma = config::plan(Family::Tf32, m as u32, n as u32, k as u32, 1, sms);
+        // SAFETY: as above.
+        let o_mma = bench.time(|g| unsafe { raw::sgemm_with_plan(&stream, g, &pmma) })?;
+        let (wg, pack_share, err_wg) = if wgmma {
+            let pw = fixed_plan(WGMMA_CONFIGS[0], k as u32, 1);
+            // SAFETY: as above.
+            let run = |g: &RawGemm| unsafe { raw::sgemm_with_plan(&stream, g, &pw) };
+            let t = bench.time(run)?;
+            let e = normwise(&bench.result(run)?, &reference);
+            // SAFETY: as above (the pack reads A and B only).
+            let tp = bench.time(|g| unsafe { raw::wgmma_pack_only(&stream, g) })?;
+            (
+                format!("{:.1} ({:.0} %)", tf(t), 100.0 * c_tf32 / t),
+                format!("{:.0} %", 100.0 * tp / t),
+                format!("{e:.1e}"),
+            )
+        } else {
+            ("-".into(), "-".into(), "-".into())
+        };
         let row = format!(
-            "| {m}x{n}x{k} | {:.1} | {:.1} | {:.0} % | {:.1} | {:.1} | {:.0} % | {} s{} / {} s{} | {:.1e} / {:.1e} |",
+            "| {m}x{n}x{k} | {:.1} | {:.1} | {:.0} % | {:.1} | {:.1} | {:.0} % | {} | {:.1} | {wg} | {pack_share} | {} s{} | {:.1e} / {:.1e} / {err_wg} |",
             tf(c_fp32),
             tf(o_fp32),
             100.0 * c_fp32 / o_fp32,
             tf(c_tf32),
             tf(o_tf32),
             100.0 * c_tf32 / o_tf32,
-            p32.config.name,
-            p32.splits,
             ptf.config.name,
-            ptf.splits,
+            tf(o_mma),
+            pmma.config.name,
+            pmma.splits,
             err_fp32,
             err_tf32
         );
         println!("{row}");
         rows.push(row);
         if sweep {
-            for cfg in TF32_CONFIGS.iter().chain(SGEMM_CONFIGS.iter()) {
+            let hopper: &[config::TileConfig] = if wgmma { &WGMMA_CONFIGS } else { &[] };
+            for cfg in TF32_CONFIGS
+                .iter()
+                .chain(SGEMM_CONFIGS.iter())
+                .chain(hopper)
+            {
                 for s in [1u32, 2, 3, 4, 6, 8] {
                     let plan = fixed_plan(*cfg, k as u32, s);
                     if plan.splits != s {
@@ -135,7 +168,7 @@ fn real_main() -> Res<()> {
             }
         }
         if let Some(dir) = &cubin_dir {
-            for plan in [p32, ptf] {
+            for plan in [p32, ptf, pmma] {
                 write_cubin(dir, &plan, bench.vec())?;
             }
         }
@@ -145,9 +178,9 @@ fn real_main() -> Res<()> {
         "GEMM on {name}: TFLOP/s (median of 9 samples, CUDA events, inputs rotated beyond L2)"
     );
     println!(
-        "| m x n x k | cuBLAS FP32 | ours FP32 | ours/cuBLAS | cuBLAS TF32 | ours TF32 | ours/cuBLAS | our plans (FP32 / TF32) | err vs cuBLAS FP32 (ours FP32 / TF32) |"
+        "| m x n x k | cuBLAS FP32 | ours FP32 | ours/cuBLAS | cuBLAS TF32 | ours TF32 | ours/cuBLAS | TF32 path chosen | mma.sync TF32 | wgmma TF32 (/cuBLAS) | pack share of wgmma | mma.sync plan | err vs cuBLAS FP32 (FP32 / TF32 / wgmma) |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in rows {
         println!("{r}");
     }
@@ -277,7 +310,8 @@ fn write_cubin(dir: &str, plan: &Plan, vec: bool) -> Res<()> {
     let options = options
         .output(gpukit_jit::Output::Cubin)
         .verbose_ptxas(true);
-    let m = gpukit_jit::compile(source, program, gpukit_jit::Arch::new(9, 0), &options)?;
+    let arch = gpukit_jit::Arch::new(9, 0).for_source(source);
+    let m = gpukit_jit::compile(source, program, arch, &options)?;
     let file = format!(
         "{dir}/{}_nn_{}.cubin",
         plan.config.name,
@@ -291,21 +325,32 @@ fn write_cubin(dir: &str, plan: &Plan, vec: bool) -> Res<()> {
     Ok(())
 }
 
-/// Compiles every GEMM kernel for sm_90 into the kernel cache at `dir` (NVRTC only).
+/// Compiles every GEMM kernel for sm_90 (the wgmma ones for sm_90a) into the kernel cache at
+/// `dir` (NVRTC only).
 fn precompile(dir: &str) -> Res<()> {
     // SAFETY (edition 2021: set_var is safe): called before any thread or cache exists.
     std::env::set_var("GPUKIT_CACHE_DIR", dir);
     let cache = gpukit_jit::KernelCache::global()?;
     let arch = gpukit_jit::Arch::new(9, 0);
     let mut n = 0;
-    for fam in [Family::Tf32, Family::Sgemm] {
+    for fam in [Family::Tf32, Family::Sgemm, Family::Wgmma] {
         for cfg in config::configs(fam) {
-            for (ta, tb, vec) in kernels::variants() {
+            for (ta, tb, vec) in kernels::variants_of(cfg) {
                 let (source, program, options, _) = kernels::instantiation(cfg, ta, tb, vec);
-                cache.get_or_compile(source, program, arch, &options)?;
+                cache.get_or_compile(source, program, arch.for_source(source), &options)?;
                 n += 1;
             }
         }
+    }
+    for cfg in &WGMMA_CONFIGS {
+        let options = kernels::base_options().name_expression(kernels::pack_expression(cfg));
+        cache.get_or_compile(
+            kernels::WGMMA_SOURCE,
+            kernels::PACK_PROGRAM,
+            arch.for_source(kernels::WGMMA_SOURCE),
+            &options,
+        )?;
+        n += 1;
     }
     cache.get_or_compile(
         kernels::REDUCE_SOURCE,

@@ -5,6 +5,7 @@
 #![allow(missing_docs)] // criterion_group! generates an undocumented function
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use gpukit_core::gemm::config::{self, fixed_plan, Family, WGMMA_CONFIGS};
 use gpukit_core::gemm::raw::{self, BlasType, Precision, RawGemm};
 use gpukit_jit::cudarc::driver::{sys, DevicePtr};
 use std::time::Duration;
@@ -39,8 +40,13 @@ fn gemm(c: &mut Criterion) {
         let s2 = stream.clone();
         let s3 = stream.clone();
         let s4 = stream.clone();
+        let s5 = stream.clone();
+        let s6 = stream.clone();
+        let sms = raw::multiprocessor_count(&ctx).expect("SM count");
+        let mma_plan = config::plan(Family::Tf32, n as u32, n as u32, n as u32, 1, sms);
+        let wgmma_plan = fixed_plan(WGMMA_CONFIGS[0], n as u32, 1);
         // Each closure is only called with `g`, whose pointers are live n*n f32 buffers.
-        let runs: Vec<(&str, Run)> = vec![
+        let mut runs: Vec<(&str, Run)> = vec![
             (
                 "cublas_fp32",
                 Box::new(move |g| {
@@ -69,7 +75,23 @@ fn gemm(c: &mut Criterion) {
                     unsafe { raw::sgemm(&s4, Precision::Tf32, g) }
                 }),
             ),
+            (
+                "ours_tf32_mma",
+                Box::new(move |g| {
+                    // SAFETY: g points to live n*n f32 device buffers on this stream.
+                    unsafe { raw::sgemm_with_plan(&s5, g, &mma_plan) }
+                }),
+            ),
         ];
+        if raw::supports_wgmma(&ctx).expect("compute capability") {
+            runs.push((
+                "ours_tf32_wgmma",
+                Box::new(move |g| {
+                    // SAFETY: g points to live n*n f32 device buffers on this stream.
+                    unsafe { raw::sgemm_with_plan(&s6, g, &wgmma_plan) }
+                }),
+            ));
+        }
         for (name, run) in &runs {
             run(&g).expect("warm-up");
             group.bench_function(*name, |bch| {

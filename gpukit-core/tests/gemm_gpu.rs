@@ -4,7 +4,9 @@
 //! required bit-identical (a moving result is a race). Skips without a GPU (fails under
 //! `GPUKIT_REQUIRE_GPU=1`).
 
-use gpukit_core::gemm::config::{self, fixed_plan, Plan, SGEMM_CONFIGS, TF32_CONFIGS};
+use gpukit_core::gemm::config::{
+    self, fixed_plan, Plan, SGEMM_CONFIGS, TF32_CONFIGS, WGMMA_CONFIGS,
+};
 use gpukit_core::gemm::raw::{self, BlasType, Precision, RawGemm, Transpose};
 use gpukit_jit::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use proptest::prelude::*;
@@ -385,7 +387,7 @@ fn every_config_and_split_on_awkward_shapes() {
     let mut seed = 100;
     for cfg in TF32_CONFIGS.iter().chain(SGEMM_CONFIGS.iter()) {
         let p = match cfg.family {
-            config::Family::Tf32 => Precision::Tf32,
+            config::Family::Tf32 | config::Family::Wgmma => Precision::Tf32,
             config::Family::Sgemm => Precision::Fp32,
         };
         for &(m, n, k) in &shapes {
@@ -411,6 +413,74 @@ fn every_config_and_split_on_awkward_shapes() {
             }
         }
     }
+}
+
+/// The Hopper `wgmma` path, forced, on shapes with tails in every dimension, every transpose,
+/// odd leading dimensions, a misaligned A (4-byte aligned only), alpha/beta, batches with and
+/// without a broadcast operand. Skips (says so) on devices other than compute capability 9.0.
+#[test]
+fn wgmma_path_on_awkward_shapes() {
+    if !gpukit_jit::testing::cublas("wgmma_path_on_awkward_shapes") {
+        return;
+    }
+    if !raw::supports_wgmma(&gpu().ctx).unwrap() {
+        println!("SKIPPED wgmma_path_on_awkward_shapes: the device is not compute capability 9.0");
+        return;
+    }
+    let plan = fixed_plan(WGMMA_CONFIGS[0], 1, 1);
+    let shapes = [
+        (333, 517, 8191),
+        (1, 700, 5),
+        (700, 1, 129),
+        (1, 1, 1),
+        (257, 131, 1000),
+        (129, 257, 33),
+        (128, 256, 32),
+        (7, 300, 517),
+    ];
+    let mut seed = 5000;
+    for &(m, n, k) in &shapes {
+        for (ta, tb, pad, a_off) in [
+            (false, false, (0, 0, 0), 0),
+            (true, true, (4, 8, 4), 0),
+            (true, false, (1, 3, 1), 1),
+            (false, true, (0, 0, 0), 0),
+        ] {
+            seed += 1;
+            let case = Case {
+                ta,
+                tb,
+                pad,
+                a_off,
+                alpha: 0.75,
+                beta: if seed % 2 == 0 { 0.0 } else { -1.5 },
+                ..Case::square(m, n, k)
+            };
+            let e = check(&case, Precision::Tf32, Some(&plan), seed);
+            if m * n >= 64 && k >= 256 {
+                assert!(e > 5e-5, "{case:?}: TF32 error {e:.3e} suspiciously small");
+            }
+        }
+    }
+    for (batch, broadcast_b, ta) in [(3, false, false), (4, true, true), (2, false, true)] {
+        seed += 1;
+        let case = Case {
+            batch,
+            broadcast_b,
+            ta,
+            beta: 1.0,
+            ..Case::square(150, 270, 77)
+        };
+        check(&case, Precision::Tf32, Some(&plan), seed);
+    }
+    let e = check(
+        &Case::square(1024, 1024, 8192),
+        Precision::Tf32,
+        Some(&plan),
+        77,
+    );
+    println!("wgmma 1024x1024x8192: normwise error {e:.3e}");
+    assert!(e > 5e-5, "TF32 error {e:.3e} suspiciously small");
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Every GEMM kernel instantiation compiles to CUBIN (ptxas runs) for sm_80 and sm_90 with no
 //! register spills. Needs NVRTC only (no GPU); prints the ptxas resource report per kernel.
 
-use gpukit_core::gemm::config::{SGEMM_CONFIGS, TF32_CONFIGS};
+use gpukit_core::gemm::config::{SGEMM_CONFIGS, TF32_CONFIGS, WGMMA_CONFIGS};
 use gpukit_core::gemm::kernels;
 use gpukit_jit::{compile, Arch, Output};
 
@@ -112,6 +112,56 @@ fn every_gemm_kernel_compiles_for_sm80_and_sm90_without_spills() {
         "register spills:\n{}",
         failures.join("\n")
     );
+}
+
+/// The Hopper `wgmma` kernels (GEMM, both store variants, and the two pack kernels) compile for
+/// `sm_90a` (chosen automatically for a source using wgmma), with no spills, the GEMM kernel
+/// under its 168-register entry cap, and no ptxas warning that `setmaxnreg` was ignored (C7508).
+#[test]
+fn wgmma_kernels_compile_for_sm90a_without_spills() {
+    if !gpukit_jit::testing::nvrtc("wgmma_kernels_compile_for_sm90a_without_spills") {
+        return;
+    }
+    let config = &WGMMA_CONFIGS[0];
+    let arch = Arch::new(9, 0).for_source(kernels::WGMMA_SOURCE);
+    assert_eq!(arch.to_string(), "sm_90a");
+    let mut opts = kernels::base_options()
+        .output(Output::Cubin)
+        .verbose_ptxas(true);
+    let mut exprs = Vec::new();
+    for (ta, tb, vec) in kernels::variants_of(config) {
+        exprs.push(config.name_expression(ta, tb, vec));
+    }
+    exprs.push(kernels::pack_expression(config));
+    for e in &exprs {
+        opts = opts.name_expression(e.clone());
+    }
+    let m = compile(kernels::WGMMA_SOURCE, config.kernel_name(), arch, &opts)
+        .unwrap_or_else(|e| panic!("wgmma for {arch}: {e}"));
+    assert!(!m.log.contains("C7508"), "setmaxnreg ignored:\n{}", m.log);
+    let report = parse_ptxas(&m.log);
+    assert_eq!(report.len(), exprs.len(), "{}", m.log);
+    for (expr, lowered) in &m.lowered_names {
+        let (_, regs, st, ld, stack) = report
+            .iter()
+            .find(|r| &r.0 == lowered)
+            .unwrap_or_else(|| panic!("no ptxas report for {expr}"));
+        println!("{arch} {expr}: {regs} registers, {stack} B stack, spill {st}/{ld} B");
+        assert_eq!(
+            (*st, *ld, *stack),
+            (0, 0, 0),
+            "{expr}: local memory\n{}",
+            m.log
+        );
+        if expr.starts_with("gemm_wgmma<") {
+            assert!(*regs <= 168, "{expr}: {regs} registers at entry");
+            println!(
+                "  {} threads, {} B dynamic smem",
+                config.threads(),
+                config.smem_bytes(false, false)
+            );
+        }
+    }
 }
 
 #[test]

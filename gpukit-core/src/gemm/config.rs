@@ -23,6 +23,16 @@
 //! 32 blocks of 128x256 for 132 SMs, so smaller tiles or split-K win there); the reduction term
 //! keeps split-K to shapes with a large K and a small M*N, where it pays. The result is
 //! deterministic and pure, so it is unit-tested here without a GPU.
+//!
+//! # TF32 on Hopper
+//!
+//! On a compute capability 9.0 device (H100, H200) TF32 products can also run the `wgmma` kernel
+//! ([`Family::Wgmma`], `gemm_wgmma.cu`): it first packs op(A) and op(B)^T into TF32-rounded,
+//! swizzled K-major tiles (a memory-bound pass, modelled as its bytes over [`PACK_BANDWIDTH`]
+//! plus a launch cost), then multiplies them with warpgroup MMAs. [`plan_tf32`] compares the
+//! best `mma.sync` plan with the `wgmma` plan under the same model and keeps the cheaper;
+//! [`Tf32Path`] forces one path (the `GPUKIT_GEMM_TF32` environment variable, read by
+//! `raw::plan_for`).
 
 /// Which kernel family a configuration belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -31,6 +41,9 @@ pub enum Family {
     Tf32,
     /// Exact single precision on the FP32 pipes (`gemm_sgemm.cu`).
     Sgemm,
+    /// Hopper tensor cores: `wgmma.mma_async` m64n256k8 on operands packed to TF32-rounded,
+    /// 128B-swizzled K-major tiles (`gemm_wgmma.cu`); compute capability 9.0 only, no split-K.
+    Wgmma,
 }
 
 /// One tile configuration of a GEMM kernel.
@@ -60,9 +73,13 @@ pub struct TileConfig {
 }
 
 impl TileConfig {
-    /// Threads per block.
+    /// Threads per block (for [`Family::Wgmma`]: one producer warpgroup plus one consumer
+    /// warpgroup per `wm` rows).
     pub fn threads(&self) -> u32 {
-        (self.bm / self.wm) * (self.bn / self.wn) * 32
+        match self.family {
+            Family::Wgmma => 128 * (1 + self.bm / self.wm),
+            _ => (self.bm / self.wm) * (self.bn / self.wn) * 32,
+        }
     }
 
     /// Dynamic shared memory per block in bytes for the given operand layouts.
@@ -82,21 +99,36 @@ impl TileConfig {
                 (a, b)
             }
             Family::Sgemm => (self.bk * (self.bm + 4), self.bk * (self.bn + 4)),
+            // Unpadded swizzled tiles, plus 1024 bytes to align the stages to the swizzle period.
+            Family::Wgmma => return (self.bm + self.bn) * self.bk * 4 * self.stages + 1024,
         };
         (a + b) * 4 * self.stages
     }
 
-    /// The kernel template's name (`gemm_tf32` or `gemm_sgemm`).
+    /// The kernel template's name (`gemm_tf32`, `gemm_sgemm` or `gemm_wgmma`).
     pub fn kernel_name(&self) -> &'static str {
         match self.family {
             Family::Tf32 => "gemm_tf32",
             Family::Sgemm => "gemm_sgemm",
+            Family::Wgmma => "gemm_wgmma",
         }
     }
 
     /// The C++ name expression of one instantiation, e.g.
-    /// `gemm_tf32<128,256,32,64,64,3,false,true,true>`.
+    /// `gemm_tf32<128,256,32,64,64,3,false,true,true>`. The `wgmma` kernel reads packed operands,
+    /// so its instantiation depends only on the tile, the stages and `vec` (8-byte stores of C):
+    /// `gemm_wgmma<128,256,4,true>`; the transposes are handled by the pack kernels.
     pub fn name_expression(&self, trans_a: bool, trans_b: bool, vec: bool) -> String {
+        if self.family == Family::Wgmma {
+            return format!(
+                "{}<{},{},{},{}>",
+                self.kernel_name(),
+                self.bm,
+                self.bn,
+                self.stages,
+                vec
+            );
+        }
         format!(
             "{}<{},{},{},{},{},{},{},{},{}>",
             self.kernel_name(),
@@ -206,19 +238,38 @@ pub const SGEMM_CONFIGS: [TileConfig; 3] = [
     },
 ];
 
+/// The Hopper `wgmma` TF32 configuration: block 128x256, k tile 32, 4 stages of 48 KB (193 KB
+/// dynamic smem with the alignment slack), 384 threads (a producer warpgroup and two consumer
+/// warpgroups of 64x256), one block per SM. `gflops_per_sm` is the rate of the GEMM kernel
+/// alone (the pack is modelled separately).
+pub const WGMMA_CONFIGS: [TileConfig; 1] = [TileConfig {
+    name: "wgmma_128x256",
+    family: Family::Wgmma,
+    bm: 128,
+    bn: 256,
+    bk: 32,
+    wm: 64,
+    wn: 256,
+    stages: 4,
+    occupancy: 1,
+    gflops_per_sm: 2950,
+}];
+
 /// Every configuration of a family.
 pub fn configs(family: Family) -> &'static [TileConfig] {
     match family {
         Family::Tf32 => &TF32_CONFIGS,
         Family::Sgemm => &SGEMM_CONFIGS,
+        Family::Wgmma => &WGMMA_CONFIGS,
     }
 }
 
-/// A configuration by name (`tf32_128x256`, `sgemm_64x64`, ...).
+/// A configuration by name (`tf32_128x256`, `sgemm_64x64`, `wgmma_128x256`, ...).
 pub fn config_by_name(name: &str) -> Option<TileConfig> {
     TF32_CONFIGS
         .iter()
         .chain(SGEMM_CONFIGS.iter())
+        .chain(WGMMA_CONFIGS.iter())
         .find(|c| c.name == name)
         .copied()
 }
@@ -248,12 +299,55 @@ pub const MIN_K_PER_SPLIT: u32 = 256;
 const BANDWIDTH: f64 = 1.0e12;
 /// Launch and tail cost of the extra reduction kernel (seconds).
 const REDUCE_LAUNCH: f64 = 4.0e-6;
+/// Effective bandwidth of the `wgmma` operand pack (bytes read plus bytes written per second).
+pub const PACK_BANDWIDTH: f64 = 2.5e12;
+/// Fixed cost of the pack launch and allocation (seconds). Set above the ~2 us the H200 shows
+/// (1024^3: 8.7 us for 16.8 MB) on purpose: the model overestimates the time of small mma.sync
+/// tiles in a partial wave (tf32_64x64 at 1024^3: modelled 37 us, measured 27 us), and with 8 us
+/// the planner keeps mma.sync where it measured faster (1024^3: 80 vs 67 TFLOP/s).
+const PACK_LAUNCH: f64 = 8.0e-6;
+
+/// Which kernel family runs a TF32 product on a device that has both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Tf32Path {
+    /// The planner chooses (`wgmma` only on compute capability 9.0).
+    #[default]
+    Auto,
+    /// Always `mma.sync` ([`Family::Tf32`]).
+    Mma,
+    /// Always `wgmma` ([`Family::Wgmma`]); an error on devices other than compute capability 9.0.
+    Wgmma,
+}
+
+impl Tf32Path {
+    /// Parses `auto`, `mma` or `wgmma` (the values of `GPUKIT_GEMM_TF32`); `None` otherwise.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Some(Tf32Path::Auto),
+            "mma" => Some(Tf32Path::Mma),
+            "wgmma" => Some(Tf32Path::Wgmma),
+            _ => None,
+        }
+    }
+}
+
+/// Bytes the `wgmma` pack moves for one product: op(A) and op(B) read once, the padded packed
+/// tiles written once (an operand broadcast over the batch is packed once).
+pub fn pack_bytes(config: &TileConfig, m: u32, n: u32, k: u32, batch: u32) -> f64 {
+    let kp = k.div_ceil(config.bk) as f64 * config.bk as f64;
+    let mp = m.div_ceil(config.bm) as f64 * config.bm as f64;
+    let np = n.div_ceil(config.bn) as f64 * config.bn as f64;
+    4.0 * batch as f64 * (m as f64 * k as f64 + n as f64 * k as f64 + (mp + np) * kp)
+}
 
 /// Normalises a requested split factor for `k` and `config`: the slice length is rounded up to
 /// a multiple of `bk`, and empty trailing slices are dropped. Returns `(splits, k_per_split)`.
 pub fn normalize_split(config: &TileConfig, k: u32, splits: u32) -> (u32, u32) {
     if k == 0 {
         return (1, 0);
+    }
+    if config.family == Family::Wgmma {
+        return (1, k);
     }
     let splits = splits.clamp(1, k.div_ceil(config.bk));
     if splits == 1 {
@@ -284,6 +378,9 @@ pub fn estimate(
         let bytes = (splits as f64 + 2.0) * 4.0 * m as f64 * n as f64 * batch as f64;
         t += REDUCE_LAUNCH + bytes / BANDWIDTH;
     }
+    if config.family == Family::Wgmma {
+        t += PACK_LAUNCH + pack_bytes(config, m, n, k, batch) / PACK_BANDWIDTH;
+    }
     t
 }
 
@@ -313,6 +410,27 @@ pub fn plan(family: Family, m: u32, n: u32, k: u32, batch: u32, num_sms: u32) ->
         }
     }
     best.expect("configs are never empty")
+}
+
+/// Chooses the TF32 plan on a device with `num_sms` multiprocessors: `mma.sync` tiles only
+/// ([`Tf32Path::Mma`], and what a device without `wgmma` must use), the `wgmma` kernel only
+/// ([`Tf32Path::Wgmma`]), or the cheaper of the two under the model ([`Tf32Path::Auto`]; the
+/// `wgmma` plan must be at least 3 % cheaper).
+pub fn plan_tf32(m: u32, n: u32, k: u32, batch: u32, num_sms: u32, path: Tf32Path) -> Plan {
+    let mma = || plan(Family::Tf32, m, n, k, batch, num_sms);
+    let wgmma = || plan(Family::Wgmma, m, n, k, batch, num_sms);
+    match path {
+        Tf32Path::Mma => mma(),
+        Tf32Path::Wgmma => wgmma(),
+        Tf32Path::Auto => {
+            let (a, b) = (mma(), wgmma());
+            if b.estimate_us < a.estimate_us * 0.97 {
+                b
+            } else {
+                a
+            }
+        }
+    }
 }
 
 /// A plan for a fixed configuration and split factor (benches and tests that sweep them).
@@ -360,6 +478,42 @@ mod tests {
     }
 
     #[test]
+    fn wgmma_is_planned_for_big_tf32_products_only() {
+        for n in [4096, 8192] {
+            let p = plan_tf32(n, n, n, 1, H200_SMS, Tf32Path::Auto);
+            assert_eq!(p.config.name, "wgmma_128x256", "n={n}");
+            assert_eq!(p.splits, 1);
+        }
+        // Tiny products stay on mma.sync (the pack's launches dominate).
+        let p = plan_tf32(64, 64, 64, 1, H200_SMS, Tf32Path::Auto);
+        assert_eq!(p.config.family, Family::Tf32, "{p:?}");
+        // Forced paths.
+        let p = plan_tf32(64, 64, 64, 1, H200_SMS, Tf32Path::Wgmma);
+        assert_eq!((p.config.family, p.splits), (Family::Wgmma, 1));
+        let p = plan_tf32(8192, 8192, 8192, 1, H200_SMS, Tf32Path::Mma);
+        assert_eq!(p.config.family, Family::Tf32);
+        // wgmma never splits K, whatever is asked.
+        let w = WGMMA_CONFIGS[0];
+        assert_eq!(normalize_split(&w, 30_000, 8), (1, 30_000));
+        assert_eq!(fixed_plan(w, 1000, 4).splits, 1);
+        assert_eq!(w.threads(), 384);
+        assert_eq!(w.smem_bytes(true, false), 4 * 48 * 1024 + 1024);
+        assert_eq!(
+            w.name_expression(true, true, false),
+            "gemm_wgmma<128,256,4,false>"
+        );
+        for (s, want) in [
+            ("auto", Some(Tf32Path::Auto)),
+            ("", Some(Tf32Path::Auto)),
+            ("MMA", Some(Tf32Path::Mma)),
+            (" wgmma ", Some(Tf32Path::Wgmma)),
+            ("tensor", None),
+        ] {
+            assert_eq!(Tf32Path::parse(s), want, "{s:?}");
+        }
+    }
+
+    #[test]
     fn batches_fill_the_device_without_split() {
         let p = plan(Family::Sgemm, 64, 64, 4096, 512, H200_SMS);
         assert_eq!(p.splits, 1);
@@ -388,7 +542,11 @@ mod tests {
 
     #[test]
     fn shared_memory_fits_and_names_are_stable() {
-        for c in TF32_CONFIGS.iter().chain(SGEMM_CONFIGS.iter()) {
+        for c in TF32_CONFIGS
+            .iter()
+            .chain(SGEMM_CONFIGS.iter())
+            .chain(WGMMA_CONFIGS.iter())
+        {
             for ta in [false, true] {
                 for tb in [false, true] {
                     let bytes = c.smem_bytes(ta, tb);

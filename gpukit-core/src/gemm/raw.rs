@@ -7,11 +7,17 @@
 //!
 //! [`sgemm`] runs our kernels ([`Precision::Fp32`]: exact single precision on the FP32 pipes;
 //! [`Precision::Tf32`]: tensor cores on TF32-rounded inputs), choosing a tile configuration and
-//! split-K factor with [`config::plan`]; [`sgemm_with_plan`] takes a plan from the caller (benches,
-//! tests). [`cublas_gemm`] runs cuBLAS for every element type (the baseline, f64/f16/bf16, and the
+//! split-K factor with [`config::plan`] (TF32: [`config::plan_tf32`], which on compute capability
+//! 9.0 may choose the `wgmma` kernel); [`sgemm_with_plan`] takes a plan from the caller (benches,
+//! tests).
+//!
+//! The TF32 path can be forced with the environment variable `GPUKIT_GEMM_TF32`: `auto` (the
+//! default: the planner decides), `mma` (`mma.sync` kernels on any GPU) or `wgmma` (the Hopper
+//! kernel; an error on devices other than compute capability 9.0). Any other value makes TF32
+//! calls fail with [`Error::InvalidArgument`] naming the variable. [`cublas_gemm`] runs cuBLAS for every element type (the baseline, f64/f16/bf16, and the
 //! f64 reference of the tests).
 
-use super::config::{self, Family, Plan};
+use super::config::{self, Family, Plan, Tf32Path};
 use super::kernels;
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys as cublas_sys, CudaBlas};
@@ -33,7 +39,8 @@ pub enum Precision {
 }
 
 impl Precision {
-    /// The kernel family that implements this precision.
+    /// The kernel family that implements this precision on any GPU (TF32: `mma.sync`; on
+    /// compute capability 9.0, [`plan_for`] may choose [`Family::Wgmma`] instead).
     pub fn family(self) -> Family {
         match self {
             Precision::Fp32 => Family::Sgemm,
@@ -317,17 +324,71 @@ pub fn multiprocessor_count(ctx: &Arc<CudaContext>) -> Result<u32> {
     Ok(n)
 }
 
-/// The plan [`sgemm`] uses for `g` on the device of `ctx`.
+/// Name of the environment variable that forces the TF32 path (`auto`, `mma`, `wgmma`).
+pub const TF32_PATH_ENV: &str = "GPUKIT_GEMM_TF32";
+
+/// The TF32 path requested by `GPUKIT_GEMM_TF32` ([`Tf32Path::Auto`] when unset); a value other
+/// than `auto`, `mma` or `wgmma` is an [`Error::InvalidArgument`].
+pub fn tf32_path_from_env() -> Result<Tf32Path> {
+    match std::env::var(TF32_PATH_ENV) {
+        Err(std::env::VarError::NotPresent) => Ok(Tf32Path::Auto),
+        Err(std::env::VarError::NotUnicode(v)) => Err(Error::invalid(
+            "gemm",
+            format!("{TF32_PATH_ENV} = {v:?} is not one of auto, mma, wgmma"),
+        )),
+        Ok(v) => Tf32Path::parse(&v).ok_or_else(|| {
+            Error::invalid(
+                "gemm",
+                format!("{TF32_PATH_ENV} = {v:?} is not one of auto, mma, wgmma"),
+            )
+        }),
+    }
+}
+
+/// True when the device of `ctx` runs the `wgmma` kernel (compute capability exactly 9.0: the
+/// kernel is built for `sm_90a`, which runs on no other architecture). Cached per context.
+pub fn supports_wgmma(ctx: &Arc<CudaContext>) -> Result<bool> {
+    static CC: OnceLock<Mutex<HashMap<usize, bool>>> = OnceLock::new();
+    let map = CC.get_or_init(|| Mutex::new(HashMap::new()));
+    let key = ctx.cu_ctx() as usize;
+    if let Some(b) = map.lock().get(&key) {
+        return Ok(*b);
+    }
+    let arch = gpukit_jit::Arch::of_context(ctx)?;
+    let ok = (arch.major, arch.minor) == (9, 0);
+    map.lock().insert(key, ok);
+    Ok(ok)
+}
+
+fn wgmma_unsupported(ctx: &Arc<CudaContext>) -> Error {
+    let arch = gpukit_jit::Arch::of_context(ctx)
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    Error::invalid(
+        "gemm",
+        format!(
+            "the wgmma TF32 kernel needs a compute capability 9.0 GPU (H100/H200), this device is \
+             {arch}; unset {TF32_PATH_ENV} or set it to `auto` or `mma`"
+        ),
+    )
+}
+
+/// The plan [`sgemm`] uses for `g` on the device of `ctx` (TF32: see [`tf32_path_from_env`]).
 pub fn plan_for(ctx: &Arc<CudaContext>, precision: Precision, g: &RawGemm) -> Result<Plan> {
     let sms = multiprocessor_count(ctx)?;
-    Ok(config::plan(
-        precision.family(),
-        g.m as u32,
-        g.n as u32,
-        g.k as u32,
-        g.batch.min(u32::MAX as usize) as u32,
-        sms,
-    ))
+    let (m, n, k) = (g.m as u32, g.n as u32, g.k as u32);
+    let batch = g.batch.min(u32::MAX as usize) as u32;
+    match precision {
+        Precision::Fp32 => Ok(config::plan(Family::Sgemm, m, n, k, batch, sms)),
+        Precision::Tf32 => {
+            let path = match tf32_path_from_env()? {
+                Tf32Path::Auto if !supports_wgmma(ctx)? => Tf32Path::Mma,
+                Tf32Path::Wgmma if !supports_wgmma(ctx)? => return Err(wgmma_unsupported(ctx)),
+                p => p,
+            };
+            Ok(config::plan_tf32(m, n, k, batch, sms, path))
+        }
+    }
 }
 
 /// Single-precision GEMM with our kernels; the plan is chosen per shape.
@@ -362,6 +423,10 @@ pub unsafe fn sgemm_with_plan(stream: &Arc<CudaStream>, g: &RawGemm, plan: &Plan
         return unsafe { scale_c(stream, g) };
     }
     let cfg = &plan.config;
+    if cfg.family == Family::Wgmma {
+        // SAFETY: forwarded from the caller.
+        return unsafe { wgmma_gemm(stream, g, cfg) };
+    }
     let (splits, k_per_split) = config::normalize_split(cfg, g.k as u32, plan.splits);
     let ta = g.trans_a.is_yes();
     let tb = g.trans_b.is_yes();
@@ -459,6 +524,185 @@ pub unsafe fn sgemm_with_plan(stream: &Arc<CudaStream>, g: &RawGemm, plan: &Plan
             (g.beta as f32).into(),
         ];
         reduce.launch(stream, reduce_launch(nb * g.m * g.n), &rargs)?;
+        b0 += nb;
+    }
+    Ok(())
+}
+
+/// Rows of op(X) one pack block covers (the pack kernel's block tile is 64 rows x 32 k).
+const PACK_ROWS: usize = 64;
+
+/// Operands packed for the `wgmma` kernel (see `gemm_wgmma.cu`): TF32-rounded, swizzled K-major
+/// tiles of op(A) (at element 0 of `buf`) and op(B)^T (at element `b_offset`), with their element
+/// strides between batch entries (0: packed once and broadcast).
+struct Packed {
+    buf: cudarc::driver::CudaSlice<f32>,
+    b_offset: usize,
+    stride_a: usize,
+    stride_b: usize,
+}
+
+/// Packs batch entries `b0 .. b0 + nb` of op(A) and op(B)^T for `cfg` (one allocation, one
+/// launch).
+///
+/// # Safety
+/// As for [`sgemm`]; `g` is validated, `k > 0`, `b0 + nb <= g.batch` and `nb <= 65535`.
+unsafe fn wgmma_pack(
+    stream: &Arc<CudaStream>,
+    g: &RawGemm,
+    cfg: &config::TileConfig,
+    b0: usize,
+    nb: usize,
+) -> Result<Packed> {
+    let ctx = stream.context();
+    let (bm, bn, bk) = (cfg.bm as usize, cfg.bn as usize, cfg.bk as usize);
+    let num_kt = g.k.div_ceil(bk);
+    let (mp, np) = (g.m.div_ceil(bm) * bm, g.n.div_ceil(bn) * bn);
+    if num_kt > u32::MAX as usize / 2 || (mp + np) / PACK_ROWS > 65535 {
+        return Err(Error::invalid(
+            "gemm",
+            format!(
+                "{}x{}x{} is too large for the wgmma operand pack (at most {} rows of op(A) and \
+                 op(B)^T together); use {TF32_PATH_ENV}=mma",
+                g.m,
+                g.n,
+                g.k,
+                65535 * PACK_ROWS
+            ),
+        ));
+    }
+    let entries = |stride: usize| if stride == 0 { 1 } else { nb };
+    let (ea, eb) = (entries(g.stride_a), entries(g.stride_b));
+    let (per_a, per_b) = (mp * num_kt * bk, np * num_kt * bk);
+    let b_offset = ea * per_a;
+    // SAFETY: every element of the buffer is written by the pack kernel below (its grid covers
+    // every (entry, 64-row block, k tile) of both padded operands) before the GEMM kernel reads
+    // it, both on this stream.
+    let buf = unsafe { stream.alloc::<f32>(b_offset + eb * per_b) }
+        .map_err(|e| Error::driver("allocating the wgmma operand pack", e))?;
+    {
+        let (dst, _sync) = cudarc::driver::DevicePtr::device_ptr(&buf, stream);
+        let kernel = load(
+            ctx,
+            kernels::WGMMA_SOURCE,
+            kernels::PACK_PROGRAM,
+            kernels::PACK_PROGRAM,
+            Some(&kernels::pack_expression(cfg)),
+        )?;
+        let args = [
+            KernelArg::Ptr(g.a + (b0 * g.stride_a * 4) as u64),
+            KernelArg::Ptr(dst),
+            (g.m as i32).into(),
+            (g.lda as i32).into(),
+            (g.stride_a as i64).into(),
+            (g.trans_a.is_yes() as i32).into(),
+            (ea as i32).into(),
+            KernelArg::Ptr(g.b + (b0 * g.stride_b * 4) as u64),
+            KernelArg::Ptr(dst + (b_offset * 4) as u64),
+            (g.n as i32).into(),
+            (g.ldb as i32).into(),
+            (g.stride_b as i64).into(),
+            (!g.trans_b.is_yes() as i32).into(),
+            (eb as i32).into(),
+            (g.k as i32).into(),
+            (num_kt as i32).into(),
+        ];
+        let lc = LaunchConfig::new(
+            (
+                num_kt as u32,
+                ((mp + np) / PACK_ROWS) as u32,
+                ea.max(eb) as u32,
+            ),
+            (256, 1, 1),
+        );
+        kernel.launch(stream, lc, &args)?;
+    }
+    Ok(Packed {
+        buf,
+        b_offset,
+        stride_a: if g.stride_a == 0 { 0 } else { per_a },
+        stride_b: if g.stride_b == 0 { 0 } else { per_b },
+    })
+}
+
+/// The `wgmma` path: pack, then the GEMM kernel, per chunk of at most 65535 batch entries. The
+/// packed buffers are freed stream-ordered (no host synchronisation).
+///
+/// # Safety
+/// As for [`sgemm`]; `g` is validated, non-empty, `k > 0`, `alpha != 0`.
+unsafe fn wgmma_gemm(
+    stream: &Arc<CudaStream>,
+    g: &RawGemm,
+    cfg: &config::TileConfig,
+) -> Result<()> {
+    let ctx = stream.context();
+    if !supports_wgmma(ctx)? {
+        return Err(wgmma_unsupported(ctx));
+    }
+    let tiles = g.m.div_ceil(cfg.bm as usize) * g.n.div_ceil(cfg.bn as usize);
+    if tiles > i32::MAX as usize {
+        return Err(Error::invalid(
+            "gemm",
+            format!(
+                "{}x{} makes {tiles} tiles, more than a grid holds",
+                g.m, g.n
+            ),
+        ));
+    }
+    let vec = g.c_vectorizable();
+    let kernel = load_gemm_kernel(ctx, cfg, false, false, vec)?;
+    let mut b0 = 0usize;
+    while b0 < g.batch {
+        let nb = (g.batch - b0).min(MAX_GRID_Z);
+        // SAFETY: forwarded from the caller; b0 + nb <= batch, nb <= 65535.
+        let packed = unsafe { wgmma_pack(stream, g, cfg, b0, nb) }?;
+        let (pa, _guard) = cudarc::driver::DevicePtr::device_ptr(&packed.buf, stream);
+        let pb = pa + (packed.b_offset * 4) as u64;
+        let args = [
+            KernelArg::Ptr(pa),
+            KernelArg::Ptr(pb),
+            KernelArg::Ptr(g.c + (b0 * g.stride_c * 4) as u64),
+            (g.m as i32).into(),
+            (g.n as i32).into(),
+            (g.k as i32).into(),
+            (g.ldc as i32).into(),
+            (packed.stride_a as i64).into(),
+            (packed.stride_b as i64).into(),
+            (g.stride_c as i64).into(),
+            (g.alpha as f32).into(),
+            (g.beta as f32).into(),
+            GROUP_M.into(),
+        ];
+        let lc = LaunchConfig {
+            grid: (tiles as u32, 1, nb as u32),
+            block: (cfg.threads(), 1, 1),
+            shared_mem_bytes: cfg.smem_bytes(false, false),
+        };
+        kernel.launch(stream, lc, &args)?;
+        b0 += nb;
+    }
+    Ok(())
+}
+
+/// Runs only the operand pack of the `wgmma` path for `g` (benches: the pack's share of the
+/// time). Does nothing for empty products.
+///
+/// # Safety
+/// As for [`sgemm`].
+pub unsafe fn wgmma_pack_only(stream: &Arc<CudaStream>, g: &RawGemm) -> Result<()> {
+    g.validate()?;
+    if g.m == 0 || g.n == 0 || g.k == 0 || g.batch == 0 {
+        return Ok(());
+    }
+    if !supports_wgmma(stream.context())? {
+        return Err(wgmma_unsupported(stream.context()));
+    }
+    let cfg = config::WGMMA_CONFIGS[0];
+    let mut b0 = 0usize;
+    while b0 < g.batch {
+        let nb = (g.batch - b0).min(MAX_GRID_Z);
+        // SAFETY: forwarded from the caller.
+        drop(unsafe { wgmma_pack(stream, g, &cfg, b0, nb) }?);
         b0 += nb;
     }
     Ok(())
