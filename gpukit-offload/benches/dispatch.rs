@@ -120,6 +120,74 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
     black_box(cc);
+
+    // A call above the fast-path threshold that the model keeps on the CPU: the full decision
+    // (model estimate with learned corrections, decision, timing, learning, statistics). The
+    // shim pays this on the small-but-not-tiny calls of a many-small-matrices workload.
+    let t = d.threshold(gpukit_offload::Routine::Gemm, Precision::D);
+    // Without a usable GPU every call is fast-path (threshold u64::MAX): then time a 64^3 call
+    // (run with GPUKIT_OFFLOAD_GPU=always to force it through the model on such a machine).
+    let nb = if t == u64::MAX {
+        64
+    } else {
+        ((t as f64).cbrt().ceil() as i32 + 1).clamp(9, 1024)
+    };
+    let mut cb = vec![0.0f64; (nb * nb) as usize];
+    let ab = vec![1.0f64; (nb * nb) as usize];
+    eprintln!("model-path dgemm: {nb}x{nb}x{nb}");
+    let mut g = c.benchmark_group(format!("dgemm {nb}^3 kept on the CPU by the model"));
+    g.bench_function("bare indirect call (baseline)", |b| {
+        b.iter(|| {
+            // SAFETY: valid pointers to locals of the right size.
+            unsafe {
+                direct(
+                    &ta,
+                    &tb,
+                    &nb,
+                    &nb,
+                    &nb,
+                    &alpha as *const f64 as P,
+                    ab.as_ptr() as P,
+                    &nb,
+                    ab.as_ptr() as P,
+                    &nb,
+                    &alpha as *const f64 as P,
+                    cb.as_mut_ptr() as *mut c_void,
+                    &nb,
+                    1,
+                    1,
+                )
+            }
+        })
+    });
+    g.bench_function("through the shim entry (model path)", |b| {
+        b.iter(|| {
+            // SAFETY: as above; REAL points to fake_dgemm.
+            unsafe {
+                f_gemm::<i32>(
+                    black_box(&REAL),
+                    Precision::D,
+                    &ta,
+                    &tb,
+                    &nb,
+                    &nb,
+                    &nb,
+                    &alpha as *const f64 as P,
+                    ab.as_ptr() as P,
+                    &nb,
+                    ab.as_ptr() as P,
+                    &nb,
+                    &alpha as *const f64 as P,
+                    cb.as_mut_ptr() as *mut c_void,
+                    &nb,
+                    1,
+                    1,
+                )
+            }
+        })
+    });
+    g.finish();
+    black_box(cb);
 }
 
 criterion_group!(benches, bench);

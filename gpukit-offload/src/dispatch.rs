@@ -18,15 +18,14 @@ use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuBackend, GpuFailKind, Inject, Presized};
 use crate::learn::{CorrKey, Learner};
-use crate::lowprio::{self, StartThread};
 use crate::model::{required_speedup, Backend, Estimate, Model, DEFAULT_LEVEL};
-use crate::ops::{OpKind, Precision, Routine};
+use crate::ops::{OpKind, Precision, Routine, Shape};
 use crate::profile::Profile;
 use crate::stats::{slot, Reason, Stats, StatsSnapshot, NSLOT};
 use parking_lot::Mutex;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -209,10 +208,39 @@ fn keep_largest(kept: &mut Vec<ShapeOnly>, call: &Call, cap: usize) -> bool {
 
 thread_local! {
     static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// Per-thread memo of the model's *uncorrected* estimate (and flops) of recent shapes: the
+    /// model never changes after a dispatcher is built, so an entry never goes stale (the
+    /// dispatcher id keeps dispatchers apart). A program of many small matrices asks the model
+    /// about the same few shapes again and again; the memo turns its interpolation (logarithms,
+    /// grid searches, curve lookups: about 1 us) into one comparison.
+    static MEMO: RefCell<[Option<MemoEntry>; MEMO_SLOTS]> = const { RefCell::new([None; MEMO_SLOTS]) };
+    /// Calls since this thread last timed a cheap CPU-kept call (see [`CHEAP_CPU_S`]).
+    static CHEAP_UNTIMED: Cell<u32> = const { Cell::new(0) };
 }
+
+const MEMO_SLOTS: usize = 64;
+
+#[derive(Clone, Copy)]
+struct MemoEntry {
+    key: (u64, OpKind, Precision, Shape),
+    estimate: Option<Estimate>,
+    flops: f64,
+}
+
+/// A CPU-kept call predicted shorter than this is timed (and learned from) only once in
+/// [`CHEAP_SAMPLE`] calls per thread (unless every call is logged): two clock reads and a
+/// learner update would otherwise be a visible share of such a call, and the learner needs only
+/// a sample of them.
+const CHEAP_CPU_S: f64 = 1e-3;
+/// See [`CHEAP_CPU_S`].
+const CHEAP_SAMPLE: u32 = 16;
+
+static NEXT_DISPATCHER_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The dispatcher. One per process is usual ([`Dispatcher::global`]); tests make their own.
 pub struct Dispatcher {
+    /// Distinguishes dispatchers in the per-thread estimate memo.
+    id: u64,
     config: Config,
     model: Model,
     learner: Learner,
@@ -227,10 +255,6 @@ pub struct Dispatcher {
     /// The largest calls kept on the CPU because the GPU was not started (or starting): the
     /// start-up thread sizes the GPU buffers for them.
     missed_calls: Mutex<Vec<ShapeOnly>>,
-    /// Timed CPU calls in flight that began while the GPU was starting.
-    cpu_in_flight: AtomicU32,
-    /// The background start-up thread while it runs, if its priority can be toggled.
-    start_thread: Mutex<Option<StartThread>>,
     thresholds: [AtomicU64; NSLOT],
     cpu: OnceLock<std::result::Result<CpuBackend, String>>,
     warnings: Vec<String>,
@@ -282,6 +306,7 @@ impl Dispatcher {
         let model = profile.model();
         let learner = Learner::from_map(&profile.corrections);
         let d = Dispatcher {
+            id: NEXT_DISPATCHER_ID.fetch_add(1, Relaxed),
             thresholds: [const { AtomicU64::new(0) }; NSLOT],
             config,
             model,
@@ -295,8 +320,6 @@ impl Dispatcher {
             start_lock: Mutex::new(()),
             missed_ns: AtomicU64::new(0),
             missed_calls: Mutex::new(Vec::new()),
-            cpu_in_flight: AtomicU32::new(0),
-            start_thread: Mutex::new(None),
             cpu: OnceLock::new(),
             warnings,
         };
@@ -417,7 +440,7 @@ impl Dispatcher {
     /// Starts the GPU backend now (blocking). Used by calibration and tests; the dispatcher
     /// itself starts it lazily.
     pub fn start_gpu(&self) -> Result<&Arc<GpuBackend>> {
-        self.start_now(false);
+        self.start_now();
         match self.gpu.get() {
             Some(Ok(g)) => Ok(g),
             Some(Err(e)) => Err(Error::GpuUnavailable(e.clone())),
@@ -427,24 +450,16 @@ impl Dispatcher {
 
     /// Starts the GPU (if not yet), loads the common kernels and sizes the lane's buffers for
     /// the largest calls missed so far; returns what was reserved (`None`: not started here).
-    fn start_now(&self, background: bool) -> Option<Presized> {
+    fn start_now(&self) -> Option<Presized> {
         let _g = self.start_lock.lock();
         if self.gpu.get().is_some() {
             return None;
         }
         self.gpu_state.store(GPU_STARTING, Relaxed);
-        let between = || {
-            if background {
-                self.wait_for_cpu_calls()
-            }
-        };
-        let r = GpuBackend::start_with(&between)
-            .map(Arc::new)
-            .map_err(|e| e.to_string());
+        let r = GpuBackend::start().map(Arc::new).map_err(|e| e.to_string());
         let mut presized = None;
         if let Ok(g) = &r {
-            warm_up(g, &between);
-            between();
+            warm_up(g);
             let calls: Vec<Call> = self.missed_calls.lock().iter().map(|c| c.0).collect();
             if !calls.is_empty() {
                 presized = g.presize(&calls).ok();
@@ -472,36 +487,19 @@ impl Dispatcher {
         let spawned = std::thread::Builder::new()
             .name("gpukit-offload-start".into())
             .spawn(move || {
-                // lowest priority while CPU calls are in flight, normal otherwise (see
-                // `crate::lowprio` for why not lowest throughout)
+                // Normal priority on purpose: run at nice 19 while CPU calls were in flight (a
+                // variant measured on the H200), start-up took 4.6 s instead of 1.3 s, because
+                // OpenBLAS's spinning workers keep every core busy, and the whole-program run
+                // was 12.45 s instead of 9.79 s.
                 let t0 = Instant::now();
-                let low = start_priority_low();
-                let me_thread = StartThread::current();
-                let toggled = low && me_thread.can_toggle;
-                if toggled {
-                    *me.start_thread.lock() = Some(StartThread::current());
-                }
-                let presized = me.start_now(low);
-                // no caller may touch this thread id once the thread is gone
-                if let Some(t) = me.start_thread.lock().take() {
-                    lowprio::set_nice(t.tid, t.normal);
-                }
-                let (found, restored) = me_thread.restore_spawned();
+                let presized = me.start_now();
                 if me.config.log == LogMode::Calls {
                     let mib = |b: usize| b >> 20;
                     let p = presized.unwrap_or_default();
                     eprintln!(
-                        "gpukit-offload: background start {} in {:.3}s (nice {} during CPU calls: {}; driver threads set back: {restored}/{found}); reserved for missed calls: device {} MiB (need {}), pinned {} MiB (need {})",
+                        "gpukit-offload: background start {} in {:.3}s; reserved for missed calls: device {} MiB (need {}), pinned {} MiB (need {})",
                         if me.gpu().is_some() { "ready" } else { "failed" },
                         t0.elapsed().as_secs_f64(),
-                        lowprio::START_NICE,
-                        if toggled {
-                            "yes"
-                        } else if low {
-                            "no, waits between steps only"
-                        } else {
-                            "no, GPUKIT_OFFLOAD_START_PRIORITY=normal"
-                        },
                         mib(p.dev),
                         mib(p.need_dev),
                         mib(p.pinned),
@@ -510,7 +508,7 @@ impl Dispatcher {
                 }
             });
         if spawned.is_err() {
-            self.start_now(false);
+            self.start_now();
         }
     }
 
@@ -524,16 +522,47 @@ impl Dispatcher {
     /// The estimate for a call with learned corrections applied.
     pub fn estimate(&self, call: &Call) -> Option<Estimate> {
         let kind = call.kind();
-        let shape = call.shape();
-        let mut e = self.model.estimate(kind, call.prec, shape)?;
-        let flops = kind.flops(call.prec, shape);
-        e.cpu_s *= self
-            .learner
-            .factor(CorrKey::new(kind, call.prec, Backend::Cpu, flops));
-        e.gpu_s *= self
-            .learner
-            .factor(CorrKey::new(kind, call.prec, Backend::Gpu, flops));
+        let (e, flops) = self.model_estimate(kind, call.prec, call.shape());
+        let mut e = e?;
+        let (fc, fg) = self.learner.factors(
+            CorrKey::new(kind, call.prec, Backend::Cpu, flops),
+            CorrKey::new(kind, call.prec, Backend::Gpu, flops),
+        );
+        e.cpu_s *= fc;
+        e.gpu_s *= fg;
         Some(e)
+    }
+
+    /// The model's uncorrected estimate and the flops of a call, through the per-thread memo.
+    fn model_estimate(
+        &self,
+        kind: OpKind,
+        prec: Precision,
+        shape: Shape,
+    ) -> (Option<Estimate>, f64) {
+        let key = (self.id, kind, prec, shape);
+        let h = (shape.m ^ shape.n.rotate_left(21) ^ shape.k.rotate_left(42) ^ self.id)
+            .wrapping_add(((kind.routine as u64) << 3) ^ ((kind.vectors as u64) << 1) ^ prec as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let slot = (h >> 58) as usize % MEMO_SLOTS;
+        let hit = MEMO.with(|m| {
+            m.borrow()[slot]
+                .filter(|e| e.key == key)
+                .map(|e| (e.estimate, e.flops))
+        });
+        if let Some(v) = hit {
+            return v;
+        }
+        let estimate = self.model.estimate(kind, prec, shape);
+        let flops = kind.flops(prec, shape);
+        MEMO.with(|m| {
+            m.borrow_mut()[slot] = Some(MemoEntry {
+                key,
+                estimate,
+                flops,
+            })
+        });
+        (estimate, flops)
     }
 
     /// Runs a call where it is fastest. `cpu` runs it on the CPU and returns LAPACK's info; it is
@@ -624,8 +653,25 @@ impl Dispatcher {
         est: Option<Estimate>,
         cpu: &mut dyn FnMut() -> Result<i64>,
     ) -> Result<Outcome> {
-        let _starting =
-            (self.gpu_state.load(Relaxed) == GPU_STARTING).then(|| self.cpu_call_begins());
+        // (with per-call logging on, every call is timed: the log is for reading them all)
+        if self.config.log != LogMode::Calls
+            && est.is_some_and(|e| e.cpu_s < CHEAP_CPU_S)
+            && CHEAP_UNTIMED.with(|c| {
+                let n = c.get() + 1;
+                c.set(if n >= CHEAP_SAMPLE { 0 } else { n });
+                n < CHEAP_SAMPLE
+            })
+        {
+            let info = run_cpu_nested(cpu)?;
+            self.stats.record_cpu(s, reason, None);
+            return Ok(Outcome {
+                backend: Backend::Cpu,
+                reason: Some(reason),
+                seconds: 0.0,
+                estimate: est,
+                info,
+            });
+        }
         let t0 = Instant::now();
         let info = run_cpu_nested(cpu)?;
         let secs = t0.elapsed().as_secs_f64();
@@ -659,7 +705,7 @@ impl Dispatcher {
         }
         if self.config.gpu == GpuMode::Always {
             if self.gpu_state.load(Relaxed) != GPU_READY {
-                self.start_now(false);
+                self.start_now();
             }
             return (self.gpu_state.load(Relaxed) != GPU_READY).then_some(Reason::NoGpu);
         }
@@ -695,28 +741,6 @@ impl Dispatcher {
             return Some(Reason::Recheck);
         }
         None
-    }
-
-    /// A timed CPU call begins while the GPU is starting: the start-up thread drops to the
-    /// lowest priority until the last such call ends (where it can be raised back), and waits
-    /// before its next step.
-    fn cpu_call_begins(&self) -> CpuCallGuard<'_> {
-        let t = self.start_thread.lock();
-        if self.cpu_in_flight.fetch_add(1, Relaxed) == 0 {
-            if let Some(t) = t.as_ref() {
-                lowprio::set_nice(t.tid, lowprio::START_NICE);
-            }
-        }
-        CpuCallGuard(self)
-    }
-
-    /// The start-up thread's step boundary: waits while CPU calls that began during start-up
-    /// are in flight (at most 2 s at a time, so a long CPU phase cannot hold start-up off).
-    fn wait_for_cpu_calls(&self) {
-        let t0 = Instant::now();
-        while self.cpu_in_flight.load(Relaxed) > 0 && t0.elapsed().as_secs_f64() < 2.0 {
-            std::thread::sleep(std::time::Duration::from_micros(500));
-        }
     }
 
     /// Remembers a call that would have gone to the GPU had it been started (its dimensions
@@ -792,34 +816,11 @@ impl Dispatcher {
     }
 }
 
-/// The environment variable that selects the background start-up's priority: `low` (default:
-/// lowest priority while CPU calls are in flight, waits between its steps; see
-/// [`crate::lowprio`]) or `normal` (the thread runs like any other, as before).
-pub const START_PRIORITY_ENV: &str = "GPUKIT_OFFLOAD_START_PRIORITY";
-
-fn start_priority_low() -> bool {
-    std::env::var(START_PRIORITY_ENV).map_or(true, |v| !v.trim().eq_ignore_ascii_case("normal"))
-}
-
-/// Ends a timed CPU call's hold on the start-up thread (see [`Dispatcher::cpu_call_begins`]).
-struct CpuCallGuard<'a>(&'a Dispatcher);
-
-impl Drop for CpuCallGuard<'_> {
-    fn drop(&mut self) {
-        let t = self.0.start_thread.lock();
-        if self.0.cpu_in_flight.fetch_sub(1, Relaxed) == 1 {
-            if let Some(t) = t.as_ref() {
-                lowprio::set_nice(t.tid, t.normal);
-            }
-        }
-    }
-}
-
 /// Runs one small call of each common routine on the GPU, untimed and unrecorded, so the lazily
 /// loaded cuBLAS/cuSOLVER kernels and the lane's workspaces are ready before the first offloaded
-/// call (this runs in the start-up thread, while calls still go to the CPU; `between` runs
-/// before each). Failures are ignored: a real call meets them again and falls back.
-fn warm_up(g: &GpuBackend, between: &dyn Fn()) {
+/// call (this runs in the start-up thread, while calls still go to the CPU). Failures are
+/// ignored: a real call meets them again and falls back.
+fn warm_up(g: &GpuBackend) {
     use crate::calibrate::Case;
     let d = Precision::D;
     let cases = [
@@ -833,7 +834,6 @@ fn warm_up(g: &GpuBackend, between: &dyn Fn()) {
         (Routine::Gesdd, true, d, 256.0, 3.0),
     ];
     for (routine, vectors, p, x1, x2) in cases {
-        between();
         let kind = OpKind { routine, vectors };
         let mut case = Case::new(kind, p, x1, x2);
         case.reset();
@@ -858,6 +858,50 @@ fn run_cpu_nested(cpu: &mut dyn FnMut() -> Result<i64>) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memoised_estimates_equal_the_model_and_stay_per_dispatcher() {
+        let tmp = std::env::temp_dir().join(format!("gpukit-memo-{}", std::process::id()));
+        let cfg = |level| Config {
+            level,
+            gpu: GpuMode::Off,
+            log: LogMode::Off,
+            profile_path: Some(tmp.join("none.json")),
+            persist: false,
+        };
+        let (a, b) = (Dispatcher::new(cfg(1)), Dispatcher::new(cfg(10)));
+        let mut buf = vec![0.0f64; 16];
+        for (m, n, k) in [
+            (100, 100, 100),
+            (300, 7, 1000),
+            (100, 100, 100),
+            (5000, 5000, 64),
+        ] {
+            let call = gemm(m, n, k, &mut buf);
+            let want = a.model.estimate(call.kind(), call.prec, call.shape());
+            // twice: the second answer comes from the memo and must be the same
+            for _ in 0..2 {
+                assert_eq!(a.estimate(&call), want);
+                assert_eq!(
+                    b.estimate(&call),
+                    b.model.estimate(call.kind(), call.prec, call.shape())
+                );
+            }
+        }
+        // a third dispatcher with its own learned correction: the memo must not hide it
+        let c = Dispatcher::new(cfg(5));
+        let call = gemm(100, 100, 100, &mut buf);
+        let flops = call.kind().flops(call.prec, call.shape());
+        let key = CorrKey::new(call.kind(), call.prec, Backend::Cpu, flops);
+        let base = c.estimate(&call).unwrap();
+        c.learner.observe(key, base.cpu_s, base.cpu_s * 4.0);
+        let after = c.estimate(&call).unwrap();
+        assert!(
+            (after.cpu_s / base.cpu_s - 2.0).abs() < 1e-9,
+            "{after:?} vs {base:?}"
+        );
+        assert_eq!(after.gpu_s, base.gpu_s);
+    }
 
     #[test]
     fn env_values_parse_with_clear_errors() {

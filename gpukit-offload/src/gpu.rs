@@ -712,19 +712,9 @@ impl GpuBackend {
     /// Checks the CUDA libraries, opens device 0, and creates the first lane (handles, streams,
     /// staging buffers), so the first offloaded call does not pay for them.
     pub fn start() -> crate::Result<GpuBackend> {
-        GpuBackend::start_with(&|| {})
-    }
-
-    /// [`GpuBackend::start`], calling `between` before each of its steps (loading the driver,
-    /// cuBLAS, cuSOLVER, opening the context, creating the lane): the background start-up waits
-    /// there while CPU calls are in flight.
-    pub fn start_with(between: &dyn Fn()) -> crate::Result<GpuBackend> {
         let unavailable = |e: String| crate::Error::GpuUnavailable(e);
-        between();
         gpukit_jit::libs::ensure_driver().map_err(|e| unavailable(e.to_string()))?;
-        between();
         gpukit_jit::libs::ensure_cublas().map_err(|e| unavailable(e.to_string()))?;
-        between();
         // SAFETY: only tries to dlopen libcusolver by its candidate names.
         if !unsafe { cs::is_culib_present() } {
             return Err(unavailable("libcusolver cannot be loaded".into()));
@@ -732,12 +722,10 @@ impl GpuBackend {
         if !gpukit_jit::libs::gpu_available() {
             return Err(unavailable("the CUDA driver reports no device".into()));
         }
-        between();
         let ctx = gpukit_jit::open_context(0).map_err(|e| unavailable(e.to_string()))?;
         ctx.bind_to_thread()
             .map_err(|e| unavailable(e.to_string()))?;
         let name = ctx.name().unwrap_or_else(|_| "CUDA device 0".into());
-        between();
         let lane = Lane::new().map_err(|e| unavailable(e.to_string()))?;
         let inject = std::env::var("GPUKIT_OFFLOAD_INJECT_FAILURE")
             .ok()

@@ -9,8 +9,9 @@
 
 use crate::model::Backend;
 use crate::ops::{OpKind, Precision};
+use foldhash::HashMap;
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// Re-check one GPU-bound call in this many on the CPU (per bucket).
 pub const RECHECK_EVERY: u64 = 16;
@@ -116,6 +117,13 @@ impl Learner {
     /// The factor for a key (1 when nothing was learned).
     pub fn factor(&self, key: CorrKey) -> f64 {
         self.state.lock().factors.get(&key).copied().unwrap_or(1.0)
+    }
+
+    /// The factors of two keys under one lock (the CPU and GPU corrections of a call).
+    pub fn factors(&self, a: CorrKey, b: CorrKey) -> (f64, f64) {
+        let st = self.state.lock();
+        let f = |k: &CorrKey| st.factors.get(k).copied().unwrap_or(1.0);
+        (f(&a), f(&b))
     }
 
     /// Records an observation: `predicted` is the prediction *with* the current factor applied.

@@ -54,7 +54,6 @@ mod error;
 pub mod gpu;
 pub mod interpose;
 pub mod learn;
-pub mod lowprio;
 pub mod model;
 pub mod ops;
 pub mod profile;

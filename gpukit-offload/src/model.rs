@@ -9,8 +9,8 @@
 //! of equal flops. GPU time adds the copies, priced by the measured staging throughput.
 
 use crate::ops::{OpKind, Precision, Shape};
+use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 
 /// Where a call runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -172,12 +172,12 @@ pub struct Model {
 impl Model {
     /// A model from curves and copy figures.
     pub fn new(
-        curves: HashMap<(OpKind, Precision, Backend), Curve>,
+        curves: impl IntoIterator<Item = ((OpKind, Precision, Backend), Curve)>,
         copy: CopyModel,
         startup_s: f64,
     ) -> Model {
         Model {
-            curves,
+            curves: curves.into_iter().collect(),
             copy,
             startup_s,
         }
@@ -198,8 +198,8 @@ impl Model {
     }
 
     /// Every curve.
-    pub fn curves(&self) -> &HashMap<(OpKind, Precision, Backend), Curve> {
-        &self.curves
+    pub fn curves(&self) -> impl Iterator<Item = (&(OpKind, Precision, Backend), &Curve)> {
+        self.curves.iter()
     }
 
     /// Uncorrected estimate; `None` when the model has no curve for the kind.
@@ -275,7 +275,7 @@ mod tests {
     }
 
     fn model() -> Model {
-        let mut c = HashMap::new();
+        let mut c = HashMap::default();
         c.insert(
             (gemm(), Precision::D, Backend::Cpu),
             saturating(gemm(), 1e12, 64.0),
