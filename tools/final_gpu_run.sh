@@ -21,10 +21,10 @@ step "gemm_bench (cuBLAS in the same process)"
 timeout "${T_GEMM:-100}" $B/examples/gemm_bench > "$OUT/gemm_bench.log" 2>&1; echo "rc=$?" | tee -a "$S"
 grep -E "^\|" "$OUT/gemm_bench.log" | tee -a "$S"
 
-step "offload whole program (REPS=${REPS:-5}, embedded profile)"
+step "offload whole program (REPS=${REPS:-6}, embedded profile)"
 ln -sfn .gpu-bundle .gpu-bundle-offload
 mkdir -p "$OUT/offload"
-REPS=${REPS:-5} SKIP_TESTS=1 SKIP_CAL=1 OUT="$OUT/offload" timeout "${T_OFFLOAD:-170}" bash gpukit-offload/bench/run_gpu_host.sh > /dev/null 2>&1
+SMALL_PAIRS=${SMALL_PAIRS:-40} REPS=${REPS:-6} SKIP_TESTS=1 SKIP_CAL=1 OUT="$OUT/offload" timeout "${T_OFFLOAD:-230}" bash gpukit-offload/bench/run_gpu_host.sh > /dev/null 2>&1
 echo "rc=$?" | tee -a "$S"
 cat "$OUT/offload/summary.txt" >> "$S" 2>/dev/null
 

@@ -3,9 +3,9 @@
 # Needs .gpu-bundle-offload (tests + examples/offload + examples/liboffload_preload.so, and
 # benches/dispatch-* for the fast-path figure). Writes logs (one archive), the summary and, when it
 # calibrates, the profile under $OUT (at most 3 files); every step has a timeout.
-# Default (about 180 s): tests, no calibration unless SKIP_CAL=0 (the embedded profile is the
-# H200 one), whole program plain / shim gpu=off / shim / shim with the start-up thread at normal
-# priority, per-call comparison, small matrices,
+# Default (about 360 s): tests, no calibration unless SKIP_CAL=0 (the embedded profile is the
+# H200 one), whole program (REPS=6) plain / shim gpu=off / shim twice,
+# per-call comparison, small matrices,
 # fast-path bench. SVD_CHECK=1 adds the thin-SVD accuracy check (~10 s).
 set -u
 B=.gpu-bundle-offload
@@ -72,7 +72,7 @@ if [ "${SVD_CHECK:-0}" = 1 ]; then
   GPUKIT_OFFLOAD_GPU=always timeout 60 $B/examples/offload run python3 $S/svd_check.py 2>&1 | grep -E "svd_check|dgesdd|fallback" | tee -a "$OUT/summary.txt"
 fi
 # 4. small matrices: PAIRS alternating plain / shim runs, pinned to the same cores
-PAIRS=${SMALL_PAIRS:-40} timeout 90 bash $S/small_matrices_alt.sh $B/examples/offload "$OUT" | tee -a "$OUT/summary.txt"
+PAIRS=${SMALL_PAIRS:-100} timeout 220 bash $S/small_matrices_alt.sh $B/examples/offload "$OUT" | tee -a "$OUT/summary.txt"
 # 5. the fast-path overhead bench (baseline and shim entry in the same run)
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   for b in $B/benches/dispatch-*; do [ -x "$b" ] || continue; timeout 40 "$b" --bench --warm-up-time 1 --measurement-time 3 --noplot > "$OUT/bench.log" 2>&1; done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Small-matrix overhead of the shim, decided at 2 %: PAIRS alternating runs of small_matrices.py
-# plainly and under the shim, both pinned to the same cores (taskset -c CORES, default 2,3) with
+# plainly and under the shim, both pinned to the same cores (taskset -c CORES, default one CPU, 5: no migration between CPUs) with
 # the same OPENBLAS_NUM_THREADS (default 1: these calls are single-threaded in OpenBLAS anyway,
 # and idle worker threads only add noise); the order inside a pair alternates (plain first, then
 # shim first) so that drift cancels. Each run reports the fastest of REPEAT loops of ITERS
@@ -8,9 +8,9 @@
 # interval, min/min, whether the results are bit-identical, and the verdict against +2 %.
 # Usage: small_matrices_alt.sh OFFLOAD_BIN OUTDIR   (about PAIRS * 2 * (0.25 + ITERS*REPEAT*35us) s)
 set -u
-OFF=$1; O=$2; P=${PAIRS:-30}; S=$(dirname "$0")
-CORES=${SMALL_CORES:-2,3}
-export OPENBLAS_NUM_THREADS=${SMALL_THREADS:-1} ITERS=${ITERS:-3000} REPEAT=${REPEAT:-3}
+OFF=$1; O=$2; P=${PAIRS:-100}; S=$(dirname "$0")
+CORES=${SMALL_CORES:-5}
+export OPENBLAS_NUM_THREADS=${SMALL_THREADS:-1} ITERS=${ITERS:-3000} REPEAT=${REPEAT:-5}
 PIN=""; command -v taskset >/dev/null && taskset -c "$CORES" true 2>/dev/null && PIN="taskset -c $CORES"
 : > "$O/small_plain.log"; : > "$O/small_shim.log"
 plain() { $PIN python3 "$S/small_matrices.py" >> "$O/small_plain.log" 2>&1; }
