@@ -259,7 +259,9 @@ impl RawGemm {
     }
 }
 
-/// Loaded kernels, per context and name expression.
+/// Loaded kernels, per context and name expression: the per-call lookup. Going through
+/// `gpukit_jit::load_source` on every call would hash the whole kernel source (tens of KB) for
+/// its cache key; this map costs one short string comparison.
 fn kernel_cache() -> &'static Mutex<HashMap<(usize, String), Kernel>> {
     static CACHE: OnceLock<Mutex<HashMap<(usize, String), Kernel>>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
