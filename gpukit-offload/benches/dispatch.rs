@@ -53,24 +53,18 @@ unsafe extern "C" fn fake_dgemm(
 
 static REAL: RealFn = RealFn::new("fake_dgemm\0");
 
-fn bench(c: &mut Criterion) {
-    REAL.set(fake_dgemm as *mut c_void);
-    // make sure the dispatcher exists before timing (the shim creates it at load)
-    let d = gpukit_offload::Dispatcher::global();
-    eprintln!(
-        "fast-path threshold for dgemm (m*n*k): {}",
-        d.threshold(gpukit_offload::Routine::Gemm, Precision::D)
-    );
+/// One group: the bare indirect call of `fake_dgemm` (baseline) and the same `n x n x n` call
+/// through the shim entry, named `shim_name`.
+fn bench_pair(c: &mut Criterion, group: &str, shim_name: &str, n: i32) {
     let (ta, tb) = (b'N' as c_char, b'N' as c_char);
-    let n = 8i32;
-    let a = [1.0f64; 64];
-    let mut cc = [0.0f64; 64];
+    let a = vec![1.0f64; (n * n) as usize];
+    let mut cc = vec![0.0f64; (n * n) as usize];
     let alpha = 1.0f64;
     let direct: FGemm = black_box(fake_dgemm as FGemm);
-    let mut g = c.benchmark_group("dgemm 8x8 that stays on the CPU");
+    let mut g = c.benchmark_group(group);
     g.bench_function("bare indirect call (baseline)", |b| {
         b.iter(|| {
-            // SAFETY: valid pointers to locals.
+            // SAFETY: valid pointers to locals of the right size.
             unsafe {
                 direct(
                     &ta,
@@ -92,7 +86,7 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
-    g.bench_function("through the shim entry (fast path)", |b| {
+    g.bench_function(shim_name, |b| {
         b.iter(|| {
             // SAFETY: as above; REAL points to fake_dgemm.
             unsafe {
@@ -120,74 +114,38 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
     black_box(cc);
+}
+
+fn bench(c: &mut Criterion) {
+    REAL.set(fake_dgemm as *mut c_void);
+    // make sure the dispatcher exists before timing (the shim creates it at load)
+    let d = gpukit_offload::Dispatcher::global();
+    let t = d.threshold(gpukit_offload::Routine::Gemm, Precision::D);
+    eprintln!("fast-path threshold for dgemm (m*n*k): {t}");
+    bench_pair(
+        c,
+        "dgemm 8x8 that stays on the CPU",
+        "through the shim entry (fast path)",
+        8,
+    );
 
     // A call above the fast-path threshold that the model keeps on the CPU: the full decision
     // (model estimate with learned corrections, decision, timing, learning, statistics). The
     // shim pays this on the small-but-not-tiny calls of a many-small-matrices workload.
-    let t = d.threshold(gpukit_offload::Routine::Gemm, Precision::D);
     // Without a usable GPU every call is fast-path (threshold u64::MAX): then time a 64^3 call
-    // (run with GPUKIT_OFFLOAD_GPU=always to force it through the model on such a machine).
+    // (run with GPUKIT_OFFLOAD_GPU=off to send it through the model on such a machine).
     let nb = if t == u64::MAX {
         64
     } else {
         ((t as f64).cbrt().ceil() as i32 + 1).clamp(9, 1024)
     };
-    let mut cb = vec![0.0f64; (nb * nb) as usize];
-    let ab = vec![1.0f64; (nb * nb) as usize];
     eprintln!("model-path dgemm: {nb}x{nb}x{nb}");
-    let mut g = c.benchmark_group(format!("dgemm {nb}^3 kept on the CPU by the model"));
-    g.bench_function("bare indirect call (baseline)", |b| {
-        b.iter(|| {
-            // SAFETY: valid pointers to locals of the right size.
-            unsafe {
-                direct(
-                    &ta,
-                    &tb,
-                    &nb,
-                    &nb,
-                    &nb,
-                    &alpha as *const f64 as P,
-                    ab.as_ptr() as P,
-                    &nb,
-                    ab.as_ptr() as P,
-                    &nb,
-                    &alpha as *const f64 as P,
-                    cb.as_mut_ptr() as *mut c_void,
-                    &nb,
-                    1,
-                    1,
-                )
-            }
-        })
-    });
-    g.bench_function("through the shim entry (model path)", |b| {
-        b.iter(|| {
-            // SAFETY: as above; REAL points to fake_dgemm.
-            unsafe {
-                f_gemm::<i32>(
-                    black_box(&REAL),
-                    Precision::D,
-                    &ta,
-                    &tb,
-                    &nb,
-                    &nb,
-                    &nb,
-                    &alpha as *const f64 as P,
-                    ab.as_ptr() as P,
-                    &nb,
-                    ab.as_ptr() as P,
-                    &nb,
-                    &alpha as *const f64 as P,
-                    cb.as_mut_ptr() as *mut c_void,
-                    &nb,
-                    1,
-                    1,
-                )
-            }
-        })
-    });
-    g.finish();
-    black_box(cb);
+    bench_pair(
+        c,
+        &format!("dgemm {nb}^3 kept on the CPU by the model"),
+        "through the shim entry (model path)",
+        nb,
+    );
 }
 
 criterion_group!(benches, bench);

@@ -577,16 +577,8 @@ impl Dispatcher {
         cpu: &mut dyn FnMut() -> Result<i64>,
     ) -> Result<Outcome> {
         let s = slot(call.routine(), call.prec);
-        let quick = |reason: Reason, cpu: &mut dyn FnMut() -> Result<i64>| -> Result<Outcome> {
-            let info = run_cpu_nested(cpu)?;
-            self.stats.record_cpu(s, reason, None);
-            Ok(Outcome {
-                backend: Backend::Cpu,
-                reason: Some(reason),
-                seconds: 0.0,
-                estimate: None,
-                info,
-            })
+        let quick = |reason: Reason, cpu: &mut dyn FnMut() -> Result<i64>| {
+            self.untimed_cpu(s, reason, None, cpu)
         };
         if DEPTH.with(|d| d.get()) > 0 {
             return quick(Reason::Nested, cpu);
@@ -645,6 +637,25 @@ impl Dispatcher {
         self.timed_cpu(call, s, reason.unwrap_or(Reason::NoGpu), est, cpu)
     }
 
+    /// Runs a call on the CPU without timing it (counted, not learned from).
+    fn untimed_cpu(
+        &self,
+        s: usize,
+        reason: Reason,
+        est: Option<Estimate>,
+        cpu: &mut dyn FnMut() -> Result<i64>,
+    ) -> Result<Outcome> {
+        let info = run_cpu_nested(cpu)?;
+        self.stats.record_cpu(s, reason, None);
+        Ok(Outcome {
+            backend: Backend::Cpu,
+            reason: Some(reason),
+            seconds: 0.0,
+            estimate: est,
+            info,
+        })
+    }
+
     fn timed_cpu(
         &self,
         call: &Call,
@@ -662,15 +673,7 @@ impl Dispatcher {
                 n < CHEAP_SAMPLE
             })
         {
-            let info = run_cpu_nested(cpu)?;
-            self.stats.record_cpu(s, reason, None);
-            return Ok(Outcome {
-                backend: Backend::Cpu,
-                reason: Some(reason),
-                seconds: 0.0,
-                estimate: est,
-                info,
-            });
+            return self.untimed_cpu(s, reason, est, cpu);
         }
         let t0 = Instant::now();
         let info = run_cpu_nested(cpu)?;

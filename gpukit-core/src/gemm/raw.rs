@@ -332,19 +332,15 @@ pub const TF32_PATH_ENV: &str = "GPUKIT_GEMM_TF32";
 /// The TF32 path requested by `GPUKIT_GEMM_TF32` ([`Tf32Path::Auto`] when unset); a value other
 /// than `auto`, `mma` or `wgmma` is an [`Error::InvalidArgument`].
 pub fn tf32_path_from_env() -> Result<Tf32Path> {
-    match std::env::var(TF32_PATH_ENV) {
-        Err(std::env::VarError::NotPresent) => Ok(Tf32Path::Auto),
-        Err(std::env::VarError::NotUnicode(v)) => Err(Error::invalid(
+    let Some(v) = std::env::var_os(TF32_PATH_ENV) else {
+        return Ok(Tf32Path::Auto);
+    };
+    v.to_str().and_then(Tf32Path::parse).ok_or_else(|| {
+        Error::invalid(
             "gemm",
             format!("{TF32_PATH_ENV} = {v:?} is not one of auto, mma, wgmma"),
-        )),
-        Ok(v) => Tf32Path::parse(&v).ok_or_else(|| {
-            Error::invalid(
-                "gemm",
-                format!("{TF32_PATH_ENV} = {v:?} is not one of auto, mma, wgmma"),
-            )
-        }),
-    }
+        )
+    })
 }
 
 /// True when the device of `ctx` runs the `wgmma` kernel (compute capability exactly 9.0: the
