@@ -595,8 +595,8 @@ fn write_cubin(dir: &str, plan: &Plan, g: &RawGemm) -> Res<()> {
         .options()
         .output(gpukit_jit::Output::Cubin)
         .verbose_ptxas(true);
-    let arch = gpukit_jit::Arch::new(9, 0).for_source(inst.source);
-    let m = gpukit_jit::compile(inst.source, inst.program, arch, &options)?;
+    let arch = gpukit_jit::Arch::new(9, 0).for_source(inst.source());
+    let m = gpukit_jit::compile(inst.source(), inst.program, arch, &options)?;
     let file = format!("{dir}/{}.cubin", plan_name(plan).replace(' ', "_"));
     std::fs::write(&file, &m.image)?;
     println!(
@@ -629,10 +629,13 @@ fn precompile(dir: &str) -> Res<()> {
                         let Some(inst) = insts.get(i) else {
                             return failed;
                         };
-                        let target = arch.for_source(inst.source);
-                        if let Err(e) =
-                            cache.get_or_compile(inst.source, inst.program, target, &inst.options())
-                        {
+                        let target = arch.for_source(inst.source());
+                        if let Err(e) = cache.get_or_compile(
+                            inst.source(),
+                            inst.program,
+                            target,
+                            &inst.options(),
+                        ) {
                             failed.push(format!("{}: {e}", inst.expr));
                         }
                     }

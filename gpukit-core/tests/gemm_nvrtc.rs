@@ -3,7 +3,7 @@
 //! all with no register spills or stack. Needs NVRTC only (no GPU); prints the ptxas resource
 //! report per kernel.
 
-use gpukit_core::gemm::kernels::{self, Instantiation};
+use gpukit_core::gemm::kernels::{self, Instantiation, SourceFile};
 use gpukit_core::gemm::plan;
 use gpukit_jit::{compile, Arch, Output};
 use std::collections::BTreeMap;
@@ -46,12 +46,12 @@ fn compile_group(arch: Arch, insts: &[&Instantiation], max_regs: u32) -> Vec<Str
     let first = insts[0];
     let mut opts = first.options().output(Output::Cubin).verbose_ptxas(true);
     for i in insts {
-        let plain = std::ptr::eq(i.source, kernels::REDUCE_SOURCE); // extern "C", no template
+        let plain = i.file == SourceFile::Reduce; // extern "C", no template
         if !plain && !opts.name_expressions.contains(&i.expr) {
             opts = opts.name_expression(i.expr.clone());
         }
     }
-    let m = compile(first.source, first.program, arch, &opts)
+    let m = compile(first.source(), first.program, arch, &opts)
         .unwrap_or_else(|e| panic!("{} for {arch}: {e}", first.program));
     assert!(!m.image.is_empty());
     let mut problems = Vec::new();
@@ -136,7 +136,7 @@ fn wgmma_kernels_compile_for_sm90a_without_spills() {
     assert_eq!(arch.to_string(), "sm_90a");
     let hopper: Vec<Instantiation> = kernels::all_instantiations(true)
         .into_iter()
-        .filter(|i| std::ptr::eq(i.source, kernels::WGMMA_SOURCE))
+        .filter(|i| i.file == SourceFile::Wgmma)
         .collect();
     assert_eq!(hopper.len(), 8 + 2 + 3, "{hopper:?}");
     let mut problems = Vec::new();

@@ -46,11 +46,36 @@ pub struct Variant {
     pub tma_a: bool,
 }
 
+/// The GEMM kernel source files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceFile {
+    /// `gemm_tf32.cu` ([`TF32_SOURCE`]).
+    Tf32,
+    /// `gemm_sgemm.cu` ([`SGEMM_SOURCE`]).
+    Sgemm,
+    /// `gemm_wgmma.cu` ([`WGMMA_SOURCE`], with the [`WGMMA_OPS_HEADER`]).
+    Wgmma,
+    /// `gemm_reduce.cu` ([`REDUCE_SOURCE`]; `extern "C"`, no templates).
+    Reduce,
+}
+
+impl SourceFile {
+    /// The CUDA source text.
+    pub fn text(self) -> &'static str {
+        match self {
+            SourceFile::Tf32 => TF32_SOURCE,
+            SourceFile::Sgemm => SGEMM_SOURCE,
+            SourceFile::Wgmma => WGMMA_SOURCE,
+            SourceFile::Reduce => REDUCE_SOURCE,
+        }
+    }
+}
+
 /// Everything needed to compile and look up one kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Instantiation {
-    /// The CUDA source.
-    pub source: &'static str,
+    /// The source file.
+    pub file: SourceFile,
     /// The NVRTC program name.
     pub program: &'static str,
     /// The C++ name expression (also the kernel's key in the device's registry).
@@ -58,13 +83,18 @@ pub struct Instantiation {
 }
 
 impl Instantiation {
-    /// Compile options: the shared headers and the name expression.
+    /// The CUDA source.
+    pub fn source(&self) -> &'static str {
+        self.file.text()
+    }
+
+    /// Compile options: the shared headers and (for templates) the name expression.
     pub fn options(&self) -> CompileOptions {
         let mut o = CompileOptions::new().header("gemm_common.cuh", COMMON_HEADER);
-        if std::ptr::eq(self.source, WGMMA_SOURCE) {
+        if self.file == SourceFile::Wgmma {
             o = o.header("gemm_wgmma_ops.cuh", WGMMA_OPS_HEADER);
         }
-        if !std::ptr::eq(self.source, REDUCE_SOURCE) {
+        if self.file != SourceFile::Reduce {
             o = o.name_expression(self.expr.clone());
         }
         o
@@ -74,8 +104,12 @@ impl Instantiation {
     /// from the device's kernel registry afterwards.
     pub fn load(&self, dev: &Device) -> Result<Kernel> {
         dev.inner().kernels.get_or_load(&self.expr, || {
-            let module =
-                gpukit_jit::load_source(dev.context(), self.source, self.program, &self.options())?;
+            let module = gpukit_jit::load_source(
+                dev.context(),
+                self.source(),
+                self.program,
+                &self.options(),
+            )?;
             Ok(module.kernel(&self.expr)?)
         })
     }
@@ -85,10 +119,10 @@ impl Instantiation {
 /// or, for the `wgmma` families (whose kernel depends only on the tile, stages, products per
 /// step, `vec` and `tma_a`), `gemm_wgmma<256,4,1,true,true>`.
 pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
-    let source = match config.family {
-        Family::Tf32 => TF32_SOURCE,
-        Family::Sgemm => SGEMM_SOURCE,
-        Family::Wgmma | Family::Wgmma3 => WGMMA_SOURCE,
+    let file = match config.family {
+        Family::Tf32 => SourceFile::Tf32,
+        Family::Sgemm => SourceFile::Sgemm,
+        Family::Wgmma | Family::Wgmma3 => SourceFile::Wgmma,
     };
     let expr = if config.family.is_wgmma() {
         let split = if config.family == Family::Wgmma3 {
@@ -119,7 +153,7 @@ pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
         )
     };
     Instantiation {
-        source,
+        file,
         program: config.kernel_name(),
         expr,
     }
@@ -129,7 +163,7 @@ pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
 /// `bn`-row tiles, with the family's parts, e.g. `gemm_wgmma_pack<128,128,2>`.
 pub fn pack_instantiation(config: &TileConfig) -> Instantiation {
     Instantiation {
-        source: WGMMA_SOURCE,
+        file: SourceFile::Wgmma,
         program: PACK_PROGRAM,
         expr: format!(
             "{PACK_PROGRAM}<{},{},{}>",
@@ -143,7 +177,7 @@ pub fn pack_instantiation(config: &TileConfig) -> Instantiation {
 /// The split-K reduction / beta-scaling kernel.
 pub fn reduce_instantiation() -> Instantiation {
     Instantiation {
-        source: REDUCE_SOURCE,
+        file: SourceFile::Reduce,
         program: REDUCE_PROGRAM,
         expr: REDUCE_KERNEL.to_string(),
     }
@@ -248,7 +282,7 @@ mod tests {
         assert_eq!(exprs.len(), n, "duplicate instantiations");
         assert!(all_instantiations(false)
             .iter()
-            .all(|i| !std::ptr::eq(i.source, WGMMA_SOURCE)));
+            .all(|i| i.file != SourceFile::Wgmma));
         // The wgmma source carries its Hopper header; the others do not need it.
         let o = instantiation(&WGMMA_CONFIGS[0], w).options();
         assert!(o.headers.iter().any(|(n, _)| n == "gemm_wgmma_ops.cuh"));

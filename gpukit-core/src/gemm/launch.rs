@@ -423,7 +423,7 @@ mod tests {
         for config in all_configs() {
             for v in kernels::variants_of(config) {
                 let inst = kernels::instantiation(config, v);
-                let sig = parse_kernels(inst.source)
+                let sig = parse_kernels(inst.source())
                     .into_iter()
                     .find(|k| k.name == config.kernel_name())
                     .unwrap_or_else(|| panic!("{} not found", config.kernel_name()))

@@ -160,7 +160,7 @@ mod tests {
         let g = RawGemm::contiguous(8, 8, 8, 256, 512, 4096);
         for cfg in WGMMA_CONFIGS.iter().chain(WGMMA3_CONFIGS.iter()) {
             let inst = kernels::pack_instantiation(cfg);
-            let sig = parse_kernels(inst.source)
+            let sig = parse_kernels(inst.source())
                 .into_iter()
                 .find(|k| k.name == kernels::PACK_PROGRAM)
                 .unwrap()
