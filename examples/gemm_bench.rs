@@ -5,6 +5,8 @@
 //! gemm_bench --bench-only         # only the benchmark shapes
 //! gemm_bench --sweep-only         # only the awkward shapes
 //! gemm_bench --configs            # also every tile configuration x split-K per benchmark shape
+//! gemm_bench --skip-3x            # no Precision::Tf32x3 column (with GPUKIT_GEMM_FP32=simt: no
+//!                                 # 3xTF32 kernel at all)
 //! gemm_bench --cubin DIR          # also write the chosen kernels' CUBINs (for cuobjdump -sass)
 //! gemm_bench --precompile DIR     # no GPU needed: compile every GEMM kernel for sm_90 (the
 //!                                 # Hopper ones for sm_90a) into a kernel cache at DIR (carry
@@ -183,6 +185,7 @@ fn real_main() -> Res<()> {
             &attrs,
             is_bench,
             flag("--configs"),
+            flag("--skip-3x"),
             cubin_dir.as_deref(),
         )?;
         println!("{}", row.main);
@@ -218,7 +221,7 @@ fn real_main() -> Res<()> {
         attrs.name
     );
     println!(
-        "| shape | cuBLAS FP32 | ours FP32 (plan) | /cuBLAS | cuBLAS TF32 | ours TF32 (plan) | /cuBLAS | 3xTF32 | 3x/cuBLAS FP32 | err cuBLAS SGEMM | err ours FP32 | err 3xTF32 | err cuBLAS TF32 | err ours TF32 |"
+        "| shape | cuBLAS FP32 | ours FP32 (plan) | /cuBLAS | cuBLAS TF32 | ours TF32 (plan) | /cuBLAS | 3xTF32 (plan) | 3x/cuBLAS FP32 | err 3xTF32 | err cuBLAS SGEMM | err ours FP32 | err cuBLAS TF32 | err ours TF32 |"
     );
     println!(
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
@@ -270,6 +273,7 @@ fn measure(
     dev: &gpukit_core::DeviceAttributes,
     forced: bool,
     configs: bool,
+    skip3: bool,
     cubin_dir: Option<&str>,
 ) -> Res<Row> {
     let sh = bch.shape;
@@ -324,16 +328,26 @@ fn measure(
     let otf = bch.time(ours(Precision::Tf32))?;
     let e_otf = bch.error(ours(Precision::Tf32), &reference)?;
     let p3 = plan_for(dev, Precision::Tf32x3, &g0)?;
-    let (o3, e_o3) = if p3 == p32 {
-        (o32, e_o32)
+    let x3 = if skip3 {
+        "- | - | -".to_string()
     } else {
-        (
-            bch.time(ours(Precision::Tf32x3))?,
-            bch.error(ours(Precision::Tf32x3), &reference)?,
+        let (o3, e_o3) = if p3 == p32 {
+            (o32, e_o32)
+        } else {
+            (
+                bch.time(ours(Precision::Tf32x3))?,
+                bch.error(ours(Precision::Tf32x3), &reference)?,
+            )
+        };
+        format!(
+            "{:.1} ({}) | {:.2} | {e_o3:.1e}",
+            tf(o3),
+            plan_name(&p3),
+            c32 / o3
         )
     };
     let main = format!(
-        "| {name} | {:.1} | {:.1} ({}) | {:.2} | {:.1} | {:.1} ({}) | {:.2} | {:.1} ({}) | {:.2} | {e_c32:.1e} | {e_o32:.1e} | {e_o3:.1e} | {e_ctf:.1e} | {e_otf:.1e} |",
+        "| {name} | {:.1} | {:.1} ({}) | {:.2} | {:.1} | {:.1} ({}) | {:.2} | {x3} | {e_c32:.1e} | {e_o32:.1e} | {e_ctf:.1e} | {e_otf:.1e} |",
         tf(c32),
         tf(o32),
         plan_name(&p32),
@@ -342,9 +356,6 @@ fn measure(
         tf(otf),
         plan_name(&ptf),
         c_tf / otf,
-        tf(o3),
-        plan_name(&p3),
-        c32 / o3,
     );
 
     let problem = Problem::of(&g0);
@@ -413,7 +424,7 @@ fn measure(
         }
     }
     if let Some(dir) = cubin_dir {
-        for p in [p32, ptf, p3] {
+        for p in [p32, ptf] {
             write_cubin(dir, &p, &g0)?;
         }
     }

@@ -1,4 +1,5 @@
-//! Environment overrides of the kernel path: `GPUKIT_GEMM_TF32` and `GPUKIT_GEMM_FP32`.
+//! Environment overrides of the kernel path: `GPUKIT_GEMM_TF32`, `GPUKIT_GEMM_FP32` and
+//! `GPUKIT_GEMM_TMA`.
 //!
 //! - `GPUKIT_GEMM_TF32` = `auto` (the default: the planner decides), `mma` (`mma.sync` kernels on
 //!   any GPU) or `wgmma` (the Hopper kernels; an error on devices other than compute capability
@@ -6,6 +7,9 @@
 //! - `GPUKIT_GEMM_FP32` = `auto` (the default: SIMT, or 3xTF32 where [`super::plan::fp32_prefers_tf32x3`]
 //!   and the planner estimates it faster), `simt` (always the FP32 SIMT kernel) or `3xtf32`
 //!   (always the Hopper 3xTF32 kernel; an error elsewhere).
+//! - `GPUKIT_GEMM_TMA` = `auto` (the default: the `wgmma` TF32 kernel reads a K-major, aligned A
+//!   in place through a tensor map) or `off` (A is always packed like B; an escape hatch should a
+//!   driver mishandle tensor maps).
 //!
 //! Any other value makes the affected calls fail with [`Error::InvalidArgument`] naming the
 //! variable and the values it takes. The variables are read on every call (cheap), so a test or
@@ -17,6 +21,8 @@ use crate::error::{Error, Result};
 pub const TF32_PATH_ENV: &str = "GPUKIT_GEMM_TF32";
 /// Name of the environment variable that forces the FP32 path.
 pub const FP32_PATH_ENV: &str = "GPUKIT_GEMM_FP32";
+/// Name of the environment variable that turns the tensor-map A of the `wgmma` kernel off.
+pub const TMA_ENV: &str = "GPUKIT_GEMM_TMA";
 
 /// Which kernel family runs a TF32 product on a device that has both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -67,12 +73,33 @@ impl Fp32Path {
 }
 
 /// The forced paths of both precisions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Paths {
     /// TF32 products.
     pub tf32: Tf32Path,
     /// FP32-accurate products.
     pub fp32: Fp32Path,
+    /// Whether the `wgmma` TF32 kernel may read A through a tensor map (`GPUKIT_GEMM_TMA`).
+    pub tma: bool,
+}
+
+impl Default for Paths {
+    fn default() -> Self {
+        Paths {
+            tf32: Tf32Path::Auto,
+            fp32: Fp32Path::Auto,
+            tma: true,
+        }
+    }
+}
+
+/// Parses `auto` / `on` (true) or `off` (false) for `GPUKIT_GEMM_TMA`; `None` otherwise.
+pub fn parse_tma(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "" | "auto" | "on" => Some(true),
+        "off" => Some(false),
+        _ => None,
+    }
 }
 
 fn read<T>(var: &str, parse: fn(&str) -> Option<T>, values: &str) -> Result<Option<T>> {
@@ -95,11 +122,12 @@ pub fn fp32_path_from_env() -> Result<Fp32Path> {
     Ok(read(FP32_PATH_ENV, Fp32Path::parse, "auto, simt, 3xtf32")?.unwrap_or_default())
 }
 
-/// Both paths from the environment.
+/// Every override from the environment.
 pub fn paths_from_env() -> Result<Paths> {
     Ok(Paths {
         tf32: tf32_path_from_env()?,
         fp32: fp32_path_from_env()?,
+        tma: read(TMA_ENV, parse_tma, "auto, on, off")?.unwrap_or(true),
     })
 }
 
@@ -126,5 +154,9 @@ mod tests {
         ] {
             assert_eq!(Fp32Path::parse(s), want, "{s:?}");
         }
+        assert_eq!(parse_tma("OFF"), Some(false));
+        assert_eq!(parse_tma(" auto"), Some(true));
+        assert_eq!(parse_tma("no"), None);
+        assert!(Paths::default().tma);
     }
 }

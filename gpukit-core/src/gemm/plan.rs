@@ -595,8 +595,22 @@ fn cheaper(base: Option<Plan>, alt: Option<Plan>) -> Option<Plan> {
 ///   it is at least 3 % cheaper ([`Fp32Path`] forces either);
 /// - [`Precision::Tf32x3`]: the 3xTF32 plan where the device runs it, else the SIMT plan.
 ///
-/// A forced Hopper path on another device is an [`Error::InvalidArgument`] naming the variable.
+/// A forced Hopper path on another device is an [`Error::InvalidArgument`] naming the variable;
+/// `paths.tma == false` packs A instead of reading it through a tensor map.
 pub fn choose(
+    precision: Precision,
+    p: &Problem,
+    dev: &DeviceAttributes,
+    paths: &Paths,
+) -> Result<Plan> {
+    let chosen = choose_family(precision, p, dev, paths)?;
+    Ok(Plan {
+        tma_a: chosen.tma_a && paths.tma,
+        ..chosen
+    })
+}
+
+fn choose_family(
     precision: Precision,
     p: &Problem,
     dev: &DeviceAttributes,
@@ -737,6 +751,14 @@ pub(crate) mod tests {
         // Big M*N, small K -> never split.
         let p = plan(Family::Tf32, &Problem::shape(4096, 4096, 256, 1), &d).unwrap();
         assert_eq!(p.splits, 1, "{p:?}");
+        // What the GPU test `skinny_and_small_long_k_shapes_use_split_k_and_stay_accurate`
+        // expects of the H200.
+        for (m, n, k) in [(96, 80, 30_000), (384, 384, 8192), (250, 260, 8192)] {
+            for prec in [Precision::Fp32, Precision::Tf32, Precision::Tf32x3] {
+                let p = choose(prec, &Problem::shape(m, n, k, 1), &d, &auto()).unwrap();
+                assert!(p.splits > 1, "{m}x{n}x{k} {prec:?}: {p:?}");
+            }
+        }
     }
 
     #[test]
@@ -763,7 +785,17 @@ pub(crate) mod tests {
         let p = choose(Precision::Fp32, &tiny, &d, &auto()).unwrap();
         assert_eq!(p.config.family, Family::Sgemm, "{p:?}");
         // Forced paths.
-        let force = |tf32, fp32| Paths { tf32, fp32 };
+        let force = |tf32, fp32| Paths {
+            tf32,
+            fp32,
+            tma: true,
+        };
+        let no_tma = Paths {
+            tma: false,
+            ..auto()
+        };
+        let p = choose(Precision::Tf32, &sq(4096), &d, &no_tma).unwrap();
+        assert!(p.config.family == Family::Wgmma && !p.tma_a, "{p:?}");
         let p = choose(
             Precision::Tf32,
             &tiny,
@@ -810,13 +842,13 @@ pub(crate) mod tests {
             }
             let forced = Paths {
                 tf32: Tf32Path::Wgmma,
-                fp32: Fp32Path::Auto,
+                ..auto()
             };
             let e = choose(Precision::Tf32, &sq(64), &d, &forced).unwrap_err();
             assert!(e.to_string().contains("GPUKIT_GEMM_TF32"), "{e}");
             let forced = Paths {
-                tf32: Tf32Path::Auto,
                 fp32: Fp32Path::Tf32x3,
+                ..auto()
             };
             let e = choose(Precision::Fp32, &sq(64), &d, &forced).unwrap_err();
             assert!(e.to_string().contains("GPUKIT_GEMM_FP32"), "{e}");
