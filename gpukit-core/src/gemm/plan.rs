@@ -280,9 +280,13 @@ pub const SGEMM_CONFIGS: [TileConfig; 3] = [
 /// warpgroups of 64 x BN), k tile 32, one block per SM (168 registers per thread at entry).
 /// `gflops_per_sm` is the rate of the GEMM kernel alone (the pack is modelled separately).
 ///
-/// - `wgmma_128x256`: 4 stages of 48 KB (193 KB with the alignment slack): measured 2950 per SM.
+/// - `wgmma_128x256`: 4 stages of 48 KB (193 KB with the alignment slack): 3180 per SM, the
+///   kernel alone at 4096^3 and 8192^3 on the H200 (version 4 run: total time minus the modelled
+///   pack, with A read through the tensor map and with A packed alike; version 3 measured 2950).
 /// - `wgmma_128x128`: 4 stages of 32 KB (129 KB), twice the blocks for small and mid shapes
-///   (estimated 2700: m64n128 wgmma, twice the L2 traffic per flop of 128x256).
+///   (estimated 2700 before the run: m64n128 wgmma, twice the L2 traffic per flop of 128x256; the
+///   run showed about 1900-2400 at K = 1000-3000, where the pipeline fill and the epilogue of a
+///   single wave weigh in, which the model does not separate).
 pub const WGMMA_CONFIGS: [TileConfig; 2] = [
     TileConfig {
         name: "wgmma_128x256",
@@ -294,7 +298,7 @@ pub const WGMMA_CONFIGS: [TileConfig; 2] = [
         wn: 256,
         stages: 4,
         occupancy: 1,
-        gflops_per_sm: 2950,
+        gflops_per_sm: 3180,
     },
     TileConfig {
         name: "wgmma_128x128",
@@ -313,8 +317,8 @@ pub const WGMMA_CONFIGS: [TileConfig; 2] = [
 /// The Hopper 3xTF32 configuration `wgmma3_128x128`: block 128x128, k tile 32, 3 stages of
 /// 64 KB (big and small parts of both operands; 193 KB with the slack), 384 threads, one block
 /// per SM; consumer warpgroups of 64x128 with a main and a scratch accumulator set.
-/// `gflops_per_sm` counts the product's `2mnk` (a third of the tensor-core work); estimated
-/// before the first run as 0.85 x 2950 / 3.
+/// `gflops_per_sm` counts the product's `2mnk` (a third of the tensor-core work): 960, the kernel
+/// alone at 4096^3 and 8192^3 on the H200 (version 4 run; estimated 840 before it).
 pub const WGMMA3_CONFIGS: [TileConfig; 1] = [TileConfig {
     name: "wgmma3_128x128",
     family: Family::Wgmma3,
@@ -325,7 +329,7 @@ pub const WGMMA3_CONFIGS: [TileConfig; 1] = [TileConfig {
     wn: 128,
     stages: 3,
     occupancy: 1,
-    gflops_per_sm: 840,
+    gflops_per_sm: 960,
 }];
 
 /// Every configuration of a family.
@@ -546,11 +550,19 @@ pub fn plan(family: Family, p: &Problem, dev: &DeviceAttributes) -> Option<Plan>
     best
 }
 
-/// Whether 3xTF32 is the FP32 default on a device of this compute capability: where it was
-/// measured both faster than the FP32 SIMT kernel and at least as accurate as cuBLAS SGEMM
-/// (GEMM_NOTES.md, "Version 4": compute capability 9.0, the only one with the kernel).
-pub fn fp32_prefers_tf32x3(compute_capability: (u32, u32)) -> bool {
-    compute_capability == (9, 0)
+/// Smallest K for which the FP32 default may run 3xTF32. Its normwise error has a floor of about
+/// 2.4e-7 (the split represents each input to about 2^-22) whatever K, while an FP32 sum's
+/// error grows with K: on the H200 run of version 4, 3xTF32 was more accurate than cuBLAS SGEMM
+/// at every K >= 256 where the planner chose it (K = 256: 2.4e-7 vs 2.9e-7; K = 8192: 3.7e-7 vs
+/// 1.6e-6) and less accurate at K = 128 (2.4e-7 vs 2.0e-7) and K = 64 (2.4e-7 vs 1.4e-7).
+pub const TF32X3_MIN_K: u32 = 256;
+
+/// Whether 3xTF32 may be the FP32 default for a product of inner dimension `k` on a device of
+/// this compute capability: where it was measured both faster than the FP32 SIMT kernel and at
+/// least as accurate as cuBLAS SGEMM (GEMM_NOTES.md, "Version 4 run": compute capability 9.0,
+/// the only one with the kernel, and `k >= TF32X3_MIN_K`).
+pub fn fp32_prefers_tf32x3(compute_capability: (u32, u32), k: u32) -> bool {
+    compute_capability == (9, 0) && k >= TF32X3_MIN_K
 }
 
 fn no_plan(what: &str, dev: &DeviceAttributes) -> Error {
@@ -638,7 +650,7 @@ fn choose_family(
             Fp32Path::Simt => simt(),
             Fp32Path::Tf32x3 if !hopper => Err(wgmma_unsupported(dev, super::path::FP32_PATH_ENV)),
             Fp32Path::Tf32x3 => x3(),
-            Fp32Path::Auto if hopper && fp32_prefers_tf32x3(dev.compute_capability) => {
+            Fp32Path::Auto if hopper && fp32_prefers_tf32x3(dev.compute_capability, p.k) => {
                 cheaper(plan(Family::Sgemm, p, dev), plan(Family::Wgmma3, p, dev))
                     .ok_or_else(|| no_plan("FP32", dev))
             }
@@ -826,6 +838,13 @@ pub(crate) mod tests {
         assert_eq!(p.unwrap().config.family, Family::Wgmma3);
         let p = choose(Precision::Tf32x3, &tiny, &d, &auto()).unwrap();
         assert_eq!(p.config.family, Family::Wgmma3);
+        // A short K keeps the FP32 default on SIMT however large the output (3xTF32's error
+        // floor is above an FP32 sum's there); Tf32x3 itself still runs it.
+        let short = Problem::shape(8192, 8192, 128, 1);
+        let p = choose(Precision::Fp32, &short, &d, &auto()).unwrap();
+        assert_eq!(p.config.family, Family::Sgemm, "{p:?}");
+        let p = choose(Precision::Tf32x3, &short, &d, &auto()).unwrap();
+        assert_eq!(p.config.family, Family::Wgmma3, "{p:?}");
     }
 
     #[test]
