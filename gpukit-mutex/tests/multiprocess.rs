@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpukit_mutex::{proc as gproc, CancelToken, Error, GpuMutex};
+use gpukit_mutex::{CancelToken, Error, GpuMutex};
 
 // ---------------------------------------------------------------- helpers
 
@@ -47,6 +47,18 @@ fn env(name: &str) -> String {
 
 fn env_ms(name: &str, default: u64) -> Duration {
     Duration::from_millis(env(name).parse().unwrap_or(default))
+}
+
+/// Field 22 of `/proc/<pid>/stat` (start time), as `GPUMUTEX_JOB_ROOT` wants it.
+fn start_time(pid: u32) -> u64 {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let after = &text[text.rfind(')').expect("comm") + 2..];
+    after
+        .split(' ')
+        .nth(19)
+        .expect("field 22")
+        .parse()
+        .expect("number")
 }
 
 fn devs_str(d: &[u32]) -> String {
@@ -639,8 +651,7 @@ fn forged_environment_does_not_skip_the_queue() {
     let mut kids = Reaper(vec![holder(&dir, &out, "0", "H", &release)]);
     wait_line(&out, "H held");
     let holder_pid = kids.0[0].id();
-    let st = gproc::stat(holder_pid).expect("holder stat");
-    let forged = format!("{}:{}", holder_pid, st.start);
+    let forged = format!("{}:{}", holder_pid, start_time(holder_pid));
     let mut f = role("forge", &dir, &out)
         .env("GMT_DEVS", "0")
         .env(gpukit_mutex::ENV_JOB_ROOT, &forged)
