@@ -278,6 +278,19 @@ fn child_entry() {
                 std::thread::sleep(Duration::from_secs(1));
             }
         }
+        // Plant a live ticket of this process under the name GMT_NAME.
+        "ticket_at" => {
+            let me = std::process::id();
+            // SAFETY: geteuid has no preconditions.
+            let uid = unsafe { libc::geteuid() };
+            let text = ticket_text(me, start_time(me), uid, &env("GMT_DEVS"));
+            let _f = plant_locked(&PathBuf::from(env("GMT_DIR")).join(env("GMT_NAME")), &text);
+            append(&out, &format!("{tag} planted"));
+            let rel = PathBuf::from(env("GMT_RELEASE"));
+            while !rel.exists() {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
         // A process with a forged environment trying to skip the queue.
         "forge" => {
             let m = mutex_from_env();
@@ -988,4 +1001,78 @@ fn a_command_given_the_claim_keeps_it_after_its_holder_is_killed() {
         "the device was granted while the killed holder's command still ran"
     );
     drop(g);
+}
+
+#[test]
+fn a_reused_ticket_name_is_a_new_ticket() {
+    let (t, dir, out) = setup();
+    let release_h = t.path().join("release-h");
+    let release_r = t.path().join("release-r");
+    let mut kids = Reaper(vec![holder(&dir, &out, "0", "H", &release_h)]);
+    wait_line(&out, "H held");
+    let order = t.path().join("order.txt");
+    for tag in ["W1", "W2"] {
+        kids.0.push(
+            role("hold", &dir, &order)
+                .env("GMT_DEVS", "0")
+                .env("GMT_TAG", tag)
+                .env("GMT_HOLD_MS", "1")
+                .spawn()
+                .expect("spawn"),
+        );
+        let n = kids.0.len() - 1;
+        wait_until("queued", Duration::from_secs(20), || waiters(&dir) == n);
+    }
+    let ticket_of = |pid: u32| -> String {
+        fs::read_dir(&dir)
+            .expect("ls")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| n.starts_with("gpukit-ticket.") && n.ends_with(&format!(".{pid}")))
+            .expect("ticket")
+    };
+    let n1 = ticket_of(kids.0[1].id());
+    // W2 pauses (it has already seen W1's ticket); W1 dies; its name is taken by a new ticket.
+    // SAFETY: signals to our own children.
+    unsafe { libc::kill(kids.0[2].id() as i32, libc::SIGSTOP) };
+    let w2 = kids.0[2].id();
+    wait_until("W2 stopped", Duration::from_secs(20), || {
+        let st = fs::read_to_string(format!("/proc/{w2}/stat")).unwrap_or_default();
+        st.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('T'))
+    });
+    kids.0[1].kill().expect("kill W1");
+    kids.0[1].wait().expect("reap W1");
+    fs::remove_file(dir.join(&n1)).expect("rm");
+    kids.0.push(
+        role("ticket_at", &dir, &out)
+            .env("GMT_DEVS", "0")
+            .env("GMT_NAME", &n1)
+            .env("GMT_TAG", "R")
+            .env("GMT_RELEASE", &release_r)
+            .spawn()
+            .expect("spawn"),
+    );
+    wait_line(&out, "R planted");
+    let ino = |name: &str| {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(dir.join(name)).expect("md").ino()
+    };
+    let planted = ino(&n1);
+    // SAFETY: as above.
+    unsafe { libc::kill(kids.0[2].id() as i32, libc::SIGCONT) };
+    // The holder leaves: W2 must not take the device ahead of the new ticket, nor remove it.
+    fs::write(&release_h, b"").expect("release H");
+    kids.0[0].wait().expect("H");
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(ino(&n1), planted, "W2 removed a live ticket");
+    assert!(
+        read_lines(&order).is_empty(),
+        "W2 overtook: {:?}",
+        read_lines(&order)
+    );
+    fs::write(&release_r, b"").expect("release R");
+    kids.0[2].wait().expect("W2");
+    assert!(read_lines(&order).iter().any(|l| l.starts_with("W2 0 ")));
 }
