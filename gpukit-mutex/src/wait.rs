@@ -525,4 +525,79 @@ mod tests {
         ));
         h.join().expect("join");
     }
+
+    static USR1: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    static WINCH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    extern "C" fn count(sig: libc::c_int) {
+        let c = if sig == libc::SIGUSR1 { &USR1 } else { &WINCH };
+        c.fetch_add(1, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn signal_mode_ends_sleeps_on_handled_signals_only() {
+        for sig in [libc::SIGUSR1, libc::SIGWINCH] {
+            // SAFETY: installs a handler that only touches atomics; a zeroed sigaction with
+            // an empty mask is valid.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = count as *const () as usize;
+                libc::sigemptyset(&mut sa.sa_mask);
+                libc::sigaction(sig, &sa, std::ptr::null_mut());
+            }
+        }
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() };
+        let mode = SignalMode::enter().expect("signal mode");
+        let w = waiter(&[], Some(&mode));
+        // A signal that arrives between two sleeps stays pending and ends the next sleep.
+        // SAFETY: signals this very thread.
+        unsafe { libc::pthread_kill(me, libc::SIGUSR1) };
+        assert_eq!(USR1.load(Ordering::SeqCst), 0, "blocked outside the sleep");
+        let t0 = Instant::now();
+        assert!(matches!(
+            w.sleep(Duration::from_secs(30), None),
+            Err(Error::Interrupted)
+        ));
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        assert_eq!(USR1.load(Ordering::SeqCst), 1, "the program's handler ran");
+        // An unhandled-by-policy signal (SIGWINCH) does not end the sleep; SIGUSR1 does.
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            // SAFETY: signals the test thread, which is alive until it joins us.
+            unsafe { libc::pthread_kill(me, libc::SIGWINCH) };
+            std::thread::sleep(Duration::from_millis(60));
+            // SAFETY: as above.
+            unsafe { libc::pthread_kill(me, libc::SIGUSR1) };
+        });
+        let t1 = Instant::now();
+        assert!(matches!(
+            w.sleep(Duration::from_secs(30), None),
+            Err(Error::Interrupted)
+        ));
+        assert!(
+            t1.elapsed() >= Duration::from_millis(80),
+            "{:?}",
+            t1.elapsed()
+        );
+        h.join().expect("join");
+        assert_eq!(
+            WINCH.load(Ordering::SeqCst),
+            1,
+            "SIGWINCH delivered after the sleep"
+        );
+        drop(mode);
+        // Without signal mode a signal just wakes the sleep to re-check.
+        let plain = waiter(&[], None);
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            // SAFETY: as above.
+            unsafe { libc::pthread_kill(me, libc::SIGUSR1) };
+        });
+        assert_eq!(
+            plain.sleep(Duration::from_secs(30), None).expect("sleep"),
+            Woken::Event
+        );
+        h.join().expect("join");
+    }
 }

@@ -486,6 +486,18 @@ fn timeouts_try_and_cancel() {
         .build()
         .expect("build");
     assert!(matches!(m2.lock(), Err(Error::Timeout { .. })));
+    // No deadline can be formed from Duration::MAX: it waits without limit (and cancels).
+    let tok = CancelToken::new().expect("token");
+    let tok2 = tok.clone();
+    let h = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        tok2.cancel();
+    });
+    assert!(matches!(
+        m.acquire_with(1, Some(Duration::MAX), Some(&tok)),
+        Err(Error::Cancelled)
+    ));
+    h.join().expect("join");
     // Cancellation ends the wait at once.
     let tok = CancelToken::new().expect("token");
     let tok2 = tok.clone();
