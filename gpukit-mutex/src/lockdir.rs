@@ -486,7 +486,7 @@ impl LockDir {
         let mut seen = 0usize;
         loop {
             seen += 1;
-            if seen % 1024 == 0 {
+            if seen.is_multiple_of(1024) {
                 keep_going()?;
             }
             // SAFETY: errno is thread-local; resetting it distinguishes end from error.

@@ -428,13 +428,8 @@ impl Waiter<'_> {
             if rc == 0 {
                 continue;
             }
-            match watcher {
-                Some(w) if fds[0].revents != 0 => {
-                    if w.drain() {
-                        return Ok(Woken::Event);
-                    }
-                }
-                _ => {}
+            if fds[0].revents != 0 && watcher.is_some_and(|w| w.drain()) {
+                return Ok(Woken::Event);
             }
         }
     }

@@ -272,8 +272,10 @@ fn child_entry() {
             cmd.arg("-c")
                 .arg(format!("sleep 1; : > {}", env("GMT_MARK")));
             g.hold_in(&mut cmd);
-            let _child = cmd.spawn().expect("spawn");
+            let mut child = cmd.spawn().expect("spawn");
             append(&out, &format!("{tag} spawned"));
+            // The test kills this process while the command runs.
+            let _ = child.wait();
             loop {
                 std::thread::sleep(Duration::from_secs(1));
             }
