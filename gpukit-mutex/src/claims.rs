@@ -66,9 +66,8 @@ pub(crate) fn create(
     let text = record.to_text();
     for _ in 0..64 {
         let name = records::claim_name(me, CLAIM_COUNTER.fetch_add(1, Ordering::Relaxed));
-        match liveness::write_locked(dir, &name, &text, true) {
+        match liveness::write_locked(dir, &name, &text, true, OwnRecord::Claim(record.clone())) {
             Ok((file, id)) => {
-                liveness::own_insert(id, OwnRecord::Claim(record.clone()));
                 return Ok(OwnClaim {
                     name,
                     id,

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Once};
 
 use crate::error::{Error, Result};
-use crate::lockdir::{FileId, LockDir};
+use crate::lockdir::{FileId, LockDir, Meta};
 use crate::records::{ClaimRecord, TicketRecord};
 
 /// The process-owned liveness byte.
@@ -126,28 +126,41 @@ pub(crate) fn take(fd: &impl AsRawFd, tree: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// Creates record `name` in `dir` holding `text`, with its locks taken (`tree`: also the tree
-/// lock) before anybody else may open it: the file is created `0600`, locked, written, and only
-/// then made `0644`. Its name is checked to still refer to it afterwards. On failure nothing is
-/// left behind.
+/// Creates record `name` in `dir` holding `text` and registers it as this process's `record`,
+/// with its locks taken (`tree`: also the tree lock) before anybody else may open it: the file
+/// is created `0600`, registered, locked, written, and only then made `0644`. Its name is
+/// checked to still refer to it afterwards. On failure nothing is left behind.
+///
+/// Creation and registration happen under the registry's lock, and [`open_foreign`] opens under
+/// it too: so no other thread of this process can open (and later close, which would drop the
+/// locks) a record of ours that is not registered yet.
 pub(crate) fn write_locked(
     dir: &LockDir,
     name: &str,
     text: &str,
     tree: bool,
+    record: OwnRecord,
 ) -> Result<(File, FileId)> {
     let path = || dir.path().join(name);
-    let mut file = dir.create_entry(name)?;
-    let meta = match crate::lockdir::fstat(file.as_raw_fd()) {
-        Ok(m) => m,
-        Err(e) => {
-            drop(file);
-            return Err(Error::io("fstat", path(), e));
-        }
-    };
-    let id = meta.id;
+    install_fork_guard();
+    let pid = std::process::id();
+    let (mut file, id) = OWN.with(|v| -> Result<(File, FileId)> {
+        let file = dir.create_entry(name)?;
+        let meta = crate::lockdir::fstat(file.as_raw_fd()).map_err(|e| {
+            dir.unlink_if_unchecked(name);
+            Error::io("fstat", path(), e)
+        })?;
+        v.retain(|e| e.pid == pid && e.id != meta.id);
+        v.push(OwnEntry {
+            id: meta.id,
+            pid,
+            record,
+        });
+        Ok((file, meta.id))
+    })?;
     let fail = |file: File, op: &'static str, e: io::Error| {
         dir.unlink_if(name, id);
+        own_remove(id);
         drop(file);
         Error::io(op, path(), e)
     };
@@ -171,6 +184,23 @@ pub(crate) fn write_locked(
         )),
         Err(e) => Err(fail(file, "stat", e)),
     }
+}
+
+/// Opens a record that is not this process's own (see [`write_locked`]): `Ok(None)` when `name`
+/// turns out to be one of ours (its descriptor is then kept open for good, since closing it
+/// would drop our locks) or is not a regular file.
+pub(crate) fn open_foreign(dir: &LockDir, name: &str) -> io::Result<Option<(File, Meta)>> {
+    let pid = std::process::id();
+    OWN.with(|v| {
+        let Some((file, meta)) = dir.open_entry(name)? else {
+            return Ok(None);
+        };
+        if v.iter().any(|e| e.pid == pid && e.id == meta.id) {
+            std::mem::forget(file);
+            return Ok(None);
+        }
+        Ok(Some((file, meta)))
+    })
 }
 
 /// A record or ticket this process holds.
@@ -248,16 +278,6 @@ fn install_fork_guard() {
         // SAFETY: the handlers only touch an atomic flag. `prepare` takes the registry's lock
         // so `fork` never copies it half-updated; both sides release it afterwards.
         unsafe { libc::pthread_atfork(Some(prepare), Some(after), Some(after)) };
-    });
-}
-
-/// Registers a record or ticket this process now holds.
-pub(crate) fn own_insert(id: FileId, record: OwnRecord) {
-    install_fork_guard();
-    let pid = std::process::id();
-    OWN.with(|v| {
-        v.retain(|e| e.pid == pid && e.id != id);
-        v.push(OwnEntry { id, pid, record });
     });
 }
 

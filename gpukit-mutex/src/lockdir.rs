@@ -463,6 +463,15 @@ impl LockDir {
         }
     }
 
+    /// Removes `name` whatever it is now (only for a file this process created a moment ago and
+    /// could not even `fstat`).
+    pub fn unlink_if_unchecked(&self, name: &str) {
+        if let Ok(c) = cname(name) {
+            // SAFETY: `c` is NUL-terminated; unlinkat on a name in our directory descriptor.
+            unsafe { libc::unlinkat(self.raw_fd(), c.as_ptr(), 0) };
+        }
+    }
+
     /// Names in the directory that start with `gpukit-` (others are never looked at).
     /// `keep_going` is asked every 1024 entries; listing stops when it returns an error.
     pub fn list(&self, mut keep_going: impl FnMut() -> Result<()>) -> Result<Vec<String>> {

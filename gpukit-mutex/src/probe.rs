@@ -238,15 +238,8 @@ impl Prober {
             }
             let fresh = match self.cache.get(name) {
                 Some(c) if c.id == meta.id => None,
-                _ => match dir.open_entry(name) {
+                _ => match liveness::open_foreign(dir, name) {
                     Ok(Some((file, m))) => {
-                        if liveness::own_get(m.id).is_some() {
-                            // The name was switched to one of our own files between the stat
-                            // and the open: keep the descriptor (closing it would drop our
-                            // lock) and look again next pass.
-                            std::mem::forget(file);
-                            continue;
-                        }
                         let text = lockdir::read_record(&file, &m);
                         Some(Cached {
                             id: m.id,

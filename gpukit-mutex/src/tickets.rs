@@ -56,9 +56,14 @@ impl OwnTicket {
         // A name can only be taken by a leftover of ours or a file somebody planted; move on.
         for _ in 0..64 {
             let name = records::ticket_name(seq, me.pid);
-            match liveness::write_locked(dir, &name, &text, false) {
+            match liveness::write_locked(
+                dir,
+                &name,
+                &text,
+                false,
+                OwnRecord::Ticket(record.clone()),
+            ) {
                 Ok((file, id)) => {
-                    liveness::own_insert(id, OwnRecord::Ticket(record));
                     return Ok(OwnTicket {
                         dir: dir.clone(),
                         name,

@@ -1090,3 +1090,82 @@ fn a_reused_ticket_name_is_a_new_ticket() {
     kids.0[2].wait().expect("W2");
     assert!(read_lines(&order).iter().any(|l| l.starts_with("W2 0 ")));
 }
+
+/// Status reports in one thread while another thread of the same process takes and releases
+/// claims: the reports must never close a descriptor of this process's own records (that would
+/// drop their locks and let another process in). Checked against a competing process.
+#[test]
+fn in_process_status_never_drops_a_threads_claim() {
+    let (_t, dir, out) = setup();
+    // The competitor must not descend from this process (a descendant shares our claim by
+    // design): start it through a shell that exits at once, so it is re-parented away.
+    let exe = std::env::current_exe().expect("exe");
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg("\"$@\" > /dev/null 2>&1 < /dev/null &")
+        .arg("sh")
+        .arg(exe)
+        .args([
+            "--exact",
+            "child_entry",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env("GMT_ROLE", "hold")
+        .env("GMT_DIR", &dir)
+        .env("GMT_OUT", &out)
+        .env("GMT_DEVS", "0")
+        .env("GMT_ITERS", "60")
+        .env("GMT_HOLD_MS", "1")
+        .env("GMT_TAG", "W")
+        .status()
+        .expect("spawn");
+    assert!(st.success());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (dir, stop) = (dir.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                gpukit_mutex::status(&dir, &[0]).expect("status");
+                n += 1;
+            }
+            n
+        })
+    };
+    let m = GpuMutex::builder()
+        .visible_devices([0])
+        .lock_dir(&dir)
+        .build()
+        .expect("build");
+    let mut mine = Vec::new();
+    for _ in 0..60 {
+        let g = m
+            .acquire_timeout(1, Duration::from_secs(30))
+            .expect("acquire");
+        let s = mono_ns();
+        std::thread::sleep(Duration::from_millis(1));
+        mine.push((s, mono_ns()));
+        drop(g);
+    }
+    wait_until("the competitor's 60 turns", Duration::from_secs(60), || {
+        read_lines(&out).len() >= 60
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads = reader.join().expect("reader");
+    let theirs: Vec<(u64, u64)> = read_lines(&out)
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[2].parse().expect("s"), f[3].parse().expect("e"))
+        })
+        .collect();
+    assert_eq!(theirs.len(), 60);
+    for a in &mine {
+        for b in &theirs {
+            assert!(a.1 <= b.0 || b.1 <= a.0, "overlap {a:?} {b:?}");
+        }
+    }
+    eprintln!("{reads} in-process status reads");
+}
