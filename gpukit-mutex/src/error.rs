@@ -61,7 +61,7 @@ pub enum Error {
         /// Why it cannot be used.
         reason: String,
     },
-    /// The lock directory, or a directory above it, could be changed by another user (it is
+    /// The lock directory, or a directory on the way to it, could be changed by another user (it is
     /// owned by somebody other than the caller or root, or others may write to it and it lacks
     /// the sticky bit). Such a user could delete or replace the files that carry the locks and
     /// so break exclusion; the directory is refused. See [`SAFE_LOCK_DIR_ADVICE`].

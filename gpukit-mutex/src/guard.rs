@@ -18,7 +18,9 @@ use crate::lockdir::LockDir;
 /// through [`GpuGuard::hold_in`] (the tree lock). Programs this process runs share the claim by
 /// ancestry (see the crate docs), not by inherited descriptors. A `fork`ed child cannot release
 /// the parent's claim: dropping a guard in a child, `flock(LOCK_UN)` or `fcntl(F_UNLCK)` on the
-/// inherited descriptors leave the parent's owner lock in place.
+/// inherited descriptors leave the parent's owner lock in place. (A child forked without `exec`
+/// shares the claim's descriptor, so if this process dies while such children live, the claim
+/// lasts until they have exited too.)
 #[derive(Debug)]
 pub struct GpuGuard {
     devices: Vec<u32>,

@@ -82,8 +82,10 @@
 //!
 //! ## Choosing a lock directory
 //!
-//! The directory and every directory above it must be owned by you or by root and must not be
-//! writable by others unless it has the sticky bit ([`SAFE_LOCK_DIR_ADVICE`]):
+//! The directory and every directory on the way to it must be owned by you or by root and must
+//! not be writable by others unless they have the sticky bit ([`SAFE_LOCK_DIR_ADVICE`]); a
+//! symbolic link on the way is only followed from a directory that passes this check, and the
+//! lock directory itself must not be a link:
 //!
 //! * **per user**: any directory of your own, e.g. `$XDG_RUNTIME_DIR/gpumutex` or
 //!   `~/.cache/gpumutex` (created `0700` when missing). Only your own jobs queue there.

@@ -14,17 +14,19 @@
 //! (a FIFO, device or socket under a record's name can neither block nor be mistaken for a
 //! record), checked to be a regular file, and read up to a small bound.
 //!
-//! **Trust.** The directory and every directory above it must be owned by the caller or by
-//! root, and must not be writable by anybody else unless it has the sticky bit: otherwise a
+//! **Trust.** The directory and every directory on the way to it must be owned by the caller or
+//! by root, and must not be writable by anybody else unless it has the sticky bit: otherwise a
 //! user other than the caller could delete or replace the files that carry the locks (or the
-//! directory itself) and break exclusion. Such a directory is refused with
-//! [`Error::UntrustedLockDir`], which names a safe choice.
+//! directory itself, or a symbolic link leading to it) and break exclusion. Such a directory is
+//! refused with [`Error::UntrustedLockDir`], which names a safe choice. The path is resolved one
+//! component at a time without letting the kernel follow links, so that a link is only followed
+//! from a directory that passed the check; the lock directory itself must not be a link.
 
-use std::ffi::{CStr, CString};
+use std::ffi::{CStr, CString, OsStr};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -172,10 +174,10 @@ fn lockdir_err(path: &Path, reason: impl Into<String>) -> Error {
     }
 }
 
-/// Splits `path` into its (canonicalised) parent and its last component, refusing `.`/`..`
-/// and empty paths. A trailing slash does not change the last component (`link/` is `link`,
-/// which is then opened without following it).
-fn split(path: &Path) -> Result<(PathBuf, CString, PathBuf)> {
+/// Splits `path` into its (absolute, not yet resolved) parent and its last component, refusing
+/// `.`/`..` and empty paths. A trailing slash does not change the last component (`link/` is
+/// `link`, which is then opened without following it).
+fn split(path: &Path) -> Result<(PathBuf, CString)> {
     if path.as_os_str().is_empty() {
         return Err(lockdir_err(path, "the path is empty"));
     }
@@ -192,56 +194,119 @@ fn split(path: &Path) -> Result<(PathBuf, CString, PathBuf)> {
     };
     let parent = abs
         .parent()
-        .ok_or_else(|| lockdir_err(path, "has no parent directory"))?;
-    let parent = std::fs::canonicalize(parent).map_err(|e| {
-        lockdir_err(
-            path,
-            format!("its parent {} is unusable: {e}", parent.display()),
-        )
-    })?;
+        .ok_or_else(|| lockdir_err(path, "has no parent directory"))?
+        .to_path_buf();
     let c = CString::new(last.as_bytes()).map_err(|_| lockdir_err(path, "contains a NUL byte"))?;
-    let full = parent.join(&last);
-    Ok((parent, c, full))
+    Ok((parent, c))
 }
 
-/// Opens every directory from `/` down to `parent` (which has no symbolic links: it was
-/// canonicalised) without following links, checking that each can be trusted when `strict`.
-/// Returns the parent's `O_PATH` descriptor and the first reason for distrust found.
-fn walk_parent(parent: &Path, me: u32, strict: bool) -> Result<(OwnedFd, Option<String>)> {
+/// Resolves the directory `parent` (absolute) one component at a time from `/`, without ever
+/// letting the kernel follow a link: every directory passed through is checked to be trusted
+/// (when `strict`; otherwise the first reason for distrust is returned), and a symbolic link is
+/// only followed from a directory that was itself checked (a link in a directory others may
+/// write could be re-pointed to send different processes to different lock directories).
+/// Returns the directory's `O_PATH` descriptor, its physical path and the distrust reason.
+fn walk_parent(parent: &Path, me: u32, strict: bool) -> Result<(OwnedFd, PathBuf, Option<String>)> {
     let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
-    let mut fd = openat(libc::AT_FDCWD, c"/", flags, 0)
-        .map_err(|e| lockdir_err(parent, format!("cannot open /: {e}")))?;
-    let mut here = PathBuf::from("/");
-    let mut distrust = None;
+    let root = || {
+        openat(libc::AT_FDCWD, c"/", flags, 0)
+            .map_err(|e| lockdir_err(parent, format!("cannot open /: {e}")))
+    };
+    let mut distrust: Option<String> = None;
     let mut check = |fd: &OwnedFd, here: &Path| -> Result<()> {
         let md = fstat(fd.as_raw_fd()).map_err(|e| lockdir_err(here, e.to_string()))?;
         if let Some(reason) = distrust_reason(md.uid, md.mode, me) {
             if strict {
                 return Err(Error::UntrustedLockDir {
                     path: here.to_path_buf(),
-                    reason: format!("a directory above the lock directory: {reason}"),
+                    reason: format!("a directory on the way to the lock directory: {reason}"),
                 });
             }
             distrust.get_or_insert(format!("{}: {reason}", here.display()));
         }
         Ok(())
     };
+    let mut fd = root()?;
+    let mut here = PathBuf::from("/");
     check(&fd, &here)?;
-    for comp in parent.components() {
-        let Component::Normal(name) = comp else {
+    let mut todo: std::collections::VecDeque<std::ffi::OsString> = parent
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_owned()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    let mut links = 0;
+    while let Some(name) = todo.pop_front() {
+        if name == "." {
             continue;
-        };
-        here.push(name);
-        let c = CString::new(name.as_bytes()).map_err(|_| lockdir_err(&here, "NUL in path"))?;
-        fd = openat(fd.as_raw_fd(), &c, flags, 0).map_err(|e| {
+        }
+        let c = CString::new(name.as_bytes()).map_err(|_| lockdir_err(parent, "NUL in path"))?;
+        if name == ".." {
+            fd = openat(fd.as_raw_fd(), &c, flags, 0)
+                .map_err(|e| lockdir_err(&here, format!("cannot open its parent: {e}")))?;
+            here.pop();
+            continue;
+        }
+        let next = here.join(&name);
+        let md = fstatat(fd.as_raw_fd(), &c).map_err(|e| {
             lockdir_err(
-                &here,
-                format!("changed while being opened (a directory above the lock directory): {e}"),
+                parent,
+                format!(
+                    "cannot reach its parent directory ({}: {e})",
+                    next.display()
+                ),
             )
         })?;
+        if md.mode & libc::S_IFMT == libc::S_IFLNK {
+            links += 1;
+            if links > 40 {
+                return Err(lockdir_err(parent, "too many levels of symbolic links"));
+            }
+            let mut buf = vec![0u8; libc::PATH_MAX as usize];
+            // SAFETY: `c` is NUL-terminated and `buf` is writable for its length.
+            let n = unsafe {
+                libc::readlinkat(
+                    fd.as_raw_fd(),
+                    c.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n < 0 {
+                return Err(lockdir_err(&next, io::Error::last_os_error().to_string()));
+            }
+            buf.truncate(n as usize);
+            let target = PathBuf::from(std::ffi::OsString::from_vec(buf));
+            let mut front: Vec<std::ffi::OsString> = target
+                .components()
+                .filter_map(|c| match c {
+                    Component::Normal(n) => Some(n.to_owned()),
+                    Component::ParentDir => Some("..".into()),
+                    _ => None,
+                })
+                .collect();
+            if target.is_absolute() {
+                fd = root()?;
+                here = PathBuf::from("/");
+            }
+            front.extend(todo.drain(..));
+            todo = front.into();
+            continue;
+        }
+        if !md.is_dir() {
+            return Err(lockdir_err(
+                parent,
+                format!("{} is not a directory", next.display()),
+            ));
+        }
+        fd = openat(fd.as_raw_fd(), &c, flags, 0)
+            .map_err(|e| lockdir_err(&next, format!("changed while being opened: {e}")))?;
+        here = next;
         check(&fd, &here)?;
     }
-    Ok((fd, distrust))
+    Ok((fd, here, distrust))
 }
 
 impl LockDir {
@@ -250,8 +315,9 @@ impl LockDir {
     /// not trusted.
     pub fn open(path: &Path, create: Create) -> Result<LockDir> {
         let me = euid();
-        let (parent, name, full) = split(path)?;
-        let (pfd, _) = walk_parent(&parent, me, true)?;
+        let (parent, name) = split(path)?;
+        let (pfd, parent, _) = walk_parent(&parent, me, true)?;
+        let full = parent.join(OsStr::from_bytes(name.as_bytes()));
         let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
         let fd = match Self::open_last(&pfd, &name, &full, flags)? {
             Some(fd) => fd,
@@ -324,8 +390,9 @@ impl LockDir {
     /// that is not trusted is still opened; [`LockDir::distrust`] says why it is not trusted.
     pub fn open_for_reading(path: &Path) -> Result<LockDir> {
         let me = euid();
-        let (parent, name, full) = split(path)?;
-        let (pfd, mut distrust) = walk_parent(&parent, me, false)?;
+        let (parent, name) = split(path)?;
+        let (pfd, parent, mut distrust) = walk_parent(&parent, me, false)?;
+        let full = parent.join(OsStr::from_bytes(name.as_bytes()));
         let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
         let fd = Self::open_last(&pfd, &name, &full, flags)?
             .ok_or_else(|| lockdir_err(&full, "does not exist"))?;
@@ -618,6 +685,43 @@ mod tests {
         assert!(!t.path().join("no").exists());
         assert!(matches!(
             LockDir::open(Path::new("/"), Create::No),
+            Err(Error::LockDir { .. })
+        ));
+    }
+
+    #[test]
+    fn links_on_the_way_are_followed_only_from_trusted_directories() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let real = t.path().join("real");
+        fs::create_dir_all(real.join("locks")).expect("mkdir");
+        symlink(&real, t.path().join("ok")).expect("symlink");
+        symlink("real", t.path().join("rel")).expect("symlink");
+        let d = LockDir::open(&t.path().join("ok/locks"), Create::No).expect("open");
+        assert_eq!(
+            d.path(),
+            fs::canonicalize(real.join("locks")).expect("canon")
+        );
+        let d = LockDir::open(&t.path().join("rel/../real/locks"), Create::No).expect("open");
+        assert_eq!(
+            d.path(),
+            fs::canonicalize(real.join("locks")).expect("canon")
+        );
+        // A link in a directory everybody may write could be re-pointed: refused.
+        let open = t.path().join("open");
+        fs::create_dir(&open).expect("mkdir");
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).expect("chmod");
+        symlink(&real, open.join("link")).expect("symlink");
+        match LockDir::open(&open.join("link/locks"), Create::No) {
+            Err(Error::UntrustedLockDir { path, .. }) => {
+                assert_eq!(path, fs::canonicalize(&open).expect("c"))
+            }
+            other => panic!("{other:?}"),
+        }
+        // A loop of links ends with an error.
+        symlink(t.path().join("loop2"), t.path().join("loop1")).expect("symlink");
+        symlink(t.path().join("loop1"), t.path().join("loop2")).expect("symlink");
+        assert!(matches!(
+            LockDir::open(&t.path().join("loop1/x"), Create::No),
             Err(Error::LockDir { .. })
         ));
     }

@@ -90,9 +90,11 @@ pub(crate) fn snapshot(dir: &LockDir, extra_devices: &[u32]) -> Result<Status> {
     let until = Instant::now() + STATUS_LIMIT;
     let probe = Prober::default().probe(dir, false, || {
         if Instant::now() > until {
-            Err(Error::Timeout {
-                requested: 0,
-                waited: STATUS_LIMIT,
+            Err(Error::LockDir {
+                path: dir.path().to_path_buf(),
+                reason: format!(
+                    "holds too many entries to report within {STATUS_LIMIT:?} (flooded?)"
+                ),
             })
         } else {
             Ok(())

@@ -493,7 +493,10 @@ fn untrusted_lock_directories_are_refused_with_a_safe_choice() {
             Some("writable by everybody"),
         ),
         (adir, Some("owned by uid 64102")),
-        (inner.clone(), Some("a directory above the lock directory")),
+        (
+            inner.clone(),
+            Some("a directory on the way to the lock directory"),
+        ),
         (slash, Some("symbolic link")),
         (link, Some("symbolic link")),
         (s.locks.clone(), None),
