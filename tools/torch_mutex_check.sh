@@ -7,7 +7,7 @@
 #              (Ctrl-C), never gets CUDA, and the preload reports the interrupted wait
 #   runner     (with GPUMUTEX_RUN) gpumutex-run holding device 0 runs a torch command under
 #              the preload: its cuInit shares the runner's claim instead of queueing behind it
-# Exits non-zero if any check fails. About 30-40 s (each torch start imports torch and creates a
+# Exits non-zero if any check fails. About 25-45 s (each torch start imports torch and creates a
 # CUDA context).
 set -uo pipefail
 so=$(readlink -f "$1")
@@ -42,10 +42,12 @@ result exclusive ${detail%% *} "${detail#* }"
 [ "${detail%% *}" = PASS ] || { echo "--- stderr"; cat "$dir/err1" "$dir/err2"; }
 
 # ctrl_c ---------------------------------------------------------------------------------------
-rm -f "$dir/ready"
-LD_PRELOAD="$so" GPUMUTEX_VISIBLE_DEVICES=0 timeout 60 python3 -c "import time, torch
+rm -f "$dir/ready" "$dir/done"
+LD_PRELOAD="$so" GPUMUTEX_VISIBLE_DEVICES=0 timeout 60 python3 -c "import os, time, torch
 x = torch.ones(1, device='cuda'); torch.cuda.synchronize(); open('$dir/ready', 'w').close()
-time.sleep(8)" > "$dir/holder.out" 2> "$dir/holder.err" &
+t = time.time()
+while not os.path.exists('$dir/done') and time.time() - t < 30:
+    time.sleep(0.05)" > "$dir/holder.out" 2> "$dir/holder.err" &
 holder=$!
 for _ in $(seq 300); do [ -e "$dir/ready" ] && break; sleep 0.1; done
 LD_PRELOAD="$so" GPUMUTEX_VISIBLE_DEVICES=0 timeout 60 python3 -c "import torch
@@ -56,7 +58,7 @@ except KeyboardInterrupt:
 " > "$dir/waiter.out" 2> "$dir/waiter.err" &
 waiter=$!
 queued=0
-for _ in $(seq 300); do
+for _ in $(seq 400); do
   if compgen -G "$dir/locks/gpukit-ticket.*" > /dev/null; then queued=1; break; fi
   sleep 0.05
 done
@@ -65,6 +67,7 @@ t0=$(now_ms)
 kill -INT "$waiter"
 wait "$waiter"; code=$?
 ms=$(( $(now_ms) - t0 ))
+: > "$dir/done"
 wait "$holder"; hcode=$?
 if [ $queued = 1 ] && [ $ms -lt 3000 ] && ! grep -q GOT_CUDA "$dir/waiter.out" \
    && grep -q "interrupted by a signal" "$dir/waiter.err" && [ $hcode = 0 ]; then

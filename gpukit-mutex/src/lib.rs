@@ -97,6 +97,9 @@
 //!   it is then owned by that user and *other users refuse it* (its owner could delete their
 //!   records). On a machine with several users, have root create it as above.
 //!
+//! Keep the directory out of age-based cleaning of temporary files (the `tmpfiles` line above
+//! has no age): a claim held for longer than the cleaning age would otherwise lose its record.
+//!
 //! ## How it works
 //!
 //! * **Claims.** A process that is granted devices writes a claim record naming them

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# gpukit-mutex on the GPU host, in one device call of about 60 s (every step under `timeout`,
-# 90 s at most in all). Run from the project root, with the binaries built here:
+# gpukit-mutex on the GPU host, in one device call of about 40-70 s (every step under
+# `timeout`: 25 s + 60 s, so 85 s at most in all). Run from the project root, with the
+# binaries built on the build machine:
 #
 #   /work/shared/gpu/pack -p gpukit-mutex -p gpukit --bench      # (on the build machine)
 #   bash tools/gpu/mutex.sh                                      # (on the GPU host)
@@ -28,7 +29,7 @@ if [ -z "$bench" ]; then
   row "mutex bench" "MISSING (no $B/benches/mutex-*; pack with --bench)" "-"
 else
   GPUKIT_MUTEX_BENCH_UNCONTENDED=3000 GPUKIT_MUTEX_BENCH_HANDOVERS=400 \
-    timeout 40 "$bench" --bench --warm-up-time 0.5 --measurement-time 2 --noplot \
+    timeout 25 "$bench" --bench --warm-up-time 0.5 --measurement-time 2 --noplot \
     > "$OUT/bench.log" 2>&1
   rc=$?
   pct() { grep -E "^$1" "$OUT/bench.log" | sed -E 's/.*n=([0-9]+) p50=([^ ]+) p90=([^ ]+) p99=([^ ]+).*/p50 \2, p90 \3, p99 \4 (n=\1)/'; }
@@ -46,7 +47,7 @@ run=$B/examples/gpumutex-run
 if [ ! -e "$so" ] || [ ! -x "$run" ]; then
   row "preload + torch" "MISSING ($so or $run; pack -p gpukit)" "-"
 else
-  timeout 45 bash "$here/../torch_mutex_check.sh" "$so" "$run" > "$OUT/torch.log" 2>&1
+  timeout 60 bash "$here/../torch_mutex_check.sh" "$so" "$run" > "$OUT/torch.log" 2>&1
   rc=$?
   while read -r _ name verdict detail; do
     case $name in
