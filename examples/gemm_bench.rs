@@ -24,14 +24,21 @@
 //!
 //! Columns: "ours FP32" is `Precision::Fp32` as the library runs it (on Hopper: 3xTF32 for the
 //! shapes the planner estimates faster, else SIMT), "ours TF32" `Precision::Tf32` (the planner's
-//! path), "3xTF32" `Precision::Tf32x3`. The second table (benchmark shapes) forces single paths:
-//! the FP32 SIMT kernel, the best `mma.sync` TF32 plan, and the `wgmma` TF32 plan with A packed
-//! instead of read through the tensor map, with the pack's share of that time.
+//! path), "3xTF32" `Precision::Tf32x3`. Plan names: configuration, `sN` K slices, the `wgmma`
+//! operands (`swap`: P = op(B)^T; `P:k` / `P:mn` read through a tensor map, `Q:tma` through a
+//! rounding tensor map, `pack` packed first), `pers` a persistent grid. The second table
+//! (benchmark shapes) forces single paths: the FP32 SIMT kernel, the best `mma.sync` TF32 plan,
+//! version 4's `wgmma` layout (A through its tensor map, B packed) with the pack's share of that
+//! time, and the planner's TF32 plan with the other grid (persistent or one block per tile).
 
 use gpukit_core::gemm::desc::{Precision, RawGemm, Transpose};
 use gpukit_core::gemm::kernels;
-use gpukit_core::gemm::plan::{self, fixed_plan, Family, Plan, Problem};
-use gpukit_core::gemm::{cublas_gemm, pack_only, plan_for, sgemm, sgemm_with_plan, BlasType};
+use gpukit_core::gemm::path::Paths;
+use gpukit_core::gemm::plan::{self, fixed_plan, Family, Operands, Plan, Problem, Source};
+use gpukit_core::gemm::{
+    cublas_gemm, pack_only, paths_for, plan_for, plan_with_paths, sgemm, sgemm_with_plan,
+    tensor_copies_round, BlasType,
+};
 use gpukit_core::{Device, Stream};
 use gpukit_jit::cudarc::driver::{CudaSlice, DevicePtr};
 
@@ -173,6 +180,12 @@ fn real_main() -> Res<()> {
         attrs.shared_memory_per_block_optin >> 10,
         attrs.supports_wgmma()
     );
+    if attrs.supports_wgmma() {
+        println!(
+            "tensor copies round to TF32 (TFLOAT32 maps): {:?}",
+            tensor_copies_round(&dev)?
+        );
+    }
 
     let mut main_rows = Vec::new();
     let mut forced_rows = Vec::new();
@@ -182,7 +195,7 @@ fn real_main() -> Res<()> {
         let mut bch = Bench::new(&stream, *shape)?;
         let row = measure(
             &mut bch,
-            &attrs,
+            &dev,
             is_bench,
             flag("--configs"),
             flag("--skip-3x"),
@@ -208,8 +221,8 @@ fn real_main() -> Res<()> {
         println!(
             "Forced paths (benchmark shapes), TFLOP/s and ratio to cuBLAS of the same precision:"
         );
-        println!("| shape | SIMT FP32 | mma.sync TF32 (plan) | wgmma TF32, A packed (plan) | pack share |");
-        println!("| --- | --- | --- | --- | --- |");
+        println!("| shape | SIMT FP32 | mma.sync TF32 (plan) | wgmma TF32, v4 layout: B packed (plan) | pack share | TF32 plan, other grid |");
+        println!("| --- | --- | --- | --- | --- | --- |");
         for r in &forced_rows {
             println!("{r}");
         }
@@ -262,21 +275,27 @@ struct Row {
 
 fn plan_name(p: &Plan) -> String {
     let mut s = format!("{} s{}", p.config.name, p.splits);
-    if p.tma_a {
-        s += " tma";
+    let ops = p.operands.label();
+    if !ops.is_empty() {
+        s += " ";
+        s += &ops;
+    }
+    if p.max_blocks > 0 {
+        s += " pers";
     }
     s
 }
 
 fn measure(
     bch: &mut Bench,
-    dev: &gpukit_core::DeviceAttributes,
+    device: &Device,
     forced: bool,
     configs: bool,
     skip3: bool,
     cubin_dir: Option<&str>,
 ) -> Res<Row> {
     let sh = bch.shape;
+    let dev = device.attributes().as_ref();
     let stream = bch.stream.clone();
     let flops = 2.0 * (sh.m * sh.n * sh.k * sh.batch) as f64;
     let tf = |ms: f64| flops / (ms * 1e-3) / 1e12;
@@ -321,13 +340,13 @@ fn measure(
     let e_c32 = bch.error(cublas(BlasType::F32), &reference)?;
     let c_tf = bch.time(cublas(BlasType::F32Tf32))?;
     let e_ctf = bch.error(cublas(BlasType::F32Tf32), &reference)?;
-    let p32 = plan_for(dev, Precision::Fp32, &g0)?;
+    let p32 = plan_for(device, Precision::Fp32, &g0)?;
     let o32 = bch.time(ours(Precision::Fp32))?;
     let e_o32 = bch.error(ours(Precision::Fp32), &reference)?;
-    let ptf = plan_for(dev, Precision::Tf32, &g0)?;
+    let ptf = plan_for(device, Precision::Tf32, &g0)?;
     let otf = bch.time(ours(Precision::Tf32))?;
     let e_otf = bch.error(ours(Precision::Tf32), &reference)?;
-    let p3 = plan_for(dev, Precision::Tf32x3, &g0)?;
+    let p3 = plan_for(device, Precision::Tf32x3, &g0)?;
     let x3 = if skip3 {
         "- | - | -".to_string()
     } else {
@@ -359,37 +378,57 @@ fn measure(
     );
 
     let problem = Problem::of(&g0);
+    let paths = paths_for(device)?;
     let forced_row = if forced {
-        let simt = plan::plan(Family::Sgemm, &problem, dev).ok_or("no SIMT plan")?;
+        let simt = plan::plan(Family::Sgemm, &problem, dev, &paths).ok_or("no SIMT plan")?;
         let t_simt = if simt == p32 {
             o32
         } else {
             bch.time(with(simt))?
         };
-        let mma = plan::plan(Family::Tf32, &problem, dev).ok_or("no mma.sync plan")?;
+        let mma = plan::plan(Family::Tf32, &problem, dev, &paths).ok_or("no mma.sync plan")?;
         let t_mma = if mma == ptf {
             otf
         } else {
             bch.time(with(mma))?
         };
         let wg = if dev.supports_wgmma() {
-            let packed = Plan {
-                tma_a: false,
-                ..plan::plan(Family::Wgmma, &problem, dev).ok_or("no wgmma plan")?
+            // Version 4's layout: A through its tensor map (K-major), B packed.
+            let v4 = Operands {
+                swap: false,
+                p: Source::TmaKMajor,
+                q_tma: false,
             };
+            let best = plan::plan(Family::Wgmma, &problem, dev, &paths).ok_or("no wgmma plan")?;
+            let packed = best.with(v4, best.max_blocks);
             let t = bch.time(with(packed))?;
             let s4 = stream.clone();
             // SAFETY: as above (the pack reads A and B only).
             let tp = bch.time(move |g: &RawGemm| unsafe { pack_only(&s4, g, &packed) })?;
+            // The TF32 plan with the other grid: persistent (one block per SM) or one per tile.
+            let other = if ptf.config.family.is_wgmma() {
+                let alt = ptf.with(
+                    ptf.operands,
+                    if ptf.max_blocks > 0 {
+                        0
+                    } else {
+                        dev.multiprocessor_count
+                    },
+                );
+                let ta = bch.time(with(alt))?;
+                format!("{:.1} ({:.2}, {})", tf(ta), c_tf / ta, plan_name(&alt))
+            } else {
+                "-".to_string()
+            };
             format!(
-                "{:.1} ({:.2}, {}) | {:.0} %",
+                "{:.1} ({:.2}, {}) | {:.0} % | {other}",
                 tf(t),
                 c_tf / t,
                 plan_name(&packed),
                 100.0 * tp / t
             )
         } else {
-            "- | -".to_string()
+            "- | - | -".to_string()
         };
         Some(format!(
             "| {name} | {:.1} ({:.2}) | {:.1} ({:.2}, {}) | {wg} |",
@@ -413,7 +452,7 @@ fn measure(
                     continue;
                 }
                 let ms = bch.time(with(p))?;
-                let est = plan::estimate(cfg, &problem, sp, p.tma_a, dev);
+                let est = plan::estimate(cfg, &problem, sp, &p.operands, dev);
                 println!(
                     "config {name} {}: {:.1} TFLOP/s (model {:.1})",
                     plan_name(&p),
@@ -599,7 +638,7 @@ fn write_cubin(dir: &str, plan: &Plan, g: &RawGemm) -> Res<()> {
         trans_a: g.trans_a.is_yes(),
         trans_b: g.trans_b.is_yes(),
         vec: g.ab_vectorizable() && g.c_vectorizable(),
-        tma_a: plan.tma_a,
+        operands: plan.operands,
     };
     let inst = kernels::instantiation(&plan.config, variant);
     let options = inst
@@ -674,33 +713,21 @@ fn precompile(dir: &str) -> Res<()> {
 /// The planner's choice per shape and precision (and its estimate), on this machine's GPU or,
 /// without one, on an H200's attributes.
 fn print_plans() -> Res<()> {
-    let attrs = if gpukit_jit::libs::gpu_available() {
-        Device::open(0)?.attributes().as_ref().clone()
+    let (attrs, paths) = if gpukit_jit::libs::gpu_available() {
+        let dev = Device::open(0)?;
+        (dev.attributes().as_ref().clone(), paths_for(&dev)?)
     } else {
-        gpukit_core::DeviceAttributes {
-            ordinal: 0,
-            name: "NVIDIA H200 (attributes assumed, no GPU here)".into(),
-            compute_capability: (9, 0),
-            multiprocessor_count: 132,
-            shared_memory_per_block: 48 << 10,
-            shared_memory_per_block_optin: 227 << 10,
-            shared_memory_per_multiprocessor: 228 << 10,
-            l2_cache_bytes: 60 << 20,
-            max_threads_per_block: 1024,
-            max_threads_per_multiprocessor: 2048,
-            registers_per_block: 65536,
-            registers_per_multiprocessor: 65536,
-            warp_size: 32,
-            async_engine_count: 3,
-            total_memory: 141 << 30,
-        }
+        (h200_attributes(), Paths::default())
     };
-    println!("plans on {}:", attrs.name);
+    println!(
+        "plans on {} (tensor copies round: {}):",
+        attrs.name, paths.tma_rounding
+    );
     for sh in BENCH.iter().chain(SWEEP.iter()) {
         let g = raw_of(*sh, 256, 256, 256);
         let mut line = format!("{sh:?}:");
         for p in [Precision::Fp32, Precision::Tf32, Precision::Tf32x3] {
-            let plan = plan_for(&attrs, p, &g)?;
+            let plan = plan_with_paths(&attrs, &paths, p, &g)?;
             let tflops = 2.0 * (sh.m * sh.n * sh.k * sh.batch) as f64 / plan.estimate_us / 1e6;
             line += &format!(
                 " {p:?} {} ({:.0} us, {tflops:.0} TFLOP/s);",
@@ -711,4 +738,25 @@ fn print_plans() -> Res<()> {
         println!("{line}");
     }
     Ok(())
+}
+
+/// An H200's attributes (132 SMs, 227 KB per block), for `--plans` without a GPU.
+fn h200_attributes() -> gpukit_core::DeviceAttributes {
+    gpukit_core::DeviceAttributes {
+        ordinal: 0,
+        name: "NVIDIA H200 (attributes assumed, no GPU here)".into(),
+        compute_capability: (9, 0),
+        multiprocessor_count: 132,
+        shared_memory_per_block: 48 << 10,
+        shared_memory_per_block_optin: 227 << 10,
+        shared_memory_per_multiprocessor: 228 << 10,
+        l2_cache_bytes: 60 << 20,
+        max_threads_per_block: 1024,
+        max_threads_per_multiprocessor: 2048,
+        registers_per_block: 65536,
+        registers_per_multiprocessor: 65536,
+        warp_size: 32,
+        async_engine_count: 3,
+        total_memory: 141 << 30,
+    }
 }

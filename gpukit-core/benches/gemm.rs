@@ -6,6 +6,7 @@
 #![allow(missing_docs)] // criterion_group! generates an undocumented function
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use gpukit_core::gemm::path::Paths;
 use gpukit_core::gemm::plan::{self, Family, Problem};
 use gpukit_core::gemm::{cublas_gemm, sgemm, sgemm_with_plan, BlasType, Precision, RawGemm};
 use gpukit_core::{Device, Stream};
@@ -68,10 +69,10 @@ fn gemm(c: &mut Criterion) {
             ("ours_tf32", ours(&stream, Precision::Tf32)),
             ("ours_tf32x3", ours(&stream, Precision::Tf32x3)),
         ];
-        if let Some(p) = plan::plan(Family::Sgemm, &problem, &attrs) {
+        if let Some(p) = plan::plan(Family::Sgemm, &problem, &attrs, &Paths::default()) {
             runs.push(("ours_fp32_simt", forced(&stream, p)));
         }
-        if let Some(p) = plan::plan(Family::Tf32, &problem, &attrs) {
+        if let Some(p) = plan::plan(Family::Tf32, &problem, &attrs, &Paths::default()) {
             runs.push(("ours_tf32_mma", forced(&stream, p)));
         }
         for (name, run) in &runs {

@@ -1,49 +1,75 @@
-// Hopper TF32 and 3xTF32 GEMM: wgmma.mma_async (sm_90a) on 128-byte-swizzled K-major tiles,
-// loaded by the bulk copy engine (cp.async.bulk, cp.async.bulk.tensor) into an mbarrier pipeline,
-// with one producer warpgroup and two consumer warpgroups (warp specialisation, setmaxnreg).
-// Instructions and helpers are in gemm_wgmma_ops.cuh; conventions (row-major, transposes, split-K,
-// beta) in gemm_common.cuh.
+// Hopper TF32 and 3xTF32 GEMM: wgmma.mma_async (sm_90a) with one producer warpgroup and two
+// consumer warpgroups (warp specialisation, setmaxnreg), operand tiles brought into shared memory
+// by the bulk copy engine (cp.async.bulk, cp.async.bulk.tensor) through an mbarrier pipeline, and
+// a persistent tile loop. Instructions and helpers are in gemm_wgmma_ops.cuh; conventions
+// (row-major, transposes, split-K, beta) in gemm_common.cuh.
 //
-// Why a pack: wgmma with .tf32 operands reads B (and A, unless A comes from registers) K-major from
-// shared memory (there are no transpose immediates for tf32), and the tensor cores ignore the 13
-// low bits of each fp32 value (truncation). gemm_wgmma_pack therefore writes op(A) (M x K) and
-// op(B)^T (N x K) rounded to TF32 (round to nearest, ties away) as contiguous tiles of R rows x
-// 32 k (R = 128 for A, BN for B):
+// Operand roles. wgmma multiplies an "A" operand (64 rows per warpgroup, from registers or shared
+// memory) by a "B" operand (BN rows, shared memory only), both K-major for .tf32 (there are no
+// transpose immediates for 32-bit types), and the tensor cores ignore the 13 low bits of each
+// fp32 value (truncation). The kernel computes D = P Q^T on a 128 x BN block tile, P (PR x K) in
+// wgmma's A role and Q (QR x K) in its B role:
+// - SWAP = false: P = op(A), Q = op(B)^T, C[p][q] = D[p][q];
+// - SWAP = true:  P = op(B)^T, Q = op(A), C[q][p] = D[p][q] (C^T = B^T A^T), so that a row-major
+//   B (N-major, the common case) can be the register operand, whose transpose is free.
+// Where each comes from (template PSRC, QTMA):
+// - P: SRC_PACKED (the pack's rounded, swizzled K-major tiles, a bulk copy, wgmma A from shared
+//   memory), SRC_TMA_K (the user's K-major layout through a tensor map, 128 x 32 boxes with the
+//   128-byte swizzle) or SRC_TMA_MN (the user's MN-major layout: eight boxes of 16 rows x 32 k,
+//   unswizzled, [k][row], so a warp's fragment loads are 256 contiguous bytes). In the two tensor
+//   map cases each consumer thread loads its wgmma A fragments from shared memory and rounds them
+//   (cvt.rna; the identity on values a rounding tensor map already rounded), wgmma A from registers.
+// - Q: the pack's tiles (bulk copy), or (QTMA) the user's K-major layout through a tensor map of
+//   type TFLOAT32: the copy engine rounds every value to TF32 (round to nearest even, NaN and
+//   infinity kept) on its way into shared memory, which the host checks once per device
+//   (gemm_tma_probe below) before it plans this path. Q is then read by wgmma as it lands.
+// So no operand of a NN, NT or TT product with aligned operands is packed, and in TN one is.
+//
+// The pack (gemm_wgmma_pack) writes an operand X (rows x K) rounded to TF32 (round to nearest,
+// ties away; NaN kept NaN) as contiguous tiles of R rows x 32 k (R = 128 for P, BN for Q):
 //   packed[(batch, row tile, k tile)] = PARTS x (R x 32 floats), row r at byte r * 128, its
 //   16-byte chunk c stored at chunk position c ^ (r & 7),
 // which is exactly the canonical 128B-swizzled K-major layout once the tile is copied linearly to
-// a 1024-byte aligned shared buffer. Rows beyond M (N) and k beyond K are zeros, so the GEMM
-// kernel needs no bounds checks until its epilogue. A k tile of 32 fp32 is one 128-byte row.
-// PARTS = 1 (TF32): the rounded values. PARTS = 2 (3xTF32): the big parts, then the small parts
-// (split_tf32), each R x 32.
+// a 1024-byte aligned shared buffer (and the layout a 32 x R box of a 128B-swizzled tensor map
+// lands in). Rows beyond the operand and k beyond K are zeros. A k tile of 32 fp32 is one 128-byte
+// row. PARTS = 1 (TF32): the rounded values. PARTS = 2 (3xTF32): the big parts, then the small
+// parts (split_tf32), each R x 32.
 //
-// TMA_A (TF32 only, A not transposed, 16-byte aligned, lda % 4 == 0): A is not packed; a tensor
-// map reads its 128 x 32 boxes straight from the user's layout into the same swizzled layout (zero
-// fill beyond M and K), and each consumer thread rounds its A fragments on the way into registers
-// (cvt.rna) and issues wgmma with A from registers. B is still packed.
+// Block: 128 x BN, k tile 32, 384 threads. Warpgroup 0 (producer): after setmaxnreg.dec, one
+// thread walks the same work units as the consumers, waits until a stage is empty, posts the
+// stage's byte count on its full barrier and issues the copies that complete on it. Warpgroups
+// 1 and 2 (consumers, setmaxnreg.inc): warpgroup w owns P rows 64(w-1) .. 64(w-1)+63 of the tile
+// and all BN columns.
+// - SPLIT = 1 (TF32): per k tile 4 x wgmma m64nBNk8 into one accumulator set, one commit group.
+//   P from shared memory: after issuing tile kt, wait until at most one group is pending (tile
+//   kt - 1 done) and release the stage of tile kt - 1. P from registers: a pending wgmma whose
+//   register operands are rewritten makes ptxas serialise every wgmma (warning C7513), so each
+//   consumer warpgroup retires its tile (wait 0) and releases the stage before it loads the next
+//   fragments; the other consumer warpgroup keeps the tensor cores busy meanwhile.
+// - SPLIT = 3 (3xTF32, BN = 128, both operands packed): per k tile, for each k8 step, small(P)
+//   big(Q) + big(P) small(Q) + big(P) big(Q) into a scratch accumulator (the first wgmma of the
+//   tile with scale-d = 0), then wait, release the stage, and add the scratch into the main
+//   accumulator with fp32 adds (round to nearest): the tensor cores' own accumulation truncates,
+//   so the long sum over K is kept outside them. Epilogue NaN repair: a product of an infinite
+//   big part with a zero (or opposite-signed) small part makes NaN where the exact product is
+//   infinite; every NaN result is therefore recomputed from the big parts alone (fp32 FMAs over
+//   its k range), which carry every infinity and NaN of the inputs. That path runs only for NaN
+//   outputs.
 //
-// GEMM block: 128 x BN, k tile 32, 384 threads. Warpgroup 0 (producer): after setmaxnreg.dec, one
-// thread waits until a stage is empty, posts the stage's byte count on its full barrier and issues
-// the copies of A and B that complete on it. Warpgroups 1 and 2 (consumers, setmaxnreg.inc): warp-
-// group w owns rows 64(w-1) .. 64(w-1)+63 and all BN columns.
-// - SPLIT = 1 (TF32): per k tile 4 x wgmma m64nBNk8 into one accumulator set, committed as one
-//   group; after issuing tile kt it waits until at most one group is pending (tile kt - 1 done) and
-//   releases the stage of tile kt - 1 (one arrival per consumer warpgroup).
-// - SPLIT = 3 (3xTF32, BN = 128): per k tile, for each k8 step, small(A) big(B) + big(A) small(B)
-//   + big(A) big(B) into a scratch accumulator (the first wgmma of the tile with scale-d = 0), then
-//   wait, release the stage, and add the scratch into the main accumulator with fp32 adds (round to
-//   nearest): the tensor cores' own accumulation truncates, so the long sum over K is kept outside
-//   them. Epilogue NaN repair: a product of an infinite big part with a zero (or opposite-signed)
-//   small part makes NaN where the exact product is infinite; every NaN result is therefore
-//   recomputed from the big parts alone (fp32 FMAs over its k range), which carry every infinity
-//   and NaN of the inputs. That path runs only for NaN outputs.
+// Work units: unit u = z * tiles + tile, z = batch * splits + split (the batch entry and K slice),
+// tile in grouped order (tile_coords); split s covers k tiles [s * ktPerSplit, min(numKT, (s + 1)
+// * ktPerSplit)); C is offset by z * strideC. Block b runs units b, b + gridDim.x, ...: a grid of
+// one block per unit is the classic one-tile-per-block launch, a grid of one block per SM is
+// persistent (the producer runs on into the next unit's stages while the consumers store the
+// last one's tile, which hides each tile's pipeline fill).
 //
-// Split-K: blockIdx.z = batch * splits + split; split s covers k tiles [s * ktPerSplit,
-// min(numKT, (s + 1) * ktPerSplit)); C is offset by blockIdx.z * strideC.
-//
-// Accumulator layout of m64nNk8 .f32 (per warpgroup): warp q of the warpgroup owns rows
-// 16q .. 16q+15; lane l (g = l / 4, t = l % 4), 8-column chunk j: d[4j+0], d[4j+1] = row 16q+g,
-// columns 8j+2t, 8j+2t+1; d[4j+2], d[4j+3] = row 16q+g+8, same columns.
+// Accumulator layout of m64nNk8 .f32 (per warpgroup): warp q of the warpgroup owns accumulator
+// rows 16q .. 16q+15; lane l (g = l / 4, t = l % 4), 8-column chunk j: d[4j+0], d[4j+1] = row
+// 16q+g, columns 8j+2t, 8j+2t+1; d[4j+2], d[4j+3] = row 16q+g+8, same columns. The register A
+// fragment has the same row split (a[0], a[2]: row g; a[1], a[3]: row g+8; k = t, t+4). With
+// SRC_TMA_MN the kernel feeds accumulator row 16q + g + 8h from P row 16q + 2g + h (a permutation
+// within each 16 rows), so that one thread's two rows are adjacent in P (one 8-byte load per k)
+// and, with SWAP, adjacent in C (one 8-byte store per column).
 #include "gemm_wgmma_ops.cuh"
 
 // Stores the four values of one 16-byte chunk (row r, chunk c) of a packed tile: rounded (PARTS =
@@ -195,25 +221,58 @@ __device__ __forceinline__ float packed_big(const float* P, int numKT, int r, in
     return t[rr * 32 + (((kk >> 2) ^ (rr & 7)) << 2) + (kk & 3)];
 }
 
-template <int BN, int STAGES, int SPLIT, bool VEC, bool TMA_A>
+// Where the P operand's tiles come from (see the top of this file).
+#define SRC_PACKED 0
+#define SRC_TMA_K 1
+#define SRC_TMA_MN 2
+
+// One work unit: block tile (tp, tq) of output slice z = bIdx * splits + split, k tiles
+// [ktBegin, ktBegin + nk).
+struct WorkUnit {
+    int tp, tq, z, bIdx, ktBegin, nk;
+};
+
+__device__ __forceinline__ WorkUnit work_unit(long long u, int tiles, int tilesP, int tilesQ,
+                                              int groupM, int splits, int ktPerSplit, int numKT) {
+    WorkUnit w;
+    w.z = (int)(u / tiles);
+    tile_coords((int)(u - (long long)w.z * tiles), tilesP, tilesQ, groupM, w.tp, w.tq);
+    w.bIdx = w.z / splits;
+    const int split = w.z - w.bIdx * splits;
+    w.ktBegin = split * ktPerSplit;
+    w.nk = max(0, min(numKT, w.ktBegin + ktPerSplit) - w.ktBegin);
+    return w;
+}
+
+// D = P Q^T per 128 x BN tile (module comment). Pp / Qp: packed operands (unused for operands read
+// through tmP / tmQ); PR / QR: rows of P and Q; strideP / strideQ: elements between the packed
+// batch entries (0: broadcast); tensor maps hold the launch's batch entries from its first
+// (coordinate = batch index of the unit), pBroadcast / qBroadcast: operands shared by every entry
+// (coordinate 0); nz: output slices (batch entries x splits) of this launch; vec: C (or the
+// workspace) allows 8-byte stores.
+template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP>
 __global__ void __launch_bounds__(384, 1)
-    gemm_wgmma(const float* __restrict__ Ap, const float* __restrict__ Bp, float* __restrict__ C,
-               const __grid_constant__ TmaDesc tmA, int M, int N, int K, int ldc,
-               long long strideAp, long long strideBp, long long strideC, int aBatch0,
-               int aBroadcast, float alpha, float beta, int splits, int ktPerSplit, int groupM) {
+    gemm_wgmma(const float* __restrict__ Pp, const float* __restrict__ Qp, float* __restrict__ C,
+               const __grid_constant__ TmaDesc tmP, const __grid_constant__ TmaDesc tmQ, int PR,
+               int QR, int K, int ldc, long long strideP, long long strideQ, long long strideC,
+               int pBroadcast, int qBroadcast, float alpha, float beta, int splits,
+               int ktPerSplit, int nz, int vec, int groupM) {
     static_assert(BN == 128 || BN == 256, "consumer warpgroups are 64 x 128 or 64 x 256");
     static_assert(SPLIT == 1 || SPLIT == 3, "TF32 (1 product) or 3xTF32 (3 products)");
     static_assert(SPLIT == 1 || BN == 128, "3xTF32 keeps two accumulator sets: BN 128 only");
-    static_assert(!(TMA_A && SPLIT == 3), "3xTF32 reads both operands packed");
+    static_assert(SPLIT == 1 || (PSRC == SRC_PACKED && !QTMA), "3xTF32 reads packed operands");
+    static_assert(!SWAP || PSRC == SRC_TMA_MN, "a swapped product reads the MN-major B as P");
+    static_assert(!QTMA || PSRC != SRC_PACKED, "a tensor-mapped Q comes with a tensor-mapped P");
     constexpr int BM = 128;
     constexpr int BK = 32;
     constexpr int PARTS = SPLIT == 3 ? 2 : 1;
     constexpr int NACC = BN / 2;  // f32 accumulators per thread of a 64 x BN warpgroup tile
-    constexpr u32 A_PART = BM * BK * 4;
-    constexpr u32 B_PART = BN * BK * 4;
-    constexpr u32 A_BYTES = PARTS * A_PART;
-    constexpr u32 B_BYTES = PARTS * B_PART;
-    constexpr u32 STAGE_BYTES = A_BYTES + B_BYTES;
+    constexpr u32 P_PART = BM * BK * 4;
+    constexpr u32 Q_PART = BN * BK * 4;
+    constexpr u32 P_BYTES = PARTS * P_PART;
+    constexpr u32 Q_BYTES = PARTS * Q_PART;
+    constexpr u32 STAGE_BYTES = P_BYTES + Q_BYTES;
+    constexpr u32 MN_BOX_BYTES = 16 * BK * 4;  // SRC_TMA_MN: one box of 16 rows x 32 k
 
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) u64 full[STAGES];
@@ -223,18 +282,11 @@ __global__ void __launch_bounds__(384, 1)
     const u32 raw = smem_addr(smem_raw);
     const u32 base = (raw + 1023u) & ~1023u;
 
-    const int tilesM = (M + BM - 1) / BM;
-    const int tilesN = (N + BN - 1) / BN;
+    const int tilesP = (PR + BM - 1) / BM;
+    const int tilesQ = (QR + BN - 1) / BN;
+    const int tiles = tilesP * tilesQ;
     const int numKT = (K + BK - 1) / BK;
-    int tm, tn;
-    tile_coords(blockIdx.x, tilesM, tilesN, groupM, tm, tn);
-    const int z = blockIdx.z;
-    const int bIdx = z / splits;
-    const int split = z - bIdx * splits;
-    const int ktBegin = split * ktPerSplit;
-    const int nk = max(0, min(numKT, ktBegin + ktPerSplit) - ktBegin);
-    const float* ApB = Ap + bIdx * strideAp;
-    const float* BpB = Bp + bIdx * strideBp;
+    const long long units = (long long)tiles * nz;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -248,59 +300,82 @@ __global__ void __launch_bounds__(384, 1)
 
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
-        // Producer warpgroup.
+        // Producer warpgroup: one thread issues every copy.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (threadIdx.x == 0) {
-            const float* a = ApB + (long long)tm * numKT * (PARTS * BM * BK);
-            const float* b = BpB + (long long)tn * numKT * (PARTS * BN * BK);
-            const int za = aBroadcast ? 0 : aBatch0 + bIdx;
             int s = 0;
             u32 phase = 0;
-            for (int i = 0; i < nk; ++i) {
-                const int kt = ktBegin + i;
-                if (i >= STAGES) mbar_wait(smem_addr(&empty[s]), phase ^ 1u);
-                const u32 fb = smem_addr(&full[s]);
-                const u32 dst = base + s * STAGE_BYTES;
-                mbar_arrive_expect_tx(fb, STAGE_BYTES);
-                if (TMA_A) {
-                    tma_g2s_3d(dst, &tmA, kt * BK, tm * BM, za, fb);
-                } else {
-                    bulk_g2s(dst, a + (long long)kt * (PARTS * BM * BK), A_BYTES, fb);
-                }
-                bulk_g2s(dst + A_BYTES, b + (long long)kt * (PARTS * BN * BK), B_BYTES, fb);
-                if (++s == STAGES) {
-                    s = 0;
-                    phase ^= 1u;
+            long long it = 0;  // k tiles issued so far (all units)
+            for (long long u = blockIdx.x; u < units; u += gridDim.x) {
+                const WorkUnit w =
+                    work_unit(u, tiles, tilesP, tilesQ, groupM, splits, ktPerSplit, numKT);
+                const float* pp =
+                    Pp + w.bIdx * strideP + (long long)w.tp * numKT * (PARTS * BM * BK);
+                const float* qp =
+                    Qp + w.bIdx * strideQ + (long long)w.tq * numKT * (PARTS * BN * BK);
+                const int zp = pBroadcast ? 0 : w.bIdx;
+                const int zq = qBroadcast ? 0 : w.bIdx;
+                const int p0 = w.tp * BM;
+                // SRC_TMA_MN: boxes wholly beyond PR are not copied (their rows feed only outputs
+                // that are never stored).
+                const int boxes = min(BM / 16, (PR - p0 + 15) / 16);
+                const u32 bytes = (PSRC == SRC_TMA_MN ? boxes * MN_BOX_BYTES : P_BYTES) + Q_BYTES;
+                for (int i = 0; i < w.nk; ++i, ++it) {
+                    const int kt = w.ktBegin + i;
+                    if (it >= STAGES) mbar_wait(smem_addr(&empty[s]), phase ^ 1u);
+                    const u32 fb = smem_addr(&full[s]);
+                    const u32 dst = base + s * STAGE_BYTES;
+                    mbar_arrive_expect_tx(fb, bytes);
+                    if (PSRC == SRC_TMA_K) {
+                        tma_g2s_3d(dst, &tmP, kt * BK, p0, zp, fb);
+                    } else if (PSRC == SRC_TMA_MN) {
+                        for (int b = 0; b < boxes; ++b)
+                            tma_g2s_3d(dst + b * MN_BOX_BYTES, &tmP, p0 + 16 * b, kt * BK, zp, fb);
+                    } else {
+                        bulk_g2s(dst, pp + (long long)kt * (PARTS * BM * BK), P_BYTES, fb);
+                    }
+                    if (QTMA) {
+                        tma_g2s_3d(dst + P_BYTES, &tmQ, kt * BK, w.tq * BN, zq, fb);
+                    } else {
+                        bulk_g2s(dst + P_BYTES, qp + (long long)kt * (PARTS * BN * BK), Q_BYTES,
+                                 fb);
+                    }
+                    if (++s == STAGES) {
+                        s = 0;
+                        phase ^= 1u;
+                    }
                 }
             }
         }
     } else {
     // Consumer warpgroups (the rest of the kernel; one if/else, so that ptxas honours setmaxnreg).
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-    const int cw = wg - 1;  // rows 64 cw .. 64 cw + 63 of the block tile
+    const int cw = wg - 1;  // P rows 64 cw .. 64 cw + 63 of the block tile
     const int lane = threadIdx.x & 31;
     const int q = (threadIdx.x & 127) >> 5;
     const int g = lane >> 2;
     const int t = lane & 3;
     const bool leader = (threadIdx.x & 127) == 0;
+    int s = 0;
+    u32 phase = 0;
+    for (long long u = blockIdx.x; u < units; u += gridDim.x) {
+    const WorkUnit w = work_unit(u, tiles, tilesP, tilesQ, groupM, splits, ktPerSplit, numKT);
     float d[NACC];
 #pragma unroll
     for (int i = 0; i < NACC; ++i) d[i] = 0.0f;
 
     if (SPLIT == 1) {
-        int s = 0;
         int prev = 0;
-        u32 phase = 0;
-        // TMA_A: the A fragments of one k tile (4 k8 steps x 4 registers), this thread's words
-        // of the raw stage: rows 64 cw + 16 q + g (+ 8), k = 8 kk + t (+ 4), 128B-swizzled (row r
-        // at r * 128, 16-byte chunk c at c ^ (r & 7); r & 7 == g).
+        // P from registers: the wgmma A fragments of one k tile (4 k8 steps x 4 registers).
         u32 af[16];
+        // SRC_TMA_K: rows 64 cw + 16 q + g (+ 8), k = 8 kk + t (+ 4) of the 128B-swizzled tile
+        // (row r at r * 128, 16-byte chunk c at c ^ (r & 7); r & 7 == g).
         const int aRow = cw * 64 + q * 16 + g;
-        for (int i = 0; i < nk; ++i) {
+        for (int i = 0; i < w.nk; ++i) {
             mbar_wait(smem_addr(&full[s]), phase);
             const u32 stage = base + s * STAGE_BYTES;
-            const u32 bAddr = stage + A_BYTES;
-            if (TMA_A) {
+            const u32 qAddr = stage + P_BYTES;
+            if (PSRC == SRC_TMA_K) {
                 const unsigned char* sa = smem_raw + (stage - raw);
 #pragma unroll
                 for (int kk = 0; kk < BK / 8; ++kk) {
@@ -313,13 +388,29 @@ __global__ void __launch_bounds__(384, 1)
                         af[4 * kk + e] = cvt_rna_tf32(x);
                     }
                 }
+            } else if (PSRC == SRC_TMA_MN) {
+                // Box 4 cw + q holds this warp's 16 rows as [k][16 rows]; this thread's rows
+                // 2g, 2g + 1 (accumulator rows g, g + 8) at k = 8 kk + t (+ 4): one 8-byte load
+                // each; a warp's 32 loads cover 256 contiguous bytes.
+                const unsigned char* sp =
+                    smem_raw + (stage - raw) + (4 * cw + q) * MN_BOX_BYTES + 8 * g + 64 * t;
+#pragma unroll
+                for (int kk = 0; kk < BK / 8; ++kk) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const float2 v =
+                            *reinterpret_cast<const float2*>(sp + (8 * kk + 4 * h) * 64);
+                        af[4 * kk + 2 * h] = cvt_rna_tf32(v.x);
+                        af[4 * kk + 2 * h + 1] = cvt_rna_tf32(v.y);
+                    }
+                }
             }
             fence_regs<NACC>(d);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 8; ++kk) {
-                const u64 db = smem_desc(bAddr + kk * 32);
-                if (TMA_A) {
+                const u64 db = smem_desc(qAddr + kk * 32);
+                if (PSRC != SRC_PACKED) {
                     if (BN == 256)
                         wgmma_n256_rs(d, &af[4 * kk], db, 1);
                     else
@@ -334,11 +425,8 @@ __global__ void __launch_bounds__(384, 1)
             }
             wgmma_commit();
             fence_regs<NACC>(d);
-            if (TMA_A) {
-                // Registers that a pending wgmma reads must not be written while it is in flight
-                // (ptxas would serialise every wgmma, C7513): retire this tile before the next
-                // one loads its A fragments. The other consumer warpgroup keeps the tensor cores
-                // busy meanwhile.
+            if (PSRC != SRC_PACKED) {
+                // Retire this tile before the next one rewrites the fragments (see the top).
                 wgmma_wait<0>();
                 fence_regs<NACC>(d);
                 fence_regs<16>(af);
@@ -358,36 +446,37 @@ __global__ void __launch_bounds__(384, 1)
         }
         wgmma_wait<0>();
         fence_regs<NACC>(d);
+        // The last stage of the unit (shared-memory P): release it too, the producer may already
+        // be waiting for it with the next unit's tiles.
+        if (PSRC == SRC_PACKED && w.nk > 0 && leader) mbar_arrive(smem_addr(&empty[prev]));
     } else {
-        // 3xTF32: stage = [A big | A small | B big | B small].
-        float w[NACC];
+        // 3xTF32: stage = [P big | P small | Q big | Q small].
+        float x[NACC];
 #pragma unroll
-        for (int i = 0; i < NACC; ++i) w[i] = 0.0f;
-        int s = 0;
-        u32 phase = 0;
-        for (int i = 0; i < nk; ++i) {
+        for (int i = 0; i < NACC; ++i) x[i] = 0.0f;
+        for (int i = 0; i < w.nk; ++i) {
             mbar_wait(smem_addr(&full[s]), phase);
             const u32 stage = base + s * STAGE_BYTES;
             const u32 aBig = stage + cw * (64 * 128);
-            const u32 aSmall = aBig + A_PART;
-            const u32 bBig = stage + A_BYTES;
-            const u32 bSmall = bBig + B_PART;
-            fence_regs<NACC>(w);
+            const u32 aSmall = aBig + P_PART;
+            const u32 bBig = stage + P_BYTES;
+            const u32 bSmall = bBig + Q_PART;
+            fence_regs<NACC>(x);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 8; ++kk) {
                 const int o = kk * 32;
-                wgmma_n128_ss(w, smem_desc(aSmall + o), smem_desc(bBig + o), kk != 0);
-                wgmma_n128_ss(w, smem_desc(aBig + o), smem_desc(bSmall + o), 1);
-                wgmma_n128_ss(w, smem_desc(aBig + o), smem_desc(bBig + o), 1);
+                wgmma_n128_ss(x, smem_desc(aSmall + o), smem_desc(bBig + o), kk != 0);
+                wgmma_n128_ss(x, smem_desc(aBig + o), smem_desc(bSmall + o), 1);
+                wgmma_n128_ss(x, smem_desc(aBig + o), smem_desc(bBig + o), 1);
             }
             wgmma_commit();
-            fence_regs<NACC>(w);
+            fence_regs<NACC>(x);
             wgmma_wait<0>();
-            fence_regs<NACC>(w);
+            fence_regs<NACC>(x);
             if (leader) mbar_arrive(smem_addr(&empty[s]));
 #pragma unroll
-            for (int j = 0; j < NACC; ++j) d[j] += w[j];
+            for (int j = 0; j < NACC; ++j) d[j] += x[j];
             if (++s == STAGES) {
                 s = 0;
                 phase ^= 1u;
@@ -396,20 +485,51 @@ __global__ void __launch_bounds__(384, 1)
     }
 
     // Epilogue: C = alpha * D + beta * C (beta == 0 never reads C).
-    float* Cb = C + (long long)z * strideC;
-    const int rowBase = tm * BM + cw * 64 + q * 16 + g;
-    const int colBase = tn * BN + 2 * t;
+    float* Cb = C + (long long)w.z * strideC;
+    const int pBase = w.tp * BM + cw * 64 + q * 16;
+    const int qBase = w.tq * BN + 2 * t;
+    if (SWAP) {
+        // D[p][q] -> C[q][p]: this thread's P rows 2g, 2g + 1 (accumulator rows g, g + 8) are
+        // adjacent in C's row q.
+        const int p0 = pBase + 2 * g;
+        if (p0 < PR) {
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int c = qBase + 8 * j + e;
+                    if (c >= QR) continue;
+                    const float v0 = d[4 * j + e];
+                    const float v1 = d[4 * j + 2 + e];
+                    float* dst = Cb + (long long)c * ldc + p0;
+                    if (vec && p0 + 1 < PR) {
+                        float2 o = make_float2(alpha * v0, alpha * v1);
+                        if (beta != 0.0f) {
+                            const float2 old = *reinterpret_cast<const float2*>(dst);
+                            o.x = fmaf(beta, old.x, o.x);
+                            o.y = fmaf(beta, old.y, o.y);
+                        }
+                        *reinterpret_cast<float2*>(dst) = o;
+                    } else {
+                        store1(dst, 0, v0, alpha, beta);
+                        if (p0 + 1 < PR) store1(dst, 1, v1, alpha, beta);
+                    }
+                }
+            }
+        }
+        continue;
+    }
     // 3xTF32: outputs that came out NaN, one bit each (h, j, e) -> bit (h * BN/8 + j) * 2 + e; they
     // are left unwritten here and repaired below.
     unsigned long long nanMask = 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const int r = rowBase + 8 * h;
-        if (r >= M) continue;
+        const int r = PSRC == SRC_TMA_MN ? pBase + 2 * g + h : pBase + g + 8 * h;
+        if (r >= PR) continue;
         float* crow = Cb + (long long)r * ldc;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
-            const int c = colBase + 8 * j;
+            const int c = qBase + 8 * j;
             const float v0 = d[4 * j + 2 * h];
             const float v1 = d[4 * j + 2 * h + 1];
             bool ok0 = true, ok1 = true;
@@ -417,10 +537,10 @@ __global__ void __launch_bounds__(384, 1)
                 ok0 = !isnan(v0);
                 ok1 = !isnan(v1);
                 const int bit = (h * (BN / 8) + j) * 2;
-                if (!ok0 && c < N) nanMask |= 1ull << bit;
-                if (!ok1 && c + 1 < N) nanMask |= 1ull << (bit + 1);
+                if (!ok0 && c < QR) nanMask |= 1ull << bit;
+                if (!ok1 && c + 1 < QR) nanMask |= 1ull << (bit + 1);
             }
-            if (VEC && c + 1 < N && ok0 && ok1) {
+            if (vec && c + 1 < QR && ok0 && ok1) {
                 float2* p = reinterpret_cast<float2*>(crow + c);
                 float2 o = make_float2(alpha * v0, alpha * v1);
                 if (beta != 0.0f) {
@@ -430,13 +550,15 @@ __global__ void __launch_bounds__(384, 1)
                 }
                 *p = o;
             } else {
-                if (c < N && ok0) store1(crow, c, v0, alpha, beta);
-                if (c + 1 < N && ok1) store1(crow, c + 1, v1, alpha, beta);
+                if (c < QR && ok0) store1(crow, c, v0, alpha, beta);
+                if (c + 1 < QR && ok1) store1(crow, c + 1, v1, alpha, beta);
             }
         }
     }
     if (SPLIT == 3) {
-        const int kEnd = min(numKT, ktBegin + ktPerSplit) * BK;
+        const float* pB = Pp + w.bIdx * strideP;
+        const float* qB = Qp + w.bIdx * strideQ;
+        const int kEnd = (w.ktBegin + w.nk) * BK;
 #pragma unroll 1
         while (nanMask) {
             const int bit = __ffsll((long long)nanMask) - 1;
@@ -444,16 +566,38 @@ __global__ void __launch_bounds__(384, 1)
             const int e = bit & 1;
             const int j = (bit >> 1) % (BN / 8);
             const int h = (bit >> 1) / (BN / 8);
-            const int r = rowBase + 8 * h;
-            const int c = colBase + 8 * j + e;
+            const int r = pBase + g + 8 * h;
+            const int c = qBase + 8 * j + e;
             float v = 0.0f;
 #pragma unroll 1
-            for (int k = ktBegin * BK; k < kEnd; ++k) {
-                v = fmaf(packed_big<BM, PARTS>(ApB, numKT, r, k),
-                         packed_big<BN, PARTS>(BpB, numKT, c, k), v);
+            for (int k = w.ktBegin * BK; k < kEnd; ++k) {
+                v = fmaf(packed_big<BM, PARTS>(pB, numKT, r, k),
+                         packed_big<BN, PARTS>(qB, numKT, c, k), v);
             }
             store1(Cb + (long long)r * ldc, c, v, alpha, beta);
         }
     }
+    }  // work units
     }  // consumer warpgroups
+}
+
+// Whether this GPU's tensor copies round f32 to TF32 for a map of type TFLOAT32 (the host plans
+// the tensor-mapped Q only if they do): one 32-float box copied through `map` into shared memory
+// and written to `out` as it landed. One block of 32 threads.
+__global__ void __launch_bounds__(32) gemm_tma_probe(const __grid_constant__ TmaDesc map,
+                                                     float* __restrict__ out) {
+    __shared__ __align__(128) float buf[32];
+    __shared__ __align__(8) u64 bar;
+    if (threadIdx.x == 0) {
+        mbar_init(smem_addr(&bar), 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mbar_arrive_expect_tx(smem_addr(&bar), 32 * 4);
+        tma_g2s_3d(smem_addr(buf), &map, 0, 0, 0, smem_addr(&bar));
+    }
+    mbar_wait(smem_addr(&bar), 0);
+    out[threadIdx.x] = buf[threadIdx.x];
 }

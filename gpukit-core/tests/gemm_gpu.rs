@@ -8,10 +8,12 @@
 
 use gpukit_core::gemm::desc::{Precision, RawGemm, Transpose};
 use gpukit_core::gemm::plan::{
-    self, fixed_plan, Family, Plan, Problem, SGEMM_CONFIGS, TF32_CONFIGS, WGMMA3_CONFIGS,
-    WGMMA_CONFIGS,
+    self, fixed_plan, operand_choices, Family, Operands, Plan, Problem, Source, SGEMM_CONFIGS,
+    TF32_CONFIGS, WGMMA3_CONFIGS, WGMMA_CONFIGS,
 };
-use gpukit_core::gemm::{cublas_gemm, plan_for, sgemm, sgemm_with_plan, BlasType};
+use gpukit_core::gemm::{
+    cublas_gemm, paths_for, plan_for, sgemm, sgemm_with_plan, tensor_copies_round, BlasType,
+};
 use gpukit_core::{Device, Error, OwnerId, Stream};
 use gpukit_jit::cudarc::driver::{CudaSlice, DevicePtr};
 use proptest::prelude::*;
@@ -386,7 +388,7 @@ fn gate(tf32: bool) -> f64 {
 
 fn check(case: &Case, p: Precision, plan: Option<&Plan>, seed: u64) -> f64 {
     let o = run(case, p, plan, seed);
-    let name = plan.map(|p| (p.config.name, p.splits, p.tma_a));
+    let name = plan.map(plan_name);
     if let Some(ok) = o.small_ok {
         assert!(
             ok,
@@ -403,11 +405,29 @@ fn check(case: &Case, p: Precision, plan: Option<&Plan>, seed: u64) -> f64 {
     o.err
 }
 
+/// A plan's short name for messages: configuration, splits, operands, grid limit.
+fn plan_name(p: &Plan) -> String {
+    format!(
+        "{} s{} [{}] blocks {}",
+        p.config.name,
+        p.splits,
+        p.operands.label(),
+        p.max_blocks
+    )
+}
+
+/// Grid limit the tests give persistent `wgmma` plans: few blocks, so that each walks many work
+/// units (tiles, batch entries, K slices) through the same pipeline.
+const FEW_BLOCKS: u32 = 3;
+
 /// Every plan of `configs` that fits this device for `case`, with the given splits; the
-/// `wgmma` TF32 plans both with A through the tensor map (when the layout allows it) and packed.
+/// `wgmma` TF32 plans with every operand layout the planner may choose here (tensor maps where
+/// the layout allows, the device's rounding probe included, and packed), alternately with one
+/// block per work unit and with [`FEW_BLOCKS`] persistent blocks (the preferred layout both).
 fn plans_for(configs: &[plan::TileConfig], case: &Case, splits: &[u32]) -> Vec<Plan> {
     let p = case.problem();
     let d = gpu().dev.attributes();
+    let paths = paths_for(&gpu().dev).expect("paths");
     let mut v = Vec::new();
     for c in configs {
         if c.occupancy_on(d, case.ta, case.tb) == 0 {
@@ -415,15 +435,29 @@ fn plans_for(configs: &[plan::TileConfig], case: &Case, splits: &[u32]) -> Vec<P
         }
         for &s in splits {
             let plan = fixed_plan(*c, &p, s);
-            v.push(plan);
-            if plan.tma_a {
-                v.push(Plan {
-                    tma_a: false,
-                    ..plan
-                });
+            if !c.family.is_wgmma() {
+                v.push(plan);
+                continue;
+            }
+            for (i, ops) in operand_choices(c.family, &p, &paths)
+                .into_iter()
+                .enumerate()
+            {
+                if i == 0 {
+                    v.push(plan.with(ops, 0));
+                }
+                v.push(plan.with(
+                    ops,
+                    if (i + s as usize).is_multiple_of(2) {
+                        FEW_BLOCKS
+                    } else {
+                        0
+                    },
+                ));
             }
         }
     }
+    v.dedup();
     v
 }
 
@@ -611,8 +645,8 @@ fn wgmma_paths_on_awkward_shapes() {
             77,
         );
         println!(
-            "{} splits {} tma_a {}: 1024x1024x8192 normwise error {e:.3e}",
-            plan.config.name, plan.splits, plan.tma_a
+            "{}: 1024x1024x8192 normwise error {e:.3e}",
+            plan_name(&plan)
         );
     }
 }
@@ -637,6 +671,14 @@ fn tf32_inputs_are_rounded_to_nearest_not_truncated() {
         .chain(WGMMA_CONFIGS.iter())
         .copied()
         .collect();
+    if hopper() {
+        // Which rounding the tensor-mapped operands get (the plans below include them only if
+        // the copies round; cvt.rna otherwise).
+        println!(
+            "tensor copies round to TF32 (TFLOAT32 maps): {:?}",
+            tensor_copies_round(&gpu().dev).expect("probe")
+        );
+    }
     let (m, n, k) = (96, 80, 256);
     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
         let case = Case {
@@ -709,9 +751,9 @@ fn tf32_inputs_are_rounded_to_nearest_not_truncated() {
         if !hopper() {
             println!("tf32 rounding: wgmma paths not tested (not compute capability 9.0)");
         }
-        plans.push(plan_for(gpu().dev.attributes(), Precision::Tf32, &case.raw(0, 0, 0)).unwrap());
+        plans.push(plan_for(&gpu().dev, Precision::Tf32, &case.raw(0, 0, 0)).unwrap());
         for plan in &plans {
-            let name = (plan.config.name, plan.splits, plan.tma_a, ta, tb);
+            let name = (plan_name(plan), ta, tb);
             let c = ours_on(&case, &a, &b, &nan, Precision::Tf32, Some(plan));
             for i in 0..m {
                 for j in 0..n {
@@ -809,13 +851,13 @@ fn nan_and_inf_propagate_like_cublas() {
 
     let mut plans = plans_for(&all_configs(), &case, &[1, 3]);
     for p in [Precision::Fp32, Precision::Tf32, Precision::Tf32x3] {
-        plans.push(plan_for(gpu().dev.attributes(), p, &g).unwrap());
+        plans.push(plan_for(&gpu().dev, p, &g).unwrap());
     }
     let clean_rows: Vec<usize> = (0..m).filter(|i| ![3, 5, 7, 69].contains(i)).collect();
     let clean_cols: Vec<usize> = (0..n).filter(|j| !(11..=12).contains(j)).collect();
     let reference = cublas_on(&case, &a, &b, &vec![0.0; m * n], BlasType::F64);
     for plan in &plans {
-        let name = (plan.config.name, plan.splits, plan.tma_a);
+        let name = plan_name(plan);
         let c = ours_on(&case, &a, &b, &poisoned, Precision::Fp32, Some(plan));
         for i in 0..m {
             for j in 0..n {
@@ -878,7 +920,7 @@ fn tf32x3_is_as_accurate_as_cublas_sgemm() {
             let e_cublas = normwise(&case, &cub, &r, "cuBLAS SGEMM");
             let mut row = format!("{data:?} {m}x{n}x{k}: cuBLAS SGEMM {e_cublas:.3e}");
             for p in [Precision::Tf32x3, Precision::Fp32] {
-                let plan = plan_for(gpu().dev.attributes(), p, &case.raw(0, 0, 0)).unwrap();
+                let plan = plan_for(&gpu().dev, p, &case.raw(0, 0, 0)).unwrap();
                 let c = ours_on(&case, &a, &b, &c0, p, None);
                 let e = normwise(&case, &c, &r, "ours");
                 row += &format!(", {p:?} ({} s{}) {e:.3e}", plan.config.name, plan.splits);
@@ -944,7 +986,7 @@ fn skinny_and_small_long_k_shapes_use_split_k_and_stay_accurate() {
     for (m, n, k) in [(96, 80, 30_000), (384, 384, 8192), (250, 260, 8192)] {
         for p in [Precision::Fp32, Precision::Tf32, Precision::Tf32x3] {
             let case = Case::square(m, n, k);
-            let plan = plan_for(gpu().dev.attributes(), p, &case.raw(0, 0, 0)).unwrap();
+            let plan = plan_for(&gpu().dev, p, &case.raw(0, 0, 0)).unwrap();
             assert!(plan.splits > 1, "{m}x{n}x{k} {p:?}: {plan:?}");
             check(&case, p, None, 9);
         }
@@ -968,12 +1010,18 @@ fn gemm_scratch_memory_is_charged_to_the_current_owner() {
     let g = case.raw(ptr(&a), ptr(&b), ptr(&c));
     let mut plans = vec![fixed_plan(SGEMM_CONFIGS[2], &case.problem(), 4)];
     if hopper() {
-        plans.push(fixed_plan(WGMMA_CONFIGS[1], &case.problem(), 1));
-        plans.push(Plan {
-            tma_a: false,
-            ..fixed_plan(WGMMA_CONFIGS[0], &case.problem(), 1)
-        });
-        plans.push(fixed_plan(WGMMA3_CONFIGS[0], &case.problem(), 1));
+        // Both operands packed; B packed (A through its tensor map); nothing packed but a
+        // split-K workspace; 3xTF32 (both packed, split).
+        let p = case.problem();
+        plans.push(fixed_plan(WGMMA_CONFIGS[1], &p, 1).with(Operands::PACKED, 0));
+        let a_mapped = Operands {
+            swap: false,
+            p: Source::TmaKMajor,
+            q_tma: false,
+        };
+        plans.push(fixed_plan(WGMMA_CONFIGS[0], &p, 1).with(a_mapped, FEW_BLOCKS));
+        plans.push(fixed_plan(WGMMA_CONFIGS[0], &p, 2));
+        plans.push(fixed_plan(WGMMA3_CONFIGS[0], &p, 1));
     }
     for plan in &plans {
         let r = dev.allocator().with_owner(&owner, || {
@@ -982,15 +1030,12 @@ fn gemm_scratch_memory_is_charged_to_the_current_owner() {
         });
         match r {
             Err(Error::QuotaExceeded { owner: o, .. }) => assert_eq!(o, owner.to_string()),
-            other => panic!(
-                "{}: expected QuotaExceeded, got {other:?}",
-                plan.config.name
-            ),
+            other => panic!("{}: expected QuotaExceeded, got {other:?}", plan_name(plan)),
         }
         assert_eq!(dev.allocator().owner_usage(&owner).in_use, 0);
         // SAFETY: as above.
         unsafe { sgemm_with_plan(&gpu().stream, &g, plan) }
-            .unwrap_or_else(|e| panic!("{}: {e}", plan.config.name));
+            .unwrap_or_else(|e| panic!("{}: {e}", plan_name(plan)));
     }
     dev.allocator().set_quota(&owner, None).unwrap();
 }

@@ -241,11 +241,16 @@ impl RawGemm {
             && (self.batch <= 1 || self.stride_c.is_multiple_of(4))
     }
 
-    /// True when the `wgmma` kernel can read A in place through a tensor map (TMA): A stored
-    /// K-contiguous (not transposed), 16-byte aligned, with leading dimension and batch stride
-    /// multiples of 4 elements (the tensor map's 16-byte stride rule).
+    /// True when the `wgmma` kernel can read A in place through a tensor map (TMA), stored either
+    /// way: 16-byte aligned, with leading dimension and batch stride multiples of 4 elements (the
+    /// tensor map's 16-byte stride rules).
     pub fn a_tensor_mappable(&self) -> bool {
-        !self.trans_a.is_yes() && self.a_vectorizable()
+        self.a_vectorizable()
+    }
+
+    /// The same for B.
+    pub fn b_tensor_mappable(&self) -> bool {
+        self.b_vectorizable()
     }
 }
 
@@ -307,8 +312,9 @@ mod tests {
         g.a = 256;
         g.c = 1024 + 8;
         assert!(g.ab_vectorizable() && !g.c_vectorizable());
+        // Either storage order maps (the kernel reads K-major and MN-major tiles).
         g.trans_a = Transpose::Yes;
-        assert!(!g.a_tensor_mappable());
+        assert!(g.a_tensor_mappable() && g.b_tensor_mappable());
         let mut t = RawGemm::contiguous(4, 8, 12, 0, 0, 0);
         t.trans_a = Transpose::Yes;
         assert_eq!(t.a_stored(), (12, 4));
@@ -316,6 +322,8 @@ mod tests {
         let mut g = RawGemm::contiguous(4, 8, 12, 256, 512, 1024);
         g.batch = 2;
         g.stride_a = 50;
-        assert!(!g.a_tensor_mappable());
+        assert!(!g.a_tensor_mappable() && g.b_tensor_mappable());
+        g.stride_b = 50;
+        assert!(!g.b_tensor_mappable());
     }
 }

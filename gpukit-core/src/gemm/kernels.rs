@@ -6,7 +6,8 @@
 //! registry ([`crate::kernels`]' `KernelSet`, keyed by the name expression), the one registry the
 //! built-in kernels use too.
 
-use super::plan::{Family, TileConfig};
+use super::path::Paths;
+use super::plan::{operand_choices, Family, Operands, Problem, TileConfig};
 use crate::device::Device;
 use crate::error::Result;
 use gpukit_jit::{CompileOptions, Kernel};
@@ -25,6 +26,8 @@ pub const SGEMM_SOURCE: &str = include_str!("../../kernels/gemm_sgemm.cu");
 pub const WGMMA_SOURCE: &str = include_str!("../../kernels/gemm_wgmma.cu");
 /// Program name the `wgmma` pack kernels are compiled under.
 pub const PACK_PROGRAM: &str = "gemm_wgmma_pack";
+/// Name (and program name) of the kernel that checks whether tensor copies round to TF32.
+pub const PROBE_KERNEL: &str = "gemm_tma_probe";
 /// The split-K reduction / beta-scaling kernel.
 pub const REDUCE_SOURCE: &str = include_str!("../../kernels/gemm_reduce.cu");
 /// Program name the reduction is compiled under.
@@ -35,15 +38,16 @@ pub const REDUCE_KERNEL: &str = "gemm_splitk_reduce";
 /// The layout-dependent template arguments of one instantiation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Variant {
-    /// A stored transposed (`mma.sync` and SIMT kernels; the `wgmma` kernels read packed or
-    /// tensor-mapped operands and ignore it).
+    /// A stored transposed (`mma.sync` and SIMT kernels; the `wgmma` kernels take their layout
+    /// from [`Variant::operands`] and ignore it).
     pub trans_a: bool,
     /// B stored transposed (likewise).
     pub trans_b: bool,
-    /// The 16-byte vector path (aligned operands; for the `wgmma` kernels: vector stores of C).
+    /// The 16-byte vector path of the `mma.sync` and SIMT kernels (aligned operands and C; the
+    /// `wgmma` kernels take C's vector stores as a run-time argument).
     pub vec: bool,
-    /// [`Family::Wgmma`]: A read through a tensor map and rounded in registers.
-    pub tma_a: bool,
+    /// The `wgmma` kernels' operand roles and sources.
+    pub operands: Operands,
 }
 
 /// The GEMM kernel source files.
@@ -117,7 +121,8 @@ impl Instantiation {
 
 /// The instantiation of `config` for `v`, e.g. `gemm_tf32<128,256,32,64,64,3,false,true,true>`
 /// or, for the `wgmma` families (whose kernel depends only on the tile, stages, products per
-/// step, `vec` and `tma_a`), `gemm_wgmma<256,4,1,true,true>`.
+/// step and the operands: P's source code, Q tensor-mapped, swapped),
+/// `gemm_wgmma<256,4,1,2,true,true>`.
 pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
     let file = match config.family {
         Family::Tf32 => SourceFile::Tf32,
@@ -130,12 +135,18 @@ pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
         } else {
             1
         };
+        let o = if config.family == Family::Wgmma {
+            v.operands
+        } else {
+            Operands::PACKED
+        };
         format!(
-            "gemm_wgmma<{},{},{split},{},{}>",
+            "gemm_wgmma<{},{},{split},{},{},{}>",
             config.bn,
             config.stages,
-            v.vec,
-            v.tma_a && config.family == Family::Wgmma
+            o.p.code(),
+            o.q_tma,
+            o.swap
         )
     } else {
         format!(
@@ -174,6 +185,15 @@ pub fn pack_instantiation(config: &TileConfig) -> Instantiation {
     }
 }
 
+/// The tensor-copy rounding probe (`gemm_tma_probe` in the `wgmma` source).
+pub fn probe_instantiation() -> Instantiation {
+    Instantiation {
+        file: SourceFile::Wgmma,
+        program: PROBE_KERNEL,
+        expr: PROBE_KERNEL.to_string(),
+    }
+}
+
 /// The split-K reduction / beta-scaling kernel.
 pub fn reduce_instantiation() -> Instantiation {
     Instantiation {
@@ -184,30 +204,48 @@ pub fn reduce_instantiation() -> Instantiation {
 }
 
 /// The distinct variants a configuration is instantiated for: every transpose x `vec`
-/// combination for the `mma.sync` and SIMT kernels; `vec` x `tma_a` for [`Family::Wgmma`];
-/// `vec` for [`Family::Wgmma3`].
+/// combination for the `mma.sync` and SIMT kernels; every operand layout the planner can choose
+/// for [`Family::Wgmma`] ([`operand_choices`] over all layouts); packed operands for
+/// [`Family::Wgmma3`].
 pub fn variants_of(config: &TileConfig) -> Vec<Variant> {
     match config.family {
-        Family::Wgmma => (0..4u8)
-            .map(|i| Variant {
-                vec: i & 1 != 0,
-                tma_a: i & 2 != 0,
-                ..Variant::default()
-            })
-            .collect(),
-        Family::Wgmma3 => [false, true]
-            .into_iter()
-            .map(|vec| Variant {
-                vec,
-                ..Variant::default()
-            })
-            .collect(),
+        Family::Wgmma => {
+            let mut v: Vec<Variant> = Vec::new();
+            for i in 0..4u8 {
+                for (am, bm) in [(true, true), (true, false), (false, true)] {
+                    let p = Problem {
+                        trans_a: i & 1 != 0,
+                        trans_b: i & 2 != 0,
+                        a_mappable: am,
+                        b_mappable: bm,
+                        ..Problem::shape(256, 256, 256, 1)
+                    };
+                    for tma_rounding in [true, false] {
+                        let paths = Paths {
+                            tma_rounding,
+                            ..Paths::default()
+                        };
+                        for operands in operand_choices(config.family, &p, &paths) {
+                            let var = Variant {
+                                operands,
+                                ..Variant::default()
+                            };
+                            if !v.contains(&var) {
+                                v.push(var);
+                            }
+                        }
+                    }
+                }
+            }
+            v
+        }
+        Family::Wgmma3 => vec![Variant::default()],
         _ => (0..8u8)
             .map(|i| Variant {
                 trans_a: i & 1 != 0,
                 trans_b: i & 2 != 0,
                 vec: i & 4 != 0,
-                tma_a: false,
+                operands: Operands::PACKED,
             })
             .collect(),
     }
@@ -231,6 +269,9 @@ pub fn all_instantiations(include_hopper: bool) -> Vec<Instantiation> {
             }
         }
     }
+    if include_hopper {
+        v.push(probe_instantiation());
+    }
     v.push(reduce_instantiation());
     v
 }
@@ -238,7 +279,7 @@ pub fn all_instantiations(include_hopper: bool) -> Vec<Instantiation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gemm::plan::{SGEMM_CONFIGS, TF32_CONFIGS, WGMMA3_CONFIGS, WGMMA_CONFIGS};
+    use crate::gemm::plan::{Source, SGEMM_CONFIGS, TF32_CONFIGS, WGMMA3_CONFIGS, WGMMA_CONFIGS};
 
     #[test]
     fn name_expressions_are_stable() {
@@ -246,22 +287,33 @@ mod tests {
             trans_a: false,
             trans_b: true,
             vec: true,
-            tma_a: false,
+            operands: Operands::PACKED,
         };
         assert_eq!(
             instantiation(&TF32_CONFIGS[0], v).expr,
             "gemm_tf32<128,256,32,64,64,3,false,true,true>"
         );
         assert_eq!(instantiation(&SGEMM_CONFIGS[2], v).program, "gemm_sgemm");
-        let w = Variant { tma_a: true, ..v };
+        let w = Variant {
+            operands: Operands {
+                swap: true,
+                p: Source::TmaMnMajor,
+                q_tma: true,
+            },
+            ..v
+        };
         assert_eq!(
             instantiation(&WGMMA_CONFIGS[0], w).expr,
-            "gemm_wgmma<256,4,1,true,true>"
+            "gemm_wgmma<256,4,1,2,true,true>"
         );
-        // The transposes do not change a wgmma instantiation; 3xTF32 never maps A.
+        assert_eq!(
+            instantiation(&WGMMA_CONFIGS[1], v).expr,
+            "gemm_wgmma<128,4,1,0,false,false>"
+        );
+        // The transposes do not change a wgmma instantiation; 3xTF32 always packs.
         assert_eq!(
             instantiation(&WGMMA3_CONFIGS[0], w).expr,
-            "gemm_wgmma<128,3,3,true,false>"
+            "gemm_wgmma<128,3,3,0,false,false>"
         );
         assert_eq!(
             pack_instantiation(&WGMMA3_CONFIGS[0]).expr,
@@ -272,14 +324,17 @@ mod tests {
             "gemm_wgmma_pack<128,256,1>"
         );
         assert_eq!(variants_of(&TF32_CONFIGS[0]).len(), 8);
-        assert_eq!(variants_of(&WGMMA_CONFIGS[1]).len(), 4);
-        assert_eq!(variants_of(&WGMMA3_CONFIGS[0]).len(), 2);
+        // Packed; P K-major with Q packed or mapped; P MN-major (either role) with Q packed or
+        // mapped, swapped or not.
+        assert_eq!(variants_of(&WGMMA_CONFIGS[1]).len(), 7);
+        assert_eq!(variants_of(&WGMMA3_CONFIGS[0]).len(), 1);
         let all = all_instantiations(true);
         let mut exprs: Vec<&str> = all.iter().map(|i| i.expr.as_str()).collect();
         let n = exprs.len();
         exprs.sort();
         exprs.dedup();
         assert_eq!(exprs.len(), n, "duplicate instantiations");
+        assert!(exprs.contains(&PROBE_KERNEL));
         assert!(all_instantiations(false)
             .iter()
             .all(|i| i.file != SourceFile::Wgmma));

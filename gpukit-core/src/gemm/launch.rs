@@ -8,10 +8,11 @@
 
 use super::desc::{Precision, RawGemm};
 use super::kernels::{self, Variant};
+use super::operand::{self, OperandView};
 use super::pack;
-use super::path;
-use super::plan::{self, Family, Plan, Problem, TileConfig};
-use super::tma;
+use super::path::{self, Paths};
+use super::plan::{self, Operands, Plan, Problem, Source, TileConfig};
+use super::tma::{self, Rounding};
 use crate::alloc::current_owner;
 use crate::attributes::DeviceAttributes;
 use crate::device::{Device, Stream};
@@ -29,10 +30,32 @@ fn device_of(stream: &Stream) -> Result<Device> {
     Device::open(stream.cuda().context().ordinal())
 }
 
-/// The plan [`sgemm`] uses for `g` on `dev` (the paths forced by `GPUKIT_GEMM_TF32` /
-/// `GPUKIT_GEMM_FP32` included).
-pub fn plan_for(dev: &DeviceAttributes, precision: Precision, g: &RawGemm) -> Result<Plan> {
-    plan::choose(precision, &Problem::of(g), dev, &path::paths_from_env()?)
+/// The paths [`sgemm`] may take on `dev`: the environment's ([`path::paths_from_env`]), with
+/// [`Paths::tma_rounding`] cleared unless the device's tensor copies round to TF32 (probed once
+/// per device on the first call that could use them, [`tma::tensor_copies_round`]).
+pub fn paths_for(dev: &Device) -> Result<Paths> {
+    let mut paths = path::paths_from_env()?;
+    if paths.tma_rounding {
+        paths.tma_rounding =
+            dev.attributes().supports_wgmma() && tma::tensor_copies_round(dev)?.rounds;
+    }
+    Ok(paths)
+}
+
+/// The plan [`sgemm`] uses for `g` on `dev` (the paths of [`paths_for`] included).
+pub fn plan_for(dev: &Device, precision: Precision, g: &RawGemm) -> Result<Plan> {
+    plan_with_paths(dev.attributes(), &paths_for(dev)?, precision, g)
+}
+
+/// The plan for `g` on a device with attributes `dev` under `paths` (no GPU needed: the
+/// planner is pure).
+pub fn plan_with_paths(
+    dev: &DeviceAttributes,
+    paths: &Paths,
+    precision: Precision,
+    g: &RawGemm,
+) -> Result<Plan> {
+    plan::choose(precision, &Problem::of(g), dev, paths)
 }
 
 /// Single-precision GEMM with our kernels; the plan is chosen per shape and device.
@@ -44,14 +67,16 @@ pub fn plan_for(dev: &DeviceAttributes, precision: Precision, g: &RawGemm) -> Re
 pub unsafe fn sgemm(stream: &Stream, precision: Precision, g: &RawGemm) -> Result<()> {
     g.validate()?;
     let dev = device_of(stream)?;
-    let plan = plan_for(dev.attributes(), precision, g)?;
+    let plan = plan_for(&dev, precision, g)?;
     // SAFETY: forwarded from the caller.
     unsafe { run(stream, &dev, g, &plan) }
 }
 
 /// Single-precision GEMM with a given plan (its configuration decides the arithmetic). A plan
 /// whose configuration does not fit the device (shared memory per block, or a Hopper family on
-/// another GPU) is an [`Error::InvalidArgument`].
+/// another GPU) or whose operands cannot be read as it says (a tensor map for a layout or an
+/// alignment that does not allow one, a rounding tensor map on a device whose tensor copies do
+/// not round) is an [`Error::InvalidArgument`].
 ///
 /// # Safety
 /// As for [`sgemm`].
@@ -95,6 +120,38 @@ struct Target {
     beta: f32,
 }
 
+/// Checks that `g`'s operands can be read as `ops` says (the planner only offers such layouts;
+/// a plan from a caller may not fit): P and Q views of the right major order, aligned for tensor
+/// maps, a rounding map only where the device's copies round.
+fn check_operands(dev: &Device, g: &RawGemm, cfg: &TileConfig, ops: &Operands) -> Result<()> {
+    if *ops == Operands::PACKED {
+        return Ok(());
+    }
+    let problem = Problem::of(g);
+    let paths = Paths {
+        tma: true,
+        tma_rounding: ops.q_tma && tma::tensor_copies_round(dev)?.rounds,
+        ..Paths::default()
+    };
+    if plan::operand_choices(cfg.family, &problem, &paths).contains(ops) {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "gemm",
+        format!(
+            "{} cannot read this product's operands as `{}` (transposes {:?}/{:?}, tensor-map \
+             alignment A {} B {}, tensor copies round to TF32: {})",
+            cfg.name,
+            ops.label(),
+            g.trans_a,
+            g.trans_b,
+            g.a_tensor_mappable(),
+            g.b_tensor_mappable(),
+            paths.tma_rounding
+        ),
+    ))
+}
+
 /// # Safety
 /// As for [`sgemm`]; `g` is validated.
 unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result<()> {
@@ -108,7 +165,14 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
     }
     let cfg = &plan.config;
     check_fits(cfg, g, dev.attributes())?;
-    let tiles = (g.m.div_ceil(cfg.bm as usize) * g.n.div_ceil(cfg.bn as usize)) as u64;
+    let ops = if cfg.family.is_wgmma() {
+        plan.operands
+    } else {
+        Operands::PACKED
+    };
+    check_operands(dev, g, cfg, &ops)?;
+    let (pr, qr) = Problem::of(g).pq_rows(&ops);
+    let tiles = (pr.div_ceil(cfg.bm) as u64) * (qr.div_ceil(cfg.bn) as u64);
     if tiles > i32::MAX as u64 {
         return Err(Error::invalid(
             "gemm",
@@ -120,33 +184,29 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
     }
     let (splits, k_per_split) = plan::normalize_split(cfg, g.k as u32, plan.splits);
     let splits = splits as usize;
-    // The tensor map of A (wgmma TF32 with a K-major, aligned A); if the driver rejects the
-    // layout, A is packed instead.
-    let tmap = if cfg.family == Family::Wgmma && plan.tma_a && g.a_tensor_mappable() {
-        tma::a_tensor_map(g).ok()
-    } else {
-        None
-    };
     let main = MainKernel {
         cfg,
         variant: Variant {
             trans_a: g.trans_a.is_yes(),
             trans_b: g.trans_b.is_yes(),
-            vec: if cfg.family.is_wgmma() {
-                if splits > 1 {
-                    true // the workspace is 16-byte aligned with rows of a multiple of 4
-                } else {
-                    g.c_vectorizable()
-                }
-            } else {
-                g.ab_vectorizable() && (splits > 1 || g.c_vectorizable())
-            },
-            tma_a: tmap.is_some(),
+            vec: g.ab_vectorizable() && (splits > 1 || g.c_vectorizable()),
+            operands: ops,
         },
-        tiles: tiles as u32,
+        tiles,
         splits,
         k_per_split: k_per_split as usize,
-        tmap,
+        max_blocks: if cfg.family.is_wgmma() {
+            plan.max_blocks
+        } else {
+            0
+        },
+        // A rounding map for P too where the copies round: every value of the product is then
+        // rounded the same way (to nearest even; the kernel's cvt.rna leaves it unchanged).
+        p_rounding: if ops.p != Source::Packed && tma::tensor_copies_round(dev)?.rounds {
+            Rounding::Tf32
+        } else {
+            Rounding::None
+        },
     };
     let kernel = kernels::instantiation(cfg, main.variant).load(dev)?;
 
@@ -162,7 +222,7 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
                 beta: g.beta as f32,
             };
             // SAFETY: forwarded from the caller; b0 + nb <= batch, nb <= 65535.
-            unsafe { main.launch(stream, dev, &kernel, g, b0, nb, &target) }?;
+            unsafe { main.launch(stream, dev, &kernel, g, b0, nb, &target, g.c_vectorizable()) }?;
             b0 += nb;
         }
         return Ok(());
@@ -191,8 +251,9 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
             alpha: 1.0,
             beta: 0.0,
         };
-        // SAFETY: forwarded from the caller; the workspace holds nb * splits slices.
-        unsafe { main.launch(stream, dev, &kernel, g, b0, nb, &target) }?;
+        // SAFETY: forwarded from the caller; the workspace holds nb * splits slices (16-byte
+        // aligned, rows a multiple of 4 floats: vector stores apply).
+        unsafe { main.launch(stream, dev, &kernel, g, b0, nb, &target, true) }?;
         let rargs = reduce_args(g, b0, nb, ws.ptr(), ldw, slice, splits);
         reduce.launch(stream.cuda(), reduce_launch(dev, nb * g.m * g.n), &rargs)?;
         b0 += nb;
@@ -204,15 +265,19 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
 struct MainKernel<'a> {
     cfg: &'a TileConfig,
     variant: Variant,
-    tiles: u32,
+    /// Block tiles of one output slice.
+    tiles: u64,
     splits: usize,
     k_per_split: usize,
-    /// The encoded tensor map of A when the kernel reads A through it.
-    tmap: Option<Vec<u8>>,
+    /// `wgmma`: the grid limit ([`Plan::max_blocks`], 0: one block per work unit).
+    max_blocks: u32,
+    /// `wgmma`: the type of P's tensor map.
+    p_rounding: Rounding,
 }
 
 impl MainKernel<'_> {
-    /// Launches batch entries `b0 .. b0 + nb` (times the K slices) into `t`.
+    /// Launches batch entries `b0 .. b0 + nb` (times the K slices) into `t`; `vec_c`: `t` allows
+    /// vector stores.
     ///
     /// # Safety
     /// As for [`sgemm`]; `b0 + nb <= g.batch`, `nb * splits <= 65535`, and `t` valid for the
@@ -227,29 +292,68 @@ impl MainKernel<'_> {
         b0: usize,
         nb: usize,
         t: &Target,
+        vec_c: bool,
     ) -> Result<()> {
         let cfg = self.cfg;
-        let lc = LaunchConfig {
-            grid: (self.tiles, 1, (nb * self.splits) as u32),
-            block: (cfg.threads(), 1, 1),
-            shared_mem_bytes: cfg.smem_bytes(self.variant.trans_a, self.variant.trans_b),
-        };
+        let smem = cfg.smem_bytes(self.variant.trans_a, self.variant.trans_b);
         if !cfg.family.is_wgmma() {
+            let lc = LaunchConfig {
+                grid: (self.tiles as u32, 1, (nb * self.splits) as u32),
+                block: (cfg.threads(), 1, 1),
+                shared_mem_bytes: smem,
+            };
             let args = simt_args(g, b0, t, self.splits, self.k_per_split);
             kernel.launch(stream.cuda(), lc, &args)?;
             return Ok(());
         }
-        // SAFETY: forwarded from the caller.
-        let packed = unsafe { pack::pack(stream, dev, g, cfg, b0, nb, self.tmap.is_none()) }?;
-        let args = wgmma_args(
-            g,
-            b0,
-            t,
-            &packed,
-            self.tmap.as_deref(),
-            self.splits,
-            self.k_per_split.div_ceil(cfg.bk as usize),
-        );
+        let ops = self.variant.operands;
+        let (p, q) = operand::p_and_q(g, &ops, b0, nb);
+        let pmap = match ops.p {
+            Source::Packed => None,
+            Source::TmaKMajor => Some(tma::kmajor_map(&p, cfg.bm, self.p_rounding)?),
+            Source::TmaMnMajor => Some(tma::mnmajor_map(&p, self.p_rounding)?),
+        };
+        let qmap = if ops.q_tma {
+            Some(tma::kmajor_map(&q, cfg.bn, Rounding::Tf32)?)
+        } else {
+            None
+        };
+        // SAFETY: forwarded from the caller (the views lie within A and B).
+        let packed = unsafe {
+            pack::pack(
+                stream,
+                dev,
+                cfg,
+                (ops.p == Source::Packed).then_some(&p),
+                (!ops.q_tma).then_some(&q),
+            )
+        }?;
+        let units = self.tiles * (nb * self.splits) as u64;
+        // The kernel walks units in steps of the grid size, so any grid from 1 block up is
+        // correct; one block per unit is the classic launch.
+        let limit = if self.max_blocks == 0 {
+            u64::MAX
+        } else {
+            self.max_blocks as u64
+        };
+        let grid = units.min(limit).min(i32::MAX as u64) as u32;
+        let lc = LaunchConfig {
+            grid: (grid, 1, 1),
+            block: (cfg.threads(), 1, 1),
+            shared_mem_bytes: smem,
+        };
+        let args = wgmma_args(&WgmmaCall {
+            p: &p,
+            q: &q,
+            packed: &packed,
+            pmap: pmap.as_deref(),
+            qmap: qmap.as_deref(),
+            target: t,
+            vec_c,
+            splits: self.splits,
+            kt_per_split: self.k_per_split.div_ceil(cfg.bk as usize),
+            nz: nb * self.splits,
+        });
         kernel.launch(stream.cuda(), lc, &args)?;
         // The pack buffer returns to the allocator here; stream order keeps it intact until the
         // kernel above has run.
@@ -288,42 +392,53 @@ fn simt_args(
     ]
 }
 
-/// Arguments of the `wgmma` kernels (`gemm_wgmma`) for batch entries from `b0` into `t`, with
-/// the packed operands and (when A is read in place) A's tensor map; `kt_per_split` in k tiles.
-fn wgmma_args(
-    g: &RawGemm,
-    b0: usize,
-    t: &Target,
-    packed: &pack::Packed,
-    tmap: Option<&[u8]>,
+/// Everything one `wgmma` launch takes.
+struct WgmmaCall<'a> {
+    p: &'a OperandView,
+    q: &'a OperandView,
+    packed: &'a pack::Packed,
+    /// P's and Q's encoded tensor maps, where they are read through one.
+    pmap: Option<&'a [u8]>,
+    qmap: Option<&'a [u8]>,
+    target: &'a Target,
+    vec_c: bool,
     splits: usize,
+    /// K per slice in k tiles.
     kt_per_split: usize,
-) -> Vec<KernelArg> {
-    let batched_a = g.batch > 1 && g.stride_a != 0;
+    /// Output slices (batch entries x splits) of the launch.
+    nz: usize,
+}
+
+/// Arguments of the `wgmma` kernels (`gemm_wgmma`).
+fn wgmma_args(c: &WgmmaCall) -> Vec<KernelArg> {
+    let map = |m: Option<&[u8]>| KernelArg::Bytes(m.map_or_else(|| vec![0u8; 128], <[u8]>::to_vec));
     vec![
-        KernelArg::Ptr(packed.a),
-        KernelArg::Ptr(packed.b),
-        KernelArg::Ptr(t.c),
-        KernelArg::Bytes(tmap.map_or_else(|| vec![0u8; 128], <[u8]>::to_vec)),
-        (g.m as i32).into(),
-        (g.n as i32).into(),
-        (g.k as i32).into(),
-        (t.ldc as i32).into(),
-        (packed.stride_a as i64).into(),
-        (packed.stride_b as i64).into(),
-        (t.stride_c as i64).into(),
-        (b0 as i32).into(),
-        (!batched_a as i32).into(),
-        t.alpha.into(),
-        t.beta.into(),
-        (splits as i32).into(),
-        (kt_per_split as i32).into(),
+        KernelArg::Ptr(c.packed.p),
+        KernelArg::Ptr(c.packed.q),
+        KernelArg::Ptr(c.target.c),
+        map(c.pmap),
+        map(c.qmap),
+        (c.p.rows as i32).into(),
+        (c.q.rows as i32).into(),
+        (c.p.k as i32).into(),
+        (c.target.ldc as i32).into(),
+        (c.packed.stride_p as i64).into(),
+        (c.packed.stride_q as i64).into(),
+        (c.target.stride_c as i64).into(),
+        (c.p.broadcast() as i32).into(),
+        (c.q.broadcast() as i32).into(),
+        c.target.alpha.into(),
+        c.target.beta.into(),
+        (c.splits as i32).into(),
+        (c.kt_per_split as i32).into(),
+        (c.nz as i32).into(),
+        (c.vec_c as i32).into(),
         GROUP_M.into(),
     ]
 }
 
 /// Runs only the operand pack of a `wgmma` plan for `g` (benches: the pack's share of the
-/// time). Does nothing for empty products or plans of other families.
+/// time). Does nothing for empty products, plans of other families or operands read in place.
 ///
 /// # Safety
 /// As for [`sgemm`].
@@ -334,12 +449,21 @@ pub unsafe fn pack_only(stream: &Stream, g: &RawGemm, plan: &Plan) -> Result<()>
     }
     let dev = device_of(stream)?;
     check_fits(&plan.config, g, dev.attributes())?;
-    let pack_a = !(plan.tma_a && plan.config.family == Family::Wgmma && g.a_tensor_mappable());
+    let ops = plan.operands;
     let mut b0 = 0usize;
     while b0 < g.batch {
         let nb = (g.batch - b0).min(MAX_GRID_Z);
+        let (p, q) = operand::p_and_q(g, &ops, b0, nb);
         // SAFETY: forwarded from the caller.
-        drop(unsafe { pack::pack(stream, &dev, g, &plan.config, b0, nb, pack_a) }?);
+        drop(unsafe {
+            pack::pack(
+                stream,
+                &dev,
+                &plan.config,
+                (ops.p == Source::Packed).then_some(&p),
+                (!ops.q_tma).then_some(&q),
+            )
+        }?);
         b0 += nb;
     }
     Ok(())
@@ -404,15 +528,13 @@ mod tests {
     use crate::gemm::plan::all_configs;
     use gpukit_jit::signature::parse_kernels;
 
-    fn target() -> Target {
-        Target {
-            c: 4096,
-            ldc: 8,
-            stride_c: 64,
-            alpha: 1.0,
-            beta: 0.0,
-        }
-    }
+    const TARGET: Target = Target {
+        c: 4096,
+        ldc: 8,
+        stride_c: 64,
+        alpha: 1.0,
+        beta: 0.0,
+    };
 
     /// The argument lists built here match the kernels' parsed signatures (count, pointer vs
     /// value, widths) for every instantiation: a mismatch would otherwise surface only on a GPU.
@@ -420,6 +542,19 @@ mod tests {
     fn argument_lists_match_every_kernel_signature() {
         let g = RawGemm::contiguous(8, 8, 8, 256, 512, 4096);
         let packed = pack::Packed::for_test(1024, 2048);
+        let (p, q) = operand::a_and_bt(&g, 0, 1);
+        let call = |pmap: Option<&'static [u8]>| WgmmaCall {
+            p: &p,
+            q: &q,
+            packed: &packed,
+            pmap,
+            qmap: None,
+            target: &TARGET,
+            vec_c: true,
+            splits: 2,
+            kt_per_split: 3,
+            nz: 2,
+        };
         for config in all_configs() {
             for v in kernels::variants_of(config) {
                 let inst = kernels::instantiation(config, v);
@@ -429,9 +564,9 @@ mod tests {
                     .unwrap_or_else(|| panic!("{} not found", config.kernel_name()))
                     .instantiate(&inst.expr);
                 let args = if config.family.is_wgmma() {
-                    wgmma_args(&g, 0, &target(), &packed, Some(&[7u8; 128]), 2, 3)
+                    wgmma_args(&call(Some(&[7u8; 128])))
                 } else {
-                    simt_args(&g, 0, &target(), 2, 32)
+                    simt_args(&g, 0, &TARGET, 2, 32)
                 };
                 gpukit_jit::check_args(&sig, &inst.expr, &args)
                     .unwrap_or_else(|e| panic!("{}: {e}", inst.expr));
@@ -443,8 +578,19 @@ mod tests {
             .unwrap();
         gpukit_jit::check_args(&sig, "reduce", &reduce_args(&g, 0, 1, 8192, 8, 64, 3)).unwrap();
         gpukit_jit::check_args(&sig, "scale", &reduce_args(&g, 0, 1, g.c, 8, 0, 0)).unwrap();
-        // The tensor map travels as its 128 bytes, zeros when A is packed.
-        let a = wgmma_args(&g, 0, &target(), &packed, None, 1, 1);
+        // The tensor maps travel as their 128 bytes each, zeros for an operand read packed.
+        let a = wgmma_args(&call(None));
         assert_eq!(a[3], KernelArg::Bytes(vec![0u8; 128]));
+        assert_eq!(a[4], KernelArg::Bytes(vec![0u8; 128]));
+        let a = wgmma_args(&call(Some(&[7u8; 128])));
+        assert_eq!(a[3], KernelArg::Bytes(vec![7u8; 128]));
+        // The probe kernel takes a map and an output pointer.
+        let inst = kernels::probe_instantiation();
+        let sig = parse_kernels(inst.source())
+            .into_iter()
+            .find(|k| k.name == kernels::PROBE_KERNEL)
+            .unwrap();
+        let probe_args = vec![KernelArg::Bytes(vec![0u8; 128]), KernelArg::Ptr(4096)];
+        gpukit_jit::check_args(&sig, &inst.expr, &probe_args).unwrap();
     }
 }

@@ -42,7 +42,8 @@
 //! - [`path`]: the environment overrides of the kernel path;
 //! - [`launch`]: [`sgemm`] / [`sgemm_with_plan`] run a plan (split-K workspace included);
 //! - [`kernels`]: the CUDA sources, their instantiations and loading (the device's kernel
-//!   registry); `pack` and `tma` feed the Hopper kernels;
+//!   registry); `operand`, `pack` and [`tma`] feed the Hopper kernels (the latter also probes
+//!   whether the GPU's tensor copies round to TF32);
 //! - [`cublas`]: cuBLAS GEMM for every element type (baseline, f64/f16/bf16, references).
 //!
 //! ```no_run
@@ -60,14 +61,16 @@ pub mod cublas;
 pub mod desc;
 pub mod kernels;
 pub mod launch;
+mod operand;
 mod pack;
 pub mod path;
 pub mod plan;
-mod tma;
+pub mod tma;
 
 pub use cublas::{cublas_gemm, BlasType};
 pub use desc::{Precision, RawGemm, Transpose};
-pub use launch::{pack_only, plan_for, sgemm, sgemm_with_plan};
+pub use launch::{pack_only, paths_for, plan_for, plan_with_paths, sgemm, sgemm_with_plan};
+pub use tma::{tensor_copies_round, TmaRounding};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};

@@ -7,9 +7,9 @@
 //! - `GPUKIT_GEMM_FP32` = `auto` (the default: SIMT, or 3xTF32 where [`super::plan::fp32_prefers_tf32x3`]
 //!   and the planner estimates it faster), `simt` (always the FP32 SIMT kernel) or `3xtf32`
 //!   (always the Hopper 3xTF32 kernel; an error elsewhere).
-//! - `GPUKIT_GEMM_TMA` = `auto` (the default: the `wgmma` TF32 kernel reads a K-major, aligned A
-//!   in place through a tensor map) or `off` (A is always packed like B; an escape hatch should a
-//!   driver mishandle tensor maps).
+//! - `GPUKIT_GEMM_TMA` = `auto` (the default: the `wgmma` TF32 kernel reads aligned operands in
+//!   place through tensor maps) or `off` (both operands are always packed; an escape hatch should
+//!   a driver mishandle tensor maps).
 //!
 //! Any other value makes the affected calls fail with [`Error::InvalidArgument`] naming the
 //! variable and the values it takes. The variables are read on every call (cheap), so a test or
@@ -79,8 +79,14 @@ pub struct Paths {
     pub tf32: Tf32Path,
     /// FP32-accurate products.
     pub fp32: Fp32Path,
-    /// Whether the `wgmma` TF32 kernel may read A through a tensor map (`GPUKIT_GEMM_TMA`).
+    /// Whether the `wgmma` TF32 kernel may read operands in place through tensor maps
+    /// (`GPUKIT_GEMM_TMA`).
     pub tma: bool,
+    /// Whether the device's tensor copies round f32 to TF32 (round to nearest even) for a tensor
+    /// map of type TFLOAT32, so that the `wgmma` kernel's shared-memory operand can be read in
+    /// place too. [`paths_from_env`] sets it to [`Paths::tma`]; [`super::launch`] clears it on
+    /// devices whose probe ([`super::tma`]) shows no rounding.
+    pub tma_rounding: bool,
 }
 
 impl Default for Paths {
@@ -89,6 +95,7 @@ impl Default for Paths {
             tf32: Tf32Path::Auto,
             fp32: Fp32Path::Auto,
             tma: true,
+            tma_rounding: true,
         }
     }
 }
@@ -124,10 +131,12 @@ pub fn fp32_path_from_env() -> Result<Fp32Path> {
 
 /// Every override from the environment.
 pub fn paths_from_env() -> Result<Paths> {
+    let tma = read(TMA_ENV, parse_tma, "auto, on, off")?.unwrap_or(true);
     Ok(Paths {
         tf32: tf32_path_from_env()?,
         fp32: fp32_path_from_env()?,
-        tma: read(TMA_ENV, parse_tma, "auto, on, off")?.unwrap_or(true),
+        tma,
+        tma_rounding: tma,
     })
 }
 

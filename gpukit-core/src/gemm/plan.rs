@@ -33,13 +33,16 @@
 //! # Hopper
 //!
 //! On compute capability 9.0 TF32 products can also run the `wgmma` kernels ([`Family::Wgmma`]),
-//! and FP32-accurate products the 3xTF32 `wgmma` kernel ([`Family::Wgmma3`]). Both first pack
-//! their operands into rounded (or split), swizzled K-major tiles (a memory-bound pass, modelled
-//! as its bytes over [`PACK_BANDWIDTH`] plus a launch cost); a TF32 A that is already K-major and
-//! aligned skips the pack and is read in place through a tensor map ([`Plan::tma_a`]).
-//! [`choose`] compares the families a precision may use under the same model and keeps the
-//! cheapest; [`Paths`] forces one (the `GPUKIT_GEMM_TF32` / `GPUKIT_GEMM_FP32` environment
-//! variables, read by [`super::path`]).
+//! and FP32-accurate products the 3xTF32 `wgmma` kernel ([`Family::Wgmma3`]). The `wgmma` kernel
+//! computes `P Q^T` with P in wgmma's register role and Q in its shared-memory role, either
+//! `P = op(A), Q = op(B)^T` or, swapped, `P = op(B)^T, Q = op(A)` (storing the transpose), and
+//! reads each operand in place through a tensor map where its layout allows ([`Operands`],
+//! [`operand_choices`]); the rest is first packed into rounded (3xTF32: split), swizzled K-major
+//! tiles, a memory-bound pass modelled as its bytes over [`PACK_BANDWIDTH`] plus a launch cost.
+//! Above one wave of blocks the `wgmma` kernels run persistent ([`Plan::max_blocks`]: one block
+//! per SM walking the tiles). [`choose`] compares the families a precision may use under the same
+//! model and keeps the cheapest; [`Paths`] forces one (the `GPUKIT_GEMM_TF32` / `GPUKIT_GEMM_FP32`
+//! environment variables, read by [`super::path`]).
 
 use super::desc::{Precision, RawGemm};
 use super::path::{Fp32Path, Paths, Tf32Path};
@@ -356,6 +359,122 @@ pub fn config_by_name(name: &str) -> Option<TileConfig> {
     all_configs().find(|c| c.name == name).copied()
 }
 
+/// Where the `wgmma` kernel reads its P operand (wgmma's register-side operand) from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Source {
+    /// The operand pack's rounded, swizzled K-major tiles (wgmma reads P from shared memory).
+    #[default]
+    Packed,
+    /// The user's K-major layout through a tensor map; fragments rounded in registers.
+    TmaKMajor,
+    /// The user's MN-major layout through a tensor map (the transpose happens in the fragment
+    /// loads); fragments rounded in registers.
+    TmaMnMajor,
+}
+
+impl Source {
+    /// The kernel template's code for it (`SRC_PACKED`, `SRC_TMA_K`, `SRC_TMA_MN`).
+    pub fn code(self) -> u32 {
+        match self {
+            Source::Packed => 0,
+            Source::TmaKMajor => 1,
+            Source::TmaMnMajor => 2,
+        }
+    }
+}
+
+/// How the `wgmma` kernel gets its operands: which user operand plays P (wgmma's register side,
+/// 128 rows per block) and which Q (its shared-memory side, `bn` rows), and where each comes
+/// from. `Operands::default()` packs both (`P = op(A)`, `Q = op(B)^T`), the only choice of
+/// [`Family::Wgmma3`] and of the other families (where it means nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Operands {
+    /// `P = op(B)^T, Q = op(A)` and the kernel stores the transpose of its tile.
+    pub swap: bool,
+    /// Where P comes from.
+    pub p: Source,
+    /// Q is read in place through a rounding (TFLOAT32) tensor map instead of being packed (Q
+    /// must be K-major, and [`Paths::tma_rounding`] true).
+    pub q_tma: bool,
+}
+
+impl Operands {
+    /// Both operands packed.
+    pub const PACKED: Operands = Operands {
+        swap: false,
+        p: Source::Packed,
+        q_tma: false,
+    };
+
+    /// Short form for benches and notes: `""` when everything is packed, else e.g.
+    /// `"swap P:mn Q:tma"`.
+    pub fn label(&self) -> String {
+        if *self == Operands::PACKED {
+            return String::new();
+        }
+        let p = match self.p {
+            Source::Packed => "P:pack",
+            Source::TmaKMajor => "P:k",
+            Source::TmaMnMajor => "P:mn",
+        };
+        format!(
+            "{}{p} Q:{}",
+            if self.swap { "swap " } else { "" },
+            if self.q_tma { "tma" } else { "pack" }
+        )
+    }
+}
+
+/// The operand layouts the `wgmma` kernels of `family` can use for `p` under `paths`, those that
+/// pack the least first: on compute capability 9.0 with aligned operands, a NN product packs
+/// nothing (swapped: P = the N-major B, Q = the K-major A), NT and TT nothing either, TN one
+/// operand. [`Operands::PACKED`] is always the last choice.
+pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operands> {
+    let mut v = Vec::new();
+    if family == Family::Wgmma && paths.tma {
+        let a_src = if p.trans_a {
+            Source::TmaMnMajor
+        } else {
+            Source::TmaKMajor
+        };
+        // Q tensor-mapped: Q must be K-major (op(B)^T when B is stored transposed, op(A) when A
+        // is not), and the device's tensor copies must round.
+        let no_swap_q = paths.tma_rounding && p.b_mappable && p.trans_b;
+        let swap_q = paths.tma_rounding && p.a_mappable && !p.trans_a;
+        let swap = p.b_mappable && !p.trans_b;
+        if p.a_mappable && no_swap_q {
+            v.push(Operands {
+                swap: false,
+                p: a_src,
+                q_tma: true,
+            });
+        }
+        if swap && swap_q {
+            v.push(Operands {
+                swap: true,
+                p: Source::TmaMnMajor,
+                q_tma: true,
+            });
+        }
+        if p.a_mappable {
+            v.push(Operands {
+                swap: false,
+                p: a_src,
+                q_tma: false,
+            });
+        }
+        if swap {
+            v.push(Operands {
+                swap: true,
+                p: Source::TmaMnMajor,
+                q_tma: false,
+            });
+        }
+    }
+    v.push(Operands::PACKED);
+    v
+}
+
 /// The shape and layout facts of one product that the planner uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Problem {
@@ -371,8 +490,10 @@ pub struct Problem {
     pub trans_a: bool,
     /// B is stored transposed.
     pub trans_b: bool,
-    /// A can be read in place through a tensor map ([`RawGemm::a_tensor_mappable`]).
+    /// A's storage meets the tensor map rules ([`RawGemm::a_tensor_mappable`]).
     pub a_mappable: bool,
+    /// B's storage meets the tensor map rules ([`RawGemm::b_tensor_mappable`]).
+    pub b_mappable: bool,
 }
 
 impl Problem {
@@ -388,6 +509,7 @@ impl Problem {
             trans_a: g.trans_a.is_yes(),
             trans_b: g.trans_b.is_yes(),
             a_mappable: g.a_tensor_mappable(),
+            b_mappable: g.b_tensor_mappable(),
         }
     }
 
@@ -401,12 +523,22 @@ impl Problem {
             trans_a: false,
             trans_b: false,
             a_mappable: true,
+            b_mappable: true,
+        }
+    }
+
+    /// Rows of the `wgmma` kernel's P and Q operands under `ops`: `(M, N)`, swapped `(N, M)`.
+    pub fn pq_rows(&self, ops: &Operands) -> (u32, u32) {
+        if ops.swap {
+            (self.n, self.m)
+        } else {
+            (self.m, self.n)
         }
     }
 }
 
-/// How one GEMM is run: a configuration, a split of K, and (`wgmma` TF32) whether A is read in
-/// place through a tensor map instead of being packed.
+/// How one GEMM is run: a configuration, a split of K, and for the `wgmma` kernels the operand
+/// layout and whether the grid is persistent.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Plan {
     /// The tile configuration.
@@ -415,9 +547,13 @@ pub struct Plan {
     pub splits: u32,
     /// K per slice, a multiple of the configuration's `bk` (K itself when `splits == 1`).
     pub k_per_split: u32,
-    /// [`Family::Wgmma`] only: A is read through a tensor map and rounded in registers (the
-    /// problem must be [`Problem::a_mappable`]; else A is packed like B).
-    pub tma_a: bool,
+    /// The `wgmma` kernels' operand roles and sources (one of [`operand_choices`]; packed for
+    /// the other families).
+    pub operands: Operands,
+    /// The `wgmma` kernels' grid: 0 launches one block per work unit (tile x batch entry x K
+    /// slice); `n > 0` at most `n` blocks, each walking the units `n` apart (persistent: the
+    /// planner uses one per SM above one wave; tests use small `n` to walk many units per block).
+    pub max_blocks: u32,
     /// The planner's estimate in microseconds (for benches and notes).
     pub estimate_us: f64,
 }
@@ -441,24 +577,37 @@ pub const PACK_BANDWIDTH: f64 = 2.5e12;
 /// tiles in a partial wave (tf32_64x64 at 1024^3: modelled 37 us, measured 27 us), and with 8 us
 /// the planner keeps mma.sync where it measured faster (1024^3: 80 vs 67 TFLOP/s).
 const PACK_LAUNCH: f64 = 8.0e-6;
+/// Fixed cost of a `wgmma` kernel (seconds): barrier set-up, tensor-map fetch, the first loads
+/// of a 384-thread block. Version 4's run: wgmma_128x128 at 1024^3 (one wave of 64 blocks) took
+/// about 4 us more than its rate and the pack explain; split here into this and one fill.
+const WGMMA_LAUNCH: f64 = 2.0e-6;
+/// A `wgmma` block's pipeline fill and epilogue (seconds), paid once per wave when each block
+/// runs one tile, once in all when the grid is persistent.
+const WGMMA_FILL: f64 = 1.5e-6;
 /// A plan of another family must be this much cheaper to replace the family a precision runs
 /// by default (the model's uncertainty).
 const SWITCH_MARGIN: f64 = 0.97;
 
 /// Bytes the `wgmma` pack moves for one product: the operands it packs read once, their padded
-/// packed tiles (times the parts) written once (an operand broadcast over the batch is packed
-/// once; the tensor-map A of `tma_a` is not packed at all).
-pub fn pack_bytes(config: &TileConfig, p: &Problem, tma_a: bool) -> f64 {
+/// packed tiles (times the parts) written once; operands read through tensor maps are not
+/// packed at all.
+pub fn pack_bytes(config: &TileConfig, p: &Problem, ops: &Operands) -> f64 {
     let kp = p.k.div_ceil(config.bk) as f64 * config.bk as f64;
-    let mp = p.m.div_ceil(config.bm) as f64 * config.bm as f64;
-    let np = p.n.div_ceil(config.bn) as f64 * config.bn as f64;
+    let (pr, qr) = p.pq_rows(ops);
     let parts = config.family.parts() as f64;
-    let a = if tma_a {
+    let packed = |rows: u32, tile: u32| {
+        rows as f64 * p.k as f64 + parts * (rows.div_ceil(tile) * tile) as f64 * kp
+    };
+    let a = if ops.p == Source::Packed {
+        packed(pr, config.bm)
+    } else {
+        0.0
+    };
+    let b = if ops.q_tma {
         0.0
     } else {
-        p.m as f64 * p.k as f64 + parts * mp * kp
+        packed(qr, config.bn)
     };
-    let b = p.n as f64 * p.k as f64 + parts * np * kp;
     4.0 * p.batch as f64 * (a + b)
 }
 
@@ -482,7 +631,7 @@ pub fn estimate(
     config: &TileConfig,
     p: &Problem,
     splits: u32,
-    tma_a: bool,
+    ops: &Operands,
     dev: &DeviceAttributes,
 ) -> f64 {
     let occupancy = config.occupancy_on(dev, p.trans_a, p.trans_b);
@@ -490,8 +639,8 @@ pub fn estimate(
         return f64::INFINITY;
     }
     let (splits, per) = normalize_split(config, p.k, splits);
-    let tiles =
-        (p.m.div_ceil(config.bm) as u64) * (p.n.div_ceil(config.bn) as u64) * p.batch as u64;
+    let (pr, qr) = p.pq_rows(ops);
+    let tiles = (pr.div_ceil(config.bm) as u64) * (qr.div_ceil(config.bn) as u64) * p.batch as u64;
     let blocks = tiles * splits as u64;
     let sms = dev.multiprocessor_count.max(1) as u64;
     let slots = sms * occupancy as u64;
@@ -512,15 +661,52 @@ pub fn estimate(
         t += REDUCE_LAUNCH + bytes / BANDWIDTH;
     }
     if config.family.is_wgmma() {
-        t += PACK_LAUNCH + pack_bytes(config, p, tma_a) / PACK_BANDWIDTH;
+        let packed = pack_bytes(config, p, ops);
+        if packed > 0.0 {
+            t += PACK_LAUNCH + packed / PACK_BANDWIDTH;
+        }
+        // Start-up, and a pipeline fill and epilogue per wave that a persistent grid hides
+        // behind the next unit's loads (all but the first).
+        let fills = if persistent_blocks(config, p, splits, ops, dev) > 0 {
+            1.0
+        } else {
+            waves
+        };
+        t += WGMMA_LAUNCH + fills * WGMMA_FILL;
     }
     t
 }
 
-/// The cheapest plan of `family` for `p` on `dev` (see the module docs for the model), or
-/// `None` when no configuration of the family fits the device.
-pub fn plan(family: Family, p: &Problem, dev: &DeviceAttributes) -> Option<Plan> {
-    let tma_a = family == Family::Wgmma && p.a_mappable;
+/// The grid limit ([`Plan::max_blocks`]) of a plan: for the `wgmma` kernels, one block per SM
+/// (persistent) when its work units (tiles x batch x splits) are more than one wave on `dev`, so
+/// that each SM's producer runs on into its next tile while the consumers store the last one;
+/// else 0 (one block per unit).
+pub fn persistent_blocks(
+    config: &TileConfig,
+    p: &Problem,
+    splits: u32,
+    ops: &Operands,
+    dev: &DeviceAttributes,
+) -> u32 {
+    let (pr, qr) = p.pq_rows(ops);
+    let units = (pr.div_ceil(config.bm) as u64)
+        * (qr.div_ceil(config.bn) as u64)
+        * p.batch as u64
+        * splits as u64;
+    let slots = dev.multiprocessor_count.max(1) as u64
+        * config.occupancy_on(dev, p.trans_a, p.trans_b).max(1) as u64;
+    if config.family.is_wgmma() && units > slots {
+        slots.min(u32::MAX as u64) as u32
+    } else {
+        0
+    }
+}
+
+/// The cheapest plan of `family` for `p` on `dev` with the operand layouts `paths` allows (see
+/// the module docs for the model), or `None` when no configuration of the family fits the
+/// device.
+pub fn plan(family: Family, p: &Problem, dev: &DeviceAttributes, paths: &Paths) -> Option<Plan> {
+    let choices = operand_choices(family, p, paths);
     let mut best: Option<Plan> = None;
     for config in configs(family) {
         for &want in &SPLIT_CANDIDATES {
@@ -531,19 +717,23 @@ pub fn plan(family: Family, p: &Problem, dev: &DeviceAttributes) -> Option<Plan>
             if want > 1 && splits != want {
                 continue;
             }
-            let t = estimate(config, p, splits, tma_a, dev);
-            if !t.is_finite() {
-                continue;
-            }
-            // Strictly better by 3 %: ties go to the larger tile / fewer splits (listed first).
-            if best.is_none_or(|b| t < b.estimate_us * 1e-6 * SWITCH_MARGIN) {
-                best = Some(Plan {
-                    config: *config,
-                    splits,
-                    k_per_split: per,
-                    tma_a,
-                    estimate_us: t * 1e6,
-                });
+            for ops in &choices {
+                let t = estimate(config, p, splits, ops, dev);
+                if !t.is_finite() {
+                    continue;
+                }
+                // Strictly better by 3 %: ties go to the larger tile / fewer splits / the layout
+                // that packs less (listed first).
+                if best.is_none_or(|b| t < b.estimate_us * 1e-6 * SWITCH_MARGIN) {
+                    best = Some(Plan {
+                        config: *config,
+                        splits,
+                        k_per_split: per,
+                        operands: *ops,
+                        max_blocks: persistent_blocks(config, p, splits, ops, dev),
+                        estimate_us: t * 1e6,
+                    });
+                }
             }
         }
     }
@@ -608,33 +798,20 @@ fn cheaper(base: Option<Plan>, alt: Option<Plan>) -> Option<Plan> {
 /// - [`Precision::Tf32x3`]: the 3xTF32 plan where the device runs it, else the SIMT plan.
 ///
 /// A forced Hopper path on another device is an [`Error::InvalidArgument`] naming the variable;
-/// `paths.tma == false` packs A instead of reading it through a tensor map.
+/// `paths.tma == false` packs every `wgmma` operand instead of reading it through a tensor map.
 pub fn choose(
     precision: Precision,
     p: &Problem,
     dev: &DeviceAttributes,
     paths: &Paths,
 ) -> Result<Plan> {
-    let chosen = choose_family(precision, p, dev, paths)?;
-    Ok(Plan {
-        tma_a: chosen.tma_a && paths.tma,
-        ..chosen
-    })
-}
-
-fn choose_family(
-    precision: Precision,
-    p: &Problem,
-    dev: &DeviceAttributes,
-    paths: &Paths,
-) -> Result<Plan> {
     let hopper = dev.supports_wgmma();
-    let simt = || plan(Family::Sgemm, p, dev).ok_or_else(|| no_plan("FP32", dev));
-    let x3 = || plan(Family::Wgmma3, p, dev).ok_or_else(|| no_plan("3xTF32", dev));
+    let simt = || plan(Family::Sgemm, p, dev, paths).ok_or_else(|| no_plan("FP32", dev));
+    let x3 = || plan(Family::Wgmma3, p, dev, paths).ok_or_else(|| no_plan("3xTF32", dev));
     match precision {
         Precision::Tf32 => {
-            let mma = || plan(Family::Tf32, p, dev);
-            let wg = || plan(Family::Wgmma, p, dev);
+            let mma = || plan(Family::Tf32, p, dev, paths);
+            let wg = || plan(Family::Wgmma, p, dev, paths);
             let chosen = match paths.tf32 {
                 Tf32Path::Mma => mma(),
                 Tf32Path::Wgmma if !hopper => {
@@ -651,8 +828,11 @@ fn choose_family(
             Fp32Path::Tf32x3 if !hopper => Err(wgmma_unsupported(dev, super::path::FP32_PATH_ENV)),
             Fp32Path::Tf32x3 => x3(),
             Fp32Path::Auto if hopper && fp32_prefers_tf32x3(dev.compute_capability, p.k) => {
-                cheaper(plan(Family::Sgemm, p, dev), plan(Family::Wgmma3, p, dev))
-                    .ok_or_else(|| no_plan("FP32", dev))
+                cheaper(
+                    plan(Family::Sgemm, p, dev, paths),
+                    plan(Family::Wgmma3, p, dev, paths),
+                )
+                .ok_or_else(|| no_plan("FP32", dev))
             }
             Fp32Path::Auto => simt(),
         },
@@ -661,16 +841,29 @@ fn choose_family(
     }
 }
 
-/// A plan for a fixed configuration and split factor (benches and tests that sweep them); for
-/// [`Family::Wgmma`], A is read through a tensor map when `p` allows it.
+/// A plan for a fixed configuration and split factor (benches and tests that sweep them), with
+/// the operand layout that packs the least under [`Paths::default`] (the first of
+/// [`operand_choices`]) and one block per work unit; [`Plan::with`] changes either.
 pub fn fixed_plan(config: TileConfig, p: &Problem, splits: u32) -> Plan {
     let (splits, per) = normalize_split(&config, p.k, splits);
     Plan {
         config,
         splits,
         k_per_split: per,
-        tma_a: config.family == Family::Wgmma && p.a_mappable,
+        operands: operand_choices(config.family, p, &Paths::default())[0],
+        max_blocks: 0,
         estimate_us: f64::NAN,
+    }
+}
+
+impl Plan {
+    /// This plan with other operands and grid limit (tests and benches that force them).
+    pub fn with(self, operands: Operands, max_blocks: u32) -> Plan {
+        Plan {
+            operands,
+            max_blocks,
+            ..self
+        }
     }
 }
 
@@ -735,10 +928,10 @@ pub(crate) mod tests {
     fn big_square_problems_take_the_big_tile_without_split() {
         let d = h200();
         for n in [4096, 8192] {
-            let p = plan(Family::Tf32, &sq(n), &d).unwrap();
+            let p = plan(Family::Tf32, &sq(n), &d, &auto()).unwrap();
             assert_eq!(p.config.name, "tf32_128x256", "n={n}");
             assert_eq!(p.splits, 1);
-            let p = plan(Family::Sgemm, &sq(n), &d).unwrap();
+            let p = plan(Family::Sgemm, &sq(n), &d, &auto()).unwrap();
             assert_eq!(p.config.name, "sgemm_128x256", "n={n}");
             assert_eq!(p.splits, 1);
         }
@@ -748,20 +941,38 @@ pub(crate) mod tests {
     fn small_problems_take_smaller_tiles_or_split_k() {
         let d = h200();
         // 1024^2 makes 32 blocks of 128x256 for 132 SMs: the planner must not choose that.
-        let p = plan(Family::Tf32, &sq(1024), &d).unwrap();
+        let p = plan(Family::Tf32, &sq(1024), &d, &auto()).unwrap();
         assert!(p.config.name != "tf32_128x256" || p.splits > 1, "{p:?}");
         // Skinny: M*N tiny, K huge -> split-K.
-        let p = plan(Family::Tf32, &Problem::shape(128, 128, 65536, 1), &d).unwrap();
+        let p = plan(
+            Family::Tf32,
+            &Problem::shape(128, 128, 65536, 1),
+            &d,
+            &auto(),
+        )
+        .unwrap();
         assert!(p.splits >= 4, "{p:?}");
-        let p = plan(Family::Sgemm, &Problem::shape(64, 64, 100_000, 1), &d).unwrap();
+        let p = plan(
+            Family::Sgemm,
+            &Problem::shape(64, 64, 100_000, 1),
+            &d,
+            &auto(),
+        )
+        .unwrap();
         assert!(p.splits >= 4, "{p:?}");
         // A few hundred square with a long K: split-K in every family.
         for f in [Family::Sgemm, Family::Tf32, Family::Wgmma, Family::Wgmma3] {
-            let p = plan(f, &Problem::shape(384, 384, 8192, 1), &d).unwrap();
+            let p = plan(f, &Problem::shape(384, 384, 8192, 1), &d, &auto()).unwrap();
             assert!(p.splits >= 4, "{f:?}: {p:?}");
         }
         // Big M*N, small K -> never split.
-        let p = plan(Family::Tf32, &Problem::shape(4096, 4096, 256, 1), &d).unwrap();
+        let p = plan(
+            Family::Tf32,
+            &Problem::shape(4096, 4096, 256, 1),
+            &d,
+            &auto(),
+        )
+        .unwrap();
         assert_eq!(p.splits, 1, "{p:?}");
         // What the GPU test `skinny_and_small_long_k_shapes_use_split_k_and_stay_accurate`
         // expects of the H200.
@@ -780,16 +991,61 @@ pub(crate) mod tests {
             let p = choose(Precision::Tf32, &sq(n), &d, &auto()).unwrap();
             assert_eq!(p.config.name, "wgmma_128x256", "n={n}");
             assert_eq!(p.splits, 1);
-            assert!(p.tma_a, "contiguous A is read through a tensor map");
+            // Nothing packed: P = the N-major B (registers), Q = A through a rounding map.
+            assert_eq!(
+                p.operands,
+                Operands {
+                    swap: true,
+                    p: Source::TmaMnMajor,
+                    q_tma: true
+                },
+                "n={n}"
+            );
+            assert_eq!(
+                p.max_blocks, 132,
+                "n={n}: more than one wave runs persistent"
+            );
             let p = choose(Precision::Fp32, &sq(n), &d, &auto()).unwrap();
             assert_eq!(p.config.family, Family::Wgmma3, "n={n}: {p:?}");
         }
-        // A transposed A cannot be read through the tensor map: packed.
-        let mut t = sq(4096);
-        t.trans_a = true;
-        t.a_mappable = false;
+        // Every layout with aligned operands: NT and TT pack nothing, TN one operand.
+        for (ta, tb, packs) in [(false, true, 0), (true, true, 0), (true, false, 1)] {
+            let t = Problem {
+                trans_a: ta,
+                trans_b: tb,
+                ..sq(4096)
+            };
+            let p = choose(Precision::Tf32, &t, &d, &auto()).unwrap();
+            let o = p.operands;
+            let packed = (o.p == Source::Packed) as u32 + (!o.q_tma) as u32;
+            assert!(
+                p.config.family == Family::Wgmma && packed == packs,
+                "ta {ta} tb {tb}: {p:?}"
+            );
+            assert!(pack_bytes(&p.config, &t, &o) < 4.0 * 4096.0 * 4096.0 * 2.1);
+        }
+        // A misaligned A (not mappable): packed, B still in place as P.
+        let t = Problem {
+            a_mappable: false,
+            ..sq(4096)
+        };
         let p = choose(Precision::Tf32, &t, &d, &auto()).unwrap();
-        assert!(p.config.family == Family::Wgmma && !p.tma_a, "{p:?}");
+        assert_eq!(
+            p.operands,
+            Operands {
+                swap: true,
+                p: Source::TmaMnMajor,
+                q_tma: false
+            },
+            "{p:?}"
+        );
+        // A device whose tensor copies do not round: Q is packed.
+        let no_round = Paths {
+            tma_rounding: false,
+            ..auto()
+        };
+        let p = choose(Precision::Tf32, &sq(4096), &d, &no_round).unwrap();
+        assert!(!p.operands.q_tma && p.operands.p != Source::Packed, "{p:?}");
         // Tiny products stay on mma.sync / SIMT (the pack's launch dominates).
         let tiny = Problem::shape(64, 64, 64, 1);
         let p = choose(Precision::Tf32, &tiny, &d, &auto()).unwrap();
@@ -800,14 +1056,17 @@ pub(crate) mod tests {
         let force = |tf32, fp32| Paths {
             tf32,
             fp32,
-            tma: true,
+            ..auto()
         };
         let no_tma = Paths {
             tma: false,
             ..auto()
         };
         let p = choose(Precision::Tf32, &sq(4096), &d, &no_tma).unwrap();
-        assert!(p.config.family == Family::Wgmma && !p.tma_a, "{p:?}");
+        assert!(
+            p.config.family == Family::Wgmma && p.operands == Operands::PACKED,
+            "{p:?}"
+        );
         let p = choose(
             Precision::Tf32,
             &tiny,
@@ -896,7 +1155,6 @@ pub(crate) mod tests {
                     let p = Problem {
                         trans_a: ta,
                         trans_b: tb,
-                        a_mappable: !ta,
                         ..Problem::shape(m, n, k, 1)
                     };
                     for prec in [Precision::Tf32, Precision::Fp32, Precision::Tf32x3] {
@@ -982,23 +1240,110 @@ pub(crate) mod tests {
 
     #[test]
     fn batches_fill_the_device_without_split() {
-        let p = plan(Family::Sgemm, &Problem::shape(64, 64, 4096, 512), &h200()).unwrap();
+        let p = plan(
+            Family::Sgemm,
+            &Problem::shape(64, 64, 4096, 512),
+            &h200(),
+            &auto(),
+        )
+        .unwrap();
         assert_eq!(p.splits, 1);
     }
 
     #[test]
-    fn pack_bytes_count_parts_and_skip_the_mapped_a() {
+    fn pack_bytes_count_parts_and_skip_the_mapped_operands() {
         let w = WGMMA_CONFIGS[0];
         let p = Problem::shape(128, 256, 32, 1);
         // A: read 128*32 + write 128*32; B: read 256*32 + write 256*32 (floats).
+        let packed = Operands::PACKED;
         assert_eq!(
-            pack_bytes(&w, &p, false),
+            pack_bytes(&w, &p, &packed),
             4.0 * 2.0 * (128.0 + 256.0) * 32.0
         );
-        assert_eq!(pack_bytes(&w, &p, true), 4.0 * 2.0 * 256.0 * 32.0);
+        let p_mapped = Operands {
+            p: Source::TmaKMajor,
+            ..packed
+        };
+        assert_eq!(pack_bytes(&w, &p, &p_mapped), 4.0 * 2.0 * 256.0 * 32.0);
+        let none = Operands {
+            q_tma: true,
+            ..p_mapped
+        };
+        assert_eq!(pack_bytes(&w, &p, &none), 0.0);
+        // Swapped: Q = op(A), 128 rows padded to BN = 256.
+        let swapped = Operands {
+            swap: true,
+            p: Source::TmaMnMajor,
+            q_tma: false,
+        };
+        assert_eq!(pack_bytes(&w, &p, &swapped), 4.0 * (128.0 + 256.0) * 32.0);
         let x = WGMMA3_CONFIGS[0];
         let p = Problem::shape(128, 128, 32, 1);
-        assert_eq!(pack_bytes(&x, &p, false), 4.0 * 3.0 * 256.0 * 32.0);
+        assert_eq!(pack_bytes(&x, &p, &packed), 4.0 * 3.0 * 256.0 * 32.0);
+    }
+
+    #[test]
+    fn operand_choices_follow_layout_alignment_and_rounding() {
+        let all = auto();
+        let sq = sq(256);
+        // NN: swapped with nothing packed first; PACKED last; never a swap for 3xTF32.
+        let c = operand_choices(Family::Wgmma, &sq, &all);
+        assert_eq!(c[0].label(), "swap P:mn Q:tma");
+        assert_eq!(*c.last().unwrap(), Operands::PACKED);
+        assert_eq!(
+            operand_choices(Family::Wgmma3, &sq, &all),
+            vec![Operands::PACKED]
+        );
+        assert_eq!(
+            operand_choices(Family::Tf32, &sq, &all),
+            vec![Operands::PACKED]
+        );
+        for ta in [false, true] {
+            for tb in [false, true] {
+                for (am, bm) in [(true, true), (false, true), (true, false), (false, false)] {
+                    let p = Problem {
+                        trans_a: ta,
+                        trans_b: tb,
+                        a_mappable: am,
+                        b_mappable: bm,
+                        ..sq
+                    };
+                    for paths in [
+                        all,
+                        Paths {
+                            tma_rounding: false,
+                            ..all
+                        },
+                        Paths {
+                            tma: false,
+                            tma_rounding: false,
+                            ..all
+                        },
+                    ] {
+                        for o in operand_choices(Family::Wgmma, &p, &paths) {
+                            // What plays P and Q, and whether that operand is K-major.
+                            let (p_is_a, p_mappable, q_mappable) = if o.swap {
+                                (false, bm, am)
+                            } else {
+                                (true, am, bm)
+                            };
+                            let p_kmajor = if p_is_a { !ta } else { tb };
+                            let q_kmajor = if p_is_a { tb } else { !ta };
+                            match o.p {
+                                Source::Packed => assert!(!o.swap && !o.q_tma, "{o:?}"),
+                                Source::TmaKMajor => assert!(p_mappable && p_kmajor && paths.tma),
+                                Source::TmaMnMajor => {
+                                    assert!(p_mappable && !p_kmajor && paths.tma)
+                                }
+                            }
+                            if o.q_tma {
+                                assert!(q_mappable && q_kmajor && paths.tma_rounding, "{o:?}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
