@@ -57,11 +57,13 @@ fn median(mut v: Vec<f32>) -> f32 {
 
 fn main() -> R<()> {
     let dev = Device::open(0)?;
-    let sup = probe(&dev);
+    let entry = gpukit_sched::entry::EntryPoints::probe(&gpukit_sched::entry::LoadedDriver)?;
+    println!("entry points: {entry:?}");
+    let sup = probe(&dev, &entry);
     println!("probe: {sup:?}");
     let k = TestKernels::load(&dev)?;
     let t = Instant::now();
-    let split = SmSplit::new(&dev, None)?;
+    let split = SmSplit::new(&dev, None, &entry)?;
     println!(
         "split: {:?} in {:.2} ms",
         split.layout(),
@@ -144,24 +146,6 @@ fn main() -> R<()> {
         Ok(e0.elapsed_ms(&e1)?)
     })();
     println!("core event on green stream: {r:?} ms for a 2M-cycle spin");
-    // Green events.
-    let r: R<f32> = (|| {
-        let e0 = a.0.create_event()?;
-        let e1 = a.0.create_event()?;
-        a.1.record(&e0)?;
-        // SAFETY: no pointer args.
-        unsafe {
-            k.spin_cycles.launch_raw(
-                a.1.raw(),
-                LaunchConfig::new((1, 1, 1), (32, 1, 1)),
-                &[KernelArg::Ptr(0), KernelArg::I64(2_000_000)],
-            )?
-        };
-        a.1.record(&e1)?;
-        e1.synchronize()?;
-        Ok(e0.elapsed_ms(&e1)?)
-    })();
-    println!("green event: {r:?} ms");
     // Core elementwise op on the green stream.
     let r: R<f32> = dev.with_stream(&cs, || {
         let x = GpuArray::<f32>::full(&dev, &[1 << 20], 2.0)?;
@@ -233,7 +217,8 @@ fn main() -> R<()> {
                     raw: cudarc::driver::sys::CUstream,
                     s: &Stream|
          -> R<f32> {
-            let h = TaskBlas::new(ctx, raw)?;
+            // SAFETY: no workspace is passed (cuBLAS allocates its own).
+            let h = unsafe { TaskBlas::new(ctx, raw, None)? };
             // SAFETY: buffers hold n*n floats and live until synchronize below.
             unsafe {
                 h.sgemm(

@@ -1,5 +1,10 @@
 //! cuBLAS for a task: a handle created while the task's green context is current and bound
-//! to the task's green-context stream, so cuBLAS kernels run on the task's SMs.
+//! to the task's green-context stream, so cuBLAS kernels run on the task's SMs, with its
+//! workspace set to a buffer charged to the task (so the workspace counts in the task's
+//! memory quota instead of bypassing it).
+//!
+//! This goes once gpukit-core's shared handle cache (`gpukit_core::handles::BlasHandle`) is
+//! there to use instead.
 
 use crate::error::{Error, Result};
 use cudarc::cublas::{result as cb, sys as cbsys};
@@ -28,8 +33,17 @@ impl std::fmt::Debug for TaskBlas {
 }
 
 impl TaskBlas {
-    /// Creates a handle in context `ctx` (a green context's `CUcontext`) bound to `stream`.
-    pub fn new(ctx: sys::CUcontext, stream: sys::CUstream) -> Result<Self> {
+    /// Creates a handle in context `ctx` (a green context's `CUcontext`) bound to `stream`,
+    /// using `workspace` (device address and size in bytes) as its workspace when given.
+    ///
+    /// # Safety
+    /// `workspace` must be a device allocation of at least that many bytes that outlives the
+    /// handle and is ordered on `stream`.
+    pub unsafe fn new(
+        ctx: sys::CUcontext,
+        stream: sys::CUstream,
+        workspace: Option<(u64, usize)>,
+    ) -> Result<Self> {
         if !gpukit_jit::libs::cublas_present() {
             return Err(err("loading cuBLAS", "libcublas could not be loaded"));
         }
@@ -39,6 +53,15 @@ impl TaskBlas {
         // SAFETY: live handle; `stream` is a live stream of the current context.
         unsafe { cb::set_stream(me.handle, stream as cbsys::cudaStream_t) }
             .map_err(|e| err("binding the task stream", e))?;
+        if let Some((ptr, bytes)) = workspace {
+            // SAFETY: live handle; the caller guarantees the workspace allocation.
+            let status = unsafe {
+                cbsys::cublasSetWorkspace_v2(me.handle, ptr as *mut std::ffi::c_void, bytes)
+            };
+            if status != cbsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                return Err(err("setting the task's workspace", status));
+            }
+        }
         Ok(me)
     }
 

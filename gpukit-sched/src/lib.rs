@@ -58,20 +58,37 @@
 
 pub mod blas;
 mod bytes;
+mod config;
+mod context;
+pub mod entry;
 mod error;
 pub mod green;
+mod handle;
 pub mod kernels;
-pub mod memory;
+mod lanes;
+pub mod ledger;
+mod memory;
+pub mod pacer;
+mod partitions;
 pub mod plan;
-mod runtime;
+mod scheduler;
 mod sm;
 mod spec;
+mod stats;
+mod task;
+mod timer;
+mod workers;
 
 pub use bytes::{format_bytes, parse_bytes, ByteSize};
-pub use error::{Error, Resource, Result};
-pub use runtime::{
-    Admission, Partition, PartitionStats, Scheduler, SchedulerConfig, SchedulerStats, TaskContext,
-    TaskHandle, TaskState, TaskStats,
-};
+pub use config::{PanicPoint, SchedulerConfig};
+pub use context::{MemoryReservation, TaskContext};
+pub use error::{CancelReason, Error, Resource, Result};
+pub use handle::TaskHandle;
+pub use ledger::PoolMemory;
+pub use partitions::Partition;
+pub use plan::{Admission, Grant, PoolInfo, TaskId};
+pub use scheduler::{Scheduler, ShutdownReport};
 pub use sm::{ComputeGrant, GroupSet, Mechanism, SmLayout};
 pub use spec::{QosClass, ResolvedSpec, TaskSpec};
+pub use stats::{PartitionStats, SchedulerStats, TaskStats};
+pub use task::TaskState;

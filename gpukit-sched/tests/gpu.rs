@@ -33,7 +33,7 @@ fn smids(
     blocks: u32,
 ) -> gpukit_sched::Result<BTreeSet<u32>> {
     let buf = ctx.alloc(blocks as usize * 4)?;
-    let (raw, _) = ctx.raw_stream();
+    let (raw, _) = ctx.raw_stream()?;
     // Poison so unwritten entries show.
     // SAFETY: the buffer holds `blocks` u32 and is ordered on the task's home stream.
     unsafe { cudarc::driver::result::memset_d8_async(buf.ptr(), 0xff, blocks as usize * 4, raw) }
@@ -106,7 +106,7 @@ fn confinement_by_smid() {
         )
         .unwrap();
     assert!(
-        matches!(a.admission(), Admission::Admitted { compute, .. } if compute.mechanism == Mechanism::GreenContext)
+        matches!(a.admission(), Admission::Admitted(g) if g.compute.mechanism == Mechanism::GreenContext)
     );
     let (sa, na) = a.wait().unwrap();
     let (sb, nb) = b.wait().unwrap();
@@ -175,14 +175,14 @@ fn panics_and_errors_release_everything() {
         .unwrap();
     assert!(matches!(
         h.wait(),
-        Err(Error::Core(gpukit_core::Error::QuotaExceeded { .. }))
+        Err(Error::QuotaExceeded { limit, .. }) if limit == 64 << 20
     ));
     // And the scheduler keeps serving.
     let h = sched
         .submit(
             {
                 let k = k.clone();
-                move |ctx: &mut TaskContext| {
+                move |ctx: &mut TaskContext| -> gpukit_sched::Result<u32> {
                     ctx.launch(
                         &k.noop,
                         LaunchConfig::new((1, 1, 1), (32, 1, 1)),
@@ -202,7 +202,7 @@ fn panics_and_errors_release_everything() {
     let cap = sched.memory_capacity();
     let h = sched
         .submit(
-            |_: &mut TaskContext| Ok(()),
+            |_: &mut TaskContext| Ok::<_, Error>(()),
             TaskSpec::new("huge").memory(cap + 1, cap + 1),
         )
         .unwrap();
@@ -217,7 +217,7 @@ fn panics_and_errors_release_everything() {
     assert!(matches!(h.wait(), Err(Error::Rejected { .. })));
     assert!(sched
         .submit(
-            |_: &mut TaskContext| Ok(()),
+            |_: &mut TaskContext| Ok::<_, Error>(()),
             TaskSpec::new("bad")
                 .memory("1GB", "1GB")
                 .qos(QosClass::BestEffort)
@@ -400,7 +400,7 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 fn failed(task: &str, message: &str) -> Error {
     Error::TaskFailed {
         task: task.into(),
-        message: message.into(),
+        source: message.into(),
     }
 }
 
@@ -463,7 +463,7 @@ fn partitions_confine_sms_and_memory_and_resize_when_free() {
     // Admission against the partition's quota and share.
     let h = sched
         .submit(
-            |_: &mut TaskContext| Ok(()),
+            |_: &mut TaskContext| Ok::<_, Error>(()),
             TaskSpec::new("too-much-memory")
                 .partition("pa")
                 .memory("512MiB", "512MiB")
@@ -480,7 +480,7 @@ fn partitions_confine_sms_and_memory_and_resize_when_free() {
     );
     let h = sched
         .submit(
-            |_: &mut TaskContext| Ok(()),
+            |_: &mut TaskContext| Ok::<_, Error>(()),
             TaskSpec::new("too-much-compute")
                 .partition("pa")
                 .memory("1MiB", "1MiB")
@@ -526,9 +526,7 @@ fn partitions_confine_sms_and_memory_and_resize_when_free() {
                     // Its limit (4 GiB) is capped by pa's quota (256 MiB).
                     let held = ctx.alloc(200 * MIB);
                     let past = match ctx.alloc(100 * MIB).map(|_| ()) {
-                        Err(Error::Core(gpukit_core::Error::QuotaExceeded { quota, .. })) => {
-                            Ok(quota)
-                        }
+                        Err(Error::QuotaExceeded { limit, .. }) => Ok(limit as usize),
                         other => Err(format!("{other:?}")),
                     };
                     hit.store(true, Ordering::Release);
@@ -666,7 +664,7 @@ fn partitions_confine_sms_and_memory_and_resize_when_free() {
     assert_eq!((sc.len() as u32, nc), (pa2.sms, pa2.sms));
     let h = sched
         .submit(
-            |_: &mut TaskContext| Ok(()),
+            |_: &mut TaskContext| Ok::<_, Error>(()),
             TaskSpec::new("over-new-quota")
                 .partition("pa")
                 .memory("256MiB", "256MiB")
@@ -694,7 +692,7 @@ fn partitions_confine_sms_and_memory_and_resize_when_free() {
     assert_eq!(pools[0].pool.memory_quota, default_before.memory_quota);
     assert!(matches!(
         sched.submit(
-            |_: &mut TaskContext| Ok(()),
+            |_: &mut TaskContext| Ok::<_, Error>(()),
             TaskSpec::new("gone").partition("pa")
         ),
         Err(Error::UnknownPartition { .. })
@@ -803,7 +801,7 @@ fn cublas_in_a_task_is_correct_and_confined() {
             move |ctx: &mut TaskContext| -> gpukit_sched::Result<Vec<f32>> {
                 let bytes = n * n * 4;
                 let (da, db, dc) = (ctx.alloc(bytes)?, ctx.alloc(bytes)?, ctx.alloc(bytes)?);
-                let (raw, _) = ctx.raw_stream();
+                let (raw, _) = ctx.raw_stream()?;
                 // SAFETY: da/db hold n*n f32 and are ordered on the home stream `raw`; the
                 // host slices live in this closure until the synchronize below.
                 unsafe {
@@ -854,7 +852,7 @@ fn cublas_in_a_task_is_correct_and_confined() {
         let n = 4096usize;
         let bytes = n * n * 4;
         let (da, db, dc) = (ctx.alloc(bytes)?, ctx.alloc(bytes)?, ctx.alloc(bytes)?);
-        let (raw, _) = ctx.raw_stream();
+        let (raw, _) = ctx.raw_stream()?;
         for d in [&da, &db, &dc] {
             // SAFETY: a live buffer of `bytes` bytes ordered on the home stream (0x3c bytes
             // make small finite floats).
