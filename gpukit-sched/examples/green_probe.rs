@@ -4,9 +4,9 @@
 //!
 //! `cargo run -p gpukit-sched --release --example green_probe`
 
+use gpukit_core::handles::BlasHandle;
 use gpukit_core::{Device, GpuArray, Stream};
 use gpukit_jit::{KernelArg, LaunchConfig};
-use gpukit_sched::blas::TaskBlas;
 use gpukit_sched::green::{probe, GreenContext, GreenStream, SmSplit};
 use gpukit_sched::kernels::TestKernels;
 use gpukit_sched::GroupSet;
@@ -213,45 +213,49 @@ fn main() -> R<()> {
         let x = GpuArray::<f32>::full(&dev, &[n * n], 1.0)?;
         let y = GpuArray::<f32>::zeros(&dev, &[n * n])?;
         dev.synchronize()?;
-        let time = |ctx: cudarc::driver::sys::CUcontext,
-                    raw: cudarc::driver::sys::CUstream,
-                    s: &Stream|
-         -> R<f32> {
-            // SAFETY: no workspace is passed (cuBLAS allocates its own).
-            let h = unsafe { TaskBlas::new(ctx, raw, None)? };
-            // SAFETY: buffers hold n*n floats and live until synchronize below.
-            unsafe {
-                h.sgemm(
-                    n as i32,
-                    n as i32,
-                    n as i32,
-                    x.device_ptr(),
-                    x.device_ptr(),
-                    y.device_ptr(),
-                )?
-            };
+        let sgemm = |h: &BlasHandle| -> R<()> {
+            let (alpha, beta) = (1.0f32, 0.0f32);
+            let nn = n as i32;
+            h.with(|raw| {
+                // SAFETY: x and y hold n*n floats and live until the synchronize below; the
+                // scalars are read during the call.
+                unsafe {
+                    cudarc::cublas::result::sgemm(
+                        raw,
+                        cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N,
+                        cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N,
+                        nn,
+                        nn,
+                        nn,
+                        &alpha,
+                        x.device_ptr() as *const f32,
+                        nn,
+                        x.device_ptr() as *const f32,
+                        nn,
+                        &beta,
+                        y.device_ptr() as *mut f32,
+                        nn,
+                    )
+                }
+            })??;
+            Ok(())
+        };
+        let time = |ctx: cudarc::driver::sys::CUcontext, s: &Stream| -> R<f32> {
+            gpukit_sched::green::GreenContext::make_current_raw(ctx)?;
+            let h = BlasHandle::create(s)?;
+            sgemm(&h)?;
             let e0 = s.record()?;
             for _ in 0..3 {
-                // SAFETY: as above.
-                unsafe {
-                    h.sgemm(
-                        n as i32,
-                        n as i32,
-                        n as i32,
-                        x.device_ptr(),
-                        x.device_ptr(),
-                        y.device_ptr(),
-                    )?
-                };
+                sgemm(&h)?;
             }
             let e1 = s.record()?;
             e1.synchronize()?;
             Ok(e0.elapsed_ms(&e1)? / 3.0)
         };
         let full_s = dev.new_stream(0)?;
-        let full = time(dev.context().cu_ctx(), full_s.cuda().cu_stream(), &full_s)?;
+        let full = time(dev.context().cu_ctx(), &full_s)?;
         let ones = Stream::from_cuda(one.1.cuda().clone());
-        let g = time(one.1.cu_ctx(), one.1.raw(), &ones)?;
+        let g = time(one.1.cu_ctx(), &ones)?;
         Ok((full, g))
     })();
     match r {

@@ -53,6 +53,10 @@ pub struct SchedulerConfig {
     /// and the bench's missing-entry-point row).
     #[doc(hidden)]
     pub hide_entry_points: BTreeSet<String>,
+    /// Ignore the SMs the split leaves over, as on a GPU whose split has no remainder (for the
+    /// test that BestEffort work stays off task SMs then).
+    #[doc(hidden)]
+    pub ignore_split_remainder: bool,
     /// A panic injected into the scheduler's own code for tasks of this name (for tests and
     /// the bench's failure rows: what a missing driver symbol does inside cudarc).
     #[doc(hidden)]
@@ -86,6 +90,7 @@ impl Default for SchedulerConfig {
             max_cached_lanes: 32,
             hide_entry_points: BTreeSet::new(),
             inject_panic: None,
+            ignore_split_remainder: false,
         }
     }
 }

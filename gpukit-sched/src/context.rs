@@ -1,7 +1,6 @@
 //! What a task's closure gets: its streams (on its green context), allocations charged to it,
 //! kernel launches that count, follow lending and pace, and its safe points.
 
-use crate::blas::TaskBlas;
 use crate::error::{Error, Result};
 use crate::green::make_current;
 use crate::lanes::{Lane, LaneKey};
@@ -12,6 +11,7 @@ use crate::sm::{ComputeGrant, Mechanism};
 use crate::spec::QosClass;
 use crate::task::Task;
 use cudarc::driver::sys;
+use gpukit_core::handles::BlasHandle;
 use gpukit_core::{Device, DeviceBuffer, Event, Stream};
 use gpukit_jit::{Kernel, KernelArg, LaunchConfig};
 use std::sync::atomic::Ordering;
@@ -26,9 +26,9 @@ pub(crate) struct TaskGpu {
     pub on_lent: bool,
     pub seen_generation: u64,
     pub pacer: Option<Pacer>,
-    /// Declared before the workspace: the handle goes first.
-    pub blas: Option<TaskBlas>,
-    pub blas_workspace: Option<DeviceBuffer>,
+    /// The task's own cuBLAS handle (its workspace charged to the task); dropped before the
+    /// lanes are returned.
+    pub blas: Option<BlasHandle>,
     pub t0: Option<Event>,
 }
 
@@ -214,29 +214,36 @@ impl TaskContext {
         self.task.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// A cuBLAS handle bound to the home stream in the task's green context, so cuBLAS
-    /// kernels run on the task's SMs; its workspace is an allocation charged to the task.
-    /// A safe point and a pacing point.
-    pub fn cublas(&mut self) -> Result<&TaskBlas> {
+    /// A cuBLAS handle (gpukit-core's [`BlasHandle`]) bound to the home stream, so cuBLAS
+    /// kernels run on the task's SMs; its workspace is an allocation charged to the task (past
+    /// the task's limit this is [`Error::QuotaExceeded`]). The handle is the task's own and is
+    /// destroyed when the task ends. A safe point and a pacing point.
+    pub fn cublas(&mut self) -> Result<&BlasHandle> {
         self.check()?;
-        if self.gpu()?.blas.is_none() {
-            let ws_bytes = if self.gpu()?.dev.compute_capability().0 >= 9 {
-                32 << 20
+        let owner = self.task.owner.clone();
+        let made = {
+            let g = self.gpu.as_ref().ok_or(Error::NoDevice)?;
+            if g.blas.is_some() {
+                None
             } else {
-                4 << 20
-            };
-            let ws = self.alloc(ws_bytes)?;
-            let g = self.gpu.as_mut().ok_or(Error::NoDevice)?;
-            // SAFETY: `ws` is a live allocation of `ws_bytes` ordered on the home stream; it is
-            // kept beside the handle and dropped after it (field order of TaskGpu).
-            let blas =
-                unsafe { TaskBlas::new(g.home.ctx, g.home.raw(), Some((ws.ptr(), ws_bytes)))? };
-            g.blas = Some(blas);
-            g.blas_workspace = Some(ws);
+                let stream = g.home.stream.clone();
+                make_current(g.home.ctx)?;
+                Some(
+                    g.dev
+                        .allocator()
+                        .with_owner(&owner, || BlasHandle::create(&stream)),
+                )
+            }
+        };
+        if let Some(made) = made {
+            let h = made.map_err(|e| self.refused(e))?;
+            if let Some(g) = self.gpu.as_mut() {
+                g.blas = Some(h);
+            }
         }
-        self.gpu()?
-            .blas
+        self.gpu
             .as_ref()
+            .and_then(|g| g.blas.as_ref())
             .ok_or_else(|| Error::internal("creating a cuBLAS handle", "handle missing"))
     }
 
@@ -437,7 +444,6 @@ impl Drop for TaskContext {
                 let _ = l.stream.synchronize();
             }
             let _ = g.home.stream.synchronize();
-            g.blas_workspace = None;
             if let Some(l) = g.lent.take() {
                 self.inner.checkin(l);
             }

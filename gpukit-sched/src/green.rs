@@ -151,6 +151,18 @@ impl SmSplit {
         group_size: Option<u32>,
         entry: &EntryPoints,
     ) -> Result<SmSplit> {
+        SmSplit::with_options(dev, group_size, entry, false)
+    }
+
+    /// [`new`](Self::new), optionally ignoring the SMs the split leaves over (as on a GPU
+    /// whose split has none: the last group becomes the floor).
+    #[doc(hidden)]
+    pub fn with_options(
+        dev: &gpukit_core::Device,
+        group_size: Option<u32>,
+        entry: &EntryPoints,
+        ignore_remainder: bool,
+    ) -> Result<SmSplit> {
         let support = probe(dev, entry);
         if !support.available {
             return Err(Error::Unsupported {
@@ -213,7 +225,9 @@ impl SmSplit {
                 ),
             });
         }
-        let mut rem_sms = if remainder.type_ == sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM {
+        let mut rem_sms = if remainder.type_ == sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM
+            && !ignore_remainder
+        {
             sm_fields(&remainder).0
         } else {
             0

@@ -56,7 +56,6 @@
 //! # Ok::<(), gpukit_sched::Error>(())
 //! ```
 
-pub mod blas;
 mod bytes;
 mod config;
 mod context;

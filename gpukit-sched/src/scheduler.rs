@@ -223,7 +223,12 @@ impl Scheduler {
                     })
                 }
                 Err(why) => fallback(why.clone())?,
-                Ok(()) => match SmSplit::new(&dev, cfg.group_size, &entry) {
+                Ok(()) => match SmSplit::with_options(
+                    &dev,
+                    cfg.group_size,
+                    &entry,
+                    cfg.ignore_split_remainder,
+                ) {
                     Ok(s) => {
                         let l = s.layout();
                         let m = format!(

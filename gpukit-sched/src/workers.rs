@@ -330,7 +330,6 @@ impl Inner {
             seen_generation: u64::MAX,
             pacer,
             blas: None,
-            blas_workspace: None,
             t0: Some(t0),
         }))
     }
