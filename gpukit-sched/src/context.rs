@@ -303,17 +303,15 @@ impl TaskContext {
     /// Charges what the pacer has measured and waits while the task is over budget (in
     /// slices, ending early with the stop's error).
     fn throttle(&mut self) -> Result<()> {
-        let entry = self.inner.entry().cloned();
-        let task = self.task.clone();
-        let Some(g) = self.gpu.as_mut() else {
-            return Ok(());
-        };
-        let (Some(p), Some(entry)) = (g.pacer.as_mut(), entry) else {
+        let Some(p) = self.gpu.as_mut().and_then(|g| g.pacer.as_mut()) else {
             return Ok(());
         };
         if !p.active() {
             return Ok(());
         }
+        let (Some(entry), task) = (self.inner.entry(), &self.task) else {
+            return Ok(());
+        };
         p.harvest(&entry)?;
         let mut waited = Duration::ZERO;
         loop {
@@ -353,7 +351,7 @@ impl TaskContext {
         self.task.safe_point()?;
         self.refresh()?;
         self.throttle()?;
-        let inner = self.inner.clone();
+        let inner = &self.inner;
         let g = self.gpu.as_mut().ok_or(Error::NoDevice)?;
         let TaskGpu {
             home,
@@ -396,7 +394,7 @@ impl TaskContext {
 
     /// At the end of the task: back on the home stream, and its GPU time.
     pub(crate) fn finish(&mut self) -> Result<Option<f64>> {
-        let entry = self.inner.entry().cloned();
+        let entry = self.inner.entry();
         let Some(g) = self.gpu.as_mut() else {
             return Ok(None);
         };

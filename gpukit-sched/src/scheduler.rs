@@ -110,6 +110,9 @@ pub(crate) struct State {
     /// When the timer thread wakes next (None: no timer pending).
     pub timer_next: Option<Instant>,
     pub timer_exit: bool,
+    /// Wakers of futures whose task ended, woken once the lock is released
+    /// ([`Inner::release`]).
+    pub wakers: Vec<std::task::Waker>,
 }
 
 /// The device side of a scheduler.
@@ -323,6 +326,7 @@ impl Scheduler {
                 timers: IdMap::default(),
                 timer_next: None,
                 timer_exit: false,
+                wakers: Vec::new(),
             }),
             changed: Condvar::new(),
             memory,
@@ -438,9 +442,7 @@ impl Scheduler {
         }
         self.inner.apply_events(&mut st, events);
         self.inner.arm_timer(&mut st);
-        let out = std::mem::take(&mut st.outbox);
-        drop(st);
-        self.inner.handoff.send(out);
+        self.inner.release(st);
         Ok(TaskHandle {
             task: shared,
             value,
@@ -523,6 +525,7 @@ impl Scheduler {
             // Nothing new starts: drop what the cancellations would have started.
             st.outbox.clear();
             running_at_start = st.live.len();
+            inner.release(st);
         }
         inner.handoff.close();
         let deadline = t0 + timeout;
@@ -533,7 +536,7 @@ impl Scheduler {
         for t in &stopping {
             inner.cancel(t, Stop::Cancel(CancelReason::Shutdown));
         }
-        inner.wait_until_idle(stop_at + grace + Duration::from_millis(50));
+        inner.wait_until_idle(stop_at + grace);
         {
             // Whatever reached no safe point is detached now (the timer may have done so).
             let mut st = inner.state.lock();
@@ -547,9 +550,13 @@ impl Scheduler {
             report.detached = left.len();
             report.stopped = stopping.len() - left.len();
             st.timer_exit = true;
+            inner.release(st);
         }
         inner.changed.notify_all();
-        workers.join(Instant::now() + Duration::from_millis(100));
+        if report.detached == 0 {
+            // Every task has returned: the threads end at once (a bounded wait all the same).
+            workers.join(Instant::now() + Duration::from_millis(500));
+        }
         if report.detached == 0 {
             inner.uninstall();
         }
@@ -597,6 +604,18 @@ impl Inner {
         self.kernels_total.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Unlocks the state, then hands started tasks to the workers and wakes the futures of
+    /// tasks that ended (neither may run under the lock).
+    pub(crate) fn release(&self, mut st: parking_lot::MutexGuard<'_, State>) {
+        let out = std::mem::take(&mut st.outbox);
+        let wakers = std::mem::take(&mut st.wakers);
+        drop(st);
+        self.handoff.send(out);
+        for w in wakers {
+            w.wake();
+        }
+    }
+
     /// Removes the ledger from the allocator and releases the cached lanes.
     fn uninstall(&self) {
         if let Some(g) = &self.gpu {
@@ -625,9 +644,10 @@ impl Inner {
         err: Option<Error>,
         detached: bool,
     ) -> bool {
-        if !task.resolve(state, err, detached) {
+        let Some(waker) = task.resolve(state, err, detached) else {
             return false;
-        }
+        };
+        st.wakers.extend(waker);
         if let Some(i) = FINAL_STATES.iter().position(|s| *s == state) {
             st.ended[i] += 1;
         }
@@ -662,7 +682,7 @@ impl Inner {
         if let Err(e) = opened {
             // Cannot happen for fresh owners; end the task instead of running it uncharged.
             p.task.stop.request(Stop::Cancel(CancelReason::Requested));
-            p.task.resolve(TaskState::Failed, Some(e), false);
+            self.conclude(st, &p.task, TaskState::Failed, Some(e), false);
         }
         self.sync_groups(st);
         st.outbox.push(p);
@@ -745,9 +765,7 @@ impl Inner {
             .collect();
         self.memory.with(|l| l.set_pools(pools));
         self.apply_events(&mut st, events);
-        let out = std::mem::take(&mut st.outbox);
-        drop(st);
-        self.handoff.send(out);
+        self.release(st);
         Ok(r)
     }
 
@@ -767,16 +785,12 @@ impl Inner {
             self.conclude(&mut st, task, state, Some(e), false);
             push_finished(&mut st, task.clone());
             self.apply_events(&mut st, events);
-            let out = std::mem::take(&mut st.outbox);
-            drop(st);
-            self.handoff.send(out);
+            self.release(st);
             return true;
         }
-        if !self.request_stop(&mut st, task, stop) {
-            return false;
-        }
-        drop(st);
-        true
+        let asked = self.request_stop(&mut st, task, stop);
+        self.release(st);
+        asked
     }
 
     /// Flags a running task to stop and arms its grace timer (state lock held).

@@ -209,14 +209,20 @@ impl Task {
         }
     }
 
-    /// Decides the task's outcome; false (and nothing changes) when it already has one.
-    /// `detached`: the closure still runs.
-    pub(crate) fn resolve(&self, state: TaskState, error: Option<Error>, detached: bool) -> bool {
+    /// Decides the task's outcome and wakes blocking waiters; `None` (and nothing changes)
+    /// when it already has one, else the future's waker, for the caller to wake once it holds
+    /// no scheduler lock (a waker may run code). `detached`: the closure still runs.
+    pub(crate) fn resolve(
+        &self,
+        state: TaskState,
+        error: Option<Error>,
+        detached: bool,
+    ) -> Option<Option<Waker>> {
         debug_assert!(state.is_final());
         let waker = {
             let mut s = self.status.lock();
             if s.resolved {
-                return false;
+                return None;
             }
             s.resolved = true;
             s.state = state;
@@ -227,10 +233,7 @@ impl Task {
             s.waker.take()
         };
         self.done.notify_all();
-        if let Some(w) = waker {
-            w.wake();
-        }
-        true
+        Some(waker)
     }
 
     /// The state and error a stop gives the task.
@@ -321,8 +324,10 @@ mod tests {
     #[test]
     fn first_outcome_wins() {
         let t = task();
-        assert!(t.resolve(TaskState::Succeeded, None, false));
-        assert!(!t.resolve(TaskState::Failed, Some(Error::internal("x", "y")), false));
+        assert!(t.resolve(TaskState::Succeeded, None, false).is_some());
+        assert!(t
+            .resolve(TaskState::Failed, Some(Error::internal("x", "y")), false)
+            .is_none());
         let s = t.status.lock();
         assert_eq!((s.state, s.error.is_none()), (TaskState::Succeeded, true));
         drop(s);

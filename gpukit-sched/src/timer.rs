@@ -68,10 +68,8 @@ impl Inner {
                     }
                 }
             }
-            let out = std::mem::take(&mut st.outbox);
-            if !out.is_empty() {
-                drop(st);
-                self.handoff.send(out);
+            if !st.outbox.is_empty() || !st.wakers.is_empty() {
+                self.release(st);
                 st = self.state.lock();
                 continue;
             }

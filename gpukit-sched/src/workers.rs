@@ -211,7 +211,7 @@ impl Inner {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.end_task(&task, ended, gpu_ms)))
         {
             // A bug in the release itself: still give the task its outcome.
-            task.resolve(
+            let waker = task.resolve(
                 TaskState::Failed,
                 Some(Error::internal(
                     "releasing the task",
@@ -219,6 +219,9 @@ impl Inner {
                 )),
                 false,
             );
+            if let Some(Some(w)) = waker {
+                w.wake();
+            }
         }
     }
 
@@ -356,9 +359,9 @@ impl Inner {
             self.conclude(&mut st, task, state, err, false);
             push_finished(&mut st, task.clone());
             self.apply_events(&mut st, events);
-            std::mem::take(&mut st.outbox)
+            st
         };
         self.changed.notify_all();
-        self.handoff.send(out);
+        self.release(out);
     }
 }

@@ -161,7 +161,7 @@ fn queue_panic_cancel() {
     for b in blockers {
         b.wait().unwrap();
     }
-    match panics.wait() {
+    match finish(panics, Duration::from_secs(10)) {
         Err(Error::Panicked { task, message }) => assert_eq!((&*task, &*message), ("p", "boom")),
         other => panic!("{other:?}"),
     }
@@ -218,7 +218,8 @@ fn panics_anywhere_release_everything_and_the_worker_lives() {
             )
             .unwrap();
         let id = h.id();
-        let r = finish(h, SLACK);
+        // Generous: with RUST_BACKTRACE set, the panic hook symbolizes a backtrace first.
+        let r = finish(h, Duration::from_secs(10));
         match (point, &r) {
             (None, Err(Error::Panicked { message, .. })) => assert_eq!(message, "closure panic"),
             (Some(_), Err(Error::Internal { message, .. })) => {
@@ -247,7 +248,11 @@ fn panics_anywhere_release_everything_and_the_worker_lives() {
                     .compute(1.0, 1.0),
             )
             .unwrap();
-        assert_eq!(finish(next, SLACK).unwrap(), 1000, "{point:?}");
+        assert_eq!(
+            finish(next, Duration::from_secs(10)).unwrap(),
+            1000,
+            "{point:?}"
+        );
     }
 }
 
