@@ -312,7 +312,7 @@ impl TaskContext {
         let (Some(entry), task) = (self.inner.entry(), &self.task) else {
             return Ok(());
         };
-        p.harvest(&entry)?;
+        p.harvest(entry)?;
         let mut waited = Duration::ZERO;
         loop {
             let w = p.budget.wait(Instant::now());
@@ -323,7 +323,7 @@ impl TaskContext {
             std::thread::sleep(slice);
             waited += slice;
             task.safe_point()?;
-            p.harvest(&entry)?;
+            p.harvest(entry)?;
         }
         if !waited.is_zero() {
             task.throttles.fetch_add(1, Ordering::Relaxed);

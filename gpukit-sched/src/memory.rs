@@ -63,15 +63,20 @@ impl Memory {
 
     /// Waits until `owner`'s starting task fits beside the others, asking `evict` to stop
     /// the victims the ledger names (called without the ledger's lock). Gives up at
-    /// `deadline` with the bytes still missing and who holds them.
+    /// `deadline` with the bytes still missing and who holds them, or at once (with nothing
+    /// missing) when `stopped` says the starting task itself was asked to stop.
     pub fn make_room(
         &self,
         owner: &OwnerId,
         deadline: Instant,
         mut evict: impl FnMut(&[TaskId]),
+        stopped: impl Fn() -> bool,
     ) -> Result<(), (u64, Vec<TaskId>)> {
         let mut asked: Vec<TaskId> = Vec::new();
         loop {
+            if stopped() {
+                return Err((0, asked));
+            }
             let (short, victims) = {
                 let l = self.ledger.lock();
                 (l.shortfall(owner), l.plan_eviction(owner))

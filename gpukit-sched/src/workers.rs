@@ -229,11 +229,16 @@ impl Inner {
     fn execute(self: &Arc<Self>, p: Pending) -> (Ended, Option<f64>) {
         let task = p.task;
         let grace = self.cfg.stop_grace;
-        let room = self
-            .memory
-            .make_room(&task.owner, Instant::now() + grace, |victims| {
-                self.evict(&task, victims)
-            });
+        let room = self.memory.make_room(
+            &task.owner,
+            Instant::now() + grace,
+            |victims| self.evict(&task, victims),
+            || task.stop.requested(),
+        );
+        if let Err(e) = task.safe_point() {
+            // Stopped while starting (cancelled, shut down): the stop's outcome.
+            return (Ended::Err(e), None);
+        }
         if let Err((missing, victims)) = room {
             let names = {
                 let st = self.state.lock();
@@ -251,9 +256,6 @@ impl Inner {
                 }),
                 None,
             );
-        }
-        if let Err(e) = task.safe_point() {
-            return (Ended::Err(e), None);
         }
         let Some(grant) = task.status.lock().grant else {
             return (

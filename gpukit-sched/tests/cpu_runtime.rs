@@ -1192,3 +1192,33 @@ fn parse_prometheus(text: &str) -> Vec<(String, String, f64)> {
     assert!(!out.is_empty());
     out
 }
+
+/// A task cancelled while it waits for evicted memory ends Cancelled at once, not at the end
+/// of the wait.
+#[test]
+fn cancelling_a_starting_task_ends_its_wait() {
+    let s = sched_with(1000, cfg().workers(2).stop_grace(Duration::from_secs(5)));
+    let filled = Arc::new(AtomicUsize::new(0));
+    let release = gate();
+    let (f, spec) = be_hog("stuck", 0, 900, &filled, false, &release);
+    let victim = s.submit(f, spec).unwrap();
+    assert!(wait_until(SLACK, || filled.load(Ordering::Acquire) == 1));
+    let g = s
+        .submit(
+            |ctx: &mut TaskContext| -> R<u64> { Ok(ctx.reserve_memory(500)?.bytes()) },
+            TaskSpec::new("g")
+                .memory(500u64, 500u64)
+                .compute(0.25, 0.25),
+        )
+        .unwrap();
+    let gid = g.id();
+    assert!(wait_until(SLACK, || s.task_stats(gid).unwrap().state
+        == TaskState::Starting));
+    let t = Instant::now();
+    assert!(g.cancel());
+    let r = finish(g, SLACK);
+    assert!(matches!(r, Err(Error::Cancelled { .. })), "{r:?}");
+    assert!(t.elapsed() < SLACK, "{:?}", t.elapsed());
+    release.store(true, Ordering::Release);
+    let _ = finish(victim, Duration::from_secs(6));
+}
