@@ -86,14 +86,18 @@ pub(crate) struct Lanes {
     cache: Mutex<Cache>,
     cap: usize,
     created: AtomicU64,
+    /// The device's allocator (None without a device): streams are destroyed only once it has
+    /// let go of them.
+    alloc: Option<Allocator>,
 }
 
 impl Lanes {
-    pub fn new(cap: usize) -> Self {
+    pub fn new(cap: usize, alloc: Option<Allocator>) -> Self {
         Lanes {
             cache: Mutex::new(Cache::default()),
             cap,
             created: AtomicU64::new(0),
+            alloc,
         }
     }
 
@@ -114,7 +118,8 @@ impl Lanes {
 
     /// Returns a lane; past the cap the least recently used idle lanes go (see the module
     /// docs). Lanes are dropped outside the pool's lock (destroying one waits for its stream).
-    pub fn checkin(&self, lane: Lane, alloc: Option<&Allocator>) {
+    pub fn checkin(&self, lane: Lane) {
+        let alloc = self.alloc.as_ref();
         let mut drop_now = Vec::new();
         {
             let mut c = self.cache.lock();
@@ -148,9 +153,11 @@ impl Lanes {
         self.cache.lock().idle.len()
     }
 
-    /// At shutdown: destroys every lane the allocator lets go of; the others are leaked on
-    /// purpose (a buffer still alive is ordered on their streams). Returns how many were kept.
-    pub fn drain(&self, alloc: &Allocator) -> usize {
+    /// Destroys every idle lane the allocator lets go of; the others are leaked on purpose (a
+    /// buffer still alive is ordered on their streams, and the allocator may order a later
+    /// allocation after them). Returns how many were kept. Lanes checked out (a detached
+    /// task's) are not touched; they come back to the pool, and are drained with it on drop.
+    pub fn drain(&self) -> usize {
         let lanes: Vec<Lane> = {
             let mut c = self.cache.lock();
             let held = std::mem::take(&mut c.held);
@@ -158,14 +165,23 @@ impl Lanes {
         };
         let mut kept = 0;
         for l in lanes {
-            match alloc.release_stream(&l.stream) {
-                Ok(true) => drop(l),
-                _ => {
-                    kept += 1;
-                    std::mem::forget(l);
-                }
+            let released = self
+                .alloc
+                .as_ref()
+                .is_none_or(|a| matches!(a.release_stream(&l.stream), Ok(true)));
+            if released {
+                drop(l);
+            } else {
+                kept += 1;
+                std::mem::forget(l);
             }
         }
         kept
+    }
+}
+
+impl Drop for Lanes {
+    fn drop(&mut self) {
+        self.drain();
     }
 }

@@ -110,9 +110,9 @@ pub(crate) struct State {
     /// When the timer thread wakes next (None: no timer pending).
     pub timer_next: Option<Instant>,
     pub timer_exit: bool,
-    /// Wakers of futures whose task ended, woken once the lock is released
-    /// ([`Inner::release`]).
-    pub wakers: Vec<std::task::Waker>,
+    /// Tasks that got their outcome under the lock: their waiters are woken once it is
+    /// released ([`Inner::release`]).
+    pub notify: Vec<Arc<Task>>,
 }
 
 /// The device side of a scheduler.
@@ -128,9 +128,10 @@ pub(crate) struct Inner {
     pub cfg: SchedulerConfig,
     epoch: Instant,
     pub state: Mutex<State>,
-    /// Signalled when the timer may need to wake earlier, and when a task's resources are
-    /// released (shutdown waits on it).
-    pub changed: Condvar,
+    /// Wakes the timer thread when it must wake earlier than planned (or exit).
+    pub timer_wake: Condvar,
+    /// Signalled when a task's resources are released during shutdown (which waits on it).
+    pub idle: Condvar,
     pub memory: Arc<Memory>,
     pub lanes: Lanes,
     /// Serializes paced kernels in the fallback (see [`crate::pacer`]).
@@ -305,6 +306,7 @@ impl Scheduler {
             }
             None => None,
         };
+        let lane_alloc = gpu.as_ref().map(|g| g.dev.allocator().clone());
         let inner = Arc::new(Inner {
             gpu,
             cfg: cfg.clone(),
@@ -326,11 +328,12 @@ impl Scheduler {
                 timers: IdMap::default(),
                 timer_next: None,
                 timer_exit: false,
-                wakers: Vec::new(),
+                notify: Vec::new(),
             }),
-            changed: Condvar::new(),
+            timer_wake: Condvar::new(),
+            idle: Condvar::new(),
             memory,
-            lanes: Lanes::new(cfg.max_cached_lanes),
+            lanes: Lanes::new(cfg.max_cached_lanes, lane_alloc),
             token: crate::pacer::Token::default(),
             layout,
             mechanism,
@@ -488,8 +491,9 @@ impl Scheduler {
     /// cancels queued tasks at once ([`CancelReason::Shutdown`]), lets running tasks finish
     /// until `timeout`, then asks the rest to stop; those that reach no safe point within the
     /// grace period are detached (their handles complete as cancelled). Then the workers are
-    /// joined, the timer stops, and the ledger and the GPU streams are released (streams are
-    /// kept while a detached task or a live buffer may still use them).
+    /// joined (unless a detached task still holds one), the timer stops, the ledger leaves the
+    /// allocator and idle GPU streams are destroyed (streams that still order live buffers are
+    /// kept).
     pub fn shutdown(mut self, timeout: Duration) -> ShutdownReport {
         self.stop(timeout)
     }
@@ -552,14 +556,14 @@ impl Scheduler {
             st.timer_exit = true;
             inner.release(st);
         }
-        inner.changed.notify_all();
+        inner.timer_wake.notify_all();
         if report.detached == 0 {
             // Every task has returned: the threads end at once (a bounded wait all the same).
             workers.join(Instant::now() + Duration::from_millis(500));
         }
-        if report.detached == 0 {
-            inner.uninstall();
-        }
+        // Another scheduler may start on the device now, even beside a detached task (its
+        // memory is outside the new one's capacity, read from the free memory then).
+        inner.uninstall();
         report.elapsed = t0.elapsed();
         report
     }
@@ -604,24 +608,25 @@ impl Inner {
         self.kernels_total.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Unlocks the state, then hands started tasks to the workers and wakes the futures of
-    /// tasks that ended (neither may run under the lock).
+    /// Unlocks the state, then hands started tasks to the workers and wakes the waiters of
+    /// tasks that ended (neither under the lock: a woken waiter often submits at once).
     pub(crate) fn release(&self, mut st: parking_lot::MutexGuard<'_, State>) {
         let out = std::mem::take(&mut st.outbox);
-        let wakers = std::mem::take(&mut st.wakers);
+        let notify = std::mem::take(&mut st.notify);
         drop(st);
         self.handoff.send(out);
-        for w in wakers {
-            w.wake();
+        for t in notify {
+            t.notify();
         }
     }
 
-    /// Removes the ledger from the allocator and releases the cached lanes.
+    /// Removes the ledger from the allocator (buffers charged to it still return their
+    /// charges to it) and releases the idle lanes. Waits for no device work: a detached task's
+    /// kernels may never end.
     fn uninstall(&self) {
         if let Some(g) = &self.gpu {
             g.dev.allocator().remove_ledger(&g.hook);
-            let _ = g.dev.synchronize();
-            self.lanes.drain(g.dev.allocator());
+            self.lanes.drain();
         }
     }
 
@@ -629,7 +634,7 @@ impl Inner {
     fn wait_until_idle(&self, deadline: Instant) {
         let mut st = self.state.lock();
         while !st.live.is_empty() {
-            if self.changed.wait_until(&mut st, deadline).timed_out() {
+            if self.idle.wait_until(&mut st, deadline).timed_out() {
                 break;
             }
         }
@@ -639,15 +644,15 @@ impl Inner {
     pub(crate) fn conclude(
         &self,
         st: &mut State,
-        task: &Task,
+        task: &Arc<Task>,
         state: TaskState,
         err: Option<Error>,
         detached: bool,
     ) -> bool {
-        let Some(waker) = task.resolve(state, err, detached) else {
+        if !task.resolve(state, err, detached) {
             return false;
-        };
-        st.wakers.extend(waker);
+        }
+        st.notify.push(task.clone());
         if let Some(i) = FINAL_STATES.iter().position(|s| *s == state) {
             st.ended[i] += 1;
         }
@@ -841,7 +846,7 @@ impl Inner {
         if let Some(n) = next {
             if st.timer_next.is_none_or(|planned| n < planned) {
                 st.timer_next = Some(n);
-                self.changed.notify_all();
+                self.timer_wake.notify_one();
             }
         }
     }
@@ -883,8 +888,7 @@ impl Inner {
     }
 
     pub(crate) fn checkin(&self, lane: Lane) {
-        self.lanes
-            .checkin(lane, self.gpu.as_ref().map(|g| g.dev.allocator()));
+        self.lanes.checkin(lane);
     }
 
     pub(crate) fn task_stats(&self, t: &Arc<Task>) -> TaskStats {

@@ -23,6 +23,7 @@ use gpukit_core::OwnerId;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::task::Waker;
+
 use std::time::{Duration, Instant};
 
 /// A task's state.
@@ -209,31 +210,32 @@ impl Task {
         }
     }
 
-    /// Decides the task's outcome and wakes blocking waiters; `None` (and nothing changes)
-    /// when it already has one, else the future's waker, for the caller to wake once it holds
-    /// no scheduler lock (a waker may run code). `detached`: the closure still runs.
-    pub(crate) fn resolve(
-        &self,
-        state: TaskState,
-        error: Option<Error>,
-        detached: bool,
-    ) -> Option<Option<Waker>> {
+    /// Decides the task's outcome; false (and nothing changes) when it already has one.
+    /// `detached`: the closure still runs. Waiters are told by [`notify`](Self::notify), which
+    /// the caller runs once it holds no scheduler lock (a woken waiter submits again at once;
+    /// a future's waker may run code).
+    pub(crate) fn resolve(&self, state: TaskState, error: Option<Error>, detached: bool) -> bool {
         debug_assert!(state.is_final());
-        let waker = {
-            let mut s = self.status.lock();
-            if s.resolved {
-                return None;
-            }
-            s.resolved = true;
-            s.state = state;
-            s.resolved_at = Some(Instant::now());
-            s.error_text = error.as_ref().map(ToString::to_string);
-            s.error = error;
-            s.detached = detached;
-            s.waker.take()
-        };
+        let mut s = self.status.lock();
+        if s.resolved {
+            return false;
+        }
+        s.resolved = true;
+        s.state = state;
+        s.resolved_at = Some(Instant::now());
+        s.error_text = error.as_ref().map(ToString::to_string);
+        s.error = error;
+        s.detached = detached;
+        true
+    }
+
+    /// Wakes whoever waits for the outcome (blocking waiters and the future's waker).
+    pub(crate) fn notify(&self) {
+        let waker = self.status.lock().waker.take();
         self.done.notify_all();
-        Some(waker)
+        if let Some(w) = waker {
+            w.wake();
+        }
     }
 
     /// The state and error a stop gives the task.
@@ -324,10 +326,8 @@ mod tests {
     #[test]
     fn first_outcome_wins() {
         let t = task();
-        assert!(t.resolve(TaskState::Succeeded, None, false).is_some());
-        assert!(t
-            .resolve(TaskState::Failed, Some(Error::internal("x", "y")), false)
-            .is_none());
+        assert!(t.resolve(TaskState::Succeeded, None, false));
+        assert!(!t.resolve(TaskState::Failed, Some(Error::internal("x", "y")), false));
         let s = t.status.lock();
         assert_eq!((s.state, s.error.is_none()), (TaskState::Succeeded, true));
         drop(s);

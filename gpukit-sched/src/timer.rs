@@ -68,7 +68,7 @@ impl Inner {
                     }
                 }
             }
-            if !st.outbox.is_empty() || !st.wakers.is_empty() {
+            if !st.outbox.is_empty() || !st.notify.is_empty() {
                 self.release(st);
                 st = self.state.lock();
                 continue;
@@ -78,7 +78,7 @@ impl Inner {
             let next = st
                 .timer_next
                 .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-            self.changed.wait_until(&mut st, next);
+            self.timer_wake.wait_until(&mut st, next);
         }
     }
 }

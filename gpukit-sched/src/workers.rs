@@ -211,7 +211,7 @@ impl Inner {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.end_task(&task, ended, gpu_ms)))
         {
             // A bug in the release itself: still give the task its outcome.
-            let waker = task.resolve(
+            task.resolve(
                 TaskState::Failed,
                 Some(Error::internal(
                     "releasing the task",
@@ -219,9 +219,7 @@ impl Inner {
                 )),
                 false,
             );
-            if let Some(Some(w)) = waker {
-                w.wake();
-            }
+            task.notify();
         }
     }
 
@@ -361,9 +359,11 @@ impl Inner {
             self.conclude(&mut st, task, state, err, false);
             push_finished(&mut st, task.clone());
             self.apply_events(&mut st, events);
+            if st.shutting_down {
+                self.idle.notify_all();
+            }
             st
         };
-        self.changed.notify_all();
         self.release(out);
     }
 }
