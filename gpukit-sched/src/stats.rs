@@ -3,10 +3,14 @@
 
 use crate::ledger::PoolMemory;
 use crate::plan::{PoolInfo, TaskId};
-use crate::sm::{ComputeGrant, SmLayout};
+use crate::scheduler::{Inner, State, FINAL_STATES};
+use crate::sm::{ComputeGrant, Mechanism, SmLayout};
 use crate::spec::QosClass;
-use crate::task::TaskState;
+use crate::task::{Stop, Task, TaskState};
 use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
 
 /// Live statistics of one task.
 #[derive(Debug, Clone, PartialEq)]
@@ -334,6 +338,123 @@ impl SchedulerStats {
             out.sample(name, &[], v);
         }
         out.text
+    }
+}
+
+impl Inner {
+    /// Statistics of one task.
+    pub(crate) fn task_stats(&self, t: &Arc<Task>) -> TaskStats {
+        let st = self.state.lock();
+        self.task_stats_locked(t, &st)
+    }
+
+    pub(crate) fn task_stats_locked(&self, t: &Arc<Task>, st: &State) -> TaskStats {
+        let (in_use, peak) = self.memory.usage(&t.owner);
+        let s = t.status.lock();
+        let (own, lent) = *t.usable.lock();
+        let live = st.live.contains_key(&t.id) && s.released_at.is_none();
+        let running = live && matches!(s.state, TaskState::Running | TaskState::Starting);
+        let usable_sms = if running || (live && s.detached) {
+            match s.grant.map(|g| g.compute.mechanism) {
+                Some(Mechanism::GreenContext) => self.layout.sms(own.union(lent).len()),
+                Some(Mechanism::Floor) => self.layout.sms(lent.len()) + self.layout.remainder_sms,
+                Some(Mechanism::Pacing) => self.layout.sms(own.union(lent).len()),
+                None => 0,
+            }
+        } else {
+            0
+        };
+        let bytes = t.bytes.load(Ordering::Relaxed);
+        let end = s.released_at.or(s.resolved_at).unwrap_or_else(Instant::now);
+        TaskStats {
+            id: t.id,
+            name: t.spec.name.clone(),
+            qos: t.spec.qos,
+            partition: t.spec.partition.clone(),
+            state: s.state,
+            detached: s.detached && s.released_at.is_none(),
+            queue_position: if s.state == TaskState::Queued {
+                st.planner.queue_position(t.id)
+            } else {
+                None
+            },
+            memory_in_use: in_use,
+            memory_peak: peak.max(s.mem_peak),
+            memory_committed: t.spec.memory_request,
+            memory_limit: s
+                .grant
+                .map(|g| g.memory_limit)
+                .unwrap_or(t.spec.memory_limit.unwrap_or(u64::MAX)),
+            gpu_time_ms: s.gpu_ms,
+            compute: s.grant.map(|g| g.compute),
+            granted_sms: s.grant.map_or(0, |g| g.compute.sms),
+            usable_sms,
+            sms_in_use: t.sms_in_use.load(Ordering::Relaxed),
+            kernels_launched: t.kernels.load(Ordering::Relaxed),
+            throttles: t.throttles.load(Ordering::Relaxed),
+            throttled_ms: t.throttled_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            preempted: matches!(t.stop.get(), Some((Stop::Preempt(_), _))),
+            reported_bytes: bytes,
+            achieved_gbps: match s.gpu_ms {
+                Some(ms) if bytes > 0 && ms > 0.0 => Some(bytes as f64 / (ms * 1e6)),
+                _ => None,
+            },
+            wait_ms: s
+                .started
+                .map(|x| x.duration_since(t.submitted).as_secs_f64() * 1e3)
+                .unwrap_or(0.0),
+            run_ms: s
+                .started
+                .map(|x| end.saturating_duration_since(x).as_secs_f64() * 1e3)
+                .unwrap_or(0.0),
+            error: s.error_text.clone(),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> SchedulerStats {
+        let st = self.state.lock();
+        let mut tasks: Vec<TaskStats> = st
+            .live
+            .values()
+            .chain(st.finished.iter().filter(|t| !st.live.contains_key(&t.id)))
+            .map(|t| self.task_stats_locked(t, &st))
+            .collect();
+        tasks.sort_by_key(|t| t.id);
+        let partitions = st
+            .planner
+            .pools()
+            .into_iter()
+            .map(|pool| PartitionStats {
+                memory: self.memory.pool(&pool.name),
+                evictions: st.pool_evictions.get(&pool.name).copied().unwrap_or(0),
+                pool,
+            })
+            .collect();
+        let mut ended = [(TaskState::Succeeded, 0u64); 7];
+        for (i, s) in FINAL_STATES.iter().enumerate() {
+            ended[i] = (*s, st.ended[i]);
+        }
+        let detached_running = st
+            .live
+            .values()
+            .filter(|t| t.status.lock().detached)
+            .count() as u64;
+        SchedulerStats {
+            mechanism: self.mechanism.clone(),
+            layout: self.layout,
+            memory_capacity: st.planner.config().memory_capacity,
+            memory_outside_tasks: self.memory.with(|l| l.outside()),
+            tasks,
+            partitions,
+            submitted: st.submitted,
+            ended,
+            detached_running,
+            evictions: st.evictions.iter().cloned().collect(),
+            evictions_total: st.evictions_total,
+            kernels_launched: self.kernels_total.load(Ordering::Relaxed),
+            green_contexts_created: self.lanes.created(),
+            lanes_cached: self.lanes.cached(),
+        }
     }
 }
 
