@@ -261,15 +261,15 @@ impl TaskContext {
     /// Applies lending changes the scheduler published: moves onto or off lent groups (green
     /// contexts) or changes the pace (fallback).
     fn refresh(&mut self) -> Result<()> {
-        let inner = self.inner.clone();
+        let gen = self.task.generation.load(Ordering::Acquire);
         let Some(g) = self.gpu.as_mut() else {
             return Ok(());
         };
-        let gen = self.task.generation.load(Ordering::Acquire);
         if gen == g.seen_generation {
             return Ok(());
         }
         g.seen_generation = gen;
+        let inner = &self.inner;
         let (own, lent) = *self.task.usable.lock();
         if inner.split().is_none() {
             if let (Some(p), Some(duty)) = (g.pacer.as_mut(), inner.duty(&self.grant, own, lent)) {
