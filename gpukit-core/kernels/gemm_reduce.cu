@@ -1,24 +1,70 @@
 // Split-K reduction and the beta-only path of gpukit GEMM (see gemm_common.cuh for conventions).
 
-// Deterministic split-K reduction (fixed summation order) and the K == 0 / beta-only path
-// (splits == 0): C = alpha * sum_s W[b, s] + beta * C.
+// Deterministic split-K reduction (fixed summation order: slice 0, 1, 2, ...) and the K == 0 /
+// beta-only path (splits == 0): C = alpha * sum_s W[b, s] + beta * C. W holds `splits` slices of
+// M rows x ldw per batch entry (strideW elements apart, 16-byte aligned, ldw and strideW multiples
+// of 4, columns N .. ldw - 1 unused). Each thread sums four adjacent columns with 16-byte loads,
+// four slices in flight at a time, and stores them with one 16-byte store where C allows it.
 extern "C" __global__ void gemm_splitk_reduce(const float* __restrict__ W, float* C, int M, int N,
                                               int ldw, long long strideW, int ldc,
                                               long long strideC, int splits, int batch,
                                               float alpha, float beta) {
-    long long total = (long long)batch * M * N;
+    const int n4 = (N + 3) / 4;
+    const long long total = (long long)batch * M * n4;
+    const bool vecC = (reinterpret_cast<unsigned long long>(C) & 15) == 0 && (ldc & 3) == 0 &&
+                      (batch <= 1 || (strideC & 3) == 0);
+    const long long step = strideW / 4;  // float4s between slices
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
-        int c = (int)(i % N);
-        long long t = i / N;
-        int r = (int)(t % M);
-        int b = (int)(t / M);
-        float sum = 0.0f;
-        const float* w = W + (long long)b * splits * strideW + (long long)r * ldw + c;
-        for (int s = 0; s < splits; ++s) sum += w[s * strideW];
+        const int c4 = (int)(i % n4);
+        const long long t = i / n4;
+        const int r = (int)(t % M);
+        const int b = (int)(t / M);
+        const int c = 4 * c4;
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (splits > 0) {
+            const float4* w = reinterpret_cast<const float4*>(
+                W + (long long)b * splits * strideW + (long long)r * ldw + c);
+            int s = 0;
+            for (; s + 4 <= splits; s += 4) {
+                const float4 v0 = w[s * step];
+                const float4 v1 = w[(s + 1) * step];
+                const float4 v2 = w[(s + 2) * step];
+                const float4 v3 = w[(s + 3) * step];
+                sum.x = (((sum.x + v0.x) + v1.x) + v2.x) + v3.x;
+                sum.y = (((sum.y + v0.y) + v1.y) + v2.y) + v3.y;
+                sum.z = (((sum.z + v0.z) + v1.z) + v2.z) + v3.z;
+                sum.w = (((sum.w + v0.w) + v1.w) + v2.w) + v3.w;
+            }
+            for (; s < splits; ++s) {
+                const float4 v = w[s * step];
+                sum.x += v.x;
+                sum.y += v.y;
+                sum.z += v.z;
+                sum.w += v.w;
+            }
+        }
         float* dst = C + b * strideC + (long long)r * ldc + c;
-        float out = alpha * sum;
-        if (beta != 0.0f) out = fmaf(beta, *dst, out);
-        *dst = out;
+        if (vecC && c + 3 < N) {
+            float4 o = make_float4(alpha * sum.x, alpha * sum.y, alpha * sum.z, alpha * sum.w);
+            if (beta != 0.0f) {
+                const float4 old = *reinterpret_cast<const float4*>(dst);
+                o.x = fmaf(beta, old.x, o.x);
+                o.y = fmaf(beta, old.y, o.y);
+                o.z = fmaf(beta, old.z, o.z);
+                o.w = fmaf(beta, old.w, o.w);
+            }
+            *reinterpret_cast<float4*>(dst) = o;
+        } else {
+            const float v[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                if (c + e < N) {
+                    float out = alpha * v[e];
+                    if (beta != 0.0f) out = fmaf(beta, dst[e], out);
+                    dst[e] = out;
+                }
+            }
+        }
     }
 }

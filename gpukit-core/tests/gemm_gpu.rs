@@ -1011,7 +1011,7 @@ fn gemm_scratch_memory_is_charged_to_the_current_owner() {
     let mut plans = vec![fixed_plan(SGEMM_CONFIGS[2], &case.problem(), 4)];
     if hopper() {
         // Both operands packed; B packed (A through its tensor map); nothing packed but a
-        // split-K workspace; 3xTF32 (both packed, split).
+        // split-K workspace; 3xTF32 both packed (split parts), and mapped with a workspace.
         let p = case.problem();
         plans.push(fixed_plan(WGMMA_CONFIGS[1], &p, 1).with(Operands::PACKED, 0));
         let a_mapped = Operands {
@@ -1021,7 +1021,8 @@ fn gemm_scratch_memory_is_charged_to_the_current_owner() {
         };
         plans.push(fixed_plan(WGMMA_CONFIGS[0], &p, 1).with(a_mapped, FEW_BLOCKS));
         plans.push(fixed_plan(WGMMA_CONFIGS[0], &p, 2));
-        plans.push(fixed_plan(WGMMA3_CONFIGS[0], &p, 1));
+        plans.push(fixed_plan(WGMMA3_CONFIGS[0], &p, 1).with(Operands::PACKED, 0));
+        plans.push(fixed_plan(WGMMA3_CONFIGS[0], &p, 2));
     }
     for plan in &plans {
         let r = dev.allocator().with_owner(&owner, || {

@@ -135,11 +135,7 @@ pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
         } else {
             1
         };
-        let o = if config.family == Family::Wgmma {
-            v.operands
-        } else {
-            Operands::PACKED
-        };
+        let o = v.operands;
         format!(
             "gemm_wgmma<{},{},{split},{},{},{}>",
             config.bn,
@@ -205,11 +201,10 @@ pub fn reduce_instantiation() -> Instantiation {
 
 /// The distinct variants a configuration is instantiated for: every transpose x `vec`
 /// combination for the `mma.sync` and SIMT kernels; every operand layout the planner can choose
-/// for [`Family::Wgmma`] ([`operand_choices`] over all layouts); packed operands for
-/// [`Family::Wgmma3`].
+/// for the `wgmma` families ([`operand_choices`] over all layouts).
 pub fn variants_of(config: &TileConfig) -> Vec<Variant> {
     match config.family {
-        Family::Wgmma => {
+        Family::Wgmma | Family::Wgmma3 => {
             let mut v: Vec<Variant> = Vec::new();
             for i in 0..4u8 {
                 for (am, bm) in [(true, true), (true, false), (false, true)] {
@@ -239,7 +234,6 @@ pub fn variants_of(config: &TileConfig) -> Vec<Variant> {
             }
             v
         }
-        Family::Wgmma3 => vec![Variant::default()],
         _ => (0..8u8)
             .map(|i| Variant {
                 trans_a: i & 1 != 0,
@@ -310,9 +304,13 @@ mod tests {
             instantiation(&WGMMA_CONFIGS[1], v).expr,
             "gemm_wgmma<128,4,1,0,false,false>"
         );
-        // The transposes do not change a wgmma instantiation; 3xTF32 always packs.
+        // The transposes do not change a wgmma instantiation.
         assert_eq!(
             instantiation(&WGMMA3_CONFIGS[0], w).expr,
+            "gemm_wgmma<128,3,3,2,true,true>"
+        );
+        assert_eq!(
+            instantiation(&WGMMA3_CONFIGS[0], v).expr,
             "gemm_wgmma<128,3,3,0,false,false>"
         );
         assert_eq!(
@@ -327,7 +325,8 @@ mod tests {
         // Packed; P K-major with Q packed or mapped; P MN-major (either role) with Q packed or
         // mapped, swapped or not.
         assert_eq!(variants_of(&WGMMA_CONFIGS[1]).len(), 7);
-        assert_eq!(variants_of(&WGMMA3_CONFIGS[0]).len(), 1);
+        // 3xTF32: packed, or both mapped with P K-major, MN-major, MN-major swapped.
+        assert_eq!(variants_of(&WGMMA3_CONFIGS[0]).len(), 4);
         let all = all_instantiations(true);
         let mut exprs: Vec<&str> = all.iter().map(|i| i.expr.as_str()).collect();
         let n = exprs.len();

@@ -11,7 +11,7 @@ use super::kernels::{self, Variant};
 use super::operand::{self, OperandView};
 use super::pack;
 use super::path::{self, Paths};
-use super::plan::{self, Operands, Plan, Problem, Source, TileConfig};
+use super::plan::{self, Family, Operands, Plan, Problem, Source, TileConfig};
 use super::tma::{self, Rounding};
 use crate::alloc::current_owner;
 use crate::attributes::DeviceAttributes;
@@ -130,7 +130,9 @@ fn check_operands(dev: &Device, g: &RawGemm, cfg: &TileConfig, ops: &Operands) -
     let problem = Problem::of(g);
     let paths = Paths {
         tma: true,
-        tma_rounding: ops.q_tma && tma::tensor_copies_round(dev)?.rounds,
+        tma_rounding: ops.q_tma
+            && cfg.family == Family::Wgmma
+            && tma::tensor_copies_round(dev)?.rounds,
         ..Paths::default()
     };
     if plan::operand_choices(cfg.family, &problem, &paths).contains(ops) {
@@ -202,7 +204,10 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
         },
         // A rounding map for P too where the copies round: every value of the product is then
         // rounded the same way (to nearest even; the kernel's cvt.rna leaves it unchanged).
-        p_rounding: if ops.p != Source::Packed && tma::tensor_copies_round(dev)?.rounds {
+        p_rounding: if cfg.family == Family::Wgmma
+            && ops.p != Source::Packed
+            && tma::tensor_copies_round(dev)?.rounds
+        {
             Rounding::Tf32
         } else {
             Rounding::None
@@ -255,7 +260,11 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
         // aligned, rows a multiple of 4 floats: vector stores apply).
         unsafe { main.launch(stream, dev, &kernel, g, b0, nb, &target, true) }?;
         let rargs = reduce_args(g, b0, nb, ws.ptr(), ldw, slice, splits);
-        reduce.launch(stream.cuda(), reduce_launch(dev, nb * g.m * g.n), &rargs)?;
+        reduce.launch(
+            stream.cuda(),
+            reduce_launch(dev, nb * g.m * g.n.div_ceil(4)),
+            &rargs,
+        )?;
         b0 += nb;
     }
     Ok(())
@@ -313,8 +322,14 @@ impl MainKernel<'_> {
             Source::TmaKMajor => Some(tma::kmajor_map(&p, cfg.bm, self.p_rounding)?),
             Source::TmaMnMajor => Some(tma::mnmajor_map(&p, self.p_rounding)?),
         };
+        // 3xTF32 splits the raw values itself; TF32 has Q rounded by the copy.
+        let q_rounding = if cfg.family == Family::Wgmma3 {
+            Rounding::None
+        } else {
+            Rounding::Tf32
+        };
         let qmap = if ops.q_tma {
-            Some(tma::kmajor_map(&q, cfg.bn, Rounding::Tf32)?)
+            Some(tma::kmajor_map(&q, cfg.bn, q_rounding)?)
         } else {
             None
         };
@@ -434,6 +449,15 @@ fn wgmma_args(c: &WgmmaCall) -> Vec<KernelArg> {
         (c.nz as i32).into(),
         (c.vec_c as i32).into(),
         GROUP_M.into(),
+        // The operands as stored (the 3xTF32 NaN repair of tensor-mapped operands).
+        KernelArg::Ptr(c.p.ptr),
+        KernelArg::Ptr(c.q.ptr),
+        (c.p.ld as i32).into(),
+        (c.q.ld as i32).into(),
+        (c.p.row_contig as i32).into(),
+        (c.q.row_contig as i32).into(),
+        (c.p.stride as i64).into(),
+        (c.q.stride as i64).into(),
     ]
 }
 
@@ -497,9 +521,10 @@ fn reduce_args(
     ]
 }
 
-fn reduce_launch(dev: &Device, elements: usize) -> LaunchConfig {
+/// Grid of the reduction for `groups` groups of four output columns (one thread each).
+fn reduce_launch(dev: &Device, groups: usize) -> LaunchConfig {
     let max_blocks = (dev.multiprocessor_count().max(1) * 16) as usize;
-    let blocks = elements.div_ceil(256).clamp(1, max_blocks) as u32;
+    let blocks = groups.div_ceil(256).clamp(1, max_blocks) as u32;
     LaunchConfig::new((blocks, 1, 1), (256, 1, 1))
 }
 
@@ -516,7 +541,11 @@ unsafe fn scale_c(stream: &Stream, dev: &Device, g: &RawGemm) -> Result<()> {
         let nb = (g.batch - b0).min(i32::MAX as usize);
         // splits = 0: no slices are read, C = beta * C.
         let args = reduce_args(g, b0, nb, g.c, g.ldc, 0, 0);
-        reduce.launch(stream.cuda(), reduce_launch(dev, nb * g.m * g.n), &args)?;
+        reduce.launch(
+            stream.cuda(),
+            reduce_launch(dev, nb * g.m * g.n.div_ceil(4)),
+            &args,
+        )?;
         b0 += nb;
     }
     Ok(())

@@ -385,16 +385,17 @@ impl Source {
 
 /// How the `wgmma` kernel gets its operands: which user operand plays P (wgmma's register side,
 /// 128 rows per block) and which Q (its shared-memory side, `bn` rows), and where each comes
-/// from. `Operands::default()` packs both (`P = op(A)`, `Q = op(B)^T`), the only choice of
-/// [`Family::Wgmma3`] and of the other families (where it means nothing).
+/// from. `Operands::default()` packs both (`P = op(A)`, `Q = op(B)^T`), the only choice of the
+/// non-`wgmma` families (where it means nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Operands {
     /// `P = op(B)^T, Q = op(A)` and the kernel stores the transpose of its tile.
     pub swap: bool,
     /// Where P comes from.
     pub p: Source,
-    /// Q is read in place through a rounding (TFLOAT32) tensor map instead of being packed (Q
-    /// must be K-major, and [`Paths::tma_rounding`] true).
+    /// Q is read in place through a tensor map instead of being packed (Q must be K-major): for
+    /// TF32 a rounding (TFLOAT32) map ([`Paths::tma_rounding`] true), for 3xTF32 a raw one
+    /// whose tiles the kernel splits itself.
     pub q_tma: bool,
 }
 
@@ -426,21 +427,29 @@ impl Operands {
 }
 
 /// The operand layouts the `wgmma` kernels of `family` can use for `p` under `paths`, those that
-/// pack the least first: on compute capability 9.0 with aligned operands, a NN product packs
-/// nothing (swapped: P = the N-major B, Q = the K-major A), NT and TT nothing either, TN one
-/// operand. [`Operands::PACKED`] is always the last choice.
+/// pack the least first; [`Operands::PACKED`] is always the last choice.
+///
+/// - [`Family::Wgmma`] (TF32): P through a tensor map in either major order (rounded in
+///   registers), Q through a rounding tensor map when it is K-major and the device's copies
+///   round ([`Paths::tma_rounding`]), else Q packed. With aligned operands a NN product packs
+///   nothing (swapped: P = the N-major B, Q = the K-major A), NT and TT nothing either, TN one
+///   operand.
+/// - [`Family::Wgmma3`] (3xTF32): both operands through raw tensor maps (P split in registers,
+///   Q split in shared memory by the producer warpgroup), which needs a K-major Q: NN, NT and
+///   TT; else both packed.
 pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operands> {
     let mut v = Vec::new();
-    if family == Family::Wgmma && paths.tma {
+    if family.is_wgmma() && paths.tma {
         let a_src = if p.trans_a {
             Source::TmaMnMajor
         } else {
             Source::TmaKMajor
         };
         // Q tensor-mapped: Q must be K-major (op(B)^T when B is stored transposed, op(A) when A
-        // is not), and the device's tensor copies must round.
-        let no_swap_q = paths.tma_rounding && p.b_mappable && p.trans_b;
-        let swap_q = paths.tma_rounding && p.a_mappable && !p.trans_a;
+        // is not), and (TF32) the device's tensor copies must round.
+        let q_ok = family == Family::Wgmma3 || paths.tma_rounding;
+        let no_swap_q = q_ok && p.b_mappable && p.trans_b;
+        let swap_q = q_ok && p.a_mappable && !p.trans_a;
         let swap = p.b_mappable && !p.trans_b;
         if p.a_mappable && no_swap_q {
             v.push(Operands {
@@ -456,19 +465,21 @@ pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operan
                 q_tma: true,
             });
         }
-        if p.a_mappable {
-            v.push(Operands {
-                swap: false,
-                p: a_src,
-                q_tma: false,
-            });
-        }
-        if swap {
-            v.push(Operands {
-                swap: true,
-                p: Source::TmaMnMajor,
-                q_tma: false,
-            });
+        if family == Family::Wgmma {
+            if p.a_mappable {
+                v.push(Operands {
+                    swap: false,
+                    p: a_src,
+                    q_tma: false,
+                });
+            }
+            if swap {
+                v.push(Operands {
+                    swap: true,
+                    p: Source::TmaMnMajor,
+                    q_tma: false,
+                });
+            }
         }
     }
     v.push(Operands::PACKED);
@@ -558,16 +569,18 @@ pub struct Plan {
     pub estimate_us: f64,
 }
 
-/// Split-K factors the planner considers.
-pub const SPLIT_CANDIDATES: [u32; 10] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32];
+/// Split-K factors the planner considers (up to 128: a 128x128 output with K = 65536 makes one
+/// tile, and only a split fills the SMs).
+pub const SPLIT_CANDIDATES: [u32; 14] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128];
 
 /// Smallest K per slice worth a split (shorter slices spend their time filling the pipeline).
 pub const MIN_K_PER_SPLIT: u32 = 256;
 
-/// Effective bandwidth of the split-K reduction (bytes/s), measured on the H200: a 4096^2
-/// split in two cost 0.28 ms more than no split for 268 MB moved (about 1 TB/s; the reduction
-/// kernel is scalar, and the partial slices also leave the GEMM's write-out less efficient).
-const BANDWIDTH: f64 = 1.0e12;
+/// Effective bandwidth of the split-K reduction (bytes/s). Version 3 measured about 1 TB/s on
+/// the H200 with a scalar reduction (a 4096^2 split in two cost 0.28 ms more than no split for
+/// 268 MB moved); version 5's reduces four columns per thread with 16-byte loads, four slices in
+/// flight: predicted 2 TB/s (not measured yet).
+const BANDWIDTH: f64 = 2.0e12;
 /// Launch and tail cost of the extra reduction kernel (seconds).
 const REDUCE_LAUNCH: f64 = 4.0e-6;
 /// Effective bandwidth of the `wgmma` operand pack (bytes read plus bytes written per second).
@@ -1286,14 +1299,19 @@ pub(crate) mod tests {
     fn operand_choices_follow_layout_alignment_and_rounding() {
         let all = auto();
         let sq = sq(256);
-        // NN: swapped with nothing packed first; PACKED last; never a swap for 3xTF32.
+        // NN: swapped with nothing packed first; PACKED last.
         let c = operand_choices(Family::Wgmma, &sq, &all);
         assert_eq!(c[0].label(), "swap P:mn Q:tma");
         assert_eq!(*c.last().unwrap(), Operands::PACKED);
-        assert_eq!(
-            operand_choices(Family::Wgmma3, &sq, &all),
-            vec![Operands::PACKED]
-        );
+        let x3 = operand_choices(Family::Wgmma3, &sq, &all);
+        assert_eq!(x3.len(), 2);
+        assert_eq!(x3[0].label(), "swap P:mn Q:tma");
+        // 3xTF32 needs no rounding copies, and never a packed Q beside a mapped P.
+        let no_round = Paths {
+            tma_rounding: false,
+            ..all
+        };
+        assert_eq!(operand_choices(Family::Wgmma3, &sq, &no_round), x3);
         assert_eq!(
             operand_choices(Family::Tf32, &sq, &all),
             vec![Operands::PACKED]
@@ -1320,7 +1338,13 @@ pub(crate) mod tests {
                             ..all
                         },
                     ] {
-                        for o in operand_choices(Family::Wgmma, &p, &paths) {
+                        for (family, o) in
+                            [Family::Wgmma, Family::Wgmma3].into_iter().flat_map(|f| {
+                                operand_choices(f, &p, &paths)
+                                    .into_iter()
+                                    .map(move |o| (f, o))
+                            })
+                        {
                             // What plays P and Q, and whether that operand is K-major.
                             let (p_is_a, p_mappable, q_mappable) = if o.swap {
                                 (false, bm, am)
@@ -1337,7 +1361,12 @@ pub(crate) mod tests {
                                 }
                             }
                             if o.q_tma {
-                                assert!(q_mappable && q_kmajor && paths.tma_rounding, "{o:?}");
+                                let rounds = family == Family::Wgmma3 || paths.tma_rounding;
+                                assert!(q_mappable && q_kmajor && rounds, "{o:?}");
+                            }
+                            if family == Family::Wgmma3 {
+                                // Both packed or both through tensor maps.
+                                assert_eq!(o.p == Source::Packed, !o.q_tma, "{o:?}");
                             }
                         }
                     }
