@@ -5,6 +5,7 @@
 //! gemm_bench --bench-only         # only the benchmark shapes
 //! gemm_bench --sweep-only         # only the awkward shapes
 //! gemm_bench --configs            # also every tile configuration x split-K per benchmark shape
+//! gemm_bench --forced-bench       # the forced-path table for the benchmark shapes only
 //! gemm_bench --skip-3x            # no Precision::Tf32x3 column (with GPUKIT_GEMM_FP32=simt: no
 //!                                 # 3xTF32 kernel at all)
 //! gemm_bench --cubin DIR          # also write the chosen kernels' CUBINs (for cuobjdump -sass)
@@ -27,9 +28,11 @@
 //! path), "3xTF32" `Precision::Tf32x3`. Plan names: configuration, `sN` K slices, the `wgmma`
 //! operands (`swap`: P = op(B)^T; `P:k` / `P:mn` read through a tensor map, `Q:tma` through a
 //! rounding tensor map, `pack` packed first), `pers` a persistent grid. The second table
-//! (benchmark shapes) forces single paths: the FP32 SIMT kernel, the best `mma.sync` TF32 plan,
-//! version 4's `wgmma` layout (A through its tensor map, B packed) with the pack's share of that
-//! time, and the planner's TF32 plan with the other grid (persistent or one block per tile).
+//! (every shape, or only the benchmark shapes with `--forced-bench`) forces single paths: the
+//! FP32 SIMT kernel, the best `mma.sync` TF32 plan, version 4's `wgmma` layout (A through its
+//! tensor map, B packed, one block per tile) with the pack's share of that time, the planner's
+//! TF32 plan with the other grid (persistent or one block per tile), and 3xTF32 with both
+//! operands packed (version 4's layout).
 
 use gpukit_core::gemm::desc::{Precision, RawGemm, Transpose};
 use gpukit_core::gemm::kernels;
@@ -196,7 +199,7 @@ fn real_main() -> Res<()> {
         let row = measure(
             &mut bch,
             &dev,
-            is_bench,
+            is_bench || !flag("--forced-bench"),
             flag("--configs"),
             flag("--skip-3x"),
             cubin_dir.as_deref(),
@@ -218,11 +221,9 @@ fn real_main() -> Res<()> {
     }
     println!();
     if !forced_rows.is_empty() {
-        println!(
-            "Forced paths (benchmark shapes), TFLOP/s and ratio to cuBLAS of the same precision:"
-        );
-        println!("| shape | SIMT FP32 | mma.sync TF32 (plan) | wgmma TF32, v4 layout: B packed (plan) | pack share | TF32 plan, other grid |");
-        println!("| --- | --- | --- | --- | --- | --- |");
+        println!("Forced paths, TFLOP/s and ratio to cuBLAS of the same precision:");
+        println!("| shape | SIMT FP32 | mma.sync TF32 (plan) | wgmma TF32, v4 layout: B packed (plan) | pack share | TF32 plan, other grid | 3xTF32 v4 layout: packed (/cuBLAS FP32) |");
+        println!("| --- | --- | --- | --- | --- | --- | --- |");
         for r in &forced_rows {
             println!("{r}");
         }
@@ -400,7 +401,13 @@ fn measure(
                 q_tma: false,
             };
             let best = plan::plan(Family::Wgmma, &problem, dev, &paths).ok_or("no wgmma plan")?;
-            let packed = best.with(v4, best.max_blocks);
+            // Version 4's layout and grid (one block per tile), where A allows it; else packed.
+            let v4 = if plan::operand_choices(Family::Wgmma, &problem, &paths).contains(&v4) {
+                v4
+            } else {
+                Operands::PACKED
+            };
+            let packed = best.with(v4, 0);
             let t = bch.time(with(packed))?;
             let s4 = stream.clone();
             // SAFETY: as above (the pack reads A and B only).
@@ -420,15 +427,23 @@ fn measure(
             } else {
                 "-".to_string()
             };
+            // 3xTF32 as version 4 ran it: both operands packed, one block per tile.
+            let x3 = if p3.config.family == Family::Wgmma3 && p3.operands != Operands::PACKED {
+                let old = p3.with(Operands::PACKED, 0);
+                let t3 = bch.time(with(old))?;
+                format!("{:.1} ({:.2}, {})", tf(t3), c32 / t3, plan_name(&old))
+            } else {
+                "-".to_string()
+            };
             format!(
-                "{:.1} ({:.2}, {}) | {:.0} % | {other}",
+                "{:.1} ({:.2}, {}) | {:.0} % | {other} | {x3}",
                 tf(t),
                 c_tf / t,
                 plan_name(&packed),
                 100.0 * tp / t
             )
         } else {
-            "- | - | -".to_string()
+            "- | - | - | -".to_string()
         };
         Some(format!(
             "| {name} | {:.1} ({:.2}) | {:.1} ({:.2}, {}) | {wg} |",

@@ -17,8 +17,10 @@ pub enum Precision {
     /// kernel for the shapes where the planner estimates it faster.
     #[default]
     Fp32,
-    /// Tensor cores on inputs rounded to TF32 (10-bit mantissa, round-to-nearest-away), f32
-    /// accumulation; like PyTorch's `allow_tf32`. About 3e-4 normwise relative error.
+    /// Tensor cores on inputs rounded to TF32 (10-bit mantissa, round to nearest: ties away from
+    /// zero, or ties to even where the Hopper copy engine rounds the operands on their way into
+    /// shared memory), f32 accumulation; like PyTorch's `allow_tf32`. About 3e-4 normwise
+    /// relative error.
     Tf32,
     /// FP32 accuracy from TF32 tensor cores ("3xTF32"): each operand is split into a TF32 big
     /// part and a TF32 remainder, and `small*big + big*small + big*big` is accumulated in f32

@@ -173,6 +173,27 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
         Operands::PACKED
     };
     check_operands(dev, g, cfg, &ops)?;
+    let p_rounding = if cfg.family == Family::Wgmma
+        && ops.p != Source::Packed
+        && tma::tensor_copies_round(dev)?.rounds
+    {
+        // A rounding map for P too where the copies round: every value of the product is then
+        // rounded the same way (to nearest even; the kernel's cvt.rna leaves it unchanged).
+        Rounding::Tf32
+    } else {
+        Rounding::None
+    };
+    // Should the driver reject a tensor map of this layout (alignment and layout rules are
+    // checked before, so this is not expected), both operands are packed instead.
+    let ops = if ops != Operands::PACKED {
+        let (p, q) = operand::p_and_q(g, &ops, 0, 1);
+        match tensor_maps(cfg, &ops, &p, &q, p_rounding) {
+            Ok(_) => ops,
+            Err(_) => Operands::PACKED,
+        }
+    } else {
+        ops
+    };
     let (pr, qr) = Problem::of(g).pq_rows(&ops);
     let tiles = (pr.div_ceil(cfg.bm) as u64) * (qr.div_ceil(cfg.bn) as u64);
     if tiles > i32::MAX as u64 {
@@ -202,16 +223,7 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
         } else {
             0
         },
-        // A rounding map for P too where the copies round: every value of the product is then
-        // rounded the same way (to nearest even; the kernel's cvt.rna leaves it unchanged).
-        p_rounding: if cfg.family == Family::Wgmma
-            && ops.p != Source::Packed
-            && tma::tensor_copies_round(dev)?.rounds
-        {
-            Rounding::Tf32
-        } else {
-            Rounding::None
-        },
+        p_rounding,
     };
     let kernel = kernels::instantiation(cfg, main.variant).load(dev)?;
 
@@ -317,22 +329,7 @@ impl MainKernel<'_> {
         }
         let ops = self.variant.operands;
         let (p, q) = operand::p_and_q(g, &ops, b0, nb);
-        let pmap = match ops.p {
-            Source::Packed => None,
-            Source::TmaKMajor => Some(tma::kmajor_map(&p, cfg.bm, self.p_rounding)?),
-            Source::TmaMnMajor => Some(tma::mnmajor_map(&p, self.p_rounding)?),
-        };
-        // 3xTF32 splits the raw values itself; TF32 has Q rounded by the copy.
-        let q_rounding = if cfg.family == Family::Wgmma3 {
-            Rounding::None
-        } else {
-            Rounding::Tf32
-        };
-        let qmap = if ops.q_tma {
-            Some(tma::kmajor_map(&q, cfg.bn, q_rounding)?)
-        } else {
-            None
-        };
+        let (pmap, qmap) = tensor_maps(cfg, &ops, &p, &q, self.p_rounding)?;
         // SAFETY: forwarded from the caller (the views lie within A and B).
         let packed = unsafe {
             pack::pack(
@@ -375,6 +372,36 @@ impl MainKernel<'_> {
         drop(packed);
         Ok(())
     }
+}
+
+/// The encoded tensor maps (128 bytes each) of P and Q, `None` for an operand read packed.
+type Maps = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// The encoded tensor maps of P and Q where `ops` reads them through one: P with `p_rounding`,
+/// Q rounding for TF32 (3xTF32 splits the raw values itself).
+fn tensor_maps(
+    cfg: &TileConfig,
+    ops: &Operands,
+    p: &OperandView,
+    q: &OperandView,
+    p_rounding: Rounding,
+) -> Result<Maps> {
+    let pmap = match ops.p {
+        Source::Packed => None,
+        Source::TmaKMajor => Some(tma::kmajor_map(p, cfg.bm, p_rounding)?),
+        Source::TmaMnMajor => Some(tma::mnmajor_map(p, p_rounding)?),
+    };
+    let q_rounding = if cfg.family == Family::Wgmma3 {
+        Rounding::None
+    } else {
+        Rounding::Tf32
+    };
+    let qmap = if ops.q_tma {
+        Some(tma::kmajor_map(q, cfg.bn, q_rounding)?)
+    } else {
+        None
+    };
+    Ok((pmap, qmap))
 }
 
 /// Arguments of the `mma.sync` and SIMT kernels (`gemm_tf32`, `gemm_sgemm`) for batch entries
