@@ -24,11 +24,7 @@
 //   infinity kept) on its way into shared memory, which the host checks once per device
 //   (gemm_tma_probe below) before it plans this path. Q is then read by wgmma as it lands.
 // So no operand of a NN, NT or TT product with aligned operands is packed, and in TN one is.
-// 3xTF32 (SPLIT = 3) reads both operands packed (big and small parts, wgmma A from shared memory)
-// or both through raw (FLOAT32) tensor maps: P is split in registers (split_tf32 on the loaded
-// fragments), Q lands raw in its big buffer and warps 1-3 of the producer warpgroup split it in
-// place into big and small parts (ordinary shared-memory stores, then fence.proxy.async and an
-// arrival on the stage's `ready` barrier, which the consumers wait on instead of `full`).
+// 3xTF32 (SPLIT = 3) reads both operands packed (big and small parts, wgmma A from shared memory).
 //
 // The pack (gemm_wgmma_pack) writes an operand X (rows x K) rounded to TF32 (round to nearest,
 // ties away; NaN kept NaN) as contiguous tiles of R rows x 32 k (R = 128 for P, BN for Q):
@@ -57,9 +53,8 @@
 //   with fp32 adds (round to nearest): the tensor cores' own accumulation truncates, so the long
 //   sum over K is kept outside them. Epilogue NaN repair: a product of an infinite big part with
 //   a zero (or opposite-signed) small part makes NaN where the exact product is infinite; every
-//   NaN result is therefore recomputed from the big parts alone (fp32 FMAs over its k range, from
-//   the packed big parts or from the user's operands), which carry every infinity and NaN of the
-//   inputs. That path runs only for NaN outputs.
+//   NaN result is therefore recomputed from the big parts alone (fp32 FMAs over its k range),
+//   which carry every infinity and NaN of the inputs. That path runs only for NaN outputs.
 //
 // Work units: unit u = z * tiles + tile, z = batch * splits + split (the batch entry and K slice),
 // tile in grouped order (tile_coords); split s covers k tiles [s * ktPerSplit, min(numKT, (s + 1)
@@ -249,18 +244,6 @@ __device__ __forceinline__ WorkUnit work_unit(long long u, int tiles, int tilesP
     return w;
 }
 
-// Element (r, k) of a raw operand as the user stores it (row-contiguous or K-contiguous).
-__device__ __forceinline__ float raw_at(const float* X, int ld, int rowContig, int r, int k) {
-    return rowContig ? X[(long long)k * ld + r] : X[(long long)r * ld + k];
-}
-
-// The big part of split_tf32(x).
-__device__ __forceinline__ float big_part(float x) {
-    u32 b, s;
-    split_tf32(x, b, s);
-    return __uint_as_float(b);
-}
-
 // This thread's raw wgmma A fragments of one k tile (16 values, module comment) from the P
 // operand's stage at byte offset `sp0` of shared memory (`smem`): SRC_TMA_K, the 128B-swizzled
 // K-major tile; SRC_TMA_MN, box 4 cw + q of the [k][16 rows] boxes.
@@ -302,48 +285,34 @@ __device__ __forceinline__ void load_p_fragments(float* f, const unsigned char* 
 // batch entries (0: broadcast); tensor maps hold the launch's batch entries from its first
 // (coordinate = batch index of the unit), pBroadcast / qBroadcast: operands shared by every entry
 // (coordinate 0); nz: output slices (batch entries x splits) of this launch; vec: C (or the
-// workspace) allows 8-byte stores. Pg / Qg, ldP / ldQ, rcP / rcQ (row-contiguous), sgP / sgQ
-// (batch strides, 0: broadcast): the operands as the user stores them, read by the 3xTF32 NaN
-// repair of tensor-mapped operands only.
+// workspace) allows 8-byte stores.
 template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP>
 __global__ void __launch_bounds__(384, 1)
     gemm_wgmma(const float* __restrict__ Pp, const float* __restrict__ Qp, float* __restrict__ C,
                const __grid_constant__ TmaDesc tmP, const __grid_constant__ TmaDesc tmQ, int PR,
                int QR, int K, int ldc, long long strideP, long long strideQ, long long strideC,
                int pBroadcast, int qBroadcast, float alpha, float beta, int splits,
-               int ktPerSplit, int nz, int vec, int groupM, const float* __restrict__ Pg,
-               const float* __restrict__ Qg, int ldP, int ldQ, int rcP, int rcQ, long long sgP,
-               long long sgQ) {
+               int ktPerSplit, int nz, int vec, int groupM) {
     static_assert(BN == 128 || BN == 256, "consumer warpgroups are 64 x 128 or 64 x 256");
     static_assert(SPLIT == 1 || SPLIT == 3, "TF32 (1 product) or 3xTF32 (3 products)");
     static_assert(SPLIT == 1 || BN == 128, "3xTF32 keeps two accumulator sets: BN 128 only");
-    static_assert(SPLIT == 1 || (PSRC == SRC_PACKED) == !QTMA,
-                  "3xTF32 reads both operands packed or both through tensor maps");
+    static_assert(SPLIT == 1 || (PSRC == SRC_PACKED && !QTMA), "3xTF32 reads packed operands");
     static_assert(!SWAP || PSRC == SRC_TMA_MN, "a swapped product reads the MN-major B as P");
     static_assert(!QTMA || PSRC != SRC_PACKED, "a tensor-mapped Q comes with a tensor-mapped P");
     constexpr int BM = 128;
     constexpr int BK = 32;
-    // 3xTF32 with tensor-mapped operands: P raw (split in registers), Q raw into its big buffer
-    // and split there by the producer warpgroup into big and small (QSPLIT).
-    constexpr bool QSPLIT = SPLIT == 3 && QTMA;
-    constexpr int PPARTS = (SPLIT == 3 && PSRC == SRC_PACKED) ? 2 : 1;
-    constexpr int QPARTS = SPLIT == 3 ? 2 : 1;
+    constexpr int PARTS = SPLIT == 3 ? 2 : 1;
     constexpr int NACC = BN / 2;  // f32 accumulators per thread of a 64 x BN warpgroup tile
     constexpr u32 P_PART = BM * BK * 4;
     constexpr u32 Q_PART = BN * BK * 4;
-    constexpr u32 P_BYTES = PPARTS * P_PART;
-    constexpr u32 Q_BYTES = QPARTS * Q_PART;
+    constexpr u32 P_BYTES = PARTS * P_PART;
+    constexpr u32 Q_BYTES = PARTS * Q_PART;
     constexpr u32 STAGE_BYTES = P_BYTES + Q_BYTES;
-    // The host sizes shared memory for STAGES packed stages; as many stages of this layout as fit.
-    constexpr int NST = (STAGES * (SPLIT == 3 ? 2 : 1) * (BM + BN) * BK * 4) / STAGE_BYTES;
     constexpr u32 MN_BOX_BYTES = 16 * BK * 4;  // SRC_TMA_MN: one box of 16 rows x 32 k
-    // Bytes a stage receives from global memory (QSPLIT: Q arrives raw, one part).
-    constexpr u32 Q_COPY = QSPLIT ? Q_PART : Q_BYTES;
 
     extern __shared__ unsigned char smem_raw[];
-    __shared__ __align__(8) u64 full[NST];
-    __shared__ __align__(8) u64 empty[NST];
-    __shared__ __align__(8) u64 ready[NST];  // QSPLIT: Q split, the stage is ready for wgmma
+    __shared__ __align__(8) u64 full[STAGES];
+    __shared__ __align__(8) u64 empty[STAGES];
     // The swizzle pattern repeats every 1024 bytes: align the stage buffers to that (the launch
     // asks for 1024 bytes of slack).
     const u32 raw = smem_addr(smem_raw);
@@ -356,10 +325,9 @@ __global__ void __launch_bounds__(384, 1)
     const long long units = (long long)tiles * nz;
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < NST; ++s) {
+        for (int s = 0; s < STAGES; ++s) {
             mbar_init(smem_addr(&full[s]), 1);
             mbar_init(smem_addr(&empty[s]), 2);
-            mbar_init(smem_addr(&ready[s]), 96);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -368,7 +336,7 @@ __global__ void __launch_bounds__(384, 1)
 
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
-        // Producer warpgroup: thread 0 issues every copy; with QSPLIT warps 1-3 split Q.
+        // Producer warpgroup: one thread issues every copy.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (threadIdx.x == 0) {
             int s = 0;
@@ -378,19 +346,19 @@ __global__ void __launch_bounds__(384, 1)
                 const WorkUnit w =
                     work_unit(u, tiles, tilesP, tilesQ, groupM, splits, ktPerSplit, numKT);
                 const float* pp =
-                    Pp + w.bIdx * strideP + (long long)w.tp * numKT * (PPARTS * BM * BK);
+                    Pp + w.bIdx * strideP + (long long)w.tp * numKT * (PARTS * BM * BK);
                 const float* qp =
-                    Qp + w.bIdx * strideQ + (long long)w.tq * numKT * (QPARTS * BN * BK);
+                    Qp + w.bIdx * strideQ + (long long)w.tq * numKT * (PARTS * BN * BK);
                 const int zp = pBroadcast ? 0 : w.bIdx;
                 const int zq = qBroadcast ? 0 : w.bIdx;
                 const int p0 = w.tp * BM;
                 // SRC_TMA_MN: boxes wholly beyond PR are not copied (their rows feed only outputs
                 // that are never stored).
                 const int boxes = min(BM / 16, (PR - p0 + 15) / 16);
-                const u32 bytes = (PSRC == SRC_TMA_MN ? boxes * MN_BOX_BYTES : P_BYTES) + Q_COPY;
+                const u32 bytes = (PSRC == SRC_TMA_MN ? boxes * MN_BOX_BYTES : P_BYTES) + Q_BYTES;
                 for (int i = 0; i < w.nk; ++i, ++it) {
                     const int kt = w.ktBegin + i;
-                    if (it >= NST) mbar_wait(smem_addr(&empty[s]), phase ^ 1u);
+                    if (it >= STAGES) mbar_wait(smem_addr(&empty[s]), phase ^ 1u);
                     const u32 fb = smem_addr(&full[s]);
                     const u32 dst = base + s * STAGE_BYTES;
                     mbar_arrive_expect_tx(fb, bytes);
@@ -400,48 +368,15 @@ __global__ void __launch_bounds__(384, 1)
                         for (int b = 0; b < boxes; ++b)
                             tma_g2s_3d(dst + b * MN_BOX_BYTES, &tmP, p0 + 16 * b, kt * BK, zp, fb);
                     } else {
-                        bulk_g2s(dst, pp + (long long)kt * (PPARTS * BM * BK), P_BYTES, fb);
+                        bulk_g2s(dst, pp + (long long)kt * (PARTS * BM * BK), P_BYTES, fb);
                     }
                     if (QTMA) {
                         tma_g2s_3d(dst + P_BYTES, &tmQ, kt * BK, w.tq * BN, zq, fb);
                     } else {
-                        bulk_g2s(dst + P_BYTES, qp + (long long)kt * (QPARTS * BN * BK), Q_BYTES,
+                        bulk_g2s(dst + P_BYTES, qp + (long long)kt * (PARTS * BN * BK), Q_BYTES,
                                  fb);
                     }
-                    if (++s == NST) {
-                        s = 0;
-                        phase ^= 1u;
-                    }
-                }
-            }
-        } else if (QSPLIT && threadIdx.x >= 32) {
-            // Split each stage's raw Q into its big part (in place) and small part (the second
-            // buffer), as the pack would (split_tf32), then hand the stage to the consumers.
-            int s = 0;
-            u32 phase = 0;
-            for (long long u = blockIdx.x; u < units; u += gridDim.x) {
-                const WorkUnit w =
-                    work_unit(u, tiles, tilesP, tilesQ, groupM, splits, ktPerSplit, numKT);
-                for (int i = 0; i < w.nk; ++i) {
-                    mbar_wait(smem_addr(&full[s]), phase);
-                    uint4* big = reinterpret_cast<uint4*>(smem_raw + (base - raw) +
-                                                          s * STAGE_BYTES + P_BYTES);
-                    uint4* small = big + Q_PART / 16;
-#pragma unroll 2
-                    for (int c = threadIdx.x - 32; c < (int)(Q_PART / 16); c += 96) {
-                        const uint4 v = big[c];
-                        uint4 b, m;
-                        split_tf32(__uint_as_float(v.x), b.x, m.x);
-                        split_tf32(__uint_as_float(v.y), b.y, m.y);
-                        split_tf32(__uint_as_float(v.z), b.z, m.z);
-                        split_tf32(__uint_as_float(v.w), b.w, m.w);
-                        big[c] = b;
-                        small[c] = m;
-                    }
-                    // Ordinary stores that wgmma (the async proxy) reads next.
-                    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                    mbar_arrive(smem_addr(&ready[s]));
-                    if (++s == NST) {
+                    if (++s == STAGES) {
                         s = 0;
                         phase ^= 1u;
                     }
@@ -513,7 +448,7 @@ __global__ void __launch_bounds__(384, 1)
                 if (i > 0 && leader) mbar_arrive(smem_addr(&empty[prev]));
             }
             prev = s;
-            if (++s == NST) {
+            if (++s == STAGES) {
                 s = 0;
                 phase ^= 1u;
             }
@@ -524,50 +459,34 @@ __global__ void __launch_bounds__(384, 1)
         // be waiting for it with the next unit's tiles.
         if (PSRC == SRC_PACKED && w.nk > 0 && leader) mbar_arrive(smem_addr(&empty[prev]));
     } else {
-        // 3xTF32. Packed: stage = [P big | P small | Q big | Q small], both from shared memory.
-        // Tensor-mapped: stage = [P raw | Q big | Q small], P split in registers.
+        // 3xTF32: stage = [P big | P small | Q big | Q small].
         float x[NACC];
 #pragma unroll
         for (int i = 0; i < NACC; ++i) x[i] = 0.0f;
-        u32 pb[16], ps[16];
         for (int i = 0; i < w.nk; ++i) {
-            mbar_wait(smem_addr(QSPLIT ? &ready[s] : &full[s]), phase);
+            mbar_wait(smem_addr(&full[s]), phase);
             const u32 stage = base + s * STAGE_BYTES;
             const u32 aBig = stage + cw * (64 * 128);
             const u32 aSmall = aBig + P_PART;
             const u32 bBig = stage + P_BYTES;
             const u32 bSmall = bBig + Q_PART;
-            if (PSRC != SRC_PACKED) {
-                float f[16];
-                load_p_fragments<PSRC>(f, smem_raw + (stage - raw), cw, q, g, t);
-#pragma unroll
-                for (int e = 0; e < 16; ++e) split_tf32(f[e], pb[e], ps[e]);
-            }
             fence_regs<NACC>(x);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 8; ++kk) {
                 const int o = kk * 32;
-                if (PSRC != SRC_PACKED) {
-                    wgmma_n128_rs(x, &ps[4 * kk], smem_desc(bBig + o), kk != 0);
-                    wgmma_n128_rs(x, &pb[4 * kk], smem_desc(bSmall + o), 1);
-                    wgmma_n128_rs(x, &pb[4 * kk], smem_desc(bBig + o), 1);
-                } else {
-                    wgmma_n128_ss(x, smem_desc(aSmall + o), smem_desc(bBig + o), kk != 0);
-                    wgmma_n128_ss(x, smem_desc(aBig + o), smem_desc(bSmall + o), 1);
-                    wgmma_n128_ss(x, smem_desc(aBig + o), smem_desc(bBig + o), 1);
-                }
+                wgmma_n128_ss(x, smem_desc(aSmall + o), smem_desc(bBig + o), kk != 0);
+                wgmma_n128_ss(x, smem_desc(aBig + o), smem_desc(bSmall + o), 1);
+                wgmma_n128_ss(x, smem_desc(aBig + o), smem_desc(bBig + o), 1);
             }
             wgmma_commit();
             fence_regs<NACC>(x);
             wgmma_wait<0>();
             fence_regs<NACC>(x);
-            fence_regs<16>(pb);
-            fence_regs<16>(ps);
             if (leader) mbar_arrive(smem_addr(&empty[s]));
 #pragma unroll
             for (int j = 0; j < NACC; ++j) d[j] += x[j];
-            if (++s == NST) {
+            if (++s == STAGES) {
                 s = 0;
                 phase ^= 1u;
             }
@@ -595,15 +514,8 @@ __global__ void __launch_bounds__(384, 1)
                 const float v0 = d[4 * j + e];
                 const float v1 = d[4 * j + 2 + e];
                 const bool in1 = pRow1 < PR;
-                bool ok0 = true, ok1 = true;
-                if (SPLIT == 3) {
-                    ok0 = !isnan(v0);
-                    ok1 = !isnan(v1);
-                    if (!ok0) nanMask |= 1ull << ((0 * (BN / 8) + j) * 2 + e);
-                    if (!ok1 && in1) nanMask |= 1ull << ((1 * (BN / 8) + j) * 2 + e);
-                }
                 float* dst = Cb + (long long)c * ldc + pRow0;
-                if (vec && in1 && ok0 && ok1) {
+                if (vec && in1) {
                     float2 o = make_float2(alpha * v0, alpha * v1);
                     if (beta != 0.0f) {
                         const float2 old = *reinterpret_cast<const float2*>(dst);
@@ -612,8 +524,8 @@ __global__ void __launch_bounds__(384, 1)
                     }
                     *reinterpret_cast<float2*>(dst) = o;
                 } else {
-                    if (ok0) store1(dst, 0, v0, alpha, beta);
-                    if (in1 && ok1) store1(dst, 1, v1, alpha, beta);
+                    store1(dst, 0, v0, alpha, beta);
+                    if (in1) store1(dst, 1, v1, alpha, beta);
                 }
             }
         }
@@ -664,28 +576,15 @@ __global__ void __launch_bounds__(384, 1)
             const int h = (bit >> 1) / (BN / 8);
             const int r = h ? pRow1 : pRow0;
             const int c = qBase + 8 * j + e;
+            const float* pB = Pp + w.bIdx * strideP;
+            const float* qB = Qp + w.bIdx * strideQ;
             float v = 0.0f;
-            if (PSRC == SRC_PACKED) {
-                const float* pB = Pp + w.bIdx * strideP;
-                const float* qB = Qp + w.bIdx * strideQ;
 #pragma unroll 1
-                for (int k = w.ktBegin * BK; k < kEnd; ++k) {
-                    v = fmaf(packed_big<BM, PPARTS>(pB, numKT, r, k),
-                             packed_big<BN, QPARTS>(qB, numKT, c, k), v);
-                }
-            } else {
-                const float* pB = Pg + w.bIdx * sgP;
-                const float* qB = Qg + w.bIdx * sgQ;
-#pragma unroll 1
-                for (int k = w.ktBegin * BK; k < kEnd; ++k) {
-                    v = fmaf(big_part(raw_at(pB, ldP, rcP, r, k)),
-                             big_part(raw_at(qB, ldQ, rcQ, c, k)), v);
-                }
+            for (int k = w.ktBegin * BK; k < kEnd; ++k) {
+                v = fmaf(packed_big<BM, PARTS>(pB, numKT, r, k),
+                         packed_big<BN, PARTS>(qB, numKT, c, k), v);
             }
-            if (SWAP)
-                store1(Cb + (long long)c * ldc, r, v, alpha, beta);
-            else
-                store1(Cb + (long long)r * ldc, c, v, alpha, beta);
+            store1(Cb + (long long)r * ldc, c, v, alpha, beta);
         }
     }
     }  // work units

@@ -1011,7 +1011,7 @@ fn gemm_scratch_memory_is_charged_to_the_current_owner() {
     let mut plans = vec![fixed_plan(SGEMM_CONFIGS[2], &case.problem(), 4)];
     if hopper() {
         // Both operands packed; B packed (A through its tensor map); nothing packed but a
-        // split-K workspace; 3xTF32 both packed (split parts), and mapped with a workspace.
+        // split-K workspace; 3xTF32 (split parts packed), without and with split-K.
         let p = case.problem();
         plans.push(fixed_plan(WGMMA_CONFIGS[1], &p, 1).with(Operands::PACKED, 0));
         let a_mapped = Operands {

@@ -130,9 +130,7 @@ fn check_operands(dev: &Device, g: &RawGemm, cfg: &TileConfig, ops: &Operands) -
     let problem = Problem::of(g);
     let paths = Paths {
         tma: true,
-        tma_rounding: ops.q_tma
-            && cfg.family == Family::Wgmma
-            && tma::tensor_copies_round(dev)?.rounds,
+        tma_rounding: ops.q_tma && tma::tensor_copies_round(dev)?.rounds,
         ..Paths::default()
     };
     if plan::operand_choices(cfg.family, &problem, &paths).contains(ops) {
@@ -377,8 +375,8 @@ impl MainKernel<'_> {
 /// The encoded tensor maps (128 bytes each) of P and Q, `None` for an operand read packed.
 type Maps = (Option<Vec<u8>>, Option<Vec<u8>>);
 
-/// The encoded tensor maps of P and Q where `ops` reads them through one: P with `p_rounding`,
-/// Q rounding for TF32 (3xTF32 splits the raw values itself).
+/// The encoded tensor maps of P and Q where `ops` reads them through one (TF32 only): P with
+/// `p_rounding`, Q through a rounding map.
 fn tensor_maps(
     cfg: &TileConfig,
     ops: &Operands,
@@ -391,13 +389,8 @@ fn tensor_maps(
         Source::TmaKMajor => Some(tma::kmajor_map(p, cfg.bm, p_rounding)?),
         Source::TmaMnMajor => Some(tma::mnmajor_map(p, p_rounding)?),
     };
-    let q_rounding = if cfg.family == Family::Wgmma3 {
-        Rounding::None
-    } else {
-        Rounding::Tf32
-    };
     let qmap = if ops.q_tma {
-        Some(tma::kmajor_map(q, cfg.bn, q_rounding)?)
+        Some(tma::kmajor_map(q, cfg.bn, Rounding::Tf32)?)
     } else {
         None
     };
@@ -476,15 +469,6 @@ fn wgmma_args(c: &WgmmaCall) -> Vec<KernelArg> {
         (c.nz as i32).into(),
         (c.vec_c as i32).into(),
         GROUP_M.into(),
-        // The operands as stored (the 3xTF32 NaN repair of tensor-mapped operands).
-        KernelArg::Ptr(c.p.ptr),
-        KernelArg::Ptr(c.q.ptr),
-        (c.p.ld as i32).into(),
-        (c.q.ld as i32).into(),
-        (c.p.row_contig as i32).into(),
-        (c.q.row_contig as i32).into(),
-        (c.p.stride as i64).into(),
-        (c.q.stride as i64).into(),
     ]
 }
 

@@ -20,16 +20,18 @@
 //! (most products from about 1000^3 up; skinny, batched-small and short-K ones stay on SIMT),
 //! because there it was measured both faster and more accurate than cuBLAS SGEMM. Measured on
 //! the H200 (normwise error against cuBLAS DGEMM on the same inputs, GEMM_NOTES.md "Version 4
-//! run"):
+//! run" and "Version 5 run"):
 //!
 //! | shape | cuBLAS SGEMM | 3xTF32 | 3xTF32 / SGEMM speed |
 //! | --- | --- | --- | --- |
 //! | 1024x1024x8192 (normal inputs) | 8.1e-7 | 3.2e-7 | - |
+//! | 1024x1024x8192 (wide exponent range) | 3.5e-7 | 2.6e-7 | - |
 //! | 2048^3 (normal) | 8.1e-7 | 2.8e-7 | - |
-//! | 4096^3 (uniform) | 1.1e-6 | 3.1e-7 | 2.34x |
-//! | 8192^3 (uniform) | 1.6e-6 | 3.7e-7 | 2.40x |
-//! | 4096x4096x256 (uniform) | 2.9e-7 | 2.4e-7 | 1.84x |
-//! | batched 1024 x 64^3 (uniform; SIMT is the default there) | 1.4e-7 | 2.4e-7 | 0.23x |
+//! | 96x80x30000 (wide exponent range) | 2.4e-7 | 2.1e-7 | - |
+//! | 4096^3 (uniform) | 1.1e-6 | 3.1e-7 | 2.15x |
+//! | 8192^3 (uniform) | 1.6e-6 | 3.7e-7 | 2.44x |
+//! | 4096x4096x256 (uniform) | 2.9e-7 | 2.4e-7 | 1.78x |
+//! | batched 1024 x 64^3 (uniform; SIMT is the default there) | 1.4e-7 | 2.4e-7 | 0.22x |
 //!
 //! Its results differ from SGEMM's in the last bits (the split `big + small` represents each
 //! input to about 2^-22, the sums over K are rounded to nearest outside the tensor cores); NaN

@@ -36,13 +36,14 @@
 //! and FP32-accurate products the 3xTF32 `wgmma` kernel ([`Family::Wgmma3`]). The `wgmma` kernel
 //! computes `P Q^T` with P in wgmma's register role and Q in its shared-memory role, either
 //! `P = op(A), Q = op(B)^T` or, swapped, `P = op(B)^T, Q = op(A)` (storing the transpose), and
-//! reads each operand in place through a tensor map where its layout allows ([`Operands`],
-//! [`operand_choices`]); the rest is first packed into rounded (3xTF32: split), swizzled K-major
-//! tiles, a memory-bound pass modelled as its bytes over [`PACK_BANDWIDTH`] plus a launch cost.
+//! (TF32) reads each operand in place through a tensor map where its layout allows ([`Operands`],
+//! [`operand_choices`]); the rest (3xTF32: both operands) is first packed into rounded (3xTF32:
+//! split), swizzled K-major tiles, a memory-bound pass modelled as its bytes over
+//! [`PACK_BANDWIDTH`] plus a launch cost.
 //! Above one wave of blocks the `wgmma` kernels run persistent ([`Plan::max_blocks`]: one block
-//! per SM walking the tiles). [`choose`] compares the families a precision may use under the same
-//! model and keeps the cheapest; [`Paths`] forces one (the `GPUKIT_GEMM_TF32` / `GPUKIT_GEMM_FP32`
-//! environment variables, read by [`super::path`]).
+//! per SM walking the tiles). [`choose`] compares the families a precision may use under
+//! the same model and keeps the cheapest; [`Paths`] forces one (the `GPUKIT_GEMM_TF32` /
+//! `GPUKIT_GEMM_FP32` environment variables, read by [`super::path`]).
 
 use super::desc::{Precision, RawGemm};
 use super::path::{Fp32Path, Paths, Tf32Path};
@@ -385,17 +386,16 @@ impl Source {
 
 /// How the `wgmma` kernel gets its operands: which user operand plays P (wgmma's register side,
 /// 128 rows per block) and which Q (its shared-memory side, `bn` rows), and where each comes
-/// from. `Operands::default()` packs both (`P = op(A)`, `Q = op(B)^T`), the only choice of the
-/// non-`wgmma` families (where it means nothing).
+/// from. `Operands::default()` packs both (`P = op(A)`, `Q = op(B)^T`), the only choice of
+/// [`Family::Wgmma3`] and of the other families (where it means nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Operands {
     /// `P = op(B)^T, Q = op(A)` and the kernel stores the transpose of its tile.
     pub swap: bool,
     /// Where P comes from.
     pub p: Source,
-    /// Q is read in place through a tensor map instead of being packed (Q must be K-major): for
-    /// TF32 a rounding (TFLOAT32) map ([`Paths::tma_rounding`] true), for 3xTF32 a raw one
-    /// whose tiles the kernel splits itself.
+    /// Q is read in place through a rounding (TFLOAT32) tensor map instead of being packed (Q
+    /// must be K-major, and [`Paths::tma_rounding`] true).
     pub q_tma: bool,
 }
 
@@ -427,29 +427,26 @@ impl Operands {
 }
 
 /// The operand layouts the `wgmma` kernels of `family` can use for `p` under `paths`, those that
-/// pack the least first; [`Operands::PACKED`] is always the last choice.
+/// pack the least first; [`Operands::PACKED`] is always the last choice, and the only one of
+/// [`Family::Wgmma3`] (3xTF32 packs both operands into big and small parts) and of the other
+/// families.
 ///
-/// - [`Family::Wgmma`] (TF32): P through a tensor map in either major order (rounded in
-///   registers), Q through a rounding tensor map when it is K-major and the device's copies
-///   round ([`Paths::tma_rounding`]), else Q packed. With aligned operands a NN product packs
-///   nothing (swapped: P = the N-major B, Q = the K-major A), NT and TT nothing either, TN one
-///   operand.
-/// - [`Family::Wgmma3`] (3xTF32): both operands through raw tensor maps (P split in registers,
-///   Q split in shared memory by the producer warpgroup), which needs a K-major Q: NN, NT and
-///   TT; else both packed.
+/// [`Family::Wgmma`] (TF32): P through a tensor map in either major order (rounded in registers),
+/// Q through a rounding tensor map when it is K-major and the device's copies round
+/// ([`Paths::tma_rounding`]), else Q packed. With aligned operands a NN product packs nothing
+/// (swapped: P = the N-major B, Q = the K-major A), NT and TT nothing either, TN one operand.
 pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operands> {
     let mut v = Vec::new();
-    if family.is_wgmma() && paths.tma {
+    if family == Family::Wgmma && paths.tma {
         let a_src = if p.trans_a {
             Source::TmaMnMajor
         } else {
             Source::TmaKMajor
         };
         // Q tensor-mapped: Q must be K-major (op(B)^T when B is stored transposed, op(A) when A
-        // is not), and (TF32) the device's tensor copies must round.
-        let q_ok = family == Family::Wgmma3 || paths.tma_rounding;
-        let no_swap_q = q_ok && p.b_mappable && p.trans_b;
-        let swap_q = q_ok && p.a_mappable && !p.trans_a;
+        // is not), and the device's tensor copies must round.
+        let no_swap_q = paths.tma_rounding && p.b_mappable && p.trans_b;
+        let swap_q = paths.tma_rounding && p.a_mappable && !p.trans_a;
         let swap = p.b_mappable && !p.trans_b;
         if p.a_mappable && no_swap_q {
             v.push(Operands {
@@ -465,21 +462,19 @@ pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operan
                 q_tma: true,
             });
         }
-        if family == Family::Wgmma {
-            if p.a_mappable {
-                v.push(Operands {
-                    swap: false,
-                    p: a_src,
-                    q_tma: false,
-                });
-            }
-            if swap {
-                v.push(Operands {
-                    swap: true,
-                    p: Source::TmaMnMajor,
-                    q_tma: false,
-                });
-            }
+        if p.a_mappable {
+            v.push(Operands {
+                swap: false,
+                p: a_src,
+                q_tma: false,
+            });
+        }
+        if swap {
+            v.push(Operands {
+                swap: true,
+                p: Source::TmaMnMajor,
+                q_tma: false,
+            });
         }
     }
     v.push(Operands::PACKED);
@@ -693,7 +688,10 @@ pub fn estimate(
 /// The grid limit ([`Plan::max_blocks`]) of a plan: for the `wgmma` kernels, one block per SM
 /// (persistent) when its work units (tiles x batch x splits) are more than one wave on `dev`, so
 /// that each SM's producer runs on into its next tile while the consumers store the last one;
-/// else 0 (one block per unit).
+/// else 0 (one block per unit). Version 5's run: the persistent TF32 grid as fast or faster
+/// everywhere (+0.5-2 % at 4096^3-12288^2, +9 % at 4096x4096x256, +7-22 % on batched small
+/// products, against one block per unit in the same run); the persistent 3xTF32 grid on six
+/// sweep shapes -1 % to +8 % against version 4's one block per unit.
 pub fn persistent_blocks(
     config: &TileConfig,
     p: &Problem,
@@ -1020,6 +1018,12 @@ pub(crate) mod tests {
             );
             let p = choose(Precision::Fp32, &sq(n), &d, &auto()).unwrap();
             assert_eq!(p.config.family, Family::Wgmma3, "n={n}: {p:?}");
+            // 3xTF32 packs both operands; persistent above one wave.
+            assert_eq!(
+                (p.operands, p.max_blocks),
+                (Operands::PACKED, 132),
+                "n={n}: {p:?}"
+            );
         }
         // Every layout with aligned operands: NT and TT pack nothing, TN one operand.
         for (ta, tb, packs) in [(false, true, 0), (true, true, 0), (true, false, 1)] {
@@ -1303,15 +1307,10 @@ pub(crate) mod tests {
         let c = operand_choices(Family::Wgmma, &sq, &all);
         assert_eq!(c[0].label(), "swap P:mn Q:tma");
         assert_eq!(*c.last().unwrap(), Operands::PACKED);
-        let x3 = operand_choices(Family::Wgmma3, &sq, &all);
-        assert_eq!(x3.len(), 2);
-        assert_eq!(x3[0].label(), "swap P:mn Q:tma");
-        // 3xTF32 needs no rounding copies, and never a packed Q beside a mapped P.
-        let no_round = Paths {
-            tma_rounding: false,
-            ..all
-        };
-        assert_eq!(operand_choices(Family::Wgmma3, &sq, &no_round), x3);
+        assert_eq!(
+            operand_choices(Family::Wgmma3, &sq, &all),
+            vec![Operands::PACKED]
+        );
         assert_eq!(
             operand_choices(Family::Tf32, &sq, &all),
             vec![Operands::PACKED]
@@ -1338,13 +1337,7 @@ pub(crate) mod tests {
                             ..all
                         },
                     ] {
-                        for (family, o) in
-                            [Family::Wgmma, Family::Wgmma3].into_iter().flat_map(|f| {
-                                operand_choices(f, &p, &paths)
-                                    .into_iter()
-                                    .map(move |o| (f, o))
-                            })
-                        {
+                        for o in operand_choices(Family::Wgmma, &p, &paths) {
                             // What plays P and Q, and whether that operand is K-major.
                             let (p_is_a, p_mappable, q_mappable) = if o.swap {
                                 (false, bm, am)
@@ -1361,12 +1354,7 @@ pub(crate) mod tests {
                                 }
                             }
                             if o.q_tma {
-                                let rounds = family == Family::Wgmma3 || paths.tma_rounding;
-                                assert!(q_mappable && q_kmajor && rounds, "{o:?}");
-                            }
-                            if family == Family::Wgmma3 {
-                                // Both packed or both through tensor maps.
-                                assert_eq!(o.p == Source::Packed, !o.q_tma, "{o:?}");
+                                assert!(q_mappable && q_kmajor && paths.tma_rounding, "{o:?}");
                             }
                         }
                     }
