@@ -655,6 +655,41 @@ fn unit_scalars(p: Precision) -> (Scalar, Scalar) {
     }
 }
 
+/// Why the GPU path cannot run this call, if it cannot (the dispatcher keeps such calls on the
+/// CPU, counted as `unsupported`).
+pub fn unsupported(call: &Call) -> Option<&'static str> {
+    let s = call.shape();
+    let big = [s.m, s.n, s.k].into_iter().any(|d| d > i32::MAX as u64 / 2);
+    if big {
+        return Some("dimension too large for cuBLAS 32-bit sizes");
+    }
+    match call.op {
+        Op::Svd {
+            jobu, jobvt, m, n, ..
+        } => {
+            if m < n {
+                Some("cuSOLVER gesvd needs m >= n")
+            } else if jobu == SvdJob::Overwrite || jobvt == SvdJob::Overwrite {
+                Some("SVD job 'O' is not offloaded")
+            } else if jobu != jobvt {
+                Some("mixed SVD jobs are not offloaded")
+            } else {
+                None
+            }
+        }
+        Op::Hemm { .. }
+        | Op::Herk { .. }
+        | Op::Trmm { .. }
+        | Op::Getri { .. }
+        | Op::Potri { .. }
+        | Op::Trtrs { .. }
+        | Op::Syevr { .. }
+        | Op::Gelsd { .. }
+        | Op::Orgqr { .. } => Some("no GPU path for this routine yet"),
+        _ => None,
+    }
+}
+
 /// The most pinned memory [`GpuBackend::presize`] reserves ahead of a call (the output buffer
 /// of one lane): a call whose results need more grows its buffer itself, as without presizing.
 pub const PRESIZE_PINNED_MAX: usize = 1 << 30;
@@ -775,7 +810,7 @@ impl GpuBackend {
         let r = (|| -> GResult<Presized> {
             let mut needs = Vec::with_capacity(calls.len());
             for call in calls {
-                if call.gpu_unsupported().is_some() || call.check().is_err() {
+                if unsupported(call).is_some() || call.check().is_err() {
                     continue;
                 }
                 lane.sizing = Some(None);
@@ -828,7 +863,7 @@ impl GpuBackend {
     ///
     /// # Safety
     /// Every pointer in `call` must be valid for its extent; [`Call::check`] passed and
-    /// [`Call::gpu_unsupported`] returned `None`.
+    /// [`unsupported`] returned `None`.
     pub unsafe fn run(&self, call: &Call) -> GResult<()> {
         self.ctx
             .bind_to_thread()
@@ -1683,6 +1718,13 @@ impl GpuBackend {
                     outs.push((out_a, a, es));
                     outs.push((out_t, HostMat::new(tau, mn, 1, mn.max(1)), es));
                     infos.push(out_i);
+                }
+                // routines without a GPU path yet: `unsupported` keeps them on the CPU
+                _ => {
+                    return Err(fail(
+                        GpuFailKind::Error,
+                        format!("{} has no GPU path", call.name()),
+                    ))
                 }
             }
         }
