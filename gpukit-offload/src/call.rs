@@ -489,29 +489,10 @@ impl Call {
         Ok(())
     }
 
-    /// Why the GPU path cannot run this call, if it cannot.
+    /// Why the GPU path cannot run this call, if it cannot (the GPU backend decides:
+    /// [`crate::gpu::unsupported`]).
     pub fn gpu_unsupported(&self) -> Option<&'static str> {
-        let s = self.shape();
-        let big = [s.m, s.n, s.k].into_iter().any(|d| d > i32::MAX as u64 / 2);
-        if big {
-            return Some("dimension too large for cuBLAS 32-bit sizes");
-        }
-        match self.op {
-            Op::Svd {
-                jobu, jobvt, m, n, ..
-            } => {
-                if m < n {
-                    Some("cuSOLVER gesvd needs m >= n")
-                } else if jobu == SvdJob::Overwrite || jobvt == SvdJob::Overwrite {
-                    Some("SVD job 'O' is not offloaded")
-                } else if jobu != jobvt {
-                    Some("mixed SVD jobs are not offloaded")
-                } else {
-                    None
-                }
-            }
-            _ => None,
-        }
+        crate::gpu::unsupported(self)
     }
 }
 

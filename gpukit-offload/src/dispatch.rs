@@ -16,7 +16,7 @@
 use crate::call::Call;
 use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
-use crate::gpu::{GpuBackend, GpuFailKind, Inject, Presized};
+use crate::gpu::{GpuBackend, Inject, Presized};
 use crate::learn::{CorrKey, Learner};
 use crate::model::{required_speedup, Backend, Estimate, Model, DEFAULT_LEVEL};
 use crate::ops::{OpKind, Precision, Routine, Shape};
@@ -617,11 +617,13 @@ impl Dispatcher {
                         });
                     }
                     Err(f) => {
-                        let reason = match f.kind {
-                            GpuFailKind::OutOfMemory => Reason::FallbackOutOfMemory,
-                            GpuFailKind::Error => Reason::FallbackError,
-                            GpuFailKind::Info => Reason::FallbackInfo,
-                            GpuFailKind::Injected => Reason::FallbackInjected,
+                        // after `Lost` the caller's in-place operands are partly
+                        // overwritten: the CPU must not run on them
+                        let Some(reason) = f.kind.fallback_reason() else {
+                            return Err(Error::Gpu {
+                                what: "copying results to the caller",
+                                detail: f.to_string(),
+                            });
                         };
                         if self.config.log == LogMode::Calls {
                             eprintln!(
