@@ -19,9 +19,12 @@
 
 use super::config::{self, Family, Plan, Tf32Path};
 use super::kernels;
+use crate::attributes::DeviceAttributes;
+use crate::device::Stream;
 use crate::error::{Error, Result};
-use cudarc::cublas::{sys as cublas_sys, CudaBlas};
-use cudarc::driver::{sys, CudaContext, CudaStream};
+use crate::handles::BlasHandle;
+use cudarc::cublas::sys as cublas_sys;
+use cudarc::driver::{CudaContext, CudaStream};
 use gpukit_jit::{Kernel, KernelArg, LaunchConfig};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -311,19 +314,10 @@ pub fn load_reduce(ctx: &Arc<CudaContext>) -> Result<Kernel> {
     )
 }
 
-/// The multiprocessor count of a context's device (cached per context).
+/// The multiprocessor count of a context's device (from [`DeviceAttributes`], read once per
+/// device).
 pub fn multiprocessor_count(ctx: &Arc<CudaContext>) -> Result<u32> {
-    static SMS: OnceLock<Mutex<HashMap<usize, u32>>> = OnceLock::new();
-    let map = SMS.get_or_init(|| Mutex::new(HashMap::new()));
-    let key = ctx.cu_ctx() as usize;
-    if let Some(n) = map.lock().get(&key) {
-        return Ok(*n);
-    }
-    let n = ctx
-        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .map_err(|e| Error::driver("reading the multiprocessor count", e))? as u32;
-    map.lock().insert(key, n);
-    Ok(n)
+    Ok(DeviceAttributes::of(ctx)?.multiprocessor_count)
 }
 
 /// Name of the environment variable that forces the TF32 path (`auto`, `mma`, `wgmma`).
@@ -344,18 +338,9 @@ pub fn tf32_path_from_env() -> Result<Tf32Path> {
 }
 
 /// True when the device of `ctx` runs the `wgmma` kernel (compute capability exactly 9.0: the
-/// kernel is built for `sm_90a`, which runs on no other architecture). Cached per context.
+/// kernel is built for `sm_90a`, which runs on no other architecture).
 pub fn supports_wgmma(ctx: &Arc<CudaContext>) -> Result<bool> {
-    static CC: OnceLock<Mutex<HashMap<usize, bool>>> = OnceLock::new();
-    let map = CC.get_or_init(|| Mutex::new(HashMap::new()));
-    let key = ctx.cu_ctx() as usize;
-    if let Some(b) = map.lock().get(&key) {
-        return Ok(*b);
-    }
-    let arch = gpukit_jit::Arch::of_context(ctx)?;
-    let ok = (arch.major, arch.minor) == (9, 0);
-    map.lock().insert(key, ok);
-    Ok(ok)
+    Ok(DeviceAttributes::of(ctx)?.supports_wgmma())
 }
 
 fn wgmma_unsupported(ctx: &Arc<CudaContext>) -> Error {
@@ -799,34 +784,9 @@ impl BlasType {
     }
 }
 
-/// cuBLAS handles per (context, stream). A handle keeps its stream alive, so a cached entry's
-/// stream address is never reused by another stream.
-type HandleMap = Mutex<HashMap<(usize, usize), Arc<CudaBlas>>>;
-
-fn blas_handles() -> &'static HandleMap {
-    static H: OnceLock<HandleMap> = OnceLock::new();
-    H.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-/// The cuBLAS handle bound to `stream` (created on first use, after checking that cuBLAS loads).
-pub fn blas_handle(stream: &Arc<CudaStream>) -> Result<Arc<CudaBlas>> {
-    gpukit_jit::libs::ensure_cublas()?;
-    let key = (
-        stream.context().cu_ctx() as usize,
-        stream.cu_stream() as usize,
-    );
-    let mut map = blas_handles().lock();
-    if let Some(h) = map.get(&key) {
-        return Ok(h.clone());
-    }
-    let h = Arc::new(
-        CudaBlas::new(stream.clone()).map_err(|source| Error::Cublas {
-            action: "creating a cuBLAS handle".into(),
-            source,
-        })?,
-    );
-    map.insert(key, h.clone());
-    Ok(h)
+/// The cuBLAS handle bound to `stream` (gpukit-core's one handle cache, [`crate::handles`]).
+pub fn blas_handle(stream: &Arc<CudaStream>) -> Result<Arc<BlasHandle>> {
+    BlasHandle::for_stream(&Stream::from_cuda(stream.clone()))
 }
 
 /// cuBLAS GEMM on row-major operands of element type `ty` (pointers and dimensions as in
@@ -862,58 +822,54 @@ pub unsafe fn cublas_gemm(stream: &Arc<CudaStream>, ty: BlasType, g: &RawGemm) -
             &b32 as *const f32 as *const _,
         )
     };
-    ctx_bind(stream)?;
     let ld = |x: usize| x.max(1) as i32;
     let mut b0 = 0usize;
     while b0 < g.batch {
         let nb = (g.batch - b0).min(i32::MAX as usize);
         let off = |p: u64, stride: usize| p + (b0 * stride * ty.size()) as u64;
-        // SAFETY: the caller guarantees the pointers and spans; alpha/beta point to host scalars
-        // of the compute type (host pointer mode, the handle's default), alive for the call.
-        unsafe {
-            cudarc::cublas::result::gemm_strided_batched_ex(
-                *handle.handle(),
-                g.trans_b.cublas(),
-                g.trans_a.cublas(),
-                g.n as i32,
-                g.m as i32,
-                g.k as i32,
-                alpha,
-                off(g.b, g.stride_b) as *const _,
-                dt,
-                ld(g.ldb),
-                g.stride_b as i64,
-                off(g.a, g.stride_a) as *const _,
-                dt,
-                ld(g.lda),
-                g.stride_a as i64,
-                beta,
-                off(g.c, g.stride_c) as *mut _,
-                dt,
-                ld(g.ldc),
-                g.stride_c as i64,
-                nb as i32,
-                ct,
-                cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-        }
-        .map_err(|source| Error::Cublas {
-            action: format!(
-                "running a {ty:?} GEMM of {}x{}x{} (batch {nb})",
-                g.m, g.n, g.k
-            ),
-            source,
-        })?;
+        handle
+            .with(|raw| {
+                // SAFETY: the caller guarantees the pointers and spans; alpha/beta point to host
+                // scalars of the compute type (host pointer mode, the handle's default), alive
+                // for the call; `raw` is the live handle bound to `stream`.
+                unsafe {
+                    cudarc::cublas::result::gemm_strided_batched_ex(
+                        raw,
+                        g.trans_b.cublas(),
+                        g.trans_a.cublas(),
+                        g.n as i32,
+                        g.m as i32,
+                        g.k as i32,
+                        alpha,
+                        off(g.b, g.stride_b) as *const _,
+                        dt,
+                        ld(g.ldb),
+                        g.stride_b as i64,
+                        off(g.a, g.stride_a) as *const _,
+                        dt,
+                        ld(g.lda),
+                        g.stride_a as i64,
+                        beta,
+                        off(g.c, g.stride_c) as *mut _,
+                        dt,
+                        ld(g.ldc),
+                        g.stride_c as i64,
+                        nb as i32,
+                        ct,
+                        cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                    )
+                }
+            })?
+            .map_err(|source| Error::Cublas {
+                action: format!(
+                    "running a {ty:?} GEMM of {}x{}x{} (batch {nb})",
+                    g.m, g.n, g.k
+                ),
+                source,
+            })?;
         b0 += nb;
     }
     Ok(())
-}
-
-fn ctx_bind(stream: &Arc<CudaStream>) -> Result<()> {
-    stream
-        .context()
-        .bind_to_thread()
-        .map_err(|e| Error::driver("binding the context", e))
 }
 
 #[cfg(test)]
