@@ -12,7 +12,9 @@ use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
 use crate::gpu::GpuBackend;
 use crate::model::{Backend, CopyModel, Curve};
-use crate::ops::{Diag, OpKind, Precision, Routine, Side, SvdJob, Trans, Uplo};
+use crate::ops::{
+    Diag, EigRange, Family, OpKind, Precision, Routine, Side, SvdJob, Trans, Uplo, Variant,
+};
 use crate::profile::{CurveEntry, Machine, Profile, PROFILE_VERSION};
 use std::time::{Duration, Instant};
 
@@ -59,10 +61,14 @@ pub fn grid(kind: OpKind, p: Precision, quick: bool) -> (Vec<f64>, Vec<f64>) {
     let v = |x: &[f64]| x.to_vec();
     let heavy = matches!(
         kind.routine,
-        Routine::Syevd | Routine::Gesdd | Routine::Gesvd
+        Routine::Syevd | Routine::Syevr | Routine::Gesdd | Routine::Gesvd | Routine::Gelsd
     );
     let x1: Vec<f64> = if heavy {
-        match (quick, cplx, kind.routine == Routine::Gesvd || kind.vectors) {
+        match (
+            quick,
+            cplx,
+            kind.routine == Routine::Gesvd || kind.vectors(),
+        ) {
             (true, true, _) => v(&[128.0, 384.0, 1024.0]),
             (true, false, true) => v(&[128.0, 384.0, 1024.0, 2048.0]),
             (true, false, false) => v(&[128.0, 512.0, 1024.0, 2048.0]),
@@ -77,23 +83,23 @@ pub fn grid(kind: OpKind, p: Precision, quick: bool) -> (Vec<f64>, Vec<f64>) {
     } else {
         v(&[64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0])
     };
-    let x2 = match kind.routine {
-        Routine::Potrf | Routine::Syevd => vec![1.0],
-        Routine::Getrf | Routine::Geqrf | Routine::Gesdd | Routine::Gesvd => {
+    let x2 = match kind.routine.family() {
+        Family::Square => vec![1.0],
+        Family::Rect => {
             if quick {
                 vec![1.0, 3.0]
             } else {
                 vec![1.0, 2.0, 4.0]
             }
         }
-        Routine::Getrs | Routine::Gesv | Routine::Potrs | Routine::Posv => {
+        Family::Solve => {
             if quick {
                 vec![1.0, 64.0, 1024.0]
             } else {
                 vec![1.0, 16.0, 128.0, 1024.0, 4096.0]
             }
         }
-        _ => {
+        Family::Product | Family::RankK | Family::Sided => {
             if quick {
                 vec![32.0, 512.0, 4096.0]
             } else {
@@ -187,6 +193,52 @@ impl Buf {
         b
     }
 
+    /// LU factors of a well-conditioned matrix as `getrf` leaves them with identity pivots: a
+    /// unit lower triangle with small entries (random / n) below a diagonally dominant upper
+    /// triangle.
+    pub(crate) fn lu_factors(p: Precision, n: usize, seed: u64) -> Buf {
+        let mut b = Buf::symmetric(p, n, n as f64 + 1.0, seed);
+        let es = p.size();
+        let scale = 1.0 / n.max(1) as f64;
+        for j in 0..n {
+            for i in j + 1..n {
+                let o = (i + j * n) * es;
+                let (re, im) = b.get(o);
+                b.set(i, j, re * scale, im * scale);
+            }
+        }
+        b
+    }
+
+    fn get(&self, o: usize) -> (f64, f64) {
+        let es = self.p.size();
+        let b = &self.bytes[o..o + es];
+        let f4 = |k: usize| f32::from_ne_bytes(b[k..k + 4].try_into().unwrap_or([0; 4])) as f64;
+        let f8 = |k: usize| f64::from_ne_bytes(b[k..k + 8].try_into().unwrap_or([0; 8]));
+        match self.p {
+            Precision::S => (f4(0), 0.0),
+            Precision::D => (f8(0), 0.0),
+            Precision::C => (f4(0), f4(4)),
+            Precision::Z => (f8(0), f8(8)),
+        }
+    }
+
+    /// Householder scalars for the reflectors stored below the diagonal of this `m x n` matrix
+    /// (`v = (1, A[j+1.., j])`): `tau = 2 / ||v||^2`, which makes every reflector unitary, so the
+    /// Q that `orgqr` forms from them is too.
+    pub(crate) fn reflector_taus(&self, k: usize) -> Buf {
+        let mut t = Buf::zeros(self.p, k, 1);
+        for j in 0..k {
+            let mut norm2 = 1.0;
+            for i in j + 1..self.rows {
+                let (re, im) = self.get((i + j * self.rows) * self.p.size());
+                norm2 += re * re + im * im;
+            }
+            t.set(j, 0, 2.0 / norm2, 0.0);
+        }
+        t
+    }
+
     pub(crate) fn mat(&mut self) -> HostMat {
         HostMat::new(
             self.bytes.as_mut_ptr(),
@@ -198,10 +250,16 @@ impl Buf {
 }
 
 /// The operands of one measurement: pristine inputs and working copies.
+///
+/// `bufs` holds the inputs first (A, then B / C / tau as the routine takes them) and then the
+/// outputs: w (eigenvalues) and Z for the eigensolvers, s, U, VT for an SVD, s for gelsd, tau
+/// for geqrf. `piv` is the pivot vector (identity for getrs and getri), `ints` the integer
+/// outputs (syevr: the count found, then `isuppz`; gelsd: the rank).
 pub(crate) struct Case {
     pub(crate) bufs: Vec<Buf>,
     pub(crate) pristine: Vec<Vec<u8>>,
     pub(crate) piv: Vec<i32>,
+    pub(crate) ints: Vec<i32>,
 }
 
 fn sc(p: Precision, v: f64) -> Scalar {
@@ -213,56 +271,100 @@ fn sc(p: Precision, v: f64) -> Scalar {
     }
 }
 
+/// A real scalar of the precision's real width (herk's alpha and beta).
+fn sc_real(p: Precision, v: f64) -> Scalar {
+    if p.real_size() == 4 {
+        Scalar::of(v as f32)
+    } else {
+        Scalar::of(v)
+    }
+}
+
+/// The real type of a precision (for eigenvalue and singular value buffers).
+fn real_of(p: Precision) -> Precision {
+    if p.real_size() == 4 {
+        Precision::S
+    } else {
+        Precision::D
+    }
+}
+
 impl Case {
     pub(crate) fn new(kind: OpKind, p: Precision, x1: f64, x2: f64) -> Case {
         let s = kind.canonical_shape(x1, x2);
         let (m, n, k) = (s.m as usize, s.n as usize, s.k as usize);
+        let tri = |order: usize| Buf::symmetric(p, order, order as f64 + 1.0, 1);
         let bufs = match kind.routine {
             Routine::Gemm => vec![
                 Buf::random(p, m, k, 1),
                 Buf::random(p, k, n, 2),
                 Buf::random(p, m, n, 3),
             ],
-            Routine::Symm => vec![
+            Routine::Symm | Routine::Hemm => vec![
                 Buf::symmetric(p, m, 0.0, 1),
                 Buf::random(p, m, n, 2),
                 Buf::random(p, m, n, 3),
             ],
-            Routine::Syrk => vec![Buf::random(p, n, k, 1), Buf::random(p, n, n, 2)],
-            Routine::Trsm => vec![
-                Buf::symmetric(p, k, k as f64 + 1.0, 1),
-                Buf::random(p, m, n, 2),
-            ],
+            Routine::Syrk | Routine::Herk => {
+                vec![Buf::random(p, n, k, 1), Buf::symmetric(p, n, 0.0, 2)]
+            }
+            Routine::Trsm | Routine::Trmm => vec![tri(k), Buf::random(p, m, n, 2)],
+            Routine::Trtrs => vec![tri(n), Buf::random(p, n, k, 2)],
             Routine::Getrf | Routine::Geqrf | Routine::Gesdd | Routine::Gesvd => {
                 vec![Buf::random(p, m, n, 1)]
             }
-            Routine::Getrs | Routine::Gesv => vec![
+            Routine::Getrs => vec![Buf::lu_factors(p, n, 1), Buf::random(p, n, k, 2)],
+            Routine::Gesv => vec![
                 Buf::symmetric(p, n, n as f64 + 1.0, 1),
                 Buf::random(p, n, k, 2),
             ],
+            Routine::Getri => vec![Buf::lu_factors(p, n, 1)],
             Routine::Potrf | Routine::Potrs | Routine::Posv => {
                 vec![
                     Buf::symmetric(p, n, n as f64 + 1.0, 1),
                     Buf::random(p, n, k.max(1), 2),
                 ]
             }
-            Routine::Syevd => vec![Buf::symmetric(p, n, 0.0, 1)],
+            // the triangle read is a well-conditioned Cholesky factor
+            Routine::Potri => vec![tri(n)],
+            Routine::Syevd | Routine::Syevr => vec![Buf::symmetric(p, n, 0.0, 1)],
+            Routine::Gelsd => vec![Buf::random(p, m, n, 1), Buf::random(p, m.max(n), k, 2)],
+            Routine::Orgqr => {
+                let a = Buf::random(p, m, n, 1);
+                let tau = a.reflector_taus(k);
+                vec![a, tau]
+            }
         };
         let mut c = Case {
             pristine: bufs.iter().map(|b| b.bytes.clone()).collect(),
             bufs,
             piv: (1..=m.max(n).max(1) as i32).collect(),
+            ints: Vec::new(),
         };
-        // outputs of the eigen / SVD / QR routines
+        // outputs
+        let mn = m.min(n);
         match kind.routine {
-            Routine::Syevd => c.bufs.push(Buf::zeros(Precision::D, n, 1)),
-            Routine::Gesdd | Routine::Gesvd => {
-                let mn = m.min(n);
-                c.bufs.push(Buf::zeros(Precision::D, mn, 1));
-                c.bufs.push(Buf::zeros(p, m, mn));
-                c.bufs.push(Buf::zeros(p, mn, n));
+            Routine::Syevd => c.bufs.push(Buf::zeros(real_of(p), n, 1)),
+            Routine::Syevr => {
+                c.bufs.push(Buf::zeros(real_of(p), n, 1));
+                c.bufs.push(Buf::zeros(p, n, n));
+                c.ints = vec![0; 1 + 2 * n.max(1)];
             }
-            Routine::Geqrf => c.bufs.push(Buf::zeros(p, m.min(n), 1)),
+            Routine::Gesdd | Routine::Gesvd => {
+                c.bufs.push(Buf::zeros(real_of(p), mn, 1));
+                if kind.variant == Variant::Full {
+                    c.bufs.push(Buf::zeros(p, m, m));
+                    c.bufs.push(Buf::zeros(p, n, n));
+                } else {
+                    c.bufs.push(Buf::zeros(p, m, mn));
+                    c.bufs.push(Buf::zeros(p, mn, n));
+                }
+            }
+            Routine::Gelsd => {
+                c.bufs.push(Buf::zeros(real_of(p), mn, 1));
+                c.ints = vec![0; 1];
+            }
+            Routine::Geqrf => c.bufs.push(Buf::zeros(p, mn, 1)),
             _ => {}
         }
         c
@@ -276,14 +378,17 @@ impl Case {
         for (i, v) in self.piv.iter_mut().enumerate() {
             *v = (i + 1).min(n) as i32;
         }
+        self.ints.iter_mut().for_each(|v| *v = 0);
     }
 
     pub(crate) fn call(&mut self, kind: OpKind, p: Precision, x1: f64, x2: f64) -> Call {
         let s = kind.canonical_shape(x1, x2);
         let (m, n, k) = (s.m as usize, s.n as usize, s.k as usize);
         let piv = Piv::I32(self.piv.as_mut_ptr());
+        let ints = self.ints.as_mut_ptr();
         let (one, zero) = (sc(p, 1.0), sc(p, 0.0));
         let b = &mut self.bufs;
+        let none = || HostMat::new(std::ptr::null_mut(), 0, 0, 1);
         let op = match kind.routine {
             Routine::Gemm => Op::Gemm {
                 ta: Trans::No,
@@ -308,6 +413,17 @@ impl Case {
                 beta: one,
                 c: b[2].mat(),
             },
+            Routine::Hemm => Op::Hemm {
+                side: Side::Left,
+                uplo: Uplo::Lower,
+                m,
+                n,
+                alpha: one,
+                a: b[0].mat(),
+                b: b[1].mat(),
+                beta: one,
+                c: b[2].mat(),
+            },
             Routine::Syrk => Op::Syrk {
                 uplo: Uplo::Lower,
                 trans: Trans::No,
@@ -318,6 +434,16 @@ impl Case {
                 beta: zero,
                 c: b[1].mat(),
             },
+            Routine::Herk => Op::Herk {
+                uplo: Uplo::Lower,
+                trans: Trans::No,
+                n,
+                k,
+                alpha: sc_real(p, 1.0),
+                a: b[0].mat(),
+                beta: sc_real(p, 0.5),
+                c: b[1].mat(),
+            },
             Routine::Trsm => Op::Trsm {
                 side: Side::Left,
                 uplo: Uplo::Lower,
@@ -326,6 +452,26 @@ impl Case {
                 m,
                 n,
                 alpha: one,
+                a: b[0].mat(),
+                b: b[1].mat(),
+            },
+            Routine::Trmm => Op::Trmm {
+                side: Side::Left,
+                uplo: Uplo::Lower,
+                ta: Trans::No,
+                diag: Diag::NonUnit,
+                m,
+                n,
+                alpha: one,
+                a: b[0].mat(),
+                b: b[1].mat(),
+            },
+            Routine::Trtrs => Op::Trtrs {
+                uplo: Uplo::Lower,
+                trans: Trans::No,
+                diag: Diag::NonUnit,
+                n,
+                nrhs: k,
                 a: b[0].mat(),
                 b: b[1].mat(),
             },
@@ -350,6 +496,11 @@ impl Case {
                 ipiv: piv,
                 b: b[1].mat(),
             },
+            Routine::Getri => Op::Getri {
+                n,
+                a: b[0].mat(),
+                ipiv: piv,
+            },
             Routine::Potrf => Op::Potrf {
                 uplo: Uplo::Lower,
                 n,
@@ -369,27 +520,42 @@ impl Case {
                 a: b[0].mat(),
                 b: b[1].mat(),
             },
+            Routine::Potri => Op::Potri {
+                uplo: Uplo::Lower,
+                n,
+                a: b[0].mat(),
+            },
             Routine::Syevd => Op::Syevd {
-                vectors: kind.vectors,
+                vectors: kind.vectors(),
                 uplo: Uplo::Lower,
                 n,
                 a: b[0].mat(),
                 w: b[1].bytes.as_mut_ptr(),
             },
+            Routine::Syevr => Op::Syevr {
+                vectors: kind.vectors(),
+                range: EigRange::All,
+                uplo: Uplo::Lower,
+                n,
+                a: b[0].mat(),
+                abstol: 0.0,
+                found: Piv::I32(ints),
+                w: b[1].bytes.as_mut_ptr(),
+                z: if kind.vectors() { b[2].mat() } else { none() },
+                // SAFETY: `ints` holds 1 + 2n integers (made in `new`).
+                isuppz: Piv::I32(unsafe { ints.add(1) }),
+            },
             Routine::Gesdd | Routine::Gesvd => {
-                let job = if kind.vectors {
-                    SvdJob::Thin
-                } else {
-                    SvdJob::None
+                let job = match kind.variant {
+                    Variant::Plain => SvdJob::None,
+                    Variant::Vectors => SvdJob::Thin,
+                    Variant::Full => SvdJob::Full,
                 };
                 let s_ptr = b[1].bytes.as_mut_ptr();
-                let (u, vt) = if kind.vectors {
+                let (u, vt) = if kind.vectors() {
                     (b[2].mat(), b[3].mat())
                 } else {
-                    (
-                        HostMat::new(std::ptr::null_mut(), 0, 0, 1),
-                        HostMat::new(std::ptr::null_mut(), 0, 0, 1),
-                    )
+                    (none(), none())
                 };
                 Op::Svd {
                     routine: kind.routine,
@@ -403,9 +569,26 @@ impl Case {
                     vt,
                 }
             }
+            Routine::Gelsd => Op::Gelsd {
+                m,
+                n,
+                nrhs: k,
+                a: b[0].mat(),
+                b: b[1].mat(),
+                s: b[2].bytes.as_mut_ptr(),
+                rcond: -1.0,
+                rank: Piv::I32(ints),
+            },
             Routine::Geqrf => Op::Geqrf {
                 m,
                 n,
+                a: b[0].mat(),
+                tau: b[1].bytes.as_mut_ptr(),
+            },
+            Routine::Orgqr => Op::Orgqr {
+                m,
+                n,
+                k,
                 a: b[0].mat(),
                 tau: b[1].bytes.as_mut_ptr(),
             },
@@ -709,9 +892,9 @@ mod tests {
         };
         for k in OpKind::all() {
             for p in Precision::ALL {
-                let x2 = match k.routine {
-                    Routine::Potrf | Routine::Syevd => 1.0,
-                    Routine::Getrf | Routine::Geqrf | Routine::Gesdd | Routine::Gesvd => 2.0,
+                let x2 = match k.routine.family() {
+                    Family::Square => 1.0,
+                    Family::Rect => 2.0,
                     _ => 7.0,
                 };
                 let mut case = Case::new(k, p, 24.0, x2);

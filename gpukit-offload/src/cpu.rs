@@ -14,6 +14,7 @@
 
 use crate::call::{Call, HostMat, Op, Piv};
 use crate::error::{Error, Result};
+use crate::library::LibId;
 use crate::ops::{Precision, Routine, SvdJob};
 use std::ffi::{c_char, c_void, CString};
 
@@ -27,6 +28,7 @@ pub struct CpuBackend {
     suffix: &'static str,
     ilp64: bool,
     path: String,
+    lib: LibId,
 }
 
 // SAFETY: the handles are process-wide dlopen handles, never closed; symbol lookups and calls are
@@ -95,6 +97,7 @@ impl CpuBackend {
                 suffix,
                 ilp64,
                 path: paths.join(" + "),
+                lib: LibId::of_path(paths[0]),
             };
             if b.sym("dgemm").is_some() && b.sym("dgetrf").is_some() {
                 return Ok(b);
@@ -108,6 +111,11 @@ impl CpuBackend {
     /// The library path(s).
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// The library's identity (the cost model's CPU curves are per library).
+    pub fn lib(&self) -> LibId {
+        self.lib
     }
 
     /// True for 64-bit integer (ILP64) libraries.
@@ -779,6 +787,21 @@ impl CpuBackend {
                     let lw = work_len(&wq, p);
                     let mut work = vec![0u8; lw.max(1) * p.size()];
                     call_it(work.as_mut_ptr() as P, &i(lw), &mut info);
+                }
+                // the FFI table's CPU path replaces this match (next commit)
+                Op::Hemm { .. }
+                | Op::Herk { .. }
+                | Op::Trmm { .. }
+                | Op::Getri { .. }
+                | Op::Potri { .. }
+                | Op::Trtrs { .. }
+                | Op::Syevr { .. }
+                | Op::Gelsd { .. }
+                | Op::Orgqr { .. } => {
+                    return Err(Error::MissingSymbol {
+                        library: self.path.clone(),
+                        routine: call.name(),
+                    })
                 }
                 Op::Geqrf { m, n, a, tau } => {
                     let f: unsafe extern "C" fn(

@@ -19,8 +19,9 @@ use crate::error::{Error, Result};
 use crate::gpu::{GpuBackend, Inject, Presized};
 use crate::learn::{CorrKey, Learner};
 use crate::model::{required_speedup, Backend, Estimate, Model, DEFAULT_LEVEL};
-use crate::ops::{OpKind, Precision, Routine, Shape};
+use crate::ops::{OpKind, Precision, Routine, Shape, Variant};
 use crate::profile::Profile;
+use crate::request::Request;
 use crate::stats::{slot, Reason, Stats, StatsSnapshot, NSLOT};
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
@@ -224,7 +225,6 @@ const MEMO_SLOTS: usize = 64;
 struct MemoEntry {
     key: (u64, OpKind, Precision, Shape),
     estimate: Option<Estimate>,
-    flops: f64,
 }
 
 /// A CPU-kept call predicted shorter than this is timed (and learned from) only once in
@@ -519,95 +519,81 @@ impl Dispatcher {
         }
     }
 
-    /// The estimate for a call with learned corrections applied.
-    pub fn estimate(&self, call: &Call) -> Option<Estimate> {
-        let kind = call.kind();
-        let (e, flops) = self.model_estimate(kind, call.prec, call.shape());
-        let mut e = e?;
+    /// The estimate for a request with learned corrections applied.
+    pub fn estimate(&self, req: &Request) -> Option<Estimate> {
+        let mut e = self.model_estimate(req)?;
         let (fc, fg) = self.learner.factors(
-            CorrKey::new(kind, call.prec, Backend::Cpu, flops),
-            CorrKey::new(kind, call.prec, Backend::Gpu, flops),
+            CorrKey::new(req.kind, req.prec(), Backend::Cpu, req.flops),
+            CorrKey::new(req.kind, req.prec(), Backend::Gpu, req.flops),
         );
         e.cpu_s *= fc;
         e.gpu_s *= fg;
         Some(e)
     }
 
-    /// The model's uncorrected estimate and the flops of a call, through the per-thread memo.
-    fn model_estimate(
-        &self,
-        kind: OpKind,
-        prec: Precision,
-        shape: Shape,
-    ) -> (Option<Estimate>, f64) {
+    /// The model's uncorrected estimate of a request, through the per-thread memo.
+    fn model_estimate(&self, req: &Request) -> Option<Estimate> {
+        let (kind, prec, shape) = (req.kind, req.prec(), req.shape);
         let key = (self.id, kind, prec, shape);
         let h = (shape.m ^ shape.n.rotate_left(21) ^ shape.k.rotate_left(42) ^ self.id)
-            .wrapping_add(((kind.routine as u64) << 3) ^ ((kind.vectors as u64) << 1) ^ prec as u64)
+            .wrapping_add(((kind.routine as u64) << 3) ^ ((kind.variant as u64) << 1) ^ prec as u64)
             .wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let slot = (h >> 58) as usize % MEMO_SLOTS;
         let hit = MEMO.with(|m| {
             m.borrow()[slot]
                 .filter(|e| e.key == key)
-                .map(|e| (e.estimate, e.flops))
+                .map(|e| e.estimate)
         });
         if let Some(v) = hit {
             return v;
         }
         let estimate = self.model.estimate(kind, prec, shape);
-        let flops = kind.flops(prec, shape);
-        MEMO.with(|m| {
-            m.borrow_mut()[slot] = Some(MemoEntry {
-                key,
-                estimate,
-                flops,
-            })
-        });
-        (estimate, flops)
+        MEMO.with(|m| m.borrow_mut()[slot] = Some(MemoEntry { key, estimate }));
+        estimate
     }
 
-    /// Runs a call where it is fastest. `cpu` runs it on the CPU and returns LAPACK's info; it is
-    /// called at most once (on the GPU path's failure, the CPU runs on the untouched inputs).
+    /// Runs a request where it is fastest. `cpu` runs it on the CPU and returns LAPACK's info;
+    /// it is called at most once (on the GPU path's failure, the CPU runs on the untouched
+    /// inputs).
     ///
     /// # Safety
-    /// Every pointer in `call` must be valid for the extent its dimensions describe (the typed
-    /// API checks this; the shim relies on the BLAS caller's contract).
+    /// Every pointer in the request's call must be valid for the extent its dimensions describe
+    /// (the typed API checks this; the shim relies on the BLAS caller's contract).
     pub unsafe fn execute(
         self: &Arc<Self>,
-        call: &Call,
+        req: &Request,
         cpu: &mut dyn FnMut() -> Result<i64>,
     ) -> Result<Outcome> {
-        let s = slot(call.routine(), call.prec);
+        let s = req.slot;
         let quick = |reason: Reason, cpu: &mut dyn FnMut() -> Result<i64>| {
             self.untimed_cpu(s, reason, None, cpu)
         };
         if DEPTH.with(|d| d.get()) > 0 {
             return quick(Reason::Nested, cpu);
         }
-        if call.is_empty() {
+        if req.is_empty() {
             return quick(Reason::Empty, cpu);
         }
-        if call.check().is_err() {
+        if req.call.check().is_err() {
             return quick(Reason::InvalidArgs, cpu);
         }
-        let est = self.estimate(call);
-        let reason = self.decide(call, est.as_ref());
+        let est = self.estimate(req);
+        let reason = self.decide(req, est.as_ref());
         if reason.is_none() {
             if let (Some(gpu), Some(e)) = (self.gpu(), est) {
                 let t0 = Instant::now();
-                // SAFETY: forwarded from the caller; check() passed; gpu_unsupported() is None.
-                let r = unsafe { gpu.run(call) };
+                // SAFETY: forwarded from the caller; check() passed; gpu::unsupported() is None.
+                let r = unsafe { gpu.run(&req.call) };
                 let secs = t0.elapsed().as_secs_f64();
                 match r {
                     Ok(()) => {
-                        let kind = call.kind();
-                        let flops = kind.flops(call.prec, call.shape());
                         self.learner.observe(
-                            CorrKey::new(kind, call.prec, Backend::Gpu, flops),
+                            CorrKey::new(req.kind, req.prec(), Backend::Gpu, req.flops),
                             e.gpu_s,
                             secs,
                         );
                         self.stats.record_gpu(s, secs, e.cpu_s, e.gpu_s);
-                        self.log_call(call, Backend::Gpu, None, secs, Some(&e));
+                        self.log_call(req, Backend::Gpu, None, secs, Some(&e));
                         return Ok(Outcome {
                             backend: Backend::Gpu,
                             reason: None,
@@ -628,15 +614,15 @@ impl Dispatcher {
                         if self.config.log == LogMode::Calls {
                             eprintln!(
                                 "gpukit-offload: {} GPU path failed ({f}); running on the CPU",
-                                call.name()
+                                req.name()
                             );
                         }
-                        return self.timed_cpu(call, s, reason, est, cpu);
+                        return self.timed_cpu(req, reason, est, cpu);
                     }
                 }
             }
         }
-        self.timed_cpu(call, s, reason.unwrap_or(Reason::NoGpu), est, cpu)
+        self.timed_cpu(req, reason.unwrap_or(Reason::NoGpu), est, cpu)
     }
 
     /// Runs a call on the CPU without timing it (counted, not learned from).
@@ -660,8 +646,7 @@ impl Dispatcher {
 
     fn timed_cpu(
         &self,
-        call: &Call,
-        s: usize,
+        req: &Request,
         reason: Reason,
         est: Option<Estimate>,
         cpu: &mut dyn FnMut() -> Result<i64>,
@@ -675,22 +660,20 @@ impl Dispatcher {
                 n < CHEAP_SAMPLE
             })
         {
-            return self.untimed_cpu(s, reason, est, cpu);
+            return self.untimed_cpu(req.slot, reason, est, cpu);
         }
         let t0 = Instant::now();
         let info = run_cpu_nested(cpu)?;
         let secs = t0.elapsed().as_secs_f64();
         if let Some(e) = est {
-            let kind = call.kind();
-            let flops = kind.flops(call.prec, call.shape());
             self.learner.observe(
-                CorrKey::new(kind, call.prec, Backend::Cpu, flops),
+                CorrKey::new(req.kind, req.prec(), Backend::Cpu, req.flops),
                 e.cpu_s,
                 secs,
             );
         }
-        self.stats.record_cpu(s, reason, Some(secs));
-        self.log_call(call, Backend::Cpu, Some(reason), secs, est.as_ref());
+        self.stats.record_cpu(req.slot, reason, Some(secs));
+        self.log_call(req, Backend::Cpu, Some(reason), secs, est.as_ref());
         Ok(Outcome {
             backend: Backend::Cpu,
             reason: Some(reason),
@@ -701,11 +684,11 @@ impl Dispatcher {
     }
 
     /// `None`: run on the GPU; else the reason to stay on the CPU.
-    fn decide(self: &Arc<Self>, call: &Call, est: Option<&Estimate>) -> Option<Reason> {
+    fn decide(self: &Arc<Self>, req: &Request, est: Option<&Estimate>) -> Option<Reason> {
         if self.config.gpu == GpuMode::Off {
             return Some(Reason::Disabled);
         }
-        if call.gpu_unsupported().is_some() {
+        if crate::gpu::unsupported(&req.call).is_some() {
             return Some(Reason::Unsupported);
         }
         if self.config.gpu == GpuMode::Always {
@@ -723,11 +706,11 @@ impl Dispatcher {
             GPU_READY => {}
             GPU_FAILED => return Some(Reason::NoGpu),
             GPU_STARTING => {
-                self.note_missed(call);
+                self.note_missed(&req.call);
                 return Some(Reason::GpuStarting);
             }
             _ => {
-                self.note_missed(call);
+                self.note_missed(&req.call);
                 // No call ever waits for CUDA start-up: the savings this call misses are added
                 // up, and once they would have paid for start-up CUDA starts on a background
                 // thread while this call (and every call until the GPU is ready) runs on the CPU.
@@ -740,9 +723,7 @@ impl Dispatcher {
                 return Some(Reason::StartupNotPaid);
             }
         }
-        let kind = call.kind();
-        let flops = kind.flops(call.prec, call.shape());
-        if e.speedup() < 2.0 * need && self.learner.take_recheck(kind, call.prec, flops) {
+        if e.speedup() < 2.0 * need && self.learner.take_recheck(req.kind, req.prec(), req.flops) {
             return Some(Reason::Recheck);
         }
         None
@@ -756,7 +737,7 @@ impl Dispatcher {
 
     fn log_call(
         &self,
-        call: &Call,
+        req: &Request,
         b: Backend,
         reason: Option<Reason>,
         secs: f64,
@@ -770,8 +751,8 @@ impl Dispatcher {
             .unwrap_or_default();
         eprintln!(
             "gpukit-offload: {} {} -> {}{} {:.4}s{}",
-            call.name(),
-            call.shape(),
+            req.name(),
+            req.shape,
             b.as_str(),
             reason
                 .map(|r| format!(" ({})", r.as_str()))
@@ -839,7 +820,14 @@ fn warm_up(g: &GpuBackend) {
         (Routine::Gesdd, true, d, 256.0, 3.0),
     ];
     for (routine, vectors, p, x1, x2) in cases {
-        let kind = OpKind { routine, vectors };
+        let kind = OpKind::new(
+            routine,
+            if vectors {
+                Variant::Vectors
+            } else {
+                Variant::Plain
+            },
+        );
         let mut case = Case::new(kind, p, x1, x2);
         case.reset();
         let call = case.call(kind, p, x1, x2);
@@ -863,6 +851,7 @@ fn run_cpu_nested(cpu: &mut dyn FnMut() -> Result<i64>) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::library::LibId;
 
     #[test]
     fn memoised_estimates_equal_the_model_and_stay_per_dispatcher() {
@@ -882,22 +871,21 @@ mod tests {
             (100, 100, 100),
             (5000, 5000, 64),
         ] {
-            let call = gemm(m, n, k, &mut buf);
-            let want = a.model.estimate(call.kind(), call.prec, call.shape());
+            let call = Request::new(gemm(m, n, k, &mut buf), LibId::UNKNOWN);
+            let want = a.model.estimate(call.kind, call.prec(), call.shape);
             // twice: the second answer comes from the memo and must be the same
             for _ in 0..2 {
                 assert_eq!(a.estimate(&call), want);
                 assert_eq!(
                     b.estimate(&call),
-                    b.model.estimate(call.kind(), call.prec, call.shape())
+                    b.model.estimate(call.kind, call.prec(), call.shape)
                 );
             }
         }
         // a third dispatcher with its own learned correction: the memo must not hide it
         let c = Dispatcher::new(cfg(5));
-        let call = gemm(100, 100, 100, &mut buf);
-        let flops = call.kind().flops(call.prec, call.shape());
-        let key = CorrKey::new(call.kind(), call.prec, Backend::Cpu, flops);
+        let call = Request::new(gemm(100, 100, 100, &mut buf), LibId::UNKNOWN);
+        let key = CorrKey::new(call.kind, call.prec(), Backend::Cpu, call.flops);
         let base = c.estimate(&call).unwrap();
         c.learner.observe(key, base.cpu_s, base.cpu_s * 4.0);
         let after = c.estimate(&call).unwrap();

@@ -214,8 +214,9 @@ fn shape(a: i64, b: i64, c: i64) -> Shape {
 /// The call's pointers are the BLAS caller's; `info` is null or valid.
 unsafe fn dispatch<I: FInt>(call: Call, info: *mut I, cpu: &mut dyn FnMut() -> i64) {
     let d = dispatcher();
+    let req = crate::request::Request::new(call, crate::library::LibId::UNKNOWN);
     // SAFETY: forwarded.
-    let r = unsafe { d.execute(&call, &mut || Ok(cpu())) };
+    let r = unsafe { d.execute(&req, &mut || Ok(cpu())) };
     if let Ok(o) = r {
         if o.backend == crate::model::Backend::Gpu && !info.is_null() {
             // SAFETY: LAPACK contract.

@@ -54,9 +54,11 @@ mod error;
 pub mod gpu;
 pub mod interpose;
 pub mod learn;
+pub mod library;
 pub mod model;
 pub mod ops;
 pub mod profile;
+pub mod request;
 pub mod stats;
 
 #[cfg(test)]
@@ -66,5 +68,8 @@ pub use api::{c32, c64, Complex, Element, Offload};
 pub use dispatch::{Config, Dispatcher, GpuMode, LogMode, Outcome};
 pub use error::{Error, Result};
 pub use model::Backend;
-pub use ops::{Diag, OpKind, Precision, Routine, Shape, Side, SvdJob, Trans, Uplo};
+pub use ops::{
+    Diag, EigRange, OpKind, Precision, Routine, Shape, Side, SvdJob, Trans, Uplo, Variant,
+};
+pub use request::Request;
 pub use stats::{Reason, StatsSnapshot};

@@ -1,6 +1,7 @@
-//! BLAS-3 launch code: gemm, symm, syrk, trsm.
+//! BLAS-3 launch code: gemm, symm / hemm, syrk / herk, trsm, trmm.
 //!
-//! Column-separable calls (gemm with `op(B) = B`, left-side symm and trsm) are pipelined in
+//! Column-separable calls (gemm with `op(B) = B`, left-side symm, hemm, trsm and trmm) are
+//! pipelined in
 //! column blocks: block j+1 of B (and C) goes up while block j is computed. Results are written
 //! to the caller after the last block (see [`crate::gpu::exec`]). BLAS-3 calls are not checked
 //! for non-finite data: cuBLAS propagates NaN and infinity as the CPU BLAS does.
@@ -79,7 +80,42 @@ pub(crate) unsafe fn run(b: &GpuBackend, lane: &mut Lane, p: Precision, op: &Op)
                 b: bm,
                 beta,
                 c,
-            } => symm(b, lane, p, side, uplo, (m, n), alpha, a, bm, beta, c),
+            } => symm(
+                b,
+                lane,
+                p,
+                false,
+                (side, uplo),
+                (m, n),
+                alpha,
+                a,
+                bm,
+                beta,
+                c,
+            ),
+            Op::Hemm {
+                side,
+                uplo,
+                m,
+                n,
+                alpha,
+                a,
+                b: bm,
+                beta,
+                c,
+            } => symm(
+                b,
+                lane,
+                p,
+                true,
+                (side, uplo),
+                (m, n),
+                alpha,
+                a,
+                bm,
+                beta,
+                c,
+            ),
             Op::Syrk {
                 uplo,
                 trans,
@@ -89,7 +125,17 @@ pub(crate) unsafe fn run(b: &GpuBackend, lane: &mut Lane, p: Precision, op: &Op)
                 a,
                 beta,
                 c,
-            } => syrk(b, lane, p, uplo, trans, (n, k), alpha, a, beta, c),
+            } => syrk(b, lane, p, false, (uplo, trans), (n, k), alpha, a, beta, c),
+            Op::Herk {
+                uplo,
+                trans,
+                n,
+                k,
+                alpha,
+                a,
+                beta,
+                c,
+            } => syrk(b, lane, p, true, (uplo, trans), (n, k), alpha, a, beta, c),
             Op::Trsm {
                 side,
                 uplo,
@@ -100,7 +146,38 @@ pub(crate) unsafe fn run(b: &GpuBackend, lane: &mut Lane, p: Precision, op: &Op)
                 alpha,
                 a,
                 b: bm,
-            } => trsm(b, lane, p, (side, uplo, ta, diag), (m, n), alpha, a, bm),
+            } => triangular(
+                b,
+                lane,
+                p,
+                false,
+                (side, uplo, ta, diag),
+                (m, n),
+                alpha,
+                a,
+                bm,
+            ),
+            Op::Trmm {
+                side,
+                uplo,
+                ta,
+                diag,
+                m,
+                n,
+                alpha,
+                a,
+                b: bm,
+            } => triangular(
+                b,
+                lane,
+                p,
+                true,
+                (side, uplo, ta, diag),
+                (m, n),
+                alpha,
+                a,
+                bm,
+            ),
             _ => Err(fail(GpuFailKind::Error, "not a BLAS-3 operation")),
         }
     }
@@ -183,13 +260,14 @@ unsafe fn gemm(
     x.commit()
 }
 
+/// symm, or hemm (`herm`: A Hermitian, complex only).
 #[allow(clippy::too_many_arguments)]
 unsafe fn symm(
     be: &GpuBackend,
     lane: &mut Lane,
     p: Precision,
-    side: Side,
-    uplo: Uplo,
+    herm: bool,
+    (side, uplo): (Side, Uplo),
     (m, n): (usize, usize),
     alpha: Scalar,
     a: HostMat,
@@ -217,9 +295,50 @@ unsafe fn symm(
             unsafe { x.upload(&cols(&c, j0, j1, es), oc + off)? };
         }
         x.inputs_ready()?;
-        cb_ok(
-            // SAFETY: device pointers in the arena; handle bound to the compute stream.
-            unsafe {
+        let (h, ap, bp, cp) = (
+            x.blas(),
+            x.ptr::<u8>(oa),
+            x.ptr::<u8>(ob + off),
+            x.ptr::<u8>(oc + off),
+        );
+        let (sd, fl, rows, cols) = (side_b(side), fill_b(uplo), i(m), i(j1 - j0));
+        // SAFETY: device pointers in the arena; handle bound to the compute stream.
+        let r = unsafe {
+            if herm && p.is_complex() {
+                if p == Precision::C {
+                    cb::cublasChemm_v2_64(
+                        h,
+                        sd,
+                        fl,
+                        rows,
+                        cols,
+                        alpha.as_ptr() as _,
+                        ap as _,
+                        ld(a.rows),
+                        bp as _,
+                        ld(m),
+                        beta.as_ptr() as _,
+                        cp as _,
+                        ld(m),
+                    )
+                } else {
+                    cb::cublasZhemm_v2_64(
+                        h,
+                        sd,
+                        fl,
+                        rows,
+                        cols,
+                        alpha.as_ptr() as _,
+                        ap as _,
+                        ld(a.rows),
+                        bp as _,
+                        ld(m),
+                        beta.as_ptr() as _,
+                        cp as _,
+                        ld(m),
+                    )
+                }
+            } else {
                 typed_blas!(
                     p,
                     cublasSsymm_v2_64,
@@ -227,24 +346,24 @@ unsafe fn symm(
                     cublasCsymm_v2_64,
                     cublasZsymm_v2_64,
                     (
-                        x.blas(),
-                        side_b(side),
-                        fill_b(uplo),
-                        i(m),
-                        i(j1 - j0),
+                        h,
+                        sd,
+                        fl,
+                        rows,
+                        cols,
                         alpha.as_ptr(),
-                        x.ptr::<u8>(oa),
+                        ap,
                         ld(a.rows),
-                        x.ptr::<u8>(ob + off),
+                        bp,
                         ld(m),
                         beta.as_ptr(),
-                        x.ptr::<u8>(oc + off),
+                        cp,
                         ld(m)
                     )
                 )
-            },
-            "cublas symm",
-        )?;
+            }
+        };
+        cb_ok(r, if herm { "cublas hemm" } else { "cublas symm" })?;
     }
     if read_c {
         x.output_in_place(oc, c, es);
@@ -255,13 +374,14 @@ unsafe fn symm(
     x.commit()
 }
 
+/// syrk, or herk (`herm`: complex only, `alpha` and `beta` real, trans 'N' or 'C').
 #[allow(clippy::too_many_arguments)]
 unsafe fn syrk(
     be: &GpuBackend,
     lane: &mut Lane,
     p: Precision,
-    uplo: Uplo,
-    trans: Trans,
+    herm: bool,
+    (uplo, trans): (Uplo, Trans),
     (n, k): (usize, usize),
     alpha: Scalar,
     a: HostMat,
@@ -279,13 +399,50 @@ unsafe fn syrk(
         x.upload(&c, oc)?;
     }
     x.inputs_ready()?;
-    // complex syrk takes 'N' or 'T' (checked by Call::check); real 'C' means 'T'
-    let t = if trans == Trans::No {
-        Trans::No
+    let (h, ap, cp) = (x.blas(), x.ptr::<u8>(oa), x.ptr::<u8>(oc));
+    let r = if herm && p.is_complex() {
+        // herk takes 'N' or 'C' (checked by Call::check)
+        let t = op_b(trans, p);
+        // SAFETY: device pointers in the arena; alpha and beta are real scalars (the call's
+        // contract); handle bound to the compute stream.
+        unsafe {
+            if p == Precision::C {
+                cb::cublasCherk_v2_64(
+                    h,
+                    fill_b(uplo),
+                    t,
+                    i(n),
+                    i(k),
+                    alpha.as_ptr() as _,
+                    ap as _,
+                    ld(a.rows),
+                    beta.as_ptr() as _,
+                    cp as _,
+                    ld(n),
+                )
+            } else {
+                cb::cublasZherk_v2_64(
+                    h,
+                    fill_b(uplo),
+                    t,
+                    i(n),
+                    i(k),
+                    alpha.as_ptr() as _,
+                    ap as _,
+                    ld(a.rows),
+                    beta.as_ptr() as _,
+                    cp as _,
+                    ld(n),
+                )
+            }
+        }
     } else {
-        Trans::Trans
-    };
-    cb_ok(
+        // complex syrk takes 'N' or 'T' (checked by Call::check); real 'C' means 'T'
+        let t = if trans == Trans::No {
+            Trans::No
+        } else {
+            Trans::Trans
+        };
         // SAFETY: device pointers in the arena; handle bound to the compute stream.
         unsafe {
             typed_blas!(
@@ -295,32 +452,35 @@ unsafe fn syrk(
                 cublasCsyrk_v2_64,
                 cublasZsyrk_v2_64,
                 (
-                    x.blas(),
+                    h,
                     fill_b(uplo),
                     op_b(t, p),
                     i(n),
                     i(k),
                     alpha.as_ptr(),
-                    x.ptr::<u8>(oa),
+                    ap,
                     ld(a.rows),
                     beta.as_ptr(),
-                    x.ptr::<u8>(oc),
+                    cp,
                     ld(n)
                 )
             )
-        },
-        "cublas syrk",
-    )?;
+        }
+    };
+    cb_ok(r, if herm { "cublas herk" } else { "cublas syrk" })?;
     x.output_in_place(oc, c, es);
     x.finish()?;
     x.commit()
 }
 
+/// trsm (`B = alpha op(A)^-1 B`), or trmm (`mult`: `B = alpha op(A) B`; cuBLAS' trmm is
+/// out of place, given B as its output it works in place as BLAS does).
 #[allow(clippy::too_many_arguments)]
-unsafe fn trsm(
+unsafe fn triangular(
     be: &GpuBackend,
     lane: &mut Lane,
     p: Precision,
+    mult: bool,
     (side, uplo, ta, diag): (Side, Uplo, Trans, Diag),
     (m, n): (usize, usize),
     alpha: Scalar,
@@ -338,9 +498,36 @@ unsafe fn trsm(
         // SAFETY: as above.
         unsafe { x.upload(&cols(&b, j0, j1, es), ob + off)? };
         x.inputs_ready()?;
-        cb_ok(
-            // SAFETY: device pointers in the arena; handle bound to the compute stream.
-            unsafe {
+        let (h, ap, bp) = (x.blas(), x.ptr::<u8>(oa), x.ptr::<u8>(ob + off));
+        let (sd, fl, op, dg) = (side_b(side), fill_b(uplo), op_b(ta, p), diag_b(diag));
+        let (rows, cols) = (i(m), i(j1 - j0));
+        // SAFETY: device pointers in the arena; handle bound to the compute stream.
+        let r = unsafe {
+            if mult {
+                typed_blas!(
+                    p,
+                    cublasStrmm_v2_64,
+                    cublasDtrmm_v2_64,
+                    cublasCtrmm_v2_64,
+                    cublasZtrmm_v2_64,
+                    (
+                        h,
+                        sd,
+                        fl,
+                        op,
+                        dg,
+                        rows,
+                        cols,
+                        alpha.as_ptr(),
+                        ap,
+                        ld(a.rows),
+                        bp,
+                        ld(m),
+                        bp,
+                        ld(m)
+                    )
+                )
+            } else {
                 typed_blas!(
                     p,
                     cublasStrsm_v2_64,
@@ -348,23 +535,23 @@ unsafe fn trsm(
                     cublasCtrsm_v2_64,
                     cublasZtrsm_v2_64,
                     (
-                        x.blas(),
-                        side_b(side),
-                        fill_b(uplo),
-                        op_b(ta, p),
-                        diag_b(diag),
-                        i(m),
-                        i(j1 - j0),
+                        h,
+                        sd,
+                        fl,
+                        op,
+                        dg,
+                        rows,
+                        cols,
                         alpha.as_ptr(),
-                        x.ptr::<u8>(oa),
+                        ap,
                         ld(a.rows),
-                        x.ptr::<u8>(ob + off),
+                        bp,
                         ld(m)
                     )
                 )
-            },
-            "cublas trsm",
-        )?;
+            }
+        };
+        cb_ok(r, if mult { "cublas trmm" } else { "cublas trsm" })?;
     }
     x.output_in_place(ob, b, es);
     x.finish()?;

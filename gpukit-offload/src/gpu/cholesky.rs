@@ -1,10 +1,11 @@
-//! Cholesky launch code: potrf, potrs, posv (cuSOLVER `Xpotrf` / `Xpotrs`).
+//! Cholesky launch code: potrf, potrs, posv (cuSOLVER `Xpotrf` / `Xpotrs`), potri (the
+//! legacy 32-bit `potri`: cuSOLVER has no 64-bit form).
 
 use crate::call::{HostMat, Op};
 use crate::gpu::exec::Exec;
 use crate::gpu::fail::{cs_ok, fail, GResult, GpuFailKind};
 use crate::gpu::finite::{Check, FinitePlan};
-use crate::gpu::flags::{dtype_s, fill_s, i, ld};
+use crate::gpu::flags::{dtype_s, fill_s, i, i32d, ld, typed_solver};
 use crate::gpu::lane::Lane;
 use crate::gpu::layout::Layout;
 use crate::gpu::GpuBackend;
@@ -35,6 +36,7 @@ pub(crate) unsafe fn run(b: &GpuBackend, lane: &mut Lane, p: Precision, op: &Op)
                 a,
                 b: bm,
             } => solve(b, lane, p, true, uplo, n, nrhs, a, bm),
+            Op::Potri { uplo, n, a } => potri(b, lane, p, uplo, n, a),
             _ => Err(fail(GpuFailKind::Error, "not a Cholesky operation")),
         }
     }
@@ -232,6 +234,103 @@ unsafe fn solve(
     )?;
     x.info(oi2, "potrs");
     x.output_in_place(ob, bm, es);
+    x.finish()?;
+    x.commit()
+}
+
+/// The inverse from a Cholesky factor, into the factor's triangle (the other one is left as it
+/// was, as LAPACK does).
+unsafe fn potri(
+    b: &GpuBackend,
+    lane: &mut Lane,
+    p: Precision,
+    uplo: Uplo,
+    n: usize,
+    a: HostMat,
+) -> GResult<()> {
+    let es = p.size();
+    let (h, _) = b.lane_solver(lane)?;
+    let mut lwork = 0i32;
+    cs_ok(
+        // SAFETY: a size query; cuSOLVER does not read the (null) matrix.
+        unsafe {
+            typed_solver!(
+                p,
+                cusolverDnSpotri_bufferSize,
+                cusolverDnDpotri_bufferSize,
+                cusolverDnCpotri_bufferSize,
+                cusolverDnZpotri_bufferSize,
+                (
+                    h,
+                    fill_s(uplo),
+                    i32d(n),
+                    std::ptr::null_mut::<u8>(),
+                    i32d(n.max(1)),
+                    &mut lwork
+                )
+            )
+        },
+        "cusolver potri_bufferSize",
+    )?;
+    let wsb = lwork.max(0) as usize * es;
+    let mut lay = Layout::default();
+    let (oa, ow) = (lay.dev(a.len() * es), lay.dev(wsb));
+    let oi = lay.status(4);
+    let check_in = FinitePlan::new(
+        &mut lay,
+        p,
+        &[Check::Triangle {
+            off: oa,
+            n,
+            uplo,
+            diag: Diag::NonUnit,
+            what: "the Cholesky factor",
+        }],
+    );
+    let check_out = FinitePlan::new(
+        &mut lay,
+        p,
+        &[Check::Symmetric {
+            off: oa,
+            n,
+            uplo,
+            hermitian: true,
+            what: "the inverse",
+        }],
+    );
+    let mut x = Exec::begin(b, lane, p, &lay)?;
+    // SAFETY: the caller's matrix (contract).
+    unsafe { x.upload(&a, oa)? };
+    x.inputs_ready()?;
+    check_in.run(&mut x)?;
+    let (h, _) = x.solver()?;
+    cs_ok(
+        // SAFETY: device pointers in the arena; the workspace holds `wsb` bytes; handle bound
+        // to the compute stream.
+        unsafe {
+            typed_solver!(
+                p,
+                cusolverDnSpotri,
+                cusolverDnDpotri,
+                cusolverDnCpotri,
+                cusolverDnZpotri,
+                (
+                    h,
+                    fill_s(uplo),
+                    i32d(n),
+                    x.ptr::<u8>(oa),
+                    i32d(n.max(1)),
+                    x.ptr::<u8>(ow),
+                    i32d(wsb / es),
+                    x.status_ptr::<i32>(oi)
+                )
+            )
+        },
+        "cusolver potri",
+    )?;
+    x.info(oi, "potri");
+    check_out.run(&mut x)?;
+    x.output_in_place(oa, a, es);
     x.finish()?;
     x.commit()
 }

@@ -36,6 +36,8 @@ enum Out {
     },
     /// `len` 64-bit pivots into the caller's integer vector.
     Piv { dev: usize, piv: Piv, len: usize },
+    /// Integers computed on the host (rank, eigenvalues found, supports).
+    Ints { values: Vec<i64>, out: Piv },
 }
 
 /// The status words after [`Exec::finish`]: the routine's own checks read them.
@@ -54,6 +56,11 @@ impl Status {
     /// The real value (the call's real type) at status offset `off`.
     pub(crate) fn real(&self, off: usize) -> f64 {
         real_value(&self.bytes[off..], self.p)
+    }
+
+    /// The raw bytes from status offset `off`.
+    pub(crate) fn bytes(&self, off: usize, len: usize) -> &[u8] {
+        &self.bytes[off..off + len]
     }
 }
 
@@ -211,9 +218,23 @@ impl<'a> Exec<'a> {
         self.outs.push(Out::Piv { dev, piv, len });
     }
 
+    /// Registers integers computed on the host for the caller's integer vector `out`.
+    pub(crate) fn output_ints(&mut self, values: Vec<i64>, out: Piv) {
+        self.outs.push(Out::Ints { values, out });
+    }
+
     /// Waits for the call's device work and checks it: every `info` must be 0 and every
     /// non-finite check finite. Returns the status words for the routine's own checks.
     pub(crate) fn finish(&mut self) -> GResult<Status> {
+        self.finish_with(|_| Ok(()))
+    }
+
+    /// [`Exec::finish`] with a routine check that runs after the `info`s and before the
+    /// non-finite checks (a zero pivot gives LAPACK's `info`, not a non-finite result).
+    pub(crate) fn finish_with(
+        &mut self,
+        check: impl FnOnce(&Status) -> GResult<()>,
+    ) -> GResult<Status> {
         self.lane.sync_all()?;
         let bytes = if self.status_len > 0 {
             let src = self.addr(self.status_base);
@@ -230,6 +251,7 @@ impl<'a> Exec<'a> {
                 return Err(fail(GpuFailKind::Info, format!("{what}: info = {info}")));
             }
         }
+        check(&st)?;
         for &(off, what) in &self.finite {
             let v = st.real(off);
             if !v.is_finite() {
@@ -272,6 +294,19 @@ impl<'a> Exec<'a> {
                     .map(|()| touched |= in_place)
                 }
                 Out::Piv { dev, piv, len } => self.write_piv(dev, piv, len),
+                Out::Ints { values, out } => {
+                    for (j, v) in values.iter().enumerate() {
+                        // SAFETY: the caller's integer vector holds `values.len()` integers
+                        // (call contract).
+                        unsafe {
+                            match out {
+                                Piv::I32(p) => *p.add(j) = *v as i32,
+                                Piv::I64(p) => *p.add(j) = *v,
+                            }
+                        }
+                    }
+                    Ok(())
+                }
             };
             if let Err(e) = r {
                 return Err(if touched { lost(e) } else { e });
@@ -298,6 +333,59 @@ impl<'a> Exec<'a> {
         }
         Ok(())
     }
+}
+
+impl Exec<'_> {
+    /// Reads `len` bytes at arena offset `off` now, synchronising the lane first (for the
+    /// routines that decide on the host in the middle of a call: gelsd's rank).
+    pub(crate) fn read_now(&mut self, off: usize, len: usize) -> GResult<Vec<u8>> {
+        self.lane.sync_all()?;
+        let (src, d2h) = (self.addr(off), self.lane.d2h);
+        // SAFETY: `off..off+len` lies in the arena; every stream is idle.
+        unsafe { self.lane.staging.read(src, len, d2h) }
+    }
+
+    /// Copies `count` elements every `stride` elements from arena offset `off` into the status
+    /// region at `status` (a diagonal, for the routines that check it for exact zeros).
+    pub(crate) fn status_strided(
+        &self,
+        off: usize,
+        count: usize,
+        stride: usize,
+        status: usize,
+    ) -> GResult<()> {
+        let p = self.p;
+        crate::gpu::fail::cb_ok(
+            // SAFETY: the strided source and the status words lie in the arena (the caller's
+            // layout); the handle is bound to the compute stream.
+            unsafe {
+                crate::gpu::flags::typed_blas!(
+                    p,
+                    cublasScopy_v2_64,
+                    cublasDcopy_v2_64,
+                    cublasCcopy_v2_64,
+                    cublasZcopy_v2_64,
+                    (
+                        self.blas(),
+                        count as i64,
+                        self.ptr::<u8>(off),
+                        stride as i64,
+                        self.status_ptr::<u8>(status),
+                        1i64
+                    )
+                )
+            },
+            "cublas copy (diagonal)",
+        )
+    }
+}
+
+/// The 1-based index of the first exactly zero element among `n` elements of precision `p`
+/// (a zero pivot: LAPACK's `info` for getri and trtrs).
+pub(crate) fn first_zero(bytes: &[u8], p: Precision, n: usize) -> Option<usize> {
+    (0..n)
+        .find(|&j| crate::gpu::flags::element(&bytes[j * p.size()..], p) == (0.0, 0.0))
+        .map(|j| j + 1)
 }
 
 /// The failure after an in-place operand was (partly) written.

@@ -1,12 +1,18 @@
-//! LU launch code: getrf, getrs, gesv (cuSOLVER `Xgetrf` / `Xgetrs`, 64-bit pivots).
+//! LU launch code: getrf, getrs, gesv, getri (cuSOLVER `Xgetrf` / `Xgetrs`, 64-bit pivots).
+//!
+//! cuSOLVER has no getri: the inverse is the solve `A X = I` with the given LU factors
+//! (`Xgetrs` on an identity made on the device). LAPACK's getri returns `info = i` when
+//! `U(i, i)` is exactly zero; the GPU path reads U's diagonal beside the solve and leaves such a
+//! call to the CPU library.
 
 use crate::call::{HostMat, Op, Piv};
-use crate::gpu::exec::{i64_bytes, read_piv, Exec};
+use crate::gpu::exec::{first_zero, i64_bytes, read_piv, Exec};
 use crate::gpu::fail::{cs_ok, fail, GResult, GpuFailKind};
 use crate::gpu::finite::{Check, FinitePlan};
-use crate::gpu::flags::{dtype_s, i, ld, op_s};
+use crate::gpu::flags::{dtype_s, i, ld, ones_bytes, op_s};
 use crate::gpu::lane::Lane;
 use crate::gpu::layout::Layout;
+use crate::gpu::svd::{ones_strided, zero};
 use crate::gpu::GpuBackend;
 use crate::ops::{Precision, Trans};
 use cudarc::cusolver::sys as cs;
@@ -36,6 +42,7 @@ pub(crate) unsafe fn run(b: &GpuBackend, lane: &mut Lane, p: Precision, op: &Op)
                 ipiv,
                 b: bm,
             } => gesv(b, lane, p, n, nrhs, a, ipiv, bm),
+            Op::Getri { n, a, ipiv } => getri(b, lane, p, n, a, ipiv),
             _ => Err(fail(GpuFailKind::Error, "not an LU operation")),
         }
     }
@@ -300,5 +307,65 @@ unsafe fn gesv(
     x.output_piv(op, ipiv, n);
     x.output_in_place(ob, bm, es);
     x.finish()?;
+    x.commit()
+}
+
+unsafe fn getri(
+    b: &GpuBackend,
+    lane: &mut Lane,
+    p: Precision,
+    n: usize,
+    a: HostMat,
+    ipiv: Piv,
+) -> GResult<()> {
+    let es = p.size();
+    let mut lay = Layout::default();
+    let (oa, op, ox, ones) = (
+        lay.dev(a.len() * es),
+        lay.dev(8 * n),
+        lay.dev(n * n * es),
+        lay.dev(n * es),
+    );
+    let (oi, od) = (lay.status(4), lay.status(n * es));
+    let check_in = FinitePlan::new(
+        &mut lay,
+        p,
+        &[Check::Dense {
+            off: oa,
+            count: n * n,
+            what: "the LU factors",
+        }],
+    );
+    let check_out = FinitePlan::new(
+        &mut lay,
+        p,
+        &[Check::Dense {
+            off: ox,
+            count: n * n,
+            what: "the inverse",
+        }],
+    );
+    let mut x = Exec::begin(b, lane, p, &lay)?;
+    // SAFETY: the caller's operands (contract): `ipiv` holds n integers.
+    let piv = unsafe { read_piv(ipiv, n) };
+    // SAFETY: as above.
+    unsafe { x.upload(&a, oa)? };
+    x.upload_bytes(i64_bytes(&piv), op)?;
+    x.upload_bytes(&ones_bytes(p, n), ones)?;
+    x.inputs_ready()?;
+    check_in.run(&mut x)?;
+    x.status_strided(oa, n, n + 1, od)?;
+    zero(&x, ox, n * n * es)?;
+    ones_strided(&x, ones, n, ox, n + 1)?;
+    getrs_on(&mut x, Trans::No, n, n, oa, op, ox, oi)?;
+    check_out.run(&mut x)?;
+    x.output_in_place(ox, a, es);
+    x.finish_with(|st| match first_zero(st.bytes(od, n * es), p, n) {
+        Some(j) => Err(fail(
+            GpuFailKind::Info,
+            format!("getri: U({j},{j}) is exactly zero (info = {j})"),
+        )),
+        None => Ok(()),
+    })?;
     x.commit()
 }

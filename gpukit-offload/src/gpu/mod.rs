@@ -13,8 +13,8 @@
 //!   (an `info`, an error, NaN propagation) is what the caller gets.
 //! * **Start-up in steps** ([`startup`]): the context, cuBLAS and one lane's streams up front;
 //!   cuSOLVER, pinned memory and the device arena when a call needs them; each step timed.
-//! * One module per family of routines: [`blas3`], [`lu`], [`cholesky`], [`eigen`], [`svd`],
-//!   [`qr`].
+//! * One module per family of routines: [`blas3`], [`lu`], [`cholesky`], [`triangular`],
+//!   [`eigen`], [`svd`], [`qr`], [`lstsq`].
 
 mod blas3;
 mod cholesky;
@@ -25,12 +25,14 @@ mod finite;
 mod flags;
 mod lane;
 mod layout;
+mod lstsq;
 mod lu;
 mod presize;
 mod qr;
 pub mod staging;
 pub mod startup;
 mod svd;
+mod triangular;
 
 pub use fail::{GResult, GpuFail, GpuFailKind, Inject};
 pub use presize::{presize_plan, Presized, PRESIZE_PINNED_MAX};
@@ -61,8 +63,11 @@ pub fn unsupported(call: &Call) -> Option<&'static str> {
     let alpha_zero = match &call.op {
         Op::Gemm { alpha, .. }
         | Op::Symm { alpha, .. }
+        | Op::Hemm { alpha, .. }
         | Op::Syrk { alpha, .. }
-        | Op::Trsm { alpha, .. } => alpha.is_zero(),
+        | Op::Herk { alpha, .. }
+        | Op::Trsm { alpha, .. }
+        | Op::Trmm { alpha, .. } => alpha.is_zero(),
         _ => false,
     };
     if alpha_zero {
@@ -70,8 +75,12 @@ pub fn unsupported(call: &Call) -> Option<&'static str> {
         // and NaN in the unread operands must not show
         return Some("alpha = 0: nothing to compute but a scaling");
     }
-    // the 32-bit legacy cuSOLVER functions (ormqr of the full SVD) bound the order
+    // the 32-bit legacy cuSOLVER functions (potri, orgqr, ormqr of the full SVD and of gelsd)
+    // bound the order
     let legacy = match &call.op {
+        Op::Potri { n, .. } => Some(*n),
+        Op::Orgqr { m, .. } => Some(*m),
+        Op::Gelsd { m, n, nrhs, .. } => Some((*m).max(*n).max(*nrhs)),
         Op::Svd {
             routine,
             jobu,
@@ -287,7 +296,7 @@ impl GpuBackend {
         let r = (|| -> GResult<Presized> {
             let mut needs = Vec::with_capacity(calls.len());
             for call in calls {
-                if call.gpu_unsupported().is_some() || call.check().is_err() {
+                if unsupported(call).is_some() || call.check().is_err() {
                     continue;
                 }
                 lane.sizing = Some(None);
@@ -346,7 +355,7 @@ impl GpuBackend {
     ///
     /// # Safety
     /// Every pointer in `call` must be valid for its extent; [`Call::check`] passed and
-    /// [`Call::gpu_unsupported`] returned `None`.
+    /// [`unsupported`] returned `None`.
     pub unsafe fn run(&self, call: &Call) -> GResult<()> {
         self.bind()?;
         let mut lane = self.checkout()?;
@@ -379,18 +388,28 @@ impl GpuBackend {
         // SAFETY: (every arm) the call's pointers are valid for its extents (contract).
         unsafe {
             match call.op {
-                Op::Gemm { .. } | Op::Symm { .. } | Op::Syrk { .. } | Op::Trsm { .. } => {
-                    blas3::run(self, lane, p, &call.op).map(|()| Done::Ok)
-                }
-                Op::Getrf { .. } | Op::Getrs { .. } | Op::Gesv { .. } => {
+                Op::Gemm { .. }
+                | Op::Symm { .. }
+                | Op::Hemm { .. }
+                | Op::Syrk { .. }
+                | Op::Herk { .. }
+                | Op::Trsm { .. }
+                | Op::Trmm { .. } => blas3::run(self, lane, p, &call.op).map(|()| Done::Ok),
+                Op::Getrf { .. } | Op::Getrs { .. } | Op::Gesv { .. } | Op::Getri { .. } => {
                     lu::run(self, lane, p, &call.op).map(|()| Done::Ok)
                 }
-                Op::Potrf { .. } | Op::Potrs { .. } | Op::Posv { .. } => {
+                Op::Potrf { .. } | Op::Potrs { .. } | Op::Posv { .. } | Op::Potri { .. } => {
                     cholesky::run(self, lane, p, &call.op).map(|()| Done::Ok)
                 }
-                Op::Syevd { .. } => eigen::run(self, lane, p, &call.op).map(|()| Done::Ok),
+                Op::Trtrs { .. } => triangular::run(self, lane, p, &call.op).map(|()| Done::Ok),
+                Op::Syevd { .. } | Op::Syevr { .. } => {
+                    eigen::run(self, lane, p, &call.op).map(|()| Done::Ok)
+                }
                 Op::Svd { .. } => svd::run(self, lane, p, &call.op, svd_qr),
-                Op::Geqrf { .. } => qr::run(self, lane, p, &call.op).map(|()| Done::Ok),
+                Op::Geqrf { .. } | Op::Orgqr { .. } => {
+                    qr::run(self, lane, p, &call.op).map(|()| Done::Ok)
+                }
+                Op::Gelsd { .. } => lstsq::run(self, lane, p, &call.op, svd_qr),
             }
         }
     }

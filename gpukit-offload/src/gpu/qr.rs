@@ -1,5 +1,6 @@
-//! QR launch code: geqrf (cuSOLVER `Xgeqrf`), and the application of its Q (legacy
-//! `ormqr` / `unmqr`: cuSOLVER has no 64-bit form) used by the full SVD.
+//! QR launch code: geqrf (cuSOLVER `Xgeqrf`), orgqr / ungqr, and the application of Q (legacy
+//! `ormqr` / `unmqr`) used by the full SVD and by gelsd. cuSOLVER has no 64-bit form of the last
+//! two: their orders are bounded by [`crate::gpu::unsupported`].
 
 use crate::call::{HostMat, Op};
 use crate::gpu::exec::Exec;
@@ -22,6 +23,7 @@ pub(crate) unsafe fn run(b: &GpuBackend, lane: &mut Lane, p: Precision, op: &Op)
     unsafe {
         match *op {
             Op::Geqrf { m, n, a, tau } => geqrf(b, lane, p, m, n, a, tau),
+            Op::Orgqr { m, n, k, a, tau } => orgqr(b, lane, p, (m, n, k), a, tau),
             _ => Err(fail(GpuFailKind::Error, "not a QR operation")),
         }
     }
@@ -102,11 +104,12 @@ pub(crate) fn geqrf_on(
     Ok(())
 }
 
-/// Device workspace (bytes) of applying the Q of a QR of an `m x k`-reflector matrix from the
-/// left to an `m x n` matrix.
+/// Device workspace (bytes) of applying `op(Q)` of a QR with `k` reflectors of `m` rows from
+/// the left to an `m x n` matrix.
 pub(crate) fn ormqr_ws(
     h: cs::cusolverDnHandle_t,
     p: Precision,
+    trans: Trans,
     (m, n, k): (usize, usize, usize),
 ) -> GResult<usize> {
     let mut lwork = 0i32;
@@ -122,7 +125,7 @@ pub(crate) fn ormqr_ws(
                 (
                     h,
                     side_s(Side::Left),
-                    op_s(Trans::No, p),
+                    op_s(trans, p),
                     i32d(m),
                     i32d(n),
                     i32d(k),
@@ -140,11 +143,12 @@ pub(crate) fn ormqr_ws(
     Ok(lwork.max(0) as usize * p.size())
 }
 
-/// Queues C = Q C, Q from the `k` reflectors at `oa` (`m` rows, packed) and tau at `ot`, C the
-/// packed `m x n` matrix at `oc` (info to status `oi`, `wsb` bytes of workspace at `ow`).
+/// Queues C = op(Q) C, Q from the `k` reflectors at `oa` (`m` rows, packed) and tau at `ot`,
+/// C the packed `m x n` matrix at `oc` (info to status `oi`, `wsb` bytes of workspace at `ow`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn ormqr_on(
     x: &mut Exec,
+    trans: Trans,
     (m, n, k): (usize, usize, usize),
     oa: usize,
     ot: usize,
@@ -168,7 +172,7 @@ pub(crate) fn ormqr_on(
                 (
                     h,
                     side_s(Side::Left),
-                    op_s(Trans::No, p),
+                    op_s(trans, p),
                     i32d(m),
                     i32d(n),
                     i32d(k),
@@ -223,6 +227,103 @@ unsafe fn geqrf(
     let hw = x.host_ws(ws.1);
     geqrf_on(&mut x, m, n, oa, ot, oi, ow, ws, hw)?;
     x.output(ot, HostMat::new(tau, mn, 1, mn.max(1)), es);
+    x.output_in_place(oa, a, es);
+    x.finish()?;
+    x.commit()
+}
+
+/// The first `n` columns of Q from `k` reflectors (legacy `orgqr` / `ungqr`).
+unsafe fn orgqr(
+    b: &GpuBackend,
+    lane: &mut Lane,
+    p: Precision,
+    (m, n, k): (usize, usize, usize),
+    a: HostMat,
+    tau: *mut u8,
+) -> GResult<()> {
+    let es = p.size();
+    let (h, _) = b.lane_solver(lane)?;
+    let mut lwork = 0i32;
+    cs_ok(
+        // SAFETY: a size query; cuSOLVER does not read the (null) matrices.
+        unsafe {
+            typed_solver!(
+                p,
+                cusolverDnSorgqr_bufferSize,
+                cusolverDnDorgqr_bufferSize,
+                cusolverDnCungqr_bufferSize,
+                cusolverDnZungqr_bufferSize,
+                (
+                    h,
+                    i32d(m),
+                    i32d(n),
+                    i32d(k),
+                    std::ptr::null::<u8>(),
+                    i32d(m.max(1)),
+                    std::ptr::null::<u8>(),
+                    &mut lwork
+                )
+            )
+        },
+        "cusolver orgqr_bufferSize",
+    )?;
+    let wsb = lwork.max(0) as usize * es;
+    let mut lay = Layout::default();
+    let (oa, ot, ow) = (lay.dev(a.len() * es), lay.dev(k * es), lay.dev(wsb));
+    let oi = lay.status(4);
+    // orgqr reads the k reflector columns and tau (columns k.. are set to the identity's)
+    let checks = FinitePlan::new(
+        &mut lay,
+        p,
+        &[
+            Check::Dense {
+                off: oa,
+                count: m * k,
+                what: "the reflectors",
+            },
+            Check::Dense {
+                off: ot,
+                count: k,
+                what: "tau",
+            },
+        ],
+    );
+    let mut x = Exec::begin(b, lane, p, &lay)?;
+    // SAFETY: the caller's operands (contract): `tau` holds k elements.
+    unsafe {
+        x.upload(&a, oa)?;
+        x.upload(&HostMat::input(tau, k, 1, k.max(1)), ot)?;
+    }
+    x.inputs_ready()?;
+    checks.run(&mut x)?;
+    let (h, _) = x.solver()?;
+    cs_ok(
+        // SAFETY: device pointers in the arena; the workspace holds `wsb` bytes; handle bound
+        // to the compute stream.
+        unsafe {
+            typed_solver!(
+                p,
+                cusolverDnSorgqr,
+                cusolverDnDorgqr,
+                cusolverDnCungqr,
+                cusolverDnZungqr,
+                (
+                    h,
+                    i32d(m),
+                    i32d(n),
+                    i32d(k),
+                    x.ptr::<u8>(oa),
+                    i32d(m.max(1)),
+                    x.ptr::<u8>(ot),
+                    x.ptr::<u8>(ow),
+                    i32d(wsb / es),
+                    x.status_ptr::<i32>(oi)
+                )
+            )
+        },
+        "cusolver orgqr",
+    )?;
+    x.info(oi, "orgqr");
     x.output_in_place(oa, a, es);
     x.finish()?;
     x.commit()

@@ -193,7 +193,7 @@ pub(crate) unsafe fn run(
     unsafe { svd(b, lane, p, &plan, qr, a, s, u, vt) }
 }
 
-fn gesvdp_ws(
+pub(crate) fn gesvdp_ws(
     h: cs::cusolverDnHandle_t,
     prm: cs::cusolverDnParams_t,
     p: Precision,
@@ -233,7 +233,7 @@ fn gesvdp_ws(
 }
 
 /// `Xgesvd`'s job characters for T's needs.
-fn gesvd_jobs(tl: usize, rows: usize, tr: bool) -> (i8, i8) {
+pub(crate) fn gesvd_jobs(tl: usize, rows: usize, tr: bool) -> (i8, i8) {
     let ju = match tl {
         0 => b'N',
         t if t >= rows => b'A',
@@ -243,7 +243,7 @@ fn gesvd_jobs(tl: usize, rows: usize, tr: bool) -> (i8, i8) {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn gesvd_ws(
+pub(crate) fn gesvd_ws(
     h: cs::cusolverDnHandle_t,
     prm: cs::cusolverDnParams_t,
     p: Precision,
@@ -429,7 +429,7 @@ unsafe fn svd(
             Method::PolarFull => (
                 gesvdp_ws(h, prm, p, k, k)?,
                 geqrf_ws(h, prm, p, rows, k)?,
-                ormqr_ws(h, p, (rows, rows, k))?,
+                ormqr_ws(h, p, Trans::No, (rows, rows, k))?,
             ),
         };
         Sizes {
@@ -554,39 +554,16 @@ unsafe fn svd(
             // with job 'N' the vectors are not referenced: any arena address will do
             let ou = if tl > 0 { bf.tu } else { bf.s };
             let ov = if tr { bf.tv } else { bf.s };
-            cs_ok(
-                // SAFETY: device pointers in the arena laid out above; `hw` holds the host
-                // workspace; the handle is bound to the compute stream.
-                unsafe {
-                    cs::cusolverDnXgesvd(
-                        h,
-                        prm,
-                        jobs.0,
-                        jobs.1,
-                        i(rows),
-                        i(k),
-                        dtype_s(p),
-                        x.ptr::<c_void>(bf.t),
-                        ld(rows),
-                        real_dtype_s(p),
-                        x.ptr::<c_void>(bf.s),
-                        dtype_s(p),
-                        x.ptr::<c_void>(ou),
-                        ld(rows),
-                        dtype_s(p),
-                        x.ptr::<c_void>(ov),
-                        ld(k),
-                        dtype_s(p),
-                        x.ptr::<c_void>(bf.ws),
-                        sizes.svd.0,
-                        hw,
-                        sizes.svd.1,
-                        x.status_ptr::<i32>(infos[0]),
-                    )
-                },
-                "cusolverDnXgesvd",
+            gesvd_on(
+                &mut x,
+                jobs,
+                (rows, k),
+                bf.t,
+                (bf.s, ou, ov),
+                (bf.ws, sizes.svd),
+                hw,
+                infos[0],
             )?;
-            x.info(infos[0], "gesvd");
         }
         Method::Polar => {
             err_sigma = gesvdp(
@@ -661,6 +638,7 @@ unsafe fn svd(
             ones_strided(&x, bf.ones, rows - k, bf.tu + (k * rows + k) * es, rows + 1)?;
             ormqr_on(
                 &mut x,
+                Trans::No,
                 (rows, rows, k),
                 bf.t,
                 bf.tau,
@@ -781,9 +759,60 @@ pub(crate) fn polar_rejected(err_sigma: f64, sigma_max: f64, dim: usize, p: Prec
     !err_sigma.is_finite() || !sigma_max.is_finite() || err_sigma > eps * dim as f64 * sigma_max
 }
 
+/// Queues `Xgesvd` with `jobs` of the packed `rows x cols` matrix at `t` (U with `ld = rows`,
+/// VT with `ld = cols`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gesvd_on(
+    x: &mut Exec,
+    jobs: (i8, i8),
+    (rows, cols): (usize, usize),
+    t: usize,
+    (s, uu, vt): (usize, usize, usize),
+    (ws, sz): (usize, (usize, usize)),
+    hw: *mut c_void,
+    info: usize,
+) -> GResult<()> {
+    let (h, prm) = x.solver()?;
+    let p = x.p;
+    cs_ok(
+        // SAFETY: device pointers in the arena; `hw` holds sz.1 bytes; the handle is bound to
+        // the compute stream.
+        unsafe {
+            cs::cusolverDnXgesvd(
+                h,
+                prm,
+                jobs.0,
+                jobs.1,
+                i(rows),
+                i(cols),
+                dtype_s(p),
+                x.ptr::<c_void>(t),
+                ld(rows),
+                real_dtype_s(p),
+                x.ptr::<c_void>(s),
+                dtype_s(p),
+                x.ptr::<c_void>(uu),
+                ld(rows),
+                dtype_s(p),
+                x.ptr::<c_void>(vt),
+                ld(cols),
+                dtype_s(p),
+                x.ptr::<c_void>(ws),
+                sz.0,
+                hw,
+                sz.1,
+                x.status_ptr::<i32>(info),
+            )
+        },
+        "cusolverDnXgesvd",
+    )?;
+    x.info(info, "gesvd");
+    Ok(())
+}
+
 /// Queues `Xgesvdp` (economy, vectors) of the packed `rows x cols` matrix at `t`; returns the
 /// perturbation it reports.
-fn gesvdp(
+pub(crate) fn gesvdp(
     x: &mut Exec,
     (rows, cols): (usize, usize),
     t: usize,
