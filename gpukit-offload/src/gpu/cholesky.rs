@@ -120,7 +120,7 @@ unsafe fn potrf(
     a: HostMat,
 ) -> GResult<()> {
     let es = p.size();
-    let (h, prm) = b.lane_solver(lane)?;
+    let (h, prm) = lane.raw_solver()?;
     let ws = potrf_ws(h, prm, p, uplo, n)?;
     let mut lay = Layout::default();
     let (oa, ow) = (lay.dev(a.len() * es), lay.dev(ws.0));
@@ -161,7 +161,7 @@ unsafe fn solve(
     bm: HostMat,
 ) -> GResult<()> {
     let es = p.size();
-    let (h, prm) = b.lane_solver(lane)?;
+    let (h, prm) = lane.raw_solver()?;
     let ws = if factor {
         potrf_ws(h, prm, p, uplo, n)?
     } else {
@@ -249,7 +249,7 @@ unsafe fn potri(
     a: HostMat,
 ) -> GResult<()> {
     let es = p.size();
-    let (h, _) = b.lane_solver(lane)?;
+    let (h, _) = lane.raw_solver()?;
     let mut lwork = 0i32;
     cs_ok(
         // SAFETY: a size query; cuSOLVER does not read the (null) matrix.

@@ -115,7 +115,7 @@ unsafe fn syevd(
     w: *mut u8,
 ) -> GResult<()> {
     let (es, rs) = (p.size(), p.real_size());
-    let (h, prm) = b.lane_solver(lane)?;
+    let (h, prm) = lane.raw_solver()?;
     let (mut dws, mut hws) = (0usize, 0usize);
     cs_ok(
         // SAFETY: a size query with null matrix pointers.
@@ -256,7 +256,7 @@ unsafe fn syevr(
     }
     let all = range == EigRange::All;
     let (mut vlb, mut vub) = (real_arg(p, vl), real_arg(p, vu));
-    let (h, prm) = b.lane_solver(lane)?;
+    let (h, prm) = lane.raw_solver()?;
     let (mut dws, mut hws, mut meig) = (0usize, 0usize, 0i64);
     let r = if all {
         // SAFETY: a size query with null matrix pointers.

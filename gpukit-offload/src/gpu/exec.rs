@@ -14,13 +14,14 @@
 use crate::call::{HostMat, Piv};
 use crate::gpu::fail::{cu_ok, fail, GResult, GpuFail, GpuFailKind, Inject};
 use crate::gpu::flags::real_value;
-use crate::gpu::lane::Lane;
+use crate::gpu::lane::{Lane, Raw};
 use crate::gpu::layout::Layout;
 use crate::gpu::GpuBackend;
 use crate::ops::Precision;
 use cudarc::cublas::sys as cb;
 use cudarc::cusolver::sys as cs;
 use cudarc::driver::sys as cu;
+use gpukit_core::DeviceBuffer;
 
 /// The detail of the failure a sizing-only run stops with.
 pub(crate) const SIZING_ONLY: &str = "sizing only";
@@ -68,6 +69,10 @@ impl Status {
 pub(crate) struct Exec<'a> {
     pub(crate) backend: &'a GpuBackend,
     pub(crate) lane: &'a mut Lane,
+    raw: Raw,
+    /// The call's device memory (from the device allocator; back to its cache on drop,
+    /// ordered after the lane's three streams).
+    _arena: DeviceBuffer,
     /// Element type.
     pub(crate) p: Precision,
     /// Bytes per element.
@@ -94,16 +99,18 @@ impl<'a> Exec<'a> {
             *slot = Some(*lay);
             return Err(fail(GpuFailKind::Error, SIZING_ONLY));
         }
-        let base = lane.ensure_arena(lay.total())?;
+        let raw = lane.raw()?;
+        let arena = backend.device_memory(lay.total(), lane)?;
+        let base = arena.ptr();
         if lay.status_len() > 0 {
             cu_ok(
-                // SAFETY: the status region lies inside the arena sized for `lay`.
+                // SAFETY: the status region lies inside the buffer allocated for `lay`.
                 unsafe {
                     cu::cuMemsetD8Async(
                         base + lay.status_base() as u64,
                         0,
                         lay.status_len(),
-                        lane.compute,
+                        lane.compute_raw,
                     )
                 },
                 "status reset",
@@ -112,6 +119,8 @@ impl<'a> Exec<'a> {
         Ok(Exec {
             backend,
             lane,
+            raw,
+            _arena: arena,
             p,
             es: p.size(),
             base,
@@ -138,14 +147,16 @@ impl<'a> Exec<'a> {
         self.ptr(self.status_base + off)
     }
 
-    /// The lane's cuBLAS handle.
+    /// The lane's cuBLAS handle (held locked by this call).
     pub(crate) fn blas(&self) -> cb::cublasHandle_t {
-        self.lane.blas
+        self.raw.blas
     }
 
-    /// The lane's cuSOLVER handle and parameters (see [`GpuBackend::lane_solver`]).
-    pub(crate) fn solver(&mut self) -> GResult<(cs::cusolverDnHandle_t, cs::cusolverDnParams_t)> {
-        self.backend.lane_solver(self.lane)
+    /// The lane's cuSOLVER handle and parameters (held locked by this call).
+    pub(crate) fn solver(&self) -> GResult<(cs::cusolverDnHandle_t, cs::cusolverDnParams_t)> {
+        self.raw
+            .solver
+            .ok_or_else(|| fail(GpuFailKind::Error, "cuSOLVER handle not held by this call"))
     }
 
     /// Host workspace of at least `bytes` (cuSOLVER's `bufferOnHost`).

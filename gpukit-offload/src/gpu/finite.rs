@@ -105,7 +105,7 @@ impl FinitePlan {
             let v = ones_bytes(p, self.n);
             // the ones vector goes up on the compute stream, ahead of the checks
             let dst = x.addr(self.ones);
-            let compute = x.lane.compute;
+            let compute = x.lane.compute_raw;
             // SAFETY: `dst` holds n elements (reserved in `new`); `write` stages `v` before
             // returning.
             unsafe { x.lane.staging.write(&v, dst, compute)? };

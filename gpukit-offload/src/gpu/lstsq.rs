@@ -152,7 +152,7 @@ unsafe fn gelsd(
     let k = m.min(n);
     let rows = m.max(n);
     let tall = m >= n;
-    let (h, prm) = be.lane_solver(lane)?;
+    let (h, prm) = lane.raw_solver()?;
     // the SVD is of R (k x k) when tall, of T = A^H (n x m) otherwise
     let (sr, sc) = if tall { (k, k) } else { (n, m) };
     let jobs = gesvd_jobs(k, sr, true);

@@ -172,7 +172,7 @@ unsafe fn getrf(
 ) -> GResult<()> {
     let es = p.size();
     let mn = m.min(n);
-    let (h, prm) = b.lane_solver(lane)?;
+    let (h, prm) = lane.raw_solver()?;
     let ws = getrf_ws(h, prm, p, m, n)?;
     let mut lay = Layout::default();
     let (oa, op, ow) = (lay.dev(a.len() * es), lay.dev(8 * mn), lay.dev(ws.0));
@@ -263,7 +263,7 @@ unsafe fn gesv(
     bm: HostMat,
 ) -> GResult<()> {
     let es = p.size();
-    let (h, prm) = b.lane_solver(lane)?;
+    let (h, prm) = lane.raw_solver()?;
     let ws = getrf_ws(h, prm, p, n, n)?;
     let mut lay = Layout::default();
     let (oa, op, ob, ow) = (

@@ -40,14 +40,14 @@ pub use startup::{StartupReport, Step};
 
 use crate::call::{Call, Op};
 use crate::ops::{OpKind, Precision};
-use cudarc::driver::CudaContext;
 use exec::SIZING_ONLY;
 use fail::fail;
-use lane::Lane;
+use gpukit_core::{current_owner, Device, DeviceBuffer, OwnerId};
+use lane::{core_fail, Lane};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::OnceLock;
+use std::time::Instant;
 
 /// How one attempt of a call ended (failures are `Err`).
 pub(crate) enum Done {
@@ -100,11 +100,47 @@ pub fn unsupported(call: &Call) -> Option<&'static str> {
     None
 }
 
-/// The started GPU backend.
+/// Whether a call needs cuSOLVER (every LAPACK routine but trtrs, which is a cuBLAS trsm).
+pub(crate) fn needs_solver(op: &Op) -> bool {
+    !matches!(
+        op,
+        Op::Gemm { .. }
+            | Op::Symm { .. }
+            | Op::Hemm { .. }
+            | Op::Syrk { .. }
+            | Op::Herk { .. }
+            | Op::Trsm { .. }
+            | Op::Trmm { .. }
+            | Op::Trtrs { .. }
+    )
+}
+
+/// The owner an offloaded call's device memory is charged to: the caller's
+/// ([`gpukit_core::Allocator::with_owner`], e.g. a gpukit-sched task), else `gpukit-offload`.
+pub fn memory_owner() -> OwnerId {
+    let o = current_owner();
+    if o == OwnerId::default_owner() {
+        OwnerId::new("gpukit-offload")
+    } else {
+        o
+    }
+}
+
+/// Device memory kept free beside a call's buffers (other users of the GPU, library
+/// workspaces): a call that would leave less runs on the CPU.
+const HEADROOM: usize = 512 << 20;
+
+/// Whether `need` bytes may be taken with `free` bytes free on the device and `cached` bytes
+/// held free in the allocator's cache.
+pub(crate) fn memory_fits(need: usize, free: usize, cached: usize) -> bool {
+    need <= cached || need + HEADROOM <= free + cached
+}
+
+/// The started GPU backend, standing on gpukit-core's device (context, streams, allocator,
+/// pinned pool, handle cache).
 pub struct GpuBackend {
     lanes: Mutex<Vec<Lane>>,
-    ctx: Arc<CudaContext>,
-    name: String,
+    dev: Device,
     inject: AtomicU8,
     report: Mutex<StartupReport>,
     solver_lib: OnceLock<Result<(), String>>,
@@ -114,7 +150,7 @@ pub struct GpuBackend {
 impl GpuBackend {
     /// Checks the CUDA driver and cuBLAS, opens device 0 and creates the first lane (streams,
     /// events, a cuBLAS handle): what every offloaded call needs. cuSOLVER, pinned staging and
-    /// the device arena come with the first call that needs them. Each step is timed into
+    /// device memory come with the first call that needs them. Each step is timed into
     /// [`GpuBackend::startup_report`].
     pub fn start() -> crate::Result<GpuBackend> {
         let unavailable = |e: String| crate::Error::GpuUnavailable(e);
@@ -135,12 +171,12 @@ impl GpuBackend {
         }
         report.record(Step::BlasLibrary, t.elapsed());
         let t = Instant::now();
-        let ctx = gpukit_jit::open_context(0).map_err(|e| unavailable(e.to_string()))?;
-        ctx.bind_to_thread()
+        let dev = Device::open(0).map_err(|e| unavailable(e.to_string()))?;
+        dev.context()
+            .bind_to_thread()
             .map_err(|e| unavailable(e.to_string()))?;
         report.record(Step::Context, t.elapsed());
-        let name = ctx.name().unwrap_or_else(|_| "CUDA device 0".into());
-        let lane = Lane::new(Some(&mut report)).map_err(|e| unavailable(e.to_string()))?;
+        let lane = Lane::new(&dev, Some(&mut report)).map_err(|e| unavailable(e.to_string()))?;
         report.mark_started();
         let inject = std::env::var("GPUKIT_OFFLOAD_INJECT_FAILURE")
             .ok()
@@ -148,8 +184,7 @@ impl GpuBackend {
             .unwrap_or(Inject::None);
         Ok(GpuBackend {
             lanes: Mutex::new(vec![lane]),
-            ctx,
-            name,
+            dev,
             inject: AtomicU8::new(inject as u8),
             report: Mutex::new(report),
             solver_lib: OnceLock::new(),
@@ -159,7 +194,12 @@ impl GpuBackend {
 
     /// The device name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.dev.name()
+    }
+
+    /// The device (gpukit-core's shared state: allocator, pinned pool, attributes).
+    pub fn device(&self) -> &Device {
+        &self.dev
     }
 
     /// The start-up steps so far, timed (later steps: cuSOLVER, warm-ups, presizing).
@@ -168,7 +208,7 @@ impl GpuBackend {
     }
 
     /// How often a polar-decomposition SVD was re-run with the QR-iteration SVD because its
-    /// perturbation exceeded the guard.
+    /// perturbation exceeded the guard (or, for gelsd, came near the rank threshold).
     pub fn polar_retries(&self) -> u64 {
         self.polar_retries.load(Ordering::Relaxed)
     }
@@ -182,14 +222,13 @@ impl GpuBackend {
         Inject::from_u8(self.inject.load(Ordering::Relaxed))
     }
 
-    /// Loads libcusolver now (once per process; a LAPACK call does this itself when it comes):
-    /// for a start-up thread that has seen a LAPACK call and wants the load off that call's
-    /// path. Creates the cuSOLVER handle of an idle lane as well.
+    /// Loads libcusolver and takes the cuSOLVER handle of an idle lane now (a LAPACK call
+    /// does this itself when it comes): for a start-up thread that has seen a LAPACK call and
+    /// wants the load off that call's path.
     pub fn load_solver(&self) -> GResult<()> {
         self.bind()?;
-        self.solver_library()?;
         let mut lane = self.checkout()?;
-        let r = self.lane_solver(&mut lane).map(|_| ());
+        let r = self.prepare_solver(&mut lane);
         self.checkin(lane);
         r
     }
@@ -201,7 +240,7 @@ impl GpuBackend {
 
     /// Loads libcusolver the first time (cudarc panics on a missing library, so this runs
     /// before any cuSOLVER function); the outcome is kept.
-    pub(crate) fn solver_library(&self) -> GResult<()> {
+    fn solver_library(&self) -> GResult<()> {
         let r = self.solver_lib.get_or_init(|| {
             let t = Instant::now();
             let r = startup::keep_loaded("cusolver").map(|_| ()).ok_or_else(|| {
@@ -213,34 +252,56 @@ impl GpuBackend {
         r.clone().map_err(|e| fail(GpuFailKind::Error, e))
     }
 
-    /// A lane's cuSOLVER handle and parameters: the library loaded and the handle created on
-    /// the first LAPACK call (both timed into the start-up report).
-    pub(crate) fn lane_solver(
-        &self,
-        lane: &mut Lane,
-    ) -> GResult<(
-        cudarc::cusolver::sys::cusolverDnHandle_t,
-        cudarc::cusolver::sys::cusolverDnParams_t,
-    )> {
+    /// libcusolver loaded and the lane's cuSOLVER handle taken (the first one timed into the
+    /// start-up report).
+    fn prepare_solver(&self, lane: &mut Lane) -> GResult<()> {
         self.solver_library()?;
-        let first = !lane.has_solver();
-        let t = Instant::now();
-        let s = *lane.solver()?;
-        if first {
-            self.record_solver_handle(t.elapsed());
+        if lane.has_solver() {
+            return Ok(());
         }
-        Ok((s.handle, s.params))
-    }
-
-    fn record_solver_handle(&self, d: Duration) {
+        let t = Instant::now();
+        lane.take_solver()?;
         let mut r = self.report.lock();
         if r.of(&Step::SolverHandle).is_none() {
-            r.record(Step::SolverHandle, d);
+            r.record(Step::SolverHandle, t.elapsed());
         }
+        Ok(())
+    }
+
+    /// `bytes` of device memory from the device allocator for a call on `lane`, charged to
+    /// [`memory_owner`], ordered after the lane's three streams when given back.
+    pub(crate) fn device_memory(&self, bytes: usize, lane: &Lane) -> GResult<DeviceBuffer> {
+        let alloc = self.dev.allocator();
+        let st = alloc.stats();
+        let cached = st.reserved.saturating_sub(st.in_use);
+        if bytes > cached {
+            let free = self
+                .dev
+                .free_memory()
+                .map_err(|e| core_fail("memory query", e))?;
+            if !memory_fits(bytes, free, cached) {
+                return Err(fail(
+                    GpuFailKind::OutOfMemory,
+                    format!(
+                        "need {} MiB of device memory, {} MiB free",
+                        bytes >> 20,
+                        free >> 20
+                    ),
+                ));
+            }
+        }
+        let buf = alloc
+            .alloc_for(&memory_owner(), bytes, lane.compute())
+            .map_err(|e| core_fail("device allocation", e))?;
+        for s in lane.transfer_streams() {
+            buf.record_stream(s);
+        }
+        Ok(buf)
     }
 
     fn bind(&self) -> GResult<()> {
-        self.ctx
+        self.dev
+            .context()
             .bind_to_thread()
             .map_err(|e| fail(GpuFailKind::Error, format!("binding the context: {e}")))
     }
@@ -249,7 +310,7 @@ impl GpuBackend {
         let lane = self.lanes.lock().pop();
         match lane {
             Some(l) => Ok(l),
-            None => Lane::new(None),
+            None => Lane::new(&self.dev, None),
         }
     }
 
@@ -267,6 +328,9 @@ impl GpuBackend {
     pub fn warm_up(&self, what: &[(OpKind, Precision)]) {
         use crate::calibrate::Case;
         for &(kind, p) in what {
+            if !kind.routine.precisions().contains(&p) {
+                continue;
+            }
             let (x1, x2) = match kind.routine {
                 crate::ops::Routine::Potrf | crate::ops::Routine::Syevd => (256.0, 1.0),
                 r if r.has_vectors() => (128.0, 2.0),
@@ -284,64 +348,72 @@ impl GpuBackend {
         }
     }
 
-    /// Reserves, on an idle lane, the device arena and pinned staging that the largest of
-    /// `calls` needs (bounded by [`presize_plan`]), so that the first such call allocates
-    /// nothing inside its own time. Each call's layout is found by running it in sizing-only
-    /// mode (workspace queries, then a stop before anything is copied). Nothing is read from
-    /// or written to the calls' buffers (they may be [`Call::without_data`]).
+    /// Reserves, on an idle lane, the device memory (in the allocator's cache, for the lane's
+    /// stream) and the pinned staging that the largest of `calls` needs (bounded by
+    /// [`presize_plan`]), so that the first such call allocates nothing inside its own time.
+    /// Each call's layout is found by running it in sizing-only mode (workspace queries, then
+    /// a stop before anything is copied). Nothing is read from or written to the calls'
+    /// buffers (they may be [`Call::without_data`]).
     pub fn presize(&self, calls: &[Call]) -> GResult<Presized> {
         self.bind()?;
         let t = Instant::now();
         let mut lane = self.checkout()?;
-        let r = (|| -> GResult<Presized> {
-            let mut needs = Vec::with_capacity(calls.len());
-            for call in calls {
-                if unsupported(call).is_some() || call.check().is_err() {
-                    continue;
-                }
-                lane.sizing = Some(None);
-                // SAFETY: a sizing-only run stops in `Exec::begin`, before the first access to
-                // any host pointer of the call (everything before it is shape arithmetic and
-                // workspace queries with null matrix pointers).
-                let r = unsafe { self.run_on(&mut lane, call, false) };
-                let lay = lane.sizing.take().flatten();
-                // a call whose sizing run fails (a workspace query) is left to size itself
-                if let (Err(f), Some(l)) = (r, lay) {
-                    if f.detail == SIZING_ONLY {
-                        needs.push((l.total(), presize::staging_need(&l)));
-                    }
-                }
-            }
-            let (dev, pinned) = presize_plan(
-                &needs,
-                lane.arena.size,
-                lane.staging.pinned_bytes(),
-                PRESIZE_PINNED_MAX,
-            );
-            if let Some(d) = dev {
-                lane.ensure_arena(d)?;
-            }
-            if let Some(p) = pinned {
-                lane.staging.ensure(p / 2)?;
-            }
-            Ok(Presized {
-                need_dev: needs.iter().map(|n| n.0).max().unwrap_or(0),
-                need_pinned: needs.iter().map(|n| n.1).max().unwrap_or(0),
-                dev: lane.arena.size,
-                pinned: lane.staging.pinned_bytes(),
-            })
-        })();
+        let r = self.presize_on(&mut lane, calls);
         lane.sizing = None;
         self.checkin(lane);
         self.report.lock().record(Step::Presize, t.elapsed());
         r
     }
 
-    /// The largest device arena and pinned staging among the idle lanes (bytes).
+    fn presize_on(&self, lane: &mut Lane, calls: &[Call]) -> GResult<Presized> {
+        let mut needs = Vec::with_capacity(calls.len());
+        for call in calls {
+            if unsupported(call).is_some() || call.check().is_err() {
+                continue;
+            }
+            let lapack = needs_solver(&call.op);
+            if lapack {
+                self.prepare_solver(lane)?;
+            }
+            lane.sizing = Some(None);
+            let r = lane.with_handles(lapack, |lane| {
+                // SAFETY: a sizing-only run stops in `Exec::begin`, before the first access
+                // to any host pointer of the call (everything before it is shape arithmetic
+                // and workspace queries with null matrix pointers).
+                unsafe { self.run_on(lane, call, false) }.map(|_| ())
+            });
+            let lay = lane.sizing.take().flatten();
+            // a call whose sizing run fails (a workspace query) is left to size itself
+            if let (Err(f), Some(l)) = (r, lay) {
+                if f.detail == SIZING_ONLY {
+                    needs.push((l.total(), presize::staging_need(&l)));
+                }
+            }
+        }
+        let (dev, pinned) =
+            presize_plan(&needs, 0, lane.staging.pinned_bytes(), PRESIZE_PINNED_MAX);
+        if let Some(d) = dev {
+            // taken and given back: the allocator keeps it cached for this lane's stream
+            drop(self.device_memory(d, lane)?);
+        }
+        if let Some(p) = pinned {
+            lane.staging.ensure(p / 2)?;
+        }
+        Ok(Presized {
+            need_dev: needs.iter().map(|n| n.0).max().unwrap_or(0),
+            need_pinned: needs.iter().map(|n| n.1).max().unwrap_or(0),
+            dev: self.reserved().0,
+            pinned: lane.staging.pinned_bytes(),
+        })
+    }
+
+    /// Device memory the allocator holds free for reuse, and the largest pinned staging among
+    /// the idle lanes (bytes).
     pub fn reserved(&self) -> (usize, usize) {
+        let st = self.dev.allocator().stats();
         let lanes = self.lanes.lock();
         (
-            lanes.iter().map(|l| l.arena.size).max().unwrap_or(0),
+            st.reserved.saturating_sub(st.in_use),
             lanes
                 .iter()
                 .map(|l| l.staging.pinned_bytes())
@@ -359,16 +431,27 @@ impl GpuBackend {
     pub unsafe fn run(&self, call: &Call) -> GResult<()> {
         self.bind()?;
         let mut lane = self.checkout()?;
-        // SAFETY: forwarded.
-        let mut r = unsafe { self.run_on(&mut lane, call, false) };
-        if matches!(r, Ok(Done::RetryQr)) {
-            self.polar_retries.fetch_add(1, Ordering::Relaxed);
-            // the polar SVD perturbed the singular values too much: the QR-iteration SVD, on
-            // the same (still untouched) inputs
-            // SAFETY: forwarded.
-            r = unsafe { self.run_on(&mut lane, call, true) };
+        let lapack = needs_solver(&call.op);
+        let r = if lapack {
+            self.prepare_solver(&mut lane)
+        } else {
+            Ok(())
         }
-        let r = r.and_then(|d| match d {
+        .and_then(|()| {
+            lane.with_handles(lapack, |lane| {
+                // SAFETY: forwarded.
+                let mut r = unsafe { self.run_on(lane, call, false) };
+                if matches!(r, Ok(Done::RetryQr)) {
+                    self.polar_retries.fetch_add(1, Ordering::Relaxed);
+                    // the polar SVD perturbed the singular values too much: the QR-iteration
+                    // SVD, on the same (still untouched) inputs
+                    // SAFETY: forwarded.
+                    r = unsafe { self.run_on(lane, call, true) };
+                }
+                r
+            })
+        })
+        .and_then(|d| match d {
             Done::Ok => Ok(()),
             Done::RetryQr => Err(fail(GpuFailKind::Error, "SVD retry did not finish")),
         });
@@ -426,7 +509,8 @@ impl GpuBackend {
         let mut host = vec![1u8; bytes];
         let m = crate::call::HostMat::new(host.as_mut_ptr(), bytes, 1, bytes.max(1));
         let r = (|| -> GResult<(f64, f64)> {
-            let base = lane.ensure_arena(bytes)?;
+            let buf = self.device_memory(bytes, &lane)?;
+            let base = buf.ptr();
             let mut best = (f64::MAX, f64::MAX);
             for _ in 0..3 {
                 let t = Instant::now();
@@ -439,6 +523,7 @@ impl GpuBackend {
                 unsafe { lane.staging.copy_out(base, &m, 1, lane.d2h) }.map_err(|(e, _)| e)?;
                 best.1 = best.1.min(t.elapsed().as_secs_f64());
             }
+            drop(buf);
             Ok((bytes as f64 / best.0, bytes as f64 / best.1))
         })();
         self.checkin(lane);
@@ -448,8 +533,50 @@ impl GpuBackend {
 
 impl Drop for GpuBackend {
     fn drop(&mut self) {
-        // the lanes destroy their streams and handles in this context
-        let _ = self.ctx.bind_to_thread();
+        // the lanes destroy their events in this context
+        let _ = self.dev.context().bind_to_thread();
         self.lanes.lock().clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn memory_is_taken_from_the_cache_or_with_headroom() {
+        assert!(memory_fits(100 * MIB, 0, 100 * MIB));
+        assert!(memory_fits(100 * MIB, 612 * MIB, 0));
+        assert!(!memory_fits(100 * MIB, 611 * MIB, 0));
+        assert!(memory_fits(300 * MIB, 612 * MIB, 200 * MIB));
+        assert!(!memory_fits(300 * MIB, 611 * MIB, 200 * MIB));
+    }
+
+    #[test]
+    fn only_lapack_routines_take_a_solver_handle() {
+        use crate::call::HostMat;
+        use crate::ops::Uplo;
+        let a = HostMat::new(std::ptr::null_mut(), 4, 4, 4);
+        assert!(needs_solver(&Op::Potrf {
+            uplo: Uplo::Lower,
+            n: 4,
+            a
+        }));
+        assert!(!needs_solver(&Op::Trtrs {
+            uplo: Uplo::Lower,
+            trans: crate::ops::Trans::No,
+            diag: crate::ops::Diag::NonUnit,
+            n: 4,
+            nrhs: 1,
+            a,
+            b: a
+        }));
+    }
+
+    #[test]
+    fn memory_is_charged_to_the_caller_or_to_offload() {
+        assert_eq!(memory_owner().as_str(), "gpukit-offload");
     }
 }

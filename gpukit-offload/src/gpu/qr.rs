@@ -205,7 +205,7 @@ unsafe fn geqrf(
 ) -> GResult<()> {
     let es = p.size();
     let mn = m.min(n);
-    let (h, prm) = b.lane_solver(lane)?;
+    let (h, prm) = lane.raw_solver()?;
     let ws = geqrf_ws(h, prm, p, m, n)?;
     let mut lay = Layout::default();
     let (oa, ot, ow) = (lay.dev(a.len() * es), lay.dev(mn * es), lay.dev(ws.0));
@@ -242,7 +242,7 @@ unsafe fn orgqr(
     tau: *mut u8,
 ) -> GResult<()> {
     let es = p.size();
-    let (h, _) = b.lane_solver(lane)?;
+    let (h, _) = lane.raw_solver()?;
     let mut lwork = 0i32;
     cs_ok(
         // SAFETY: a size query; cuSOLVER does not read the (null) matrices.

@@ -4,12 +4,15 @@
 //! threads pack the next one into (upload) or unpack the previous one out of (copy-out) the
 //! other slot. A piece is a byte range of the matrix as it lies packed on the device
 //! (`ld = rows`): any range when the host matrix is contiguous too, whole columns otherwise.
-//! The slots are allocated on first use, sized for what the call moves (at most
-//! [`SLOT_BYTES`] each unless one column is larger): nothing is pinned before a call needs it.
+//! The slots come from the device's pinned pool (gpukit-core's [`PinnedPool`]) on first use,
+//! sized for what the call moves (at most [`SLOT_BYTES`] each unless one column is larger):
+//! nothing is pinned before a call needs it, and a slot given back returns to the pool.
 
 use crate::call::HostMat;
 use crate::gpu::fail::{cu_ok, GResult, GpuFail};
+use crate::gpu::lane::core_fail;
 use cudarc::driver::sys as cu;
+use gpukit_core::{PinnedBuffer, PinnedKind, PinnedPool};
 use std::ffi::c_void;
 
 /// The largest staging slot (bytes), unless a single column needs more.
@@ -17,40 +20,20 @@ pub const SLOT_BYTES: usize = 16 << 20;
 /// Slots are allocated in multiples of this.
 const SLOT_GRAIN: usize = 1 << 20;
 
-/// A page-locked host buffer (cached, not write-combined: the CPU reads results back from it).
-pub(crate) struct Pinned {
+/// A slot: a pinned buffer of gpukit-core's pool (cached kind: the CPU reads results back
+/// from it) and its address.
+struct Slot {
+    buf: Option<PinnedBuffer>,
     ptr: *mut u8,
     size: usize,
 }
 
-impl Pinned {
-    const fn empty() -> Pinned {
-        Pinned {
+impl Slot {
+    const fn empty() -> Slot {
+        Slot {
+            buf: None,
             ptr: std::ptr::null_mut(),
             size: 0,
-        }
-    }
-
-    fn alloc(size: usize) -> GResult<Pinned> {
-        let mut p: *mut c_void = std::ptr::null_mut();
-        cu_ok(
-            // SAFETY: a plain pinned allocation of `size` (> 0) bytes with the context current
-            // (the backend binds it on every entry); flags 0: cached, portable to this context.
-            unsafe { cu::cuMemHostAlloc(&mut p, size.max(1), 0) },
-            "pinned host allocation",
-        )?;
-        Ok(Pinned {
-            ptr: p as *mut u8,
-            size,
-        })
-    }
-}
-
-impl Drop for Pinned {
-    fn drop(&mut self) {
-        if !self.ptr.is_null() {
-            // SAFETY: allocated by cuMemHostAlloc; the owner waited for every copy that used it.
-            unsafe { cu::cuMemFreeHost(self.ptr as *mut c_void) };
         }
     }
 }
@@ -184,18 +167,25 @@ unsafe fn transfer(m: &HostMat, es: usize, lo: usize, hi: usize, buf: *mut u8, d
     }
 }
 
-/// The two staging slots of a lane and the events that say when each is free again.
+/// The two staging slots of a lane and the events that say when each is free again. A slot
+/// is given back to the pool (or replaced) only after its event completed.
 pub(crate) struct Staging {
-    slots: [Pinned; 2],
+    pool: PinnedPool,
+    slots: [Slot; 2],
     ev: [cu::CUevent; 2],
     next: usize,
 }
 
+// SAFETY: the slots' addresses point into the PinnedBuffers the staging owns; the staging
+// moves with its lane, which one thread uses at a time.
+unsafe impl Send for Staging {}
+
 impl Staging {
-    /// Two unallocated slots; `ev` are two events of the lane's context.
-    pub(crate) fn new(ev: [cu::CUevent; 2]) -> Staging {
+    /// Two unallocated slots from `pool`; `ev` are two events of the lane's context.
+    pub(crate) fn new(pool: PinnedPool, ev: [cu::CUevent; 2]) -> Staging {
         Staging {
-            slots: [Pinned::empty(), Pinned::empty()],
+            pool,
+            slots: [Slot::empty(), Slot::empty()],
             ev,
             next: 0,
         }
@@ -203,7 +193,11 @@ impl Staging {
 
     /// Bytes pinned by the slots.
     pub(crate) fn pinned_bytes(&self) -> usize {
-        self.slots[0].size + self.slots[1].size
+        self.slots
+            .iter()
+            .filter(|s| s.buf.is_some())
+            .map(|s| s.size)
+            .sum()
     }
 
     fn wait(&self, s: usize) -> GResult<()> {
@@ -222,8 +216,17 @@ impl Staging {
         for s in 0..2 {
             self.wait(s)?;
             if self.slots[s].size < need {
-                self.slots[s] = Pinned::empty(); // free the old one first
-                self.slots[s] = Pinned::alloc(need)?;
+                // the old buffer's copies finished (waited above): back to the pool first
+                self.slots[s] = Slot::empty();
+                let mut buf = self
+                    .pool
+                    .acquire(need, PinnedKind::Cached)
+                    .map_err(|e| core_fail("pinned staging", e))?;
+                self.slots[s] = Slot {
+                    ptr: buf.as_mut_ptr(),
+                    size: buf.capacity(),
+                    buf: Some(buf),
+                };
             }
         }
         Ok(())

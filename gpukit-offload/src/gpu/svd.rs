@@ -332,7 +332,7 @@ pub(crate) fn geam(
 pub(crate) fn zero(x: &Exec, off: usize, bytes: usize) -> GResult<()> {
     cu_ok(
         // SAFETY: the range lies in the arena (caller's layout).
-        unsafe { cu::cuMemsetD8Async(x.addr(off), 0, bytes, x.lane.compute) },
+        unsafe { cu::cuMemsetD8Async(x.addr(off), 0, bytes, x.lane.compute_raw) },
         "device memset",
     )
 }
@@ -420,7 +420,7 @@ unsafe fn svd(
     let (tl, tr) = (plan.t_left(), plan.t_right());
     let method = plan.method(qr);
     let tall = plan.tall();
-    let (h, prm) = b.lane_solver(lane)?;
+    let (h, prm) = lane.raw_solver()?;
     let jobs = gesvd_jobs(tl, rows, tr);
     let sizes = {
         let (svd, geqrf, ormqr) = match method {
@@ -686,7 +686,7 @@ unsafe fn svd(
                     x.status_ptr::<u8>(smax) as usize as u64,
                     x.addr(bf.s),
                     rs,
-                    x.lane.compute,
+                    x.lane.compute_raw,
                 )
             },
             "copy of sigma_max",
