@@ -100,6 +100,29 @@ pub fn unsupported(call: &Call) -> Option<&'static str> {
     None
 }
 
+/// An SVD job's destinations, for tests: columns of U written to `u`, rows of VT written to
+/// `vt`, and what A receives (`'U'`: U's first columns, `'V'`: VT's first rows, `'D'`: A as the
+/// reduction destroyed it).
+#[cfg(test)]
+pub(crate) fn svd_plan(
+    routine: crate::ops::Routine,
+    jobu: crate::ops::SvdJob,
+    jobvt: crate::ops::SvdJob,
+    m: usize,
+    n: usize,
+) -> (usize, usize, char) {
+    let p = svd::SvdPlan::new(routine, jobu, jobvt, m, n);
+    let a = match p.a_out {
+        svd::AOut::U => 'U',
+        svd::AOut::Vt => 'V',
+        svd::AOut::Destroyed => 'D',
+    };
+    (p.u_cols, p.vt_rows, a)
+}
+
+#[cfg(test)]
+pub(crate) use lstsq::rank_and_scale as gelsd_rank;
+
 /// Whether a call needs cuSOLVER (every LAPACK routine but trtrs, which is a cuBLAS trsm).
 pub(crate) fn needs_solver(op: &Op) -> bool {
     !matches!(
