@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{GpuBackend, Inject, Presized};
 use crate::learn::{CorrKey, Learner};
 use crate::model::{required_speedup, Backend, Estimate, Model, DEFAULT_LEVEL};
-use crate::ops::{OpKind, Precision, Routine, Shape, Variant};
+use crate::ops::{OpKind, Precision, Routine, Shape};
 use crate::profile::Profile;
 use crate::request::Request;
 use crate::stats::{slot, Reason, Stats, StatsSnapshot, NSLOT};
@@ -459,10 +459,19 @@ impl Dispatcher {
         let r = GpuBackend::start().map(Arc::new).map_err(|e| e.to_string());
         let mut presized = None;
         if let Ok(g) = &r {
-            warm_up(g);
             let calls: Vec<Call> = self.missed_calls.lock().iter().map(|c| c.0).collect();
+            // warm-up and sizing for what this process called only (so cuSOLVER is loaded
+            // here only if a LAPACK call came)
+            let mut kinds: Vec<(OpKind, Precision)> =
+                calls.iter().map(|c| (c.kind(), c.prec)).collect();
+            kinds.sort();
+            kinds.dedup();
+            g.warm_up(&kinds);
             if !calls.is_empty() {
                 presized = g.presize(&calls).ok();
+            }
+            if self.config.log == LogMode::Calls {
+                eprintln!("gpukit-offload: GPU start-up steps: {}", g.startup_report());
             }
         }
         let ok = r.is_ok();
@@ -799,40 +808,6 @@ impl Dispatcher {
         if let Err(e) = self.save_learned() {
             eprintln!("gpukit-offload: could not save learned corrections: {e}");
         }
-    }
-}
-
-/// Runs one small call of each common routine on the GPU, untimed and unrecorded, so the lazily
-/// loaded cuBLAS/cuSOLVER kernels and the lane's workspaces are ready before the first offloaded
-/// call (this runs in the start-up thread, while calls still go to the CPU). Failures are
-/// ignored: a real call meets them again and falls back.
-fn warm_up(g: &GpuBackend) {
-    use crate::calibrate::Case;
-    let d = Precision::D;
-    let cases = [
-        (Routine::Gemm, false, d, 512.0, 512.0),
-        (Routine::Gemm, false, Precision::S, 512.0, 512.0),
-        (Routine::Syrk, false, d, 512.0, 512.0),
-        (Routine::Trsm, false, d, 512.0, 512.0),
-        (Routine::Potrf, false, d, 512.0, 1.0),
-        (Routine::Gesv, false, d, 512.0, 64.0),
-        (Routine::Syevd, true, d, 512.0, 1.0),
-        (Routine::Gesdd, true, d, 256.0, 3.0),
-    ];
-    for (routine, vectors, p, x1, x2) in cases {
-        let kind = OpKind::new(
-            routine,
-            if vectors {
-                Variant::Vectors
-            } else {
-                Variant::Plain
-            },
-        );
-        let mut case = Case::new(kind, p, x1, x2);
-        case.reset();
-        let call = case.call(kind, p, x1, x2);
-        // SAFETY: the call's buffers belong to `case` and match its dimensions.
-        let _ = unsafe { g.run(&call) };
     }
 }
 

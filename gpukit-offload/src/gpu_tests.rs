@@ -841,7 +841,7 @@ fn factorizations_body() {
     let mut rng = Rng::new(23);
     let (n, nrhs) = (57, 9);
     for p in Precision::ALL {
-        let t = tol(p) * n as f64;
+        let t = tol(p) * 10.0;
         let l = p.letter();
         // getrf
         for (m, nn) in [(n, n), (70, 40), (40, 70)] {
@@ -1285,7 +1285,7 @@ fn eigen_body() {
     let mut rng = Rng::new(31);
     let n = 48;
     for p in Precision::ALL {
-        let (t, l) = (tol(p) * n as f64, p.letter());
+        let (t, l) = (tol(p) * 10.0, p.letter());
         let rp = real_of(p);
         let a0 = Mat::hermitian(p, n, 0.0, &mut rng);
         let ad = a0.dense();
@@ -1482,7 +1482,7 @@ fn svd_body() {
         let rp = real_of(p);
         for (m, n) in [(40, 25), (25, 40), (30, 30), (300, 24)] {
             let k = m.min(n);
-            let t = tol(p) * m.max(n) as f64;
+            let t = tol(p) * 10.0;
             let a0 = Mat::random(p, m, n, &mut rng);
             let ad = a0.dense();
             for (routine, ju, jv) in svd_jobs() {
@@ -1633,9 +1633,13 @@ fn gelsd_body() {
     for p in Precision::ALL {
         let rp = real_of(p);
         for (m, n, deficient) in [(60, 20, false), (60, 20, true), (20, 50, false)] {
-            for rcond in [-1.0, 1e-3] {
+            // a rank-deficient problem with a clear gap at the threshold only: with rcond at
+            // machine precision the computed zero singular value sits on it (either rank is
+            // LAPACK's answer then)
+            let rconds: &[f64] = if deficient { &[1e-3] } else { &[-1.0, 1e-3] };
+            for &rcond in rconds {
                 let k = m.min(n);
-                let t = tol(p) * 100.0;
+                let t = tol(p) * 20.0;
                 let what = format!(
                     "{}gelsd {m}x{n} deficient={deficient} rcond={rcond}",
                     p.letter()
@@ -1724,7 +1728,7 @@ fn gelsd_body() {
                     .map(|(x, y)| (x - y).abs())
                     .fold(0.0, f64::max)
                     / sv[0];
-                f.close(&format!("{what} s"), serr, tol(p) * 100.0);
+                f.close(&format!("{what} s"), serr, t);
                 let xg: Vec<Cx> = (0..nrhs)
                     .flat_map(|j| (0..n).map(move |i| (i, j)))
                     .map(|(i, j)| b2.get(i, j))
