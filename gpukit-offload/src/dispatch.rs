@@ -16,11 +16,11 @@
 use crate::call::Call;
 use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
-use crate::gpu::{GpuBackend, GpuFailKind, Inject, Presized};
+use crate::gpu::{GpuBackend, Inject, Presized};
 use crate::learn::{CorrKey, Learner};
 use crate::library::LibId;
 use crate::model::{required_speedup, Backend, Estimate, Model, DEFAULT_LEVEL};
-use crate::ops::{OpKind, Precision, Routine, Shape, Variant};
+use crate::ops::{OpKind, Precision, Routine, Shape};
 use crate::output;
 use crate::profile::Profile;
 use crate::request::Request;
@@ -544,10 +544,22 @@ impl Dispatcher {
         let r = GpuBackend::start().map(Arc::new).map_err(|e| e.to_string());
         let mut presized = None;
         if let Ok(g) = &r {
-            warm_up(g);
             let calls: Vec<Call> = self.missed_calls.lock().iter().map(|c| c.0).collect();
+            // warm-up and sizing for what this process called only (so cuSOLVER is loaded
+            // here only if a LAPACK call came)
+            let mut kinds: Vec<(OpKind, Precision)> =
+                calls.iter().map(|c| (c.kind(), c.prec)).collect();
+            kinds.sort();
+            kinds.dedup();
+            g.warm_up(&kinds);
             if !calls.is_empty() {
                 presized = g.presize(&calls).ok();
+            }
+            if self.config.log == LogMode::Calls {
+                output::line(&format!(
+                    "gpukit-offload: GPU start-up steps: {}",
+                    g.startup_report()
+                ));
             }
         }
         if let Ok(g) = &r {
@@ -693,11 +705,13 @@ impl Dispatcher {
                         });
                     }
                     Err(f) => {
-                        let reason = match f.kind {
-                            GpuFailKind::OutOfMemory => Reason::FallbackOutOfMemory,
-                            GpuFailKind::Error => Reason::FallbackError,
-                            GpuFailKind::Info => Reason::FallbackInfo,
-                            GpuFailKind::Injected => Reason::FallbackInjected,
+                        // after `Lost` the caller's in-place operands are partly
+                        // overwritten: the CPU must not run on them
+                        let Some(reason) = f.kind.fallback_reason() else {
+                            return Err(Error::Gpu {
+                                what: "copying results to the caller",
+                                detail: f.to_string(),
+                            });
                         };
                         if self.config.log == LogMode::Calls {
                             output::line(&format!(
@@ -979,40 +993,6 @@ impl Dispatcher {
                 "gpukit-offload: could not save learned corrections: {e}"
             ));
         }
-    }
-}
-
-/// Runs one small call of each common routine on the GPU, untimed and unrecorded, so the lazily
-/// loaded cuBLAS/cuSOLVER kernels and the lane's workspaces are ready before the first offloaded
-/// call (this runs in the start-up thread, while calls still go to the CPU). Failures are
-/// ignored: a real call meets them again and falls back.
-fn warm_up(g: &GpuBackend) {
-    use crate::calibrate::Case;
-    let d = Precision::D;
-    let cases = [
-        (Routine::Gemm, false, d, 512.0, 512.0),
-        (Routine::Gemm, false, Precision::S, 512.0, 512.0),
-        (Routine::Syrk, false, d, 512.0, 512.0),
-        (Routine::Trsm, false, d, 512.0, 512.0),
-        (Routine::Potrf, false, d, 512.0, 1.0),
-        (Routine::Gesv, false, d, 512.0, 64.0),
-        (Routine::Syevd, true, d, 512.0, 1.0),
-        (Routine::Gesdd, true, d, 256.0, 3.0),
-    ];
-    for (routine, vectors, p, x1, x2) in cases {
-        let kind = OpKind::new(
-            routine,
-            if vectors {
-                Variant::Vectors
-            } else {
-                Variant::Plain
-            },
-        );
-        let mut case = Case::new(kind, p, x1, x2);
-        case.reset();
-        let call = case.call(kind, p, x1, x2);
-        // SAFETY: the call's buffers belong to `case` and match its dimensions.
-        let _ = unsafe { g.run(&call) };
     }
 }
 

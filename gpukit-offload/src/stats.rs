@@ -41,11 +41,14 @@ pub enum Reason {
     FallbackInfo,
     /// A failure injected for testing (`GPUKIT_OFFLOAD_INJECT_FAILURE`); the CPU ran the call.
     FallbackInjected,
+    /// An operand (or a GPU result) held NaN or infinity; the CPU library ran the call, so the
+    /// caller gets LAPACK's own outcome for such data.
+    FallbackNonFinite,
 }
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 17] = [
         Reason::BelowThreshold,
         Reason::CpuFaster,
         Reason::StartupNotPaid,
@@ -62,6 +65,7 @@ impl Reason {
         Reason::FallbackError,
         Reason::FallbackInfo,
         Reason::FallbackInjected,
+        Reason::FallbackNonFinite,
     ];
 
     /// A short kebab-case name.
@@ -83,6 +87,7 @@ impl Reason {
             Reason::FallbackError => "fallback-error",
             Reason::FallbackInfo => "fallback-info",
             Reason::FallbackInjected => "fallback-injected",
+            Reason::FallbackNonFinite => "fallback-nonfinite",
         }
     }
 
