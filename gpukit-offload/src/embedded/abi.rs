@@ -8,7 +8,7 @@ use faer::dyn_stack::{MemBuffer, MemStack, StackReq};
 use faer::{c32, c64, MatMut, MatRef, Par};
 use std::cell::RefCell;
 use std::ffi::c_char;
-use std::ops::{Add, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAssign};
+use std::ops::{Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAssign};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// The Fortran `INTEGER` of the LP64 convention.
@@ -219,6 +219,7 @@ pub(crate) trait Scalar:
     + Div<Output = Self>
     + Neg<Output = Self>
     + MulAssign
+    + AddAssign
     + DivAssign
     + SubAssign
 {
@@ -242,6 +243,8 @@ pub(crate) trait Scalar:
     fn abs1(self) -> Self::R;
     /// The modulus.
     fn modulus(self) -> Self::R;
+    /// Neither part infinite nor NaN.
+    fn finite(self) -> bool;
     /// A workspace size as LAPACK writes it into `work(1)`.
     fn size(n: usize) -> Self {
         Self::from_re(Self::R::from_f64(n as f64))
@@ -250,6 +253,8 @@ pub(crate) trait Scalar:
 
 /// The real element types `f32`, `f64`.
 pub(crate) trait RealScalar: Scalar<R = Self> + PartialOrd {
+    /// Machine epsilon as LAPACK's `dlamch('E')`: half the spacing of 1 (`2^-53` for `f64`).
+    const EPS: Self;
     /// LAPACK's `dlamch('S')`: the smallest number whose reciprocal does not overflow.
     const SAFE_MIN: Self;
     /// From an `f64`.
@@ -290,8 +295,13 @@ macro_rules! real_scalar {
             fn modulus(self) -> $t {
                 self.abs()
             }
+            #[inline]
+            fn finite(self) -> bool {
+                self.is_finite()
+            }
         }
         impl RealScalar for $t {
+            const EPS: $t = <$t>::EPSILON * 0.5;
             const SAFE_MIN: $t = <$t>::MIN_POSITIVE;
             #[inline]
             fn from_f64(x: f64) -> $t {
@@ -336,6 +346,10 @@ macro_rules! complex_scalar {
             #[inline]
             fn modulus(self) -> $r {
                 self.re.hypot(self.im)
+            }
+            #[inline]
+            fn finite(self) -> bool {
+                self.re.is_finite() && self.im.is_finite()
             }
         }
     };
@@ -476,6 +490,11 @@ impl<T: Scalar> Buf<T> {
     /// Rows.
     pub(crate) fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// Whether every element is finite.
+    pub(crate) fn all_finite(&self) -> bool {
+        self.data.iter().all(|v| v.finite())
     }
 
     /// Element `(i, j)`.

@@ -68,7 +68,11 @@
 mod abi;
 mod blas3;
 mod cholesky;
+mod eigen;
+mod lstsq;
 mod lu;
+mod qr;
+mod svd;
 #[cfg(test)]
 mod tests;
 mod triangular;
@@ -158,6 +162,34 @@ table! {
     "dtrtrs_" => triangular::trtrs::<f64>,
     "ctrtrs_" => triangular::trtrs::<c32>,
     "ztrtrs_" => triangular::trtrs::<c64>,
+    "sgeqrf_" => qr::geqrf::<f32>,
+    "dgeqrf_" => qr::geqrf::<f64>,
+    "cgeqrf_" => qr::geqrf::<c32>,
+    "zgeqrf_" => qr::geqrf::<c64>,
+    "sorgqr_" => qr::orgqr::<f32>,
+    "dorgqr_" => qr::orgqr::<f64>,
+    "cungqr_" => qr::orgqr::<c32>,
+    "zungqr_" => qr::orgqr::<c64>,
+    "ssyevd_" => eigen::syevd::<f32>,
+    "dsyevd_" => eigen::syevd::<f64>,
+    "cheevd_" => eigen::heevd::<c32>,
+    "zheevd_" => eigen::heevd::<c64>,
+    "ssyevr_" => eigen::syevr::<f32>,
+    "dsyevr_" => eigen::syevr::<f64>,
+    "cheevr_" => eigen::heevr::<c32>,
+    "zheevr_" => eigen::heevr::<c64>,
+    "sgesdd_" => svd::gesdd::<f32>,
+    "dgesdd_" => svd::gesdd::<f64>,
+    "cgesdd_" => svd::gesdd_complex::<c32>,
+    "zgesdd_" => svd::gesdd_complex::<c64>,
+    "sgesvd_" => svd::gesvd::<f32>,
+    "dgesvd_" => svd::gesvd::<f64>,
+    "cgesvd_" => svd::gesvd_complex::<c32>,
+    "zgesvd_" => svd::gesvd_complex::<c64>,
+    "sgelsd_" => lstsq::gelsd::<f32>,
+    "dgelsd_" => lstsq::gelsd::<f64>,
+    "cgelsd_" => lstsq::gelsd_complex::<c32>,
+    "zgelsd_" => lstsq::gelsd_complex::<c64>,
 }
 
 /// The routine with this plain Fortran name (`"dgemm_"`), as an `unsafe extern "C"` function

@@ -3,7 +3,12 @@
 
 mod blas3;
 mod cholesky;
+mod eigen;
+mod errors;
+mod lstsq;
 mod lu;
+mod qr;
+mod svd;
 
 use super::abi::Scalar;
 use faer::{c32, c64};
@@ -416,3 +421,43 @@ macro_rules! complex_only {
     };
 }
 pub(super) use complex_only;
+
+/// A `rows x cols` matrix with orthonormal columns (`cols <= rows`), by modified Gram-Schmidt
+/// twice over random columns.
+pub(super) fn orthonormal(rng: &mut Rng, rows: usize, cols: usize, complex: bool) -> Ref {
+    assert!(cols <= rows);
+    let mut q = Ref::zeros(rows, cols);
+    for j in 0..cols {
+        for i in 0..rows {
+            let im = if complex { rng.uniform() } else { 0.0 };
+            q.set(i, j, c64::new(rng.uniform(), im));
+        }
+        for _ in 0..2 {
+            for p in 0..j {
+                let mut d = c64::new(0.0, 0.0);
+                for i in 0..rows {
+                    d += q.at(i, p).conj() * q.at(i, j);
+                }
+                for i in 0..rows {
+                    let v = q.at(i, j) - d * q.at(i, p);
+                    q.set(i, j, v);
+                }
+            }
+            let norm = (0..rows).map(|i| q.at(i, j).norm_sqr()).sum::<f64>().sqrt();
+            for i in 0..rows {
+                let v = q.at(i, j) / norm;
+                q.set(i, j, v);
+            }
+        }
+    }
+    q
+}
+
+/// A diagonal matrix.
+pub(super) fn diag(d: &[f64]) -> Ref {
+    let mut r = Ref::zeros(d.len(), d.len());
+    for (i, &x) in d.iter().enumerate() {
+        r.set(i, i, c64::new(x, 0.0));
+    }
+    r
+}
