@@ -11,9 +11,12 @@
 //!
 //! Search order: `GPUKIT_OFFLOAD_CPU_LIB` (a path; when set it is the only candidate, and a
 //! library that cannot be used is an error naming it), `libopenblas.so.0`, `libopenblas.so`,
-//! `liblapack.so.3` + `libblas.so.3`. Four symbol conventions are recognised: plain LP64
-//! (`dgemm_`), scipy's LP64 wheel names (`scipy_dgemm_`), numpy's ILP64 wheel names
-//! (`scipy_dgemm_64_`) and the OpenBLAS ILP64 suffix (`dgemm_64_`); the integer width follows.
+//! `liblapack.so.3` + `libblas.so.3`, and last the embedded pure-Rust backend
+//! ([`crate::embedded`], on faer), which is always there: a machine without any BLAS still runs
+//! every routine, several times slower than OpenBLAS on most. [`CpuBackend::describe`] says which
+//! one serves. Four symbol conventions are recognised: plain LP64 (`dgemm_`), scipy's LP64 wheel
+//! names (`scipy_dgemm_`), numpy's ILP64 wheel names (`scipy_dgemm_64_`) and the OpenBLAS ILP64
+//! suffix (`dgemm_64_`); the integer width follows.
 
 use crate::call::Call;
 use crate::error::{Error, Result};
@@ -36,8 +39,9 @@ pub const SYSTEM_LIBRARIES: [&[&str]; 3] = [
 
 const MISSING: *mut c_void = std::ptr::dangling_mut::<c_void>();
 
-/// A loaded CPU BLAS/LAPACK.
+/// A loaded CPU BLAS/LAPACK (or the embedded backend: no handles).
 pub struct CpuBackend {
+    /// dlopen handles; empty for the embedded backend.
     handles: Vec<*mut c_void>,
     prefix: &'static str,
     suffix: &'static str,
@@ -91,6 +95,17 @@ impl CpuBackend {
                 tried: format!("{CPU_LIB_ENV}={p}: {}", reason_of(&e)),
             });
         }
+        for set in SYSTEM_LIBRARIES {
+            if let Ok(b) = CpuBackend::open(set) {
+                return Ok(b);
+            }
+        }
+        Ok(CpuBackend::embedded())
+    }
+
+    /// The system libraries only (no embedded fallback): what [`CpuBackend::discover`] finds
+    /// before the embedded backend. The error lists what was tried.
+    pub fn system() -> Result<CpuBackend> {
         let mut tried = Vec::new();
         for set in SYSTEM_LIBRARIES {
             match CpuBackend::open(set) {
@@ -101,6 +116,41 @@ impl CpuBackend {
         Err(Error::NoCpuLibrary {
             tried: tried.join(", "),
         })
+    }
+
+    /// The embedded pure-Rust backend ([`crate::embedded`]; LP64, plain names).
+    pub fn embedded() -> CpuBackend {
+        CpuBackend {
+            handles: Vec::new(),
+            prefix: "",
+            suffix: "_",
+            ilp64: false,
+            path: crate::library::EMBEDDED_KEY.to_string(),
+            lib: LibId::embedded(),
+            syms: [const { AtomicPtr::new(std::ptr::null_mut()) }; NSLOT],
+        }
+    }
+
+    /// True for the embedded backend.
+    pub fn is_embedded(&self) -> bool {
+        self.handles.is_empty()
+    }
+
+    /// One line saying which library this is: its path, family and integer width.
+    pub fn describe(&self) -> String {
+        if self.is_embedded() {
+            return "embedded pure-Rust backend (faer; no BLAS library found: `apt-get install libopenblas0` is several times faster)".into();
+        }
+        let fam = self
+            .lib
+            .get()
+            .map(|l| format!("{:?}", l.family))
+            .unwrap_or_else(|| "unknown".into());
+        format!(
+            "{} ({fam}, {})",
+            self.path,
+            if self.ilp64 { "ILP64" } else { "LP64" }
+        )
     }
 
     /// Opens these libraries (later ones supply symbols the first lacks) and detects the
@@ -161,6 +211,9 @@ impl CpuBackend {
 
     fn lookup(&self, name: &str) -> Option<*mut c_void> {
         let full = format!("{}{}{}", self.prefix, name, self.suffix);
+        if self.is_embedded() {
+            return crate::embedded::symbol(&full).map(|p| p as *mut c_void);
+        }
         self.handles.iter().find_map(|h| dlsym(*h, &full))
     }
 
