@@ -15,7 +15,7 @@ use crate::model::{Backend, CopyModel, Curve};
 use crate::ops::{
     Diag, EigRange, Family, OpKind, Precision, Routine, Side, SvdJob, Trans, Uplo, Variant,
 };
-use crate::profile::{CurveEntry, Machine, Profile, PROFILE_VERSION};
+use crate::profile::{CurveEntry, LibraryEntry, Machine, Profile, PROFILE_VERSION};
 use std::time::{Duration, Instant};
 
 /// Calibration settings.
@@ -633,15 +633,54 @@ fn time_point(
     Ok(best.max(1e-7))
 }
 
-/// Measures the machine and returns the profile. `startup_s` is the GPU start-up time the
-/// caller measured when starting `gpu`.
+/// The GPU start-up figures the caller measured when it started the backend it hands to
+/// [`calibrate`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StartupFigures {
+    /// `GpuBackend::start`: driver, context, cuBLAS, first lane.
+    pub start_s: f64,
+    /// cuSOLVER's library and first handle.
+    pub solver_s: f64,
+}
+
+/// One measured CPU figure: seconds, and how it was obtained.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Got {
+    Measured(f64),
+    /// Scaled by flops from the size below (the GPU was far faster there, or the budget ran
+    /// out).
+    Extrapolated(f64),
+    /// The library has no such routine.
+    Missing,
+}
+
+impl Got {
+    fn seconds(self) -> Option<f64> {
+        match self {
+            Got::Measured(s) | Got::Extrapolated(s) => Some(s),
+            Got::Missing => None,
+        }
+    }
+}
+
+/// Measures the machine and returns the profile: GPU curves for every kind first (every grid
+/// point is measured: GPU calls are fast), then each CPU library's curves, smallest sizes of
+/// every kind first, until the budget is used; CPU points left when it runs out, and those where
+/// the GPU with copies was at least [`DOMINATED_SPEEDUP`] times faster one size below, are
+/// extrapolated by flops from the size below. The GPU curve stores compute time: the measured
+/// GPU call minus the copy time the copy model predicts for it.
 pub fn calibrate(
-    cpu: &CpuBackend,
+    libs: &[&CpuBackend],
     gpu: &GpuBackend,
-    startup_s: f64,
+    startup: StartupFigures,
     opts: &CalibrateOptions,
 ) -> Result<Profile> {
     let t_start = Instant::now();
+    let say = |msg: String| {
+        if opts.log_points {
+            crate::output::line(&format!("calibrate: {msg}"));
+        }
+    };
     let (h2d, d2h) = gpu.measure_copies(256 << 20)?;
     let copy = CopyModel {
         h2d_bytes_per_s: h2d,
@@ -653,17 +692,16 @@ pub fn calibrate(
     } else {
         opts.only.clone()
     };
-    // measure every kind's small sizes first, then larger ones, so a budget cut keeps all kinds
     let mut plan = Vec::new();
     for kind in &kinds {
-        for p in Precision::ALL {
+        for &p in kind.routine.precisions() {
             let (x1, x2) = grid(*kind, p, opts.quick);
             plan.push((*kind, p, x1, x2));
         }
     }
-    let total: usize = plan.iter().map(|(_, _, a, b)| a.len() * b.len()).sum();
+    let points: usize = plan.iter().map(|(_, _, a, b)| a.len() * b.len()).sum();
     let bar = if opts.progress {
-        let b = indicatif::ProgressBar::new(total as u64);
+        let b = indicatif::ProgressBar::new((points * (1 + libs.len())) as u64);
         b.set_style(
             indicatif::ProgressStyle::with_template(
                 "calibrating {bar:40} {pos}/{len} {msg} [{elapsed}]",
@@ -674,126 +712,213 @@ pub fn calibrate(
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let embedded = Profile::embedded();
-    let mut curves = Vec::new();
-    // rows[i] = measured (cpu, gpu) seconds per x2 for x1[i]
-    let mut measured: Vec<Vec<Vec<(f64, f64)>>> = plan.iter().map(|_| Vec::new()).collect();
-    let max_rows = plan.iter().map(|(_, _, a, _)| a.len()).max().unwrap_or(0);
-    // warm-up: load every GPU kernel and library path once, untimed, so the first timed points
-    // do not pay for it
+    // warm-up: every GPU kernel and library path once, untimed
     for (kind, p, x1, x2) in &plan {
         let mut case = Case::new(*kind, *p, x1[0], x2[0]);
         case.reset();
         let call = case.call(*kind, *p, x1[0], x2[0]);
         // SAFETY: the call's buffers belong to `case`.
         let _ = unsafe { gpu.run(&call) };
-        case.reset();
-        let call = case.call(*kind, *p, x1[0], x2[0]);
-        // SAFETY: as above.
-        let _ = unsafe { cpu.run(&call) };
+        for cpu in libs {
+            case.reset();
+            let call = case.call(*kind, *p, x1[0], x2[0]);
+            // SAFETY: as above.
+            let _ = unsafe { cpu.run(&call) };
+        }
     }
-    // per plan entry and x2: the last row's (cpu seconds, gpu seconds with copies, flops)
-    let mut last: Vec<Vec<Option<(f64, f64, f64)>>> = plan
+    // phase 1: the GPU, every point. gpu_t[idx][row][col] = seconds with copies
+    let mut gpu_t: Vec<Vec<Vec<f64>>> = plan.iter().map(|_| Vec::new()).collect();
+    let mut gpu_failed = vec![false; plan.len()];
+    for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
+        for &a in x1 {
+            let mut row = Vec::new();
+            for &b in x2 {
+                bar.set_message(format!("gpu {kind} {} x1={a} x2={b}", p.letter()));
+                let mut case = Case::new(*kind, *p, a, b);
+                let r = time_point(&mut case, *kind, *p, a, b, opts.quick, &mut |c| {
+                    // SAFETY: the call's buffers belong to `case` and match its dimensions.
+                    unsafe { gpu.run(c) }.map_err(|e| Error::Gpu {
+                        what: "calibration",
+                        detail: format!("{}: {e}", c.name()),
+                    })
+                });
+                bar.inc(1);
+                match r {
+                    Ok(t) => row.push(t),
+                    Err(e) => {
+                        say(format!(
+                            "{kind} {}: GPU failed ({e}); no GPU curve",
+                            p.letter()
+                        ));
+                        gpu_failed[idx] = true;
+                        break;
+                    }
+                }
+            }
+            if gpu_failed[idx] {
+                break;
+            }
+            gpu_t[idx].push(row);
+        }
+    }
+    say(format!(
+        "GPU points done at {:.1}s",
+        t_start.elapsed().as_secs_f64()
+    ));
+    // phase 2: each library, row by row across every kind
+    let max_rows = plan.iter().map(|(_, _, a, _)| a.len()).max().unwrap_or(0);
+    // cpu_t[lib][idx][row][col]
+    let mut cpu_t: Vec<Vec<Vec<Vec<Got>>>> = libs
         .iter()
-        .map(|(_, _, _, x2)| vec![None; x2.len()])
+        .map(|_| plan.iter().map(|_| Vec::new()).collect())
         .collect();
     let mut extrapolated = 0usize;
     let mut cut = false;
     for row in 0..max_rows {
         for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
-            if row >= x1.len() || measured[idx].len() < row {
+            if row >= x1.len() {
                 continue;
             }
-            if cut {
-                bar.inc(x2.len() as u64);
-                continue;
-            }
-            let mut pts = Vec::new();
-            for (bi, &b) in x2.iter().enumerate() {
-                bar.set_message(format!("{} {} x1={} x2={}", kind, p.letter(), x1[row], b));
-                let s = kind.canonical_shape(x1[row], b);
-                let flops = kind.flops(*p, s);
-                let mut case = Case::new(*kind, *p, x1[row], b);
-                let tg = time_point(&mut case, *kind, *p, x1[row], b, opts.quick, &mut |c| {
-                    // SAFETY: the call's buffers belong to `case` and match its dimensions; the
-                    // call is supported on the GPU (m >= n for SVD).
-                    unsafe { gpu.run(c) }.map_err(|e| Error::Gpu {
-                        what: "calibration",
-                        detail: format!("{}: {e}", c.name()),
-                    })
-                })?;
-                let dominated = last[idx][bi].filter(|&(tc0, tg0, _)| {
-                    tc0 >= DOMINATED_MIN_S && tc0 >= DOMINATED_SPEEDUP * tg0 && tg <= tg0 * 64.0
-                });
-                let (tc, how) = if let Some((tc0, _, f0)) = dominated {
-                    extrapolated += 1;
-                    (tc0 * flops / f0.max(1.0), "extrapolated")
-                } else {
-                    let tc = time_point(&mut case, *kind, *p, x1[row], b, opts.quick, &mut |c| {
-                        // SAFETY: as above.
-                        let info = unsafe { cpu.run(c)? };
-                        if info != 0 {
-                            return Err(Error::Lapack {
-                                routine: c.name(),
-                                info,
-                                meaning: "calibration input rejected",
-                            });
+            for (li, cpu) in libs.iter().enumerate() {
+                let mut got = Vec::new();
+                for (bi, &b) in x2.iter().enumerate() {
+                    let a = x1[row];
+                    let s = kind.canonical_shape(a, b);
+                    let flops = kind.flops(*p, s);
+                    let below = row
+                        .checked_sub(1)
+                        .and_then(|r| cpu_t[li][idx].get(r))
+                        .and_then(|r| r.get(bi).copied())
+                        .and_then(Got::seconds);
+                    let gpu_below = row
+                        .checked_sub(1)
+                        .and_then(|r| gpu_t[idx].get(r))
+                        .and_then(|r| r.get(bi).copied());
+                    let scale = |tc0: f64| {
+                        let f0 = kind.flops(*p, kind.canonical_shape(x1[row - 1], b));
+                        tc0 * flops / f0.max(1.0)
+                    };
+                    let dominated = match (below, gpu_below) {
+                        (Some(tc0), Some(tg0)) => {
+                            tc0 >= DOMINATED_MIN_S && tc0 >= DOMINATED_SPEEDUP * tg0
                         }
-                        Ok(())
-                    })?;
-                    (tc, "measured")
-                };
-                last[idx][bi] = Some((tc, tg, flops));
-                if opts.log_points {
-                    eprintln!(
-                        "calibrate: {kind} {} x1={} x2={b} cpu={tc:.4}s ({how}) gpu={tg:.4}s at {:.1}s",
-                        p.letter(),
-                        x1[row],
-                        t_start.elapsed().as_secs_f64()
-                    );
+                        _ => false,
+                    };
+                    let g = if let (true, Some(tc0)) = (cut || dominated, below) {
+                        extrapolated += 1;
+                        Got::Extrapolated(scale(tc0))
+                    } else if cut && row > 0 {
+                        Got::Missing
+                    } else {
+                        bar.set_message(format!(
+                            "{} {kind} {} x1={a} x2={b}",
+                            cpu.lib().key(),
+                            p.letter()
+                        ));
+                        let mut case = Case::new(*kind, *p, a, b);
+                        let r = time_point(&mut case, *kind, *p, a, b, opts.quick, &mut |c| {
+                            // SAFETY: the call's buffers belong to `case`.
+                            let info = unsafe { cpu.run(c)? };
+                            if info != 0 {
+                                return Err(Error::Lapack {
+                                    routine: c.name(),
+                                    info,
+                                    meaning: "calibration input rejected",
+                                });
+                            }
+                            Ok(())
+                        });
+                        match r {
+                            Ok(t) => Got::Measured(t),
+                            Err(e) => {
+                                say(format!(
+                                    "{} {kind} {}: {e}; no CPU curve",
+                                    cpu.lib().key(),
+                                    p.letter()
+                                ));
+                                Got::Missing
+                            }
+                        }
+                    };
+                    if let Some(tc) = g.seconds() {
+                        let tg = gpu_t[idx]
+                            .get(row)
+                            .and_then(|r| r.get(bi))
+                            .copied()
+                            .unwrap_or(f64::NAN);
+                        say(format!(
+                            "{} {kind} {} x1={a} x2={b} cpu={tc:.4}s ({}) gpu={tg:.4}s at {:.1}s",
+                            cpu.lib().key(),
+                            p.letter(),
+                            if matches!(g, Got::Measured(_)) {
+                                "measured"
+                            } else {
+                                "extrapolated"
+                            },
+                            t_start.elapsed().as_secs_f64()
+                        ));
+                    }
+                    bar.inc(1);
+                    got.push(g);
                 }
-                let (inb, outb) = kind.bytes(*p, s);
-                let (ci, co) = copy.seconds(inb, outb);
-                let compute = (tg - ci - co - copy.latency_s).max(0.1 * tg);
-                pts.push((tc, compute));
-                bar.inc(1);
+                cpu_t[li][idx].push(got);
             }
-            measured[idx].push(pts);
-            if t_start.elapsed() > opts.budget {
-                cut = true;
-            }
+        }
+        if t_start.elapsed() > opts.budget && !cut {
+            cut = true;
+            say(format!(
+                "budget of {:.0}s reached after the x1 row {row}: larger CPU points are extrapolated",
+                opts.budget.as_secs_f64()
+            ));
         }
     }
     bar.finish_and_clear();
-    if opts.log_points {
-        eprintln!(
-            "calibrate: {extrapolated} CPU points extrapolated (GPU >= {DOMINATED_SPEEDUP}x faster one size below), budget cut: {cut}"
-        );
-    }
+    say(format!(
+        "{extrapolated} CPU points extrapolated (GPU >= {DOMINATED_SPEEDUP}x faster one size below, or the budget), budget cut: {cut}"
+    ));
+    let mut curves = Vec::new();
     for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
-        let rows = &measured[idx];
-        if rows.is_empty() {
-            for b in [Backend::Cpu, Backend::Gpu] {
-                if let Some(c) = embedded.model().curve(*kind, *p, b) {
-                    curves.push(CurveEntry {
-                        op: kind.key(),
-                        precision: *p,
-                        backend: b,
-                        curve: c.clone(),
-                    });
+        if !gpu_failed[idx] && !gpu_t[idx].is_empty() {
+            let rows = &gpu_t[idx];
+            let mut seconds = Vec::new();
+            for (ri, r) in rows.iter().enumerate() {
+                for (bi, &tg) in r.iter().enumerate() {
+                    let s = kind.canonical_shape(x1[ri], x2[bi]);
+                    let (inb, outb) = kind.bytes(*p, s);
+                    let (ci, co) = copy.seconds(inb, outb);
+                    seconds.push((tg - ci - co - copy.latency_s).max(0.1 * tg));
                 }
             }
-            continue;
+            curves.push(CurveEntry {
+                op: kind.key(),
+                precision: *p,
+                backend: Backend::Gpu,
+                library: None,
+                curve: Curve {
+                    x1: x1[..rows.len()].to_vec(),
+                    x2: x2.clone(),
+                    seconds,
+                },
+            });
         }
-        for (bi, b) in [Backend::Cpu, Backend::Gpu].into_iter().enumerate() {
+        for (li, cpu) in libs.iter().enumerate() {
+            // the rows whose every column has a figure
+            let rows: Vec<&Vec<Got>> = cpu_t[li][idx]
+                .iter()
+                .take_while(|r| r.iter().all(|g| g.seconds().is_some()))
+                .collect();
+            if rows.is_empty() {
+                continue;
+            }
             let seconds = rows
                 .iter()
-                .flat_map(|r| r.iter().map(|pt| if bi == 0 { pt.0 } else { pt.1 }))
+                .flat_map(|r| r.iter().filter_map(|g| g.seconds()))
                 .collect();
             curves.push(CurveEntry {
                 op: kind.key(),
                 precision: *p,
-                backend: b,
+                backend: Backend::Cpu,
+                library: Some(cpu.lib().key().to_string()),
                 curve: Curve {
                     x1: x1[..rows.len()].to_vec(),
                     x2: x2.clone(),
@@ -802,25 +927,36 @@ pub fn calibrate(
             });
         }
     }
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
     let profile = Profile {
         version: PROFILE_VERSION,
         machine: Machine {
-            cpu: format!("{} ({cores} threads)", cpu_model()),
+            cpu: Machine::local_cpu(),
             gpu: gpu.name().to_string(),
-            cpu_library: cpu.path().to_string(),
+            cpu_library: libs
+                .first()
+                .map(|c| c.path().to_string())
+                .unwrap_or_default(),
+            extra: Default::default(),
         },
         created_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0),
         calibration_s: t_start.elapsed().as_secs_f64(),
-        startup_s,
+        startup_s: startup.start_s,
+        solver_startup_s: Some(startup.solver_s),
         copy,
+        libraries: libs
+            .iter()
+            .map(|c| LibraryEntry {
+                key: c.lib().key().to_string(),
+                path: c.path().to_string(),
+            })
+            .collect(),
         curves,
         corrections: Default::default(),
+        cpu_points: Vec::new(),
+        extra: Default::default(),
     };
     profile.validate().map_err(|msg| Error::Profile {
         path: "(calibration)".into(),
@@ -829,16 +965,43 @@ pub fn calibrate(
     Ok(profile)
 }
 
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
+/// The BLAS/LAPACK libraries the numpy and scipy of `python` use: the files of those names
+/// mapped into a `python` process after importing `numpy.linalg` and `scipy.linalg` (OpenBLAS,
+/// MKL, reference, FlexiBLAS, BLIS). Empty when `python` cannot run or has neither package.
+pub fn python_libraries(python: &str) -> Vec<String> {
+    const SCRIPT: &str = r#"
+import os, re
+try:
+    import numpy.linalg
+except Exception:
+    pass
+try:
+    import scipy.linalg
+except Exception:
+    pass
+seen = []
+for line in open('/proc/self/maps'):
+    parts = line.split()
+    if len(parts) < 6:
+        continue
+    path = parts[-1]
+    name = os.path.basename(path)
+    if re.search(r'(openblas|mkl_rt|mkl_core|libblas|liblapack|flexiblas|blis)', name) and path not in seen:
+        seen.append(path)
+print('\n'.join(seen))
+"#;
+    let Ok(out) = std::process::Command::new(python)
+        .args(["-c", SCRIPT])
+        .stderr(std::process::Stdio::null())
+        .output()
+    else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
 }
 
 #[cfg(test)]

@@ -4,15 +4,22 @@
 //! that moment would stay locked forever in the child (a parent with three threads doing linear
 //! algebra that forks children hung that way). The handlers registered here take the
 //! dispatcher's locks before the fork (so their state is consistent and no other thread holds
-//! them), release them in the parent, and in the child release them and start the child's own
-//! bookkeeping: its statistics from zero (one summary per process, with its own counts), its
-//! learning marked unsaved-free (only what the child learns itself is persisted), and the GPU
-//! unusable (a CUDA context does not survive `fork`; the child runs everything on the CPU).
+//! them) and release them after it, in the parent and in the child (the locks are `std`'s, which
+//! a child can release: see [`crate::sync`]). The child then starts its own bookkeeping: its
+//! statistics from zero (one summary per process, with its own counts), only what it learns
+//! itself to save, and the GPU unusable (a CUDA context does not survive `fork`; the child runs
+//! everything on the CPU).
 
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{Dispatcher, ForkHold};
+use std::cell::RefCell;
 use std::sync::Once;
 
 static INSTALL: Once = Once::new();
+
+thread_local! {
+    /// The locks held across the fork, by the forking thread.
+    static HOLD: RefCell<Option<ForkHold<'static>>> = const { RefCell::new(None) };
+}
 
 /// Registers the fork handlers (once per process).
 pub(crate) fn install() {
@@ -23,21 +30,23 @@ pub(crate) fn install() {
 }
 
 extern "C" fn prepare() {
-    if let Some(d) = Dispatcher::global_if_created() {
-        d.fork_prepare();
-    }
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(d) = Dispatcher::global_if_created() {
+            let hold = d.fork_hold();
+            HOLD.with(|h| *h.borrow_mut() = Some(hold));
+        }
+    });
 }
 
 extern "C" fn parent() {
-    if let Some(d) = Dispatcher::global_if_created() {
-        // SAFETY: `prepare` took the locks on this thread just before the fork.
-        unsafe { d.fork_parent() };
-    }
+    let _ = std::panic::catch_unwind(|| HOLD.with(|h| h.borrow_mut().take()));
 }
 
 extern "C" fn child() {
-    if let Some(d) = Dispatcher::global_if_created() {
-        // SAFETY: as above; the child is single-threaded now.
-        unsafe { d.fork_child() };
-    }
+    let _ = std::panic::catch_unwind(|| {
+        HOLD.with(|h| h.borrow_mut().take());
+        if let Some(d) = Dispatcher::global_if_created() {
+            d.forked_child();
+        }
+    });
 }

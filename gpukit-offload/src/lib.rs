@@ -64,6 +64,7 @@ pub mod output;
 pub mod profile;
 pub mod request;
 pub mod stats;
+mod sync;
 
 #[cfg(test)]
 mod gpu_tests;

@@ -11,6 +11,7 @@
 //! so a call carries a 2-byte [`LibId`] and reading it never locks.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 /// What a library is, as far as the cost model cares.
@@ -129,6 +130,51 @@ fn stem_of(path: &str) -> String {
     }
 }
 
+/// A library *key* (a family of libraries sharing curves: [`Library::key`]) interned in a
+/// process-wide registry, so the model and the learner key on two bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LibKey(pub u16);
+
+static KEYS: [OnceLock<String>; MAX_LIBS] = [const { OnceLock::new() }; MAX_LIBS];
+
+impl LibKey {
+    /// No library (a call whose library could not be identified, and GPU-side learning).
+    pub const NONE: LibKey = LibKey(u16::MAX);
+
+    /// Interns a key string ([`LibKey::NONE`] for `""` or once the registry is full).
+    pub fn of(key: &str) -> LibKey {
+        if key.is_empty() {
+            return LibKey::NONE;
+        }
+        for (i, slot) in KEYS.iter().enumerate() {
+            if let Some(k) = slot.get() {
+                if k == key {
+                    return LibKey(i as u16);
+                }
+                continue;
+            }
+            let _g = REGISTER.lock();
+            match slot.get() {
+                Some(k) if k == key => return LibKey(i as u16),
+                Some(_) => continue,
+                None => {
+                    let _ = slot.set(key.to_string());
+                    return LibKey(i as u16);
+                }
+            }
+        }
+        LibKey::NONE
+    }
+
+    /// The key string (`""` for [`LibKey::NONE`]).
+    pub fn as_str(self) -> &'static str {
+        KEYS.get(self.0 as usize)
+            .and_then(|s| s.get())
+            .map(|s| s.as_str())
+            .unwrap_or("")
+    }
+}
+
 /// A library in the process-wide registry ([`LibId::UNKNOWN`] when the library could not be
 /// identified).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -136,7 +182,9 @@ pub struct LibId(pub u16);
 
 const MAX_LIBS: usize = 64;
 static LIBS: [OnceLock<Library>; MAX_LIBS] = [const { OnceLock::new() }; MAX_LIBS];
-static REGISTER: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+/// The interned key of each registered library (`u16::MAX` until registered).
+static KEY_OF: [AtomicU16; MAX_LIBS] = [const { AtomicU16::new(u16::MAX) }; MAX_LIBS];
+static REGISTER: crate::sync::Lock<()> = crate::sync::Lock::new(());
 
 impl LibId {
     /// No library identified (a call whose real function could not be placed).
@@ -154,6 +202,7 @@ impl LibId {
 
     /// Interns a library; [`LibId::UNKNOWN`] once the registry is full.
     pub fn intern(lib: Library) -> LibId {
+        let key = LibKey::of(&lib.key);
         let _g = REGISTER.lock();
         for (i, slot) in LIBS.iter().enumerate() {
             match slot.get() {
@@ -161,6 +210,7 @@ impl LibId {
                 Some(_) => continue,
                 None => {
                     let _ = slot.set(lib);
+                    KEY_OF[i].store(key.0, Relaxed);
                     return LibId(i as u16);
                 }
             }
@@ -173,23 +223,23 @@ impl LibId {
         LIBS.get(self.0 as usize).and_then(|s| s.get())
     }
 
-    /// Fork handler: takes the registry lock.
-    pub(crate) fn fork_lock() {
-        std::mem::forget(REGISTER.lock());
-    }
-
-    /// Fork handler: releases the registry lock.
-    ///
-    /// # Safety
-    /// Only after [`LibId::fork_lock`] on this thread (or in the forked child).
-    pub(crate) unsafe fn fork_unlock() {
-        // SAFETY: forwarded.
-        unsafe { REGISTER.force_unlock() };
+    /// Fork handler: the registry lock, held across `fork()` (see [`crate::sync`]).
+    pub(crate) fn fork_hold() -> std::sync::MutexGuard<'static, ()> {
+        REGISTER.lock()
     }
 
     /// The library's curve key (`""` when unknown).
     pub fn key(self) -> &'static str {
         self.get().map(|l| l.key.as_str()).unwrap_or("")
+    }
+
+    /// The library's interned curve key.
+    #[inline]
+    pub fn key_id(self) -> LibKey {
+        KEY_OF
+            .get(self.0 as usize)
+            .map(|k| LibKey(k.load(Relaxed)))
+            .unwrap_or(LibKey::NONE)
     }
 }
 
@@ -252,5 +302,9 @@ mod tests {
         assert_eq!(LibId::UNKNOWN.key(), "");
         assert!(LibId::UNKNOWN.get().is_none());
         assert_eq!(LibId::embedded().key(), "embedded");
+        assert_eq!(a.key_id(), LibKey::of("scipy_openblas64"));
+        assert_eq!(a.key_id().as_str(), "scipy_openblas64");
+        assert_ne!(a.key_id(), c.key_id());
+        assert_eq!(LibId::UNKNOWN.key_id(), LibKey::NONE);
     }
 }
