@@ -13,7 +13,7 @@
 # SMOKE=1: a few numpy tests only (-k "svd or eigh"), plainly when there is no bundle: tests this
 #   script.
 # The reference on the H200 host: numpy 486 passed; scipy 5744 passed, 9 failed before
-# the fixes. About 3-5 minutes with the GPU forced (scipy's suite dominates).
+# the fixes. Expected 3-6 minutes with the GPU forced (an estimate; scipy's suite dominates).
 # Exit status: 0 when every suite passed.
 set -u
 B=${BUNDLE:-.gpu-bundle}
