@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One-shot programs, each run three times, each run the first of a fresh process:
 #   1. plain                                  (the baseline)
-#   2. under the shim, GPUKIT_OFFLOAD_GPU=off (its summary's timed= gives the intercepted share
-#                                              of the program's time: the Amdahl bound)
+#   2. under the shim, GPUKIT_OFFLOAD_GPU=off (with GPUKIT_OFFLOAD_LOG=calls, so that every call
+#                                              is timed: the summary's timed= over the wall time
+#                                              is the intercepted share, the Amdahl bound)
 #   3. under the shim (`offload run`)         (what a user gets)
 # and prints wall times, per-section times, the checksums (which must match plain's) and the
 # shim's per-routine summary. Run from the repository root on the GPU host:
@@ -71,7 +72,8 @@ for p in "${progs[@]}"; do
   echo "== $p ($(basename "$s"))"
   step plain "$OUT/$p.plain.log" "$PY" "$s"
   if [ $shim = 1 ]; then
-    GPUKIT_OFFLOAD_GPU=off step "shim gpu=off" "$OUT/$p.off.log" "$OFFLOAD" run "$PY" "$s"
+    # LOG=calls: every call is timed (the summary alone samples the small ones)
+    GPUKIT_OFFLOAD_GPU=off GPUKIT_OFFLOAD_LOG=calls step "shim gpu=off" "$OUT/$p.off.log" "$OFFLOAD" run "$PY" "$s"
     GPUKIT_OFFLOAD_LOG=${SHIM_LOG:-summary} step "shim" "$OUT/$p.shim.log" "$OFFLOAD" run "$PY" "$s"
   fi
   "$PY" - "$OUT" "$p" <<'PY' || status=1
