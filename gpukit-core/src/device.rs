@@ -7,9 +7,11 @@
 //! or the stream of an enclosing [`Device::with_stream`] scope.
 
 use crate::alloc::Allocator;
+use crate::attributes::DeviceAttributes;
 use crate::error::{DriverContext, Error, Result};
 use crate::kernels::KernelSet;
-use crate::transfer::PinnedPool;
+use crate::pinned::PinnedPool;
+use crate::transfer::Transfers;
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
 use gpukit_jit::{Arch, CompileOptions, Kernel};
 use parking_lot::Mutex;
@@ -61,6 +63,11 @@ impl Stream {
         &self.inner
     }
 
+    /// How many clones of this stream (and of its cudarc stream) exist.
+    pub(crate) fn holders(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
     /// A key identifying the stream (its handle).
     pub(crate) fn key(&self) -> u64 {
         self.inner.cu_stream() as u64
@@ -84,8 +91,9 @@ impl Stream {
         })
     }
 
-    /// Records an ordering-only event (no timing: cheaper).
-    pub(crate) fn record_marker(&self) -> Result<Event> {
+    /// Records an ordering-only event (no timing: cheaper) at the current end of the stream,
+    /// e.g. for [`PinnedBuffer::set_ready`](crate::pinned::PinnedBuffer::set_ready).
+    pub fn record_marker(&self) -> Result<Event> {
         let ev = self
             .inner
             .context()
@@ -151,18 +159,15 @@ impl Event {
 }
 
 pub(crate) struct DeviceInner {
-    ordinal: usize,
-    name: String,
-    cc: (u32, u32),
-    total_memory: usize,
-    sm_count: u32,
+    attrs: Arc<DeviceAttributes>,
     priority_range: (i32, i32),
     ctx: Arc<CudaContext>,
     compute: Stream,
     pub(crate) h2d: Stream,
     pub(crate) d2h: Stream,
     allocator: Allocator,
-    pub(crate) pinned: PinnedPool,
+    pinned: PinnedPool,
+    pub(crate) transfers: Transfers,
     pub(crate) kernels: KernelSet,
 }
 
@@ -175,9 +180,9 @@ pub struct Device {
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Device")
-            .field("ordinal", &self.inner.ordinal)
-            .field("name", &self.inner.name)
-            .field("compute_capability", &self.inner.cc)
+            .field("ordinal", &self.inner.attrs.ordinal)
+            .field("name", &self.inner.attrs.name)
+            .field("compute_capability", &self.inner.attrs.compute_capability)
             .finish()
     }
 }
@@ -218,14 +223,7 @@ impl Device {
             return Err(Error::InvalidDevice { ordinal, count });
         }
         let ctx = CudaContext::new(ordinal).ctx("creating the CUDA context")?;
-        let name = ctx.name().ctx("reading the device name")?;
-        let (major, minor) = ctx
-            .compute_capability()
-            .ctx("reading the compute capability")?;
-        let total_memory = ctx.total_mem().ctx("reading the device memory size")?;
-        let sm_count = ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .ctx("reading the multiprocessor count")? as u32;
+        let attrs = DeviceAttributes::of(&ctx)?;
         ctx.bind_to_thread().ctx("binding the context")?;
         let (least, greatest) = cudarc::driver::result::stream::get_priority_range()
             .ctx("reading the stream priority range")?;
@@ -240,15 +238,13 @@ impl Device {
         let h2d = mk(least)?;
         let d2h = mk(least)?;
         let allocator = Allocator::new(ctx.clone(), ordinal);
+        let pinned = PinnedPool::new(ctx.clone());
         let dev = Device {
             inner: Arc::new(DeviceInner {
-                ordinal,
-                name,
-                cc: (major as u32, minor as u32),
-                total_memory,
-                sm_count,
+                attrs,
                 priority_range: (least, greatest),
-                pinned: PinnedPool::new(ctx.clone()),
+                transfers: Transfers::new(pinned.clone()),
+                pinned,
                 kernels: KernelSet::default(),
                 ctx,
                 compute,
@@ -263,22 +259,33 @@ impl Device {
 
     /// The device's name (e.g. "NVIDIA H200").
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.inner.attrs.name
+    }
+
+    /// What the device can do (SMs, shared memory limits, L2, ...), read once when it was
+    /// opened.
+    pub fn attributes(&self) -> &Arc<DeviceAttributes> {
+        &self.inner.attrs
+    }
+
+    /// The device's pool of pinned host buffers (staging for copies; see [`crate::pinned`]).
+    pub fn pinned(&self) -> &PinnedPool {
+        &self.inner.pinned
     }
 
     /// Compute capability `(major, minor)`: `(9, 0)` on the H200.
     pub fn compute_capability(&self) -> (u32, u32) {
-        self.inner.cc
+        self.inner.attrs.compute_capability
     }
 
     /// The compile target of this device (`sm_90` on the H200).
     pub fn arch(&self) -> Arch {
-        Arch::new(self.inner.cc.0, self.inner.cc.1)
+        self.inner.attrs.arch()
     }
 
     /// Total device memory in bytes.
     pub fn total_memory(&self) -> usize {
-        self.inner.total_memory
+        self.inner.attrs.total_memory
     }
 
     /// Free device memory in bytes, as the driver reports it now.
@@ -288,12 +295,12 @@ impl Device {
 
     /// Number of streaming multiprocessors (132 on the H200).
     pub fn multiprocessor_count(&self) -> u32 {
-        self.inner.sm_count
+        self.inner.attrs.multiprocessor_count
     }
 
     /// The device ordinal.
     pub fn ordinal(&self) -> usize {
-        self.inner.ordinal
+        self.inner.attrs.ordinal
     }
 
     /// The CUDA context (the device's primary context).

@@ -136,6 +136,14 @@ pub enum Error {
         #[source]
         source: cudarc::cublas::result::CublasError,
     },
+    /// A cuSOLVER call failed.
+    #[error("cuSOLVER call failed while {action}: {source:?}")]
+    Cusolver {
+        /// What gpukit was doing.
+        action: String,
+        /// The cuSOLVER status.
+        source: cudarc::cusolver::result::CusolverError,
+    },
 }
 
 impl Error {

@@ -4,6 +4,10 @@
 //! allocator with per-owner accounting and quotas; pinned, stream-ordered transfers. GEMM lives
 //! in [`gemm`].
 //!
+//! The shared runtime that gpukit-sched and gpukit-offload stand on lives here too, once per
+//! process: [`DeviceAttributes`] (read once per device), the [`PinnedPool`] of page-locked host
+//! buffers ([`Device::pinned`]) and the cuBLAS / cuSOLVER handle cache ([`handles`]).
+//!
 //! Every entry point checks for the CUDA driver first and returns [`Error::NoDriver`] instead of
 //! panicking on a machine without one.
 //!
@@ -23,11 +27,14 @@
 
 pub mod alloc;
 mod array;
+pub mod attributes;
 mod device;
 pub mod dtype;
 mod error;
 pub mod gemm;
+pub mod handles;
 pub mod kernels;
+pub mod pinned;
 pub mod shape;
 mod transfer;
 
@@ -35,8 +42,11 @@ pub use alloc::{
     current_owner, AllocHook, AllocStats, Allocator, DeviceBuffer, OwnerId, OwnerUsage,
 };
 pub use array::{where_, BinaryOp, CompareOp, GpuArray, ReduceOp, UnaryOp};
+pub use attributes::DeviceAttributes;
 pub use device::{Device, Event, Stream};
 pub use dtype::{DType, DTypeKind};
 pub use error::{Error, Result};
 pub use gpukit_jit::{Arch, CompileOptions, Kernel, KernelArg, LaunchConfig};
 pub use half::{bf16, f16};
+pub use handles::{BlasHandle, SolverHandle};
+pub use pinned::{PinnedBuffer, PinnedKind, PinnedPool};

@@ -53,6 +53,15 @@ probe!(
     "install the CUDA toolkit's cuBLAS (or the nvidia-cublas wheel) and make it visible to the loader"
 );
 
+probe!(
+    /// True when cuSOLVER (libcusolver.so) can be loaded.
+    cusolver_present,
+    ensure_cusolver,
+    cudarc::cusolver::sys::is_culib_present,
+    "libcusolver",
+    "install the CUDA toolkit's cuSOLVER (or the nvidia-cusolver wheel) and make it visible to the loader"
+);
+
 /// True when this process can reach a CUDA driver that reports at least one device.
 ///
 /// Checks library presence first, so this never panics.

@@ -182,7 +182,7 @@ impl<T: DType> GpuArray<T> {
         let a = Self::alloc_on(dev, shape, &stream)?;
         let inner = dev.inner();
         inner
-            .pinned
+            .transfers
             .upload(a.buf.ptr(), bytemuck::cast_slice(data), &stream, &inner.h2d)?;
         Ok(a)
     }
@@ -220,7 +220,7 @@ impl<T: DType> GpuArray<T> {
         if !out.is_empty() {
             let inner = a.dev.inner();
             // Wait for the current stream and for the stream the data was produced on.
-            inner.pinned.download(
+            inner.transfers.download(
                 bytemuck::cast_slice_mut(out),
                 a.device_ptr(),
                 &[&current, a.buf.stream(), self.buf.stream()],
