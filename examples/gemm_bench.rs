@@ -1,39 +1,121 @@
-//! GEMM speed: our FP32 and TF32 kernels beside cuBLAS, in one process, one table.
+//! GEMM speed and accuracy: our FP32, TF32 and 3xTF32 kernels beside cuBLAS, in one process.
 //!
 //! ```text
-//! gemm_bench                      # the table (TFLOP/s, median of repeats, CUDA events)
-//! gemm_bench --sweep              # also every tile configuration x split-K per shape
+//! gemm_bench                      # benchmark shapes + the awkward-shape sweep, tables last
+//! gemm_bench --bench-only         # only the benchmark shapes
+//! gemm_bench --sweep-only         # only the awkward shapes
+//! gemm_bench --configs            # also every tile configuration x split-K per benchmark shape
+//! gemm_bench --skip-3x            # no Precision::Tf32x3 column (with GPUKIT_GEMM_FP32=simt: no
+//!                                 # 3xTF32 kernel at all)
 //! gemm_bench --cubin DIR          # also write the chosen kernels' CUBINs (for cuobjdump -sass)
-//! gemm_bench --precompile DIR     # no GPU needed: compile every GEMM kernel for sm_90 into a
-//!                                 # kernel cache at DIR (carry it, set GPUKIT_CACHE_DIR=DIR)
+//! gemm_bench --precompile DIR     # no GPU needed: compile every GEMM kernel for sm_90 (the
+//!                                 # Hopper ones for sm_90a) into a kernel cache at DIR (carry
+//!                                 # it, set GPUKIT_CACHE_DIR=DIR)
 //! gemm_bench --shapes 4096,4096,4096;1024,8192,1024
+//! gemm_bench --plans              # no GPU needed: the planner's choices for every shape on this
+//!                                 # GPU, or on an H200 (132 SMs, 227 KB per block) without one
 //! ```
 //!
-//! Inputs are random (never zeros), rotated among several sets so that A and B together exceed
-//! the 60 MB L2; each method is warmed up, then timed with CUDA events over repeated launches,
-//! median of 9 samples. Every shape also checks our result against cuBLAS FP32 (normwise).
+//! Inputs are random (uniform in [-1, 1), never zeros), rotated among several sets so that A and
+//! B together exceed the 60 MB L2; each method is warmed up, then timed with CUDA events over
+//! repeated launches, median of 9 samples. Every result is compared with cuBLAS DGEMM on the
+//! same inputs (upcast): the error columns are normwise relative errors against that f64
+//! reference, ours beside cuBLAS SGEMM's.
 //!
-//! TF32 columns: "ours TF32" is the path the library chooses (`GPUKIT_GEMM_TF32` unset: the
-//! planner; see `gemm::raw`), then the best `mma.sync` plan and the Hopper `wgmma` kernel each
-//! forced (the latter on compute capability 9.0 only), and the share of the `wgmma` time spent
-//! in its operand pack (the pack kernels timed alone).
+//! Columns: "ours FP32" is `Precision::Fp32` as the library runs it (on Hopper: 3xTF32 for the
+//! shapes the planner estimates faster, else SIMT), "ours TF32" `Precision::Tf32` (the planner's
+//! path), "3xTF32" `Precision::Tf32x3`. The second table (benchmark shapes) forces single paths:
+//! the FP32 SIMT kernel, the best `mma.sync` TF32 plan, and the `wgmma` TF32 plan with A packed
+//! instead of read through the tensor map, with the pack's share of that time.
 
-use gpukit_core::gemm::config::{
-    self, fixed_plan, Family, Plan, SGEMM_CONFIGS, TF32_CONFIGS, WGMMA_CONFIGS,
-};
+use gpukit_core::gemm::desc::{Precision, RawGemm, Transpose};
 use gpukit_core::gemm::kernels;
-use gpukit_core::gemm::raw::{self, BlasType, Precision, RawGemm};
-use gpukit_jit::cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtr};
-use std::sync::Arc;
+use gpukit_core::gemm::plan::{self, fixed_plan, Family, Plan, Problem};
+use gpukit_core::gemm::{cublas_gemm, pack_only, plan_for, sgemm, sgemm_with_plan, BlasType};
+use gpukit_core::{Device, Stream};
+use gpukit_jit::cudarc::driver::{CudaSlice, DevicePtr};
 
-const SHAPES: [(usize, usize, usize); 7] = [
-    (1024, 1024, 1024),
-    (2048, 2048, 2048),
-    (4096, 4096, 4096),
-    (8192, 8192, 8192),
-    (8192, 1024, 8192),
-    (1024, 8192, 1024),
-    (4096, 4096, 256),
+/// One benchmark case: dimensions, batch and stored transposes.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: usize,
+    ta: bool,
+    tb: bool,
+}
+
+const fn s(m: usize, n: usize, k: usize) -> Shape {
+    Shape {
+        m,
+        n,
+        k,
+        batch: 1,
+        ta: false,
+        tb: false,
+    }
+}
+const fn b(batch: usize, m: usize, n: usize, k: usize) -> Shape {
+    Shape {
+        m,
+        n,
+        k,
+        batch,
+        ta: false,
+        tb: false,
+    }
+}
+const fn t(m: usize, n: usize, k: usize, ta: bool, tb: bool) -> Shape {
+    Shape {
+        m,
+        n,
+        k,
+        batch: 1,
+        ta,
+        tb,
+    }
+}
+
+/// The benchmark list (issue 13's table).
+const BENCH: [Shape; 8] = [
+    s(1024, 1024, 1024),
+    s(2048, 2048, 2048),
+    s(4096, 4096, 4096),
+    s(8192, 8192, 8192),
+    s(8192, 1024, 8192),
+    s(1024, 8192, 1024),
+    s(4096, 4096, 256),
+    s(12288, 12288, 4096),
+];
+
+/// Awkward shapes: sizes that are multiples of no tile (odd, prime), skinny outputs, small
+/// outputs with a long K (split-K), batched small matrices, transposed operands.
+const SWEEP: [Shape; 24] = [
+    s(1000, 1000, 1000),
+    s(1023, 1025, 1027),
+    s(2039, 2053, 1021),
+    s(4093, 4099, 997),
+    s(3000, 3000, 3000),
+    s(777, 1555, 2333),
+    s(8191, 257, 4099),
+    s(257, 8191, 4099),
+    s(64, 8192, 8192),
+    s(8192, 64, 8192),
+    s(16, 4096, 4096),
+    s(256, 256, 8192),
+    s(384, 384, 8192),
+    s(500, 300, 16384),
+    s(128, 128, 65536),
+    b(64, 256, 256, 256),
+    b(256, 128, 128, 128),
+    b(1024, 64, 64, 64),
+    b(32, 512, 512, 512),
+    t(4096, 4096, 4096, true, false),
+    t(4096, 4096, 4096, false, true),
+    t(2048, 3000, 1000, true, true),
+    t(1023, 2047, 511, true, false),
+    t(3001, 1999, 2999, false, true),
 ];
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -52,158 +134,315 @@ fn real_main() -> Res<()> {
             .position(|a| a == name)
             .and_then(|i| args.get(i + 1).cloned())
     };
+    let flag = |name: &str| args.iter().any(|a| a == name);
     if let Some(dir) = opt("--precompile") {
         return precompile(&dir);
     }
-    let sweep = args.iter().any(|a| a == "--sweep");
     let cubin_dir = opt("--cubin");
-    let shapes: Vec<(usize, usize, usize)> = match opt("--shapes") {
-        Some(s) => s
-            .split(';')
-            .map(|t| {
-                let v: Vec<usize> = t
-                    .split(',')
-                    .map(|x| x.trim().parse().unwrap_or(0))
-                    .collect();
-                (v[0], v[1], v[2])
-            })
-            .collect(),
-        None => SHAPES.to_vec(),
+    if flag("--plans") {
+        return print_plans();
+    }
+    let (bench, sweep): (Vec<Shape>, Vec<Shape>) = match opt("--shapes") {
+        Some(list) => (parse_shapes(&list)?, Vec::new()),
+        None => (
+            if flag("--sweep-only") {
+                Vec::new()
+            } else {
+                BENCH.to_vec()
+            },
+            if flag("--bench-only") {
+                Vec::new()
+            } else {
+                SWEEP.to_vec()
+            },
+        ),
     };
     if !gpukit_jit::libs::gpu_available() || !gpukit_jit::libs::cublas_present() {
         println!("gemm_bench: no GPU with cuBLAS on this machine; nothing to measure");
         return Ok(());
     }
-    let ctx = gpukit_jit::open_context(0)?;
-    let stream = ctx.new_stream()?;
-    let sms = raw::multiprocessor_count(&ctx)?;
-    let name = ctx.name()?;
-    let wgmma = raw::supports_wgmma(&ctx)?;
-    println!("device: {name}, {sms} SMs, wgmma kernel: {wgmma}");
+    let dev = Device::open(0)?;
+    let stream = dev.new_stream(0)?;
+    let attrs = dev.attributes().clone();
+    println!(
+        "device: {}, {} SMs, compute capability {}.{}, {} KB smem per block, wgmma kernels: {}",
+        attrs.name,
+        attrs.multiprocessor_count,
+        attrs.compute_capability.0,
+        attrs.compute_capability.1,
+        attrs.shared_memory_per_block_optin >> 10,
+        attrs.supports_wgmma()
+    );
 
-    let mut rows = Vec::new();
-    for &(m, n, k) in &shapes {
-        let mut bench = Bench::new(&ctx, &stream, m, n, k)?;
-        let flops = 2.0 * m as f64 * n as f64 * k as f64;
-        let tf = |ms: f64| flops / (ms * 1e-3) / 1e12;
-        // SAFETY (every closure below): the RawGemm comes from Bench::raw, whose buffers are
-        // live device allocations of exactly m*k, k*n and m*n f32 on `stream`.
-        // SAFETY: see above (buffers owned by `bench`, sized for this shape).
-        let cublas32 = |g: &RawGemm| unsafe { raw::cublas_gemm(&stream, BlasType::F32, g) };
-        // SAFETY: see above (buffers owned by `bench`, sized for this shape).
-        let ours32 = |g: &RawGemm| unsafe { raw::sgemm(&stream, Precision::Fp32, g) };
-        // SAFETY: see above (buffers owned by `bench`, sized for this shape).
-        let cublas_tf = |g: &RawGemm| unsafe { raw::cublas_gemm(&stream, BlasType::F32Tf32, g) };
-        // SAFETY: see above (buffers owned by `bench`, sized for this shape).
-        let ours_tf = |g: &RawGemm| unsafe { raw::sgemm(&stream, Precision::Tf32, g) };
-        let c_fp32 = bench.time(cublas32)?;
-        let reference = bench.result(cublas32)?;
-        let o_fp32 = bench.time(ours32)?;
-        let err_fp32 = normwise(&bench.result(ours32)?, &reference);
-        let c_tf32 = bench.time(cublas_tf)?;
-        let o_tf32 = bench.time(ours_tf)?;
-        let err_tf32 = normwise(&bench.result(ours_tf)?, &reference);
-        let g = bench.raw(0);
-        let p32 = raw::plan_for(&ctx, Precision::Fp32, &g)?;
-        let ptf = raw::plan_for(&ctx, Precision::Tf32, &g)?;
-        // The mma.sync path's own best plan, and the wgmma kernel, each forced.
-        let pmma = config::plan(Family::Tf32, m as u32, n as u32, k as u32, 1, sms);
-        // SAFETY: as above.
-        let o_mma = bench.time(|g| unsafe { raw::sgemm_with_plan(&stream, g, &pmma) })?;
-        let (wg, pack_share, err_wg) = if wgmma {
-            let pw = fixed_plan(WGMMA_CONFIGS[0], k as u32, 1);
-            // SAFETY: as above.
-            let run = |g: &RawGemm| unsafe { raw::sgemm_with_plan(&stream, g, &pw) };
-            let t = bench.time(run)?;
-            let e = normwise(&bench.result(run)?, &reference);
-            // SAFETY: as above (the pack reads A and B only).
-            let tp = bench.time(|g| unsafe { raw::wgmma_pack_only(&stream, g) })?;
-            (
-                format!("{:.1} ({:.0} %)", tf(t), 100.0 * c_tf32 / t),
-                format!("{:.0} %", 100.0 * tp / t),
-                format!("{e:.1e}"),
-            )
-        } else {
-            ("-".into(), "-".into(), "-".into())
-        };
-        let row = format!(
-            "| {m}x{n}x{k} | {:.1} | {:.1} | {:.0} % | {:.1} | {:.1} | {:.0} % | {} | {:.1} | {wg} | {pack_share} | {} s{} | {:.1e} / {:.1e} / {err_wg} |",
-            tf(c_fp32),
-            tf(o_fp32),
-            100.0 * c_fp32 / o_fp32,
-            tf(c_tf32),
-            tf(o_tf32),
-            100.0 * c_tf32 / o_tf32,
-            ptf.config.name,
-            tf(o_mma),
-            pmma.config.name,
-            pmma.splits,
-            err_fp32,
-            err_tf32
-        );
-        println!("{row}");
-        rows.push(row);
-        if sweep {
-            let hopper: &[config::TileConfig] = if wgmma { &WGMMA_CONFIGS } else { &[] };
-            for cfg in TF32_CONFIGS
-                .iter()
-                .chain(SGEMM_CONFIGS.iter())
-                .chain(hopper)
-            {
-                for s in [1u32, 2, 3, 4, 6, 8] {
-                    let plan = fixed_plan(*cfg, k as u32, s);
-                    if plan.splits != s {
-                        continue;
-                    }
-                    // SAFETY: as above.
-                    let ms = bench.time(|g| unsafe { raw::sgemm_with_plan(&stream, g, &plan) })?;
-                    let est = config::estimate(cfg, m as u32, n as u32, k as u32, 1, s, sms);
-                    println!(
-                        "sweep {m}x{n}x{k} {} splits {s}: {:.1} TFLOP/s (model {:.1})",
-                        cfg.name,
-                        tf(ms),
-                        flops / est / 1e12
-                    );
-                }
-            }
+    let mut main_rows = Vec::new();
+    let mut forced_rows = Vec::new();
+    let mut worst = (f64::INFINITY, f64::INFINITY, String::new(), String::new());
+    for (i, shape) in bench.iter().chain(sweep.iter()).enumerate() {
+        let is_bench = i < bench.len();
+        let mut bch = Bench::new(&stream, *shape)?;
+        let row = measure(
+            &mut bch,
+            &attrs,
+            is_bench,
+            flag("--configs"),
+            flag("--skip-3x"),
+            cubin_dir.as_deref(),
+        )?;
+        println!("{}", row.main);
+        if let Some(f) = &row.forced {
+            println!("{f}");
+            forced_rows.push(f.clone());
         }
-        if let Some(dir) = &cubin_dir {
-            for plan in [p32, ptf, pmma] {
-                write_cubin(dir, &plan, bench.vec())?;
-            }
+        if row.fp32_ratio < worst.0 {
+            worst.0 = row.fp32_ratio;
+            worst.2 = row.name.clone();
         }
+        if row.tf32_ratio < worst.1 {
+            worst.1 = row.tf32_ratio;
+            worst.3 = row.name.clone();
+        }
+        main_rows.push(row.main);
     }
     println!();
+    if !forced_rows.is_empty() {
+        println!(
+            "Forced paths (benchmark shapes), TFLOP/s and ratio to cuBLAS of the same precision:"
+        );
+        println!("| shape | SIMT FP32 | mma.sync TF32 (plan) | wgmma TF32, A packed (plan) | pack share |");
+        println!("| --- | --- | --- | --- | --- |");
+        for r in &forced_rows {
+            println!("{r}");
+        }
+        println!();
+    }
     println!(
-        "GEMM on {name}: TFLOP/s (median of 9 samples, CUDA events, inputs rotated beyond L2)"
+        "GEMM on {}: TFLOP/s, median of 9 samples, CUDA events, inputs rotated beyond L2; errors \
+         normwise vs cuBLAS DGEMM on the same inputs",
+        attrs.name
     );
     println!(
-        "| m x n x k | cuBLAS FP32 | ours FP32 | ours/cuBLAS | cuBLAS TF32 | ours TF32 | ours/cuBLAS | TF32 path chosen | mma.sync TF32 | wgmma TF32 (/cuBLAS) | pack share of wgmma | mma.sync plan | err vs cuBLAS FP32 (FP32 / TF32 / wgmma) |"
+        "| shape | cuBLAS FP32 | ours FP32 (plan) | /cuBLAS | cuBLAS TF32 | ours TF32 (plan) | /cuBLAS | 3xTF32 (plan) | 3x/cuBLAS FP32 | err 3xTF32 | err cuBLAS SGEMM | err ours FP32 | err cuBLAS TF32 | err ours TF32 |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
-    for r in rows {
+    println!(
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    for r in &main_rows {
         println!("{r}");
     }
+    println!(
+        "lowest ratio to cuBLAS: FP32 {:.2} ({}), TF32 {:.2} ({})",
+        worst.0, worst.2, worst.1, worst.3
+    );
     Ok(())
 }
 
-fn normwise(x: &[f32], r: &[f32]) -> f64 {
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (&a, &b) in x.iter().zip(r) {
-        num += (a as f64 - b as f64).powi(2);
-        den += (b as f64).powi(2);
+fn parse_shapes(list: &str) -> Res<Vec<Shape>> {
+    list.split(';')
+        .map(|t| {
+            let v: Vec<usize> = t
+                .split(',')
+                .map(|x| x.trim().parse::<usize>())
+                .collect::<Result<_, _>>()?;
+            match v.as_slice() {
+                [m, n, k] => Ok(s(*m, *n, *k)),
+                [bt, m, n, k] => Ok(b(*bt, *m, *n, *k)),
+                _ => Err(format!("shape `{t}` is not m,n,k or batch,m,n,k").into()),
+            }
+        })
+        .collect()
+}
+
+struct Row {
+    name: String,
+    main: String,
+    forced: Option<String>,
+    fp32_ratio: f64,
+    tf32_ratio: f64,
+}
+
+fn plan_name(p: &Plan) -> String {
+    let mut s = format!("{} s{}", p.config.name, p.splits);
+    if p.tma_a {
+        s += " tma";
     }
-    (num / den.max(f64::MIN_POSITIVE)).sqrt()
+    s
+}
+
+fn measure(
+    bch: &mut Bench,
+    dev: &gpukit_core::DeviceAttributes,
+    forced: bool,
+    configs: bool,
+    skip3: bool,
+    cubin_dir: Option<&str>,
+) -> Res<Row> {
+    let sh = bch.shape;
+    let stream = bch.stream.clone();
+    let flops = 2.0 * (sh.m * sh.n * sh.k * sh.batch) as f64;
+    let tf = |ms: f64| flops / (ms * 1e-3) / 1e12;
+    let name = format!(
+        "{}{}x{}x{}{}",
+        if sh.batch > 1 {
+            format!("{}x ", sh.batch)
+        } else {
+            String::new()
+        },
+        sh.m,
+        sh.n,
+        sh.k,
+        match (sh.ta, sh.tb) {
+            (false, false) => "",
+            (true, false) => " TN",
+            (false, true) => " NT",
+            (true, true) => " TT",
+        }
+    );
+    let g0 = bch.raw(0);
+    let reference = bch.reference()?;
+    // SAFETY (every closure below): the RawGemm comes from Bench::raw, whose buffers are live
+    // device allocations sized by required_len of exactly this layout, on `stream`.
+    let cublas = |ty: BlasType| {
+        let s = stream.clone();
+        // SAFETY: see above.
+        move |g: &RawGemm| unsafe { cublas_gemm(&s, ty, g) }
+    };
+    let ours = |p: Precision| {
+        let s = stream.clone();
+        // SAFETY: see above.
+        move |g: &RawGemm| unsafe { sgemm(&s, p, g) }
+    };
+    let with = |p: Plan| {
+        let s = stream.clone();
+        // SAFETY: see above.
+        move |g: &RawGemm| unsafe { sgemm_with_plan(&s, g, &p) }
+    };
+
+    let c32 = bch.time(cublas(BlasType::F32))?;
+    let e_c32 = bch.error(cublas(BlasType::F32), &reference)?;
+    let c_tf = bch.time(cublas(BlasType::F32Tf32))?;
+    let e_ctf = bch.error(cublas(BlasType::F32Tf32), &reference)?;
+    let p32 = plan_for(dev, Precision::Fp32, &g0)?;
+    let o32 = bch.time(ours(Precision::Fp32))?;
+    let e_o32 = bch.error(ours(Precision::Fp32), &reference)?;
+    let ptf = plan_for(dev, Precision::Tf32, &g0)?;
+    let otf = bch.time(ours(Precision::Tf32))?;
+    let e_otf = bch.error(ours(Precision::Tf32), &reference)?;
+    let p3 = plan_for(dev, Precision::Tf32x3, &g0)?;
+    let x3 = if skip3 {
+        "- | - | -".to_string()
+    } else {
+        let (o3, e_o3) = if p3 == p32 {
+            (o32, e_o32)
+        } else {
+            (
+                bch.time(ours(Precision::Tf32x3))?,
+                bch.error(ours(Precision::Tf32x3), &reference)?,
+            )
+        };
+        format!(
+            "{:.1} ({}) | {:.2} | {e_o3:.1e}",
+            tf(o3),
+            plan_name(&p3),
+            c32 / o3
+        )
+    };
+    let main = format!(
+        "| {name} | {:.1} | {:.1} ({}) | {:.2} | {:.1} | {:.1} ({}) | {:.2} | {x3} | {e_c32:.1e} | {e_o32:.1e} | {e_ctf:.1e} | {e_otf:.1e} |",
+        tf(c32),
+        tf(o32),
+        plan_name(&p32),
+        c32 / o32,
+        tf(c_tf),
+        tf(otf),
+        plan_name(&ptf),
+        c_tf / otf,
+    );
+
+    let problem = Problem::of(&g0);
+    let forced_row = if forced {
+        let simt = plan::plan(Family::Sgemm, &problem, dev).ok_or("no SIMT plan")?;
+        let t_simt = if simt == p32 {
+            o32
+        } else {
+            bch.time(with(simt))?
+        };
+        let mma = plan::plan(Family::Tf32, &problem, dev).ok_or("no mma.sync plan")?;
+        let t_mma = if mma == ptf {
+            otf
+        } else {
+            bch.time(with(mma))?
+        };
+        let wg = if dev.supports_wgmma() {
+            let packed = Plan {
+                tma_a: false,
+                ..plan::plan(Family::Wgmma, &problem, dev).ok_or("no wgmma plan")?
+            };
+            let t = bch.time(with(packed))?;
+            let s4 = stream.clone();
+            // SAFETY: as above (the pack reads A and B only).
+            let tp = bch.time(move |g: &RawGemm| unsafe { pack_only(&s4, g, &packed) })?;
+            format!(
+                "{:.1} ({:.2}, {}) | {:.0} %",
+                tf(t),
+                c_tf / t,
+                plan_name(&packed),
+                100.0 * tp / t
+            )
+        } else {
+            "- | -".to_string()
+        };
+        Some(format!(
+            "| {name} | {:.1} ({:.2}) | {:.1} ({:.2}, {}) | {wg} |",
+            tf(t_simt),
+            c32 / t_simt,
+            tf(t_mma),
+            c_tf / t_mma,
+            plan_name(&mma),
+        ))
+    } else {
+        None
+    };
+    if configs {
+        for cfg in plan::all_configs() {
+            if cfg.occupancy_on(dev, sh.ta, sh.tb) == 0 {
+                continue;
+            }
+            for sp in [1u32, 2, 3, 4, 6, 8, 16] {
+                let p = fixed_plan(*cfg, &problem, sp);
+                if p.splits != sp {
+                    continue;
+                }
+                let ms = bch.time(with(p))?;
+                let est = plan::estimate(cfg, &problem, sp, p.tma_a, dev);
+                println!(
+                    "config {name} {}: {:.1} TFLOP/s (model {:.1})",
+                    plan_name(&p),
+                    tf(ms),
+                    flops / est / 1e12
+                );
+            }
+        }
+    }
+    if let Some(dir) = cubin_dir {
+        for p in [p32, ptf] {
+            write_cubin(dir, &p, &g0)?;
+        }
+    }
+    Ok(Row {
+        name,
+        main,
+        forced: forced_row,
+        fp32_ratio: c32 / o32,
+        tf32_ratio: c_tf / otf,
+    })
 }
 
 /// Random inputs (several sets), one output, and event timing.
 struct Bench {
-    ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
-    m: usize,
-    n: usize,
-    k: usize,
+    stream: Stream,
+    shape: Shape,
     sets: Vec<(CudaSlice<f32>, CudaSlice<f32>)>,
+    host0: (Vec<f32>, Vec<f32>),
     c: CudaSlice<f32>,
     nan: Vec<f32>,
 }
@@ -224,32 +463,30 @@ fn uniform(seed: u64, n: usize) -> Vec<f32> {
 }
 
 impl Bench {
-    fn new(
-        ctx: &Arc<CudaContext>,
-        stream: &Arc<CudaStream>,
-        m: usize,
-        n: usize,
-        k: usize,
-    ) -> Res<Bench> {
-        let bytes = 4 * (m * k + k * n);
+    fn new(stream: &Stream, shape: Shape) -> Res<Bench> {
+        let g = raw_of(shape, 0, 0, 0);
+        let (la, lb, lc) = g.required_len();
+        let bytes = 4 * (la + lb);
         let nsets = (256usize << 20).div_ceil(bytes).clamp(1, 8);
-        let a0 = uniform(1, m * k);
-        let b0 = uniform(2, k * n);
+        let a0 = uniform(1, la);
+        let b0 = uniform(2, lb);
         let mut sets = Vec::new();
         for s in 0..nsets {
-            // Different data per set: rotate the host vectors.
+            // Different data per set: scale the host vectors.
             let a: Vec<f32> = a0.iter().map(|x| -x * (1.0 + s as f32 * 0.01)).collect();
-            sets.push((stream.clone_htod(&a)?, stream.clone_htod(&b0)?));
+            sets.push((
+                stream.cuda().clone_htod(&a)?,
+                stream.cuda().clone_htod(&b0)?,
+            ));
         }
-        let nan = vec![f32::NAN; m * n];
-        let c = stream.clone_htod(&nan)?;
+        let nan = vec![f32::NAN; lc];
+        let c = stream.cuda().clone_htod(&nan)?;
+        let host0 = (a0.iter().map(|x| -x).collect(), b0);
         Ok(Bench {
-            ctx: ctx.clone(),
             stream: stream.clone(),
-            m,
-            n,
-            k,
+            shape,
             sets,
+            host0,
             c,
             nan,
         })
@@ -257,107 +494,221 @@ impl Bench {
 
     fn raw(&self, set: usize) -> RawGemm {
         let (a, b) = &self.sets[set % self.sets.len()];
-        let (pa, _ga) = a.device_ptr(&self.stream);
-        let (pb, _gb) = b.device_ptr(&self.stream);
-        let (pc, _gc) = self.c.device_ptr(&self.stream);
-        RawGemm::contiguous(self.m, self.n, self.k, pa, pb, pc)
+        let s = self.stream.cuda();
+        let (pa, _ga) = a.device_ptr(s);
+        let (pb, _gb) = b.device_ptr(s);
+        let (pc, _gc) = self.c.device_ptr(s);
+        raw_of(self.shape, pa, pb, pc)
     }
 
-    fn vec(&self) -> bool {
-        self.raw(0).ab_vectorizable() && self.raw(0).c_vectorizable()
+    /// cuBLAS DGEMM on input set 0, upcast: the f64 reference of every error column.
+    fn reference(&self) -> Res<Vec<f64>> {
+        let up = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+        let s = self.stream.cuda();
+        let a = s.clone_htod(&up(&self.host0.0))?;
+        let b = s.clone_htod(&up(&self.host0.1))?;
+        let c = s.clone_htod(&vec![0.0f64; self.nan.len()])?;
+        let (pa, _ga) = a.device_ptr(s);
+        let (pb, _gb) = b.device_ptr(s);
+        let (pc, _gc) = c.device_ptr(s);
+        let g = raw_of(self.shape, pa, pb, pc);
+        // SAFETY: f64 buffers of exactly this layout's lengths, on this stream.
+        unsafe { cublas_gemm(&self.stream, BlasType::F64, &g) }?;
+        Ok(s.clone_dtoh(&c)?)
     }
 
-    /// Runs `f` once more on input set 0 and returns C (every method's result is compared on
-    /// the same inputs).
-    fn result(&self, f: impl Fn(&RawGemm) -> gpukit_core::Result<()>) -> Res<Vec<f32>> {
+    /// Runs `f` once more on input set 0 and returns its normwise error against `reference`.
+    fn error(
+        &self,
+        f: impl Fn(&RawGemm) -> gpukit_core::Result<()>,
+        reference: &[f64],
+    ) -> Res<f64> {
         f(&self.raw(0))?;
-        Ok(self.stream.clone_dtoh(&self.c)?)
+        let c = self.stream.cuda().clone_dtoh(&self.c)?;
+        let g = self.raw(0);
+        let (mut num, mut den) = (0.0f64, 0.0f64);
+        for bi in 0..g.batch {
+            for i in 0..g.m {
+                let row = bi * g.stride_c + i * g.ldc;
+                for j in row..row + g.n {
+                    let d = c[j] as f64 - reference[j];
+                    num += d * d;
+                    den += reference[j] * reference[j];
+                }
+            }
+        }
+        Ok((num / den.max(f64::MIN_POSITIVE)).sqrt())
     }
 
     /// Median milliseconds per call of `f` over 9 samples, after warm-up.
     fn time(&mut self, f: impl Fn(&RawGemm) -> gpukit_core::Result<()>) -> Res<f64> {
         // Poison C, then warm up (compiles, loads, creates handles) and check for errors.
-        self.stream.memcpy_htod(&self.nan, &mut self.c)?;
+        self.stream.cuda().memcpy_htod(&self.nan, &mut self.c)?;
         for i in 0..2 {
             f(&self.raw(i))?;
         }
         self.stream.synchronize()?;
-        let ev = |s: &CudaStream| s.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT));
         // Calibrate: how many calls make a sample of ~3 ms.
-        let t0 = ev(&self.stream)?;
+        let t0 = self.stream.record()?;
         f(&self.raw(0))?;
-        let t1 = ev(&self.stream)?;
+        let t1 = self.stream.record()?;
         let one = t0.elapsed_ms(&t1)? as f64;
         let inner = ((3.0 / one.max(1e-3)) as usize).clamp(1, 200);
         let mut samples = Vec::new();
         for _ in 0..9 {
-            let s = ev(&self.stream)?;
+            let s = self.stream.record()?;
             for i in 0..inner {
                 f(&self.raw(i))?;
             }
-            let e = ev(&self.stream)?;
+            let e = self.stream.record()?;
             samples.push(s.elapsed_ms(&e)? as f64 / inner as f64);
         }
         samples.sort_by(|a, b| a.total_cmp(b));
-        let _ = &self.ctx;
         Ok(samples[samples.len() / 2])
     }
 }
 
-fn write_cubin(dir: &str, plan: &Plan, vec: bool) -> Res<()> {
+/// The row-major layout of a shape: contiguous operands as stored (transposed ones K x M and
+/// N x K), contiguous batches.
+fn raw_of(sh: Shape, a: u64, b: u64, c: u64) -> RawGemm {
+    let tr = |x: bool| if x { Transpose::Yes } else { Transpose::No };
+    RawGemm {
+        m: sh.m,
+        n: sh.n,
+        k: sh.k,
+        trans_a: tr(sh.ta),
+        trans_b: tr(sh.tb),
+        a,
+        lda: if sh.ta { sh.m } else { sh.k },
+        stride_a: sh.m * sh.k,
+        b,
+        ldb: if sh.tb { sh.k } else { sh.n },
+        stride_b: sh.k * sh.n,
+        c,
+        ldc: sh.n,
+        stride_c: sh.m * sh.n,
+        alpha: 1.0,
+        beta: 0.0,
+        batch: sh.batch,
+    }
+}
+
+fn write_cubin(dir: &str, plan: &Plan, g: &RawGemm) -> Res<()> {
     std::fs::create_dir_all(dir)?;
-    let (source, program, options, expr) = kernels::instantiation(&plan.config, false, false, vec);
-    let options = options
+    let variant = kernels::Variant {
+        trans_a: g.trans_a.is_yes(),
+        trans_b: g.trans_b.is_yes(),
+        vec: g.ab_vectorizable() && g.c_vectorizable(),
+        tma_a: plan.tma_a,
+    };
+    let inst = kernels::instantiation(&plan.config, variant);
+    let options = inst
+        .options()
         .output(gpukit_jit::Output::Cubin)
         .verbose_ptxas(true);
-    let arch = gpukit_jit::Arch::new(9, 0).for_source(source);
-    let m = gpukit_jit::compile(source, program, arch, &options)?;
-    let file = format!(
-        "{dir}/{}_nn_{}.cubin",
-        plan.config.name,
-        if vec { "vec" } else { "scalar" }
-    );
+    let arch = gpukit_jit::Arch::new(9, 0).for_source(inst.source());
+    let m = gpukit_jit::compile(inst.source(), inst.program, arch, &options)?;
+    let file = format!("{dir}/{}.cubin", plan_name(plan).replace(' ', "_"));
     std::fs::write(&file, &m.image)?;
     println!(
-        "wrote {file} ({expr}); ptxas: {}",
+        "wrote {file} ({}); ptxas: {}",
+        inst.expr,
         m.log.replace('\n', " | ")
     );
     Ok(())
 }
 
-/// Compiles every GEMM kernel for sm_90 (the wgmma ones for sm_90a) into the kernel cache at
-/// `dir` (NVRTC only).
+/// Compiles every GEMM kernel for sm_90 (the `wgmma` ones for sm_90a) into the kernel cache at
+/// `dir` (NVRTC only), with the options the library loads them with.
 fn precompile(dir: &str) -> Res<()> {
     // SAFETY (edition 2021: set_var is safe): called before any thread or cache exists.
     std::env::set_var("GPUKIT_CACHE_DIR", dir);
     let cache = gpukit_jit::KernelCache::global()?;
     let arch = gpukit_jit::Arch::new(9, 0);
-    let mut n = 0;
-    for fam in [Family::Tf32, Family::Sgemm, Family::Wgmma] {
-        for cfg in config::configs(fam) {
-            for (ta, tb, vec) in kernels::variants_of(cfg) {
-                let (source, program, options, _) = kernels::instantiation(cfg, ta, tb, vec);
-                cache.get_or_compile(source, program, arch.for_source(source), &options)?;
-                n += 1;
-            }
+    let insts = kernels::all_instantiations(true);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures: Vec<String> = std::thread::scope(|sc| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                sc.spawn(|| {
+                    let mut failed = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(inst) = insts.get(i) else {
+                            return failed;
+                        };
+                        let target = arch.for_source(inst.source());
+                        if let Err(e) = cache.get_or_compile(
+                            inst.source(),
+                            inst.program,
+                            target,
+                            &inst.options(),
+                        ) {
+                            failed.push(format!("{}: {e}", inst.expr));
+                        }
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| vec!["a compile thread panicked".into()])
+            })
+            .collect()
+    });
+    if !failures.is_empty() {
+        return Err(failures.join("\n").into());
+    }
+    println!(
+        "precompiled {} GEMM kernels for {arch} into {dir}",
+        insts.len()
+    );
+    Ok(())
+}
+
+/// The planner's choice per shape and precision (and its estimate), on this machine's GPU or,
+/// without one, on an H200's attributes.
+fn print_plans() -> Res<()> {
+    let attrs = if gpukit_jit::libs::gpu_available() {
+        Device::open(0)?.attributes().as_ref().clone()
+    } else {
+        gpukit_core::DeviceAttributes {
+            ordinal: 0,
+            name: "NVIDIA H200 (attributes assumed, no GPU here)".into(),
+            compute_capability: (9, 0),
+            multiprocessor_count: 132,
+            shared_memory_per_block: 48 << 10,
+            shared_memory_per_block_optin: 227 << 10,
+            shared_memory_per_multiprocessor: 228 << 10,
+            l2_cache_bytes: 60 << 20,
+            max_threads_per_block: 1024,
+            max_threads_per_multiprocessor: 2048,
+            registers_per_block: 65536,
+            registers_per_multiprocessor: 65536,
+            warp_size: 32,
+            async_engine_count: 3,
+            total_memory: 141 << 30,
         }
+    };
+    println!("plans on {}:", attrs.name);
+    for sh in BENCH.iter().chain(SWEEP.iter()) {
+        let g = raw_of(*sh, 256, 256, 256);
+        let mut line = format!("{sh:?}:");
+        for p in [Precision::Fp32, Precision::Tf32, Precision::Tf32x3] {
+            let plan = plan_for(&attrs, p, &g)?;
+            let tflops = 2.0 * (sh.m * sh.n * sh.k * sh.batch) as f64 / plan.estimate_us / 1e6;
+            line += &format!(
+                " {p:?} {} ({:.0} us, {tflops:.0} TFLOP/s);",
+                plan_name(&plan),
+                plan.estimate_us
+            );
+        }
+        println!("{line}");
     }
-    for cfg in &WGMMA_CONFIGS {
-        let options = kernels::base_options().name_expression(kernels::pack_expression(cfg));
-        cache.get_or_compile(
-            kernels::WGMMA_SOURCE,
-            kernels::PACK_PROGRAM,
-            arch.for_source(kernels::WGMMA_SOURCE),
-            &options,
-        )?;
-        n += 1;
-    }
-    cache.get_or_compile(
-        kernels::REDUCE_SOURCE,
-        kernels::REDUCE_PROGRAM,
-        arch,
-        &kernels::base_options(),
-    )?;
-    println!("precompiled {} GEMM kernels for {arch} into {dir}", n + 1);
     Ok(())
 }

@@ -8,20 +8,29 @@
 //! Waits in FIFO order for `N` of the devices `D` (default: `GPUMUTEX_*` environment variables),
 //! runs `CMD` with `CUDA_VISIBLE_DEVICES` set to the granted devices (and the `GPUMUTEX_*`
 //! variables set to the effective configuration, so a preloaded `gpumutex_preload` in the
-//! command shares the claim), holds the devices until `CMD` exits and exits with its status.
+//! command shares the claim), and holds the devices until `CMD` **and every process it
+//! started** have exited; then exits with `CMD`'s status.
+//!
+//! * The runner is a child subreaper (`PR_SET_CHILD_SUBREAPER`): descendants of `CMD` that
+//!   daemonize (`setsid cmd &`, double fork) are re-parented to it, and it waits for all of
+//!   them before it releases the devices.
+//! * `CMD` dies with the runner (`PR_SET_PDEATHSIG`, `SIGKILL`), and `CMD` inherits the claim's
+//!   tree lock ([`gpukit::mutex::GpuGuard::hold_in`]): if the runner is killed, whatever of the
+//!   tree survives (a daemon that kept its descriptors) keeps the devices busy until it exits.
 //!
 //! Exit codes: `CMD`'s own code; `128 + signal` if `CMD` died from a signal; `124` if
 //! `--timeout` expired (the command is not run); `128 + signal` if SIGINT/SIGTERM/SIGHUP
-//! ended the wait (the command is not run); `2` for bad arguments or configuration; `125` for
-//! other lock errors; `126`/`127` if `CMD` cannot be executed / is not found.
+//! ended the wait (the command is not run); `2` for bad arguments or configuration (nothing is
+//! created); `125` for other lock errors; `126`/`127` if `CMD` cannot be executed / is not found.
 //!
 //! Signals: while waiting, SIGINT (Ctrl-C), SIGTERM and SIGHUP end the wait at once. While
 //! `CMD` runs, SIGTERM and SIGHUP are forwarded to it; SIGINT is not (a terminal delivers
-//! Ctrl-C to the whole foreground process group, `CMD` included), and the runner keeps waiting
-//! for `CMD` so the devices stay held until it exits. The runner makes itself a child subreaper,
-//! so descendants of `CMD` that daemonize stay in its process tree and keep sharing the claim.
+//! Ctrl-C to the whole foreground process group, `CMD` included). Once `CMD` has exited, all
+//! three are forwarded to the remaining processes of its tree that were re-parented to the
+//! runner (they are usually in other sessions, out of the terminal's reach).
 
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -65,11 +74,16 @@ struct Args {
 }
 
 static CANCEL: OnceLock<CancelToken> = OnceLock::new();
+/// The last signal received (0: none yet).
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// Signals received since the main loop last looked, as a bit set.
+static PENDING: AtomicI32 = AtomicI32::new(0);
+/// The command's pid while it runs.
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
     SIGNAL.store(sig, Ordering::SeqCst);
+    PENDING.fetch_or(1 << sig, Ordering::SeqCst);
     if let Some(t) = CANCEL.get() {
         t.cancel();
     }
@@ -80,14 +94,17 @@ extern "C" fn on_signal(sig: libc::c_int) {
     }
 }
 
+const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
 fn install_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+    for sig in FORWARDED {
         // SAFETY: a zeroed sigaction is a valid starting point; the handler only calls
-        // async-signal-safe functions (atomic stores, write(2) via CancelToken::cancel, kill(2)).
+        // async-signal-safe functions (atomics, write(2) via CancelToken::cancel, kill(2)). No
+        // SA_RESTART: a signal interrupts waitpid so the main loop can forward it.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = on_signal as *const () as usize;
-            sa.sa_flags = libc::SA_RESTART;
+            sa.sa_flags = 0;
             libc::sigemptyset(&mut sa.sa_mask);
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
@@ -99,31 +116,73 @@ fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(code)
 }
 
-fn print_status(args: &Args, mutex: Option<&GpuMutex>) -> ExitCode {
-    let result = match mutex {
-        Some(m) => m.status(),
-        None => {
-            let dir = args
-                .lock_dir
-                .clone()
-                .or_else(|| std::env::var_os(gm::ENV_LOCK_DIR).map(PathBuf::from))
-                .unwrap_or_else(|| PathBuf::from(gm::DEFAULT_LOCK_DIR));
-            if !dir.exists() {
-                println!(
-                    "lock directory: {} (does not exist: nothing held, nobody waiting)",
-                    dir.display()
-                );
-                return ExitCode::SUCCESS;
-            }
-            gm::status(&dir, &[])
-        }
+/// `--status`: reads the directory only (it never creates it, and works on a directory the
+/// lock itself would refuse, saying why).
+fn print_status(args: &Args) -> ExitCode {
+    let dir = args
+        .lock_dir
+        .clone()
+        .or_else(|| std::env::var_os(gm::ENV_LOCK_DIR).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(gm::DEFAULT_LOCK_DIR));
+    let visible = match args
+        .visible_devices
+        .clone()
+        .or_else(|| std::env::var(gm::ENV_VISIBLE_DEVICES).ok())
+    {
+        Some(v) => match gm::parse_device_list(&v) {
+            Ok(d) => d,
+            Err(e) => return fail(2, e),
+        },
+        None => Vec::new(),
     };
-    match result {
+    if std::fs::symlink_metadata(&dir).is_err() {
+        println!(
+            "lock directory: {} (does not exist: nothing held, nobody waiting)",
+            dir.display()
+        );
+        return ExitCode::SUCCESS;
+    }
+    match gm::status(&dir, &visible) {
         Ok(s) => {
             print!("{s}");
             ExitCode::SUCCESS
         }
         Err(e) => fail(125, e),
+    }
+}
+
+/// Our direct children (the command, or descendants re-parented to us), from `/proc`.
+fn children() -> Vec<i32> {
+    let me = std::process::id().to_string();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_ascii_whitespace().nth(1));
+        if ppid == Some(me.as_str()) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn exit_code(status: libc::c_int) -> ExitCode {
+    if libc::WIFEXITED(status) {
+        ExitCode::from(libc::WEXITSTATUS(status).clamp(0, 255) as u8)
+    } else if libc::WIFSIGNALED(status) {
+        ExitCode::from((128 + libc::WTERMSIG(status).clamp(0, 127)) as u8)
+    } else {
+        ExitCode::from(125)
     }
 }
 
@@ -143,7 +202,7 @@ fn main() -> ExitCode {
         b = b.lock_dir(d);
     }
     if let Some(t) = &args.timeout {
-        match gm::config::parse_timeout_secs("--timeout", t) {
+        match gm::parse_timeout_secs("--timeout", t) {
             Ok(t) => b = b.timeout(t),
             Err(e) => return fail(2, e),
         }
@@ -151,29 +210,25 @@ fn main() -> ExitCode {
     if args.backfill {
         b = b.backfill(true);
     }
-    let token = match CancelToken::new() {
-        Ok(t) => t,
-        Err(e) => return fail(125, e),
-    };
-    let _ = CANCEL.set(token.clone());
-    let mutex = match b.cancel_token(token).build() {
-        Ok(m) => Some(m),
-        Err(Error::NoVisibleDevices) if args.status => None,
-        Err(e) => return fail(2, e),
-    };
     if args.status {
-        return print_status(&args, mutex.as_ref());
+        return print_status(&args);
     }
-    let Some(mutex) = mutex else {
-        return fail(2, Error::NoVisibleDevices);
-    };
     if args.cmd.is_empty() {
         return fail(
             2,
             "no command given (usage: gpumutex-run [OPTIONS] -- CMD [ARGS]...)",
         );
     }
+    let token = match CancelToken::new() {
+        Ok(t) => t,
+        Err(e) => return fail(125, e),
+    };
+    let _ = CANCEL.set(token.clone());
     install_handlers();
+    let mutex = match b.cancel_token(token).build() {
+        Ok(m) => m,
+        Err(e) => return fail(2, e),
+    };
     let cfg = mutex.config().clone();
     let guard = match mutex.lock() {
         Ok(g) => g,
@@ -186,18 +241,42 @@ fn main() -> ExitCode {
         Err(e) if e.is_config_error() => return fail(2, e),
         Err(e) => return fail(125, e),
     };
-    // Orphaned descendants of the command are re-parented to us, so they stay in the tree
-    // that shares the claim.
+    // Orphaned descendants of the command are re-parented to us: they stay in the tree that
+    // shares the claim, and we wait for them before releasing it.
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes plain integer arguments.
-    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return fail(
+            125,
+            format!(
+                "cannot become a child subreaper: {}",
+                std::io::Error::last_os_error()
+            ),
+        );
+    }
     let mut cmd = Command::new(&args.cmd[0]);
     cmd.args(&args.cmd[1..]);
     guard.apply(&mut cmd);
+    guard.hold_in(&mut cmd);
     let devs: Vec<String> = cfg.visible_devices.iter().map(|d| d.to_string()).collect();
     cmd.env(gm::ENV_VISIBLE_DEVICES, devs.join(","))
         .env(gm::ENV_NUM_DEVICES, guard.devices().len().to_string())
         .env(gm::ENV_LOCK_DIR, &cfg.lock_dir);
-    let mut child = match cmd.spawn() {
+    let runner = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
+    // syscalls (prctl, getppid).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The runner may have died before the death signal was armed.
+            if libc::getppid() != runner {
+                return Err(std::io::Error::other("gpumutex-run exited"));
+            }
+            Ok(())
+        });
+    }
+    let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
             let code = if e.kind() == std::io::ErrorKind::NotFound {
@@ -208,23 +287,53 @@ fn main() -> ExitCode {
             return fail(code, format!("cannot run {:?}: {e}", args.cmd[0]));
         }
     };
-    CHILD.store(child.id() as i32, Ordering::SeqCst);
-    let status = loop {
-        match child.wait() {
-            Ok(s) => break s,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return fail(125, format!("waiting for the command: {e}")),
+    let child_pid = child.id() as libc::pid_t;
+    CHILD.store(child_pid, Ordering::SeqCst);
+    let mut status: Option<libc::c_int> = None;
+    let mut announced = false;
+    loop {
+        let mut st: libc::c_int = 0;
+        // SAFETY: waits for any child of ours; `st` is a valid out-pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut st, 0) };
+        if pid == child_pid {
+            CHILD.store(0, Ordering::SeqCst);
+            status = Some(st);
         }
-    };
-    CHILD.store(0, Ordering::SeqCst);
-    // Reap orphans that were re-parented to us and already exited.
-    // SAFETY: waitpid with WNOHANG on any child; the status pointer may be null.
-    while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+        if pid > 0 {
+            if status.is_some() && !announced {
+                let rest = children();
+                if !rest.is_empty() {
+                    announced = true;
+                    eprintln!(
+                        "gpumutex-run: command exited; holding the devices until the {} remaining process(es) it started exit (pids {rest:?})",
+                        rest.len()
+                    );
+                }
+            }
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => {
+                let pending = PENDING.swap(0, Ordering::SeqCst);
+                if status.is_some() {
+                    for sig in FORWARDED {
+                        if pending & (1 << sig) != 0 {
+                            for pid in children() {
+                                // SAFETY: kill(2) of a process re-parented to us.
+                                unsafe { libc::kill(pid, sig) };
+                            }
+                        }
+                    }
+                }
+            }
+            Some(libc::ECHILD) => break,
+            _ => return fail(125, format!("waiting for the command: {e}")),
+        }
+    }
     drop(guard);
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
-        (None, Some(sig)) => ExitCode::from((128 + sig.clamp(0, 127)) as u8),
-        _ => ExitCode::from(125),
+    match status {
+        Some(st) => exit_code(st),
+        None => fail(125, "the command vanished without an exit status"),
     }
 }

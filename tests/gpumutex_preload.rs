@@ -6,9 +6,17 @@
 use std::fs;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 const FAKE_LIBCUDA: &str = include_str!("../gpukit-mutex/tests/fixtures/fake_libcuda.c");
 const FAKE_APP: &str = include_str!("../gpukit-mutex/tests/fixtures/fake_app.c");
+const FAKE_LIBCUDA_MAP: &str = include_str!("../gpukit-mutex/tests/fixtures/fake_libcuda.map");
+const FAKE_USER: &str = include_str!("../gpukit-mutex/tests/fixtures/fake_user.c");
+const DL_NEXT_A: &str = include_str!("../gpukit-mutex/tests/fixtures/dl_next_a.c");
+const DL_NEXT_B: &str = include_str!("../gpukit-mutex/tests/fixtures/dl_next_b.c");
+const DL_ORIGIN: &str = include_str!("../gpukit-mutex/tests/fixtures/dl_origin.c");
+const DL_SUB: &str = include_str!("../gpukit-mutex/tests/fixtures/dl_sub.c");
+const DL_APP: &str = include_str!("../gpukit-mutex/tests/fixtures/dl_app.c");
 
 fn preload_so() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
@@ -26,6 +34,7 @@ struct Env {
     root: PathBuf,
     lib: PathBuf,
     app: PathBuf,
+    user: PathBuf,
     so: PathBuf,
 }
 
@@ -52,8 +61,15 @@ fn setup() -> Option<Env> {
     let root = t.path().to_path_buf();
     fs::write(root.join("fake_libcuda.c"), FAKE_LIBCUDA).expect("write");
     fs::write(root.join("fake_app.c"), FAKE_APP).expect("write");
+    fs::write(root.join("fake_user.c"), FAKE_USER).expect("write");
+    fs::write(root.join("fake_libcuda.map"), FAKE_LIBCUDA_MAP).expect("write");
+    let map = format!(
+        "-Wl,--version-script={}",
+        root.join("fake_libcuda.map").display()
+    );
     let lib = root.join("libcuda.so.1");
     let app = root.join("fake_app");
+    let user = root.join("libfake_user.so");
     let r = cc(&[
         "-shared",
         "-fPIC",
@@ -61,6 +77,7 @@ fn setup() -> Option<Env> {
         "-o",
         lib.to_str().expect("utf8"),
         root.join("fake_libcuda.c").to_str().expect("utf8"),
+        &map,
     ])
     .and_then(|_| {
         cc(&[
@@ -69,6 +86,15 @@ fn setup() -> Option<Env> {
             app.to_str().expect("utf8"),
             root.join("fake_app.c").to_str().expect("utf8"),
             "-ldl",
+        ])
+    })
+    .and_then(|_| {
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-o",
+            user.to_str().expect("utf8"),
+            root.join("fake_user.c").to_str().expect("utf8"),
         ])
     });
     if let Err(e) = r {
@@ -81,6 +107,7 @@ fn setup() -> Option<Env> {
         root,
         lib,
         app,
+        user,
         so,
     })
 }
@@ -95,6 +122,7 @@ impl Env {
             .env("LD_PRELOAD", &self.so)
             .env("FAKE_CUDA_LOG", self.root.join("cuda.txt"))
             .env("GPUMUTEX_LOCK_DIR", self.root.join("locks"))
+            .env("FAKE_USER_LIB", &self.user)
             .env_remove("GPUMUTEX_NUM_DEVICES")
             .env_remove("GPUMUTEX_TIMEOUT")
             .env_remove("GPUMUTEX_JOB_ROOT")
@@ -106,6 +134,15 @@ impl Env {
             None => c.env_remove("GPUMUTEX_VISIBLE_DEVICES"),
         };
         c
+    }
+
+    /// The whole result lines of the app runs.
+    fn app_lines(&self) -> Vec<String> {
+        fs::read_to_string(self.root.join("apps.txt"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 
     /// (rc, cvd, start, end) per app run.
@@ -160,7 +197,7 @@ fn run_pair(
 
 #[test]
 fn two_processes_serialise_on_one_device_via_every_lookup_path() {
-    for mode in ["dlsym", "procaddr", "procaddr_v2"] {
+    for mode in ["dlsym", "dlvsym", "procaddr", "procaddr_v2"] {
         let Some(env) = setup() else { return };
         let apps = run_pair(&env, mode, Some("0"), 300);
         assert_eq!(apps.len(), 2, "{mode}: {apps:?}");
@@ -250,4 +287,204 @@ fn timeout_fails_cuinit_with_device_unavailable() {
     let rcs: Vec<i32> = env.apps().iter().map(|a| a.0).collect();
     assert!(rcs.contains(&46), "{rcs:?}");
     assert!(rcs.contains(&0), "{rcs:?}");
+}
+
+fn field(line: &str, key: &str) -> String {
+    line.split(' ')
+        .find_map(|f| f.strip_prefix(key))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Attack 8: a program waiting inside `cuInit` ignored Ctrl-C until it was granted the device.
+/// Now the signal (the program handles it, as Python does) ends the wait: the handler ran,
+/// cuInit returned CUDA_ERROR_DEVICE_UNAVAILABLE and the driver was never initialised.
+#[test]
+fn ctrl_c_interrupts_a_wait_inside_cuinit() {
+    let Some(env) = setup() else { return };
+    let mut holder = env.cmd("dlsym", 3000, Some("0")).spawn().expect("spawn");
+    let t = Instant::now();
+    while env.cuda_calls().is_empty() {
+        assert!(t.elapsed().as_secs() < 20, "holder never initialised");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut waiter = env.cmd("sigint", 0, Some("0")).spawn().expect("spawn");
+    let dir = env.root.join("locks");
+    while gpukit::mutex::status(&dir, &[])
+        .expect("status")
+        .waiters
+        .is_empty()
+    {
+        assert!(t.elapsed().as_secs() < 20, "waiter never queued");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t1 = Instant::now();
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(waiter.id() as i32, libc::SIGINT) };
+    let st = waiter.wait().expect("wait");
+    let el = t1.elapsed();
+    assert!(
+        st.success(),
+        "the program must survive (it handles SIGINT): {st}"
+    );
+    assert!(
+        el < Duration::from_secs(2),
+        "SIGINT took {el:?} to end the wait"
+    );
+    let lines = env.app_lines();
+    let mine = lines
+        .iter()
+        .find(|l| field(l, "sig=") == "1")
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert_eq!(field(mine, "rc="), "46", "{mine}");
+    assert_eq!(
+        env.cuda_calls().len(),
+        1,
+        "nothing granted: {:?}",
+        env.cuda_calls()
+    );
+    assert!(gpukit::mutex::status(&dir, &[])
+        .expect("status")
+        .waiters
+        .is_empty());
+    holder.wait().expect("holder");
+}
+
+/// A libcuda that is unloaded and loaded again: cuInit fails cleanly while it is gone (no call
+/// into unmapped code) and works again afterwards.
+#[test]
+fn dlclose_forgets_an_unloaded_libcuda() {
+    let Some(env) = setup() else { return };
+    let st = env.cmd("dlclose", 0, Some("0")).status().expect("run");
+    assert!(st.success(), "{st}");
+    let lines = env.app_lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(field(&lines[0], "rc="), "0", "{lines:?}");
+    assert_eq!(
+        field(&lines[0], "rc2="),
+        "3",
+        "CUDA_ERROR_NOT_INITIALIZED: {lines:?}"
+    );
+    assert_eq!(field(&lines[0], "rc3="), "0", "{lines:?}");
+    assert_eq!(env.cuda_calls().len(), 2, "{:?}", env.cuda_calls());
+}
+
+/// A libcuda dlopened privately under a path (no soname to find it by): cuInit called from a
+/// library that just references it still reaches it (the dlopen hook noted its name).
+#[test]
+fn a_privately_loaded_libcuda_is_found_through_dlopen() {
+    let Some(env) = setup() else { return };
+    let out = env.cmd("private", 0, Some("0")).output().expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = env.app_lines();
+    assert_eq!(field(&lines[0], "rc="), "0", "{lines:?}");
+    assert_eq!(field(&lines[0], "cvd="), "0", "{lines:?}");
+    assert_eq!(env.cuda_calls().len(), 1);
+}
+
+/// Other libraries' caller-relative lookups mean what they mean without the preload:
+/// `dlsym`/`dlvsym(RTLD_NEXT)` from another interposer, and `dlopen` through the calling
+/// library's RUNPATH (`$ORIGIN`). Before, RTLD_NEXT was taken relative to the preload (an
+/// interposer after it found itself again and recursed until it crashed).
+#[test]
+fn caller_relative_lookups_are_kept_for_other_libraries() {
+    let Some(so) = preload_so() else {
+        eprintln!(
+            "SKIPPED caller_relative_lookups_are_kept_for_other_libraries: preload not built"
+        );
+        return;
+    };
+    let t = tempfile::tempdir().expect("tempdir");
+    let d = t.path();
+    fs::create_dir(d.join("sub")).expect("mkdir");
+    for (name, src) in [
+        ("dl_next_a.c", DL_NEXT_A),
+        ("dl_next_b.c", DL_NEXT_B),
+        ("dl_origin.c", DL_ORIGIN),
+        ("dl_sub.c", DL_SUB),
+        ("dl_app.c", DL_APP),
+    ] {
+        fs::write(d.join(name), src).expect("write");
+    }
+    let p = |n: &str| d.join(n).to_str().expect("utf8").to_string();
+    let rpath = format!("-Wl,-rpath,{}", d.display());
+    let built = cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        &p("libdl_next_a.so"),
+        &p("dl_next_a.c"),
+        "-ldl",
+    ])
+    .and_then(|_| {
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-o",
+            &p("libdl_next_b.so"),
+            &p("dl_next_b.c"),
+        ])
+    })
+    .and_then(|_| {
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-o",
+            &p("sub/libdl_sub.so"),
+            &p("dl_sub.c"),
+        ])
+    })
+    .and_then(|_| {
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-o",
+            &p("libdl_origin.so"),
+            &p("dl_origin.c"),
+            "-ldl",
+            "-Wl,--enable-new-dtags,-rpath,$ORIGIN/sub",
+        ])
+    })
+    .and_then(|_| {
+        cc(&[
+            "-o",
+            &p("dl_app"),
+            &p("dl_app.c"),
+            "-Wl,--no-as-needed",
+            "-L",
+            d.to_str().expect("utf8"),
+            "-ldl_next_a",
+            "-ldl_next_b",
+            "-ldl",
+            &rpath,
+        ])
+    });
+    if let Err(e) = built {
+        eprintln!("SKIPPED caller_relative_lookups_are_kept_for_other_libraries: {e}");
+        return;
+    }
+    let run = |preload: bool| {
+        let mut c = Command::new(d.join("dl_app"));
+        c.arg(d.join("libdl_origin.so"))
+            .env("GPUMUTEX_VISIBLE_DEVICES", "0")
+            .env("GPUMUTEX_LOCK_DIR", d.join("locks"));
+        if preload {
+            c.env("LD_PRELOAD", &so);
+        }
+        let out = c.output().expect("run");
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        )
+    };
+    let (st, base) = run(false);
+    assert!(st.success());
+    assert_eq!(base, "next=107 vnext=207 origin=1", "the fixture itself");
+    let (st, with) = run(true);
+    assert!(st.success(), "under the preload: {st}");
+    assert_eq!(with, base);
 }

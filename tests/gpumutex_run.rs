@@ -317,3 +317,340 @@ fn two_runners_exclude_each_other_and_status_shows_them() {
         "runs overlapped: {lines:?}"
     );
 }
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos()
+}
+
+fn read_ns(path: &Path) -> u128 {
+    fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .parse()
+        .expect("ns")
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie (dead, not yet reaped by init) counts as gone.
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .map(|r| !r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// Attack 7a: `sh -c 'setsid daemon & exit 0'` used to release the device while the daemon
+/// still ran. Now the runner waits for the whole tree.
+#[test]
+fn holds_the_devices_until_the_whole_tree_has_exited() {
+    let Some(bin) = runner() else { return };
+    let (t, dir) = tmp();
+    let end = t.path().join("daemon-end");
+    let second = t.path().join("second-start");
+    let script = format!(
+        "setsid sh -c 'sleep 0.8; date +%s%N > {}' < /dev/null > /dev/null 2>&1 & exit 0",
+        end.display()
+    );
+    let t0 = Instant::now();
+    let first = run(
+        &bin,
+        &dir,
+        &["--visible-devices", "0", "--", "sh", "-c", &script],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn");
+    wait_for("claim", || {
+        fs::read_dir(&dir)
+            .map(|rd| {
+                rd.flatten()
+                    .any(|e| e.file_name().to_string_lossy().starts_with("gpukit-claim."))
+            })
+            .unwrap_or(false)
+    });
+    let mut waiter = run(
+        &bin,
+        &dir,
+        &[
+            "--visible-devices",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            &format!("date +%s%N > {}", second.display()),
+        ],
+    )
+    .spawn()
+    .expect("spawn");
+    let out = first.wait_with_output().expect("first");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        t0.elapsed() >= Duration::from_millis(800),
+        "the runner exited before the daemon"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("holding the devices until"), "{err}");
+    assert!(waiter.wait().expect("waiter").success());
+    assert!(
+        read_ns(&second) >= read_ns(&end),
+        "the next job started while the first one's daemon still ran"
+    );
+}
+
+/// Attack 7b: SIGKILL of the runner handed the device to the next waiter while its command
+/// kept running. Now the command dies with the runner, and a process of the tree that
+/// survives keeps the devices busy until it exits.
+#[test]
+fn a_killed_runner_takes_its_command_along_and_survivors_keep_the_devices() {
+    let Some(bin) = runner() else { return };
+    let (t, dir) = tmp();
+    let pidfile = t.path().join("cmd-pid");
+    let mut first = run(
+        &bin,
+        &dir,
+        &[
+            "--visible-devices",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo $$ > {}; exec sleep 30", pidfile.display()),
+        ],
+    )
+    .spawn()
+    .expect("spawn");
+    wait_for("command", || {
+        fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let cmd_pid: i32 = fs::read_to_string(&pidfile)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("pid");
+    first.kill().expect("SIGKILL the runner");
+    first.wait().expect("reap");
+    wait_for("the command to die with its runner", || !alive(cmd_pid));
+    // The device is free again (nothing of the tree survived).
+    let st = run(
+        &bin,
+        &dir,
+        &["--visible-devices", "0", "--timeout", "10", "--", "true"],
+    )
+    .status()
+    .expect("run");
+    assert!(st.success());
+
+    // Now with a grandchild that survives the command (it kept its descriptors).
+    let end = t.path().join("survivor-end");
+    let ready = t.path().join("ready");
+    let mut first = run(
+        &bin,
+        &dir,
+        &[
+            "--visible-devices",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "(sleep 1; date +%s%N > {}) & : > {}; wait",
+                end.display(),
+                ready.display()
+            ),
+        ],
+    )
+    .spawn()
+    .expect("spawn");
+    wait_for("ready", || ready.exists());
+    first.kill().expect("SIGKILL the runner");
+    first.wait().expect("reap");
+    let killed = now_ns();
+    let second = t.path().join("second");
+    let st = run(
+        &bin,
+        &dir,
+        &[
+            "--visible-devices",
+            "0",
+            "--timeout",
+            "20",
+            "--",
+            "sh",
+            "-c",
+            &format!("date +%s%N > {}", second.display()),
+        ],
+    )
+    .status()
+    .expect("run");
+    assert!(st.success());
+    assert!(
+        read_ns(&end) > killed,
+        "the survivor must outlive the runner"
+    );
+    assert!(
+        read_ns(&second) >= read_ns(&end),
+        "the device was handed over while a survivor of the killed runner's tree still ran"
+    );
+}
+
+#[test]
+fn signals_reach_the_remaining_tree_after_the_command_exited() {
+    let Some(bin) = runner() else { return };
+    let (_t, dir) = tmp();
+    let mut r = run(
+        &bin,
+        &dir,
+        &[
+            "--visible-devices",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            "setsid sleep 60 < /dev/null > /dev/null 2>&1 & exit 3",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn");
+    let mut err = r.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        r.try_wait().expect("poll").is_none(),
+        "the runner must wait for the daemon"
+    );
+    let t0 = Instant::now();
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(r.id() as i32, libc::SIGTERM) };
+    let code = r.wait().expect("wait").code();
+    assert_eq!(code, Some(3), "exits with the command's status");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert!(reader.join().expect("join").contains("remaining process"));
+}
+
+#[test]
+fn timeout_values_never_panic_and_bad_ones_create_nothing() {
+    let Some(bin) = runner() else { return };
+    let (t, dir) = tmp();
+    let st = run(
+        &bin,
+        &dir,
+        &["--visible-devices", "0", "--timeout", "1e19", "--", "true"],
+    )
+    .status()
+    .expect("run");
+    assert_eq!(st.code(), Some(0));
+    let missing = t.path().join("never-created");
+    for bad in ["nan", "inf", "-1", "1e20", "1e400"] {
+        let out = Command::new(&bin)
+            .args(["--lock-dir", missing.to_str().expect("utf8")])
+            .args(["--visible-devices", "0", "--timeout", bad, "--", "true"])
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--timeout"),
+            "{bad}"
+        );
+        assert!(!missing.exists(), "{bad} created the lock directory");
+    }
+    let out = Command::new(&bin)
+        .env("GPUMUTEX_TIMEOUT", "NaN")
+        .args(["--lock-dir", missing.to_str().expect("utf8")])
+        .args(["--visible-devices", "0", "--", "true"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!missing.exists());
+}
+
+#[test]
+fn an_untrusted_lock_directory_is_refused_with_a_safe_choice() {
+    let Some(bin) = runner() else { return };
+    let (t, _dir) = tmp();
+    let open = t.path().join("open");
+    fs::create_dir(&open).expect("mkdir");
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).expect("chmod");
+    let out = run(&bin, &open, &["--visible-devices", "0", "--", "true"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refusing lock directory") && err.contains("per user"),
+        "{err}"
+    );
+    assert!(fs::read_dir(&open).expect("ls").next().is_none());
+    // --status still reads it, and says so.
+    let out = run(&bin, &open, &["--status"]).output().expect("status");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("NOT TRUSTED"));
+}
+
+/// Attack 3 through the CLI: FIFOs under record names hung `--status`, every run, and made
+/// `--timeout` and Ctrl-C ineffective.
+#[test]
+fn fifos_in_the_lock_directory_hang_nothing() {
+    let Some(bin) = runner() else { return };
+    let (t, dir) = tmp();
+    for name in [
+        "gpukit-claim.1.1.1",
+        "gpukit-ticket.00000000000000000000.1",
+        "gpukit-dev0.lock",
+        "gpukit-queue.lock",
+    ] {
+        let c = std::ffi::CString::new(dir.join(name).to_str().expect("utf8")).expect("c");
+        // SAFETY: valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    }
+    let t0 = Instant::now();
+    let out = run(&bin, &dir, &["--status"]).output().expect("status");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ignored: "));
+    let started = t.path().join("started");
+    let mut holder = run(
+        &bin,
+        &dir,
+        &[
+            "--visible-devices",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}; sleep 2", started.display()),
+        ],
+    )
+    .spawn()
+    .expect("spawn");
+    wait_for("holder", || started.exists());
+    let st = run(
+        &bin,
+        &dir,
+        &["--visible-devices", "0", "--timeout", "0.3", "--", "true"],
+    )
+    .stderr(Stdio::null())
+    .status()
+    .expect("run");
+    assert_eq!(st.code(), Some(124));
+    let mut waiter = run(&bin, &dir, &["--visible-devices", "0", "--", "true"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(waiter.id() as i32, libc::SIGHUP) };
+    assert_eq!(waiter.wait().expect("wait").code(), Some(129));
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    holder.wait().expect("holder");
+}

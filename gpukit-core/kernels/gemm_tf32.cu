@@ -13,18 +13,21 @@
 // fragment layout), one instruction per A fragment or per two B fragments; 8 rows of 144 bytes
 // per phase hit 32 distinct banks. M/N-contiguous operands are read with 32-bit loads.
 //
-// Version 2 (issue 4 tuning): rounding is one integer add per element (see to_tf32), edge-free
-// tiles use the unchecked cp.async loaders, stage slots are counters instead of k % STAGES.
+// Version 2 (issue 4 tuning): edge-free tiles use the unchecked cp.async loaders, stage slots are
+// counters instead of k % STAGES. Version 4: rounding with cvt.rna again (NaN-safe, see to_tf32).
 #include "gemm_common.cuh"
 
-// Rounds the bits of an f32 to TF32, round to nearest with ties away from zero, for the mma: the
-// tensor cores ignore the 13 low mantissa bits of a .tf32 operand, so adding half a TF32 ulp
-// (0x1000) to the bit pattern and letting the mma drop the low bits is round-to-nearest-away,
-// carries into the exponent included. This is what ptxas itself emits for cvt.rna.tf32.f32 on
-// sm_90 (FSETP |x| < inf + predicated IADD 0x1000, no masking), minus the finiteness test: an
-// infinity stays infinite (0x7f801000 -> 0x7f800000 once the low bits are dropped), NaNs with a
-// high mantissa bit set stay NaN. One ALU instruction instead of two.
-__device__ __forceinline__ u32 to_tf32(u32 bits) { return bits + 0x1000u; }
+// Rounds an f32 (given as bits) to TF32 for the mma: cvt.rna.tf32.f32, round to nearest with ties
+// away from zero. ptxas lowers it on sm_80/sm_90 to an |x| < inf test and a predicated add of half
+// a TF32 ulp (0x1000); the tensor cores ignore the 13 low mantissa bits. NaN and infinity pass
+// unchanged, so they propagate as in cuBLAS. (Version 2 used the bare add `bits + 0x1000`: one
+// instruction, but it turns CUDA's canonical NaN 0x7fffffff into 0x80000fff, i.e. -0.0 once the
+// low bits are dropped, and NaNs with a small payload into infinities.)
+__device__ __forceinline__ u32 to_tf32(u32 bits) {
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(bits)));
+    return r;
+}
 __device__ __forceinline__ u32 to_tf32(float x) { return to_tf32(__float_as_uint(x)); }
 
 // ldmatrix.x4 (b16 view): lane l supplies the address of row l % 8 of matrix l / 8 and receives

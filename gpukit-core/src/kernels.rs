@@ -178,6 +178,26 @@ impl KernelSet {
         self.kernels.write().insert(expr.to_string(), k.clone());
         Ok(k)
     }
+
+    /// Kernel `key` of a program that is not one of the built-in files (the GEMM kernels: one
+    /// program per instantiation), loaded by `load` on first use and then served from this set
+    /// like the built-in ones. `key` must name the kernel uniquely (its name expression).
+    pub(crate) fn get_or_load(
+        &self,
+        key: &str,
+        load: impl FnOnce() -> Result<Kernel>,
+    ) -> Result<Kernel> {
+        if let Some(k) = self.kernels.read().get(key) {
+            return Ok(k.clone());
+        }
+        let k = load()?;
+        Ok(self
+            .kernels
+            .write()
+            .entry(key.to_string())
+            .or_insert(k)
+            .clone())
+    }
 }
 
 /// Threads per block of the built-in kernels.

@@ -76,6 +76,17 @@ fn matmul_2d_both_precisions_and_default_switch() {
         &want,
     );
     assert!(etf < 1e-3 && etf > 1e-5, "tf32 error {etf}");
+    // 3xTF32: FP32 accuracy from the tensor cores (the SIMT kernel on GPUs without wgmma).
+    let e3 = rel(
+        &to64(
+            gemm::matmul_with(&ga, &gb, Precision::Tf32x3)
+                .unwrap()
+                .to_vec()
+                .unwrap(),
+        ),
+        &want,
+    );
+    assert!(e3 < 1e-5, "3xTF32 error {e3}");
     gemm::set_default_precision(Precision::Tf32);
     let edef = rel(
         &to64(gemm::matmul(&ga, &gb).unwrap().to_vec().unwrap()),

@@ -11,15 +11,16 @@ pub const ENV_VISIBLE_DEVICES: &str = "GPUMUTEX_VISIBLE_DEVICES";
 pub const ENV_NUM_DEVICES: &str = "GPUMUTEX_NUM_DEVICES";
 /// Directory for lock files and the wait queue (default [`DEFAULT_LOCK_DIR`]; seed-compatible).
 pub const ENV_LOCK_DIR: &str = "GPUMUTEX_LOCK_DIR";
-/// gpukit extension: default wait limit in seconds (decimal allowed); unset or empty = forever.
+/// gpukit extension: default wait limit in seconds (decimal allowed, see
+/// [`parse_timeout_secs`]); unset or empty = forever.
 pub const ENV_TIMEOUT: &str = "GPUMUTEX_TIMEOUT";
 /// gpukit extension: `1`/`true`/`yes` lets this process backfill (see [`crate::queue`]).
 pub const ENV_BACKFILL: &str = "GPUMUTEX_BACKFILL";
-/// gpukit extension: `<pid>:<starttime>` of a job root (a launcher). Processes that carry the
-/// same job root share the first claim any of them takes (sibling ranks). Only honoured when
-/// that process really is an ancestor of the caller, so forging it grants nothing. See
-/// [`crate::job_root_env_value`]. torchrun-style ranks (`LOCAL_RANK` and `WORLD_SIZE` > 1 set)
-/// get their parent as job root without it.
+/// gpukit extension: `<pid>:<starttime>` of a job root (a launcher). Processes of one user that
+/// carry the same job root share the first claim any of them takes (sibling ranks). Only
+/// honoured when that process really is an ancestor of the caller. See
+/// [`crate::job_root_env_value`]; ranks of torchrun, MPI and Slurm launchers are recognised
+/// without it (crate docs, "Process trees").
 pub const ENV_JOB_ROOT: &str = "GPUMUTEX_JOB_ROOT";
 /// The seed's default lock directory.
 pub const DEFAULT_LOCK_DIR: &str = "/tmp/libgpumutex";
@@ -96,7 +97,10 @@ pub(crate) fn parse_num_devices(name: &'static str, value: &str) -> Result<usize
     }
 }
 
-/// Parses a timeout in seconds (decimal allowed, must be finite and >= 0).
+/// Parses a timeout in seconds: a finite, non-negative decimal number (`0.5`, `600`, `1e3`).
+/// `NaN`, infinities, negative numbers and values of 2^64 seconds or more are refused. Values
+/// too large to be a deadline on this machine (such as `1e19`) are accepted and mean "wait
+/// forever": no timeout value makes a wait panic.
 pub fn parse_timeout_secs(name: &'static str, value: &str) -> Result<Duration> {
     let bad = |reason: &str| Error::InvalidConfig {
         name,
@@ -108,9 +112,12 @@ pub fn parse_timeout_secs(name: &'static str, value: &str) -> Result<Duration> {
         .parse()
         .map_err(|_| bad("expected a number of seconds"))?;
     if !secs.is_finite() || secs < 0.0 {
-        return Err(bad("expected a finite, non-negative number of seconds"));
+        return Err(bad(
+            "expected a finite, non-negative number of seconds (leave it unset to wait forever)",
+        ));
     }
-    Duration::try_from_secs_f64(secs).map_err(|_| bad("out of range"))
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| bad("out of range (at most 1.8e19 seconds; leave it unset to wait forever)"))
 }
 
 pub(crate) fn parse_bool(name: &'static str, value: &str) -> Result<bool> {
@@ -145,7 +152,7 @@ pub struct Config {
     pub visible_devices: Vec<u32>,
     /// Default request size for [`crate::GpuMutex::lock`].
     pub num_devices: usize,
-    /// Lock directory.
+    /// Lock directory (absolute; its parent with symbolic links resolved).
     pub lock_dir: PathBuf,
     /// True when `lock_dir` is the built-in default (only then may it be created with mode 1777).
     pub lock_dir_is_default: bool,
@@ -153,4 +160,6 @@ pub struct Config {
     pub timeout: Option<Duration>,
     /// Whether this process's requests may backfill.
     pub backfill: bool,
+    /// Whether a signal the program handles ends a wait with [`crate::Error::Interrupted`].
+    pub interrupt_on_signals: bool,
 }

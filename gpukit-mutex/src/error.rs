@@ -4,12 +4,19 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// What to do instead of using an untrusted lock directory (part of
+/// [`Error::UntrustedLockDir`]'s message).
+pub const SAFE_LOCK_DIR_ADVICE: &str = "use a directory that only you can write \
+(per user, e.g. GPUMUTEX_LOCK_DIR=$XDG_RUNTIME_DIR/gpumutex or ~/.cache/gpumutex), or one an \
+administrator created for everybody or for one group (e.g. `install -d -o root -g root -m 1777 \
+/tmp/libgpumutex`, or `install -d -o root -g gpu -m 1770 /var/lib/gpumutex` for group gpu)";
+
 /// Everything that can go wrong in `gpukit-mutex`.
 ///
 /// Configuration errors ([`Error::InvalidDeviceList`], [`Error::InvalidConfig`],
 /// [`Error::NoVisibleDevices`], [`Error::ZeroDevices`], [`Error::TooManyDevices`],
-/// [`Error::LockDir`]) are detected before anything is written to the lock directory: a bad
-/// request changes nothing on disk.
+/// [`Error::LockDir`], [`Error::UntrustedLockDir`]) are detected before anything is written to
+/// the lock directory: a bad request changes nothing on disk.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -46,12 +53,23 @@ pub enum Error {
         visible: usize,
     },
     /// The lock directory cannot be used (missing parent, not a directory, a symlink, not
-    /// writable, ...).
+    /// writable, replaced while in use, ...).
     #[error("unusable lock directory {}: {reason}", path.display())]
     LockDir {
         /// The directory.
         path: PathBuf,
         /// Why it cannot be used.
+        reason: String,
+    },
+    /// The lock directory, or a directory on the way to it, could be changed by another user (it is
+    /// owned by somebody other than the caller or root, or others may write to it and it lacks
+    /// the sticky bit). Such a user could delete or replace the files that carry the locks and
+    /// so break exclusion; the directory is refused. See [`SAFE_LOCK_DIR_ADVICE`].
+    #[error("refusing lock directory {}: {reason}; {SAFE_LOCK_DIR_ADVICE}", path.display())]
+    UntrustedLockDir {
+        /// The directory that is not trusted (the lock directory or one above it).
+        path: PathBuf,
+        /// Who could change it, and how.
         reason: String,
     },
     /// The wait ended at its deadline before the devices were granted.
@@ -65,22 +83,26 @@ pub enum Error {
     /// The wait was cancelled through a [`crate::CancelToken`].
     #[error("wait for devices cancelled")]
     Cancelled,
+    /// The wait was interrupted by a signal the program handles (only with
+    /// [`crate::GpuMutexBuilder::interrupt_on_signals`]); nothing was granted.
+    #[error("wait for devices interrupted by a signal; nothing was granted")]
+    Interrupted,
     /// The caller descends from a live claim (it shares its ancestor's devices and must not
     /// queue behind them), but that claim holds fewer of the caller's visible devices than
     /// requested.
     #[error("process {holder_pid} (an ancestor of this process) holds devices {held:?}, but {requested} were requested; a descendant cannot wait for more without deadlocking on its own ancestor")]
     InheritedClaimTooSmall {
-        /// The ancestor (or job root) whose claim is shared.
+        /// The ancestor (or sibling rank) whose claim is shared.
         holder_pid: u32,
         /// The shared devices that are in the caller's visible set.
         held: Vec<u32>,
         /// Devices requested.
         requested: usize,
     },
-    /// An operating-system call on a lock-directory file failed.
+    /// An operating-system call on the lock directory or one of its files failed.
     #[error("{op} {}: {source}", path.display())]
     Io {
-        /// What was attempted (`open`, `flock`, ...).
+        /// What was attempted (`open`, `fcntl`, ...).
         op: &'static str,
         /// The file involved.
         path: PathBuf,
@@ -113,6 +135,7 @@ impl Error {
                 | Error::ZeroDevices
                 | Error::TooManyDevices { .. }
                 | Error::LockDir { .. }
+                | Error::UntrustedLockDir { .. }
         )
     }
 }

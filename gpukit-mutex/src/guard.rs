@@ -1,51 +1,50 @@
 //! [`GpuGuard`]: granted devices, released on drop.
 
-use std::fs::{self, File};
-use std::path::PathBuf;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Arc;
+use std::time::SystemTime;
 
-use crate::error::{Error, Result};
-use crate::lockdir;
+use crate::claims::OwnClaim;
+use crate::liveness;
+use crate::lockdir::LockDir;
 
 /// Devices granted to this process (and shared with its descendants); released on drop.
 ///
-/// The claim lives exactly as long as this guard in the process that created it: the device
-/// `flock`s are held through close-on-exec descriptors, so programs this process `exec`s do not
-/// inherit them (they share the claim by ancestry instead, see the crate docs). If the process
-/// dies, however it dies, the kernel drops the locks. Dropping a guard in a `fork`ed child (which
-/// shares the descriptors) does not release the parent's claim.
+/// The claim lives as long as this guard in the process that created it, and its record keeps
+/// the devices busy while any of these holds: this process (its owner lock; the kernel drops it
+/// when the process dies, however it dies), or a process that received the claim's descriptor
+/// through [`GpuGuard::hold_in`] (the tree lock). Programs this process runs share the claim by
+/// ancestry (see the crate docs), not by inherited descriptors. A `fork`ed child cannot release
+/// the parent's claim: dropping a guard in a child, `flock(LOCK_UN)` or `fcntl(F_UNLCK)` on the
+/// inherited descriptors leave the parent's owner lock in place. (A child forked without `exec`
+/// shares the claim's descriptor, so if this process dies while such children live, the claim
+/// lasts until they have exited too.)
 #[derive(Debug)]
 pub struct GpuGuard {
     devices: Vec<u32>,
-    files: Vec<File>,
-    claim_path: PathBuf,
-    queue_path: PathBuf,
+    claim: Option<OwnClaim>,
+    dir: Arc<LockDir>,
     owner_pid: u32,
     since: SystemTime,
     inherited_from: Option<u32>,
-    released: bool,
 }
 
 impl GpuGuard {
     pub(crate) fn new(
         devices: Vec<u32>,
-        files: Vec<File>,
-        claim_path: PathBuf,
-        queue_path: PathBuf,
-        owner_pid: u32,
-        since: SystemTime,
+        claim: OwnClaim,
+        dir: Arc<LockDir>,
         inherited_from: Option<u32>,
     ) -> Self {
         GpuGuard {
             devices,
-            files,
-            claim_path,
-            queue_path,
-            owner_pid,
-            since,
+            since: claim.record.since,
+            claim: Some(claim),
+            dir,
+            owner_pid: std::process::id(),
             inherited_from,
-            released: false,
         }
     }
 
@@ -68,12 +67,35 @@ impl GpuGuard {
         cmd.env("CUDA_VISIBLE_DEVICES", self.cuda_visible_devices())
     }
 
+    /// Makes the process `cmd` starts (and every process it starts that keeps its inherited
+    /// descriptors) hold the claim too: the claim's record stays live until this guard is
+    /// dropped *or*, if this process dies without dropping it (`SIGKILL`), until all of those
+    /// processes have exited. Without it, a killed holder's devices are free at once even if
+    /// programs it started still run. `gpumutex-run` uses it for its command.
+    pub fn hold_in<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        if let Some(claim) = &self.claim {
+            let fd = claim.file.as_raw_fd();
+            // SAFETY: the closure runs in the forked child before exec and only calls fcntl,
+            // which is async-signal-safe; `fd` is open there (it was open in the parent when
+            // the child was forked, and only exec closes close-on-exec descriptors).
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        cmd
+    }
+
     /// When the devices were granted.
     pub fn since(&self) -> SystemTime {
         self.since
     }
 
-    /// True if this guard shares the claim of an ancestor (or of its job root) instead of
+    /// True if this guard shares the claim of an ancestor (or of a sibling rank) instead of
     /// having been granted through the queue.
     pub fn is_shared(&self) -> bool {
         self.inherited_from.is_some()
@@ -84,70 +106,33 @@ impl GpuGuard {
         self.inherited_from
     }
 
-    /// Releases the devices now, reporting failures that `drop` would have to ignore.
-    pub fn release(mut self) -> Result<()> {
-        self.release_inner()
+    /// Releases the devices now (the same as dropping the guard). Release cannot fail in a way
+    /// that keeps the devices: the record is removed and its descriptor closed, which drops its
+    /// locks.
+    pub fn release(mut self) {
+        self.release_inner();
     }
 
-    fn release_inner(&mut self) -> Result<()> {
-        if self.released {
-            return Ok(());
-        }
-        self.released = true;
+    fn release_inner(&mut self) {
+        let Some(claim) = self.claim.take() else {
+            return;
+        };
         if std::process::id() != self.owner_pid {
-            // A forked child: the descriptors are shared with the owner; closing our copies
-            // keeps the owner's locks.
-            self.files.clear();
-            return Ok(());
+            // A forked child: the owner lock is the parent's; closing our copy of the
+            // descriptor leaves it (and the tree lock, still referenced by the parent) alone.
+            drop(claim);
+            return;
         }
-        // Hold the join lock (briefly, best effort) so waiters never see a claim record without
-        // its locks or the reverse.
-        let qfile = lockdir::open_existing(&self.queue_path).ok();
-        let mut locked = false;
-        if let Some(q) = &qfile {
-            let until = Instant::now() + Duration::from_secs(2);
-            let spin_until = Instant::now() + Duration::from_millis(2);
-            let mut pause = Duration::from_micros(50);
-            while Instant::now() < until {
-                if q.try_lock().is_ok() {
-                    locked = true;
-                    break;
-                }
-                if Instant::now() < spin_until {
-                    std::thread::yield_now();
-                } else {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(1));
-                }
-            }
-        }
-        let mut first_err = None;
-        if let Err(e) = fs::remove_file(&self.claim_path) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                first_err = Some(Error::io("unlink", &self.claim_path, e));
-            }
-        }
-        for f in &self.files {
-            if let Err(e) = f.unlock() {
-                first_err.get_or_insert(Error::io("flock", &self.claim_path, e));
-            }
-        }
-        if let (true, Some(q)) = (locked, &qfile) {
-            let _ = q.unlock();
-        }
-        // Closing the device descriptors after unlocking emits the inotify events that wake the
-        // next waiter.
-        self.files.clear();
-        drop(qfile);
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        // Remove the record (waiters see the devices free at once), then close, which drops
+        // the locks. No join lock is needed: removal is atomic for readers.
+        self.dir.unlink_if(&claim.name, claim.id);
+        liveness::own_remove(claim.id);
+        drop(claim);
     }
 }
 
 impl Drop for GpuGuard {
     fn drop(&mut self) {
-        let _ = self.release_inner();
+        self.release_inner();
     }
 }

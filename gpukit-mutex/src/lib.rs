@@ -34,82 +34,135 @@
 //! | `GPUMUTEX_TIMEOUT` (secs)  | `timeout`             | wait forever       |
 //! | `GPUMUTEX_BACKFILL`        | `backfill`            | off                |
 //! | `GPUMUTEX_JOB_ROOT`        | (see below)           | unset              |
+//! |                            | `interrupt_on_signals`| off                |
 //!
 //! Builder values win over the environment. Bad values are typed [`Error`]s reported before
-//! anything is written.
+//! anything is created. No timeout value can make a wait panic: a timeout too large to be a
+//! deadline ([`std::time::Duration::MAX`], `GPUMUTEX_TIMEOUT=1e19`) waits without limit, and
+//! `NaN`, infinities and negative numbers are refused.
+//!
+//! ## Threat model
+//!
+//! The lock is *cooperative*: it orders the processes that use it. Nothing stops a user from
+//! running a program on a GPU without asking, so the guarantees below are about participants.
+//!
+//! * **The same user.** Trusted, but careless: stale files, crashed processes, pid reuse, a
+//!   shell with a copied launcher environment, a ticket removed by hand, a forked child that
+//!   unlocks what it inherited. None of these breaks exclusion or hangs a wait.
+//! * **Other users** (the case this design is built for). In the lock directory they can create
+//!   any name that is free (files, FIFOs, symbolic links, directories, sparse files of any size,
+//!   any content), hold `flock`s and read locks on anything they can open, and, in a directory
+//!   without the sticky bit or that they own, delete or rename anybody's files. Against all of
+//!   this, **two participants never hold the same device at once** (unless they legitimately
+//!   share one claim), **no wait outlives its timeout or ignores cancellation, and a status
+//!   report never hangs**. What another user *can* do is deny service: occupy devices out of
+//!   turn (write a live claim of their own, or hold the join lock), which a cooperative lock
+//!   cannot prevent and which status reports show. A user can also make *their own* processes
+//!   share a device out of turn, which they could achieve by ignoring the lock anyway.
+//! * **Root** can do anything and is trusted. A lock directory owned by root is trusted.
+//! * **Containers sharing a directory** (bind mount). Processes in other pid namespaces are
+//!   invisible to `/proc`, and the kernel reports their locks without a pid: their live claims
+//!   still make devices busy and their tickets still queue, but a claim is only shared within
+//!   one pid namespace (ancestry and lock holders must be checked there), and records carry the
+//!   boot id, so nothing from another boot (or another machine on a shared file system) is
+//!   trusted. The lock directory must be local to the machine (not NFS).
+//!
+//! How each attack is met:
+//!
+//! | attack | defence |
+//! |---|---|
+//! | forged claim record (naming any process, pid 1 included) | a record is shared only when its file's owner is the uid it names, it is from this boot, the kernel names its pid as the holder of its owner lock, and that process is a true ancestor (or sibling rank); an unverified live record only makes its devices busy |
+//! | lock file removed or replaced while held | there are no lock files to remove: a claim *is* its record, which only its owner may remove in a trusted directory, and the join lock is the directory itself; identities (device, inode) are re-checked after every lock and before every removal |
+//! | FIFO, socket or device under a record name | opened with `O_NOFOLLOW | O_NONBLOCK` relative to the directory descriptor and ignored unless it is a regular file |
+//! | huge or sparse file under a record name | sizes are checked before reading; at most 4 KiB is read |
+//! | lock directory created by another user, or writable by others without the sticky bit, or a symbolic link (even as `link/`) | refused with [`Error::UntrustedLockDir`] or [`Error::LockDir`] (see below for safe choices) |
+//! | timeouts such as `1e19`, `Duration::MAX`, `NaN` | no panics; bad values refused before anything is created |
+//! | somebody holds the join lock forever | every wait, the join-lock wait included, ends at its deadline, on cancellation and (signal mode) on a signal |
+//! | a daemon started by `gpumutex-run`'s command, or `gpumutex-run` killed | the runner is a subreaper that holds the devices until its whole process tree has exited, its command dies with it (`PR_SET_PDEATHSIG`), and the command holds the claim's tree lock, so whatever survives keeps the devices busy |
+//!
+//! ## Choosing a lock directory
+//!
+//! The directory and every directory on the way to it must be owned by you or by root and must
+//! not be writable by others unless they have the sticky bit ([`SAFE_LOCK_DIR_ADVICE`]); a
+//! symbolic link on the way is only followed from a directory that passes this check, and the
+//! lock directory itself must not be a link:
+//!
+//! * **per user**: any directory of your own, e.g. `$XDG_RUNTIME_DIR/gpumutex` or
+//!   `~/.cache/gpumutex` (created `0700` when missing). Only your own jobs queue there.
+//! * **per group or machine**: a directory an administrator creates once, owned by root, e.g.
+//!   `install -d -o root -g gpu -m 1770 /var/lib/gpumutex` (members of group `gpu`) or
+//!   `install -d -o root -g root -m 1777 /tmp/libgpumutex` (everybody; also works as a
+//!   `systemd-tmpfiles` line `d /tmp/libgpumutex 1777 root root -`).
+//! * the built-in default `/tmp/libgpumutex` is created `1777` by the first user who needs it;
+//!   it is then owned by that user and *other users refuse it* (its owner could delete their
+//!   records). On a machine with several users, have root create it as above.
+//!
+//! Keep the directory out of age-based cleaning of temporary files (the `tmpfiles` line above
+//! has no age): a claim held for longer than the cleaning age would otherwise lose its record.
 //!
 //! ## How it works
 //!
-//! * **Locks.** One lock file per device in the lock directory, held with `flock(2)` for the
-//!   life of the claim. The kernel drops it when the holding descriptor closes, including on
-//!   `SIGKILL`. The descriptors are close-on-exec: the claim belongs to the process holding the
-//!   [`GpuGuard`]; programs it runs share it by ancestry (below), not by inherited descriptors,
-//!   so a daemonizing child cannot keep a device forever, and dropping the guard really releases.
-//!   (`fork` without `exec` shares the descriptors, and dropping a guard in such a child does not
-//!   release the parent's claim.) Lock files are opened with `O_NOFOLLOW`.
-//! * **Queue.** Waiters append a ticket file (ordered by a sequence number assigned under a
-//!   global join lock) and hold an exclusive `flock` on it for as long as they live: a ticket
-//!   whose lock can be taken belongs to a dead waiter and is skipped (no pid polling). Grants
-//!   are decided by the pure function [`queue::decide`] under the join lock: FIFO among requests
-//!   whose device sets overlap, all-or-nothing (nothing is held while waiting, so no deadlock),
-//!   and optional backfill that only uses devices no earlier waiter could use, so it never
-//!   delays the head of the queue.
+//! * **Claims.** A process that is granted devices writes a claim record naming them
+//!   (`gpukit-claim.*`) and holds a process-owned write lock on it for the life of the claim:
+//!   every device a live claim names is busy. The kernel drops the lock when the holder dies,
+//!   however it dies; a forked child can neither keep nor release it. A second, inheritable lock
+//!   (the *tree lock*) lets programs started through [`GpuGuard::hold_in`] keep the claim alive
+//!   if the holder is killed. See `src/liveness.rs` and `src/claims.rs`.
+//! * **Queue.** Waiters append a ticket (`gpukit-ticket.<seq>.*`, `<seq>` assigned under the join
+//!   lock) kept alive the same way: a dead waiter's ticket is skipped. Grants are decided by the
+//!   pure functions in [`queue`] under the join lock: FIFO among requests whose device sets
+//!   overlap, all-or-nothing (nothing is held while waiting, so no deadlock), and optional
+//!   backfill that only uses devices no earlier waiter could use, so it never delays the head.
+//! * **Join lock.** An exclusive `flock` on the lock directory itself, held for microseconds
+//!   per decision; releasing needs no join lock (removing a record is atomic for readers).
 //! * **Hand-over.** Waiters sleep in `ppoll` on an inotify watch of the lock directory (a
-//!   release closes the device descriptors, which emits close events; so does a holder's death)
-//!   plus a cancel pipe, with a backoff re-check as a fallback. Inotify instances are pooled
-//!   per process and never closed after a wait: closing one that had a watch blocks for a
-//!   kernel tick plus an RCU grace period (7-20 ms), which used to delay every contended
-//!   `acquire`'s return (see `src/wait.rs`). The `/proc` ancestry walk of a waiting process
-//!   runs before it takes the join lock, so its checks hold that lock briefly.
-//!   Hand-over takes a few hundred microseconds, well under the 5 ms target (the seed polled
-//!   every 50 ms); see `benches/mutex.rs`.
-//! * **Process trees.** A process shares the claim of the nearest ancestor that holds one: the
-//!   ancestry is the kernel's `ppid` chain read from `/proc`, and processes are identified by pid
-//!   *and* start time (so a recycled pid is not a holder). This works with a copied or cleared
-//!   environment and after `setsid`, and a child never queues behind its own parent. Sharers take
-//!   a shared `flock` too, so the devices stay reserved while any participant lives. Siblings
-//!   started by a launcher that holds the claim are its descendants. For launchers that never
-//!   take the claim themselves (torchrun under the preload, where only the ranks call `cuInit`)
-//!   there is a *job anchor*: a torchrun-style rank (`LOCAL_RANK` set, `WORLD_SIZE` > 1) takes
-//!   its parent, the launcher, as anchor, and any launcher can export
-//!   `GPUMUTEX_JOB_ROOT=<pid>:<start>` (see [`job_root_env_value`]). A claim records its anchor,
-//!   and processes that declare the same anchor share it. Environment variables are only ever
-//!   hints checked against `/proc`: an anchor that is not a true ancestor is ignored, a process
-//!   that declares no anchor never joins an anchored claim, and a forged
-//!   `CUDA_VISIBLE_DEVICES` or `GPUMUTEX_JOB_ROOT` grants nothing to an unrelated process. The
-//!   one thing a forger can do is join the claim of its own sibling ranks.
-//!   Processes re-parented away from the holder (double-fork daemons) leave the tree;
-//!   `gpumutex-run` makes itself a child subreaper so such orphans stay in it.
-//! * **Lock directory.** The default `/tmp/libgpumutex` is created with mode `1777` (sticky,
-//!   world-writable) when this crate creates it; a directory the user names is never `chmod`ed.
-//!   Symlinked directories are refused. In a sticky directory a user cannot delete another
-//!   user's stale ticket; such tickets are recognised as dead by their lock and skipped.
-//!   File names start with `gpukit-`, so this crate does not interoperate with seed processes
-//!   that use the same directory at the same time.
+//!   release removes a record; a holder's death closes its descriptor) plus the cancel tokens,
+//!   with a backoff re-check as a fallback. Inotify instances are pooled per process (closing
+//!   one costs 7-20 ms; see `src/wait.rs`). Hand-over takes a few hundred microseconds (the
+//!   seed polled every 50 ms); see `benches/mutex.rs`.
+//! * **Process trees.** A process shares the claim of the nearest ancestor that holds one (the
+//!   kernel's `ppid` chain read from `/proc`; processes are identified by pid *and* start time),
+//!   so a child with a copied or cleared environment, or after `setsid`, never queues behind its
+//!   own parent; its shared claim keeps the devices busy while it lives. Ranks of a launcher
+//!   (torchrun, Open MPI, MPICH, Slurm), which are siblings, share the first claim any of them
+//!   takes, also under a launcher that runs as pid 1, while unrelated jobs with a copied
+//!   launcher environment do not (see `src/anchors.rs`); any launcher can also export
+//!   `GPUMUTEX_JOB_ROOT` ([`job_root_env_value`]). Environment variables are only hints checked
+//!   against `/proc` and the kernel's lock table.
+//! * **File names** start with `gpukit-`, so this crate does not interoperate with seed
+//!   processes (or with gpukit-mutex before protocol version 2) in the same directory.
 //!
 //! ## Dependencies
 //!
-//! Only `thiserror` and `libc`. File locks use `std::fs::File::{lock, try_lock, lock_shared}`
-//! (stable since Rust 1.89, which is `flock(2)` on Linux), so `fs4` is not needed.
+//! Only `thiserror` and `libc`. The locks are `fcntl(2)` record locks (process-owned and
+//! open-file-description locks, for what each proves, see `src/liveness.rs`) and one `flock(2)`
+//! on the directory; `std::fs::File::lock` offers neither, and `fs4` would add nothing.
 
+mod anchors;
 mod cancel;
-pub mod config;
+mod claims;
+mod config;
 mod error;
 mod guard;
-pub mod lockdir;
+mod joinlock;
+mod liveness;
+mod lockdir;
 mod mutex;
-pub mod proc;
+mod probe;
+mod proc;
 pub mod queue;
-pub mod records;
+mod records;
+mod session;
 mod status;
+mod tickets;
 mod wait;
 
 pub use cancel::CancelToken;
 pub use config::{
-    parse_device_list, Config, DEFAULT_LOCK_DIR, ENV_BACKFILL, ENV_JOB_ROOT, ENV_LOCK_DIR,
-    ENV_NUM_DEVICES, ENV_TIMEOUT, ENV_VISIBLE_DEVICES,
+    parse_device_list, parse_timeout_secs, Config, DEFAULT_LOCK_DIR, ENV_BACKFILL, ENV_JOB_ROOT,
+    ENV_LOCK_DIR, ENV_NUM_DEVICES, ENV_TIMEOUT, ENV_VISIBLE_DEVICES, MAX_DEVICE_INDEX,
 };
-pub use error::{Error, Result};
+pub use error::{Error, Result, SAFE_LOCK_DIR_ADVICE};
 pub use guard::GpuGuard;
 pub use mutex::{job_root_env_value, GpuMutex, GpuMutexBuilder};
 pub use status::{read_status as status, DeviceStatus, HolderInfo, Status, WaiterInfo};

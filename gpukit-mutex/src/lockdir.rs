@@ -1,53 +1,170 @@
-//! The lock directory: validation, creation and safe file access.
+//! The lock directory: opening it without following a symbolic link, deciding whether it can
+//! be trusted, and safe access to the files in it.
 //!
 //! Layout (all names are gpukit-specific, so a seed installation in the same directory is not
 //! disturbed):
 //!
-//! | file                         | purpose                                                        |
-//! |------------------------------|----------------------------------------------------------------|
-//! | `gpukit-queue.lock`          | global join lock, held for microseconds around every decision  |
-//! | `gpukit-dev<N>.lock`         | device N: `flock` shared by the claiming process tree          |
-//! | `gpukit-claim.<pid>.<start>` | who holds which devices (one file per participating process)   |
-//! | `gpukit-ticket.<seq>.<pid>`  | a waiter, in FIFO order of `<seq>`; its owner holds `flock` on it |
+//! | name                             | purpose                                                 |
+//! |----------------------------------|---------------------------------------------------------|
+//! | the directory itself             | join lock: `flock` held for microseconds per decision   |
+//! | `gpukit-claim.<pid>.<start>.<k>` | a claim: who holds which devices (see `claims.rs`)      |
+//! | `gpukit-ticket.<seq>.<pid>`      | a waiter, in FIFO order of `<seq>` (see `tickets.rs`)   |
 //!
-//! Files are opened with `O_NOFOLLOW | O_CLOEXEC` and created `0644` (lock files are opened
-//! read-only by everyone: `flock` needs no write access, so several users can share a directory).
+//! Everything is opened relative to the directory's descriptor, with `O_NOFOLLOW | O_NONBLOCK`
+//! (a FIFO, device or socket under a record's name can neither block nor be mistaken for a
+//! record), checked to be a regular file, and read up to a small bound.
+//!
+//! **Trust.** The directory and every directory on the way to it must be owned by the caller or
+//! by root, and must not be writable by anybody else unless it has the sticky bit: otherwise a
+//! user other than the caller could delete or replace the files that carry the locks (or the
+//! directory itself, or a symbolic link leading to it) and break exclusion. Such a directory is
+//! refused with [`Error::UntrustedLockDir`], which names a safe choice. The path is resolved one
+//! component at a time without letting the kernel follow links, so that a link is only followed
+//! from a directory that passed the check; the lock directory itself must not be a link.
 
-use std::ffi::CString;
-use std::fs::{self, File};
+use std::ffi::{CStr, CString, OsStr};
+use std::fs::File;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Component, Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-/// Name of the global join lock.
-pub const QUEUE_LOCK: &str = "gpukit-queue.lock";
 /// Prefix of claim records.
-pub const CLAIM_PREFIX: &str = "gpukit-claim.";
+pub(crate) const CLAIM_PREFIX: &str = "gpukit-claim.";
 /// Prefix of wait tickets.
-pub const TICKET_PREFIX: &str = "gpukit-ticket.";
+pub(crate) const TICKET_PREFIX: &str = "gpukit-ticket.";
+/// Largest record this crate reads; larger files under a record name are ignored unread.
+pub(crate) const MAX_RECORD_BYTES: usize = 4096;
 
-/// File name of device `dev`'s lock file.
-pub fn device_lock_name(dev: u32) -> String {
-    format!("gpukit-dev{dev}.lock")
+/// A file's identity: device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct FileId {
+    pub dev: u64,
+    pub ino: u64,
 }
 
-/// Parses a device lock file name back to its device index.
-pub fn parse_device_lock_name(name: &str) -> Option<u32> {
-    name.strip_prefix("gpukit-dev")?
-        .strip_suffix(".lock")?
-        .parse()
-        .ok()
+/// What `fstat`/`fstatat` says about a file.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Meta {
+    pub id: FileId,
+    pub uid: u32,
+    pub mode: u32,
+    pub size: u64,
 }
 
-fn cstring(path: &Path) -> Result<CString> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| Error::LockDir {
-        path: path.to_path_buf(),
-        reason: "path contains a NUL byte".into(),
-    })
+impl Meta {
+    fn from_stat(st: &libc::stat) -> Meta {
+        Meta {
+            id: FileId {
+                dev: st.st_dev,
+                ino: st.st_ino,
+            },
+            uid: st.st_uid,
+            mode: st.st_mode,
+            size: u64::try_from(st.st_size).unwrap_or(u64::MAX),
+        }
+    }
+
+    pub fn is_regular(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFREG
+    }
+
+    fn is_dir(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFDIR
+    }
+}
+
+pub(crate) fn fstat(fd: RawFd) -> io::Result<Meta> {
+    // SAFETY: an all-zero `stat` is a valid value for fstat to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out-pointer; an invalid `fd` only makes fstat fail.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Meta::from_stat(&st))
+}
+
+fn fstatat(dirfd: RawFd, name: &CStr) -> io::Result<Meta> {
+    // SAFETY: as in `fstat`.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `name` is NUL-terminated, `st` a valid out-pointer; AT_SYMLINK_NOFOLLOW stats a
+    // symbolic link itself.
+    if unsafe { libc::fstatat(dirfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Meta::from_stat(&st))
+}
+
+fn openat(
+    dirfd: RawFd,
+    name: &CStr,
+    flags: libc::c_int,
+    mode: libc::c_uint,
+) -> io::Result<OwnedFd> {
+    // SAFETY: `name` is NUL-terminated; the result is checked before use.
+    let fd = unsafe { libc::openat(dirfd, name.as_ptr(), flags | libc::O_CLOEXEC, mode) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by openat and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn cname(name: &str) -> io::Result<CString> {
+    CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail and has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// Why a directory with this owner and mode cannot be trusted by `me`, if it cannot.
+pub(crate) fn distrust_reason(owner: u32, mode: u32, me: u32) -> Option<String> {
+    if owner != me && owner != 0 {
+        return Some(format!(
+            "it is owned by uid {owner} (neither you, uid {me}, nor root), who can remove or \
+             replace the files in it"
+        ));
+    }
+    if mode & 0o022 != 0 && mode & libc::S_ISVTX == 0 {
+        let who = if mode & 0o002 != 0 {
+            "everybody"
+        } else {
+            "its group"
+        };
+        return Some(format!(
+            "it is writable by {who} (mode {:04o}) without the sticky bit, so they can remove or \
+             rename other users' files in it",
+            mode & 0o7777
+        ));
+    }
+    None
+}
+
+/// How a missing lock directory may be created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Create {
+    /// Never (report it missing).
+    No,
+    /// The built-in default: mode `1777` (sticky, world-writable, like `/tmp`).
+    SharedDefault,
+    /// A directory the user named: mode `0700` (per user).
+    Private,
+}
+
+/// An open, trusted (or, for [`LockDir::open_for_reading`], merely safely opened) lock
+/// directory.
+#[derive(Debug)]
+pub(crate) struct LockDir {
+    path: PathBuf,
+    fd: OwnedFd,
+    id: FileId,
+    /// Why the directory is not trusted (`None` when it is). Only [`LockDir::open_for_reading`]
+    /// returns a directory with a reason.
+    distrust: Option<String>,
 }
 
 fn lockdir_err(path: &Path, reason: impl Into<String>) -> Error {
@@ -57,211 +174,607 @@ fn lockdir_err(path: &Path, reason: impl Into<String>) -> Error {
     }
 }
 
-/// Makes `path` absolute (without resolving symlinks).
-pub fn absolute(path: &Path) -> Result<PathBuf> {
+/// Splits `path` into its (absolute, not yet resolved) parent and its last component, refusing
+/// `.`/`..` and empty paths. A trailing slash does not change the last component (`link/` is
+/// `link`, which is then opened without following it).
+fn split(path: &Path) -> Result<(PathBuf, CString)> {
     if path.as_os_str().is_empty() {
         return Err(lockdir_err(path, "the path is empty"));
     }
-    std::path::absolute(path).map_err(|e| lockdir_err(path, format!("cannot make absolute: {e}")))
-}
-
-/// Checks that an existing `path` is usable: a real directory (not a symlink), readable,
-/// writable and searchable by this user. Never changes it.
-pub fn validate_existing(path: &Path) -> Result<()> {
-    let md = fs::symlink_metadata(path).map_err(|e| lockdir_err(path, e.to_string()))?;
-    if md.file_type().is_symlink() {
-        return Err(lockdir_err(
-            path,
-            "is a symbolic link (refused: a lock directory must be a real directory)",
-        ));
-    }
-    if !md.is_dir() {
-        return Err(lockdir_err(path, "is not a directory"));
-    }
-    let c = cstring(path)?;
-    // SAFETY: `c` is a valid NUL-terminated path; access() only reads it.
-    let rc = unsafe { libc::access(c.as_ptr(), libc::R_OK | libc::W_OK | libc::X_OK) };
-    if rc != 0 {
-        return Err(lockdir_err(
-            path,
-            format!(
-                "not readable, writable and searchable by this user ({})",
-                io::Error::last_os_error()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Validates the lock directory, creating it if it does not exist (only the last component; its
-/// parent must exist). The built-in default directory is created with mode `1777` (sticky,
-/// world-writable, like `/tmp`) because it is shared by every user of the machine; a directory
-/// the user named is created with the process umask and never `chmod`ed, and an existing one is
-/// never modified.
-pub fn prepare(path: &Path, is_default: bool) -> Result<()> {
-    match fs::symlink_metadata(path) {
-        Ok(_) => return validate_existing(path),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(lockdir_err(path, e.to_string())),
-    }
-    let parent = path
-        .parent()
-        .ok_or_else(|| lockdir_err(path, "has no parent directory"))?;
-    match fs::metadata(parent) {
-        Ok(md) if md.is_dir() => {}
-        Ok(_) => return Err(lockdir_err(path, "its parent is not a directory")),
-        Err(e) => {
+    let abs = std::path::absolute(path)
+        .map_err(|e| lockdir_err(path, format!("cannot make it absolute: {e}")))?;
+    let last = match abs.components().next_back() {
+        Some(Component::Normal(n)) => n.to_owned(),
+        _ => {
             return Err(lockdir_err(
                 path,
-                format!(
-                    "does not exist and its parent {} is unusable: {e}",
-                    parent.display()
-                ),
+                "must name a directory by its own name (not /, . or ..)",
             ))
         }
-    }
-    let c = cstring(path)?;
-    let mode = if is_default { 0o1777 } else { 0o777 };
-    // SAFETY: `c` is a valid NUL-terminated path.
-    let rc = unsafe { libc::mkdir(c.as_ptr(), mode) };
-    if rc != 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EEXIST) {
-            // Somebody else created it concurrently: treat it like any existing directory.
-            return validate_existing(path);
+    };
+    let parent = abs
+        .parent()
+        .ok_or_else(|| lockdir_err(path, "has no parent directory"))?
+        .to_path_buf();
+    let c = CString::new(last.as_bytes()).map_err(|_| lockdir_err(path, "contains a NUL byte"))?;
+    Ok((parent, c))
+}
+
+/// Resolves the directory `parent` (absolute) one component at a time from `/`, without ever
+/// letting the kernel follow a link: every directory passed through is checked to be trusted
+/// (when `strict`; otherwise the first reason for distrust is returned), and a symbolic link is
+/// only followed from a directory that was itself checked (a link in a directory others may
+/// write could be re-pointed to send different processes to different lock directories).
+/// Returns the directory's `O_PATH` descriptor, its physical path and the distrust reason.
+fn walk_parent(parent: &Path, me: u32, strict: bool) -> Result<(OwnedFd, PathBuf, Option<String>)> {
+    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+    let root = || {
+        openat(libc::AT_FDCWD, c"/", flags, 0)
+            .map_err(|e| lockdir_err(parent, format!("cannot open /: {e}")))
+    };
+    let mut distrust: Option<String> = None;
+    let mut check = |fd: &OwnedFd, here: &Path| -> Result<()> {
+        let md = fstat(fd.as_raw_fd()).map_err(|e| lockdir_err(here, e.to_string()))?;
+        if let Some(reason) = distrust_reason(md.uid, md.mode, me) {
+            if strict {
+                return Err(Error::UntrustedLockDir {
+                    path: here.to_path_buf(),
+                    reason: format!("a directory on the way to the lock directory: {reason}"),
+                });
+            }
+            distrust.get_or_insert(format!("{}: {reason}", here.display()));
         }
-        return Err(lockdir_err(path, format!("cannot create: {e}")));
-    }
-    if is_default {
-        // We created this directory just now, so setting its mode (the umask cleared bits) is
-        // ours to do. Go through an O_NOFOLLOW descriptor so a swapped-in symlink is not followed.
-        // SAFETY: valid path; the returned fd is checked and owned below.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        Ok(())
+    };
+    let mut fd = root()?;
+    let mut here = PathBuf::from("/");
+    check(&fd, &here)?;
+    let mut todo: std::collections::VecDeque<std::ffi::OsString> = parent
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_owned()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    let mut links = 0;
+    while let Some(name) = todo.pop_front() {
+        if name == "." {
+            continue;
+        }
+        let c = CString::new(name.as_bytes()).map_err(|_| lockdir_err(parent, "NUL in path"))?;
+        if name == ".." {
+            fd = openat(fd.as_raw_fd(), &c, flags, 0)
+                .map_err(|e| lockdir_err(&here, format!("cannot open its parent: {e}")))?;
+            here.pop();
+            continue;
+        }
+        let next = here.join(&name);
+        let md = fstatat(fd.as_raw_fd(), &c).map_err(|e| {
+            lockdir_err(
+                parent,
+                format!(
+                    "cannot reach its parent directory ({}: {e})",
+                    next.display()
+                ),
             )
-        };
-        if fd < 0 {
+        })?;
+        if md.mode & libc::S_IFMT == libc::S_IFLNK {
+            links += 1;
+            if links > 40 {
+                return Err(lockdir_err(parent, "too many levels of symbolic links"));
+            }
+            let mut buf = vec![0u8; libc::PATH_MAX as usize];
+            // SAFETY: `c` is NUL-terminated and `buf` is writable for its length.
+            let n = unsafe {
+                libc::readlinkat(
+                    fd.as_raw_fd(),
+                    c.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n < 0 {
+                return Err(lockdir_err(&next, io::Error::last_os_error().to_string()));
+            }
+            buf.truncate(n as usize);
+            let target = PathBuf::from(std::ffi::OsString::from_vec(buf));
+            let mut front: Vec<std::ffi::OsString> = target
+                .components()
+                .filter_map(|c| match c {
+                    Component::Normal(n) => Some(n.to_owned()),
+                    Component::ParentDir => Some("..".into()),
+                    _ => None,
+                })
+                .collect();
+            if target.is_absolute() {
+                fd = root()?;
+                here = PathBuf::from("/");
+            }
+            front.extend(todo.drain(..));
+            todo = front.into();
+            continue;
+        }
+        if !md.is_dir() {
             return Err(lockdir_err(
-                path,
-                format!("cannot open after creating: {}", io::Error::last_os_error()),
+                parent,
+                format!("{} is not a directory", next.display()),
             ));
         }
-        // SAFETY: `fd` is a freshly opened descriptor that nothing else owns.
-        let dir = unsafe { File::from_raw_fd(fd) };
-        dir.set_permissions(fs::Permissions::from_mode(0o1777))
-            .map_err(|e| lockdir_err(path, format!("cannot set mode 1777: {e}")))?;
+        fd = openat(fd.as_raw_fd(), &c, flags, 0)
+            .map_err(|e| lockdir_err(&next, format!("changed while being opened: {e}")))?;
+        here = next;
+        check(&fd, &here)?;
     }
-    validate_existing(path)
+    Ok((fd, here, distrust))
 }
 
-fn open_raw(path: &Path, flags: libc::c_int, mode: libc::c_uint) -> io::Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
-    // SAFETY: valid NUL-terminated path; the result is checked before use.
-    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_NOFOLLOW | libc::O_CLOEXEC, mode) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by open() and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Opens (creating if needed) a lock file read-only, without following symlinks. A file this
-/// call creates gets mode `0644` regardless of the umask, so other users can open it too.
-pub fn open_lock_file(path: &Path) -> Result<File> {
-    // Common case first: the file exists.
-    if let Ok(fd) = open_raw(path, libc::O_RDONLY, 0) {
-        return Ok(File::from(fd));
-    }
-    loop {
-        match open_raw(path, libc::O_RDONLY | libc::O_CREAT | libc::O_EXCL, 0o644) {
-            Ok(fd) => {
-                let f = File::from(fd);
-                // Best effort: a umask of 077 would otherwise lock other users out.
-                let _ = f.set_permissions(fs::Permissions::from_mode(0o644));
-                return Ok(f);
+impl LockDir {
+    /// Opens (creating it when `create` allows and it is missing) the lock directory `path` and
+    /// checks that it can be trusted; see the module docs. Nothing is created when the parent is
+    /// not trusted.
+    pub fn open(path: &Path, create: Create) -> Result<LockDir> {
+        let me = euid();
+        let (parent, name) = split(path)?;
+        let (pfd, parent, _) = walk_parent(&parent, me, true)?;
+        let full = parent.join(OsStr::from_bytes(name.as_bytes()));
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+        let fd = match Self::open_last(&pfd, &name, &full, flags)? {
+            Some(fd) => fd,
+            None if create == Create::No => {
+                return Err(lockdir_err(&full, "does not exist"));
             }
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-            Err(e) => return Err(Error::io("create", path, e)),
+            None => {
+                let mode = if create == Create::SharedDefault {
+                    0o1777
+                } else {
+                    0o700
+                };
+                // SAFETY: `name` is NUL-terminated and `pfd` an open directory descriptor.
+                let rc = unsafe { libc::mkdirat(pfd.as_raw_fd(), name.as_ptr(), mode) };
+                if rc != 0 {
+                    let e = io::Error::last_os_error();
+                    if e.raw_os_error() != Some(libc::EEXIST) {
+                        return Err(lockdir_err(&full, format!("cannot create: {e}")));
+                    }
+                }
+                let fd = Self::open_last(&pfd, &name, &full, flags)?
+                    .ok_or_else(|| lockdir_err(&full, "vanished right after being created"))?;
+                let md = fstat(fd.as_raw_fd()).map_err(|e| lockdir_err(&full, e.to_string()))?;
+                if rc == 0 && md.uid == me && create == Create::SharedDefault {
+                    // We created it just now, so setting its mode (the umask cleared bits) is
+                    // ours to do; the descriptor is the directory we opened without following
+                    // links.
+                    // SAFETY: plain syscall on a descriptor we own.
+                    if unsafe { libc::fchmod(fd.as_raw_fd(), 0o1777) } != 0 {
+                        return Err(lockdir_err(
+                            &full,
+                            format!("cannot set mode 1777: {}", io::Error::last_os_error()),
+                        ));
+                    }
+                }
+                fd
+            }
+        };
+        let md = fstat(fd.as_raw_fd()).map_err(|e| lockdir_err(&full, e.to_string()))?;
+        if let Some(reason) = distrust_reason(md.uid, md.mode, me) {
+            return Err(Error::UntrustedLockDir { path: full, reason });
         }
-        match open_raw(path, libc::O_RDONLY, 0) {
-            Ok(fd) => return Ok(File::from(fd)),
-            // Deleted between the two calls: try again.
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
-            Err(e) => return Err(Error::io("open", path, e)),
+        // SAFETY: `name` is NUL-terminated; `pfd` is the parent's descriptor.
+        let rc = unsafe {
+            libc::faccessat(
+                pfd.as_raw_fd(),
+                name.as_ptr(),
+                libc::R_OK | libc::W_OK | libc::X_OK,
+                libc::AT_EACCESS,
+            )
+        };
+        if rc != 0 {
+            return Err(lockdir_err(
+                &full,
+                format!(
+                    "not readable, writable and searchable by this user ({})",
+                    io::Error::last_os_error()
+                ),
+            ));
+        }
+        Ok(LockDir {
+            path: full,
+            fd,
+            id: md.id,
+            distrust: None,
+        })
+    }
+
+    /// Opens an existing directory for a status report: the same safe opening, but a directory
+    /// that is not trusted is still opened; [`LockDir::distrust`] says why it is not trusted.
+    pub fn open_for_reading(path: &Path) -> Result<LockDir> {
+        let me = euid();
+        let (parent, name) = split(path)?;
+        let (pfd, parent, mut distrust) = walk_parent(&parent, me, false)?;
+        let full = parent.join(OsStr::from_bytes(name.as_bytes()));
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+        let fd = Self::open_last(&pfd, &name, &full, flags)?
+            .ok_or_else(|| lockdir_err(&full, "does not exist"))?;
+        let md = fstat(fd.as_raw_fd()).map_err(|e| lockdir_err(&full, e.to_string()))?;
+        if let Some(reason) = distrust_reason(md.uid, md.mode, me) {
+            distrust = Some(reason);
+        }
+        Ok(LockDir {
+            path: full,
+            fd,
+            id: md.id,
+            distrust,
+        })
+    }
+
+    /// Opens the last component; `Ok(None)` if it does not exist.
+    fn open_last(
+        pfd: &OwnedFd,
+        name: &CStr,
+        full: &Path,
+        flags: libc::c_int,
+    ) -> Result<Option<OwnedFd>> {
+        match fstatat(pfd.as_raw_fd(), name) {
+            Ok(md) if md.mode & libc::S_IFMT == libc::S_IFLNK => {
+                return Err(lockdir_err(
+                    full,
+                    "is a symbolic link (refused: a lock directory must be a real directory; name \
+                     the directory it points to instead)",
+                ));
+            }
+            Ok(md) if !md.is_dir() => return Err(lockdir_err(full, "is not a directory")),
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+            Err(e) => return Err(lockdir_err(full, e.to_string())),
+        }
+        match openat(pfd.as_raw_fd(), name, flags, 0) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(lockdir_err(
+                full,
+                "is a symbolic link (refused: a lock directory must be a real directory)",
+            )),
+            Err(e) => Err(lockdir_err(full, format!("cannot open: {e}"))),
+        }
+    }
+
+    /// The directory's path (absolute, parent canonical).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory's descriptor.
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Why the directory is not trusted, for a directory opened for reading only.
+    pub fn distrust(&self) -> Option<&str> {
+        self.distrust.as_deref()
+    }
+
+    /// A new open file description of the directory (for the join lock: `flock` locks belong
+    /// to open file descriptions, so each session needs its own).
+    pub fn reopen(&self) -> Result<OwnedFd> {
+        openat(
+            self.fd.as_raw_fd(),
+            c".",
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            0,
+        )
+        .map_err(|e| Error::io("open", &self.path, e))
+    }
+
+    /// Checks that the directory's path still names the directory this descriptor refers to
+    /// (so everybody who opens it by name meets in the same directory).
+    pub fn check_identity(&self) -> Result<()> {
+        let c = CString::new(self.path.as_os_str().as_bytes())
+            .map_err(|_| lockdir_err(&self.path, "NUL in path"))?;
+        match fstatat(libc::AT_FDCWD, &c) {
+            Ok(md) if md.id == self.id => Ok(()),
+            Ok(_) => Err(lockdir_err(
+                &self.path,
+                "was replaced or moved while in use (its name now refers to another directory)",
+            )),
+            Err(e) => Err(lockdir_err(
+                &self.path,
+                format!("vanished while in use: {e}"),
+            )),
+        }
+    }
+
+    /// `fstatat` of `name` in the directory, without following a symbolic link.
+    pub fn stat(&self, name: &str) -> io::Result<Meta> {
+        fstatat(self.fd.as_raw_fd(), &cname(name)?)
+    }
+
+    /// Opens `name` read-only for inspection: without following a link, without blocking (a
+    /// FIFO returns at once), and only if it is a regular file (`Ok(None)` otherwise).
+    pub fn open_entry(&self, name: &str) -> io::Result<Option<(File, Meta)>> {
+        let fd = openat(
+            self.fd.as_raw_fd(),
+            &cname(name)?,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
+            0,
+        )?;
+        let md = fstat(fd.as_raw_fd())?;
+        if !md.is_regular() {
+            return Ok(None);
+        }
+        Ok(Some((File::from(fd), md)))
+    }
+
+    /// Creates `name` exclusively, read-write, mode `0600` (so nobody else can open it before
+    /// its locks are taken; the caller then makes it `0644`).
+    pub fn create_entry(&self, name: &str) -> Result<File> {
+        let c = cname(name).map_err(|e| Error::io("create", self.path.join(name), e))?;
+        let fd = openat(
+            self.fd.as_raw_fd(),
+            &c,
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0o600,
+        )
+        .map_err(|e| Error::io("create", self.path.join(name), e))?;
+        Ok(File::from(fd))
+    }
+
+    /// Removes `name` if it still is the file `id` (never somebody else's file that took its
+    /// place). Returns whether it was removed.
+    pub fn unlink_if(&self, name: &str, id: FileId) -> bool {
+        let Ok(c) = cname(name) else { return false };
+        match fstatat(self.fd.as_raw_fd(), &c) {
+            // SAFETY: `c` is NUL-terminated; unlinkat on a name in our directory descriptor.
+            Ok(md) if md.id == id => unsafe { libc::unlinkat(self.raw_fd(), c.as_ptr(), 0) == 0 },
+            _ => false,
+        }
+    }
+
+    /// Removes `name` whatever it is now (only for a file this process created a moment ago and
+    /// could not even `fstat`).
+    pub fn unlink_if_unchecked(&self, name: &str) {
+        if let Ok(c) = cname(name) {
+            // SAFETY: `c` is NUL-terminated; unlinkat on a name in our directory descriptor.
+            unsafe { libc::unlinkat(self.raw_fd(), c.as_ptr(), 0) };
+        }
+    }
+
+    /// Names in the directory that start with `gpukit-` (others are never looked at).
+    /// `keep_going` is asked every 1024 entries; listing stops when it returns an error.
+    pub fn list(&self, mut keep_going: impl FnMut() -> Result<()>) -> Result<Vec<String>> {
+        let fd = self.reopen()?;
+        // SAFETY: `fd` is an open directory descriptor; fdopendir takes ownership of it.
+        let dir = unsafe { libc::fdopendir(fd.as_raw_fd()) };
+        if dir.is_null() {
+            return Err(Error::io("opendir", &self.path, io::Error::last_os_error()));
+        }
+        // The DIR owns the descriptor now.
+        std::mem::forget(fd);
+        struct Closer(*mut libc::DIR);
+        impl Drop for Closer {
+            fn drop(&mut self) {
+                // SAFETY: the DIR came from fdopendir and is closed exactly once.
+                unsafe { libc::closedir(self.0) };
+            }
+        }
+        let dir = Closer(dir);
+        let mut out = Vec::new();
+        let mut seen = 0usize;
+        loop {
+            seen += 1;
+            if seen.is_multiple_of(1024) {
+                keep_going()?;
+            }
+            // SAFETY: errno is thread-local; resetting it distinguishes end from error.
+            unsafe { *libc::__errno_location() = 0 };
+            // SAFETY: `dir.0` is a valid DIR stream used by this thread only.
+            let ent = unsafe { libc::readdir(dir.0) };
+            if ent.is_null() {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error().unwrap_or(0) != 0 {
+                    return Err(Error::io("readdir", &self.path, e));
+                }
+                return Ok(out);
+            }
+            // SAFETY: readdir returned a valid dirent whose d_name is NUL-terminated.
+            let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) };
+            let bytes = name.to_bytes();
+            if bytes.starts_with(b"gpukit-") {
+                if let Ok(s) = std::str::from_utf8(bytes) {
+                    out.push(s.to_owned());
+                }
+            }
         }
     }
 }
 
-/// Opens an existing file read-only without following symlinks.
-pub fn open_existing(path: &Path) -> io::Result<File> {
-    open_raw(path, libc::O_RDONLY, 0).map(File::from)
-}
-
-/// Creates a new file exclusively (mode `0644`), for writing, without following symlinks.
-pub fn create_new(path: &Path) -> Result<File> {
-    let fd = open_raw(path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o644)
-        .map_err(|e| Error::io("create", path, e))?;
-    let f = File::from(fd);
-    let _ = f.set_permissions(fs::Permissions::from_mode(0o644));
-    Ok(f)
+/// Reads a whole record file of at most [`MAX_RECORD_BYTES`]; `None` if it is larger (checked
+/// before reading a byte), not UTF-8, or unreadable.
+pub(crate) fn read_record(file: &File, meta: &Meta) -> Option<String> {
+    if meta.size > MAX_RECORD_BYTES as u64 {
+        return None;
+    }
+    let mut buf = vec![0u8; MAX_RECORD_BYTES + 1];
+    let mut len = 0;
+    while len < buf.len() {
+        // SAFETY: reads into the unfilled tail of `buf`, whose length is stated.
+        let n = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                buf[len..].as_mut_ptr().cast(),
+                buf.len() - len,
+                len as libc::off_t,
+            )
+        };
+        if n < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return None;
+        }
+        if n == 0 {
+            break;
+        }
+        len += n as usize;
+    }
+    if len > MAX_RECORD_BYTES {
+        return None;
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
+    use std::fs;
+    use std::os::unix::fs::{symlink, PermissionsExt};
 
     #[test]
     fn default_dir_is_created_sticky_world_writable() {
         let t = tempfile::tempdir().expect("tempdir");
         let p = t.path().join("libgpumutex");
-        prepare(&p, true).expect("prepare");
+        LockDir::open(&p, Create::SharedDefault).expect("open");
         let mode = fs::metadata(&p).expect("md").permissions().mode() & 0o7777;
         assert_eq!(mode, 0o1777);
+        let q = t.path().join("mine");
+        LockDir::open(&q, Create::Private).expect("open");
+        let mode = fs::metadata(&q).expect("md").permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o700);
     }
 
     #[test]
-    fn user_dir_is_never_chmodded() {
+    fn existing_dir_is_never_chmodded() {
         let t = tempfile::tempdir().expect("tempdir");
         let p = t.path().join("mine");
         fs::create_dir(&p).expect("mkdir");
-        fs::set_permissions(&p, fs::Permissions::from_mode(0o700)).expect("chmod");
-        prepare(&p, false).expect("prepare");
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o750)).expect("chmod");
+        LockDir::open(&p, Create::SharedDefault).expect("open");
         let mode = fs::metadata(&p).expect("md").permissions().mode() & 0o7777;
-        assert_eq!(mode, 0o700);
-        // Even if it is named like the default, an existing dir is left alone.
-        prepare(&p, true).expect("prepare");
-        let mode = fs::metadata(&p).expect("md").permissions().mode() & 0o7777;
-        assert_eq!(mode, 0o700);
+        assert_eq!(mode, 0o750);
     }
 
     #[test]
-    fn refuses_symlink_file_and_missing_parent() {
+    fn refuses_symlinks_with_or_without_trailing_slash_files_and_missing_parents() {
         let t = tempfile::tempdir().expect("tempdir");
         let real = t.path().join("real");
         fs::create_dir(&real).expect("mkdir");
         let link = t.path().join("link");
         symlink(&real, &link).expect("symlink");
-        assert!(matches!(prepare(&link, false), Err(Error::LockDir { .. })));
+        let slash = PathBuf::from(format!("{}/", link.display()));
+        let dot = PathBuf::from(format!("{}/.", link.display()));
+        for p in [&link, &slash, &dot] {
+            match LockDir::open(p, Create::Private) {
+                Err(e @ Error::LockDir { .. }) => {
+                    assert!(e.to_string().contains("symbolic link"), "{p:?}: {e}")
+                }
+                other => panic!("{p:?}: {other:?}"),
+            }
+        }
         let file = t.path().join("file");
         fs::write(&file, b"x").expect("write");
-        assert!(matches!(prepare(&file, false), Err(Error::LockDir { .. })));
+        assert!(matches!(
+            LockDir::open(&file, Create::Private),
+            Err(Error::LockDir { .. })
+        ));
         let deep = t.path().join("no/such/dir");
-        assert!(matches!(prepare(&deep, false), Err(Error::LockDir { .. })));
+        assert!(matches!(
+            LockDir::open(&deep, Create::Private),
+            Err(Error::LockDir { .. })
+        ));
         assert!(!t.path().join("no").exists());
+        assert!(matches!(
+            LockDir::open(Path::new("/"), Create::No),
+            Err(Error::LockDir { .. })
+        ));
     }
 
     #[test]
-    fn lock_files_refuse_symlinks() {
+    fn links_on_the_way_are_followed_only_from_trusted_directories() {
         let t = tempfile::tempdir().expect("tempdir");
-        let target = t.path().join("target");
-        fs::write(&target, b"").expect("write");
-        let p = t.path().join(device_lock_name(0));
-        symlink(&target, &p).expect("symlink");
-        assert!(matches!(open_lock_file(&p), Err(Error::Io { .. })));
-        assert_eq!(parse_device_lock_name(&device_lock_name(17)), Some(17));
+        let real = t.path().join("real");
+        fs::create_dir_all(real.join("locks")).expect("mkdir");
+        symlink(&real, t.path().join("ok")).expect("symlink");
+        symlink("real", t.path().join("rel")).expect("symlink");
+        let d = LockDir::open(&t.path().join("ok/locks"), Create::No).expect("open");
+        assert_eq!(
+            d.path(),
+            fs::canonicalize(real.join("locks")).expect("canon")
+        );
+        let d = LockDir::open(&t.path().join("rel/../real/locks"), Create::No).expect("open");
+        assert_eq!(
+            d.path(),
+            fs::canonicalize(real.join("locks")).expect("canon")
+        );
+        // A link in a directory everybody may write could be re-pointed: refused.
+        let open = t.path().join("open");
+        fs::create_dir(&open).expect("mkdir");
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).expect("chmod");
+        symlink(&real, open.join("link")).expect("symlink");
+        match LockDir::open(&open.join("link/locks"), Create::No) {
+            Err(Error::UntrustedLockDir { path, .. }) => {
+                assert_eq!(path, fs::canonicalize(&open).expect("c"))
+            }
+            other => panic!("{other:?}"),
+        }
+        // A loop of links ends with an error.
+        symlink(t.path().join("loop2"), t.path().join("loop1")).expect("symlink");
+        symlink(t.path().join("loop1"), t.path().join("loop2")).expect("symlink");
+        assert!(matches!(
+            LockDir::open(&t.path().join("loop1/x"), Create::No),
+            Err(Error::LockDir { .. })
+        ));
+    }
+
+    #[test]
+    fn distrust_rules() {
+        assert!(distrust_reason(1000, 0o40700, 1000).is_none());
+        assert!(distrust_reason(0, 0o41777, 1000).is_none());
+        assert!(distrust_reason(0, 0o41770, 1000).is_none());
+        assert!(distrust_reason(0, 0o40755, 1000).is_none());
+        assert!(distrust_reason(1001, 0o40700, 1000).is_some());
+        assert!(distrust_reason(1001, 0o41777, 1000).is_some());
+        assert!(distrust_reason(1000, 0o40777, 1000).is_some());
+        assert!(distrust_reason(0, 0o40775, 1000).is_some());
+        assert!(distrust_reason(1000, 0o40755, 0).is_some());
+    }
+
+    #[test]
+    fn entries_are_opened_safely_and_read_bounded() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let d = LockDir::open(t.path(), Create::No).expect("open");
+        fs::write(t.path().join("gpukit-claim.small"), b"hello").expect("write");
+        let big = fs::File::create(t.path().join("gpukit-claim.big")).expect("create");
+        big.set_len(1 << 31).expect("sparse");
+        let fifo =
+            CString::new(t.path().join("gpukit-ticket.fifo").as_os_str().as_bytes()).expect("c");
+        // SAFETY: valid path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        symlink("/etc/passwd", t.path().join("gpukit-claim.link")).expect("symlink");
+        let (f, m) = d
+            .open_entry("gpukit-claim.small")
+            .expect("open")
+            .expect("reg");
+        assert_eq!(read_record(&f, &m).as_deref(), Some("hello"));
+        let (f, m) = d
+            .open_entry("gpukit-claim.big")
+            .expect("open")
+            .expect("reg");
+        assert_eq!(read_record(&f, &m), None);
+        // A FIFO opens at once (O_NONBLOCK) and is not a regular file.
+        assert!(d.open_entry("gpukit-ticket.fifo").expect("open").is_none());
+        assert!(d.open_entry("gpukit-claim.link").is_err());
+        let mut names = d.list(|| Ok(())).expect("list");
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "gpukit-claim.big",
+                "gpukit-claim.link",
+                "gpukit-claim.small",
+                "gpukit-ticket.fifo"
+            ]
+        );
+        d.check_identity().expect("same dir");
     }
 }

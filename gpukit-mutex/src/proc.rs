@@ -1,36 +1,49 @@
-//! Process identity and ancestry from `/proc`.
+//! Process identity, ancestry and environment from `/proc`, and the boot id.
 //!
 //! A process is identified by its pid *and* its start time (field 22 of `/proc/<pid>/stat`, in
 //! clock ticks since boot), so a recycled pid is never mistaken for the original process.
 //! Ancestry is the `ppid` chain read from `/proc`, which the kernel maintains and no process can
-//! forge (unlike environment variables).
+//! forge (unlike environment variables). Every read is bounded.
 
-use std::fs;
+use std::fs::File;
+use std::io::Read;
+use std::sync::OnceLock;
 
 /// A process identity that survives pid reuse: pid plus start time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ProcId {
+pub(crate) struct ProcId {
     /// Process id.
     pub pid: u32,
     /// Start time in clock ticks after boot (`/proc/<pid>/stat` field 22).
     pub start: u64,
 }
 
+impl ProcId {
+    /// `<pid>:<start>`, the form used in records and in `GPUMUTEX_JOB_ROOT`.
+    pub fn to_text(self) -> String {
+        format!("{}:{}", self.pid, self.start)
+    }
+
+    /// Parses `<pid>:<start>`.
+    pub fn parse(s: &str) -> Option<ProcId> {
+        let (p, st) = s.trim().split_once(':')?;
+        Some(ProcId {
+            pid: p.parse().ok()?,
+            start: st.parse().ok()?,
+        })
+    }
+}
+
 /// The fields of `/proc/<pid>/stat` this crate needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcStat {
-    /// Process id.
+pub(crate) struct ProcStat {
     pub pid: u32,
-    /// One-letter state (`R`, `S`, `Z`, ...).
-    pub state: char,
     /// Parent process id (0 for the root of a pid namespace).
     pub ppid: u32,
-    /// Start time in clock ticks after boot.
     pub start: u64,
 }
 
 impl ProcStat {
-    /// The identity of this process.
     pub fn id(&self) -> ProcId {
         ProcId {
             pid: self.pid,
@@ -39,42 +52,44 @@ impl ProcStat {
     }
 }
 
+/// Reads at most `limit` bytes of a file (`/proc` files report size 0, so the size cannot be
+/// checked first). `None` if it cannot be opened or read.
+pub(crate) fn read_bounded(path: &str, limit: usize) -> Option<Vec<u8>> {
+    let f = File::open(path).ok()?;
+    let mut buf = Vec::new();
+    f.take(limit as u64).read_to_end(&mut buf).ok()?;
+    Some(buf)
+}
+
 /// Parses the contents of `/proc/<pid>/stat`. The command name (field 2) may contain spaces
 /// and parentheses, so parsing starts after the *last* `)`.
-pub fn parse_stat(text: &str) -> Option<ProcStat> {
+pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
     let open = text.find('(')?;
     let pid: u32 = text[..open].trim().parse().ok()?;
     let close = text.rfind(')')?;
     let rest = text.get(close + 1..)?;
     let mut fields = rest.split_ascii_whitespace();
     // Fields after the command: 3 state, 4 ppid, ..., 22 starttime.
-    let state = fields.next()?.chars().next()?;
+    fields.next()?;
     let ppid: u32 = fields.next()?.parse().ok()?;
     // We consumed fields 3 and 4; field 22 is 18 further on.
     let start: u64 = fields.nth(17)?.parse().ok()?;
-    Some(ProcStat {
-        pid,
-        state,
-        ppid,
-        start,
-    })
+    Some(ProcStat { pid, ppid, start })
+}
+
+fn stat_path(path: &str) -> Option<ProcStat> {
+    let raw = read_bounded(path, 4096)?;
+    parse_stat(&String::from_utf8_lossy(&raw))
 }
 
 /// Reads `/proc/<pid>/stat`; `None` if the process does not exist (or cannot be read).
-pub fn stat(pid: u32) -> Option<ProcStat> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(&text)
+pub(crate) fn stat(pid: u32) -> Option<ProcStat> {
+    stat_path(&format!("/proc/{pid}/stat"))
 }
 
-/// The identity of the calling process.
-pub fn self_id() -> Option<ProcId> {
-    let text = fs::read_to_string("/proc/self/stat").ok()?;
-    parse_stat(&text).map(|s| s.id())
-}
-
-/// [`self_id`], read from `/proc` once per process (the cache is keyed by pid, so a `fork`ed
-/// child reads its own).
-pub fn self_id_cached() -> Option<ProcId> {
+/// The identity of the calling process, read from `/proc` once per process (the cache is keyed
+/// by pid, so a `fork`ed child reads its own).
+pub(crate) fn self_id() -> Option<ProcId> {
     use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
     static PID: AtomicU32 = AtomicU32::new(0);
     static START: AtomicU64 = AtomicU64::new(0);
@@ -85,29 +100,18 @@ pub fn self_id_cached() -> Option<ProcId> {
             start: START.load(Ordering::Relaxed),
         });
     }
-    let id = self_id()?;
+    let id = stat_path("/proc/self/stat")?.id();
     // Every thread of this process stores the same value; `PID` is published last.
     START.store(id.start, Ordering::Relaxed);
     PID.store(id.pid, Ordering::Release);
     Some(id)
 }
 
-/// True if the process `id` is alive (exists with the same start time and is not a zombie).
-pub fn is_alive(id: ProcId) -> bool {
-    match stat(id.pid) {
-        Some(s) => s.start == id.start && s.state != 'Z' && s.state != 'X',
-        None => false,
-    }
-}
-
-/// The caller's ancestry: itself first, then its parent, grandparent, ... up to the root of
-/// its pid namespace. Stops early if a `/proc` entry vanishes mid-walk (an ancestor exited).
-pub fn ancestry_of_self() -> Vec<ProcId> {
+/// The ancestry of `first`: itself first, then its parent, grandparent, ... up to the root of
+/// the pid namespace. Stops early if a `/proc` entry vanishes mid-walk (an ancestor exited).
+fn ancestry_from(first: Option<ProcStat>) -> Vec<ProcId> {
     let mut out = Vec::new();
-    let Ok(text) = fs::read_to_string("/proc/self/stat") else {
-        return out;
-    };
-    let Some(mut cur) = parse_stat(&text) else {
+    let Some(mut cur) = first else {
         return out;
     };
     // A real chain is short; the bound only protects against a corrupt /proc.
@@ -124,27 +128,61 @@ pub fn ancestry_of_self() -> Vec<ProcId> {
     out
 }
 
+/// The caller's ancestry: itself first, then its parent, ... (see [`ancestry_from`]).
+pub(crate) fn ancestry_of_self() -> Vec<ProcId> {
+    ancestry_from(stat_path("/proc/self/stat"))
+}
+
+/// The ancestry of another live process `id` (empty if it is gone or was replaced).
+pub(crate) fn ancestry_of(id: ProcId) -> Vec<ProcId> {
+    let first = stat(id.pid).filter(|s| s.start == id.start);
+    ancestry_from(first)
+}
+
+/// Whether the environment of process `pid` defines `name`: `Some(true/false)`, or `None` when
+/// it cannot be read (another user's process, or gone). Reads at most 1 MiB.
+pub(crate) fn environ_has(pid: u32, name: &str) -> Option<bool> {
+    let raw = read_bounded(&format!("/proc/{pid}/environ"), 1 << 20)?;
+    let key = format!("{name}=");
+    Some(
+        raw.split(|b| *b == 0)
+            .any(|kv| kv.starts_with(key.as_bytes())),
+    )
+}
+
 /// The calling process's command line, read once.
-pub fn self_cmdline() -> String {
-    static CMD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+pub(crate) fn self_cmdline() -> String {
+    static CMD: OnceLock<String> = OnceLock::new();
     CMD.get_or_init(|| cmdline(std::process::id()).unwrap_or_default())
         .clone()
 }
 
-/// The command line of `pid` (arguments joined by spaces), or `None` if unreadable. Kernel
-/// threads and zombies have an empty command line; their name from `stat` is used instead.
-pub fn cmdline(pid: u32) -> Option<String> {
-    let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+/// The command line of `pid` (arguments joined by spaces, at most 1 KiB), or `None` if
+/// unreadable. Kernel threads and zombies have an empty command line; their name is used instead.
+pub(crate) fn cmdline(pid: u32) -> Option<String> {
+    let raw = read_bounded(&format!("/proc/{pid}/cmdline"), 1024)?;
     let parts: Vec<String> = raw
         .split(|b| *b == 0)
         .filter(|p| !p.is_empty())
         .map(|p| String::from_utf8_lossy(p).into_owned())
         .collect();
     if parts.is_empty() {
-        let comm = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-        return Some(format!("[{}]", comm.trim_end()));
+        let comm = read_bounded(&format!("/proc/{pid}/comm"), 64)?;
+        return Some(format!("[{}]", String::from_utf8_lossy(&comm).trim_end()));
     }
     Some(parts.join(" "))
+}
+
+/// This boot's id (`/proc/sys/kernel/random/boot_id`), or `"unknown"`. Records carry it: a
+/// record from another boot (or, on a shared file system, another machine) is never trusted.
+pub(crate) fn boot_id() -> &'static str {
+    static BOOT: OnceLock<String> = OnceLock::new();
+    BOOT.get_or_init(|| {
+        read_bounded("/proc/sys/kernel/random/boot_id", 64)
+            .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+            .filter(|s| !s.is_empty() && s.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-'))
+            .unwrap_or_else(|| "unknown".into())
+    })
 }
 
 #[cfg(test)]
@@ -156,7 +194,6 @@ mod tests {
         let line = "1234 (a) b (c)) S 77 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100";
         let s = parse_stat(line).expect("parse");
         assert_eq!(s.pid, 1234);
-        assert_eq!(s.state, 'S');
         assert_eq!(s.ppid, 77);
         assert_eq!(s.start, 987654);
     }
@@ -166,20 +203,32 @@ mod tests {
         assert!(parse_stat("").is_none());
         assert!(parse_stat("12 (x) S").is_none());
         assert!(parse_stat("x (y) S 1 2").is_none());
+        assert!(ProcId::parse("12").is_none());
+        assert!(ProcId::parse("a:1").is_none());
+        assert_eq!(
+            ProcId::parse(" 12:34 "),
+            Some(ProcId { pid: 12, start: 34 })
+        );
     }
 
     #[test]
     fn self_is_alive_and_first_in_ancestry() {
         let me = self_id().expect("self");
         assert_eq!(me.pid, std::process::id());
-        assert!(is_alive(me));
-        assert!(!is_alive(ProcId {
+        assert!(ancestry_of(ProcId {
             pid: me.pid,
             start: me.start + 1
-        }));
+        })
+        .is_empty());
         let chain = ancestry_of_self();
         assert_eq!(chain.first().copied(), Some(me));
         assert!(chain.len() >= 2, "{chain:?}");
+        assert_eq!(ancestry_of(me), chain);
         assert!(cmdline(me.pid).is_some());
+        assert_eq!(
+            environ_has(me.pid, "GPUKIT_NO_SUCH_VARIABLE_X"),
+            Some(false)
+        );
+        assert_ne!(boot_id(), "unknown");
     }
 }

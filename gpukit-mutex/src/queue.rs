@@ -1,7 +1,20 @@
-//! The grant policy as a pure function.
+//! The grant policy as pure functions.
 //!
-//! Every waiter evaluates [`decide`] on the same inputs (the live tickets in FIFO order and
-//! the set of free devices), under the global join lock, and acts only on its own entry.
+//! Every waiter evaluates [`evaluate`] on what one pass over the lock directory observed (the
+//! tickets and the claims, in the states below), under the join lock, and acts only on its own
+//! entry. [`evaluate`] reduces the observation to the queue of waiting requests and the set of
+//! free devices and applies [`decide`].
+//!
+//! States of what a pass observes:
+//!
+//! * a ticket is [`TicketState::Waiting`] (live, and its owner and lock agree with it),
+//!   [`TicketState::Gone`] (nothing holds it: its waiter left or died) or
+//!   [`TicketState::Untrusted`] (live, but unreadable or contradicted by its owner or lock).
+//!   Only waiting tickets form the queue, in order of their sequence number (ties by name).
+//! * a claim is live or dead; every device a live claim names is busy, whether or not the claim
+//!   can be trusted (an untrusted claim can only make devices look busier).
+//! * the caller's own ticket must be among the waiting ones; if it vanished (removed by hand,
+//!   replaced) the outcome is [`Outcome::Rejoin`], never an endless wait.
 //!
 //! Rules, in queue order:
 //!
@@ -37,6 +50,92 @@ pub enum Decision {
     Grant(Vec<u32>),
     /// Keep waiting.
     Wait,
+}
+
+/// What one pass observed of a ticket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TicketState {
+    /// A live, trusted waiter asking for this.
+    Waiting(Request),
+    /// Nothing holds it any more: skipped.
+    Gone,
+    /// Live but unreadable, or its owner or lock disagrees with it: ignored.
+    Untrusted,
+}
+
+/// One ticket file as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedTicket {
+    /// Its sequence number (queue position).
+    pub seq: u64,
+    /// Its file name (breaks ties between equal sequence numbers).
+    pub name: String,
+    /// What it is.
+    pub state: TicketState,
+}
+
+/// One claim file as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedClaim {
+    /// Whether a lock keeps it alive.
+    pub live: bool,
+    /// The devices its record names (empty if the record is unreadable).
+    pub devices: Vec<u32>,
+}
+
+/// What the caller should do after a pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Take exactly these devices now.
+    Grant(Vec<u32>),
+    /// Keep waiting.
+    Wait,
+    /// The caller's own ticket is not among the waiting tickets: queue again.
+    Rejoin,
+}
+
+/// Decides the caller's request `me` given what a pass observed. `mine` names the caller's
+/// ticket; `None` means the caller has not queued yet and is evaluated as if it were at the end
+/// of the queue (the fast path of an acquisition).
+pub fn evaluate(
+    tickets: &[ObservedTicket],
+    claims: &[ObservedClaim],
+    mine: Option<&str>,
+    me: &Request,
+) -> Outcome {
+    let mut waiting: Vec<(&u64, &str, &Request)> = tickets
+        .iter()
+        .filter_map(|t| match &t.state {
+            TicketState::Waiting(r) => Some((&t.seq, t.name.as_str(), r)),
+            _ => None,
+        })
+        .collect();
+    waiting.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let mut queue: Vec<Request> = waiting.iter().map(|(_, _, r)| (*r).clone()).collect();
+    let index = match mine {
+        Some(name) => match waiting.iter().position(|(_, n, _)| *n == name) {
+            Some(i) => i,
+            None => return Outcome::Rejoin,
+        },
+        None => {
+            queue.push(me.clone());
+            queue.len() - 1
+        }
+    };
+    let busy: BTreeSet<u32> = claims
+        .iter()
+        .filter(|c| c.live)
+        .flat_map(|c| c.devices.iter().copied())
+        .collect();
+    let free: BTreeSet<u32> = queue
+        .iter()
+        .flat_map(|r| r.candidates.iter().copied())
+        .filter(|d| !busy.contains(d))
+        .collect();
+    match decide(&queue, &free).swap_remove(index) {
+        Decision::Grant(d) => Outcome::Grant(d),
+        Decision::Wait => Outcome::Wait,
+    }
 }
 
 /// Decides every request of `queue` (FIFO order) given the currently `free` devices.

@@ -1,57 +1,62 @@
-//! On-disk records: claims (who holds what) and tickets (who waits). A small line-based text
-//! format (`key value` per line) that `cat` can read.
+//! On-disk records: claims (who holds what) and tickets (who waits), and their file names. A
+//! small line-based text format (`key value` per line) that `cat` can read. Parsing is strict
+//! and bounded: the caller reads at most [`crate::lockdir::MAX_RECORD_BYTES`], and a record
+//! with a missing or malformed field, an impossible request or a device index out of range is
+//! rejected as a whole.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::config::MAX_DEVICE_INDEX;
+use crate::lockdir::{CLAIM_PREFIX, TICKET_PREFIX};
 use crate::proc::ProcId;
 
-const CLAIM_MAGIC: &str = "gpukit-mutex claim v1";
-const TICKET_MAGIC: &str = "gpukit-mutex ticket v1";
+const CLAIM_MAGIC: &str = "gpukit-mutex claim v2";
+const TICKET_MAGIC: &str = "gpukit-mutex ticket v2";
 
 /// How a process came to hold its devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClaimKind {
+pub(crate) enum ClaimKind {
     /// Granted through the queue.
     Primary,
-    /// Joined the claim of an ancestor (or of its job root).
+    /// Joined the claim of an ancestor or of a sibling rank.
     Shared,
+}
+
+/// The job a rank belongs to (see `anchors.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct JobTag {
+    /// The launcher: the nearest ancestor that is not itself part of the job.
+    pub root: ProcId,
+    /// Which launcher scheme and job, e.g. `torch:<run id>` or `explicit`.
+    pub key: String,
+    /// The rank's local rank, when the launcher numbers them.
+    pub local_rank: Option<u32>,
 }
 
 /// A claim record: one per process that holds (or shares) devices.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClaimRecord {
-    /// The participating process.
+pub(crate) struct ClaimRecord {
+    pub boot: String,
     pub proc_id: ProcId,
-    /// Its real uid.
+    /// The writer's effective uid (must equal the file's owner).
     pub uid: u32,
-    /// Primary or shared.
     pub kind: ClaimKind,
-    /// Devices held.
     pub devices: Vec<u32>,
-    /// Job root whose whole subtree shares the claim, if any (see [`crate::ENV_JOB_ROOT`]).
-    pub anchor: Option<ProcId>,
-    /// When the claim was taken.
+    pub job: Option<JobTag>,
     pub since: SystemTime,
-    /// The holder's command line.
     pub cmd: String,
 }
 
 /// A ticket record: one per waiting process.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TicketRecord {
-    /// The waiting process.
+pub(crate) struct TicketRecord {
+    pub boot: String,
     pub proc_id: ProcId,
-    /// Its real uid.
     pub uid: u32,
-    /// Devices requested.
     pub n: usize,
-    /// Candidate devices in preference order.
     pub candidates: Vec<u32>,
-    /// Backfill allowed.
     pub backfill: bool,
-    /// When it joined the queue.
     pub since: SystemTime,
-    /// The waiter's command line.
     pub cmd: String,
 }
 
@@ -61,10 +66,10 @@ fn nanos(t: SystemTime) -> u128 {
         .unwrap_or(0)
 }
 
-fn from_nanos(n: u128) -> SystemTime {
-    let secs = (n / 1_000_000_000) as u64;
+fn from_nanos(n: u128) -> Option<SystemTime> {
+    let secs = u64::try_from(n / 1_000_000_000).ok()?;
     let sub = (n % 1_000_000_000) as u32;
-    UNIX_EPOCH + Duration::new(secs, sub)
+    UNIX_EPOCH.checked_add(Duration::new(secs, sub))
 }
 
 fn devs(d: &[u32]) -> String {
@@ -74,23 +79,38 @@ fn devs(d: &[u32]) -> String {
         .join(",")
 }
 
+/// A device list: distinct indices up to [`MAX_DEVICE_INDEX`] (possibly empty).
 fn parse_devs(s: &str) -> Option<Vec<u32>> {
     if s.is_empty() {
         return Some(Vec::new());
     }
-    s.split(',').map(|x| x.parse().ok()).collect()
+    let mut out: Vec<u32> = Vec::new();
+    for x in s.split(',') {
+        let d: u32 = x.parse().ok()?;
+        if d > MAX_DEVICE_INDEX || out.contains(&d) {
+            return None;
+        }
+        out.push(d);
+    }
+    Some(out)
 }
 
-fn parse_proc_id(s: &str) -> Option<ProcId> {
-    let (p, st) = s.split_once(':')?;
-    Some(ProcId {
-        pid: p.parse().ok()?,
-        start: st.parse().ok()?,
-    })
-}
-
+/// Keeps a free-text field on one line and short.
 fn one_line(s: &str) -> String {
-    s.replace(['\n', '\r'], " ")
+    let mut t: String = s.replace(['\n', '\r'], " ");
+    if t.len() > 1024 {
+        let mut cut = 1024;
+        while !t.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        t.truncate(cut);
+    }
+    t
+}
+
+/// A field value without spaces (boot id, job key): anything else is rejected when written.
+fn token_ok(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 256 && s.bytes().all(|b| b.is_ascii_graphic())
 }
 
 struct Fields<'a> {
@@ -104,20 +124,42 @@ impl<'a> Fields<'a> {
             return None;
         }
         let lines = it
-            .filter_map(|l| l.split_once(' ').or(Some((l, ""))))
-            .collect();
+            .map(|l| l.split_once(' ').unwrap_or((l, "")))
+            .collect::<Vec<_>>();
         Some(Fields { lines })
     }
+
+    /// The value of `key`; a key given twice makes the record invalid.
     fn get(&self, key: &str) -> Option<&'a str> {
-        self.lines.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+        let mut it = self.lines.iter().filter(|(k, _)| *k == key);
+        let v = it.next()?.1;
+        it.next().is_none().then_some(v)
+    }
+
+    fn proc_id(&self) -> Option<ProcId> {
+        Some(ProcId {
+            pid: self.get("pid")?.parse().ok()?,
+            start: self.get("start")?.parse().ok()?,
+        })
     }
 }
 
 impl ClaimRecord {
     /// Serializes the record.
     pub fn to_text(&self) -> String {
+        let (root, key, rank) = match &self.job {
+            Some(j) if token_ok(&j.key) => (
+                j.root.to_text(),
+                j.key.clone(),
+                j.local_rank
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|| "-".into()),
+            ),
+            _ => ("-".into(), "-".into(), "-".into()),
+        };
         format!(
-            "{CLAIM_MAGIC}\npid {}\nstart {}\nuid {}\nkind {}\ndevices {}\nanchor {}\nsince_ns {}\ncmd {}\n",
+            "{CLAIM_MAGIC}\nboot {}\npid {}\nstart {}\nuid {}\nkind {}\ndevices {}\njob_root {root}\njob {key}\nlocal_rank {rank}\nsince_ns {}\ncmd {}\n",
+            self.boot,
             self.proc_id.pid,
             self.proc_id.start,
             self.uid,
@@ -126,9 +168,6 @@ impl ClaimRecord {
                 ClaimKind::Shared => "shared",
             },
             devs(&self.devices),
-            self.anchor
-                .map(|a| format!("{}:{}", a.pid, a.start))
-                .unwrap_or_else(|| "-".into()),
             nanos(self.since),
             one_line(&self.cmd),
         )
@@ -137,11 +176,22 @@ impl ClaimRecord {
     /// Parses a record; `None` if it is incomplete or malformed.
     pub fn parse(text: &str) -> Option<Self> {
         let f = Fields::parse(text, CLAIM_MAGIC)?;
+        let job = match (f.get("job_root")?, f.get("job")?, f.get("local_rank")?) {
+            ("-", "-", "-") => None,
+            (root, key, rank) if token_ok(key) && key != "-" => Some(JobTag {
+                root: ProcId::parse(root)?,
+                key: key.to_string(),
+                local_rank: match rank {
+                    "-" => None,
+                    r => Some(r.parse().ok()?),
+                },
+            }),
+            _ => return None,
+        };
+        let boot = f.get("boot")?;
         Some(ClaimRecord {
-            proc_id: ProcId {
-                pid: f.get("pid")?.parse().ok()?,
-                start: f.get("start")?.parse().ok()?,
-            },
+            boot: token_ok(boot).then(|| boot.to_string())?,
+            proc_id: f.proc_id()?,
             uid: f.get("uid")?.parse().ok()?,
             kind: match f.get("kind")? {
                 "primary" => ClaimKind::Primary,
@@ -149,11 +199,8 @@ impl ClaimRecord {
                 _ => return None,
             },
             devices: parse_devs(f.get("devices")?)?,
-            anchor: match f.get("anchor")? {
-                "-" => None,
-                a => Some(parse_proc_id(a)?),
-            },
-            since: from_nanos(f.get("since_ns")?.parse().ok()?),
+            job,
+            since: from_nanos(f.get("since_ns")?.parse().ok()?)?,
             cmd: f.get("cmd").unwrap_or("").to_string(),
         })
     }
@@ -163,7 +210,8 @@ impl TicketRecord {
     /// Serializes the record.
     pub fn to_text(&self) -> String {
         format!(
-            "{TICKET_MAGIC}\npid {}\nstart {}\nuid {}\nn {}\ncandidates {}\nbackfill {}\nsince_ns {}\ncmd {}\n",
+            "{TICKET_MAGIC}\nboot {}\npid {}\nstart {}\nuid {}\nn {}\ncandidates {}\nbackfill {}\nsince_ns {}\ncmd {}\n",
+            self.boot,
             self.proc_id.pid,
             self.proc_id.start,
             self.uid,
@@ -175,74 +223,158 @@ impl TicketRecord {
         )
     }
 
-    /// Parses a record; `None` if it is incomplete or malformed.
+    /// Parses a record; `None` if it is incomplete, malformed or asks for the impossible
+    /// (no devices, or more than its candidates).
     pub fn parse(text: &str) -> Option<Self> {
         let f = Fields::parse(text, TICKET_MAGIC)?;
+        let boot = f.get("boot")?;
+        let n: usize = f.get("n")?.parse().ok()?;
+        let candidates = parse_devs(f.get("candidates")?)?;
+        if n == 0 || n > candidates.len() {
+            return None;
+        }
         Some(TicketRecord {
-            proc_id: ProcId {
-                pid: f.get("pid")?.parse().ok()?,
-                start: f.get("start")?.parse().ok()?,
-            },
+            boot: token_ok(boot).then(|| boot.to_string())?,
+            proc_id: f.proc_id()?,
             uid: f.get("uid")?.parse().ok()?,
-            n: f.get("n")?.parse().ok()?,
-            candidates: parse_devs(f.get("candidates")?)?,
-            backfill: f.get("backfill")? == "1",
-            since: from_nanos(f.get("since_ns")?.parse().ok()?),
+            n,
+            candidates,
+            backfill: match f.get("backfill")? {
+                "1" => true,
+                "0" => false,
+                _ => return None,
+            },
+            since: from_nanos(f.get("since_ns")?.parse().ok()?)?,
             cmd: f.get("cmd").unwrap_or("").to_string(),
         })
     }
 }
 
 /// Parses a ticket file name `gpukit-ticket.<seq>.<pid>` into its sequence number.
-pub fn parse_ticket_name(name: &str) -> Option<u64> {
-    let rest = name.strip_prefix(crate::lockdir::TICKET_PREFIX)?;
+pub(crate) fn parse_ticket_name(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix(TICKET_PREFIX)?;
     let (seq, pid) = rest.split_once('.')?;
+    if !seq.bytes().all(|b| b.is_ascii_digit()) || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
     pid.parse::<u32>().ok()?;
     seq.parse().ok()
 }
 
 /// The file name of a ticket.
-pub fn ticket_name(seq: u64, pid: u32) -> String {
-    format!("{}{seq:020}.{pid}", crate::lockdir::TICKET_PREFIX)
+pub(crate) fn ticket_name(seq: u64, pid: u32) -> String {
+    format!("{TICKET_PREFIX}{seq:020}.{pid}")
 }
 
-/// The file name of a claim.
-pub fn claim_name(id: ProcId) -> String {
-    format!("{}{}.{}", crate::lockdir::CLAIM_PREFIX, id.pid, id.start)
+/// Whether `name` has the form of a claim file name (`gpukit-claim.<pid>.<start>.<k>`).
+pub(crate) fn is_claim_name(name: &str) -> bool {
+    name.strip_prefix(CLAIM_PREFIX).is_some_and(|rest| {
+        let parts: Vec<&str> = rest.split('.').collect();
+        parts.len() == 3
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.len() <= 20 && p.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// The file name of this process's `k`-th claim.
+pub(crate) fn claim_name(id: ProcId, k: u64) -> String {
+    format!("{CLAIM_PREFIX}{}.{}.{k}", id.pid, id.start)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn t(n: u128) -> SystemTime {
+        from_nanos(n).expect("time")
+    }
+
     #[test]
     fn roundtrip() {
         let c = ClaimRecord {
+            boot: "0f1e-2d".into(),
             proc_id: ProcId { pid: 5, start: 9 },
             uid: 1000,
             kind: ClaimKind::Shared,
             devices: vec![2, 0],
-            anchor: Some(ProcId { pid: 3, start: 4 }),
-            since: from_nanos(1_700_000_000_123_456_789),
+            job: Some(JobTag {
+                root: ProcId { pid: 3, start: 4 },
+                key: "torch:abc".into(),
+                local_rank: Some(1),
+            }),
+            since: t(1_700_000_000_123_456_789),
             cmd: "python -c\nx".into(),
         };
         let back = ClaimRecord::parse(&c.to_text()).expect("parse");
         assert_eq!(back.cmd, "python -c x");
-        assert_eq!(back.devices, c.devices);
-        assert_eq!(back.anchor, c.anchor);
-        assert_eq!(back.since, c.since);
-        let t = TicketRecord {
+        assert_eq!(
+            ClaimRecord {
+                cmd: c.cmd.clone(),
+                ..back
+            },
+            c
+        );
+        let tk = TicketRecord {
+            boot: "b".into(),
             proc_id: ProcId { pid: 5, start: 9 },
             uid: 0,
             n: 2,
             candidates: vec![0, 1, 3],
             backfill: true,
-            since: from_nanos(7),
+            since: t(7),
             cmd: String::new(),
         };
-        assert_eq!(TicketRecord::parse(&t.to_text()), Some(t));
-        assert!(ClaimRecord::parse("garbage").is_none());
-        assert!(TicketRecord::parse("gpukit-mutex ticket v1\npid 1\n").is_none());
+        assert_eq!(TicketRecord::parse(&tk.to_text()), Some(tk.clone()));
         assert_eq!(parse_ticket_name(&ticket_name(42, 7)), Some(42));
+        assert!(is_claim_name(&claim_name(ProcId { pid: 1, start: 2 }, 3)));
+    }
+
+    #[test]
+    fn rejects_malformed_and_impossible_records() {
+        assert!(ClaimRecord::parse("garbage").is_none());
+        assert!(TicketRecord::parse("gpukit-mutex ticket v2\npid 1\n").is_none());
+        let tk = TicketRecord {
+            boot: "b".into(),
+            proc_id: ProcId { pid: 5, start: 9 },
+            uid: 0,
+            n: 1,
+            candidates: vec![0],
+            backfill: false,
+            since: t(7),
+            cmd: String::new(),
+        };
+        let good = tk.to_text();
+        for (from, to) in [
+            ("n 1", "n 0"),
+            ("n 1", "n 2"),
+            ("candidates 0", "candidates 0,0"),
+            ("candidates 0", "candidates 99999"),
+            ("backfill 0", "backfill x"),
+            ("boot b", "boot"),
+            ("since_ns 7", "since_ns 999999999999999999999999999999"),
+        ] {
+            let bad = good.replace(from, to);
+            assert!(TicketRecord::parse(&bad).is_none(), "{bad}");
+        }
+        let dup = format!("{good}pid 6\n");
+        assert!(TicketRecord::parse(&dup).is_none(), "duplicate key");
+        // The previous protocol's records are not mistaken for current ones.
+        assert!(ClaimRecord::parse("gpukit-mutex claim v1\npid 1\n").is_none());
+        for bad in [
+            "gpukit-ticket.1",
+            "gpukit-ticket.x.1",
+            "gpukit-ticket.1.-1",
+            "gpukit-ticket.+1.1",
+        ] {
+            assert!(parse_ticket_name(bad).is_none(), "{bad}");
+        }
+        for bad in [
+            "gpukit-claim.1.2",
+            "gpukit-claim.1.2.x",
+            "gpukit-claim..1.2",
+        ] {
+            assert!(!is_claim_name(bad), "{bad}");
+        }
     }
 }

@@ -1,30 +1,33 @@
-//! Who holds what, who waits.
+//! Who holds what, who waits. A status report only reads: it takes no lock and changes
+//! nothing, so it can neither block nor disturb a grant, whatever is in the directory.
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::fs::{self, TryLockError};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::{Error, Result};
-use crate::lockdir;
-use crate::proc;
-use crate::records::{self, ClaimKind, ClaimRecord, TicketRecord};
+use crate::lockdir::LockDir;
+use crate::probe::Prober;
+use crate::queue::TicketState;
+use crate::records::ClaimKind;
 
 /// A process holding (or sharing) a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HolderInfo {
-    /// Process id.
+    /// Process id, as its record says.
     pub pid: u32,
-    /// Its real uid.
+    /// The uid that owns its record file.
     pub uid: u32,
-    /// Its command line (from `/proc/<pid>/cmdline` when it took the claim).
+    /// Its command line (when it took the claim).
     pub cmd: String,
     /// When it took the claim.
     pub since: SystemTime,
-    /// True if it shares an ancestor's claim rather than having been granted it.
+    /// True if it shares another process's claim rather than having been granted it.
     pub shared: bool,
+    /// True if the record's owner and lock agree with it (see the crate docs); an unverified
+    /// live record still makes its devices busy.
+    pub verified: bool,
 }
 
 /// One device's state.
@@ -32,10 +35,9 @@ pub struct HolderInfo {
 pub struct DeviceStatus {
     /// Device index.
     pub device: u32,
-    /// Whether its lock is held (by the holders listed, or by survivors of a claim whose
-    /// records are gone).
+    /// Whether a live claim names it.
     pub busy: bool,
-    /// Live processes that hold or share it, primary holder first.
+    /// The live claims that name it, verified primary holders first.
     pub holders: Vec<HolderInfo>,
 }
 
@@ -44,7 +46,7 @@ pub struct DeviceStatus {
 pub struct WaiterInfo {
     /// Process id.
     pub pid: u32,
-    /// Its real uid.
+    /// The uid that owns its ticket.
     pub uid: u32,
     /// Its command line.
     pub cmd: String,
@@ -63,144 +65,100 @@ pub struct WaiterInfo {
 pub struct Status {
     /// The directory.
     pub lock_dir: PathBuf,
-    /// Every device that is visible to the caller or has a lock file, by index.
+    /// Why the directory is not trusted (then acquisitions refuse it), if it is not.
+    pub untrusted: Option<String>,
+    /// Every device that is visible to the caller or named by a live claim, by index.
     pub devices: Vec<DeviceStatus>,
     /// Live waiters, in queue order (head first).
     pub waiters: Vec<WaiterInfo>,
+    /// Files under record names that were ignored: dead, unreadable, too large, not regular
+    /// files, or contradicted by their owner or lock.
+    pub ignored: usize,
 }
+
+/// How long a status pass may take (a directory flooded with entries is cut short).
+const STATUS_LIMIT: Duration = Duration::from_secs(10);
 
 /// Reads the status of `lock_dir` without a [`crate::GpuMutex`]; `extra_devices` are listed
-/// even if they have no lock file yet.
+/// even if no claim names them. Works on a directory that is not trusted (and says so).
 pub fn read_status(lock_dir: &Path, extra_devices: &[u32]) -> Result<Status> {
-    lockdir::validate_existing(lock_dir)?;
-    let qpath = lock_dir.join(lockdir::QUEUE_LOCK);
-    // Take the join lock if the directory has one, so the snapshot is consistent.
-    let qfile = lockdir::open_existing(&qpath).ok();
-    let _held = match &qfile {
-        Some(q) => {
-            let until = Instant::now() + Duration::from_secs(2);
-            let mut ok = false;
-            while Instant::now() < until {
-                match q.try_lock() {
-                    Ok(()) => {
-                        ok = true;
-                        break;
-                    }
-                    Err(TryLockError::WouldBlock) => std::thread::sleep(Duration::from_micros(100)),
-                    Err(TryLockError::Error(e)) => return Err(Error::io("flock", &qpath, e)),
-                }
-            }
-            ok
-        }
-        None => false,
-    };
-    let result = snapshot(lock_dir, extra_devices);
-    if let (true, Some(q)) = (_held, &qfile) {
-        let _ = q.unlock();
-    }
-    result
+    let dir = LockDir::open_for_reading(lock_dir)?;
+    snapshot(&dir, extra_devices)
 }
 
-fn snapshot(lock_dir: &Path, extra_devices: &[u32]) -> Result<Status> {
+pub(crate) fn snapshot(dir: &LockDir, extra_devices: &[u32]) -> Result<Status> {
+    let until = Instant::now() + STATUS_LIMIT;
+    let probe = Prober::default().probe(dir, false, || {
+        if Instant::now() > until {
+            Err(Error::LockDir {
+                path: dir.path().to_path_buf(),
+                reason: format!(
+                    "holds too many entries to report within {STATUS_LIMIT:?} (flooded?)"
+                ),
+            })
+        } else {
+            Ok(())
+        }
+    })?;
+    let mut ignored = probe.unusable;
     let mut devices: BTreeSet<u32> = extra_devices.iter().copied().collect();
-    let mut claims: Vec<ClaimRecord> = Vec::new();
-    let mut tickets: Vec<(u64, TicketRecord)> = Vec::new();
-    let rd = fs::read_dir(lock_dir).map_err(|e| Error::io("read_dir", lock_dir, e))?;
-    for ent in rd.flatten() {
-        let name = ent.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if let Some(d) = lockdir::parse_device_lock_name(name) {
-            devices.insert(d);
-        } else if name.starts_with(lockdir::CLAIM_PREFIX) {
-            let Ok(text) = read_small(&lock_dir.join(name)) else {
-                continue;
-            };
-            if let Some(c) = ClaimRecord::parse(&text) {
-                if proc::is_alive(c.proc_id) {
-                    claims.push(c);
+    let mut holders: Vec<(u32, HolderInfo)> = Vec::new();
+    for c in &probe.claims {
+        match (&c.record, c.live()) {
+            (Some(r), true) => {
+                let info = HolderInfo {
+                    pid: r.proc_id.pid,
+                    uid: c.owner_uid,
+                    cmd: r.cmd.clone(),
+                    since: r.since,
+                    shared: r.kind == ClaimKind::Shared,
+                    verified: c.verified(),
+                };
+                for d in &r.devices {
+                    devices.insert(*d);
+                    holders.push((*d, info.clone()));
                 }
             }
-        } else if let Some(seq) = records::parse_ticket_name(name) {
-            let path = lock_dir.join(name);
-            let Ok(f) = lockdir::open_existing(&path) else {
-                continue;
-            };
-            // Live waiters hold an exclusive flock on their ticket.
-            match f.try_lock_shared() {
-                Ok(()) => {
-                    let _ = f.unlock();
-                    continue;
-                }
-                Err(TryLockError::WouldBlock) => {}
-                Err(TryLockError::Error(_)) => continue,
-            }
-            let Ok(text) = read_small(&path) else {
-                continue;
-            };
-            if let Some(t) = TicketRecord::parse(&text) {
-                tickets.push((seq, t));
-            }
+            _ => ignored += 1,
         }
     }
-    tickets.sort_by_key(|(s, _)| *s);
-    claims.sort_by_key(|c| (c.kind != ClaimKind::Primary, c.since));
-    let mut out = Vec::new();
-    for d in devices {
-        let path = lock_dir.join(lockdir::device_lock_name(d));
-        let busy = match lockdir::open_existing(&path) {
-            Ok(f) => match f.try_lock() {
-                Ok(()) => {
-                    let _ = f.unlock();
-                    false
-                }
-                Err(_) => true,
-            },
-            Err(_) => false,
-        };
-        let holders = if busy {
-            claims
-                .iter()
-                .filter(|c| c.devices.contains(&d))
-                .map(|c| HolderInfo {
-                    pid: c.proc_id.pid,
-                    uid: c.uid,
-                    cmd: c.cmd.clone(),
-                    since: c.since,
-                    shared: c.kind == ClaimKind::Shared,
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        out.push(DeviceStatus {
-            device: d,
-            busy,
-            holders,
-        });
+    holders.sort_by_key(|(d, h)| (*d, !h.verified, h.shared, h.since));
+    let mut waiters = Vec::new();
+    for t in &probe.tickets {
+        match (t.state(), &t.record) {
+            (TicketState::Waiting(_), Some(r)) => waiters.push(WaiterInfo {
+                pid: r.proc_id.pid,
+                uid: t.owner_uid,
+                cmd: r.cmd.clone(),
+                n: r.n,
+                candidates: r.candidates.clone(),
+                backfill: r.backfill,
+                since: r.since,
+            }),
+            _ => ignored += 1,
+        }
     }
     Ok(Status {
-        lock_dir: lock_dir.to_path_buf(),
-        devices: out,
-        waiters: tickets
+        lock_dir: dir.path().to_path_buf(),
+        untrusted: dir.distrust().map(str::to_owned),
+        devices: devices
             .into_iter()
-            .map(|(_, t)| WaiterInfo {
-                pid: t.proc_id.pid,
-                uid: t.uid,
-                cmd: t.cmd,
-                n: t.n,
-                candidates: t.candidates,
-                backfill: t.backfill,
-                since: t.since,
+            .map(|d| {
+                let hs: Vec<HolderInfo> = holders
+                    .iter()
+                    .filter(|(x, _)| *x == d)
+                    .map(|(_, h)| h.clone())
+                    .collect();
+                DeviceStatus {
+                    device: d,
+                    busy: !hs.is_empty(),
+                    holders: hs,
+                }
             })
             .collect(),
+        waiters,
+        ignored,
     })
-}
-
-fn read_small(path: &Path) -> std::io::Result<String> {
-    let mut f = lockdir::open_existing(path)?;
-    let mut s = String::new();
-    f.read_to_string(&mut s)?;
-    Ok(s)
 }
 
 fn ago(t: SystemTime) -> String {
@@ -217,13 +175,13 @@ fn ago(t: SystemTime) -> String {
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "lock directory: {}", self.lock_dir.display())?;
+        if let Some(u) = &self.untrusted {
+            writeln!(f, "  NOT TRUSTED (acquisitions refuse it): {u}")?;
+        }
         for d in &self.devices {
             if !d.busy {
                 writeln!(f, "  device {}: free", d.device)?;
                 continue;
-            }
-            if d.holders.is_empty() {
-                writeln!(f, "  device {}: busy (holder record missing)", d.device)?;
             }
             for (i, h) in d.holders.iter().enumerate() {
                 let label = if i == 0 {
@@ -233,10 +191,15 @@ impl fmt::Display for Status {
                 };
                 writeln!(
                     f,
-                    "  {label:<11} pid {} uid {} {} since {}: {}",
+                    "  {label:<11} pid {} uid {} {}{} since {}: {}",
                     h.pid,
                     h.uid,
                     if h.shared { "(shares)" } else { "(holds) " },
+                    if h.verified {
+                        ""
+                    } else {
+                        " (unverified record)"
+                    },
                     ago(h.since),
                     h.cmd
                 )?;
@@ -261,6 +224,13 @@ impl fmt::Display for Status {
                     w.cmd
                 )?;
             }
+        }
+        if self.ignored > 0 {
+            writeln!(
+                f,
+                "ignored: {} file(s) under record names (dead, unreadable or not trusted)",
+                self.ignored
+            )?;
         }
         Ok(())
     }

@@ -23,6 +23,31 @@ fn malformed_device_lists() {
 }
 
 #[test]
+fn timeout_parser() {
+    use gpukit_mutex::parse_timeout_secs;
+    use std::time::Duration;
+    assert_eq!(
+        parse_timeout_secs("t", "0.25").expect("ok"),
+        Duration::from_millis(250)
+    );
+    assert_eq!(
+        parse_timeout_secs("t", " 600 ").expect("ok"),
+        Duration::from_secs(600)
+    );
+    assert_eq!(parse_timeout_secs("t", "0").expect("ok"), Duration::ZERO);
+    assert!(parse_timeout_secs("t", "1e19").is_ok());
+    for bad in ["", "NaN", "inf", "-0.5", "1e20", "1e400", "x"] {
+        assert!(
+            matches!(
+                parse_timeout_secs("t", bad),
+                Err(Error::InvalidConfig { name: "t", .. })
+            ),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
 fn bad_requests_and_config_touch_nothing() {
     let t = tempfile::tempdir().expect("tempdir");
     let dir = t.path().join("locks");
@@ -159,7 +184,43 @@ fn env_config_and_builder_precedence() {
             ..
         })
     ));
+    // Timeouts: nothing panics, and a refused value creates nothing.
+    let missing = t.path().join("not-created");
+    std::env::set_var("GPUMUTEX_LOCK_DIR", &missing);
+    for bad in [
+        "1e20", "NaN", "nan", "inf", "-inf", "-1", "1e400", "soon", "0x10",
+    ] {
+        std::env::set_var("GPUMUTEX_TIMEOUT", bad);
+        match GpuMutex::from_env() {
+            Err(
+                e @ Error::InvalidConfig {
+                    name: "GPUMUTEX_TIMEOUT",
+                    ..
+                },
+            ) => assert!(e.to_string().contains(bad), "{e}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+        assert!(!missing.exists(), "{bad} created the lock directory");
+    }
+    std::env::set_var("GPUMUTEX_LOCK_DIR", t.path());
+    std::env::set_var("GPUMUTEX_TIMEOUT", "1e19");
+    let m = GpuMutex::from_env().expect("1e19 is a (very long) timeout");
+    assert!(m.config().timeout.is_some());
+    drop(m.acquire(1).expect("acquire with a 1e19 s timeout"));
+    drop(
+        m.acquire_timeout(1, std::time::Duration::MAX)
+            .expect("Duration::MAX"),
+    );
     std::env::set_var("GPUMUTEX_TIMEOUT", "");
+    std::env::set_var("GPUMUTEX_JOB_ROOT", "not-a-pid");
+    assert!(matches!(
+        GpuMutex::from_env(),
+        Err(Error::InvalidConfig {
+            name: "GPUMUTEX_JOB_ROOT",
+            ..
+        })
+    ));
+    std::env::remove_var("GPUMUTEX_JOB_ROOT");
     std::env::set_var("GPUMUTEX_VISIBLE_DEVICES", "0,x");
     assert!(matches!(
         GpuMutex::from_env(),

@@ -3,133 +3,16 @@
 //! The test binary re-executes itself (`std::env::current_exe()`) with `GMT_ROLE` set to play a
 //! child role (see `child_entry`), so it works when the binary is copied to another host.
 
-use std::fs::{self, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpukit_mutex::{proc as gproc, CancelToken, Error, GpuMutex};
+use gpukit_mutex::{CancelToken, Error, GpuMutex};
 
-// ---------------------------------------------------------------- helpers
-
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for clock_gettime to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn append(path: &Path, line: &str) {
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("open out file");
-    f.write_all(format!("{line}\n").as_bytes()).expect("append");
-}
-
-fn read_lines(path: &Path) -> Vec<String> {
-    fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_default()
-}
-
-fn env_ms(name: &str, default: u64) -> Duration {
-    Duration::from_millis(env(name).parse().unwrap_or(default))
-}
-
-fn devs_str(d: &[u32]) -> String {
-    d.iter()
-        .map(|x| x.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// A command that runs this test binary in a child role.
-fn role(role: &str, dir: &Path, out: &Path) -> Command {
-    let exe = std::env::current_exe().expect("current_exe");
-    let mut c = Command::new(exe);
-    c.args([
-        "--exact",
-        "child_entry",
-        "--nocapture",
-        "--test-threads=1",
-        "-q",
-    ])
-    .env("GMT_ROLE", role)
-    .env("GMT_DIR", dir)
-    .env("GMT_OUT", out)
-    .env_remove("GPUMUTEX_JOB_ROOT")
-    .env_remove("GPUMUTEX_VISIBLE_DEVICES")
-    .env_remove("GPUMUTEX_NUM_DEVICES")
-    .env_remove("GPUMUTEX_LOCK_DIR")
-    .env_remove("GPUMUTEX_TIMEOUT")
-    .env_remove("GPUMUTEX_BACKFILL")
-    .stdout(Stdio::null());
-    c
-}
-
-fn mutex_from_env() -> GpuMutex {
-    let devs = gpukit_mutex::parse_device_list(&env("GMT_DEVS")).expect("GMT_DEVS");
-    GpuMutex::builder()
-        .visible_devices(devs)
-        .lock_dir(env("GMT_DIR"))
-        .backfill(env("GMT_BACKFILL") == "1")
-        .build()
-        .expect("build")
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-fn waiters(dir: &Path) -> usize {
-    gpukit_mutex::status(dir, &[])
-        .expect("status")
-        .waiters
-        .len()
-}
-
-fn busy(dir: &Path, dev: u32) -> bool {
-    gpukit_mutex::status(dir, &[dev])
-        .expect("status")
-        .devices
-        .iter()
-        .any(|d| d.device == dev && d.busy)
-}
-
-struct Reaper(Vec<Child>);
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let t = tempfile::tempdir().expect("tempdir");
-    let dir = t.path().join("locks");
-    fs::create_dir(&dir).expect("mkdir");
-    let out = t.path().join("out.txt");
-    (t, dir, out)
-}
+mod common;
+use common::*;
 
 // ---------------------------------------------------------------- child roles
 
@@ -234,7 +117,15 @@ fn child_entry() {
             let mut ranks = Vec::new();
             for i in 0..2 {
                 let exe = std::env::current_exe().expect("exe");
-                let mut c = Command::new(exe);
+                let mut c = if mode == "torchrun_wrapped" {
+                    // A wrapper script between the launcher and each rank (it carries the
+                    // rank's variables, so it is not taken for the launcher).
+                    let mut c = Command::new("sh");
+                    c.arg("-c").arg("\"$@\"; true").arg("sh").arg(exe);
+                    c
+                } else {
+                    Command::new(exe)
+                };
                 c.args([
                     "--exact",
                     "child_entry",
@@ -264,7 +155,7 @@ fn child_entry() {
                         c.env("GMT_RANK_TIMEOUT_MS", "500");
                     }
                 }
-                if mode == "torchrun" {
+                if mode == "torchrun" || mode == "torchrun_wrapped" {
                     c.env("LOCAL_RANK", i.to_string()).env("WORLD_SIZE", "2");
                 }
                 ranks.push(c.spawn().expect("spawn rank"));
@@ -297,6 +188,111 @@ fn child_entry() {
             }
             append(&out, &format!("{tag} rendezvous={}", peer.exists()));
         }
+        // Acquire with a timeout and report what happened.
+        "try" => {
+            let m = mutex_from_env();
+            let t = Instant::now();
+            match m.acquire_timeout(1, env_ms("GMT_TIMEOUT_MS", 500)) {
+                Ok(g) => append(
+                    &out,
+                    &format!(
+                        "{tag} ok shared={} devs={} ms={}",
+                        g.is_shared(),
+                        devs_str(g.devices()),
+                        t.elapsed().as_millis()
+                    ),
+                ),
+                Err(e) => append(&out, &format!("{tag} err {e}")),
+            }
+        }
+        // A shell in which LOCAL_RANK and WORLD_SIZE were exported by hand: two unrelated jobs.
+        "shell" => {
+            let spawn = |r: &str, t: &str| {
+                let exe = std::env::current_exe().expect("exe");
+                Command::new(exe)
+                    .args([
+                        "--exact",
+                        "child_entry",
+                        "--nocapture",
+                        "--test-threads=1",
+                        "-q",
+                    ])
+                    .stdout(Stdio::null())
+                    .env("GMT_ROLE", r)
+                    .env("GMT_TAG", t)
+                    .spawn()
+                    .expect("spawn job")
+            };
+            let mut first = spawn("hold_until", "job1");
+            let t = Instant::now();
+            while !read_lines(&out).iter().any(|l| l.starts_with("job1 held")) {
+                assert!(t.elapsed() < Duration::from_secs(20), "job1 never held");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let _ = spawn("try", "job2").wait();
+            let _ = first.wait();
+        }
+        // Acquire, fork a child that tries everything to free the parent's devices, then hold.
+        "fork_unlock" => {
+            let m = mutex_from_env();
+            let g = m.acquire(1).expect("acquire");
+            // SAFETY: fork in a single-purpose child process; the child only makes syscalls,
+            // drops the guard (pid check, close) and leaves with _exit.
+            let child = unsafe { libc::fork() };
+            if child == 0 {
+                for fd in 0..1024 {
+                    // SAFETY: plain syscalls on whatever descriptors were inherited.
+                    unsafe {
+                        let mut fl: libc::flock = std::mem::zeroed();
+                        fl.l_type = libc::F_UNLCK as libc::c_short;
+                        libc::fcntl(fd, libc::F_SETLK, &mut fl);
+                        libc::fcntl(fd, libc::F_OFD_SETLK, &mut fl);
+                        libc::flock(fd, libc::LOCK_UN);
+                    }
+                }
+                drop(g);
+                // SAFETY: leaves the forked child without running the parent's atexit state.
+                unsafe { libc::_exit(0) };
+            }
+            let mut st = 0;
+            // SAFETY: waits for our own child.
+            unsafe { libc::waitpid(child, &mut st, 0) };
+            append(&out, &format!("{tag} held {}", devs_str(g.devices())));
+            let rel = PathBuf::from(env("GMT_RELEASE"));
+            while !rel.exists() {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            drop(g);
+        }
+        // Acquire, start a command that holds the claim (hold_in), then wait to be killed.
+        "hold_in" => {
+            let m = mutex_from_env();
+            let g = m.acquire(1).expect("acquire");
+            let mut cmd = Command::new("sh");
+            cmd.arg("-c")
+                .arg(format!("sleep 1; : > {}", env("GMT_MARK")));
+            g.hold_in(&mut cmd);
+            let mut child = cmd.spawn().expect("spawn");
+            append(&out, &format!("{tag} spawned"));
+            // The test kills this process while the command runs.
+            let _ = child.wait();
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        // Plant a live ticket of this process under the name GMT_NAME.
+        "ticket_at" => {
+            let me = std::process::id();
+            // SAFETY: geteuid has no preconditions.
+            let uid = unsafe { libc::geteuid() };
+            let text = ticket_text(me, start_time(me), uid, &env("GMT_DEVS"));
+            let _f = plant_locked(&PathBuf::from(env("GMT_DIR")).join(env("GMT_NAME")), &text);
+            append(&out, &format!("{tag} planted"));
+            let rel = PathBuf::from(env("GMT_RELEASE"));
+            while !rel.exists() {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
         // A process with a forged environment trying to skip the queue.
         "forge" => {
             let m = mutex_from_env();
@@ -325,12 +321,6 @@ fn holder(dir: &Path, out: &Path, devs: &str, tag: &str, release: &Path) -> Chil
         .env("GMT_RELEASE", release)
         .spawn()
         .expect("spawn holder")
-}
-
-fn wait_line(out: &Path, prefix: &str) {
-    wait_until(prefix, Duration::from_secs(20), || {
-        read_lines(out).iter().any(|l| l.starts_with(prefix))
-    });
 }
 
 #[test]
@@ -498,6 +488,18 @@ fn timeouts_try_and_cancel() {
         .build()
         .expect("build");
     assert!(matches!(m2.lock(), Err(Error::Timeout { .. })));
+    // No deadline can be formed from Duration::MAX: it waits without limit (and cancels).
+    let tok = CancelToken::new().expect("token");
+    let tok2 = tok.clone();
+    let h = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        tok2.cancel();
+    });
+    assert!(matches!(
+        m.acquire_with(1, Some(Duration::MAX), Some(&tok)),
+        Err(Error::Cancelled)
+    ));
+    h.join().expect("join");
     // Cancellation ends the wait at once.
     let tok = CancelToken::new().expect("token");
     let tok2 = tok.clone();
@@ -639,8 +641,7 @@ fn forged_environment_does_not_skip_the_queue() {
     let mut kids = Reaper(vec![holder(&dir, &out, "0", "H", &release)]);
     wait_line(&out, "H held");
     let holder_pid = kids.0[0].id();
-    let st = gproc::stat(holder_pid).expect("holder stat");
-    let forged = format!("{}:{}", holder_pid, st.start);
+    let forged = format!("{}:{}", holder_pid, start_time(holder_pid));
     let mut f = role("forge", &dir, &out)
         .env("GMT_DEVS", "0")
         .env(gpukit_mutex::ENV_JOB_ROOT, &forged)
@@ -788,4 +789,383 @@ fn nested_acquire_in_same_process_shares() {
     assert!(busy(&dir, 3));
     drop(b);
     assert!(!busy(&dir, 3));
+}
+
+#[test]
+fn sibling_ranks_share_through_a_wrapper_script() {
+    launcher_case("torchrun_wrapped");
+}
+
+#[test]
+fn ranks_share_under_a_launcher_that_is_pid_1() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "SKIPPED ranks_share_under_a_launcher_that_is_pid_1: needs root for a pid namespace"
+        );
+        return;
+    }
+    let probe = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!(
+            "SKIPPED ranks_share_under_a_launcher_that_is_pid_1: unshare --pid not available"
+        );
+        return;
+    }
+    let (_t, dir, out) = setup();
+    let exe = std::env::current_exe().expect("exe");
+    let st = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(exe)
+        .args([
+            "--exact",
+            "child_entry",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env("GMT_ROLE", "launcher")
+        .env("GMT_DIR", &dir)
+        .env("GMT_OUT", &out)
+        .env("GMT_DEVS", "0")
+        .env("GMT_MODE", "torchrun")
+        .env_remove("GPUMUTEX_JOB_ROOT")
+        .stdout(Stdio::null())
+        .status()
+        .expect("unshare");
+    assert!(st.success());
+    let lines = read_lines(&out);
+    for r in ["rank0", "rank1"] {
+        assert!(lines.contains(&format!("{r} rendezvous=true")), "{lines:?}");
+    }
+    assert!(
+        lines.iter().any(|l| l.contains("shared=true")),
+        "the second rank shares the first's claim: {lines:?}"
+    );
+}
+
+#[test]
+fn rank_variables_exported_in_a_shell_do_not_join_unrelated_jobs() {
+    let (t, dir, out) = setup();
+    let release = t.path().join("release");
+    let mut shell = role("shell", &dir, &out)
+        .env("GMT_DEVS", "0")
+        .env("GMT_RELEASE", &release)
+        .env("GMT_TIMEOUT_MS", "600")
+        .env("LOCAL_RANK", "0")
+        .env("WORLD_SIZE", "2")
+        .spawn()
+        .expect("spawn");
+    wait_line(&out, "job2 ");
+    fs::write(&release, b"").expect("release");
+    assert!(shell.wait().expect("wait").success());
+    let lines = read_lines(&out);
+    assert!(
+        lines.iter().any(|l| l.starts_with("job2 err timed out")),
+        "job2 must queue behind job1, not share it: {lines:?}"
+    );
+}
+
+#[test]
+fn a_forked_child_cannot_free_its_parents_devices() {
+    let (t, dir, out) = setup();
+    let release = t.path().join("release");
+    let mut kids = Reaper(vec![role("fork_unlock", &dir, &out)
+        .env("GMT_DEVS", "0")
+        .env("GMT_TAG", "P")
+        .env("GMT_RELEASE", &release)
+        .spawn()
+        .expect("spawn")]);
+    wait_line(&out, "P held 0");
+    let m = GpuMutex::builder()
+        .visible_devices([0])
+        .lock_dir(&dir)
+        .build()
+        .expect("build");
+    assert!(matches!(
+        m.acquire_timeout(1, Duration::from_millis(400)),
+        Err(Error::Timeout { .. })
+    ));
+    assert!(busy(&dir, 0));
+    fs::write(&release, b"").expect("release");
+    kids.0[0].wait().expect("wait");
+    let g = m
+        .acquire_timeout(1, Duration::from_secs(20))
+        .expect("after release");
+    assert_eq!(g.devices(), [0]);
+}
+
+#[test]
+fn a_waiter_whose_ticket_vanished_rejoins_instead_of_waiting_forever() {
+    let (t, dir, out) = setup();
+    let release = t.path().join("release");
+    let mut kids = Reaper(vec![holder(&dir, &out, "0", "H", &release)]);
+    wait_line(&out, "H held");
+    kids.0.push(
+        role("hold", &dir, &out)
+            .env("GMT_DEVS", "0")
+            .env("GMT_TAG", "W")
+            .env("GMT_TIMEOUT_MS", "20000")
+            .spawn()
+            .expect("spawn"),
+    );
+    wait_until("queued", Duration::from_secs(20), || waiters(&dir) == 1);
+    // Remove the waiter's ticket by hand.
+    for e in fs::read_dir(&dir).expect("ls").flatten() {
+        if e.file_name()
+            .to_string_lossy()
+            .starts_with("gpukit-ticket.")
+        {
+            fs::remove_file(e.path()).expect("rm ticket");
+        }
+    }
+    // It notices on its next pass and queues again.
+    wait_until("ticket recreated", Duration::from_secs(20), || {
+        waiters(&dir) == 1
+    });
+    fs::write(&release, b"").expect("release");
+    kids.0[1].wait().expect("waiter");
+    assert!(
+        read_lines(&out).iter().any(|l| l.starts_with("W 0 ")),
+        "{:?}",
+        read_lines(&out)
+    );
+}
+
+#[test]
+fn status_never_disturbs_grants() {
+    let (_t, dir, out) = setup();
+    let mut kids = Reaper(Vec::new());
+    for i in 0..3 {
+        kids.0.push(
+            role("hold", &dir, &out)
+                .env("GMT_DEVS", "0")
+                .env("GMT_ITERS", "25")
+                .env("GMT_HOLD_MS", "1")
+                .env("GMT_TAG", format!("p{i}"))
+                .spawn()
+                .expect("spawn"),
+        );
+    }
+    let mut reads = 0;
+    while read_lines(&out).len() < 75 {
+        gpukit_mutex::status(&dir, &[0]).expect("status");
+        reads += 1;
+        assert!(reads < 2_000_000, "{:?}", read_lines(&out));
+    }
+    for c in &mut kids.0 {
+        assert!(c.wait().expect("wait").success());
+    }
+    let lines = read_lines(&out);
+    assert!(lines.iter().all(|l| !l.contains("ERR")), "{lines:?}");
+    let mut iv: Vec<(u64, u64)> = lines
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[2].parse().expect("s"), f[3].parse().expect("e"))
+        })
+        .collect();
+    iv.sort();
+    assert!(iv.windows(2).all(|w| w[1].0 >= w[0].1), "overlap");
+    eprintln!("{reads} status reads during 75 grants");
+}
+
+#[test]
+fn a_lock_directory_replaced_while_in_use_is_refused() {
+    let (t, dir, _out) = setup();
+    let m = GpuMutex::builder()
+        .visible_devices([0])
+        .lock_dir(&dir)
+        .build()
+        .expect("build");
+    drop(m.acquire(1).expect("acquire"));
+    fs::rename(&dir, t.path().join("moved")).expect("rename");
+    fs::create_dir(&dir).expect("mkdir");
+    match m.acquire_timeout(1, Duration::from_secs(2)) {
+        Err(e @ Error::LockDir { .. }) => assert!(e.to_string().contains("replaced"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_command_given_the_claim_keeps_it_after_its_holder_is_killed() {
+    let (t, dir, out) = setup();
+    let mark = t.path().join("command-done");
+    let mut kids = Reaper(vec![role("hold_in", &dir, &out)
+        .env("GMT_DEVS", "0")
+        .env("GMT_TAG", "H")
+        .env("GMT_MARK", &mark)
+        .spawn()
+        .expect("spawn")]);
+    wait_line(&out, "H spawned");
+    kids.0[0].kill().expect("SIGKILL the holder");
+    kids.0[0].wait().expect("reap");
+    let m = GpuMutex::builder()
+        .visible_devices([0])
+        .lock_dir(&dir)
+        .build()
+        .expect("build");
+    let g = m
+        .acquire_timeout(1, Duration::from_secs(20))
+        .expect("acquire");
+    assert!(
+        mark.exists(),
+        "the device was granted while the killed holder's command still ran"
+    );
+    drop(g);
+}
+
+#[test]
+fn a_reused_ticket_name_is_a_new_ticket() {
+    let (t, dir, out) = setup();
+    let release_h = t.path().join("release-h");
+    let release_r = t.path().join("release-r");
+    let mut kids = Reaper(vec![holder(&dir, &out, "0", "H", &release_h)]);
+    wait_line(&out, "H held");
+    let order = t.path().join("order.txt");
+    for tag in ["W1", "W2"] {
+        kids.0.push(
+            role("hold", &dir, &order)
+                .env("GMT_DEVS", "0")
+                .env("GMT_TAG", tag)
+                .env("GMT_HOLD_MS", "1")
+                .spawn()
+                .expect("spawn"),
+        );
+        let n = kids.0.len() - 1;
+        wait_until("queued", Duration::from_secs(20), || waiters(&dir) == n);
+    }
+    let ticket_of = |pid: u32| -> String {
+        fs::read_dir(&dir)
+            .expect("ls")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| n.starts_with("gpukit-ticket.") && n.ends_with(&format!(".{pid}")))
+            .expect("ticket")
+    };
+    let n1 = ticket_of(kids.0[1].id());
+    // W2 pauses (it has already seen W1's ticket); W1 dies; its name is taken by a new ticket.
+    // SAFETY: signals to our own children.
+    unsafe { libc::kill(kids.0[2].id() as i32, libc::SIGSTOP) };
+    let w2 = kids.0[2].id();
+    wait_until("W2 stopped", Duration::from_secs(20), || {
+        let st = fs::read_to_string(format!("/proc/{w2}/stat")).unwrap_or_default();
+        st.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('T'))
+    });
+    kids.0[1].kill().expect("kill W1");
+    kids.0[1].wait().expect("reap W1");
+    fs::remove_file(dir.join(&n1)).expect("rm");
+    kids.0.push(
+        role("ticket_at", &dir, &out)
+            .env("GMT_DEVS", "0")
+            .env("GMT_NAME", &n1)
+            .env("GMT_TAG", "R")
+            .env("GMT_RELEASE", &release_r)
+            .spawn()
+            .expect("spawn"),
+    );
+    wait_line(&out, "R planted");
+    let ino = |name: &str| {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(dir.join(name)).expect("md").ino()
+    };
+    let planted = ino(&n1);
+    // SAFETY: as above.
+    unsafe { libc::kill(kids.0[2].id() as i32, libc::SIGCONT) };
+    // The holder leaves: W2 must not take the device ahead of the new ticket, nor remove it.
+    fs::write(&release_h, b"").expect("release H");
+    kids.0[0].wait().expect("H");
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(ino(&n1), planted, "W2 removed a live ticket");
+    assert!(
+        read_lines(&order).is_empty(),
+        "W2 overtook: {:?}",
+        read_lines(&order)
+    );
+    fs::write(&release_r, b"").expect("release R");
+    kids.0[2].wait().expect("W2");
+    assert!(read_lines(&order).iter().any(|l| l.starts_with("W2 0 ")));
+}
+
+/// Status reports in one thread while another thread of the same process takes and releases
+/// claims: the reports must never close a descriptor of this process's own records (that would
+/// drop their locks and let another process in). Checked against a competing process.
+#[test]
+fn in_process_status_never_drops_a_threads_claim() {
+    let (_t, dir, out) = setup();
+    // The competitor must not descend from this process (a descendant shares our claim by
+    // design): start it through a shell that exits at once, so it is re-parented away.
+    let exe = std::env::current_exe().expect("exe");
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg("\"$@\" > /dev/null 2>&1 < /dev/null &")
+        .arg("sh")
+        .arg(exe)
+        .args([
+            "--exact",
+            "child_entry",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env("GMT_ROLE", "hold")
+        .env("GMT_DIR", &dir)
+        .env("GMT_OUT", &out)
+        .env("GMT_DEVS", "0")
+        .env("GMT_ITERS", "60")
+        .env("GMT_HOLD_MS", "1")
+        .env("GMT_TAG", "W")
+        .status()
+        .expect("spawn");
+    assert!(st.success());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (dir, stop) = (dir.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                gpukit_mutex::status(&dir, &[0]).expect("status");
+                n += 1;
+            }
+            n
+        })
+    };
+    let m = GpuMutex::builder()
+        .visible_devices([0])
+        .lock_dir(&dir)
+        .build()
+        .expect("build");
+    let mut mine = Vec::new();
+    for _ in 0..60 {
+        let g = m
+            .acquire_timeout(1, Duration::from_secs(30))
+            .expect("acquire");
+        let s = mono_ns();
+        std::thread::sleep(Duration::from_millis(1));
+        mine.push((s, mono_ns()));
+        drop(g);
+    }
+    wait_until("the competitor's 60 turns", Duration::from_secs(60), || {
+        read_lines(&out).len() >= 60
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads = reader.join().expect("reader");
+    let theirs: Vec<(u64, u64)> = read_lines(&out)
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[2].parse().expect("s"), f[3].parse().expect("e"))
+        })
+        .collect();
+    assert_eq!(theirs.len(), 60);
+    for a in &mine {
+        for b in &theirs {
+            assert!(a.1 <= b.0 || b.1 <= a.0, "overlap {a:?} {b:?}");
+        }
+    }
+    eprintln!("{reads} in-process status reads");
 }

@@ -1,8 +1,12 @@
-//! Property tests of the grant policy (`gpukit_mutex::queue::decide`).
+//! Property tests of the grant policy (`gpukit_mutex::queue::decide`, and
+//! `gpukit_mutex::queue::evaluate` over everything a pass can observe: waiting, gone and
+//! untrusted tickets, live and dead claims, unreadable claims, a missing own ticket).
 
 use std::collections::BTreeSet;
 
-use gpukit_mutex::queue::{decide, Decision, Request};
+use gpukit_mutex::queue::{
+    decide, evaluate, Decision, ObservedClaim, ObservedTicket, Outcome, Request, TicketState,
+};
 use proptest::prelude::*;
 
 const DEVICES: u32 = 6;
@@ -35,6 +39,163 @@ fn granted(d: &Decision) -> Option<&Vec<u32>> {
     match d {
         Decision::Grant(g) => Some(g),
         Decision::Wait => None,
+    }
+}
+
+fn ticket_state() -> impl Strategy<Value = TicketState> {
+    prop_oneof![
+        4 => request().prop_map(TicketState::Waiting),
+        1 => Just(TicketState::Gone),
+        1 => Just(TicketState::Untrusted),
+    ]
+}
+
+fn observed_claim() -> impl Strategy<Value = ObservedClaim> {
+    (
+        any::<bool>(),
+        proptest::sample::subsequence((0..DEVICES).collect::<Vec<_>>(), 0..=3),
+    )
+        .prop_map(|(live, devices)| ObservedClaim { live, devices })
+}
+
+/// A pass: tickets (unique names; sequence numbers may repeat), claims, and possibly the caller.
+fn observation() -> impl Strategy<Value = (Vec<ObservedTicket>, Vec<ObservedClaim>)> {
+    (
+        proptest::collection::vec((0u64..6, ticket_state()), 0..8),
+        proptest::collection::vec(observed_claim(), 0..5),
+    )
+        .prop_map(|(ts, cs)| {
+            let tickets = ts
+                .into_iter()
+                .enumerate()
+                .map(|(i, (seq, state))| ObservedTicket {
+                    seq,
+                    name: format!("t{i}"),
+                    state,
+                })
+                .collect();
+            (tickets, cs)
+        })
+}
+
+fn busy(claims: &[ObservedClaim]) -> BTreeSet<u32> {
+    claims
+        .iter()
+        .filter(|c| c.live)
+        .flat_map(|c| c.devices.iter().copied())
+        .collect()
+}
+
+fn waiting_names(tickets: &[ObservedTicket]) -> Vec<String> {
+    tickets
+        .iter()
+        .filter(|t| matches!(t.state, TicketState::Waiting(_)))
+        .map(|t| t.name.clone())
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(600))]
+
+    /// No grant ever includes a device a live claim names (trusted or not, readable or not),
+    /// and grants are within the caller's candidates, exactly n of them.
+    #[test]
+    fn evaluate_never_grants_a_busy_device((tickets, claims) in observation(), me in request()) {
+        let busy = busy(&claims);
+        let mut callers: Vec<Option<String>> = vec![None];
+        callers.extend(waiting_names(&tickets).into_iter().map(Some));
+        for mine in callers {
+            let req = match &mine {
+                None => me.clone(),
+                Some(n) => match &tickets.iter().find(|t| &t.name == n).map(|t| &t.state) {
+                    Some(TicketState::Waiting(r)) => r.clone(),
+                    _ => unreachable!(),
+                },
+            };
+            if let Outcome::Grant(g) = evaluate(&tickets, &claims, mine.as_deref(), &req) {
+                prop_assert_eq!(g.len(), req.n);
+                for d in &g {
+                    prop_assert!(!busy.contains(d), "granted busy device {}", d);
+                    prop_assert!(req.candidates.contains(d));
+                }
+            }
+        }
+    }
+
+    /// Gone and untrusted tickets, and dead claims, change nothing: removing them gives the
+    /// same outcome for everybody.
+    #[test]
+    fn gone_untrusted_and_dead_entries_are_irrelevant(
+        (tickets, claims) in observation(),
+        me in request(),
+    ) {
+        let kept_t: Vec<ObservedTicket> = tickets
+            .iter()
+            .filter(|t| matches!(t.state, TicketState::Waiting(_)))
+            .cloned()
+            .collect();
+        let kept_c: Vec<ObservedClaim> = claims.iter().filter(|c| c.live).cloned().collect();
+        prop_assert_eq!(
+            evaluate(&tickets, &claims, None, &me),
+            evaluate(&kept_t, &kept_c, None, &me)
+        );
+        for n in waiting_names(&tickets) {
+            prop_assert_eq!(
+                evaluate(&tickets, &claims, Some(&n), &me),
+                evaluate(&kept_t, &kept_c, Some(&n), &me)
+            );
+        }
+    }
+
+    /// A caller whose ticket is not among the waiting ones is told to rejoin, never to wait.
+    #[test]
+    fn a_missing_own_ticket_means_rejoin((tickets, claims) in observation(), me in request()) {
+        for t in &tickets {
+            let out = evaluate(&tickets, &claims, Some(&t.name), &me);
+            let waiting = matches!(t.state, TicketState::Waiting(_));
+            prop_assert_eq!(out == Outcome::Rejoin, !waiting);
+        }
+        prop_assert_eq!(evaluate(&tickets, &claims, Some("nobody"), &me), Outcome::Rejoin);
+        prop_assert_ne!(evaluate(&tickets, &claims, None, &me), Outcome::Rejoin);
+    }
+
+    /// Every waiter evaluating the same pass: grants never overlap each other or busy devices
+    /// (the join lock serialises passes; this is what makes one pass consistent).
+    #[test]
+    fn waiters_of_one_pass_get_disjoint_grants((tickets, claims) in observation()) {
+        let mut used = busy(&claims);
+        for t in &tickets {
+            if let TicketState::Waiting(r) = &t.state {
+                if let Outcome::Grant(g) = evaluate(&tickets, &claims, Some(&t.name), r) {
+                    for d in g {
+                        prop_assert!(used.insert(d), "device {} granted twice", d);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Queue order is by sequence number, then name, whatever order the pass listed them in.
+    #[test]
+    fn order_does_not_depend_on_listing_order(
+        (mut tickets, claims) in observation(),
+        me in request(),
+        seed in any::<u64>(),
+    ) {
+        let before: Vec<Outcome> = waiting_names(&tickets)
+            .iter()
+            .map(|n| evaluate(&tickets, &claims, Some(n), &me))
+            .collect();
+        let len = tickets.len().max(1);
+        tickets.rotate_left((seed as usize) % len);
+        tickets.reverse();
+        let mut names = waiting_names(&tickets);
+        names.sort_by_key(|n| n[1..].parse::<usize>().unwrap_or(0));
+        let after: Vec<Outcome> = names
+            .iter()
+            .map(|n| evaluate(&tickets, &claims, Some(n), &me))
+            .collect();
+        prop_assert_eq!(before, after);
     }
 }
 

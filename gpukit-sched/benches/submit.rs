@@ -50,7 +50,7 @@ fn fill(s: &Scheduler, gate: &Arc<AtomicBool>, n: usize) -> Vec<TaskHandle<()>> 
         let g = gate.clone();
         hs.push(
             s.submit(
-                move |_: &mut TaskContext| {
+                move |_: &mut TaskContext| -> gpukit_sched::Result<()> {
                     while !g.load(Ordering::Relaxed) {
                         std::thread::sleep(Duration::from_millis(1));
                     }

@@ -4,9 +4,9 @@
 //!
 //! `cargo run -p gpukit-sched --release --example green_probe`
 
+use gpukit_core::handles::BlasHandle;
 use gpukit_core::{Device, GpuArray, Stream};
 use gpukit_jit::{KernelArg, LaunchConfig};
-use gpukit_sched::blas::TaskBlas;
 use gpukit_sched::green::{probe, GreenContext, GreenStream, SmSplit};
 use gpukit_sched::kernels::TestKernels;
 use gpukit_sched::GroupSet;
@@ -57,11 +57,13 @@ fn median(mut v: Vec<f32>) -> f32 {
 
 fn main() -> R<()> {
     let dev = Device::open(0)?;
-    let sup = probe(&dev);
+    let entry = gpukit_sched::entry::EntryPoints::probe(&gpukit_sched::entry::LoadedDriver)?;
+    println!("entry points: {entry:?}");
+    let sup = probe(&dev, &entry);
     println!("probe: {sup:?}");
     let k = TestKernels::load(&dev)?;
     let t = Instant::now();
-    let split = SmSplit::new(&dev, None)?;
+    let split = SmSplit::new(&dev, None, &entry)?;
     println!(
         "split: {:?} in {:.2} ms",
         split.layout(),
@@ -144,24 +146,6 @@ fn main() -> R<()> {
         Ok(e0.elapsed_ms(&e1)?)
     })();
     println!("core event on green stream: {r:?} ms for a 2M-cycle spin");
-    // Green events.
-    let r: R<f32> = (|| {
-        let e0 = a.0.create_event()?;
-        let e1 = a.0.create_event()?;
-        a.1.record(&e0)?;
-        // SAFETY: no pointer args.
-        unsafe {
-            k.spin_cycles.launch_raw(
-                a.1.raw(),
-                LaunchConfig::new((1, 1, 1), (32, 1, 1)),
-                &[KernelArg::Ptr(0), KernelArg::I64(2_000_000)],
-            )?
-        };
-        a.1.record(&e1)?;
-        e1.synchronize()?;
-        Ok(e0.elapsed_ms(&e1)?)
-    })();
-    println!("green event: {r:?} ms");
     // Core elementwise op on the green stream.
     let r: R<f32> = dev.with_stream(&cs, || {
         let x = GpuArray::<f32>::full(&dev, &[1 << 20], 2.0)?;
@@ -229,44 +213,49 @@ fn main() -> R<()> {
         let x = GpuArray::<f32>::full(&dev, &[n * n], 1.0)?;
         let y = GpuArray::<f32>::zeros(&dev, &[n * n])?;
         dev.synchronize()?;
-        let time = |ctx: cudarc::driver::sys::CUcontext,
-                    raw: cudarc::driver::sys::CUstream,
-                    s: &Stream|
-         -> R<f32> {
-            let h = TaskBlas::new(ctx, raw)?;
-            // SAFETY: buffers hold n*n floats and live until synchronize below.
-            unsafe {
-                h.sgemm(
-                    n as i32,
-                    n as i32,
-                    n as i32,
-                    x.device_ptr(),
-                    x.device_ptr(),
-                    y.device_ptr(),
-                )?
-            };
+        let sgemm = |h: &BlasHandle| -> R<()> {
+            let (alpha, beta) = (1.0f32, 0.0f32);
+            let nn = n as i32;
+            h.with(|raw| {
+                // SAFETY: x and y hold n*n floats and live until the synchronize below; the
+                // scalars are read during the call.
+                unsafe {
+                    cudarc::cublas::result::sgemm(
+                        raw,
+                        cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N,
+                        cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N,
+                        nn,
+                        nn,
+                        nn,
+                        &alpha,
+                        x.device_ptr() as *const f32,
+                        nn,
+                        x.device_ptr() as *const f32,
+                        nn,
+                        &beta,
+                        y.device_ptr() as *mut f32,
+                        nn,
+                    )
+                }
+            })??;
+            Ok(())
+        };
+        let time = |ctx: cudarc::driver::sys::CUcontext, s: &Stream| -> R<f32> {
+            gpukit_sched::green::GreenContext::make_current_raw(ctx)?;
+            let h = BlasHandle::create(s)?;
+            sgemm(&h)?;
             let e0 = s.record()?;
             for _ in 0..3 {
-                // SAFETY: as above.
-                unsafe {
-                    h.sgemm(
-                        n as i32,
-                        n as i32,
-                        n as i32,
-                        x.device_ptr(),
-                        x.device_ptr(),
-                        y.device_ptr(),
-                    )?
-                };
+                sgemm(&h)?;
             }
             let e1 = s.record()?;
             e1.synchronize()?;
             Ok(e0.elapsed_ms(&e1)? / 3.0)
         };
         let full_s = dev.new_stream(0)?;
-        let full = time(dev.context().cu_ctx(), full_s.cuda().cu_stream(), &full_s)?;
+        let full = time(dev.context().cu_ctx(), &full_s)?;
         let ones = Stream::from_cuda(one.1.cuda().clone());
-        let g = time(one.1.cu_ctx(), one.1.raw(), &ones)?;
+        let g = time(one.1.cu_ctx(), &ones)?;
         Ok((full, g))
     })();
     match r {

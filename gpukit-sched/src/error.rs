@@ -1,5 +1,7 @@
 //! The one error type of gpukit-sched.
 
+use std::time::Duration;
+
 /// Result alias used throughout gpukit-sched.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -20,6 +22,24 @@ impl std::fmt::Display for Resource {
             Resource::Memory => "memory (bytes)",
             Resource::Compute => "compute (SM groups)",
             Resource::QueueSlots => "queue slots",
+        })
+    }
+}
+
+/// Who cancelled a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CancelReason {
+    /// [`TaskHandle::cancel`](crate::TaskHandle::cancel).
+    Requested,
+    /// The scheduler shut down (queued tasks at once, running ones at the shutdown deadline).
+    Shutdown,
+}
+
+impl std::fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CancelReason::Requested => "through its handle",
+            CancelReason::Shutdown => "by the scheduler's shutdown",
         })
     }
 }
@@ -54,17 +74,18 @@ pub enum Error {
         /// How many tasks hold or wait for it.
         tasks: usize,
     },
-    /// Not enough unreserved capacity for a partition, or for a task's request ever to fit.
+    /// Not enough unreserved capacity for a partition.
     #[error("not enough {resource}: requested {requested}, available {available}")]
     Insufficient {
         /// Which resource.
         resource: Resource,
         /// How much was asked for.
         requested: u64,
-        /// How much could ever be given.
+        /// How much could be given.
         available: u64,
     },
-    /// An allocation would take a task past its memory limit.
+    /// An allocation would take a task past its memory limit (its own limit, capped by its
+    /// partition's quota).
     #[error("task `{task}` memory limit exceeded: {in_use} in use + {requested} requested > limit {limit} bytes")]
     QuotaExceeded {
         /// The task.
@@ -80,37 +101,74 @@ pub enum Error {
     /// memory above them is first come, first served).
     #[error("task `{task}`: no free memory above its request: {requested} bytes asked, {available} free for bursting")]
     MemoryPressure {
-        /// The task.
+        /// The task (or the allocation owner, for allocations outside tasks).
         task: String,
         /// Bytes of the refused allocation.
         requested: u64,
         /// Bytes free for use above requests.
         available: u64,
     },
-    /// The task was preempted (evicted) to make room for a task with a stronger claim; the
-    /// error surfaces at its next allocation or launch.
+    /// The task was preempted (evicted) to make room for a task with a stronger claim.
     #[error("task `{task}` was preempted ({qos} task evicted under memory pressure: {reason})")]
     Preempted {
         /// The task.
         task: String,
         /// Its QoS class.
         qos: String,
-        /// Why.
+        /// Why, and for whom.
         reason: String,
     },
-    /// The task was cancelled through its handle.
-    #[error("task `{task}` was cancelled")]
+    /// The task was cancelled.
+    #[error("task `{task}` was cancelled {reason}")]
     Cancelled {
         /// The task.
         task: String,
+        /// By whom.
+        reason: CancelReason,
     },
-    /// The task was rejected at admission or while queued.
-    #[error("task `{task}` rejected: {reason}")]
+    /// The task ran longer than its timeout ([`TaskSpec::timeout`](crate::TaskSpec::timeout)).
+    #[error("task `{task}` timed out after running for {timeout:?}")]
+    TimedOut {
+        /// The task.
+        task: String,
+        /// Its timeout.
+        timeout: Duration,
+    },
+    /// The task was still queued at its start-by deadline
+    /// ([`TaskSpec::deadline`](crate::TaskSpec::deadline)).
+    #[error("task `{task}` did not start within its deadline of {deadline:?} (still queued)")]
+    DeadlineExpired {
+        /// The task.
+        task: String,
+        /// Its deadline, counted from submission.
+        deadline: Duration,
+    },
+    /// The task was rejected: at admission, or while queued because its partition shrank.
+    #[error("task `{task}` rejected: not enough {resource}: requested {requested}, available {available}")]
     Rejected {
         /// The task.
         task: String,
-        /// Why (resource, requested, available; or a missed deadline).
-        reason: String,
+        /// Which resource.
+        resource: Resource,
+        /// How much it asked for.
+        requested: u64,
+        /// How much its pool can ever give.
+        available: u64,
+    },
+    /// The task was admitted, but tasks evicted to make room for its memory request did not
+    /// release their memory within the stop grace period
+    /// ([`SchedulerConfig::stop_grace`](crate::SchedulerConfig::stop_grace)): they never
+    /// reached a safe point. Everything it held was released; submit it again later.
+    #[error("task `{task}`: {requested} bytes of its memory request were not released within {grace:?} by the evicted task(s) {victims:?} (they reached no safe point)")]
+    PreemptionTimeout {
+        /// The task.
+        task: String,
+        /// Bytes still missing.
+        requested: u64,
+        /// The grace period.
+        grace: Duration,
+        /// Names of the tasks that did not release memory.
+        victims: Vec<String>,
     },
     /// The task's closure panicked; everything it held was released.
     #[error("task `{task}` panicked: {message}")]
@@ -120,12 +178,46 @@ pub enum Error {
         /// The panic payload, when it was a string.
         message: String,
     },
-    /// The task's closure returned an error.
-    #[error("task `{task}` failed: {message}")]
+    /// The task's closure returned an error of its own type (the source, for
+    /// [`downcast_ref`](std::error::Error)-style inspection through [`Error::task_error`]).
+    #[error("task `{task}` failed: {source}")]
     TaskFailed {
         /// The task.
         task: String,
-        /// The error, rendered.
+        /// The closure's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// The task's result was already taken (a [`TaskHandle`](crate::TaskHandle) polled again
+    /// after it completed).
+    #[error("the result of task `{task}` was already taken")]
+    ResultTaken {
+        /// The task.
+        task: String,
+    },
+    /// Another scheduler already manages this device's memory (one scheduler per device).
+    #[error("device {device} already has a scheduler (or another memory ledger): {reason}")]
+    DeviceInUse {
+        /// The device ordinal.
+        device: usize,
+        /// What the allocator said.
+        reason: String,
+    },
+    /// A driver feature the scheduler needs is missing (an entry point the installed driver
+    /// does not export); the scheduler degrades where it can and says so.
+    #[error("{what} is not available: {reason}")]
+    Unsupported {
+        /// The feature.
+        what: String,
+        /// Why (which entry point, which driver version).
+        reason: String,
+    },
+    /// A failure inside the scheduler itself (a bug or a broken invariant), not in the task.
+    #[error("internal scheduler error while {action}: {message}")]
+    Internal {
+        /// What the scheduler was doing.
+        action: String,
+        /// What went wrong.
         message: String,
     },
     /// The scheduler has no device (a CPU-only scheduler, for benches and tests).
@@ -171,6 +263,44 @@ impl Error {
             what: what.into(),
             value: value.to_string(),
             reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn internal(action: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Internal {
+            action: action.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The closure's own error, when this is a [`Error::TaskFailed`] whose source is an `E`.
+    ///
+    /// ```
+    /// #[derive(Debug, thiserror::Error)]
+    /// #[error("bad input")]
+    /// struct BadInput;
+    /// let e = gpukit_sched::Error::TaskFailed { task: "t".into(), source: Box::new(BadInput) };
+    /// assert!(e.task_error::<BadInput>().is_some());
+    /// ```
+    pub fn task_error<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Error::TaskFailed { source, .. } => source.downcast_ref::<E>(),
+            _ => None,
+        }
+    }
+
+    /// Turns a closure's error into the task's error: a gpukit-sched error stays itself, any
+    /// other error becomes [`Error::TaskFailed`] with it as the source.
+    pub(crate) fn from_task(task: &str, e: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        match e.downcast::<Error>() {
+            Ok(own) => *own,
+            Err(other) => match other.downcast::<gpukit_core::Error>() {
+                Ok(core) => Error::Core(*core),
+                Err(other) => Error::TaskFailed {
+                    task: task.to_string(),
+                    source: other,
+                },
+            },
         }
     }
 }

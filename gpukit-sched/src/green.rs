@@ -6,18 +6,25 @@
 //! device's *primary* context, so gpukit-core's `Device::with_stream` scopes accept them and
 //! core operations queue onto them; kernels launched on them run on the green context's SMs.
 //!
+//! Every entry point here is one that older drivers lack; callers pass the
+//! [`EntryPoints`] found for the loaded driver, and nothing here is called unless it says green
+//! contexts are there (cudarc would panic on a missing symbol).
+//!
 //! ```no_run
+//! use gpukit_sched::entry::{EntryPoints, LoadedDriver};
 //! use gpukit_sched::green::{probe, SmSplit};
 //! let dev = gpukit_core::Device::open(0)?;
-//! let support = probe(&dev);
+//! let entry = EntryPoints::probe(&LoadedDriver)?;
+//! let support = probe(&dev, &entry);
 //! println!("{support:?}");
-//! let split = SmSplit::new(&dev, None)?;            // 132 SMs -> 16 groups of 8 + 4
+//! let split = SmSplit::new(&dev, None, &entry)?;    // H200: 15 groups of 8 + 12 floor SMs
 //! let ctx = split.create(gpukit_sched::GroupSet::first(4), false)?; // 32 SMs
 //! let stream = ctx.create_stream(0)?;
 //! assert_eq!(ctx.sms(), 32);
 //! # Ok::<(), gpukit_sched::Error>(())
 //! ```
 
+use crate::entry::EntryPoints;
 use crate::error::{Error, Result};
 use crate::sm::{GroupSet, SmLayout};
 use cudarc::driver::{sys, CudaContext, CudaStream, DriverError};
@@ -34,9 +41,6 @@ fn check(call: &'static str, action: impl Into<String>, status: sys::CUresult) -
         })
     }
 }
-
-/// The oldest driver (CUDA 12.4) that has the green-context entry points cudarc binds.
-pub const MIN_DRIVER_VERSION: i32 = 12040;
 
 /// Whether green contexts work here, and the device's SM resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,21 +59,12 @@ pub struct GreenSupport {
     pub alignment: u32,
 }
 
-fn driver_version() -> Result<i32> {
-    let mut v = 0i32;
-    // SAFETY: the driver library is loaded (the caller holds a Device); v is a valid out-ptr.
-    check("cuDriverGetVersion", "reading the driver version", unsafe {
-        sys::cuDriverGetVersion(&mut v)
-    })?;
-    Ok(v)
-}
-
 fn sm_resource(device: sys::CUdevice) -> Result<sys::CUdevResource> {
     // SAFETY: CUdevResource is plain data (an enum tag, padding and a union of plain structs);
     // all-zero is a valid (INVALID-typed) value that the driver overwrites.
     let mut res: sys::CUdevResource = unsafe { std::mem::zeroed() };
     // SAFETY: `device` came from a live context; `res` is a valid out-pointer. Only called
-    // after the driver version was checked to have this entry point.
+    // after the entry points were found in the driver (EntryPoints::green).
     let status = unsafe {
         sys::cuDeviceGetDevResource(
             device,
@@ -92,31 +87,20 @@ fn sm_fields(res: &sys::CUdevResource) -> (u32, u32, u32) {
     (sm.smCount, sm.minSmPartitionSize, sm.smCoscheduledAlignment)
 }
 
-/// Detects green-context support on `dev` (never panics: entry points are only called when
-/// the driver is new enough to have them).
-pub fn probe(dev: &gpukit_core::Device) -> GreenSupport {
+/// Detects green-context support on `dev` (never panics: the entry points are only called
+/// when `entry` found them in the driver).
+pub fn probe(dev: &gpukit_core::Device, entry: &EntryPoints) -> GreenSupport {
     let total = dev.multiprocessor_count();
     let mut s = GreenSupport {
         available: false,
         reason: String::new(),
-        driver_version: 0,
+        driver_version: entry.driver_version,
         total_sms: total,
         min_partition: 0,
         alignment: 0,
     };
-    match driver_version() {
-        Ok(v) => s.driver_version = v,
-        Err(e) => {
-            s.reason = e.to_string();
-            return s;
-        }
-    }
-    if s.driver_version < MIN_DRIVER_VERSION {
-        s.reason = format!(
-            "driver reports CUDA {}.{}; green contexts need 12.4 or newer",
-            s.driver_version / 1000,
-            s.driver_version % 1000 / 10
-        );
+    if let Err(why) = &entry.green {
+        s.reason = why.clone();
         return s;
     }
     match sm_resource(dev.context().cu_device()) {
@@ -133,7 +117,8 @@ pub fn probe(dev: &gpukit_core::Device) -> GreenSupport {
     s
 }
 
-/// The device's SMs split once into equal groups (plus a remainder).
+/// The device's SMs split once into equal groups plus a floor for BestEffort work: the SMs the
+/// split leaves over, or, when it leaves none, its last group ([`SmLayout::with_floor`]).
 pub struct SmSplit {
     primary: Arc<CudaContext>,
     device: sys::CUdevice,
@@ -158,15 +143,32 @@ impl std::fmt::Debug for SmSplit {
 
 impl SmSplit {
     /// Splits `dev`'s SMs into groups of `group_size` SMs (default: the driver's minimum
-    /// partition size, 8 on Hopper) with `cuDevSmResourceSplitByCount`.
-    pub fn new(dev: &gpukit_core::Device, group_size: Option<u32>) -> Result<SmSplit> {
-        let support = probe(dev);
+    /// partition size, 8 on Hopper) with `cuDevSmResourceSplitByCount`. A group size the
+    /// driver does not allow is [`Error::InvalidSpec`]; missing green contexts are
+    /// [`Error::Unsupported`].
+    pub fn new(
+        dev: &gpukit_core::Device,
+        group_size: Option<u32>,
+        entry: &EntryPoints,
+    ) -> Result<SmSplit> {
+        SmSplit::with_options(dev, group_size, entry, false)
+    }
+
+    /// [`new`](Self::new), optionally ignoring the SMs the split leaves over (as on a GPU
+    /// whose split has none: the last group becomes the floor).
+    #[doc(hidden)]
+    pub fn with_options(
+        dev: &gpukit_core::Device,
+        group_size: Option<u32>,
+        entry: &EntryPoints,
+        ignore_remainder: bool,
+    ) -> Result<SmSplit> {
+        let support = probe(dev, entry);
         if !support.available {
-            return Err(Error::invalid(
-                "green contexts",
-                "unavailable",
-                support.reason,
-            ));
+            return Err(Error::Unsupported {
+                what: "green contexts".into(),
+                reason: support.reason,
+            });
         }
         let primary = dev.context().clone();
         primary.bind_to_thread().map_err(|e| Error::Driver {
@@ -215,30 +217,42 @@ impl SmSplit {
         groups.truncate(n as usize);
         let got = groups.first().map(|g| sm_fields(g).0).unwrap_or(0);
         if n == 0 || groups.iter().any(|g| sm_fields(g).0 != got) {
-            return Err(Error::invalid(
-                "SM split",
-                format!("{n} groups"),
-                "the driver returned no groups or groups of unequal size",
-            ));
+            return Err(Error::Unsupported {
+                what: "green contexts".into(),
+                reason: format!(
+                    "the driver split {} SMs into {n} groups of unequal size or none",
+                    support.total_sms
+                ),
+            });
         }
-        let rem_sms = if remainder.type_ == sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM {
+        let mut rem_sms = if remainder.type_ == sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM
+            && !ignore_remainder
+        {
             sm_fields(&remainder).0
         } else {
             0
         };
+        let total_sms = got * n + rem_sms;
+        groups.truncate(64);
+        let mut floor = (rem_sms > 0).then_some(remainder);
+        if floor.is_none() && groups.len() >= 2 {
+            // No SMs left over: the last group is the floor, so BestEffort work never runs
+            // on SMs a task owns.
+            floor = groups.pop();
+            rem_sms = got;
+        }
         let layout = SmLayout {
-            total_sms: got * n + rem_sms,
+            total_sms,
             group_size: got,
-            groups: n.min(64),
+            groups: groups.len() as u32,
             remainder_sms: rem_sms,
             green: true,
         };
-        groups.truncate(64);
         Ok(SmSplit {
             primary,
             device,
             groups,
-            remainder: (rem_sms > 0).then_some(remainder),
+            remainder: floor,
             layout,
         })
     }
@@ -248,7 +262,7 @@ impl SmSplit {
         self.layout
     }
 
-    /// Whether there are SMs in no group.
+    /// Whether there is a floor (SMs in no task's group).
     pub fn has_remainder(&self) -> bool {
         self.remainder.is_some()
     }
@@ -444,24 +458,6 @@ impl GreenContext {
             green: self.inner.clone(),
         })
     }
-
-    /// A timing event created in this green context.
-    pub fn create_event(&self) -> Result<GreenEvent> {
-        self.make_current()?;
-        let mut ev: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: this green context is current; valid out-pointer; CU_EVENT_DEFAULT times.
-        let status =
-            unsafe { sys::cuEventCreate(&mut ev, sys::CUevent_flags::CU_EVENT_DEFAULT as u32) };
-        check(
-            "cuEventCreate",
-            "creating an event in a green context",
-            status,
-        )?;
-        Ok(GreenEvent {
-            raw: ev,
-            _green: Some(self.inner.clone()),
-        })
-    }
 }
 
 pub(crate) fn make_current(ctx: sys::CUcontext) -> Result<()> {
@@ -523,20 +519,6 @@ impl GreenStream {
             status,
         )
     }
-    /// Records `ev` on this stream.
-    pub fn record(&self, ev: &GreenEvent) -> Result<()> {
-        // SAFETY: live event and stream of the same device.
-        check("cuEventRecord", "recording an event", unsafe {
-            sys::cuEventRecord(ev.raw, self.raw)
-        })
-    }
-    /// Makes this stream wait for `ev`.
-    pub fn wait(&self, ev: &GreenEvent) -> Result<()> {
-        // SAFETY: live event and stream.
-        check("cuStreamWaitEvent", "ordering streams", unsafe {
-            sys::cuStreamWaitEvent(self.raw, ev.raw, 0)
-        })
-    }
 }
 
 impl Drop for GreenStream {
@@ -546,91 +528,6 @@ impl Drop for GreenStream {
         unsafe {
             sys::cuStreamSynchronize(self.raw);
             sys::cuStreamDestroy_v2(self.raw);
-        }
-    }
-}
-
-/// A timing event of a green context (or of any context, see [`GreenEvent::in_context`]).
-pub struct GreenEvent {
-    raw: sys::CUevent,
-    _green: Option<Arc<GreenInner>>,
-}
-
-// SAFETY: CUDA events may be used from any thread.
-unsafe impl Send for GreenEvent {}
-// SAFETY: as above.
-unsafe impl Sync for GreenEvent {}
-
-impl GreenEvent {
-    /// A timing event created in `ctx` (for example the primary context), which the caller
-    /// keeps alive for the event's lifetime.
-    pub fn in_context(ctx: sys::CUcontext) -> Result<GreenEvent> {
-        make_current(ctx)?;
-        let mut ev: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: `ctx` is current; valid out-pointer; CU_EVENT_DEFAULT times.
-        check("cuEventCreate", "creating an event", unsafe {
-            sys::cuEventCreate(&mut ev, sys::CUevent_flags::CU_EVENT_DEFAULT as u32)
-        })?;
-        Ok(GreenEvent {
-            raw: ev,
-            _green: None,
-        })
-    }
-
-    /// Records it on a raw stream of the same device.
-    pub(crate) fn record_on(&self, stream: sys::CUstream) -> Result<()> {
-        // SAFETY: live event; the caller passes a live stream.
-        check("cuEventRecord", "recording an event", unsafe {
-            sys::cuEventRecord(self.raw, stream)
-        })
-    }
-
-    /// Makes the raw `stream` wait for this event.
-    pub(crate) fn wait_on(&self, stream: sys::CUstream) -> Result<()> {
-        // SAFETY: live event; the caller passes a live stream.
-        check("cuStreamWaitEvent", "ordering streams", unsafe {
-            sys::cuStreamWaitEvent(stream, self.raw, 0)
-        })
-    }
-
-    /// The raw handle.
-    pub fn raw(&self) -> sys::CUevent {
-        self.raw
-    }
-    /// Whether the work before it has completed.
-    pub fn is_complete(&self) -> Result<bool> {
-        // SAFETY: live event.
-        let s = unsafe { sys::cuEventQuery(self.raw) };
-        match s {
-            sys::CUresult::CUDA_SUCCESS => Ok(true),
-            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            e => check("cuEventQuery", "querying an event", e).map(|_| false),
-        }
-    }
-    /// Blocks until it has completed.
-    pub fn synchronize(&self) -> Result<()> {
-        // SAFETY: live event.
-        check("cuEventSynchronize", "waiting for an event", unsafe {
-            sys::cuEventSynchronize(self.raw)
-        })
-    }
-    /// Milliseconds from this event to `later` (both recorded and completed).
-    pub fn elapsed_ms(&self, later: &GreenEvent) -> Result<f32> {
-        let mut ms = 0f32;
-        // SAFETY: live timing events; valid out-pointer.
-        check("cuEventElapsedTime", "timing", unsafe {
-            sys::cuEventElapsedTime_v2(&mut ms, self.raw, later.raw)
-        })?;
-        Ok(ms)
-    }
-}
-
-impl Drop for GreenEvent {
-    fn drop(&mut self) {
-        // SAFETY: created by cuEventCreate, destroyed exactly once (the driver defers the
-        // release of a recorded, not yet completed event).
-        unsafe {
-            sys::cuEventDestroy_v2(self.raw);
         }
     }
 }

@@ -1,29 +1,67 @@
 //! # gpukit-sched
 //!
 //! A QoS scheduler for one GPU shared by several workloads of one process, which *enforces*
-//! what it admits:
+//! what it admits, and whose every failure path ends:
 //!
 //! - **Admission** in Kubernetes terms ([`TaskSpec`]: memory and compute request/limit,
-//!   priority, deadline, partition; [`QosClass`] derived from the numbers). Admission sums
-//!   requests, never usage; the answer is immediate: admitted, queued (with its position) or
-//!   rejected (with the resource, the amount requested and the amount available).
+//!   priority, start-by deadline, run-time timeout, partition; [`QosClass`] derived from the
+//!   numbers). Admission sums requests, never usage; the answer is immediate ([`Admission`]):
+//!   admitted, queued (with its position) or rejected (with the resource, the amount requested
+//!   and the amount available).
 //! - **Compute** is cut once into SM groups with CUDA green contexts (8 SMs per group on
 //!   Hopper): a task's kernels run on streams of a green context that holds only its groups,
-//!   so a neighbour cannot take its SMs. Idle groups are lent to Burstable and BestEffort
-//!   tasks and taken back at their next kernel launch. Where green contexts are missing, or a
-//!   share is below one group, launches are paced by measured GPU time instead, and
-//!   [`Mechanism`] says which is in force.
-//! - **Memory** is charged per task through gpukit-core's per-owner accounting: requests are
-//!   committed at admission (a Guaranteed task's allocations never fail), limits are hard,
-//!   memory above requests is shared, and under pressure BestEffort tasks are evicted first,
-//!   then Burstable tasks above their request ([`memory`]).
+//!   so a neighbour cannot take its SMs. A share below one group gets one group of its own,
+//!   paced within it to its limit. Idle groups are lent to Burstable and BestEffort tasks and
+//!   taken back at their next kernel launch. BestEffort work runs on the *floor* (the SMs no
+//!   group covers, or the last group when the split leaves none), never on a task's SMs.
+//! - **Without green contexts** (an older driver, a failed split, or `green_contexts(false)`
+//!   in [`SchedulerConfig`]) the groups are virtual shares of GPU time,
+//!   admitted and lent by the same rules, and launches are paced by measured GPU time
+//!   ([`pacer`]): a BestEffort task alone on an idle GPU is lent everything and not slowed,
+//!   each Guaranteed task keeps its share. [`Scheduler::mechanism`] says which is in force and
+//!   why.
+//! - **Memory** is a ledger ([`ledger`]) installed in gpukit-core's allocator: every allocation
+//!   is checked and charged in one step (concurrent allocations cannot overrun it), buffers a
+//!   task returns stay charged until freed, requests are committed at admission (a Guaranteed
+//!   task's allocations never fail), limits are hard, memory above requests is shared, and
+//!   under pressure BestEffort tasks are evicted first, then Burstable tasks above their
+//!   request — across pools when a partition was made from lent memory. cuBLAS workspace and
+//!   gpukit-core operations inside a task are the task's charges.
 //! - **Memory bandwidth is not partitioned** by green contexts (measured on an H200: a 16-SM
 //!   partition copied at 1539 GB/s alone and 609 GB/s beside a streaming neighbour). gpukit-sched
 //!   reports each task's achieved bandwidth when the task reports its bytes; it does not promise
 //!   bandwidth.
 //!
-//! The decisions are pure, deterministic logic in [`plan`] and [`memory`], tested without a
-//! GPU; [`green`] wraps the driver's green-context calls; [`Scheduler`] runs tasks.
+//! # Every failure path ends
+//! - A panic in the closure ([`Error::Panicked`]) or anywhere in the scheduler's own handling
+//!   of the task ([`Error::Internal`]) ends that task with everything it held released; the
+//!   worker takes the next task.
+//! - Driver entry points that older drivers lack are looked up before use ([`entry`]); the
+//!   scheduler degrades (pacing fallback, older timing call) and says why.
+//! - A stop — [`TaskHandle::cancel`], a timeout, an eviction, [`Scheduler::shutdown`] — takes
+//!   effect at the task's next *safe point* (launch, allocation, [`TaskContext::check`],
+//!   [`TaskContext::synchronize`]): the task ends in that stop's state. A closure that reaches
+//!   none within [`SchedulerConfig::stop_grace`] (default 1 s) is *detached*: its handle
+//!   completes with the stop's outcome at that bound while its thread and resources stay taken
+//!   (and reported) until it returns. A closure that returns `Ok` first keeps its result.
+//! - A starting task waits at most the grace period for evicted tasks to free its memory, then
+//!   fails with [`Error::PreemptionTimeout`] naming them. Queued deadlines expire on a timer
+//!   ([`Error::DeadlineExpired`]).
+//!
+//! # A service author's API
+//! [`TaskHandle`] is a [`Future`](std::future::Future) (no executor assumed) beside the blocking
+//! [`wait`](TaskHandle::wait); the closure's error is its own type (any
+//! `std::error::Error + Send + Sync`, kept as the source of [`Error::TaskFailed`]);
+//! [`Scheduler::task_stats`], [`Scheduler::stats`] and [`Scheduler::metrics`] (the Prometheus
+//! text format, per task and per partition); graceful [`Scheduler::shutdown`] with a deadline.
+//!
+//! # Layout
+//! Pure, deterministic logic tested without a GPU: [`plan`] (admission, queue, groups,
+//! lending), [`ledger`] (memory), [`pacer`] (budgets), [`entry`] (which driver calls exist).
+//! The running scheduler: `scheduler` (state, submit, stops, stats, shutdown), `workers` (a
+//! task's run, panic containment), `timer`, `task` (one outcome per task), `handle`, `context`,
+//! `lanes` (bounded pool of green-context streams), `memory` (the allocation hook and
+//! eviction), `stats`; [`green`] wraps the driver's green-context calls.
 //!
 //! # What to know when using it
 //! - On the H200 (driver 580) the split gives **15 groups of 8 SMs and 12 floor SMs** (not
@@ -33,45 +71,60 @@
 //!   the floor for BestEffort tasks); only kernels launched with [`TaskContext::launch`] also
 //!   use groups lent to the task. A lent group comes back when the borrower's kernels already
 //!   queued on it finish: within one kernel if the borrower keeps one kernel in flight.
-//! - Safe points: cancellation and preemption take effect at the task's next allocation,
-//!   launch or [`TaskContext::check`]; a task that never reaches one is not interrupted.
 //! - GPU time in [`TaskStats`] is the span between events recorded on the home stream at the
 //!   task's start and end (it includes idle gaps inside that span).
-//! - One scheduler per device at a time: it installs gpukit-core's allocation hook.
-//! - Measured on the H200 in one run of `examples/sched_bench.rs`: throughput ratios within
-//!   0.2 % of the SM split (0.25/0.75 and 0.5/0.25/0.25), a 5 us probe at 1.16x its alone
-//!   latency beside a BestEffort hog (48x without the scheduler), eviction in the documented
-//!   order with no failed Guaranteed allocation. See `NOTES.md` for the table.
+//! - One scheduler per device at a time ([`Error::DeviceInUse`] for a second one).
+//! - Measured on the H200 before this version (one run of `examples/sched_bench.rs`):
+//!   throughput ratios within 0.2 % of the SM split (0.25/0.75 and 0.5/0.25/0.25), a 5 us probe
+//!   at 1.16x its alone latency beside a BestEffort hog (48x without the scheduler), eviction in
+//!   the documented order with no failed Guaranteed allocation. See `NOTES.md`.
 //!
 //! ```no_run
-//! use gpukit_sched::{Scheduler, SchedulerConfig, TaskSpec};
+//! use gpukit_sched::{Scheduler, SchedulerConfig, TaskContext, TaskSpec};
 //! let dev = gpukit_core::Device::open(0)?;
 //! let sched = Scheduler::new(dev, SchedulerConfig::default())?;
 //! let h = sched.submit(
-//!     |ctx: &mut gpukit_sched::TaskContext| -> gpukit_sched::Result<u32> { Ok(ctx.compute().sms) },
+//!     |ctx: &mut TaskContext| -> gpukit_sched::Result<u32> { Ok(ctx.compute().sms) },
 //!     TaskSpec::new("job").memory("1GiB", "1GiB").compute(0.25, 0.25),
 //! )?;
 //! println!("{:?}", h.admission());
 //! println!("ran on {} SMs", h.wait()?);
+//! print!("{}", sched.metrics());
 //! # Ok::<(), gpukit_sched::Error>(())
 //! ```
 
-pub mod blas;
 mod bytes;
+mod config;
+mod context;
+pub mod entry;
 mod error;
 pub mod green;
+mod handle;
 pub mod kernels;
-pub mod memory;
+mod lanes;
+pub mod ledger;
+mod memory;
+pub mod pacer;
+mod partitions;
 pub mod plan;
-mod runtime;
+mod scheduler;
 mod sm;
 mod spec;
+mod stats;
+mod task;
+mod timer;
+mod workers;
 
 pub use bytes::{format_bytes, parse_bytes, ByteSize};
-pub use error::{Error, Resource, Result};
-pub use runtime::{
-    Admission, Partition, PartitionStats, Scheduler, SchedulerConfig, SchedulerStats, TaskContext,
-    TaskHandle, TaskState, TaskStats,
-};
+pub use config::{PanicPoint, SchedulerConfig};
+pub use context::{MemoryReservation, TaskContext};
+pub use error::{CancelReason, Error, Resource, Result};
+pub use handle::TaskHandle;
+pub use ledger::PoolMemory;
+pub use partitions::Partition;
+pub use plan::{Admission, Grant, PoolInfo, TaskId};
+pub use scheduler::{Scheduler, ShutdownReport};
 pub use sm::{ComputeGrant, GroupSet, Mechanism, SmLayout};
 pub use spec::{QosClass, ResolvedSpec, TaskSpec};
+pub use stats::{PartitionStats, SchedulerStats, TaskStats};
+pub use task::TaskState;

@@ -20,16 +20,21 @@
 //!   rejected), T starts after at most `max_bypass` jumps plus the tasks submitted before it
 //!   and tasks of strictly higher priority (priority is strict: a higher-priority task is
 //!   ahead in the queue and does not count as a jump).
-//! - **SM groups**: a compute share rounds to whole groups (see [`SmLayout::groups_for_share`]);
-//!   a task gets its own groups for its lifetime. Groups of a pool that no running task owns
+//! - **SM groups**: a compute request rounds to whole groups, at least one for any positive
+//!   share (see [`SmLayout::groups_for_request`]); a task gets its own groups for its lifetime.
+//!   A limit below one group is enforced by pacing within the task's one group
+//!   ([`ComputeGrant::pace`]). Without green contexts the groups are virtual shares of GPU
+//!   time ([`SmLayout::pacing`]) and the same rules admit and lend them. Groups of a pool that no running task owns
 //!   are *lent* to Burstable and BestEffort tasks (priority order, then Burstable before
 //!   BestEffort, then submission order) up to their compute limit; a new task's groups are
 //!   taken back from borrowers, who move off them at their next kernel launch.
 
 use crate::error::{Error, Resource, Result};
+use crate::partitions::Partition;
 use crate::sm::{ComputeGrant, GroupSet, Mechanism, SmLayout};
 use crate::spec::{QosClass, ResolvedSpec};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// A task's identity inside the scheduler.
 pub type TaskId = u64;
@@ -47,19 +52,6 @@ pub struct PlannerConfig {
     pub max_queue: usize,
     /// Jumps a queued task tolerates before it blocks later tasks (see the module docs).
     pub max_bypass: u32,
-}
-
-/// A partition to create: a named slice with a memory quota, a compute share and a band.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PartitionSpec {
-    /// Its name.
-    pub name: String,
-    /// Bytes reserved for it (requests of its tasks sum to at most this).
-    pub memory: u64,
-    /// Fraction of the GPU (rounded to SM groups; at least one group).
-    pub compute: f64,
-    /// Priority band: pools with a larger band are served first when worker slots are short.
-    pub priority_band: i32,
 }
 
 /// A partition (or the default pool) as it stands.
@@ -96,10 +88,10 @@ pub struct Grant {
     pub compute: ComputeGrant,
 }
 
-/// The outcome of a submission.
+/// The admission result of a submission, decided at once.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
-    /// Started at once.
+pub enum Admission {
+    /// Admitted and started (or starting): what it was given.
     Admitted(Grant),
     /// Waiting; `position` 0 is next in its pool.
     Queued {
@@ -117,13 +109,32 @@ pub enum Decision {
     },
 }
 
+/// Why a queued task was rejected inside [`Planner::schedule`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rejection {
+    /// Its start-by deadline passed while it was queued.
+    DeadlinePassed {
+        /// The deadline, counted from submission.
+        deadline: Duration,
+    },
+    /// Its pool can no longer ever give what it asks (the partition was resized).
+    PoolTooSmall {
+        /// Which resource.
+        resource: Resource,
+        /// How much it asks.
+        requested: u64,
+        /// How much the pool has.
+        available: u64,
+    },
+}
+
 /// Something that happened to a task inside [`Planner::schedule`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// A queued task started.
     Started(TaskId, Grant),
-    /// A queued task was rejected (deadline passed, or its pool shrank below its request).
-    Rejected(TaskId, String),
+    /// A queued task was rejected.
+    Rejected(TaskId, Rejection),
 }
 
 #[derive(Debug, Clone)]
@@ -165,17 +176,17 @@ struct Pool {
 /// The deterministic core of the scheduler. See the module docs for the rules.
 ///
 /// ```
-/// use gpukit_sched::plan::{Planner, PlannerConfig, Decision};
+/// use gpukit_sched::plan::{Admission, Planner, PlannerConfig};
 /// use gpukit_sched::{SmLayout, TaskSpec};
 /// let cfg = PlannerConfig { memory_capacity: 10 << 30, layout: SmLayout::new(132, 8, true)?,
 ///                           max_running: 8, max_queue: 64, max_bypass: 4 };
 /// let mut p = Planner::new(cfg);
 /// let g = TaskSpec::new("g").memory("4GiB", "4GiB").compute(0.25, 0.25).resolve()?;
-/// let (Decision::Admitted(grant), _) = p.submit(1, g.clone(), 0)? else { panic!() };
+/// let (Admission::Admitted(grant), _) = p.submit(1, g.clone(), 0)? else { panic!() };
 /// assert_eq!((grant.compute.groups.len(), grant.compute.sms), (4, 32));
 /// // Requests, not usage: a third 4 GiB request does not fit in 10 GiB.
 /// p.submit(2, g.clone(), 0)?;
-/// assert_eq!(p.submit(3, g, 0)?.0, Decision::Queued { position: 0 });
+/// assert_eq!(p.submit(3, g, 0)?.0, Admission::Queued { position: 0 });
 /// let started = p.finish(1, 1);
 /// assert!(matches!(started[0], gpukit_sched::plan::Event::Started(3, _)));
 /// # Ok::<(), gpukit_sched::Error>(())
@@ -254,16 +265,16 @@ impl Planner {
         id: TaskId,
         spec: ResolvedSpec,
         now: u64,
-    ) -> Result<(Decision, Vec<Event>)> {
+    ) -> Result<(Admission, Vec<Event>)> {
         if self.tasks.contains_key(&id) {
             return Err(Error::invalid("task id", id, "already in use"));
         }
         let pool_key = self.pool_key(&spec.partition)?;
         let pool = &self.pools[&pool_key];
-        let groups_needed = self.cfg.layout.groups_for_share(spec.compute_request);
+        let groups_needed = self.cfg.layout.groups_for_request(spec.compute_request);
         if spec.memory_request > pool.memory_quota {
             return Ok((
-                Decision::Rejected {
+                Admission::Rejected {
                     resource: Resource::Memory,
                     requested: spec.memory_request,
                     available: pool.memory_quota,
@@ -273,7 +284,7 @@ impl Planner {
         }
         if groups_needed > pool.groups.len() {
             return Ok((
-                Decision::Rejected {
+                Admission::Rejected {
                     resource: Resource::Compute,
                     requested: groups_needed as u64,
                     available: pool.groups.len() as u64,
@@ -285,7 +296,7 @@ impl Planner {
         if queued >= self.cfg.max_queue && !self.fits(&pool_key, spec.memory_request, groups_needed)
         {
             return Ok((
-                Decision::Rejected {
+                Admission::Rejected {
                     resource: Resource::QueueSlots,
                     requested: 1,
                     available: 0,
@@ -320,14 +331,26 @@ impl Planner {
             Event::Started(t, _) | Event::Rejected(t, _) => *t == id,
         });
         let decision = match mine.map(|i| events.remove(i)) {
-            Some(Event::Started(_, g)) => Decision::Admitted(g),
-            // Rejected in the same pass: only a zero deadline does that.
-            Some(Event::Rejected(..)) => Decision::Rejected {
+            Some(Event::Started(_, g)) => Admission::Admitted(g),
+            // Rejected in the same pass (a deadline that has already passed).
+            Some(Event::Rejected(
+                _,
+                Rejection::PoolTooSmall {
+                    resource,
+                    requested,
+                    available,
+                },
+            )) => Admission::Rejected {
+                resource,
+                requested,
+                available,
+            },
+            Some(Event::Rejected(_, Rejection::DeadlinePassed { .. })) => Admission::Rejected {
                 resource: Resource::QueueSlots,
                 requested: 1,
                 available: 0,
             },
-            None => Decision::Queued {
+            None => Admission::Queued {
                 position: self.queue_position(id).unwrap_or(0),
             },
         };
@@ -427,21 +450,21 @@ impl Planner {
                 let e = &self.tasks[&id];
                 let pool = &self.pools[key];
                 let reason = if e.deadline_at.is_some_and(|d| now >= d) {
-                    Some(format!(
-                        "deadline passed while queued ({} ms after submission)",
-                        e.spec.deadline.map(|d| d.as_millis()).unwrap_or(0)
-                    ))
+                    Some(Rejection::DeadlinePassed {
+                        deadline: e.spec.deadline.unwrap_or_default(),
+                    })
                 } else if e.spec.memory_request > pool.memory_quota {
-                    Some(format!(
-                        "memory request {} exceeds its pool's quota {}",
-                        e.spec.memory_request, pool.memory_quota
-                    ))
+                    Some(Rejection::PoolTooSmall {
+                        resource: Resource::Memory,
+                        requested: e.spec.memory_request,
+                        available: pool.memory_quota,
+                    })
                 } else if e.groups_needed > pool.groups.len() {
-                    Some(format!(
-                        "compute request of {} SM groups exceeds its pool's {}",
-                        e.groups_needed,
-                        pool.groups.len()
-                    ))
+                    Some(Rejection::PoolTooSmall {
+                        resource: Resource::Compute,
+                        requested: e.groups_needed as u64,
+                        available: pool.groups.len() as u64,
+                    })
                 } else {
                     None
                 };
@@ -522,7 +545,7 @@ impl Planner {
 
     fn start(&mut self, id: TaskId) -> Grant {
         let layout = self.cfg.layout;
-        let (pool_key, mem, groups_needed, share, limit) = {
+        let (pool_key, mem, groups_needed, share, limit, compute_limit) = {
             let e = &self.tasks[&id];
             (
                 e.pool.clone(),
@@ -530,6 +553,7 @@ impl Planner {
                 e.groups_needed,
                 e.spec.compute_request,
                 e.spec.memory_limit,
+                e.spec.compute_limit,
             )
         };
         // Prefer groups nobody borrows, so fewer borrowers have to move.
@@ -550,10 +574,15 @@ impl Planner {
             Mechanism::Pacing
         } else if groups_needed > 0 {
             Mechanism::GreenContext
-        } else if share > 0.0 {
-            Mechanism::Pacing
         } else {
             Mechanism::Floor
+        };
+        // A limit below one group: paced within its own group(s) to the limit.
+        let pace = match compute_limit {
+            Some(l) if layout.green && groups_needed > 0 && layout.groups_for_share(l) == 0 => {
+                Some((l * layout.total_sms as f64 / layout.sms(own.len()).max(1) as f64).min(1.0))
+            }
+            _ => None,
         };
         let grant = Grant {
             memory_committed: mem,
@@ -564,6 +593,7 @@ impl Planner {
                 sms: layout.sms(own.len()),
                 granted_share: layout.share_of(own.len()),
                 mechanism,
+                pace,
             },
         };
         self.tasks.get_mut(&id).expect("task exists").phase = Phase::Running {
@@ -701,6 +731,13 @@ impl Planner {
         }
     }
 
+    /// The earliest start-by deadline of a queued task, if any (nanoseconds on the clock of
+    /// [`submit`](Self::submit); a lower bound: [`schedule`](Self::schedule) at that time
+    /// rejects what has expired and moves it on).
+    pub fn next_deadline(&self) -> Option<u64> {
+        (self.next_deadline != u64::MAX).then_some(self.next_deadline)
+    }
+
     /// How often a queued task has been jumped.
     pub fn bypassed(&self, id: TaskId) -> Option<u32> {
         match self.tasks.get(&id)?.phase {
@@ -758,7 +795,8 @@ impl Planner {
     }
 
     /// Creates a partition out of the default pool's unused memory and groups.
-    pub fn create_partition(&mut self, spec: &PartitionSpec) -> Result<PoolInfo> {
+    pub fn create_partition(&mut self, spec: &Partition) -> Result<PoolInfo> {
+        let memory = spec.memory.resolve()?;
         let name = spec.name.trim();
         if name.is_empty() {
             return Err(Error::invalid("partition name", &spec.name, "is empty"));
@@ -776,10 +814,10 @@ impl Planner {
         let groups = self.cfg.layout.groups_for_share(spec.compute).max(1);
         let default = &self.pools[&None];
         let mem_free = default.memory_quota - default.committed;
-        if spec.memory > mem_free {
+        if memory > mem_free {
             return Err(Error::Insufficient {
                 resource: Resource::Memory,
-                requested: spec.memory,
+                requested: memory,
                 available: mem_free,
             });
         }
@@ -794,13 +832,13 @@ impl Planner {
         // Take the highest free groups so the default pool keeps the low ones.
         let mine = GroupSet(reverse_take(free.0, groups));
         let d = self.pools.get_mut(&None).expect("default pool");
-        d.memory_quota -= spec.memory;
+        d.memory_quota -= memory;
         d.groups = d.groups.minus(mine);
         self.recheck = true;
         self.pools.insert(
             Some(name.to_string()),
             Pool {
-                memory_quota: spec.memory,
+                memory_quota: memory,
                 groups: mine,
                 band: spec.priority_band,
                 committed: 0,
@@ -842,7 +880,7 @@ impl Planner {
     /// On failure the partition is left as it was.
     pub fn resize_partition(
         &mut self,
-        spec: &PartitionSpec,
+        spec: &Partition,
         now: u64,
     ) -> Result<(PoolInfo, Vec<Event>)> {
         self.busy(&spec.name)?;

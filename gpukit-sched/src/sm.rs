@@ -6,7 +6,12 @@ use crate::error::{Error, Result};
 /// How the GPU's SMs are cut into groups. On the H200 (driver 580) `cuDevSmResourceSplitByCount`
 /// with 8 SMs per group returns 15 groups of 8 and a remainder of 12 SMs (measured: not 16 + 4,
 /// the split respects the chip's GPC structure); gpukit-sched uses the remainder as the floor
-/// for BestEffort work.
+/// for BestEffort work. A split without a remainder gives up its last group as the floor
+/// ([`SmLayout::with_floor`]), so BestEffort work never lands on SMs a task owns.
+///
+/// Without green contexts ([`SmLayout::pacing`]) the groups are *virtual*: shares of GPU time
+/// (at most 64 of them), admitted, owned and lent exactly like real groups, and enforced by
+/// pacing each task's launches to the time its groups stand for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SmLayout {
     /// SMs on the device.
@@ -92,6 +97,60 @@ impl SmLayout {
             remainder_sms: total_sms - groups * group_size,
             green,
         })
+    }
+
+    /// The layout of the pacing fallback for a GPU of `total_sms` SMs: virtual groups of
+    /// `ceil(total_sms / 64)` SMs (at most 64 groups), with a floor (see
+    /// [`with_floor`](Self::with_floor)).
+    ///
+    /// ```
+    /// let l = gpukit_sched::SmLayout::pacing(132).unwrap();
+    /// // 44 virtual groups of 3 SMs; the last one is the BestEffort floor.
+    /// assert_eq!((l.group_size, l.groups, l.remainder_sms, l.green), (3, 43, 3, false));
+    /// assert_eq!(l.groups_for_request(0.25), 11);
+    /// ```
+    pub fn pacing(total_sms: u32) -> Result<Self> {
+        let total = total_sms.max(1);
+        let size = total.div_ceil(64);
+        Ok(SmLayout::with_groups(total, size, total / size, false)?.with_floor())
+    }
+
+    /// This layout with a floor for BestEffort work: when no SMs are left over and there are
+    /// at least two groups, the last group becomes the floor (`remainder_sms`) and is never
+    /// given to a task. Unchanged otherwise.
+    ///
+    /// ```
+    /// let l = gpukit_sched::SmLayout::with_groups(128, 8, 16, true).unwrap().with_floor();
+    /// assert_eq!((l.groups, l.remainder_sms), (15, 8));
+    /// let h = gpukit_sched::SmLayout::with_groups(132, 8, 15, true).unwrap();
+    /// assert_eq!(h.with_floor(), h);
+    /// ```
+    pub fn with_floor(self) -> Self {
+        if self.remainder_sms > 0 || self.groups < 2 {
+            return self;
+        }
+        SmLayout {
+            groups: self.groups - 1,
+            remainder_sms: self.group_size,
+            ..self
+        }
+    }
+
+    /// Groups a task with compute request `share` owns: [`groups_for_share`]
+    /// (Self::groups_for_share), but at least one for any positive share, so that a share
+    /// below one group is admitted with a whole group of its own (and paced within it to its
+    /// limit), never left without SMs of its own.
+    ///
+    /// ```
+    /// let l = gpukit_sched::SmLayout::with_groups(132, 8, 15, true).unwrap();
+    /// assert_eq!((l.groups_for_request(0.02), l.groups_for_request(0.0)), (1, 0));
+    /// ```
+    pub fn groups_for_request(&self, share: f64) -> u32 {
+        if share.is_nan() || share <= 0.0 {
+            0
+        } else {
+            self.groups_for_share(share).max(1)
+        }
     }
 
     /// SMs in `groups` groups.
@@ -180,13 +239,16 @@ impl std::fmt::Display for GroupSet {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mechanism {
     /// Its kernels run on green-context streams confined to its SM groups (plus groups lent
-    /// to it while idle).
+    /// to it while idle). A limit below its own groups' SMs (a share below one group) is
+    /// enforced by pacing within them ([`ComputeGrant::pace`]).
     GreenContext,
     /// It asked for no compute: it runs on the floor (the SMs in no group) plus idle groups
-    /// lent to it; where there is no floor it is paced.
+    /// lent to it.
     Floor,
-    /// Its share is below one SM group, or this GPU/driver has no green contexts: launches
-    /// are paced so that its measured GPU time stays within its share of wall time.
+    /// This GPU/driver has no green contexts (or they are turned off): groups are shares of
+    /// GPU time, and launches are paced so that the task's measured GPU time stays within the
+    /// time its own and lent groups stand for (work-conserving: a task alone on an idle GPU is
+    /// lent every group and not slowed).
     Pacing,
 }
 
@@ -213,6 +275,9 @@ pub struct ComputeGrant {
     pub granted_share: f64,
     /// How it is enforced.
     pub mechanism: Mechanism,
+    /// With green contexts: the fraction of its own groups' time it may use when its limit is
+    /// below them (`None`: not paced). Without: `None` (the pace follows its groups).
+    pub pace: Option<f64>,
 }
 
 #[cfg(test)]
@@ -248,6 +313,12 @@ mod tests {
         assert_eq!(l.groups_for_share(0.0), 0);
         assert_eq!(l.groups_for_share(f64::NAN), 0);
         assert!(SmLayout::new(4, 8, true).is_err());
+        assert_eq!(l.groups_for_request(0.001), 1);
+        assert_eq!(l.groups_for_request(f64::NAN), 0);
+        let p = SmLayout::pacing(1).unwrap();
+        assert_eq!((p.groups, p.remainder_sms), (1, 0), "one group: no floor");
+        let p = SmLayout::pacing(64).unwrap();
+        assert_eq!((p.group_size, p.groups, p.remainder_sms), (1, 63, 1));
         assert!(SmLayout::new(8 * 65, 8, true).is_err());
     }
 
@@ -278,6 +349,16 @@ mod tests {
             let l = SmLayout::with_groups(groups * 8 + 4, 8, groups, true).unwrap();
             let b = 1.0 - a;
             prop_assert!(l.groups_for_share(a) + l.groups_for_share(b) <= groups);
+        }
+        /// The pacing layout covers every SM, has at most 64 groups and a floor whenever it has
+        /// more than one group.
+        #[test]
+        fn pacing_layout(sms in 1u32..2000) {
+            let l = SmLayout::pacing(sms).unwrap();
+            prop_assert!(l.groups >= 1 && l.groups <= 64);
+            prop_assert_eq!(l.groups * l.group_size + l.remainder_sms, sms);
+            prop_assert!(!l.green);
+            if sms / l.group_size >= 2 { prop_assert!(l.remainder_sms > 0); }
         }
         #[test]
         fn take_is_subset(bits in any::<u64>(), n in 0u32..70) {

@@ -77,8 +77,12 @@ pub struct TaskSpec {
     /// Larger runs first. Default 0.
     pub priority: i32,
     /// Start-by deadline, counted from submission: queued tasks with deadlines start earliest
-    /// deadline first within a priority, and a task still queued at its deadline is rejected.
+    /// deadline first within a priority, and a task still queued at its deadline ends with
+    /// [`Error::DeadlineExpired`] (on a timer, whatever else happens).
     pub deadline: Option<Duration>,
+    /// Run-time limit, counted from the start of its closure: past it the task is stopped
+    /// like a cancellation and ends with [`Error::TimedOut`].
+    pub timeout: Option<Duration>,
     /// The partition to run in (default: the unpartitioned rest of the GPU).
     pub partition: Option<String>,
     /// An explicit QoS class; it must agree with the numbers.
@@ -135,6 +139,11 @@ impl TaskSpec {
     /// Start-by deadline from submission.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
+        self
+    }
+    /// Run-time limit from its start (see [`TaskSpec::timeout`](Self#structfield.timeout)).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
         self
     }
     /// Runs in the named partition.
@@ -237,6 +246,13 @@ impl TaskSpec {
                 "must be positive (omit it for none)",
             ));
         }
+        if self.timeout == Some(Duration::ZERO) {
+            return Err(Error::invalid(
+                "timeout",
+                "0s",
+                "must be positive (omit it for none)",
+            ));
+        }
         if let Some(p) = &self.partition {
             if p.trim().is_empty() {
                 return Err(Error::invalid("partition", p, "name is empty"));
@@ -251,6 +267,7 @@ impl TaskSpec {
             compute_limit: cpu_lim,
             priority: self.priority,
             deadline: self.deadline,
+            timeout: self.timeout,
             partition: self.partition.clone(),
             reported_bytes: self.reported_bytes,
         })
@@ -276,6 +293,8 @@ pub struct ResolvedSpec {
     pub priority: i32,
     /// Start-by deadline from submission.
     pub deadline: Option<Duration>,
+    /// Run-time limit from its start.
+    pub timeout: Option<Duration>,
     /// Partition name.
     pub partition: Option<String>,
     /// Bytes moved per run, when reported.
@@ -336,6 +355,18 @@ mod tests {
         assert!(TaskSpec::new("x").memory_request("lots").resolve().is_err());
         assert!(TaskSpec::new("x").memory_limit(0u64).resolve().is_err());
         assert!(TaskSpec::new("x").partition(" ").resolve().is_err());
+        assert!(TaskSpec::new("x")
+            .timeout(Duration::ZERO)
+            .resolve()
+            .is_err());
+        assert_eq!(
+            TaskSpec::new("x")
+                .timeout(Duration::from_millis(5))
+                .resolve()
+                .unwrap()
+                .timeout,
+            Some(Duration::from_millis(5))
+        );
         assert!("gold".parse::<QosClass>().is_err());
         assert_eq!(
             "best-effort".parse::<QosClass>().unwrap(),

@@ -2,12 +2,14 @@
 //! by %smid, cleanup after panics, quotas, cancellation, eviction order, and the proofs with
 //! loose bounds. One scheduler per device at a time, so the tests take a lock.
 
+use gpukit_core::handles::BlasHandle;
 use gpukit_core::Device;
+use gpukit_core::DeviceBuffer;
 use gpukit_jit::{KernelArg, LaunchConfig};
 use gpukit_sched::kernels::TestKernels;
 use gpukit_sched::{
-    Admission, Error, Mechanism, Partition, QosClass, Resource, Scheduler, SchedulerConfig,
-    TaskContext, TaskHandle, TaskSpec, TaskState,
+    Admission, Error, GroupSet, Mechanism, Partition, QosClass, Resource, Scheduler,
+    SchedulerConfig, TaskContext, TaskHandle, TaskSpec, TaskState,
 };
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -33,7 +35,7 @@ fn smids(
     blocks: u32,
 ) -> gpukit_sched::Result<BTreeSet<u32>> {
     let buf = ctx.alloc(blocks as usize * 4)?;
-    let (raw, _) = ctx.raw_stream();
+    let (raw, _) = ctx.raw_stream()?;
     // Poison so unwritten entries show.
     // SAFETY: the buffer holds `blocks` u32 and is ordered on the task's home stream.
     unsafe { cudarc::driver::result::memset_d8_async(buf.ptr(), 0xff, blocks as usize * 4, raw) }
@@ -106,7 +108,7 @@ fn confinement_by_smid() {
         )
         .unwrap();
     assert!(
-        matches!(a.admission(), Admission::Admitted { compute, .. } if compute.mechanism == Mechanism::GreenContext)
+        matches!(a.admission(), Admission::Admitted(g) if g.compute.mechanism == Mechanism::GreenContext)
     );
     let (sa, na) = a.wait().unwrap();
     let (sb, nb) = b.wait().unwrap();
@@ -175,14 +177,14 @@ fn panics_and_errors_release_everything() {
         .unwrap();
     assert!(matches!(
         h.wait(),
-        Err(Error::Core(gpukit_core::Error::QuotaExceeded { .. }))
+        Err(Error::QuotaExceeded { limit, .. }) if limit == 64 << 20
     ));
     // And the scheduler keeps serving.
     let h = sched
         .submit(
             {
                 let k = k.clone();
-                move |ctx: &mut TaskContext| {
+                move |ctx: &mut TaskContext| -> gpukit_sched::Result<u32> {
                     ctx.launch(
                         &k.noop,
                         LaunchConfig::new((1, 1, 1), (32, 1, 1)),
@@ -202,7 +204,7 @@ fn panics_and_errors_release_everything() {
     let cap = sched.memory_capacity();
     let h = sched
         .submit(
-            |_: &mut TaskContext| Ok(()),
+            |_: &mut TaskContext| Ok::<_, Error>(()),
             TaskSpec::new("huge").memory(cap + 1, cap + 1),
         )
         .unwrap();
@@ -217,7 +219,7 @@ fn panics_and_errors_release_everything() {
     assert!(matches!(h.wait(), Err(Error::Rejected { .. })));
     assert!(sched
         .submit(
-            |_: &mut TaskContext| Ok(()),
+            |_: &mut TaskContext| Ok::<_, Error>(()),
             TaskSpec::new("bad")
                 .memory("1GB", "1GB")
                 .qos(QosClass::BestEffort)
@@ -400,7 +402,7 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 fn failed(task: &str, message: &str) -> Error {
     Error::TaskFailed {
         task: task.into(),
-        message: message.into(),
+        source: message.into(),
     }
 }
 
@@ -463,7 +465,7 @@ fn partitions_confine_sms_and_memory_and_resize_when_free() {
     // Admission against the partition's quota and share.
     let h = sched
         .submit(
-            |_: &mut TaskContext| Ok(()),
+            |_: &mut TaskContext| Ok::<_, Error>(()),
             TaskSpec::new("too-much-memory")
                 .partition("pa")
                 .memory("512MiB", "512MiB")
@@ -480,7 +482,7 @@ fn partitions_confine_sms_and_memory_and_resize_when_free() {
     );
     let h = sched
         .submit(
-            |_: &mut TaskContext| Ok(()),
+            |_: &mut TaskContext| Ok::<_, Error>(()),
             TaskSpec::new("too-much-compute")
                 .partition("pa")
                 .memory("1MiB", "1MiB")
@@ -526,9 +528,7 @@ fn partitions_confine_sms_and_memory_and_resize_when_free() {
                     // Its limit (4 GiB) is capped by pa's quota (256 MiB).
                     let held = ctx.alloc(200 * MIB);
                     let past = match ctx.alloc(100 * MIB).map(|_| ()) {
-                        Err(Error::Core(gpukit_core::Error::QuotaExceeded { quota, .. })) => {
-                            Ok(quota)
-                        }
+                        Err(Error::QuotaExceeded { limit, .. }) => Ok(limit as usize),
                         other => Err(format!("{other:?}")),
                     };
                     hit.store(true, Ordering::Release);
@@ -666,7 +666,7 @@ fn partitions_confine_sms_and_memory_and_resize_when_free() {
     assert_eq!((sc.len() as u32, nc), (pa2.sms, pa2.sms));
     let h = sched
         .submit(
-            |_: &mut TaskContext| Ok(()),
+            |_: &mut TaskContext| Ok::<_, Error>(()),
             TaskSpec::new("over-new-quota")
                 .partition("pa")
                 .memory("256MiB", "256MiB")
@@ -694,7 +694,7 @@ fn partitions_confine_sms_and_memory_and_resize_when_free() {
     assert_eq!(pools[0].pool.memory_quota, default_before.memory_quota);
     assert!(matches!(
         sched.submit(
-            |_: &mut TaskContext| Ok(()),
+            |_: &mut TaskContext| Ok::<_, Error>(()),
             TaskSpec::new("gone").partition("pa")
         ),
         Err(Error::UnknownPartition { .. })
@@ -768,6 +768,38 @@ fn partition_priority_band_orders_starts() {
     assert_eq!(order, ["hi", "lo"], "the higher band starts first");
 }
 
+/// `C = A * B` in FP32 (column-major n x n device buffers that live until the task
+/// synchronizes) on the handle's stream.
+fn sgemm(h: &BlasHandle, n: i32, a: u64, b: u64, c: u64) -> gpukit_sched::Result<()> {
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    h.with(|raw| {
+        // SAFETY: the caller passes three live n*n f32 device buffers that outlive the queued
+        // call; the scalars are host values read during the call (host pointer mode).
+        unsafe {
+            cudarc::cublas::result::sgemm(
+                raw,
+                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N,
+                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N,
+                n,
+                n,
+                n,
+                &alpha,
+                a as *const f32,
+                n,
+                b as *const f32,
+                n,
+                &beta,
+                c as *mut f32,
+                n,
+            )
+        }
+    })?
+    .map_err(|e| Error::Cublas {
+        action: "running sgemm".into(),
+        message: format!("{e:?}"),
+    })
+}
+
 /// Column-major random matrix in [-1, 1) (xorshift; deterministic).
 fn random_matrix(n: usize, seed: u64) -> Vec<f32> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -803,7 +835,7 @@ fn cublas_in_a_task_is_correct_and_confined() {
             move |ctx: &mut TaskContext| -> gpukit_sched::Result<Vec<f32>> {
                 let bytes = n * n * 4;
                 let (da, db, dc) = (ctx.alloc(bytes)?, ctx.alloc(bytes)?, ctx.alloc(bytes)?);
-                let (raw, _) = ctx.raw_stream();
+                let (raw, _) = ctx.raw_stream()?;
                 // SAFETY: da/db hold n*n f32 and are ordered on the home stream `raw`; the
                 // host slices live in this closure until the synchronize below.
                 unsafe {
@@ -813,11 +845,7 @@ fn cublas_in_a_task_is_correct_and_confined() {
                         .map_err(driver("uploading B"))?;
                 }
                 let nn = n as i32;
-                // SAFETY: three live n*n f32 device buffers, alive until the synchronize.
-                unsafe {
-                    ctx.cublas()?
-                        .sgemm(nn, nn, nn, da.ptr(), db.ptr(), dc.ptr())?
-                };
+                sgemm(ctx.cublas()?, nn, da.ptr(), db.ptr(), dc.ptr())?;
                 ctx.synchronize()?;
                 let mut c = vec![0f32; n * n];
                 // SAFETY: copies n*n f32 from a live device buffer; the stream is idle.
@@ -854,7 +882,7 @@ fn cublas_in_a_task_is_correct_and_confined() {
         let n = 4096usize;
         let bytes = n * n * 4;
         let (da, db, dc) = (ctx.alloc(bytes)?, ctx.alloc(bytes)?, ctx.alloc(bytes)?);
-        let (raw, _) = ctx.raw_stream();
+        let (raw, _) = ctx.raw_stream()?;
         for d in [&da, &db, &dc] {
             // SAFETY: a live buffer of `bytes` bytes ordered on the home stream (0x3c bytes
             // make small finite floats).
@@ -862,20 +890,12 @@ fn cublas_in_a_task_is_correct_and_confined() {
                 .map_err(driver("filling"))?;
         }
         let nn = n as i32;
-        // SAFETY: three live n*n f32 buffers, alive until the synchronize.
-        unsafe {
-            ctx.cublas()?
-                .sgemm(nn, nn, nn, da.ptr(), db.ptr(), dc.ptr())?
-        };
+        sgemm(ctx.cublas()?, nn, da.ptr(), db.ptr(), dc.ptr())?;
         ctx.synchronize()?;
         let reps = 5;
         let t = Instant::now();
         for _ in 0..reps {
-            // SAFETY: as above.
-            unsafe {
-                ctx.cublas()?
-                    .sgemm(nn, nn, nn, da.ptr(), db.ptr(), dc.ptr())?
-            };
+            sgemm(ctx.cublas()?, nn, da.ptr(), db.ptr(), dc.ptr())?;
         }
         ctx.synchronize()?;
         Ok((
@@ -915,11 +935,10 @@ fn cublas_in_a_task_is_correct_and_confined() {
     );
 }
 
-/// A share below one SM group is enforced by pacing launches by measured GPU time: the task is
-/// told so (`Mechanism::Pacing`), it is throttled, and its throughput lands near its share.
-/// Reference in the same test: the same kernel loop in a one-group (8 SM) green-context task.
-/// The paced task runs on the floor SMs (those no group covers) at a duty cycle of
-/// `share * total_sms / floor_sms`, so it should reach about `share * total_sms / 8` of the
+/// A share below one SM group is admitted with a group of its own and paced within it to its
+/// limit: the task is told so (`ComputeGrant::pace`), it is throttled, and its throughput lands
+/// near its share. Reference in the same test: the same kernel loop in a one-group (8 SM)
+/// green-context task. The paced task should reach about `share * total_sms / 8` of the
 /// one-group task's throughput (0.02 * 132 / 8 = 0.33); the bounds are loose.
 #[test]
 fn share_below_one_group_is_paced() {
@@ -984,10 +1003,398 @@ fn share_below_one_group_is_paced() {
     );
     assert_eq!(mech_group, Mechanism::GreenContext);
     assert_eq!(sms_group, 8);
-    assert_eq!(mech_paced, Mechanism::Pacing);
+    assert_eq!((mech_paced, sms_paced), (Mechanism::GreenContext, 8));
     assert!(throttles > 0, "the paced task was never throttled");
     assert!(
         ratio > expected * 0.5 && ratio < expected * 1.6,
         "paced throughput ratio {ratio:.3}, expected about {expected:.3}"
     );
+}
+
+/// FMA blocks for the fallback tests (fills the GPU several times over).
+const FMA_BLOCKS: u32 = 132 * 8 * 3;
+
+/// Kernels per second of an FMA loop on a plain stream of the primary context (no scheduler).
+fn fma_rate_raw(dev: &Device, k: &TestKernels, dur: Duration) -> f64 {
+    let s = dev.new_stream(0).unwrap();
+    let out = dev
+        .allocator()
+        .alloc_for(&"raw-fma".into(), FMA_BLOCKS as usize * 256 * 4, &s)
+        .unwrap();
+    let cfg = LaunchConfig::new((FMA_BLOCKS, 1, 1), (256, 1, 1));
+    let args = [KernelArg::Ptr(out.ptr()), KernelArg::I32(500)];
+    k.fma_spin.launch(s.cuda(), cfg, &args).unwrap();
+    s.synchronize().unwrap();
+    let t = Instant::now();
+    let mut n = 0u32;
+    while t.elapsed() < dur {
+        k.fma_spin.launch(s.cuda(), cfg, &args).unwrap();
+        s.synchronize().unwrap();
+        n += 1;
+    }
+    n as f64 / t.elapsed().as_secs_f64()
+}
+
+/// A task body: the same FMA loop through the task's context; (kernels/s, mechanism).
+fn fma_task(
+    k: TestKernels,
+    dur: Duration,
+) -> impl FnOnce(&mut TaskContext) -> gpukit_sched::Result<(f64, Mechanism)> + Send {
+    move |ctx: &mut TaskContext| {
+        let out = ctx.alloc(FMA_BLOCKS as usize * 256 * 4)?;
+        let cfg = LaunchConfig::new((FMA_BLOCKS, 1, 1), (256, 1, 1));
+        let args = [KernelArg::Ptr(out.ptr()), KernelArg::I32(500)];
+        ctx.launch(&k.fma_spin, cfg, &args)?;
+        ctx.synchronize()?;
+        let t = Instant::now();
+        let mut n = 0u32;
+        while t.elapsed() < dur {
+            ctx.launch(&k.fma_spin, cfg, &args)?;
+            ctx.synchronize()?;
+            n += 1;
+        }
+        Ok((
+            n as f64 / t.elapsed().as_secs_f64(),
+            ctx.compute().mechanism,
+        ))
+    }
+}
+
+/// The pacing fallback with green contexts turned off: a BestEffort task alone is not slowed
+/// (work-conserving), a Guaranteed quarter gets a quarter of the GPU's time, and admission
+/// counts shares (a third half waits).
+#[test]
+fn fallback_without_green_contexts_keeps_each_tiers_promise() {
+    let Some((_g, dev, k)) = setup("fallback_without_green_contexts_keeps_each_tiers_promise")
+    else {
+        return;
+    };
+    let dur = Duration::from_millis(500);
+    let raw = fma_rate_raw(&dev, &k, dur);
+    let sched = Scheduler::new(
+        dev.clone(),
+        SchedulerConfig::default().green_contexts(false),
+    )
+    .unwrap();
+    println!("{}", sched.mechanism());
+    assert!(
+        sched.mechanism().starts_with("pacing"),
+        "{}",
+        sched.mechanism()
+    );
+    assert!(!sched.layout().green);
+    let be = sched
+        .submit(fma_task(k.clone(), dur), TaskSpec::new("be"))
+        .unwrap();
+    let be_id = be.id();
+    let (be_rate, be_mech) = finish(be, "BestEffort alone").unwrap();
+    let be_throttles = sched.task_stats(be_id).unwrap().throttles;
+    let q = sched
+        .submit(
+            fma_task(k.clone(), dur),
+            TaskSpec::new("quarter")
+                .memory("64MiB", "64MiB")
+                .compute(0.25, 0.25),
+        )
+        .unwrap();
+    let q_id = q.id();
+    let (q_rate, _) = finish(q, "Guaranteed quarter").unwrap();
+    let q_stats = sched.task_stats(q_id).unwrap();
+    let share = q_stats.compute.unwrap().granted_share;
+    println!(
+        "raw {raw:.1}/s; BestEffort alone {be_rate:.1}/s ({:.2}x, {be_throttles} throttles); \
+         Guaranteed {share:.3} {q_rate:.1}/s ({:.3} of raw, {} throttles)",
+        be_rate / raw,
+        q_rate / raw,
+        q_stats.throttles
+    );
+    assert_eq!(be_mech, Mechanism::Pacing);
+    assert!(
+        be_rate > 0.85 * raw,
+        "BestEffort alone was slowed: {be_rate} vs {raw}"
+    );
+    assert_eq!(be_throttles, 0);
+    assert!(
+        (q_rate / raw / share - 1.0).abs() < 0.25,
+        "Guaranteed {share}: {:.3} of the GPU",
+        q_rate / raw
+    );
+    assert!(q_stats.throttles > 0);
+    // Admission by share: two halves run, a third waits.
+    let release = Arc::new(AtomicBool::new(false));
+    let half = |r: Arc<AtomicBool>| {
+        move |_: &mut TaskContext| -> gpukit_sched::Result<()> {
+            wait_until(Duration::from_secs(30), || r.load(Ordering::Acquire));
+            Ok(())
+        }
+    };
+    let spec = || {
+        TaskSpec::new("half")
+            .memory("16MiB", "16MiB")
+            .compute(0.5, 0.5)
+    };
+    let hs: Vec<_> = (0..3)
+        .map(|_| sched.submit(half(release.clone()), spec()).unwrap())
+        .collect();
+    let adm: Vec<_> = hs.iter().map(|h| h.admission().clone()).collect();
+    release.store(true, Ordering::Release);
+    for h in hs {
+        finish(h, "half").unwrap();
+    }
+    assert!(matches!(adm[0], Admission::Admitted(_)) && matches!(adm[1], Admission::Admitted(_)));
+    assert!(matches!(adm[2], Admission::Queued { .. }), "{:?}", adm[2]);
+}
+
+/// A split without remainder: its last group is the floor, BestEffort work runs there and
+/// never on the SMs a task owns.
+#[test]
+fn no_remainder_layout_keeps_best_effort_off_task_sms() {
+    let Some((_g, dev, k)) = setup("no_remainder_layout_keeps_best_effort_off_task_sms") else {
+        return;
+    };
+    let cfg = SchedulerConfig {
+        ignore_split_remainder: true,
+        ..Default::default()
+    };
+    let sched = Scheduler::new(dev, cfg).unwrap();
+    let l = sched.layout();
+    println!("{}", sched.mechanism());
+    assert_eq!(l.remainder_sms, l.group_size, "the last group is the floor");
+    let both = Arc::new(Barrier::new(2));
+    let (b1, b2) = (both.clone(), both);
+    let (k1, k2) = (k.clone(), k.clone());
+    let g = sched
+        .submit(
+            move |ctx: &mut TaskContext| -> gpukit_sched::Result<BTreeSet<u32>> {
+                b1.wait();
+                smids(ctx, &k1, 8192)
+            },
+            TaskSpec::new("all-groups")
+                .memory("64MiB", "64MiB")
+                .compute(1.0, 1.0),
+        )
+        .unwrap();
+    let be = sched
+        .submit(
+            move |ctx: &mut TaskContext| -> gpukit_sched::Result<BTreeSet<u32>> {
+                b2.wait();
+                smids(ctx, &k2, 8192)
+            },
+            TaskSpec::new("be"),
+        )
+        .unwrap();
+    let sg = finish(g, "all-groups").unwrap();
+    let sb = finish(be, "be").unwrap();
+    println!("task: {} SMs, BestEffort: {} SMs", sg.len(), sb.len());
+    assert_eq!(sg.len() as u32, l.sms(l.groups));
+    assert!(sb.len() as u32 <= l.remainder_sms, "{} SMs", sb.len());
+    assert!(
+        sg.is_disjoint(&sb),
+        "BestEffort work ran on SMs the task owns"
+    );
+}
+
+#[test]
+fn two_schedulers_on_one_device_is_an_error() {
+    let Some((_g, dev, _k)) = setup("two_schedulers_on_one_device_is_an_error") else {
+        return;
+    };
+    let a = Scheduler::new(dev.clone(), SchedulerConfig::default()).unwrap();
+    let b = Scheduler::new(dev.clone(), SchedulerConfig::default());
+    assert!(matches!(b, Err(Error::DeviceInUse { .. })), "{b:?}");
+    drop(a);
+    let c = Scheduler::new(dev, SchedulerConfig::default());
+    assert!(c.is_ok(), "{c:?}");
+}
+
+/// A driver without green-context streams or `_v2` event timing (simulated by hiding the
+/// symbols): the scheduler says why it paces, and times with the older entry point.
+#[test]
+fn missing_entry_points_degrade_with_a_reason() {
+    let Some((_g, dev, k)) = setup("missing_entry_points_degrade_with_a_reason") else {
+        return;
+    };
+    let run = |sched: &Scheduler| {
+        let k = k.clone();
+        let h = sched
+            .submit(
+                move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
+                    ctx.launch(
+                        &k.spin_cycles,
+                        LaunchConfig::new((1, 1, 1), (32, 1, 1)),
+                        &[KernelArg::Ptr(0), KernelArg::I64(2_000_000)],
+                    )?;
+                    ctx.synchronize()
+                },
+                TaskSpec::new("spin")
+                    .memory("16MiB", "16MiB")
+                    .compute(0.25, 0.25),
+            )
+            .unwrap();
+        let id = h.id();
+        finish(h, "spin").unwrap();
+        sched.task_stats(id).unwrap().gpu_time_ms
+    };
+    let s = Scheduler::new(
+        dev.clone(),
+        SchedulerConfig::default().hide_entry_points(["cuGreenCtxStreamCreate"]),
+    )
+    .unwrap();
+    println!("{}", s.mechanism());
+    assert!(
+        s.mechanism().starts_with("pacing") && s.mechanism().contains("cuGreenCtxStreamCreate"),
+        "{}",
+        s.mechanism()
+    );
+    assert!(run(&s).is_some_and(|ms| ms > 0.0));
+    drop(s);
+    let s = Scheduler::new(
+        dev,
+        SchedulerConfig::default().hide_entry_points(["cuEventElapsedTime_v2"]),
+    )
+    .unwrap();
+    assert_eq!(
+        s.entry_points().unwrap().timing,
+        gpukit_sched::entry::Timing::V1
+    );
+    let ms = run(&s);
+    println!("GPU time with cuEventElapsedTime (v1): {ms:?} ms");
+    assert!(ms.is_some_and(|ms| ms > 0.0));
+}
+
+/// The ledger on the device: gpukit-core operations and cuBLAS's workspace are charged to the
+/// task, the limit holds for them, and a buffer the task returns stays charged until dropped.
+#[test]
+fn the_ledger_sees_core_ops_cublas_and_returned_buffers() {
+    let Some((_g, dev, _k)) = setup("the_ledger_sees_core_ops_cublas_and_returned_buffers") else {
+        return;
+    };
+    let sched = Scheduler::new(dev.clone(), SchedulerConfig::default()).unwrap();
+    let h = sched
+        .submit(
+            |ctx: &mut TaskContext| -> gpukit_sched::Result<(u64, DeviceBuffer)> {
+                let dev = ctx.device()?.clone();
+                let a = gpukit_core::GpuArray::<f32>::zeros(&dev, &[1 << 20])?;
+                let in_use = ctx.memory_in_use();
+                drop(a);
+                ctx.cublas()?;
+                let kept = ctx.alloc(8 << 20)?;
+                Ok((in_use, kept))
+            },
+            TaskSpec::new("charged").memory("128MiB", "128MiB"),
+        )
+        .unwrap();
+    let id = h.id();
+    let (core_bytes, kept) = finish(h, "charged").unwrap();
+    let ts = sched.task_stats(id).unwrap();
+    println!(
+        "core op: {core_bytes} B; peak {} B; after the end {} B",
+        ts.memory_peak, ts.memory_in_use
+    );
+    assert!(
+        core_bytes >= 4 << 20,
+        "a core array of 4 MiB was not charged: {core_bytes}"
+    );
+    let ws = gpukit_core::handles::blas_workspace_bytes(dev.compute_capability()) as u64;
+    assert!(
+        ts.memory_peak >= ws + (8 << 20),
+        "cuBLAS workspace not charged: {}",
+        ts.memory_peak
+    );
+    assert_eq!(
+        ts.memory_in_use,
+        8 << 20,
+        "the returned buffer is still charged"
+    );
+    assert_eq!(sched.stats().partitions[0].memory.orphaned, 8 << 20);
+    drop(kept);
+    assert_eq!(sched.task_stats(id).unwrap().memory_in_use, 0);
+    // A limit below cuBLAS's workspace: the workspace is refused like any allocation.
+    let h = sched
+        .submit(
+            |ctx: &mut TaskContext| -> gpukit_sched::Result<()> { ctx.cublas().map(|_| ()) },
+            TaskSpec::new("tight").memory("1MiB", "1MiB"),
+        )
+        .unwrap();
+    let r = finish(h, "tight");
+    assert!(matches!(r, Err(Error::QuotaExceeded { .. })), "{r:?}");
+}
+
+/// An injected panic in the scheduler's own code after the closure (where cudarc would panic
+/// on a missing timing symbol): the task fails with an internal error, its memory and groups
+/// are released, the one worker goes on.
+#[test]
+fn injected_panics_on_the_device_release_everything() {
+    let Some((_g, dev, k)) = setup("injected_panics_on_the_device_release_everything") else {
+        return;
+    };
+    let sched = Scheduler::new(
+        dev,
+        SchedulerConfig::default()
+            .workers(1)
+            .inject_panic(gpukit_sched::PanicPoint::AfterClosure, "victim"),
+    )
+    .unwrap();
+    let kk = k.clone();
+    let h = sched
+        .submit(
+            move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
+                let _b = ctx.alloc(256 << 20)?;
+                ctx.launch(
+                    &kk.noop,
+                    LaunchConfig::new((1, 1, 1), (32, 1, 1)),
+                    &[KernelArg::I32(1)],
+                )?;
+                Ok(())
+            },
+            TaskSpec::new("victim")
+                .memory("512MiB", "512MiB")
+                .compute(0.5, 0.5),
+        )
+        .unwrap();
+    let id = h.id();
+    let r = finish(h, "victim");
+    assert!(matches!(r, Err(Error::Internal { .. })), "{r:?}");
+    let st = sched.stats();
+    assert_eq!(
+        st.tasks.iter().find(|t| t.id == id).unwrap().state,
+        TaskState::Failed
+    );
+    assert_eq!(st.partitions[0].memory.in_use, 0);
+    assert!(st.partitions[0].pool.groups_assigned.is_empty());
+    let h = sched
+        .submit(
+            move |ctx: &mut TaskContext| -> gpukit_sched::Result<u32> {
+                ctx.launch(
+                    &k.noop,
+                    LaunchConfig::new((1, 1, 1), (32, 1, 1)),
+                    &[KernelArg::I32(1)],
+                )?;
+                ctx.synchronize()?;
+                Ok(ctx.compute().sms)
+            },
+            TaskSpec::new("next")
+                .memory("16MiB", "16MiB")
+                .compute(0.5, 0.5),
+        )
+        .unwrap();
+    assert!(finish(h, "next").unwrap() > 0);
+}
+
+/// The lane cache keeps at most `max_cached_lanes` idle lanes.
+#[test]
+fn lane_cache_is_bounded() {
+    let Some((_g, dev, _k)) = setup("lane_cache_is_bounded") else {
+        return;
+    };
+    let sched = Scheduler::new(dev, SchedulerConfig::default().max_cached_lanes(2)).unwrap();
+    let sets: Vec<(GroupSet, bool)> = (0..6).map(|i| (GroupSet(1 << i), false)).collect();
+    sched.prewarm(&sets).unwrap();
+    let st = sched.stats();
+    println!(
+        "created {}, cached {}",
+        st.green_contexts_created, st.lanes_cached
+    );
+    assert_eq!(st.green_contexts_created, 6);
+    assert!(st.lanes_cached <= 2, "{}", st.lanes_cached);
 }

@@ -1,8 +1,8 @@
 //! CPU-side, deterministic tests of admission, queue order, deadlines, anti-starvation,
 //! partitions, SM-group assignment and lending.
 
-use gpukit_sched::plan::{Decision, Event, PartitionSpec, Planner, PlannerConfig, TaskId};
-use gpukit_sched::{GroupSet, Mechanism, QosClass, Resource, SmLayout, TaskSpec};
+use gpukit_sched::plan::{Admission, Event, Planner, PlannerConfig, Rejection, TaskId};
+use gpukit_sched::{GroupSet, Mechanism, Partition, QosClass, Resource, SmLayout, TaskSpec};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -40,7 +40,7 @@ fn started(ev: &[Event]) -> Vec<TaskId> {
 fn admission_counts_requests_and_rejects_with_reason() {
     let mut p = Planner::new(cfg());
     let (d, _) = p.submit(1, g("a", 60 * GIB, 0.25), 0).unwrap();
-    let Decision::Admitted(grant) = d else {
+    let Admission::Admitted(grant) = d else {
         panic!("{d:?}")
     };
     assert_eq!(grant.memory_committed, 60 * GIB);
@@ -49,12 +49,12 @@ fn admission_counts_requests_and_rejects_with_reason() {
     // 60 + 60 > 100: queued, though nothing is *used* yet.
     assert_eq!(
         p.submit(2, g("b", 60 * GIB, 0.25), 0).unwrap().0,
-        Decision::Queued { position: 0 }
+        Admission::Queued { position: 0 }
     );
     // Never fits: rejected with resource, requested, available.
     assert_eq!(
         p.submit(3, g("c", 101 * GIB, 0.25), 0).unwrap().0,
-        Decision::Rejected {
+        Admission::Rejected {
             resource: Resource::Memory,
             requested: 101 * GIB,
             available: 100 * GIB
@@ -64,15 +64,15 @@ fn admission_counts_requests_and_rejects_with_reason() {
     let mut p = Planner::new(cfg());
     assert!(matches!(
         p.submit(1, g("a", GIB, 0.75), 0).unwrap().0,
-        Decision::Admitted(_)
+        Admission::Admitted(_)
     ));
     assert!(matches!(
         p.submit(2, g("b", GIB, 0.25), 0).unwrap().0,
-        Decision::Admitted(_)
+        Admission::Admitted(_)
     ));
     assert_eq!(
         p.submit(3, g("c", GIB, 0.25), 0).unwrap().0,
-        Decision::Queued { position: 0 }
+        Admission::Queued { position: 0 }
     );
     let (own1, _) = p.running_groups(1).unwrap();
     let (own2, _) = p.running_groups(2).unwrap();
@@ -141,12 +141,12 @@ fn deadline_passed_while_queued_is_rejected() {
         .unwrap();
     assert_eq!(
         p.submit(2, s, 0).unwrap().0,
-        Decision::Queued { position: 0 }
+        Admission::Queued { position: 0 }
     );
     assert!(p.schedule(9_999_999).is_empty());
     let ev = p.schedule(10_000_000);
     assert!(
-        matches!(&ev[..], [Event::Rejected(2, r)] if r.contains("deadline")),
+        matches!(&ev[..], [Event::Rejected(2, Rejection::DeadlinePassed { deadline })] if *deadline == Duration::from_millis(10)),
         "{ev:?}"
     );
     assert!(p.queued_tasks().is_empty());
@@ -160,13 +160,13 @@ fn anti_starvation_bounds_jumps() {
     // The big task needs 0.75: queued behind the running ones.
     assert_eq!(
         p.submit(10, g("big", 10 * GIB, 0.75), 0).unwrap().0,
-        Decision::Queued { position: 0 }
+        Admission::Queued { position: 0 }
     );
     // Small tasks keep arriving and jumping it while 4 groups are free.
     let mut next = 20;
     for i in 0..3 {
         let (d, _) = p.submit(next, g("small", GIB, 0.25), i).unwrap();
-        assert!(matches!(d, Decision::Admitted(_)), "jump {i}: {d:?}");
+        assert!(matches!(d, Admission::Admitted(_)), "jump {i}: {d:?}");
         p.finish(next, i);
         next += 1;
     }
@@ -174,7 +174,7 @@ fn anti_starvation_bounds_jumps() {
     // Starving now: a later small task may not jump it although it would fit.
     assert!(matches!(
         p.submit(next, g("small", GIB, 0.25), 5).unwrap().0,
-        Decision::Queued { .. }
+        Admission::Queued { .. }
     ));
     assert_eq!(p.queue_position(10), Some(0));
     // When the half finishes, the big one starts first.
@@ -185,12 +185,10 @@ fn anti_starvation_bounds_jumps() {
 #[test]
 fn partitions_create_resize_remove() {
     let mut p = Planner::new(cfg());
-    let spec = PartitionSpec {
-        name: "rt".into(),
-        memory: 20 * GIB,
-        compute: 0.25,
-        priority_band: 1,
-    };
+    let spec = Partition::new("rt")
+        .memory(20 * GIB)
+        .compute(0.25)
+        .priority_band(1);
     let info = p.create_partition(&spec).unwrap();
     assert_eq!(
         (info.memory_quota, info.groups.len(), info.sms),
@@ -210,42 +208,42 @@ fn partitions_create_resize_remove() {
     let before = p.pools();
     assert!(p.create_partition(&spec).is_err());
     assert!(matches!(
-        p.create_partition(&PartitionSpec {
-            name: "x".into(),
-            memory: 81 * GIB,
-            compute: 0.1,
-            priority_band: 0
-        }),
+        p.create_partition(
+            &Partition::new("x")
+                .memory(81 * GIB)
+                .compute(0.1)
+                .priority_band(0)
+        ),
         Err(gpukit_sched::Error::Insufficient {
             resource: Resource::Memory,
             ..
         })
     ));
     assert!(matches!(
-        p.create_partition(&PartitionSpec {
-            name: "x".into(),
-            memory: GIB,
-            compute: 0.8,
-            priority_band: 0
-        }),
+        p.create_partition(
+            &Partition::new("x")
+                .memory(GIB)
+                .compute(0.8)
+                .priority_band(0)
+        ),
         Err(gpukit_sched::Error::Insufficient {
             resource: Resource::Compute,
             ..
         })
     ));
     assert!(p
-        .create_partition(&PartitionSpec {
-            name: "x".into(),
-            memory: GIB,
-            compute: 0.0,
-            priority_band: 0
-        })
+        .create_partition(
+            &Partition::new("x")
+                .memory(GIB)
+                .compute(0.0)
+                .priority_band(0)
+        )
         .is_err());
     assert_eq!(p.pools(), before);
     // Tasks in the partition get its groups and are limited by its quota.
     let mut s = g("in-rt", 10 * GIB, 0.25);
     s.partition = Some("rt".into());
-    let (Decision::Admitted(gr), _) = p.submit(1, s.clone(), 0).unwrap() else {
+    let (Admission::Admitted(gr), _) = p.submit(1, s.clone(), 0).unwrap() else {
         panic!()
     };
     assert!(info.groups.contains(gr.compute.groups));
@@ -253,17 +251,13 @@ fn partitions_create_resize_remove() {
     big.partition = Some("rt".into());
     assert!(matches!(
         p.submit(2, big, 0).unwrap().0,
-        Decision::Rejected {
+        Admission::Rejected {
             resource: Resource::Memory,
             ..
         }
     ));
     // Busy: no resize or remove.
-    let bigger = PartitionSpec {
-        memory: 30 * GIB,
-        compute: 0.5,
-        ..spec.clone()
-    };
+    let bigger = spec.clone().memory(30 * GIB).compute(0.5);
     assert!(matches!(
         p.resize_partition(&bigger, 0),
         Err(gpukit_sched::Error::PartitionBusy { tasks: 1, .. })
@@ -273,10 +267,7 @@ fn partitions_create_resize_remove() {
     let (info2, _) = p.resize_partition(&bigger, 1).unwrap();
     assert_eq!((info2.memory_quota, info2.groups.len()), (30 * GIB, 8));
     // A resize that cannot fit leaves the partition as it was.
-    let huge = PartitionSpec {
-        memory: 200 * GIB,
-        ..spec.clone()
-    };
+    let huge = spec.clone().memory(200 * GIB);
     assert!(p.resize_partition(&huge, 1).is_err());
     assert_eq!(
         p.pools()
@@ -324,7 +315,7 @@ fn lending_is_work_conserving_and_revocable() {
     assert_eq!((own1, own2.len(), lent1.len()), (own, 8, 4));
     assert!(lent1.intersect(own2).is_empty());
     // A BestEffort task gets its place on the floor and what is left.
-    let (Decision::Admitted(be), _) = p
+    let (Admission::Admitted(be), _) = p
         .submit(3, TaskSpec::new("be").resolve().unwrap(), 0)
         .unwrap()
     else {
@@ -341,16 +332,91 @@ fn lending_is_work_conserving_and_revocable() {
     );
     p.finish(1, 1);
     assert_eq!(p.running_groups(3).unwrap().1.len(), 8);
-    // Below one group: pacing.
+    // Below one group: a whole group of its own, paced within it to its limit
+    // (0.02 x 132 SMs = 2.64 SMs of 8), and the group counts in admission.
     let tiny = TaskSpec::new("tiny")
         .memory(GIB, GIB)
         .compute(0.02, 0.02)
         .resolve()
         .unwrap();
-    let (Decision::Admitted(t), _) = p.submit(4, tiny, 0).unwrap() else {
+    let (Admission::Admitted(t), _) = p.submit(4, tiny, 0).unwrap() else {
         panic!()
     };
-    assert_eq!(t.compute.mechanism, Mechanism::Pacing);
+    assert_eq!(
+        (t.compute.mechanism, t.compute.groups.len(), t.compute.sms),
+        (Mechanism::GreenContext, 1, 8)
+    );
+    let pace = t.compute.pace.expect("paced within its group");
+    assert!((pace - 0.02 * 132.0 / 8.0).abs() < 1e-12, "{pace}");
+    assert!(p.running_groups(4).unwrap().0.intersect(own2).is_empty());
+    // A Burstable request below one group with a larger limit: one group, not paced, and it
+    // borrows up to its limit.
+    let small = TaskSpec::new("small")
+        .memory_request(GIB)
+        .compute(0.02, 0.5)
+        .resolve()
+        .unwrap();
+    let (Admission::Admitted(sg), _) = p.submit(5, small, 0).unwrap() else {
+        panic!()
+    };
+    assert_eq!((sg.compute.groups.len(), sg.compute.pace), (1, None));
+}
+
+#[test]
+fn shares_below_one_group_each_take_a_group_and_queue_when_none_is_left() {
+    // 16 groups: sixteen 0.01 tasks fit, the seventeenth waits (a real guarantee each).
+    let mut p = Planner::new(cfg());
+    let tiny = |i: u64| {
+        TaskSpec::new(format!("t{i}"))
+            .memory(GIB, GIB)
+            .compute(0.01, 0.01)
+            .resolve()
+            .unwrap()
+    };
+    let mut owned = GroupSet::EMPTY;
+    for i in 0..16 {
+        let (Admission::Admitted(g), _) = p.submit(i, tiny(i), 0).unwrap() else {
+            panic!("task {i} not admitted")
+        };
+        assert!(owned.intersect(g.compute.groups).is_empty());
+        owned = owned.union(g.compute.groups);
+    }
+    assert_eq!(
+        p.submit(16, tiny(16), 0).unwrap().0,
+        Admission::Queued { position: 0 }
+    );
+}
+
+#[test]
+fn pacing_layout_admits_by_share_and_lends_to_best_effort() {
+    // No green contexts: virtual groups of 3 SMs; admission by share.
+    let mut p = Planner::new(PlannerConfig {
+        layout: SmLayout::pacing(132).unwrap(),
+        ..cfg()
+    });
+    let half = |i: u64| g(&format!("h{i}"), GIB, 0.5);
+    for i in 0..2 {
+        let (Admission::Admitted(gr), _) = p.submit(i, half(i), 0).unwrap() else {
+            panic!("{i}")
+        };
+        assert_eq!(gr.compute.mechanism, Mechanism::Pacing);
+    }
+    // Two halves use the GPU; a third share waits (before: any number of shares <= 0.5).
+    assert!(matches!(
+        p.submit(2, g("q", GIB, 0.25), 0).unwrap().0,
+        Admission::Queued { .. }
+    ));
+    p.finish(0, 1);
+    p.finish(1, 1);
+    // A BestEffort task alone is lent every virtual group: its pace is the whole GPU.
+    let mut p = Planner::new(PlannerConfig {
+        layout: SmLayout::pacing(132).unwrap(),
+        ..cfg()
+    });
+    p.submit(1, TaskSpec::new("be").resolve().unwrap(), 0)
+        .unwrap();
+    let (own, lent) = p.running_groups(1).unwrap();
+    assert_eq!((own.len(), lent.len()), (0, 43));
 }
 
 #[derive(Debug, Clone)]
@@ -390,7 +456,7 @@ proptest! {
         c.max_running = 6;
         c.max_queue = 20;
         let mut p = Planner::new(c.clone());
-        p.create_partition(&PartitionSpec { name: "p".into(), memory: 30 * GIB, compute: 0.25, priority_band: 1 }).unwrap();
+        p.create_partition(&Partition::new("p").memory(30 * GIB).compute(0.25).priority_band(1)).unwrap();
         let mut now = 0u64;
         let mut next_id = 0u64;
         let mut outcome: BTreeMap<TaskId, &'static str> = BTreeMap::new();
@@ -398,7 +464,7 @@ proptest! {
             for e in ev {
                 match e {
                     Event::Started(t, _) => { outcome.insert(*t, "ran"); }
-                    Event::Rejected(t, reason) => { assert!(!reason.is_empty()); outcome.insert(*t, "rejected"); }
+                    Event::Rejected(t, _) => { outcome.insert(*t, "rejected"); }
                 }
             }
         };
@@ -420,9 +486,9 @@ proptest! {
                     let (d, ev) = p.submit(id, s.resolve().unwrap(), now).unwrap();
                     record(&mut outcome, &ev);
                     match d {
-                        Decision::Admitted(_) => { outcome.insert(id, "ran"); }
-                        Decision::Queued { .. } => { outcome.insert(id, "queued"); }
-                        Decision::Rejected { requested, available, .. } => { prop_assert!(requested > available || available == 0); outcome.insert(id, "rejected"); }
+                        Admission::Admitted(_) => { outcome.insert(id, "ran"); }
+                        Admission::Queued { .. } => { outcome.insert(id, "queued"); }
+                        Admission::Rejected { requested, available, .. } => { prop_assert!(requested > available || available == 0); outcome.insert(id, "rejected"); }
                     }
                 }
                 Op::Finish(i) => {
@@ -496,7 +562,7 @@ fn h200_burstable_gives_back_everything_to_a_guaranteed_arrival() {
         .unwrap();
     assert!(matches!(
         p.submit(2, g, 0).unwrap().0,
-        Decision::Admitted(_)
+        Admission::Admitted(_)
     ));
     let (own, lent) = p.running_groups(1).unwrap();
     assert_eq!((own.len(), lent.len()), (4, 0));

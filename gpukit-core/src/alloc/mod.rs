@@ -9,6 +9,10 @@
 //! - Every allocation is charged to an [`OwnerId`] (the thread's current owner, see
 //!   [`Allocator::with_owner`], default `"default"`), checked against the owner's quota and
 //!   offered to the allocation hook first (the scheduler's admission / preemption point).
+//! - A [`AllocLedger`] (one per allocator, see [`Allocator::install_ledger`]) is charged in the
+//!   same step that approves an allocation, and credited with exactly that amount when the
+//!   allocation fails afterwards or its buffer is dropped, so a ledger cannot be overrun by
+//!   concurrent allocations and keeps counting buffers that outlive whoever allocated them.
 //! - When the driver is out of memory, cached segments are released and the allocation is
 //!   retried once; then it fails with [`Error::OutOfMemory`]. Nothing panics.
 
@@ -121,6 +125,26 @@ pub struct AllocStats {
 /// aborts the allocation with that error.
 pub type AllocHook = Arc<dyn Fn(&OwnerId, usize) -> Result<()> + Send + Sync>;
 
+/// A memory ledger kept by the allocator's user (gpukit-sched's scheduler): every allocation
+/// is charged to it *before* memory is taken, in one call that either reserves the bytes or
+/// refuses, and every charge is returned exactly once: when the allocation fails after the
+/// charge, or when its [`DeviceBuffer`] is dropped (whenever that is, also after the ledger was
+/// removed from the allocator). Installed with [`Allocator::install_ledger`].
+pub trait AllocLedger: Send + Sync {
+    /// Reserves `bytes` (the request rounded to the allocator's granularity) for `owner`, or
+    /// refuses the allocation with an error (nothing is reserved then).
+    fn charge(&self, owner: &OwnerId, bytes: usize) -> Result<()>;
+    /// Returns `bytes` that an earlier successful [`charge`](Self::charge) reserved for
+    /// `owner`. Must not panic (it runs in `DeviceBuffer`'s drop).
+    fn release(&self, owner: &OwnerId, bytes: usize);
+}
+
+/// A charge held by a buffer: returned to its ledger when the buffer is dropped.
+struct Charge {
+    ledger: Arc<dyn AllocLedger>,
+    bytes: usize,
+}
+
 struct Pending {
     addr: u64,
     events: Vec<crate::device::Event>,
@@ -140,6 +164,7 @@ pub(crate) struct AllocInner {
     ordinal: usize,
     state: Mutex<State>,
     hook: RwLock<Option<AllocHook>>,
+    ledger: RwLock<Option<Arc<dyn AllocLedger>>>,
 }
 
 /// The caching allocator of one device. Cheap to clone.
@@ -171,6 +196,7 @@ impl Allocator {
                     stats: AllocStats::default(),
                 }),
                 hook: RwLock::new(None),
+                ledger: RwLock::new(None),
             }),
         }
     }
@@ -203,12 +229,45 @@ impl Allocator {
                 stream: stream.clone(),
                 alloc: self.inner.clone(),
                 used_on: Mutex::new(Vec::new()),
+                charge: None,
             });
         }
         let rounded = round_size(bytes);
         if let Some(hook) = self.inner.hook.read().clone() {
             hook(owner, rounded)?;
         }
+        // Reserve in the ledger first; a failure below returns the reservation.
+        let charge = match self.inner.ledger.read().clone() {
+            Some(ledger) => {
+                ledger.charge(owner, rounded)?;
+                Some(Charge {
+                    ledger,
+                    bytes: rounded,
+                })
+            }
+            None => None,
+        };
+        match self.take_block(owner, bytes, rounded, stream) {
+            Ok(mut buf) => {
+                buf.charge = charge;
+                Ok(buf)
+            }
+            Err(e) => {
+                if let Some(c) = charge {
+                    c.ledger.release(owner, c.bytes);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn take_block(
+        &self,
+        owner: &OwnerId,
+        bytes: usize,
+        rounded: usize,
+        stream: &Stream,
+    ) -> Result<DeviceBuffer> {
         let key = stream.key();
         let mut st = self.inner.state.lock();
         // Quota.
@@ -246,6 +305,7 @@ impl Allocator {
             stream: stream.clone(),
             alloc: self.inner.clone(),
             used_on: Mutex::new(Vec::new()),
+            charge: None,
         })
     }
 
@@ -396,6 +456,62 @@ impl Allocator {
         *self.inner.hook.write() = hook;
     }
 
+    /// Installs the allocator's memory ledger (see [`AllocLedger`]). There is at most one: an
+    /// [`Error::InvalidArgument`] names the conflict when another ledger is installed, and
+    /// nothing changes.
+    pub fn install_ledger(&self, ledger: Arc<dyn AllocLedger>) -> Result<()> {
+        let mut slot = self.inner.ledger.write();
+        if slot.is_some() {
+            return Err(Error::invalid(
+                "install_ledger",
+                format!(
+                    "device {} already has a memory ledger (another scheduler on this device?); \
+                     remove it first",
+                    self.inner.ordinal
+                ),
+            ));
+        }
+        *slot = Some(ledger);
+        Ok(())
+    }
+
+    /// Removes `ledger` if it is the installed one (returns whether it was). Buffers charged to
+    /// it still return their charges to it when dropped.
+    pub fn remove_ledger(&self, ledger: &Arc<dyn AllocLedger>) -> bool {
+        let mut slot = self.inner.ledger.write();
+        match &*slot {
+            Some(l) if Arc::ptr_eq(l, ledger) => {
+                *slot = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Forgets `stream` so that its handle may be destroyed: when no block of a segment that
+    /// belongs to it is allocated (or waiting for other streams), waits for the stream, releases
+    /// those segments to the driver and returns `true`; otherwise changes nothing and returns
+    /// `false` (keep the stream alive until its blocks are freed).
+    pub fn release_stream(&self, stream: &Stream) -> Result<bool> {
+        let key = stream.key();
+        let mut st = self.inner.state.lock();
+        Self::drain_pending(&mut st, false)?;
+        if !st.pool.stream_is_idle(key) {
+            return Ok(false);
+        }
+        stream.synchronize()?;
+        self.inner.ctx.bind_to_thread().ctx("binding the context")?;
+        for (base, _) in st.pool.take_free_segments(|s| s == key) {
+            // SAFETY: `base` came from malloc_sync; its segment is wholly free (stream_is_idle)
+            // and belongs to `stream`, whose queued work has finished (synchronized above), so no
+            // work uses it.
+            unsafe { cudarc::driver::result::free_sync(base) }.ctx("freeing device memory")?;
+            st.stats.driver_frees += 1;
+        }
+        st.streams.remove(&key);
+        Ok(true)
+    }
+
     /// Statistics.
     pub fn stats(&self) -> AllocStats {
         let st = self.inner.state.lock();
@@ -430,6 +546,7 @@ pub struct DeviceBuffer {
     stream: Stream,
     alloc: Arc<AllocInner>,
     used_on: Mutex<Vec<Stream>>,
+    charge: Option<Charge>,
 }
 
 impl fmt::Debug for DeviceBuffer {
@@ -502,6 +619,10 @@ impl Drop for DeviceBuffer {
                 addr: self.ptr,
                 events,
             });
+        }
+        drop(st);
+        if let Some(c) = self.charge.take() {
+            c.ledger.release(&self.owner, c.bytes);
         }
     }
 }

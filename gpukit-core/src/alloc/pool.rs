@@ -263,6 +263,18 @@ impl Pool {
         Some(old)
     }
 
+    /// True when no block of any segment that belongs to `stream` is allocated (its segments,
+    /// if any, are wholly free).
+    pub fn stream_is_idle(&self, stream: StreamKey) -> bool {
+        self.segments.iter().all(|(base, seg)| {
+            seg.stream != stream
+                || self
+                    .blocks
+                    .get(base)
+                    .is_some_and(|b| b.free && b.size == seg.size)
+        })
+    }
+
     /// Number of segments.
     pub fn segment_count(&self) -> usize {
         self.segments.len()
@@ -420,6 +432,28 @@ mod tests {
         f.pool.check_invariants().unwrap();
         assert_eq!(f.pool.take_free_segments(|_| true), vec![(a, 6 << 20)]);
         assert_eq!(f.pool.counters().reserved, 0);
+    }
+
+    #[test]
+    fn stream_is_idle_until_every_block_of_its_segments_is_free() {
+        let mut f = Fake::new();
+        assert!(f.pool.stream_is_idle(1), "no segments: idle");
+        let (a, _) = f.alloc(1, 4096);
+        let (b, _) = f.alloc(1, 3 << 20);
+        let (c, _) = f.alloc(2, 4096);
+        assert!(!f.pool.stream_is_idle(1));
+        f.pool.free(a).unwrap();
+        assert!(
+            !f.pool.stream_is_idle(1),
+            "the large block is still allocated"
+        );
+        f.pool.free(b).unwrap();
+        assert!(f.pool.stream_is_idle(1));
+        assert!(!f.pool.stream_is_idle(2), "other streams are not affected");
+        assert_eq!(f.pool.take_free_segments(|s| s == 1).len(), 2);
+        f.pool.free(c).unwrap();
+        assert!(f.pool.stream_is_idle(2));
+        f.pool.check_invariants().unwrap();
     }
 
     #[test]

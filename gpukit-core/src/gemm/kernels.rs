@@ -1,19 +1,27 @@
-//! The GEMM kernels' CUDA sources and how each instantiation is compiled.
+//! The GEMM kernels' CUDA sources, how each instantiation is compiled, and how it is loaded.
 //!
-//! Every instantiation (configuration x transposes x vector path) is its own NVRTC program
-//! (one name expression), so a process compiles only the kernels it launches, and each lands
-//! in gpukit-jit's kernel cache under its own key.
+//! Every instantiation (configuration x layout variant) is its own NVRTC program (one name
+//! expression), so a process compiles only the kernels it launches, and each lands in
+//! gpukit-jit's kernel cache under its own key. Loaded kernels are kept in the device's kernel
+//! registry ([`crate::kernels`]' `KernelSet`, keyed by the name expression), the one registry the
+//! built-in kernels use too.
 
-use super::config::TileConfig;
-use gpukit_jit::CompileOptions;
+use super::plan::{Family, TileConfig};
+use crate::device::Device;
+use crate::error::Result;
+use gpukit_jit::{CompileOptions, Kernel};
 
 /// Shared device helpers (`cp.async`, tile loaders, block swizzle), passed as an in-memory header.
 pub const COMMON_HEADER: &str = include_str!("../../kernels/gemm_common.cuh");
-/// The TF32 tensor-core kernel template.
+/// Hopper building blocks (mbarriers, bulk and tensor copies, descriptors, wgmma), a header of
+/// [`WGMMA_SOURCE`].
+pub const WGMMA_OPS_HEADER: &str = include_str!("../../kernels/gemm_wgmma_ops.cuh");
+/// The TF32 `mma.sync` kernel template.
 pub const TF32_SOURCE: &str = include_str!("../../kernels/gemm_tf32.cu");
 /// The FP32 SIMT kernel template.
 pub const SGEMM_SOURCE: &str = include_str!("../../kernels/gemm_sgemm.cu");
-/// The Hopper `wgmma` kernel template and its operand pack kernels (compiled for `sm_90a`).
+/// The Hopper `wgmma` TF32 / 3xTF32 kernel template and its operand pack kernel (compiled for
+/// `sm_90a`).
 pub const WGMMA_SOURCE: &str = include_str!("../../kernels/gemm_wgmma.cu");
 /// Program name the `wgmma` pack kernels are compiled under.
 pub const PACK_PROGRAM: &str = "gemm_wgmma_pack";
@@ -24,46 +32,259 @@ pub const REDUCE_PROGRAM: &str = "gemm_reduce";
 /// Name of the reduction kernel in [`REDUCE_SOURCE`].
 pub const REDUCE_KERNEL: &str = "gemm_splitk_reduce";
 
-/// Source, program name and compile options of one instantiation.
-pub fn instantiation(
-    config: &TileConfig,
-    trans_a: bool,
-    trans_b: bool,
-    vec: bool,
-) -> (&'static str, &'static str, CompileOptions, String) {
-    let expr = config.name_expression(trans_a, trans_b, vec);
-    let source = match config.family {
-        super::config::Family::Tf32 => TF32_SOURCE,
-        super::config::Family::Sgemm => SGEMM_SOURCE,
-        super::config::Family::Wgmma => WGMMA_SOURCE,
+/// The layout-dependent template arguments of one instantiation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Variant {
+    /// A stored transposed (`mma.sync` and SIMT kernels; the `wgmma` kernels read packed or
+    /// tensor-mapped operands and ignore it).
+    pub trans_a: bool,
+    /// B stored transposed (likewise).
+    pub trans_b: bool,
+    /// The 16-byte vector path (aligned operands; for the `wgmma` kernels: vector stores of C).
+    pub vec: bool,
+    /// [`Family::Wgmma`]: A read through a tensor map and rounded in registers.
+    pub tma_a: bool,
+}
+
+/// The GEMM kernel source files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceFile {
+    /// `gemm_tf32.cu` ([`TF32_SOURCE`]).
+    Tf32,
+    /// `gemm_sgemm.cu` ([`SGEMM_SOURCE`]).
+    Sgemm,
+    /// `gemm_wgmma.cu` ([`WGMMA_SOURCE`], with the [`WGMMA_OPS_HEADER`]).
+    Wgmma,
+    /// `gemm_reduce.cu` ([`REDUCE_SOURCE`]; `extern "C"`, no templates).
+    Reduce,
+}
+
+impl SourceFile {
+    /// The CUDA source text.
+    pub fn text(self) -> &'static str {
+        match self {
+            SourceFile::Tf32 => TF32_SOURCE,
+            SourceFile::Sgemm => SGEMM_SOURCE,
+            SourceFile::Wgmma => WGMMA_SOURCE,
+            SourceFile::Reduce => REDUCE_SOURCE,
+        }
+    }
+}
+
+/// Everything needed to compile and look up one kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instantiation {
+    /// The source file.
+    pub file: SourceFile,
+    /// The NVRTC program name.
+    pub program: &'static str,
+    /// The C++ name expression (also the kernel's key in the device's registry).
+    pub expr: String,
+}
+
+impl Instantiation {
+    /// The CUDA source.
+    pub fn source(&self) -> &'static str {
+        self.file.text()
+    }
+
+    /// Compile options: the shared headers and (for templates) the name expression.
+    pub fn options(&self) -> CompileOptions {
+        let mut o = CompileOptions::new().header("gemm_common.cuh", COMMON_HEADER);
+        if self.file == SourceFile::Wgmma {
+            o = o.header("gemm_wgmma_ops.cuh", WGMMA_OPS_HEADER);
+        }
+        if self.file != SourceFile::Reduce {
+            o = o.name_expression(self.expr.clone());
+        }
+        o
+    }
+
+    /// Loads (compiling on first use, through gpukit-jit's cache) this kernel on `dev`, served
+    /// from the device's kernel registry afterwards.
+    pub fn load(&self, dev: &Device) -> Result<Kernel> {
+        dev.inner().kernels.get_or_load(&self.expr, || {
+            let module = gpukit_jit::load_source(
+                dev.context(),
+                self.source(),
+                self.program,
+                &self.options(),
+            )?;
+            Ok(module.kernel(&self.expr)?)
+        })
+    }
+}
+
+/// The instantiation of `config` for `v`, e.g. `gemm_tf32<128,256,32,64,64,3,false,true,true>`
+/// or, for the `wgmma` families (whose kernel depends only on the tile, stages, products per
+/// step, `vec` and `tma_a`), `gemm_wgmma<256,4,1,true,true>`.
+pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
+    let file = match config.family {
+        Family::Tf32 => SourceFile::Tf32,
+        Family::Sgemm => SourceFile::Sgemm,
+        Family::Wgmma | Family::Wgmma3 => SourceFile::Wgmma,
     };
-    let options = base_options().name_expression(expr.clone());
-    (source, config.kernel_name(), options, expr)
+    let expr = if config.family.is_wgmma() {
+        let split = if config.family == Family::Wgmma3 {
+            3
+        } else {
+            1
+        };
+        format!(
+            "gemm_wgmma<{},{},{split},{},{}>",
+            config.bn,
+            config.stages,
+            v.vec,
+            v.tma_a && config.family == Family::Wgmma
+        )
+    } else {
+        format!(
+            "{}<{},{},{},{},{},{},{},{},{}>",
+            config.kernel_name(),
+            config.bm,
+            config.bn,
+            config.bk,
+            config.wm,
+            config.wn,
+            config.stages,
+            v.trans_a,
+            v.trans_b,
+            v.vec
+        )
+    };
+    Instantiation {
+        file,
+        program: config.kernel_name(),
+        expr,
+    }
 }
 
-/// Name expression of the `wgmma` pack kernel for a configuration's tile rows (it packs op(A)
-/// into `bm`-row tiles and op(B)^T into `bn`-row tiles in one launch), e.g.
-/// `gemm_wgmma_pack<128,256>`.
-pub fn pack_expression(config: &TileConfig) -> String {
-    format!("{PACK_PROGRAM}<{},{}>", config.bm, config.bn)
+/// The operand pack kernel of a `wgmma` configuration: op(A) into 128-row tiles and op(B)^T into
+/// `bn`-row tiles, with the family's parts, e.g. `gemm_wgmma_pack<128,128,2>`.
+pub fn pack_instantiation(config: &TileConfig) -> Instantiation {
+    Instantiation {
+        file: SourceFile::Wgmma,
+        program: PACK_PROGRAM,
+        expr: format!(
+            "{PACK_PROGRAM}<{},{},{}>",
+            config.bm,
+            config.bn,
+            config.family.parts()
+        ),
+    }
 }
 
-/// Options shared by all GEMM programs (the common header).
-pub fn base_options() -> CompileOptions {
-    CompileOptions::new().header("gemm_common.cuh", COMMON_HEADER)
+/// The split-K reduction / beta-scaling kernel.
+pub fn reduce_instantiation() -> Instantiation {
+    Instantiation {
+        file: SourceFile::Reduce,
+        program: REDUCE_PROGRAM,
+        expr: REDUCE_KERNEL.to_string(),
+    }
 }
 
-/// Every `(trans_a, trans_b, vec)` combination a configuration is instantiated for.
-pub fn variants() -> impl Iterator<Item = (bool, bool, bool)> {
-    (0..8u8).map(|i| (i & 1 != 0, i & 2 != 0, i & 4 != 0))
-}
-
-/// The distinct `(trans_a, trans_b, vec)` instantiations of a configuration: all of
-/// [`variants`], except for [`Family::Wgmma`](super::config::Family::Wgmma), whose kernel
-/// depends only on `vec`.
-pub fn variants_of(config: &TileConfig) -> Vec<(bool, bool, bool)> {
+/// The distinct variants a configuration is instantiated for: every transpose x `vec`
+/// combination for the `mma.sync` and SIMT kernels; `vec` x `tma_a` for [`Family::Wgmma`];
+/// `vec` for [`Family::Wgmma3`].
+pub fn variants_of(config: &TileConfig) -> Vec<Variant> {
     match config.family {
-        super::config::Family::Wgmma => vec![(false, false, false), (false, false, true)],
-        _ => variants().collect(),
+        Family::Wgmma => (0..4u8)
+            .map(|i| Variant {
+                vec: i & 1 != 0,
+                tma_a: i & 2 != 0,
+                ..Variant::default()
+            })
+            .collect(),
+        Family::Wgmma3 => [false, true]
+            .into_iter()
+            .map(|vec| Variant {
+                vec,
+                ..Variant::default()
+            })
+            .collect(),
+        _ => (0..8u8)
+            .map(|i| Variant {
+                trans_a: i & 1 != 0,
+                trans_b: i & 2 != 0,
+                vec: i & 4 != 0,
+                tma_a: false,
+            })
+            .collect(),
+    }
+}
+
+/// Every GEMM kernel: each configuration's variants, the pack kernels (with `include_hopper`:
+/// the `wgmma` families, `sm_90a` only), and the reduction (precompiling, compile tests).
+pub fn all_instantiations(include_hopper: bool) -> Vec<Instantiation> {
+    let mut v = Vec::new();
+    for config in super::plan::all_configs() {
+        if config.family.is_wgmma() && !include_hopper {
+            continue;
+        }
+        for variant in variants_of(config) {
+            v.push(instantiation(config, variant));
+        }
+        if config.family.is_wgmma() {
+            let p = pack_instantiation(config);
+            if !v.contains(&p) {
+                v.push(p);
+            }
+        }
+    }
+    v.push(reduce_instantiation());
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gemm::plan::{SGEMM_CONFIGS, TF32_CONFIGS, WGMMA3_CONFIGS, WGMMA_CONFIGS};
+
+    #[test]
+    fn name_expressions_are_stable() {
+        let v = Variant {
+            trans_a: false,
+            trans_b: true,
+            vec: true,
+            tma_a: false,
+        };
+        assert_eq!(
+            instantiation(&TF32_CONFIGS[0], v).expr,
+            "gemm_tf32<128,256,32,64,64,3,false,true,true>"
+        );
+        assert_eq!(instantiation(&SGEMM_CONFIGS[2], v).program, "gemm_sgemm");
+        let w = Variant { tma_a: true, ..v };
+        assert_eq!(
+            instantiation(&WGMMA_CONFIGS[0], w).expr,
+            "gemm_wgmma<256,4,1,true,true>"
+        );
+        // The transposes do not change a wgmma instantiation; 3xTF32 never maps A.
+        assert_eq!(
+            instantiation(&WGMMA3_CONFIGS[0], w).expr,
+            "gemm_wgmma<128,3,3,true,false>"
+        );
+        assert_eq!(
+            pack_instantiation(&WGMMA3_CONFIGS[0]).expr,
+            "gemm_wgmma_pack<128,128,2>"
+        );
+        assert_eq!(
+            pack_instantiation(&WGMMA_CONFIGS[0]).expr,
+            "gemm_wgmma_pack<128,256,1>"
+        );
+        assert_eq!(variants_of(&TF32_CONFIGS[0]).len(), 8);
+        assert_eq!(variants_of(&WGMMA_CONFIGS[1]).len(), 4);
+        assert_eq!(variants_of(&WGMMA3_CONFIGS[0]).len(), 2);
+        let all = all_instantiations(true);
+        let mut exprs: Vec<&str> = all.iter().map(|i| i.expr.as_str()).collect();
+        let n = exprs.len();
+        exprs.sort();
+        exprs.dedup();
+        assert_eq!(exprs.len(), n, "duplicate instantiations");
+        assert!(all_instantiations(false)
+            .iter()
+            .all(|i| i.file != SourceFile::Wgmma));
+        // The wgmma source carries its Hopper header; the others do not need it.
+        let o = instantiation(&WGMMA_CONFIGS[0], w).options();
+        assert!(o.headers.iter().any(|(n, _)| n == "gemm_wgmma_ops.cuh"));
     }
 }

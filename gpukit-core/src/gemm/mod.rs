@@ -1,19 +1,49 @@
-//! GEMM: FP32 and TF32 kernels of our own beside cuBLAS.
+//! GEMM: FP32, TF32 and 3xTF32 kernels of our own beside cuBLAS.
 //!
 //! - [`matmul`] / [`matmul_with`]: `A @ B` for 2-D arrays and batched 3-D arrays (a 2-D operand
 //!   or a batch of 1 is broadcast over the other's batch).
 //! - [`gemm`] / [`gemm_with`]: `C = alpha * op(A) * op(B) + beta * C` into an existing array,
 //!   with [`Transpose`] of either operand.
-//! - f32 runs our kernels with a [`Precision`]: [`Precision::Fp32`] (exact single precision,
-//!   the default, like NumPy) or [`Precision::Tf32`] (tensor cores, opt-in, like PyTorch's
-//!   `allow_tf32`), per call or as the process default ([`set_default_precision`]). f64, f16 and
-//!   bf16 run cuBLAS (f16/bf16 accumulate in f32). Other element types are rejected.
+//! - f32 runs our kernels with a [`Precision`]: [`Precision::Fp32`] (FP32 accuracy, the default,
+//!   like NumPy), [`Precision::Tf32`] (tensor cores, opt-in, like PyTorch's `allow_tf32`) or
+//!   [`Precision::Tf32x3`] (FP32 accuracy from tensor cores), per call or as the process default
+//!   ([`set_default_precision`]). f64, f16 and bf16 run cuBLAS (f16/bf16 accumulate in f32).
+//!   Other element types are rejected.
 //! - Operands may be any row-major layout with unit column stride and any row stride, or a
 //!   transposed view (unit row stride), which is handled as a transpose flag without a copy;
 //!   anything else is made contiguous first.
 //!
-//! Lower levels: [`raw`] (kernels and cuBLAS on raw device pointers), [`config`] (tile
-//! configurations and the per-shape plan), [`kernels`] (the CUDA sources).
+//! # FP32 through 3xTF32 on Hopper
+//!
+//! On compute capability 9.0 (H100, H200) [`Precision::Fp32`] runs the 3xTF32 tensor-core kernel
+//! for the shapes with K >= 256 where the planner estimates it faster than the FP32 SIMT kernel
+//! (most products from about 1000^3 up; skinny, batched-small and short-K ones stay on SIMT),
+//! because there it was measured both faster and more accurate than cuBLAS SGEMM. Measured on
+//! the H200 (normwise error against cuBLAS DGEMM on the same inputs, GEMM_NOTES.md "Version 4
+//! run"):
+//!
+//! | shape | cuBLAS SGEMM | 3xTF32 | 3xTF32 / SGEMM speed |
+//! | --- | --- | --- | --- |
+//! | 1024x1024x8192 (normal inputs) | 8.1e-7 | 3.2e-7 | - |
+//! | 2048^3 (normal) | 8.1e-7 | 2.8e-7 | - |
+//! | 4096^3 (uniform) | 1.1e-6 | 3.1e-7 | 2.34x |
+//! | 8192^3 (uniform) | 1.6e-6 | 3.7e-7 | 2.40x |
+//! | 4096x4096x256 (uniform) | 2.9e-7 | 2.4e-7 | 1.84x |
+//! | batched 1024 x 64^3 (uniform; SIMT is the default there) | 1.4e-7 | 2.4e-7 | 0.23x |
+//!
+//! Its results differ from SGEMM's in the last bits (the split `big + small` represents each
+//! input to about 2^-22, the sums over K are rounded to nearest outside the tensor cores); NaN
+//! and infinity propagate as in SGEMM. `GPUKIT_GEMM_FP32=simt` keeps the SIMT kernel ([`path`]).
+//!
+//! # Layers
+//!
+//! - [`desc`]: [`RawGemm`], a GEMM on raw device pointers, and its validation;
+//! - [`plan`]: tile configurations and the per-shape, per-device plan;
+//! - [`path`]: the environment overrides of the kernel path;
+//! - [`launch`]: [`sgemm`] / [`sgemm_with_plan`] run a plan (split-K workspace included);
+//! - [`kernels`]: the CUDA sources, their instantiations and loading (the device's kernel
+//!   registry); `pack` and `tma` feed the Hopper kernels;
+//! - [`cublas`]: cuBLAS GEMM for every element type (baseline, f64/f16/bf16, references).
 //!
 //! ```no_run
 //! use gpukit_core::{Device, GpuArray};
@@ -26,11 +56,18 @@
 //! # Ok::<(), gpukit_core::Error>(())
 //! ```
 
-pub mod config;
+pub mod cublas;
+pub mod desc;
 pub mod kernels;
-pub mod raw;
+pub mod launch;
+mod pack;
+pub mod path;
+pub mod plan;
+mod tma;
 
-pub use raw::{BlasType, Precision, RawGemm, Transpose};
+pub use cublas::{cublas_gemm, BlasType};
+pub use desc::{Precision, RawGemm, Transpose};
+pub use launch::{pack_only, plan_for, sgemm, sgemm_with_plan};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -46,6 +83,7 @@ pub fn set_default_precision(p: Precision) {
         match p {
             Precision::Fp32 => 0,
             Precision::Tf32 => 1,
+            Precision::Tf32x3 => 2,
         },
         Ordering::Relaxed,
     );
@@ -55,6 +93,7 @@ pub fn set_default_precision(p: Precision) {
 pub fn default_precision() -> Precision {
     match DEFAULT_PRECISION.load(Ordering::Relaxed) {
         1 => Precision::Tf32,
+        2 => Precision::Tf32x3,
         _ => Precision::Fp32,
     }
 }
@@ -318,11 +357,14 @@ pub fn gemm_with<T: DType>(
     // enqueued work has run.
     unsafe {
         match T::RUST_NAME {
-            "f32" => raw::sgemm(stream.cuda(), precision, &g),
-            "f64" => raw::cublas_gemm(stream.cuda(), BlasType::F64, &g),
-            "f16" => raw::cublas_gemm(stream.cuda(), BlasType::F16, &g),
-            "bf16" => raw::cublas_gemm(stream.cuda(), BlasType::Bf16, &g),
-            _ => unreachable!("checked by check_dtype"),
+            "f32" => launch::sgemm(&stream, precision, &g),
+            "f64" => cublas::cublas_gemm(&stream, BlasType::F64, &g),
+            "f16" => cublas::cublas_gemm(&stream, BlasType::F16, &g),
+            "bf16" => cublas::cublas_gemm(&stream, BlasType::Bf16, &g),
+            other => Err(Error::UnsupportedDType {
+                op: "gemm".into(),
+                dtype: other_static(other),
+            }),
         }
     }?;
     oa.array.used_on(&stream);
@@ -366,6 +408,8 @@ mod tests {
         assert_eq!(default_precision(), Precision::Fp32);
         set_default_precision(Precision::Tf32);
         assert_eq!(default_precision(), Precision::Tf32);
+        set_default_precision(Precision::Tf32x3);
+        assert_eq!(default_precision(), Precision::Tf32x3);
         set_default_precision(Precision::Fp32);
         assert_eq!(default_precision(), Precision::Fp32);
     }

@@ -359,18 +359,30 @@ complex_scalar!(c64, f64, 'z');
 
 /// The parallelism for a call of about `flops` floating-point operations: sequential below a
 /// few million (thread start-up would dominate), otherwise every thread of the rayon pool.
+///
+/// After a `fork`, the child has the parent's rayon pool without its threads, and work sent to
+/// it would never run: the pool is used only in the process that first used it (its pid is
+/// recorded), and a forked child runs every call on its calling thread.
 pub(crate) fn par(flops: f64) -> Par {
-    if flops < 4.0e6 || rayon_threads() < 2 {
-        Par::Seq
-    } else {
-        Par::rayon(0)
+    if flops < 4.0e6 || !pool_is_ours() {
+        return Par::Seq;
+    }
+    match Par::rayon(0) {
+        p if p.degree() < 2 => Par::Seq,
+        p => p,
     }
 }
 
-fn rayon_threads() -> usize {
-    match Par::rayon(0) {
-        Par::Seq => 1,
-        p => p.degree(),
+/// The process that first used the rayon pool (0: none yet).
+static POOL_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// True in the process that first used the pool (recording it on the first call).
+fn pool_is_ours() -> bool {
+    use std::sync::atomic::Ordering;
+    let me = std::process::id();
+    match POOL_PID.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => true,
+        Err(owner) => owner == me,
     }
 }
 

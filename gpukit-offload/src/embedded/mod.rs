@@ -61,7 +61,10 @@
 //!
 //! # Threads
 //! Calls of more than a few million floating-point operations run on faer's rayon pool (all
-//! cores; `RAYON_NUM_THREADS` sets its size), smaller ones on the calling thread.
+//! cores; `RAYON_NUM_THREADS` sets its size), smaller ones on the calling thread. A forked child
+//! inherits the pool without its threads, so the pool is used only by the process that first
+//! used it; in a forked child every call runs on the calling thread (work sent to the inherited
+//! pool would never run).
 //!
 //! [faer]: https://crates.io/crates/faer
 

@@ -891,3 +891,70 @@ fn symbol_table() {
         }
     }
 }
+
+/// A product large enough for the thread pool; returns whether C(0,0) is right.
+fn pooled_gemm() -> bool {
+    let n = 300usize;
+    let a: Vec<f64> = (0..n * n).map(|i| (i % 7) as f64).collect();
+    let b = vec![1.0f64; n * n];
+    let mut c = vec![0.0f64; n * n];
+    let f: GemmH = sym("dgemm_");
+    let ni = n as i32;
+    // SAFETY: n x n arrays.
+    unsafe {
+        f(
+            &ch(b'N'),
+            &ch(b'N'),
+            &ni,
+            &ni,
+            &ni,
+            &1.0,
+            a.as_ptr(),
+            &ni,
+            b.as_ptr(),
+            &ni,
+            &0.0,
+            c.as_mut_ptr(),
+            &ni,
+            1,
+            1,
+        )
+    };
+    let want: f64 = (0..n).map(|l| ((l * n) % 7) as f64).sum();
+    c[0] == want
+}
+
+/// After a fork, the child has the parent's rayon pool without its threads: a call there must
+/// still finish (it runs on the calling thread). A real forked process, watched with a timeout.
+#[test]
+fn forked_child_does_not_hang() {
+    assert!(pooled_gemm(), "parent");
+    // SAFETY: the child only runs the embedded backend (allocation and arithmetic) and leaves
+    // with `_exit`, never returning into the test harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let ok = std::panic::catch_unwind(pooled_gemm).unwrap_or(false);
+        // SAFETY: ends the child without running the parent's destructors or atexit handlers.
+        unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+    }
+    let start = std::time::Instant::now();
+    let mut status = 0;
+    loop {
+        // SAFETY: `pid` is our child; `status` is a valid out-pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            break;
+        }
+        if start.elapsed().as_secs() > 120 {
+            // SAFETY: our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the forked child hung in the embedded backend");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status}"
+    );
+}

@@ -1,0 +1,226 @@
+//! One acquisition: passes over the lock directory under the join lock, each deciding to share,
+//! to take devices, or to keep waiting, with sleeps in between.
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+use crate::anchors;
+use crate::claims;
+use crate::error::{Error, Result};
+use crate::guard::GpuGuard;
+use crate::joinlock;
+use crate::lockdir::LockDir;
+use crate::mutex::GpuMutex;
+use crate::probe::Prober;
+use crate::proc::{self, ProcId};
+use crate::queue::{self, Outcome, Request};
+use crate::records::{ClaimKind, JobTag};
+use crate::tickets::OwnTicket;
+use crate::wait::{Waiter, Watcher, Woken, BACKOFF_START};
+
+enum Step {
+    Granted(GpuGuard),
+    Wait,
+    /// Something changed that is worth a new pass at once.
+    Again,
+}
+
+pub(crate) struct Session<'m> {
+    m: &'m GpuMutex,
+    dir: Arc<LockDir>,
+    join_fd: Arc<OwnedFd>,
+    prober: Prober,
+    ticket: Option<OwnTicket>,
+    me: ProcId,
+    euid: u32,
+    /// This process's ancestry for the next pass, read from `/proc` *before* taking the join
+    /// lock when the previous pass saw verified claims or the process declares a job (the walk
+    /// takes a few `/proc` reads per ancestor; holding the join lock meanwhile would delay
+    /// everybody else). `None`: read under the lock if a pass needs it.
+    ancestry: Option<Vec<ProcId>>,
+    saw_claims: bool,
+}
+
+impl<'m> Session<'m> {
+    pub fn new(m: &'m GpuMutex) -> Result<Self> {
+        let dir = m.dir.clone();
+        let join_fd = Arc::new(dir.reopen()?);
+        let me = proc::self_id().ok_or_else(|| {
+            Error::io(
+                "read",
+                "/proc/self/stat",
+                std::io::Error::other("cannot read this process's identity"),
+            )
+        })?;
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        Ok(Session {
+            m,
+            dir,
+            join_fd,
+            prober: Prober::default(),
+            ticket: None,
+            me,
+            euid,
+            ancestry: None,
+            saw_claims: false,
+        })
+    }
+
+    fn request(&self, n: usize) -> Request {
+        Request {
+            candidates: self.m.cfg.visible_devices.clone(),
+            n,
+            backfill: self.m.cfg.backfill,
+        }
+    }
+
+    fn ancestry(&mut self) -> Vec<ProcId> {
+        match &self.ancestry {
+            Some(a) => a.clone(),
+            None => {
+                let a = proc::ancestry_of_self();
+                self.ancestry = Some(a.clone());
+                a
+            }
+        }
+    }
+
+    fn job_tag(&mut self) -> Option<JobTag> {
+        let declared = self.m.declared.clone()?;
+        let ancestry = self.ancestry();
+        anchors::my_job_tag(&declared, &ancestry)
+    }
+
+    /// One pass under the join lock.
+    fn pass(&mut self, n: usize, waiter: &Waiter, may_queue: bool) -> Result<Step> {
+        let dir = self.dir.clone();
+        let join_fd = self.join_fd.clone();
+        let _join = joinlock::lock(&join_fd, &dir, waiter)?;
+        let probe = self.prober.probe(&dir, true, || waiter.check())?;
+        self.saw_claims = probe.claims.iter().any(|c| c.live() && c.verified());
+        if self.saw_claims {
+            let ancestry = self.ancestry();
+            let tag = self.job_tag();
+            let share = claims::find_share(
+                &probe,
+                &self.m.cfg.visible_devices,
+                &ancestry,
+                tag.as_ref(),
+                self.euid,
+                proc::ancestry_of,
+            );
+            if let Some(share) = share {
+                if share.devices.len() < n {
+                    return Err(Error::InheritedClaimTooSmall {
+                        holder_pid: share.holder.pid,
+                        held: share.devices,
+                        requested: n,
+                    });
+                }
+                let job = tag.or(share.job);
+                let claim = claims::create(
+                    &dir,
+                    self.me,
+                    self.euid,
+                    ClaimKind::Shared,
+                    share.devices.clone(),
+                    job,
+                )?;
+                self.ticket = None;
+                return Ok(Step::Granted(GpuGuard::new(
+                    share.devices,
+                    claim,
+                    dir,
+                    Some(share.holder.pid),
+                )));
+            }
+        }
+        let request = self.request(n);
+        let mine = self.ticket.as_ref().map(|t| t.name().to_owned());
+        let outcome = queue::evaluate(
+            &probe.observed_tickets(),
+            &probe.observed_claims(),
+            mine.as_deref(),
+            &request,
+        );
+        match outcome {
+            Outcome::Grant(devices) => {
+                let job = self.job_tag();
+                let claim = claims::create(
+                    &dir,
+                    self.me,
+                    self.euid,
+                    ClaimKind::Primary,
+                    devices.clone(),
+                    job,
+                )?;
+                self.ticket = None;
+                Ok(Step::Granted(GpuGuard::new(devices, claim, dir, None)))
+            }
+            Outcome::Wait => {
+                if self.ticket.is_none() && may_queue {
+                    self.ticket = Some(OwnTicket::create(
+                        &dir,
+                        probe.next_seq(),
+                        self.me,
+                        self.euid,
+                        &request,
+                    )?);
+                }
+                Ok(Step::Wait)
+            }
+            Outcome::Rejoin => {
+                // Our ticket was removed or replaced: queue again, at the back.
+                self.ticket = None;
+                self.ticket = Some(OwnTicket::create(
+                    &dir,
+                    probe.next_seq(),
+                    self.me,
+                    self.euid,
+                    &request,
+                )?);
+                Ok(Step::Again)
+            }
+        }
+    }
+
+    /// The ancestry walk for the next pass, outside the join lock (see [`Session::ancestry`]).
+    fn prepare_pass(&mut self) {
+        self.ancestry = (self.saw_claims || self.m.declared.is_some()).then(proc::ancestry_of_self);
+    }
+
+    /// Takes devices now if that needs no waiting (or shares a claim); never queues.
+    pub fn try_once(&mut self, n: usize, waiter: &Waiter) -> Result<Option<GpuGuard>> {
+        self.prepare_pass();
+        match self.pass(n, waiter, false)? {
+            Step::Granted(g) => Ok(Some(g)),
+            Step::Wait | Step::Again => Ok(None),
+        }
+    }
+
+    /// Waits for `n` devices within the limits of `waiter`.
+    pub fn acquire(&mut self, n: usize, waiter: &Waiter) -> Result<GpuGuard> {
+        let mut watcher: Option<Watcher> = None;
+        let mut backoff = BACKOFF_START;
+        loop {
+            waiter.check()?;
+            self.prepare_pass();
+            match self.pass(n, waiter, true)? {
+                Step::Granted(g) => return Ok(g),
+                Step::Again => continue,
+                Step::Wait => {}
+            }
+            let Some(w) = &watcher else {
+                // Watch from now on, and look once more at once: whatever changed before the
+                // watch existed is seen by that pass, everything after it is an event.
+                watcher = Some(Watcher::new(&self.dir));
+                continue;
+            };
+            match waiter.sleep(backoff, Some(w))? {
+                Woken::Event => backoff = BACKOFF_START,
+                Woken::Timeout => backoff = (backoff * 2).min(w.backoff_cap()),
+            }
+        }
+    }
+}

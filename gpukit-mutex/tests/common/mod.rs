@@ -1,0 +1,259 @@
+//! Helpers shared by the multi-process tests: child roles (the test binary re-executes itself
+//! with `GMT_ROLE` set), second users, output files and waiting.
+
+#![allow(dead_code)]
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpukit_mutex::GpuMutex;
+
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for clock_gettime to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+pub fn append(path: &Path, line: &str) {
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open out file");
+    f.write_all(format!("{line}\n").as_bytes()).expect("append");
+}
+
+pub fn read_lines(path: &Path) -> Vec<String> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+pub fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_default()
+}
+
+pub fn env_ms(name: &str, default: u64) -> Duration {
+    Duration::from_millis(env(name).parse().unwrap_or(default))
+}
+
+pub fn devs_str(d: &[u32]) -> String {
+    d.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Field 22 of `/proc/<pid>/stat` (start time), as records and `GPUMUTEX_JOB_ROOT` use it.
+pub fn start_time(pid: u32) -> u64 {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let after = &text[text.rfind(')').expect("comm") + 2..];
+    after
+        .split(' ')
+        .nth(19)
+        .expect("field 22")
+        .parse()
+        .expect("number")
+}
+
+pub fn boot_id() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .expect("boot id")
+        .trim()
+        .to_string()
+}
+
+/// A claim record in the on-disk format (protocol v2), for forgeries.
+pub fn claim_text(pid: u32, start: u64, uid: u32, devices: &str) -> String {
+    format!(
+        "gpukit-mutex claim v2\nboot {}\npid {pid}\nstart {start}\nuid {uid}\nkind primary\n\
+         devices {devices}\njob_root -\njob -\nlocal_rank -\nsince_ns 1\ncmd forged\n",
+        boot_id()
+    )
+}
+
+/// A ticket record in the on-disk format.
+pub fn ticket_text(pid: u32, start: u64, uid: u32, candidates: &str) -> String {
+    format!(
+        "gpukit-mutex ticket v2\nboot {}\npid {pid}\nstart {start}\nuid {uid}\nn 1\n\
+         candidates {candidates}\nbackfill 0\nsince_ns 1\ncmd planted\n",
+        boot_id()
+    )
+}
+
+/// Writes `text` to a new file `path` and holds a process-owned write lock on its byte 0 (what
+/// makes a record live) for as long as the returned file is open.
+pub fn plant_locked(path: &Path, text: &str) -> std::fs::File {
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .expect("plant");
+    f.write_all(text.as_bytes()).expect("write");
+    fs::set_permissions(path, fs::Permissions::from_mode(0o644)).expect("chmod");
+    // SAFETY: an all-zero flock is valid; fields set below.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = 0;
+    fl.l_len = 1;
+    use std::os::fd::AsRawFd;
+    // SAFETY: valid descriptor and flock structure.
+    let rc = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLK, &mut fl) };
+    assert_eq!(rc, 0, "lock planted record");
+    f
+}
+
+/// A command that runs this test binary in a child role.
+pub fn role(role: &str, dir: &Path, out: &Path) -> Command {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut c = Command::new(exe);
+    c.args([
+        "--exact",
+        "child_entry",
+        "--nocapture",
+        "--test-threads=1",
+        "-q",
+    ])
+    .env("GMT_ROLE", role)
+    .env("GMT_DIR", dir)
+    .env("GMT_OUT", out)
+    .env_remove("GPUMUTEX_JOB_ROOT")
+    .env_remove("GPUMUTEX_VISIBLE_DEVICES")
+    .env_remove("GPUMUTEX_NUM_DEVICES")
+    .env_remove("GPUMUTEX_LOCK_DIR")
+    .env_remove("GPUMUTEX_TIMEOUT")
+    .env_remove("GPUMUTEX_BACKFILL")
+    .env_remove("LOCAL_RANK")
+    .env_remove("WORLD_SIZE")
+    .env_remove("LOCAL_WORLD_SIZE")
+    .env_remove("TORCHELASTIC_RUN_ID")
+    .stdout(Stdio::null());
+    c
+}
+
+/// The same, as another user (`uid`, with gid = uid and no supplementary groups).
+pub fn role_as(r: &str, dir: &Path, out: &Path, uid: u32) -> Command {
+    let mut c = role(r, dir, out);
+    c.uid(uid).gid(uid);
+    c
+}
+
+pub fn mutex_from_env() -> GpuMutex {
+    let devs = gpukit_mutex::parse_device_list(&env("GMT_DEVS")).expect("GMT_DEVS");
+    GpuMutex::builder()
+        .visible_devices(devs)
+        .lock_dir(env("GMT_DIR"))
+        .backfill(env("GMT_BACKFILL") == "1")
+        .build()
+        .expect("build")
+}
+
+pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+pub fn wait_line(out: &Path, prefix: &str) {
+    wait_until(prefix, Duration::from_secs(30), || {
+        read_lines(out).iter().any(|l| l.starts_with(prefix))
+    });
+}
+
+pub fn waiters(dir: &Path) -> usize {
+    gpukit_mutex::status(dir, &[])
+        .expect("status")
+        .waiters
+        .len()
+}
+
+pub fn busy(dir: &Path, dev: u32) -> bool {
+    gpukit_mutex::status(dir, &[dev])
+        .expect("status")
+        .devices
+        .iter()
+        .any(|d| d.device == dev && d.busy)
+}
+
+/// Kills and reaps its children on drop.
+pub struct Reaper(pub Vec<Child>);
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let t = tempfile::tempdir().expect("tempdir");
+    let dir = t.path().join("locks");
+    fs::create_dir(&dir).expect("mkdir");
+    let out = t.path().join("out.txt");
+    (t, dir, out)
+}
+
+/// Two unprivileged users for hostile tests, or `None` (with the reason printed) when this
+/// process cannot start processes as other users.
+pub struct Users {
+    pub victim: u32,
+    pub attacker: u32,
+}
+
+pub fn users(test: &str) -> Option<Users> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED {test}: needs root to run children as a second, unprivileged user");
+        return None;
+    }
+    Some(Users {
+        victim: 64101,
+        attacker: 64102,
+    })
+}
+
+/// A directory tree every test user can use: `<tmp>/` (root, 0755) holding `locks/` (root,
+/// sticky 1777: the shared, trusted kind) and `out/` (0777, for the children's reports).
+pub struct Shared {
+    pub tmp: tempfile::TempDir,
+    pub locks: PathBuf,
+    pub out: PathBuf,
+}
+
+impl Shared {
+    pub fn new() -> Shared {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+        let locks = tmp.path().join("locks");
+        fs::create_dir(&locks).expect("mkdir");
+        fs::set_permissions(&locks, fs::Permissions::from_mode(0o1777)).expect("chmod");
+        let out = tmp.path().join("out");
+        fs::create_dir(&out).expect("mkdir");
+        fs::set_permissions(&out, fs::Permissions::from_mode(0o777)).expect("chmod");
+        Shared { tmp, locks, out }
+    }
+
+    /// An output file any user may append to.
+    pub fn out_file(&self, name: &str) -> PathBuf {
+        let p = self.out.join(name);
+        fs::write(&p, b"").expect("create out");
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o666)).expect("chmod");
+        p
+    }
+}

@@ -1,0 +1,145 @@
+//! The handle of a submitted task: its admission result, live stats, cancellation, and its
+//! result — by blocking ([`TaskHandle::wait`]) or as a [`Future`] that any executor can poll
+//! (no executor is needed or assumed: the task's end wakes the stored waker).
+
+use crate::error::{CancelReason, Error, Result};
+use crate::plan::{Admission, TaskId};
+use crate::scheduler::Inner;
+use crate::stats::TaskStats;
+use crate::task::{Stop, Task, TaskState};
+use parking_lot::Mutex;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// The handle of a submitted task. Dropping it does not stop the task.
+///
+/// ```no_run
+/// # async fn doc(sched: &gpukit_sched::Scheduler) -> gpukit_sched::Result<()> {
+/// use gpukit_sched::{TaskContext, TaskSpec};
+/// let h = sched.submit(|_: &mut TaskContext| Ok::<_, std::io::Error>(42), TaskSpec::new("job"))?;
+/// assert_eq!(h.await?, 42); // or h.wait()? on a thread that may block
+/// # Ok(()) }
+/// ```
+pub struct TaskHandle<T> {
+    pub(crate) task: Arc<Task>,
+    pub(crate) value: Arc<Mutex<Option<T>>>,
+    pub(crate) admission: Admission,
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl<T> std::fmt::Debug for TaskHandle<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskHandle")
+            .field("id", &self.task.id)
+            .field("admission", &self.admission)
+            .finish()
+    }
+}
+
+impl<T> TaskHandle<T> {
+    /// The task's id.
+    pub fn id(&self) -> TaskId {
+        self.task.id
+    }
+    /// The admission result, decided at submit.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+    /// Live statistics.
+    pub fn stats(&self) -> TaskStats {
+        self.inner.task_stats(&self.task)
+    }
+    /// The state now.
+    pub fn state(&self) -> TaskState {
+        self.task.status.lock().state
+    }
+    /// Whether it has its outcome (the closure may still run when the outcome came from a
+    /// stop past its grace period, see [`TaskStats::detached`]).
+    pub fn is_finished(&self) -> bool {
+        self.task.status.lock().resolved
+    }
+
+    /// Cancels the task. A queued task ends [`TaskState::Cancelled`] at once; a running one
+    /// at its next safe point (allocation, launch, [`TaskContext::check`]
+    /// (crate::TaskContext::check)), or — if it reaches none — when the stop grace period
+    /// ([`SchedulerConfig::stop_grace`](crate::SchedulerConfig::stop_grace)) has passed
+    /// (detached). A closure that returns `Ok` before seeing the cancellation keeps its
+    /// result. Returns false when the task had already ended or was already asked to stop.
+    pub fn cancel(&self) -> bool {
+        self.inner
+            .cancel(&self.task, Stop::Cancel(CancelReason::Requested))
+    }
+
+    /// Blocks until the task has its outcome and returns it: the closure's value, its error
+    /// (a gpukit-sched error as itself, any other as [`Error::TaskFailed`]), or why it did not
+    /// run to the end (rejected, expired, cancelled, timed out, preempted, panicked).
+    pub fn wait(self) -> Result<T> {
+        {
+            let mut s = self.task.status.lock();
+            while !s.resolved {
+                self.task.done.wait(&mut s);
+            }
+        }
+        self.take()
+    }
+
+    /// Like [`wait`](Self::wait) with a timeout; `Err(self)` when it has no outcome yet.
+    pub fn wait_timeout(self, timeout: Duration) -> std::result::Result<Result<T>, Self> {
+        let deadline = Instant::now() + timeout;
+        {
+            let mut s = self.task.status.lock();
+            while !s.resolved {
+                if self.task.done.wait_until(&mut s, deadline).timed_out() && !s.resolved {
+                    drop(s);
+                    return Err(self);
+                }
+            }
+        }
+        Ok(self.take())
+    }
+
+    /// Moves the outcome out (once).
+    fn take(&self) -> Result<T> {
+        let (state, error) = {
+            let mut s = self.task.status.lock();
+            if s.taken {
+                return Err(Error::ResultTaken {
+                    task: self.task.spec.name.clone(),
+                });
+            }
+            s.taken = true;
+            (s.state, s.error.take())
+        };
+        match (state, error) {
+            (TaskState::Succeeded, _) => self.value.lock().take().ok_or_else(|| {
+                Error::internal("taking a task's result", "succeeded without a value")
+            }),
+            (_, Some(e)) => Err(e),
+            (state, None) => Err(Error::internal(
+                "taking a task's result",
+                format!("ended {state:?} without an error"),
+            )),
+        }
+    }
+}
+
+impl<T> Future for TaskHandle<T> {
+    type Output = Result<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        {
+            let mut s = self.task.status.lock();
+            if !s.resolved {
+                let w = cx.waker();
+                if !s.waker.as_ref().is_some_and(|old| old.will_wake(w)) {
+                    s.waker = Some(w.clone());
+                }
+                return Poll::Pending;
+            }
+        }
+        Poll::Ready(self.take())
+    }
+}
