@@ -891,7 +891,7 @@ mod tests {
             return;
         };
         for k in OpKind::all() {
-            for p in Precision::ALL {
+            for &p in k.routine.precisions() {
                 let x2 = match k.routine.family() {
                     Family::Square => 1.0,
                     Family::Rect => 2.0,

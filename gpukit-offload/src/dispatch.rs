@@ -18,15 +18,17 @@ use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuBackend, Inject, Presized};
 use crate::learn::{CorrKey, Learner};
+use crate::library::LibId;
 use crate::model::{required_speedup, Backend, Estimate, Model, DEFAULT_LEVEL};
 use crate::ops::{OpKind, Precision, Routine, Shape};
+use crate::output;
 use crate::profile::Profile;
 use crate::request::Request;
 use crate::stats::{slot, Reason, Stats, StatsSnapshot, NSLOT};
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -53,6 +55,30 @@ pub enum LogMode {
     Calls,
 }
 
+/// When CUDA is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartPolicy {
+    /// At once, on a background thread, when the dispatcher is created (`offload run`'s
+    /// default: the user asked for offload, and a one-shot program's heavy calls come early).
+    Eager,
+    /// On a background thread at the first call the model would send to the GPU.
+    Lazy,
+    /// On a background thread once the savings missed by calls kept on the CPU would have paid
+    /// for the start-up (the library default: a program that never needs the GPU never pays).
+    Savings,
+}
+
+impl StartPolicy {
+    /// `eager`, `lazy` or `savings`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StartPolicy::Eager => "eager",
+            StartPolicy::Lazy => "lazy",
+            StartPolicy::Savings => "savings",
+        }
+    }
+}
+
 /// Dispatcher settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -66,6 +92,10 @@ pub struct Config {
     pub profile_path: Option<PathBuf>,
     /// Write learned corrections back into the profile file at exit / on [`Dispatcher::save_learned`].
     pub persist: bool,
+    /// When CUDA starts.
+    pub start: StartPolicy,
+    /// A GPU failure injected into every GPU call (tests).
+    pub inject: Inject,
 }
 
 impl Default for Config {
@@ -76,6 +106,8 @@ impl Default for Config {
             log: LogMode::Off,
             profile_path: None,
             persist: true,
+            start: StartPolicy::Savings,
+            inject: Inject::None,
         }
     }
 }
@@ -140,6 +172,37 @@ impl Config {
                     value: v,
                     msg: "must be 1 or 0; using 1".into(),
                 }),
+            }
+        }
+        if let Some(v) = get("GPUKIT_OFFLOAD_START") {
+            match v.to_ascii_lowercase().as_str() {
+                "eager" => c.start = StartPolicy::Eager,
+                "lazy" => c.start = StartPolicy::Lazy,
+                "savings" => c.start = StartPolicy::Savings,
+                _ => errs.push(Error::Config {
+                    name: "GPUKIT_OFFLOAD_START",
+                    value: v,
+                    msg: "must be eager, lazy or savings; using savings".into(),
+                }),
+            }
+        }
+        if let Some(v) = get("GPUKIT_OFFLOAD_INJECT_FAILURE") {
+            match Inject::parse(&v) {
+                Some(i) => c.inject = i,
+                None => errs.push(Error::Config {
+                    name: "GPUKIT_OFFLOAD_INJECT_FAILURE",
+                    value: v,
+                    msg: "must be oom, error, info or none (tests only); injecting nothing".into(),
+                }),
+            }
+        }
+        if let Some(v) = get(crate::cpu::CPU_LIB_ENV) {
+            if let Err(e) = CpuBackend::open(&[v.as_str()]) {
+                errs.push(Error::Config {
+                    name: crate::cpu::CPU_LIB_ENV,
+                    value: v,
+                    msg: format!("{e}; the typed API and calibration refuse it, the shim runs the program's own library"),
+                });
             }
         }
         c.profile_path = get(crate::profile::PROFILE_ENV).map(PathBuf::from);
@@ -237,6 +300,19 @@ const CHEAP_SAMPLE: u32 = 16;
 
 static NEXT_DISPATCHER_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Marks the configuration warnings a parent process printed (see
+/// [`Dispatcher::report_warnings_once`]).
+pub const WARNED_ENV: &str = "GPUKIT_OFFLOAD_WARNED";
+
+/// Sets an environment variable.
+///
+/// # Safety
+/// No other thread may read or write the environment at the same time.
+unsafe fn set_env(name: &str, value: &str) {
+    // SAFETY: forwarded.
+    unsafe { std::env::set_var(name, value) };
+}
+
 /// The dispatcher. One per process is usual ([`Dispatcher::global`]); tests make their own.
 pub struct Dispatcher {
     /// Distinguishes dispatchers in the per-thread estimate memo.
@@ -258,6 +334,10 @@ pub struct Dispatcher {
     thresholds: [AtomicU64; NSLOT],
     cpu: OnceLock<std::result::Result<CpuBackend, String>>,
     warnings: Vec<String>,
+    /// Messages printed by [`Dispatcher::warn_once`].
+    warned: Mutex<Vec<String>>,
+    /// This is a forked child of the process that created the dispatcher.
+    forked: AtomicBool,
 }
 
 static GLOBAL: OnceLock<Arc<Dispatcher>> = OnceLock::new();
@@ -322,6 +402,8 @@ impl Dispatcher {
             missed_calls: Mutex::new(Vec::new()),
             cpu: OnceLock::new(),
             warnings,
+            warned: Mutex::new(Vec::new()),
+            forked: AtomicBool::new(false),
         };
         if d.config.gpu != GpuMode::Off && !gpukit_jit::libs::driver_present() {
             let _ = d
@@ -451,6 +533,9 @@ impl Dispatcher {
     /// Starts the GPU (if not yet), loads the common kernels and sizes the lane's buffers for
     /// the largest calls missed so far; returns what was reserved (`None`: not started here).
     fn start_now(&self) -> Option<Presized> {
+        if self.forked.load(Relaxed) {
+            return None;
+        }
         let _g = self.start_lock.lock();
         if self.gpu.get().is_some() {
             return None;
@@ -471,7 +556,15 @@ impl Dispatcher {
                 presized = g.presize(&calls).ok();
             }
             if self.config.log == LogMode::Calls {
-                eprintln!("gpukit-offload: GPU start-up steps: {}", g.startup_report());
+                output::line(&format!(
+                    "gpukit-offload: GPU start-up steps: {}",
+                    g.startup_report()
+                ));
+            }
+        }
+        if let Ok(g) = &r {
+            if self.config.inject != Inject::None {
+                g.set_inject(self.config.inject);
             }
         }
         let ok = r.is_ok();
@@ -505,7 +598,7 @@ impl Dispatcher {
                 if me.config.log == LogMode::Calls {
                     let mib = |b: usize| b >> 20;
                     let p = presized.unwrap_or_default();
-                    eprintln!(
+                    output::line(&format!(
                         "gpukit-offload: background start {} in {:.3}s; reserved for missed calls: device {} MiB (need {}), pinned {} MiB (need {})",
                         if me.gpu().is_some() { "ready" } else { "failed" },
                         t0.elapsed().as_secs_f64(),
@@ -513,7 +606,7 @@ impl Dispatcher {
                         mib(p.need_dev),
                         mib(p.pinned),
                         mib(p.need_pinned),
-                    );
+                    ));
                 }
             });
         if spawned.is_err() {
@@ -621,10 +714,10 @@ impl Dispatcher {
                             });
                         };
                         if self.config.log == LogMode::Calls {
-                            eprintln!(
+                            output::line(&format!(
                                 "gpukit-offload: {} GPU path failed ({f}); running on the CPU",
                                 req.name()
-                            );
+                            ));
                         }
                         return self.timed_cpu(req, reason, est, cpu);
                     }
@@ -758,7 +851,7 @@ impl Dispatcher {
         let pred = e
             .map(|e| format!(" predicted cpu={:.4}s gpu={:.4}s", e.cpu_s, e.gpu_s))
             .unwrap_or_default();
-        eprintln!(
+        output::line(&format!(
             "gpukit-offload: {} {} -> {}{} {:.4}s{}",
             req.name(),
             req.shape,
@@ -768,17 +861,107 @@ impl Dispatcher {
                 .unwrap_or_default(),
             secs,
             pred
-        );
+        ));
     }
 
     /// The CPU backend for library users (loaded on first use).
     pub fn cpu_backend(&self) -> Result<&CpuBackend> {
-        match self
-            .cpu
-            .get_or_init(|| CpuBackend::discover().map_err(|e| e.to_string()))
-        {
+        let r = self.cpu.get_or_init(|| {
+            CpuBackend::discover().map_err(|e| match e {
+                Error::NoCpuLibrary { tried } => tried,
+                e => e.to_string(),
+            })
+        });
+        match r {
             Ok(c) => Ok(c),
-            Err(e) => Err(Error::NoCpuLibrary { tried: e.clone() }),
+            Err(tried) => Err(Error::NoCpuLibrary {
+                tried: tried.clone(),
+            }),
+        }
+    }
+
+    /// Prints a message once per dispatcher (`gpukit-offload: ` is prepended).
+    pub fn warn_once(&self, msg: &str) {
+        let mut w = self.warned.lock();
+        if w.iter().any(|m| m == msg) {
+            return;
+        }
+        w.push(msg.to_string());
+        drop(w);
+        output::line(&format!("gpukit-offload: {msg}"));
+    }
+
+    /// Prints [`Dispatcher::warnings`] unless this process was started by a process that
+    /// printed the same ones (the shim marks them in `GPUKIT_OFFLOAD_WARNED`, which child
+    /// processes inherit), so a bad setting is named once per process tree.
+    pub fn report_warnings_once(&self) {
+        if self.warnings.is_empty() {
+            return;
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&self.warnings, &mut h);
+        let mark = format!("{:016x}", std::hash::Hasher::finish(&h));
+        if std::env::var(WARNED_ENV).is_ok_and(|v| v == mark) {
+            return;
+        }
+        for w in &self.warnings {
+            self.warn_once(w);
+        }
+        // SAFETY: called from the shim's constructor, before the program's main and its threads.
+        unsafe { set_env(WARNED_ENV, &mark) };
+    }
+
+    /// Fork handler (before): takes every lock a call can take, in one order.
+    pub(crate) fn fork_prepare(&self) {
+        std::mem::forget(self.warned.lock());
+        std::mem::forget(self.missed_calls.lock());
+        std::mem::forget(self.profile.lock());
+        self.learner.fork_lock();
+        LibId::fork_lock();
+    }
+
+    /// Fork handler (parent, after): releases what [`Dispatcher::fork_prepare`] took.
+    ///
+    /// # Safety
+    /// Only right after `fork_prepare` on this thread.
+    pub(crate) unsafe fn fork_parent(&self) {
+        // SAFETY: (whole block) every lock is held by fork_prepare's forgotten guards.
+        unsafe {
+            LibId::fork_unlock();
+            self.learner.fork_unlock();
+            self.profile.force_unlock();
+            self.missed_calls.force_unlock();
+            self.warned.force_unlock();
+        }
+    }
+
+    /// Fork handler (child): releases the locks and starts the child's own bookkeeping (see
+    /// [`crate::fork`]).
+    ///
+    /// # Safety
+    /// Only in the child, right after `fork_prepare` ran in the parent.
+    pub(crate) unsafe fn fork_child(&self) {
+        // SAFETY: forwarded.
+        unsafe { self.fork_parent() };
+        self.forked.store(true, Relaxed);
+        self.stats.reset();
+        self.learner.forked_child();
+        self.missed_ns.store(0, Relaxed);
+        self.missed_calls.lock().clear();
+        if self.config.gpu != GpuMode::Off {
+            self.gpu_state.store(GPU_FAILED, Relaxed);
+            self.compute_thresholds();
+        }
+    }
+
+    /// Starts CUDA in the background now when the policy is [`StartPolicy::Eager`] and a GPU
+    /// may be used.
+    pub fn start_if_eager(self: &Arc<Self>) {
+        if self.config.start == StartPolicy::Eager
+            && self.config.gpu != GpuMode::Off
+            && self.gpu_state.load(Relaxed) == GPU_NOT_STARTED
+        {
+            self.start_background();
         }
     }
 
@@ -803,10 +986,12 @@ impl Dispatcher {
     /// Never panics; problems go to stderr.
     pub fn finish(&self) {
         if self.config.log != LogMode::Off {
-            eprint!("{}", self.stats().summary());
+            output::emit(&self.stats().summary());
         }
         if let Err(e) = self.save_learned() {
-            eprintln!("gpukit-offload: could not save learned corrections: {e}");
+            output::line(&format!(
+                "gpukit-offload: could not save learned corrections: {e}"
+            ));
         }
     }
 }
@@ -826,7 +1011,6 @@ fn run_cpu_nested(cpu: &mut dyn FnMut() -> Result<i64>) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::library::LibId;
 
     #[test]
     fn memoised_estimates_equal_the_model_and_stay_per_dispatcher() {
@@ -837,6 +1021,7 @@ mod tests {
             log: LogMode::Off,
             profile_path: Some(tmp.join("none.json")),
             persist: false,
+            ..Config::default()
         };
         let (a, b) = (Dispatcher::new(cfg(1)), Dispatcher::new(cfg(10)));
         let mut buf = vec![0.0f64; 16];

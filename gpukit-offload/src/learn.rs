@@ -168,6 +168,28 @@ impl Learner {
     pub fn mark_saved(&self) {
         self.state.lock().dirty = false;
     }
+
+    /// Fork handler: takes the lock (released by [`Learner::fork_unlock`]).
+    pub(crate) fn fork_lock(&self) {
+        std::mem::forget(self.state.lock());
+    }
+
+    /// Fork handler: releases the lock [`Learner::fork_lock`] took.
+    ///
+    /// # Safety
+    /// Only after `fork_lock` on this thread (or in the forked child).
+    pub(crate) unsafe fn fork_unlock(&self) {
+        // SAFETY: forwarded: the lock is held by `fork_lock`'s forgotten guard.
+        unsafe { self.state.force_unlock() };
+    }
+
+    /// In a forked child: what the parent learned stays, but only what the child learns itself
+    /// counts as unsaved.
+    pub(crate) fn forked_child(&self) {
+        let mut st = self.state.lock();
+        st.dirty = false;
+        st.rechecks.clear();
+    }
 }
 
 #[cfg(test)]

@@ -51,12 +51,15 @@ pub mod call;
 pub mod cpu;
 pub mod dispatch;
 mod error;
+pub mod ffi;
+mod fork;
 pub mod gpu;
 pub mod interpose;
 pub mod learn;
 pub mod library;
 pub mod model;
 pub mod ops;
+pub mod output;
 pub mod profile;
 pub mod request;
 pub mod stats;
@@ -65,7 +68,7 @@ pub mod stats;
 mod gpu_tests;
 
 pub use api::{c32, c64, Complex, Element, Offload};
-pub use dispatch::{Config, Dispatcher, GpuMode, LogMode, Outcome};
+pub use dispatch::{Config, Dispatcher, GpuMode, LogMode, Outcome, StartPolicy};
 pub use error::{Error, Result};
 pub use model::Backend;
 pub use ops::{

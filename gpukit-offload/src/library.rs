@@ -173,6 +173,20 @@ impl LibId {
         LIBS.get(self.0 as usize).and_then(|s| s.get())
     }
 
+    /// Fork handler: takes the registry lock.
+    pub(crate) fn fork_lock() {
+        std::mem::forget(REGISTER.lock());
+    }
+
+    /// Fork handler: releases the registry lock.
+    ///
+    /// # Safety
+    /// Only after [`LibId::fork_lock`] on this thread (or in the forked child).
+    pub(crate) unsafe fn fork_unlock() {
+        // SAFETY: forwarded.
+        unsafe { REGISTER.force_unlock() };
+    }
+
     /// The library's curve key (`""` when unknown).
     pub fn key(self) -> &'static str {
         self.get().map(|l| l.key.as_str()).unwrap_or("")

@@ -140,6 +140,24 @@ fn ns(s: f64) -> i64 {
 }
 
 impl Stats {
+    /// Sets every counter to zero (a forked child starts its own counts).
+    pub fn reset(&self) {
+        for c in &self.slots {
+            c.calls.store(0, Relaxed);
+            c.gpu.store(0, Relaxed);
+            for r in &c.reasons {
+                r.store(0, Relaxed);
+            }
+            c.time_ns.store(0, Relaxed);
+            c.gpu_time_ns.store(0, Relaxed);
+            c.pred_saved_ns.store(0, Relaxed);
+            c.meas_saved_ns.store(0, Relaxed);
+        }
+        for c in &self.small {
+            c.store(0, Relaxed);
+        }
+    }
+
     /// Counts a call that the fast path kept on the CPU (one relaxed increment).
     #[inline(always)]
     pub fn count_small(&self, slot: usize) {

@@ -208,14 +208,11 @@ impl GpuBackend {
         report.record(Step::Context, t.elapsed());
         let lane = new_lane(&dev, Some(&mut report)).map_err(|e| unavailable(e.to_string()))?;
         report.mark_started();
-        let inject = std::env::var("GPUKIT_OFFLOAD_INJECT_FAILURE")
-            .ok()
-            .and_then(|s| Inject::parse(&s))
-            .unwrap_or(Inject::None);
+        // failures are injected by the caller (the dispatcher reads GPUKIT_OFFLOAD_INJECT_FAILURE)
         Ok(GpuBackend {
             lanes: Mutex::new(vec![lane]),
             dev,
-            inject: AtomicU8::new(inject as u8),
+            inject: AtomicU8::new(Inject::None as u8),
             report: Mutex::new(report),
             solver_lib: OnceLock::new(),
             polar_retries: AtomicU64::new(0),
