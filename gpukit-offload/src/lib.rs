@@ -50,6 +50,7 @@ pub mod calibrate;
 pub mod call;
 pub mod cpu;
 pub mod dispatch;
+pub mod embedded;
 mod error;
 pub mod ffi;
 mod fork;
