@@ -584,4 +584,15 @@ mod tests {
         assert_eq!(column_blocks(6000, 48_000, true).len(), 5);
         assert!(column_blocks(0, 8, true).is_empty());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_output_is_covered_once(n in 1usize..20_000, col in 1usize..200_000, chunkable: bool) {
+            let bl = column_blocks(n, col, chunkable);
+            proptest::prop_assert_eq!(bl.first().map(|b| b.0), Some(0));
+            proptest::prop_assert_eq!(bl.last().map(|b| b.1), Some(n));
+            proptest::prop_assert!(bl.windows(2).all(|w| w[0].1 == w[1].0));
+            proptest::prop_assert!(bl.len() <= 8 && bl.iter().all(|b| b.1 > b.0));
+        }
+    }
 }

@@ -77,4 +77,24 @@ mod tests {
             assert_eq!(off % ALIGN, 0);
         }
     }
+
+    proptest::proptest! {
+        /// Any sequence of buffers: aligned, disjoint, inside the total; the status region
+        /// after the buffers.
+        #[test]
+        fn buffers_never_overlap(sizes in proptest::collection::vec(0usize..100_000, 1..20)) {
+            let mut l = Layout::default();
+            let offs: Vec<(usize, usize)> = sizes.iter().map(|&b| (l.dev(b), b)).collect();
+            let st = l.status(4);
+            for w in offs.windows(2) {
+                proptest::prop_assert!(w[0].0 + w[0].1 <= w[1].0);
+            }
+            for &(o, _) in &offs {
+                proptest::prop_assert_eq!(o % ALIGN, 0);
+            }
+            let last = offs.last().unwrap();
+            proptest::prop_assert!(last.0 + last.1 <= l.status_base());
+            proptest::prop_assert!(l.status_base() + st + 4 <= l.total());
+        }
+    }
 }

@@ -434,4 +434,26 @@ mod tests {
         assert!(near_threshold(&s, 1e-6, 1e-6));
         assert!(near_threshold(&s, 1.1e-10, 1e-11));
     }
+
+    proptest::proptest! {
+        /// The rank counts the singular values above the threshold, and the scale inverts
+        /// exactly those.
+        #[test]
+        fn rank_and_scale_agree(
+            s in proptest::collection::vec(0.0f64..10.0, 1..30),
+            rcond in -1.0f64..1.5,
+        ) {
+            let mut s = s;
+            s.sort_by(|a, b| b.total_cmp(a));
+            let (rank, tol, scale) = rank_and_scale(&s, rcond, Precision::D);
+            proptest::prop_assert_eq!(rank, s.iter().filter(|&&v| v > tol).count());
+            for (v, d) in s.iter().zip(&scale) {
+                if *v > tol {
+                    proptest::prop_assert!((d * v - 1.0).abs() < 1e-12);
+                } else {
+                    proptest::prop_assert_eq!(*d, 0.0);
+                }
+            }
+        }
+    }
 }

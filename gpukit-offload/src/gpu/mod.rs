@@ -1,20 +1,20 @@
 //! The GPU backend: cuBLAS (its `_64` API) and cuSOLVER (its 64-bit `X` API where one exists)
 //! through cudarc's raw layer.
 //!
-//! * **Lanes, no global lock** ([`lane`]): a call checks a lane of streams, handles and buffers
+//! * **Lanes, no global lock** (`lane`): a call checks a lane of streams, handles and buffers
 //!   out of a pool, so calls from several threads run concurrently.
 //! * **Pinned staging, overlapped** ([`staging`]): copies go through two pinned slots, the host
 //!   packing or unpacking one piece while the DMA engine moves the other; column-separable
 //!   BLAS-3 calls upload block j+1 while block j is computed.
-//! * **Caller's buffers written only after success** ([`exec`]): every `info`, every
-//!   non-finite check ([`finite`]) and every routine check is read before the first result is
+//! * **Caller's buffers written only after success** (`exec`): every `info`, every
+//!   non-finite check (`finite`) and every routine check is read before the first result is
 //!   copied into the caller's memory, so any failure leaves the inputs untouched and the CPU
 //!   library can run the call. Non-finite inputs always go to the CPU: LAPACK's own outcome
 //!   (an `info`, an error, NaN propagation) is what the caller gets.
 //! * **Start-up in steps** ([`startup`]): the context, cuBLAS and one lane's streams up front;
 //!   cuSOLVER, pinned memory and the device arena when a call needs them; each step timed.
-//! * One module per family of routines: [`blas3`], [`lu`], [`cholesky`], [`triangular`],
-//!   [`eigen`], [`svd`], [`qr`], [`lstsq`].
+//! * One module per family of routines: `blas3`, `lu`, `cholesky`, `triangular`,
+//!   `eigen`, `svd`, `qr`, `lstsq`.
 
 mod blas3;
 mod cholesky;
@@ -149,6 +149,13 @@ pub fn memory_owner() -> OwnerId {
     }
 }
 
+/// A new lane, its cuBLAS workspace charged to `gpukit-offload` (a lane outlives the call that
+/// made it, so the caller's owner is not the one to pay for it).
+fn new_lane(dev: &Device, report: Option<&mut StartupReport>) -> GResult<Lane> {
+    dev.allocator()
+        .with_owner(&OwnerId::new("gpukit-offload"), || Lane::new(dev, report))
+}
+
 /// Device memory kept free beside a call's buffers (other users of the GPU, library
 /// workspaces): a call that would leave less runs on the CPU.
 const HEADROOM: usize = 512 << 20;
@@ -199,16 +206,13 @@ impl GpuBackend {
             .bind_to_thread()
             .map_err(|e| unavailable(e.to_string()))?;
         report.record(Step::Context, t.elapsed());
-        let lane = Lane::new(&dev, Some(&mut report)).map_err(|e| unavailable(e.to_string()))?;
+        let lane = new_lane(&dev, Some(&mut report)).map_err(|e| unavailable(e.to_string()))?;
         report.mark_started();
-        let inject = std::env::var("GPUKIT_OFFLOAD_INJECT_FAILURE")
-            .ok()
-            .and_then(|s| Inject::parse(&s))
-            .unwrap_or(Inject::None);
+        // failures are injected by the caller (the dispatcher reads GPUKIT_OFFLOAD_INJECT_FAILURE)
         Ok(GpuBackend {
             lanes: Mutex::new(vec![lane]),
             dev,
-            inject: AtomicU8::new(inject as u8),
+            inject: AtomicU8::new(Inject::None as u8),
             report: Mutex::new(report),
             solver_lib: OnceLock::new(),
             polar_retries: AtomicU64::new(0),
@@ -333,7 +337,7 @@ impl GpuBackend {
         let lane = self.lanes.lock().pop();
         match lane {
             Some(l) => Ok(l),
-            None => Lane::new(&self.dev, None),
+            None => new_lane(&self.dev, None),
         }
     }
 

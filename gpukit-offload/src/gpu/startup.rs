@@ -9,7 +9,7 @@
 //! caller names. Every step is timed into a [`StartupReport`] the dispatcher can log.
 //!
 //! Libraries are opened once: a presence probe that opens and closes a library (as cudarc's
-//! `is_culib_present` does) makes cudarc open it a second time; [`keep_loaded`] opens it the
+//! `is_culib_present` does) makes cudarc open it a second time; `keep_loaded` opens it the
 //! way cudarc will and keeps the handle, so cudarc's own open only takes a reference.
 
 use std::ffi::CString;

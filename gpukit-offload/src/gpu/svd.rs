@@ -984,4 +984,34 @@ mod tests {
         // single precision has its own epsilon
         assert!(!polar_rejected(1e-5, 10.0, 1000, Precision::C));
     }
+
+    proptest::proptest! {
+        /// Any shape: every job's plan computes what goes somewhere, within the shapes LAPACK
+        /// allows, and the method is the values-only one exactly when nothing else is needed.
+        #[test]
+        fn any_shape_keeps_the_plan_invariants(m in 1usize..300, n in 1usize..300) {
+            let all = [N, S, A, O];
+            for r in [Routine::Gesdd, Routine::Gesvd] {
+                for &ju in &all {
+                    for &jv in &all {
+                        if (r == Routine::Gesdd && ju != jv) || (ju == O && jv == O && r == Routine::Gesvd) {
+                            continue;
+                        }
+                        let p = plan(r, ju, jv, m, n);
+                        let k = m.min(n);
+                        proptest::prop_assert!(p.need_u <= m && p.need_vt <= n);
+                        proptest::prop_assert!(p.u_cols <= p.need_u && p.vt_rows <= p.need_vt);
+                        proptest::prop_assert!(p.t_left() <= p.rows());
+                        proptest::prop_assert_eq!(
+                            p.method(false) == Method::Values,
+                            p.need_u == 0 && p.need_vt == 0
+                        );
+                        if p.method(false) == Method::PolarFull {
+                            proptest::prop_assert!(p.t_left() > k);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
