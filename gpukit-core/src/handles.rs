@@ -17,12 +17,13 @@
 //! each other. A closure must not re-bind the handle to another stream.
 //!
 //! Cached handles keep their stream alive; an entry whose stream and handle nobody else holds any
-//! more is dropped the next time a handle is created.
+//! more (only the handle, its workspace and the allocator's segment cache do) is dropped the next
+//! time a handle is created, and the allocator then releases that stream's cached segments.
 //!
 //! Before creating a handle the library is probed ([`gpukit_jit::libs`]): cudarc panics when a
 //! library cannot be loaded, gpukit returns [`Error::Jit`] with `LibraryMissing` instead.
 
-use crate::alloc::{current_owner, DeviceBuffer};
+use crate::alloc::{current_owner, Allocator, DeviceBuffer};
 use crate::device::{Device, Stream};
 use crate::error::{DriverContext, Error, Result};
 use cudarc::cublas::{result as cb, sys as cbsys};
@@ -58,13 +59,27 @@ fn bind(stream: &Stream) -> Result<()> {
         .ctx("binding the stream's context")
 }
 
+/// What the cache needs to know about a handle type.
+trait Cached {
+    /// The stream the handle is bound to.
+    fn stream(&self) -> &Stream;
+    /// The device's allocator (which may cache a clone of the stream).
+    fn allocator(&self) -> &Allocator;
+    /// Clones of the stream the handle holds itself (beyond `stream()`'s own).
+    fn own_stream_refs(&self) -> usize;
+}
+
+/// Whether nobody but the handle itself, its workspace and the allocator holds `h`'s stream.
+fn unused<H: Cached>(h: &H) -> bool {
+    let internal = 1 + h.own_stream_refs() + usize::from(h.allocator().holds_stream(h.stream()));
+    h.stream().holders() <= internal
+}
+
 /// Looks `stream` up in `cache`, or creates its handle with `make` and caches it, first dropping
-/// entries nobody else uses any more (`unused` says whether a handle's stream is held only by
-/// the handle itself).
-fn cached<H>(
+/// entries nobody else uses any more (the allocator then releases their streams' segments).
+fn cached<H: Cached>(
     cache: &Mutex<HashMap<Key, Arc<H>>>,
     stream: &Stream,
-    unused: impl Fn(&H) -> bool,
     make: impl FnOnce() -> Result<H>,
 ) -> Result<Arc<H>> {
     let k = key(stream);
@@ -76,13 +91,18 @@ fn cached<H>(
     let mut map = cache.lock();
     let stale: Vec<Key> = map
         .iter()
-        .filter(|(_, h)| Arc::strong_count(h) == 1 && unused(h))
+        .filter(|(_, h)| Arc::strong_count(h) == 1 && unused(h.as_ref()))
         .map(|(k, _)| *k)
         .collect();
     let dead: Vec<Arc<H>> = stale.iter().filter_map(|k| map.remove(k)).collect();
     let out = map.entry(k).or_insert(h).clone();
     drop(map);
-    drop(dead); // destroyed outside the lock
+    // Destroyed outside the lock; then the stream's cached segments go back to the driver.
+    for h in dead {
+        let (s, alloc) = (h.stream().clone(), h.allocator().clone());
+        drop(h);
+        let _ = alloc.release_stream(&s);
+    }
     Ok(out)
 }
 
@@ -97,7 +117,21 @@ unsafe impl Send for RawBlas {}
 pub struct BlasHandle {
     raw: Mutex<RawBlas>,
     stream: Stream,
+    alloc: Allocator,
     workspace: Option<DeviceBuffer>,
+}
+
+impl Cached for BlasHandle {
+    fn stream(&self) -> &Stream {
+        &self.stream
+    }
+    fn allocator(&self) -> &Allocator {
+        &self.alloc
+    }
+    fn own_stream_refs(&self) -> usize {
+        // The workspace buffer holds the stream too.
+        usize::from(self.workspace.is_some())
+    }
 }
 
 impl std::fmt::Debug for BlasHandle {
@@ -124,9 +158,7 @@ impl BlasHandle {
     pub fn for_stream(stream: &Stream) -> Result<Arc<BlasHandle>> {
         static CACHE: OnceLock<Mutex<HashMap<Key, Arc<BlasHandle>>>> = OnceLock::new();
         let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-        // The handle holds its stream twice: itself and through its workspace buffer.
-        let unused = |h: &BlasHandle| h.stream.holders() <= 1 + usize::from(h.workspace.is_some());
-        cached(cache, stream, unused, || BlasHandle::create(stream))
+        cached(cache, stream, || BlasHandle::create(stream))
     }
 
     /// A new handle bound to `stream` (not cached: most callers want
@@ -143,6 +175,7 @@ impl BlasHandle {
         let h = BlasHandle {
             raw: Mutex::new(raw),
             stream: stream.clone(),
+            alloc: dev.allocator().clone(),
             workspace: Some(workspace),
         };
         {
@@ -216,6 +249,19 @@ unsafe impl Send for RawSolver {}
 pub struct SolverHandle {
     raw: Mutex<RawSolver>,
     stream: Stream,
+    alloc: Allocator,
+}
+
+impl Cached for SolverHandle {
+    fn stream(&self) -> &Stream {
+        &self.stream
+    }
+    fn allocator(&self) -> &Allocator {
+        &self.alloc
+    }
+    fn own_stream_refs(&self) -> usize {
+        0
+    }
 }
 
 impl std::fmt::Debug for SolverHandle {
@@ -238,17 +284,13 @@ impl SolverHandle {
     pub fn for_stream(stream: &Stream) -> Result<Arc<SolverHandle>> {
         static CACHE: OnceLock<Mutex<HashMap<Key, Arc<SolverHandle>>>> = OnceLock::new();
         let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-        cached(
-            cache,
-            stream,
-            |h| h.stream.holders() <= 1,
-            || SolverHandle::create(stream),
-        )
+        cached(cache, stream, || SolverHandle::create(stream))
     }
 
     /// A new handle bound to `stream` (not cached).
     pub fn create(stream: &Stream) -> Result<SolverHandle> {
         gpukit_jit::libs::ensure_cusolver()?;
+        let dev = Device::open(stream.cuda().context().ordinal())?;
         bind(stream)?;
         let handle = cs::dn_create().map_err(cusolver_err("creating a cuSOLVER handle"))?;
         let h = SolverHandle {
@@ -257,6 +299,7 @@ impl SolverHandle {
                 params: std::ptr::null_mut(),
             }),
             stream: stream.clone(),
+            alloc: dev.allocator().clone(),
         };
         {
             let mut raw = h.raw.lock();

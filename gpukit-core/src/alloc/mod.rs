@@ -488,6 +488,12 @@ impl Allocator {
         }
     }
 
+    /// Whether the allocator keeps a clone of `stream` (it does while the stream has cached
+    /// segments; [`release_stream`](Self::release_stream) lets go of it).
+    pub(crate) fn holds_stream(&self, stream: &Stream) -> bool {
+        self.inner.state.lock().streams.contains_key(&stream.key())
+    }
+
     /// Forgets `stream` so that its handle may be destroyed: when no block of a segment that
     /// belongs to it is allocated (or waiting for other streams), waits for the stream, releases
     /// those segments to the driver and returns `true`; otherwise changes nothing and returns
