@@ -32,6 +32,8 @@ pub struct CalibrateOptions {
     /// Print one line per measured grid point on stderr (for logs; the progress bar is for
     /// terminals).
     pub log_points: bool,
+    /// Leave out grid sizes (first feature) above this (`None`: the whole grid).
+    pub max_x1: Option<f64>,
 }
 
 /// A grid point's CPU time is extrapolated from the previous size (same `x2`) instead of measured
@@ -51,9 +53,13 @@ impl CalibrateOptions {
             progress: true,
             only: Vec::new(),
             log_points: false,
+            max_x1: None,
         }
     }
 }
+
+/// Share of the budget the GPU points may use before larger GPU sizes are left out.
+const GPU_BUDGET_SHARE: f64 = 0.5;
 
 /// The feature grid measured for an op kind and precision.
 pub fn grid(kind: OpKind, p: Precision, quick: bool) -> (Vec<f64>, Vec<f64>) {
@@ -676,16 +682,56 @@ pub fn calibrate(
     opts: &CalibrateOptions,
 ) -> Result<Profile> {
     let t_start = Instant::now();
-    let say = |msg: String| {
-        if opts.log_points {
-            crate::output::line(&format!("calibrate: {msg}"));
-        }
-    };
     let (h2d, d2h) = gpu.measure_copies(256 << 20)?;
     let copy = CopyModel {
         h2d_bytes_per_s: h2d,
         d2h_bytes_per_s: d2h,
         latency_s: 60e-6,
+    };
+    calibrate_with(
+        libs,
+        &mut |c| {
+            // a panic in a GPU path loses that kind's GPU curve, not the calibration
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // SAFETY: every call calibration makes is built by a `Case` that owns its
+                // buffers, with the dimensions the call describes.
+                unsafe { gpu.run(c) }
+            }));
+            match r {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(Error::Gpu {
+                    what: "calibration",
+                    detail: format!("{}: {e}", c.name()),
+                }),
+                Err(_) => Err(Error::Gpu {
+                    what: "calibration",
+                    detail: format!("{}: the GPU path panicked", c.name()),
+                }),
+            }
+        },
+        gpu.name(),
+        copy,
+        startup,
+        opts,
+        t_start,
+    )
+}
+
+/// [`calibrate`] with the GPU as a function that runs a call (tests stand a CPU library in for
+/// it) and the copy figures measured.
+pub(crate) fn calibrate_with(
+    libs: &[&CpuBackend],
+    gpu_run: &mut dyn FnMut(&Call) -> Result<()>,
+    gpu_name: &str,
+    copy: CopyModel,
+    startup: StartupFigures,
+    opts: &CalibrateOptions,
+    t_start: Instant,
+) -> Result<Profile> {
+    let say = |msg: String| {
+        if opts.log_points {
+            crate::output::line(&format!("calibrate: {msg}"));
+        }
     };
     let kinds: Vec<OpKind> = if opts.only.is_empty() {
         OpKind::all()
@@ -695,8 +741,13 @@ pub fn calibrate(
     let mut plan = Vec::new();
     for kind in &kinds {
         for &p in kind.routine.precisions() {
-            let (x1, x2) = grid(*kind, p, opts.quick);
-            plan.push((*kind, p, x1, x2));
+            let (mut x1, x2) = grid(*kind, p, opts.quick);
+            if let Some(max) = opts.max_x1 {
+                x1.retain(|&x| x <= max);
+            }
+            if !x1.is_empty() {
+                plan.push((*kind, p, x1, x2));
+            }
         }
     }
     let points: usize = plan.iter().map(|(_, _, a, b)| a.len() * b.len()).sum();
@@ -717,8 +768,7 @@ pub fn calibrate(
         let mut case = Case::new(*kind, *p, x1[0], x2[0]);
         case.reset();
         let call = case.call(*kind, *p, x1[0], x2[0]);
-        // SAFETY: the call's buffers belong to `case`.
-        let _ = unsafe { gpu.run(&call) };
+        let _ = gpu_run(&call);
         for cpu in libs {
             case.reset();
             let call = case.call(*kind, *p, x1[0], x2[0]);
@@ -726,28 +776,36 @@ pub fn calibrate(
             let _ = unsafe { cpu.run(&call) };
         }
     }
-    // phase 1: the GPU, every point. gpu_t[idx][row][col] = seconds with copies
+    // phase 1: the GPU, every kind's smallest size first, until its share of the budget is
+    // used. gpu_t[idx][row][col] = seconds with copies
     let mut gpu_t: Vec<Vec<Vec<f64>>> = plan.iter().map(|_| Vec::new()).collect();
     let mut gpu_failed = vec![false; plan.len()];
-    for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
-        for &a in x1 {
-            let mut row = Vec::new();
+    let max_rows = plan.iter().map(|(_, _, a, _)| a.len()).max().unwrap_or(0);
+    let gpu_budget = opts.budget.mul_f64(GPU_BUDGET_SHARE);
+    for row in 0..max_rows {
+        if row > 0 && t_start.elapsed() > gpu_budget {
+            say(format!(
+                "GPU share of the budget used after the x1 row {}: larger GPU sizes left out",
+                row - 1
+            ));
+            break;
+        }
+        for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
+            if row >= x1.len() || gpu_failed[idx] || gpu_t[idx].len() < row {
+                continue;
+            }
+            let a = x1[row];
+            let mut cells = Vec::new();
             for &b in x2 {
                 bar.set_message(format!("gpu {kind} {} x1={a} x2={b}", p.letter()));
                 let mut case = Case::new(*kind, *p, a, b);
-                let r = time_point(&mut case, *kind, *p, a, b, opts.quick, &mut |c| {
-                    // SAFETY: the call's buffers belong to `case` and match its dimensions.
-                    unsafe { gpu.run(c) }.map_err(|e| Error::Gpu {
-                        what: "calibration",
-                        detail: format!("{}: {e}", c.name()),
-                    })
-                });
+                let r = time_point(&mut case, *kind, *p, a, b, opts.quick, gpu_run);
                 bar.inc(1);
                 match r {
-                    Ok(t) => row.push(t),
+                    Ok(t) => cells.push(t),
                     Err(e) => {
                         say(format!(
-                            "{kind} {}: GPU failed ({e}); no GPU curve",
+                            "{kind} {} x1={a}: GPU failed ({e}); no larger GPU sizes",
                             p.letter()
                         ));
                         gpu_failed[idx] = true;
@@ -755,10 +813,9 @@ pub fn calibrate(
                     }
                 }
             }
-            if gpu_failed[idx] {
-                break;
+            if cells.len() == x2.len() {
+                gpu_t[idx].push(cells);
             }
-            gpu_t[idx].push(row);
         }
     }
     say(format!(
@@ -766,7 +823,6 @@ pub fn calibrate(
         t_start.elapsed().as_secs_f64()
     ));
     // phase 2: each library, row by row across every kind
-    let max_rows = plan.iter().map(|(_, _, a, _)| a.len()).max().unwrap_or(0);
     // cpu_t[lib][idx][row][col]
     let mut cpu_t: Vec<Vec<Vec<Vec<Got>>>> = libs
         .iter()
@@ -878,7 +934,7 @@ pub fn calibrate(
     ));
     let mut curves = Vec::new();
     for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
-        if !gpu_failed[idx] && !gpu_t[idx].is_empty() {
+        if !gpu_t[idx].is_empty() {
             let rows = &gpu_t[idx];
             let mut seconds = Vec::new();
             for (ri, r) in rows.iter().enumerate() {
@@ -931,7 +987,7 @@ pub fn calibrate(
         version: PROFILE_VERSION,
         machine: Machine {
             cpu: Machine::local_cpu(),
-            gpu: gpu.name().to_string(),
+            gpu: gpu_name.to_string(),
             cpu_library: libs
                 .first()
                 .map(|c| c.path().to_string())
@@ -1042,6 +1098,84 @@ mod tests {
                 assert_eq!(x.1, -y.1);
             }
             assert!(at(i, i).0 > 4.0);
+        }
+    }
+
+    /// The whole calibration loop with a CPU library standing in for the GPU (small sizes, a
+    /// few kinds): a valid profile with GPU and per-library CPU curves, the machine recorded,
+    /// and a later kind still measured when the budget is cut.
+    #[test]
+    fn calibration_loop_builds_a_valid_profile() {
+        let cpu = CpuBackend::embedded();
+        let kinds = vec![
+            OpKind::plain(Routine::Gemm),
+            OpKind::plain(Routine::Potrf),
+            OpKind::new(Routine::Gesdd, Variant::Full),
+            OpKind::plain(Routine::Getri),
+        ];
+        let mut opts = CalibrateOptions::new(true);
+        opts.progress = false;
+        opts.only = kinds.clone();
+        opts.max_x1 = Some(128.0);
+        let mut gpu_calls = 0usize;
+        let copy = CopyModel {
+            h2d_bytes_per_s: 2e10,
+            d2h_bytes_per_s: 2e10,
+            latency_s: 60e-6,
+        };
+        let p = calibrate_with(
+            &[&cpu],
+            &mut |c| {
+                gpu_calls += 1;
+                // SAFETY: calibration calls own their buffers.
+                unsafe { cpu.run(c) }.map(|_| ())
+            },
+            "stand-in GPU",
+            copy,
+            StartupFigures {
+                start_s: 0.5,
+                solver_s: 0.2,
+            },
+            &opts,
+            Instant::now(),
+        )
+        .unwrap();
+        p.validate().unwrap();
+        assert!(gpu_calls > 0);
+        assert_eq!(p.machine.gpu, "stand-in GPU");
+        assert_eq!(p.machine.cpu, Machine::local_cpu());
+        assert_eq!(p.solver_startup_s, Some(0.2));
+        assert_eq!(p.libraries.len(), 1);
+        let m = p.model(true);
+        let lib = cpu.lib().key_id();
+        for k in &kinds {
+            for &prec in k.routine.precisions() {
+                assert!(m.gpu_curve(*k, prec).is_some(), "{k} {prec:?} gpu");
+                assert!(m.cpu_curve(lib, *k, prec).is_some(), "{k} {prec:?} cpu");
+            }
+        }
+        // a zero budget: the first row of every kind is still measured
+        opts.budget = Duration::ZERO;
+        opts.only = vec![OpKind::plain(Routine::Potrf), OpKind::plain(Routine::Trtrs)];
+        let p = calibrate_with(
+            &[&cpu],
+            // SAFETY: calibration calls own their buffers.
+            &mut |c| unsafe { cpu.run(c) }.map(|_| ()),
+            "stand-in GPU",
+            copy,
+            StartupFigures {
+                start_s: 0.5,
+                solver_s: 0.2,
+            },
+            &opts,
+            Instant::now(),
+        )
+        .unwrap();
+        let m = p.model(true);
+        for k in &opts.only {
+            let c = m.cpu_curve(lib, *k, Precision::D).unwrap();
+            assert!(!c.x1.is_empty());
+            assert!(m.gpu_curve(*k, Precision::D).is_some());
         }
     }
 

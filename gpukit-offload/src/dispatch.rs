@@ -765,11 +765,19 @@ impl Dispatcher {
         }
         let me = Arc::clone(self);
         let run = move || {
+            let t0 = Instant::now();
             let ok = me.gpu().is_some_and(|g| g.load_solver().is_ok());
             me.solver
                 .state
                 .store(if ok { READY } else { FAILED }, Relaxed);
             me.notify();
+            if me.config.log == LogMode::Calls {
+                output::line(&format!(
+                    "gpukit-offload: cuSOLVER {} in {:.3}s (first LAPACK call)",
+                    if ok { "loaded" } else { "failed" },
+                    t0.elapsed().as_secs_f64()
+                ));
+            }
         };
         let spawned = std::thread::Builder::new()
             .name("gpukit-offload-solver".into())
