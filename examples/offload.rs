@@ -51,6 +51,10 @@ enum Cmd {
         /// Measure only these library files (repeatable) instead of searching.
         #[arg(long = "library")]
         libraries: Vec<String>,
+        /// Measure the CPU libraries only, adding their curves to this profile of this machine
+        /// (its GPU curves, copy and start-up figures are kept; no GPU needed).
+        #[arg(long = "cpu-only", value_name = "PROFILE")]
+        cpu_only: Option<PathBuf>,
     },
     /// Run a program under the LD_PRELOAD shim (CUDA starts at once in the background; prints
     /// the per-routine summary at exit; keeps the program's exit status).
@@ -86,7 +90,8 @@ fn main() -> ExitCode {
             budget,
             python,
             libraries,
-        }) => run_calibrate(quick, output, budget, &python, &libraries),
+            cpu_only,
+        }) => run_calibrate(quick, output, budget, &python, &libraries, cpu_only),
         Some(Cmd::Run { cmd }) => return run_shim(&cmd),
         Some(Cmd::Explain) => explain(),
     };
@@ -97,6 +102,25 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The whole calibration: the GPU (started here, its start-up timed by phase) and `libs`.
+fn calibrate_all(libs: &[&CpuBackend], opts: &CalibrateOptions) -> gpukit_offload::Result<Profile> {
+    let t = Instant::now();
+    let gpu = gpukit_offload::gpu::GpuBackend::start()?;
+    let start_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    gpu.load_solver().map_err(|e| gpukit_offload::Error::Gpu {
+        what: "loading cuSOLVER",
+        detail: e.to_string(),
+    })?;
+    let solver_s = t.elapsed().as_secs_f64();
+    output::line(&format!(
+        "offload: GPU {} started in {start_s:.3}s, cuSOLVER in {solver_s:.3}s ({})",
+        gpu.name(),
+        gpu.startup_report()
+    ));
+    calibrate(libs, &gpu, StartupFigures { start_s, solver_s }, opts)
 }
 
 /// The CPU libraries to calibrate: `--library` files, else GPUKIT_OFFLOAD_CPU_LIB alone (an
@@ -140,26 +164,13 @@ fn run_calibrate(
     budget: Option<f64>,
     python: &str,
     named: &[String],
+    cpu_only: Option<PathBuf>,
 ) -> gpukit_offload::Result<()> {
     let t0 = Instant::now();
     let libs = find_libraries(python, named)?;
     for l in &libs {
         output::line(&format!("offload: CPU library {}", l.describe()));
     }
-    let t = Instant::now();
-    let gpu = gpukit_offload::gpu::GpuBackend::start()?;
-    let start_s = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    gpu.load_solver().map_err(|e| gpukit_offload::Error::Gpu {
-        what: "loading cuSOLVER",
-        detail: e.to_string(),
-    })?;
-    let solver_s = t.elapsed().as_secs_f64();
-    output::line(&format!(
-        "offload: GPU {} started in {start_s:.3}s, cuSOLVER in {solver_s:.3}s ({})",
-        gpu.name(),
-        gpu.startup_report()
-    ));
     let mut opts = CalibrateOptions::new(quick);
     // a log (not a terminal) gets one line per grid point instead of the progress bar
     opts.log_points = !std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -168,7 +179,13 @@ fn run_calibrate(
         opts.budget = std::time::Duration::from_secs_f64(b);
     }
     let refs: Vec<&CpuBackend> = libs.iter().collect();
-    let profile = calibrate(&refs, &gpu, StartupFigures { start_s, solver_s }, &opts)?;
+    let profile = match cpu_only {
+        Some(base) => {
+            let base = Profile::load(&base)?;
+            gpukit_offload::calibrate::calibrate_cpu(&refs, &base, &opts)?
+        }
+        None => calibrate_all(&refs, &opts)?,
+    };
     let path =
         output
             .or_else(Profile::default_path)

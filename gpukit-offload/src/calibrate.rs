@@ -733,23 +733,7 @@ pub(crate) fn calibrate_with(
             crate::output::line(&format!("calibrate: {msg}"));
         }
     };
-    let kinds: Vec<OpKind> = if opts.only.is_empty() {
-        OpKind::all()
-    } else {
-        opts.only.clone()
-    };
-    let mut plan = Vec::new();
-    for kind in &kinds {
-        for &p in kind.routine.precisions() {
-            let (mut x1, x2) = grid(*kind, p, opts.quick);
-            if let Some(max) = opts.max_x1 {
-                x1.retain(|&x| x <= max);
-            }
-            if !x1.is_empty() {
-                plan.push((*kind, p, x1, x2));
-            }
-        }
-    }
+    let plan = make_plan(opts);
     let points: usize = plan.iter().map(|(_, _, a, b)| a.len() * b.len()).sum();
     let bar = if opts.progress {
         let b = indicatif::ProgressBar::new((points * (1 + libs.len())) as u64);
@@ -763,18 +747,12 @@ pub(crate) fn calibrate_with(
     } else {
         indicatif::ProgressBar::hidden()
     };
-    // warm-up: every GPU kernel and library path once, untimed
+    // warm-up: every GPU kernel once, untimed (each CPU library warms up before its turn)
     for (kind, p, x1, x2) in &plan {
         let mut case = Case::new(*kind, *p, x1[0], x2[0]);
         case.reset();
         let call = case.call(*kind, *p, x1[0], x2[0]);
         let _ = gpu_run(&call);
-        for cpu in libs {
-            case.reset();
-            let call = case.call(*kind, *p, x1[0], x2[0]);
-            // SAFETY: as above.
-            let _ = unsafe { cpu.run(&call) };
-        }
     }
     // phase 1: the GPU, every kind's smallest size first, until its share of the budget is
     // used. gpu_t[idx][row][col] = seconds with copies
@@ -822,167 +800,41 @@ pub(crate) fn calibrate_with(
         "GPU points done at {:.1}s",
         t_start.elapsed().as_secs_f64()
     ));
-    // phase 2: each library, row by row across every kind
-    // cpu_t[lib][idx][row][col]
-    let mut cpu_t: Vec<Vec<Vec<Vec<Got>>>> = libs
-        .iter()
-        .map(|_| plan.iter().map(|_| Vec::new()).collect())
-        .collect();
-    let mut extrapolated = 0usize;
-    let mut cut = false;
-    for row in 0..max_rows {
-        for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
-            if row >= x1.len() {
-                continue;
-            }
-            for (li, cpu) in libs.iter().enumerate() {
-                let mut got = Vec::new();
-                for (bi, &b) in x2.iter().enumerate() {
-                    let a = x1[row];
-                    let s = kind.canonical_shape(a, b);
-                    let flops = kind.flops(*p, s);
-                    let below = row
-                        .checked_sub(1)
-                        .and_then(|r| cpu_t[li][idx].get(r))
-                        .and_then(|r| r.get(bi).copied())
-                        .and_then(Got::seconds);
-                    let gpu_below = row
-                        .checked_sub(1)
-                        .and_then(|r| gpu_t[idx].get(r))
-                        .and_then(|r| r.get(bi).copied());
-                    let scale = |tc0: f64| {
-                        let f0 = kind.flops(*p, kind.canonical_shape(x1[row - 1], b));
-                        tc0 * flops / f0.max(1.0)
-                    };
-                    let dominated = match (below, gpu_below) {
-                        (Some(tc0), Some(tg0)) => {
-                            tc0 >= DOMINATED_MIN_S && tc0 >= DOMINATED_SPEEDUP * tg0
-                        }
-                        _ => false,
-                    };
-                    let g = if let (true, Some(tc0)) = (cut || dominated, below) {
-                        extrapolated += 1;
-                        Got::Extrapolated(scale(tc0))
-                    } else if cut && row > 0 {
-                        Got::Missing
-                    } else {
-                        bar.set_message(format!(
-                            "{} {kind} {} x1={a} x2={b}",
-                            cpu.lib().key(),
-                            p.letter()
-                        ));
-                        let mut case = Case::new(*kind, *p, a, b);
-                        let r = time_point(&mut case, *kind, *p, a, b, opts.quick, &mut |c| {
-                            // SAFETY: the call's buffers belong to `case`.
-                            let info = unsafe { cpu.run(c)? };
-                            if info != 0 {
-                                return Err(Error::Lapack {
-                                    routine: c.name(),
-                                    info,
-                                    meaning: "calibration input rejected",
-                                });
-                            }
-                            Ok(())
-                        });
-                        match r {
-                            Ok(t) => Got::Measured(t),
-                            Err(e) => {
-                                say(format!(
-                                    "{} {kind} {}: {e}; no CPU curve",
-                                    cpu.lib().key(),
-                                    p.letter()
-                                ));
-                                Got::Missing
-                            }
-                        }
-                    };
-                    if let Some(tc) = g.seconds() {
-                        let tg = gpu_t[idx]
-                            .get(row)
-                            .and_then(|r| r.get(bi))
-                            .copied()
-                            .unwrap_or(f64::NAN);
-                        say(format!(
-                            "{} {kind} {} x1={a} x2={b} cpu={tc:.4}s ({}) gpu={tg:.4}s at {:.1}s",
-                            cpu.lib().key(),
-                            p.letter(),
-                            if matches!(g, Got::Measured(_)) {
-                                "measured"
-                            } else {
-                                "extrapolated"
-                            },
-                            t_start.elapsed().as_secs_f64()
-                        ));
-                    }
-                    bar.inc(1);
-                    got.push(g);
-                }
-                cpu_t[li][idx].push(got);
-            }
-        }
-        if t_start.elapsed() > opts.budget && !cut {
-            cut = true;
-            say(format!(
-                "budget of {:.0}s reached after the x1 row {row}: larger CPU points are extrapolated",
-                opts.budget.as_secs_f64()
-            ));
-        }
-    }
+    // phase 2: each library in turn (never interleaved: a library's spinning OpenBLAS threads
+    // would slow the next one's small calls), with an equal share of the budget left
+    let gpu_of = |idx: usize, row: usize, col: usize| -> Option<f64> {
+        gpu_t[idx].get(row).and_then(|r| r.get(col)).copied()
+    };
+    let cpu_t = measure_cpu(libs, &plan, &gpu_of, opts, t_start, &bar, &say);
     bar.finish_and_clear();
-    say(format!(
-        "{extrapolated} CPU points extrapolated (GPU >= {DOMINATED_SPEEDUP}x faster one size below, or the budget), budget cut: {cut}"
-    ));
     let mut curves = Vec::new();
     for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
-        if !gpu_t[idx].is_empty() {
-            let rows = &gpu_t[idx];
-            let mut seconds = Vec::new();
-            for (ri, r) in rows.iter().enumerate() {
-                for (bi, &tg) in r.iter().enumerate() {
-                    let s = kind.canonical_shape(x1[ri], x2[bi]);
-                    let (inb, outb) = kind.bytes(*p, s);
-                    let (ci, co) = copy.seconds(inb, outb);
-                    seconds.push((tg - ci - co - copy.latency_s).max(0.1 * tg));
-                }
-            }
-            curves.push(CurveEntry {
-                op: kind.key(),
-                precision: *p,
-                backend: Backend::Gpu,
-                library: None,
-                curve: Curve {
-                    x1: x1[..rows.len()].to_vec(),
-                    x2: x2.clone(),
-                    seconds,
-                },
-            });
+        if gpu_t[idx].is_empty() {
+            continue;
         }
-        for (li, cpu) in libs.iter().enumerate() {
-            // the rows whose every column has a figure
-            let rows: Vec<&Vec<Got>> = cpu_t[li][idx]
-                .iter()
-                .take_while(|r| r.iter().all(|g| g.seconds().is_some()))
-                .collect();
-            if rows.is_empty() {
-                continue;
+        let rows = &gpu_t[idx];
+        let mut seconds = Vec::new();
+        for (ri, r) in rows.iter().enumerate() {
+            for (bi, &tg) in r.iter().enumerate() {
+                let s = kind.canonical_shape(x1[ri], x2[bi]);
+                let (inb, outb) = kind.bytes(*p, s);
+                let (ci, co) = copy.seconds(inb, outb);
+                seconds.push((tg - ci - co - copy.latency_s).max(0.1 * tg));
             }
-            let seconds = rows
-                .iter()
-                .flat_map(|r| r.iter().filter_map(|g| g.seconds()))
-                .collect();
-            curves.push(CurveEntry {
-                op: kind.key(),
-                precision: *p,
-                backend: Backend::Cpu,
-                library: Some(cpu.lib().key().to_string()),
-                curve: Curve {
-                    x1: x1[..rows.len()].to_vec(),
-                    x2: x2.clone(),
-                    seconds,
-                },
-            });
         }
+        curves.push(CurveEntry {
+            op: kind.key(),
+            precision: *p,
+            backend: Backend::Gpu,
+            library: None,
+            curve: Curve {
+                x1: x1[..rows.len()].to_vec(),
+                x2: x2.clone(),
+                seconds,
+            },
+        });
     }
+    curves.extend(cpu_curves(libs, &plan, &cpu_t));
     let profile = Profile {
         version: PROFILE_VERSION,
         machine: Machine {
@@ -1019,6 +871,268 @@ pub(crate) fn calibrate_with(
         msg,
     })?;
     Ok(profile)
+}
+
+/// One measured kind: `(kind, precision, x1 grid, x2 grid)`.
+type PlanEntry = (OpKind, Precision, Vec<f64>, Vec<f64>);
+
+/// The CPU side of a calibration: each library in turn, every kind's smallest size first, with
+/// an equal share of the budget still left; points where the GPU (`gpu_of(plan index, row,
+/// column)`: seconds with copies) was at least [`DOMINATED_SPEEDUP`] times faster one size
+/// below, and every point after the library's share is used, are extrapolated by flops from the
+/// size below. Returns `[library][plan index][row][column]`.
+fn measure_cpu(
+    libs: &[&CpuBackend],
+    plan: &[PlanEntry],
+    gpu_of: &dyn Fn(usize, usize, usize) -> Option<f64>,
+    opts: &CalibrateOptions,
+    t_start: Instant,
+    bar: &indicatif::ProgressBar,
+    say: &dyn Fn(String),
+) -> Vec<Vec<Vec<Vec<Got>>>> {
+    let max_rows = plan.iter().map(|(_, _, a, _)| a.len()).max().unwrap_or(0);
+    let mut all = Vec::new();
+    for (li, cpu) in libs.iter().enumerate() {
+        let share = opts.budget.saturating_sub(t_start.elapsed()) / (libs.len() - li) as u32;
+        let lib_start = Instant::now();
+        // the previous library's threads go idle before this one is timed
+        std::thread::sleep(Duration::from_millis(300));
+        for (kind, p, x1, x2) in plan {
+            let mut case = Case::new(*kind, *p, x1[0], x2[0]);
+            case.reset();
+            let call = case.call(*kind, *p, x1[0], x2[0]);
+            // SAFETY: the call's buffers belong to `case`.
+            let _ = unsafe { cpu.run(&call) };
+        }
+        let mut cpu_t: Vec<Vec<Vec<Got>>> = plan.iter().map(|_| Vec::new()).collect();
+        let mut extrapolated = 0usize;
+        let mut cut = false;
+        for row in 0..max_rows {
+            for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
+                if row >= x1.len() {
+                    continue;
+                }
+                if !cut && lib_start.elapsed() > share {
+                    cut = true;
+                    say(format!(
+                        "{}: its {:.0}s of the budget used in the x1 row {row} (at {kind} {}): larger CPU points are extrapolated",
+                        cpu.lib().key(),
+                        share.as_secs_f64(),
+                        p.letter()
+                    ));
+                }
+                let mut got = Vec::new();
+                for (bi, &b) in x2.iter().enumerate() {
+                    let a = x1[row];
+                    let flops = kind.flops(*p, kind.canonical_shape(a, b));
+                    let below = row
+                        .checked_sub(1)
+                        .and_then(|r| cpu_t[idx].get(r))
+                        .and_then(|r| r.get(bi).copied())
+                        .and_then(Got::seconds);
+                    let dominated =
+                        match (below, row.checked_sub(1).and_then(|r| gpu_of(idx, r, bi))) {
+                            (Some(tc0), Some(tg0)) => {
+                                tc0 >= DOMINATED_MIN_S && tc0 >= DOMINATED_SPEEDUP * tg0
+                            }
+                            _ => false,
+                        };
+                    let g = match below {
+                        Some(tc0) if cut || dominated => {
+                            extrapolated += 1;
+                            let f0 = kind.flops(*p, kind.canonical_shape(x1[row - 1], b));
+                            Got::Extrapolated(tc0 * flops / f0.max(1.0))
+                        }
+                        _ if cut && row > 0 => Got::Missing,
+                        _ => {
+                            bar.set_message(format!(
+                                "{} {kind} {} x1={a} x2={b}",
+                                cpu.lib().key(),
+                                p.letter()
+                            ));
+                            let mut case = Case::new(*kind, *p, a, b);
+                            let r = time_point(&mut case, *kind, *p, a, b, opts.quick, &mut |c| {
+                                // SAFETY: the call's buffers belong to `case`.
+                                let info = unsafe { cpu.run(c)? };
+                                if info != 0 {
+                                    return Err(Error::Lapack {
+                                        routine: c.name(),
+                                        info,
+                                        meaning: "calibration input rejected",
+                                    });
+                                }
+                                Ok(())
+                            });
+                            match r {
+                                Ok(t) => Got::Measured(t),
+                                Err(e) => {
+                                    say(format!(
+                                        "{} {kind} {}: {e}; no CPU curve",
+                                        cpu.lib().key(),
+                                        p.letter()
+                                    ));
+                                    Got::Missing
+                                }
+                            }
+                        }
+                    };
+                    if let Some(tc) = g.seconds() {
+                        say(format!(
+                            "{} {kind} {} x1={a} x2={b} cpu={tc:.4}s ({}) gpu={} at {:.1}s",
+                            cpu.lib().key(),
+                            p.letter(),
+                            if matches!(g, Got::Measured(_)) {
+                                "measured"
+                            } else {
+                                "extrapolated"
+                            },
+                            gpu_of(idx, row, bi)
+                                .map(|t| format!("{t:.4}s"))
+                                .unwrap_or_else(|| "-".into()),
+                            t_start.elapsed().as_secs_f64()
+                        ));
+                    }
+                    bar.inc(1);
+                    got.push(g);
+                }
+                cpu_t[idx].push(got);
+            }
+        }
+        say(format!(
+            "{}: {extrapolated} CPU points extrapolated (GPU >= {DOMINATED_SPEEDUP}x faster one size below, or the budget), {:.1}s",
+            cpu.lib().key(),
+            lib_start.elapsed().as_secs_f64()
+        ));
+        all.push(cpu_t);
+    }
+    all
+}
+
+/// The CPU curves of `libs` on this machine, added to `base` (a profile of this machine's
+/// GPU): its GPU curves, copy and start-up figures are kept and give the GPU side of the rule
+/// that skips CPU points the GPU dominates; curves of other libraries are kept, those of `libs`
+/// replaced. No GPU is needed (`offload calibrate --cpu-only --from PROFILE`).
+pub fn calibrate_cpu(
+    libs: &[&CpuBackend],
+    base: &Profile,
+    opts: &CalibrateOptions,
+) -> Result<Profile> {
+    let t_start = Instant::now();
+    let say = |msg: String| {
+        if opts.log_points {
+            crate::output::line(&format!("calibrate: {msg}"));
+        }
+    };
+    let plan = make_plan(opts);
+    let model = base.model(true);
+    let gpu_of = |idx: usize, row: usize, col: usize| -> Option<f64> {
+        let (kind, p, x1, x2) = &plan[idx];
+        let s = kind.canonical_shape(*x1.get(row)?, *x2.get(col)?);
+        model.gpu_estimate(*kind, *p, s).map(|e| e.gpu_s)
+    };
+    let bar = indicatif::ProgressBar::hidden();
+    let cpu_t = measure_cpu(libs, &plan, &gpu_of, opts, t_start, &bar, &say);
+    let keys: Vec<String> = libs.iter().map(|c| c.lib().key().to_string()).collect();
+    let mut out = base.clone();
+    out.curves.retain(|c| {
+        c.backend == Backend::Gpu
+            || !keys.contains(
+                &c.library
+                    .clone()
+                    .unwrap_or_else(|| crate::library::Library::at(&base.machine.cpu_library).key),
+            )
+    });
+    // a curve without its library field belonged to machine.cpu_library: name it
+    for c in out.curves.iter_mut() {
+        if c.backend == Backend::Cpu && c.library.is_none() {
+            c.library = Some(crate::library::Library::at(&base.machine.cpu_library).key);
+        }
+    }
+    out.curves.extend(cpu_curves(libs, &plan, &cpu_t));
+    out.libraries.retain(|l| !keys.contains(&l.key));
+    out.libraries.extend(libs.iter().map(|c| LibraryEntry {
+        key: c.lib().key().to_string(),
+        path: c.path().to_string(),
+    }));
+    out.cpu_points.retain(|p| !keys.contains(&p.library));
+    out.corrections.retain(|k, _| {
+        crate::learn::CorrKey::parse(k).is_some_and(|c| {
+            c.backend == Backend::Gpu || !keys.contains(&c.lib.as_str().to_string())
+        })
+    });
+    out.machine.cpu = Machine::local_cpu();
+    out.created_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    out.calibration_s = t_start.elapsed().as_secs_f64();
+    out.validate().map_err(|msg| Error::Profile {
+        path: "(calibration)".into(),
+        msg,
+    })?;
+    Ok(out)
+}
+
+/// The kinds and grids a calibration measures.
+fn make_plan(opts: &CalibrateOptions) -> Vec<PlanEntry> {
+    let kinds: Vec<OpKind> = if opts.only.is_empty() {
+        OpKind::all()
+    } else {
+        opts.only.clone()
+    };
+    let mut plan = Vec::new();
+    // double and single precision first: a budget cut in a row hits the complex kinds
+    for prec in [Precision::D, Precision::S, Precision::Z, Precision::C] {
+        for kind in &kinds {
+            if !kind.routine.precisions().contains(&prec) {
+                continue;
+            }
+            let (mut x1, x2) = grid(*kind, prec, opts.quick);
+            if let Some(max) = opts.max_x1 {
+                x1.retain(|&x| x <= max);
+            }
+            if !x1.is_empty() {
+                plan.push((*kind, prec, x1, x2));
+            }
+        }
+    }
+    plan
+}
+
+/// The CPU curves of the measured libraries: the rows whose every column has a figure.
+fn cpu_curves(
+    libs: &[&CpuBackend],
+    plan: &[PlanEntry],
+    cpu_t: &[Vec<Vec<Vec<Got>>>],
+) -> Vec<CurveEntry> {
+    let mut curves = Vec::new();
+    for (li, cpu) in libs.iter().enumerate() {
+        for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
+            let rows: Vec<&Vec<Got>> = cpu_t[li][idx]
+                .iter()
+                .take_while(|r| r.iter().all(|g| g.seconds().is_some()))
+                .collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let seconds = rows
+                .iter()
+                .flat_map(|r| r.iter().filter_map(|g| g.seconds()))
+                .collect();
+            curves.push(CurveEntry {
+                op: kind.key(),
+                precision: *p,
+                backend: Backend::Cpu,
+                library: Some(cpu.lib().key().to_string()),
+                curve: Curve {
+                    x1: x1[..rows.len()].to_vec(),
+                    x2: x2.clone(),
+                    seconds,
+                },
+            });
+        }
+    }
+    curves
 }
 
 /// The BLAS/LAPACK libraries the numpy and scipy of `python` use: the files of those names
@@ -1177,6 +1291,50 @@ mod tests {
             assert!(!c.x1.is_empty());
             assert!(m.gpu_curve(*k, Precision::D).is_some());
         }
+        // the CPU side alone, added to that profile: GPU curves kept, this library's replaced,
+        // another library's kept
+        let mut base = p.clone();
+        let other = base
+            .curves
+            .iter()
+            .find(|c| c.backend == Backend::Cpu)
+            .cloned()
+            .map(|mut c| {
+                c.library = Some("mkl".into());
+                c
+            })
+            .unwrap();
+        base.curves.push(other);
+        opts.only = vec![OpKind::plain(Routine::Potri)];
+        opts.budget = Duration::from_secs(60);
+        let q = calibrate_cpu(&[&cpu], &base, &opts).unwrap();
+        let m = q.model(true);
+        assert!(m
+            .cpu_curve(lib, OpKind::plain(Routine::Potri), Precision::Z)
+            .is_some());
+        // potrf's curve of this library was replaced by the new calibration (which did not
+        // measure it); mkl's is kept; the GPU curves are the base's
+        assert!(m
+            .cpu_curve(lib, OpKind::plain(Routine::Potrf), Precision::D)
+            .is_none());
+        assert!(m
+            .cpu_curve(
+                crate::library::LibKey::of("mkl"),
+                OpKind::plain(Routine::Potrf),
+                Precision::D
+            )
+            .is_some());
+        assert_eq!(
+            q.curves
+                .iter()
+                .filter(|c| c.backend == Backend::Gpu)
+                .count(),
+            base.curves
+                .iter()
+                .filter(|c| c.backend == Backend::Gpu)
+                .count()
+        );
+        assert_eq!(q.machine.gpu, "stand-in GPU");
     }
 
     /// Runs every op kind on the CPU backend through the calibration cases (small sizes): the
