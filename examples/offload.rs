@@ -1,20 +1,20 @@
 //! `offload`: the command-line consumer of gpukit-offload.
 //!
 //! ```text
-//! cargo run --release --example offload                 # demo workload through the dispatcher
-//! cargo run --release --example offload -- calibrate [--quick] [--output PATH]
+//! cargo run --release --example offload                 # demo workload through the dispatcher, results checked
+//! cargo run --release --example offload -- calibrate [--quick] [--output PATH] [--budget S]
 //! cargo run --release --example offload -- run python3 script.py   # under the LD_PRELOAD shim
 //! cargo run --release --example offload -- explain      # crossover sizes from the profile
 //! ```
 
 use clap::{Parser, Subcommand};
-use gpukit_offload::calibrate::{calibrate, CalibrateOptions};
+use gpukit_offload::calibrate::{calibrate, python_libraries, CalibrateOptions, StartupFigures};
 use gpukit_offload::cpu::{CpuBackend, CPU_LIB_ENV};
 use gpukit_offload::model::required_speedup;
+use gpukit_offload::output;
 use gpukit_offload::profile::Profile;
-use gpukit_offload::{
-    c64, Config, Dispatcher, Offload, OpKind, Outcome, Precision, Routine, SvdJob, Trans, Uplo,
-};
+use gpukit_offload::{c64, Config, Dispatcher, Offload, OpKind, Outcome, SvdJob, Trans, Uplo};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -31,93 +31,161 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Measure this machine and write the profile (user config dir or GPUKIT_OFFLOAD_PROFILE).
+    /// Measure this machine (the GPU, and each CPU library found: the system one and those of
+    /// python3's numpy and scipy) and write the profile (user config dir or
+    /// GPUKIT_OFFLOAD_PROFILE).
     Calibrate {
-        /// Smaller grids, under 3 minutes.
+        /// Smaller grids and a time budget (default 150 s).
         #[arg(long)]
         quick: bool,
         /// Write the profile here instead.
         #[arg(long)]
         output: Option<PathBuf>,
-        /// Stop adding larger sizes after this many seconds (default: 150 quick, 1500 full).
+        /// Stop measuring larger CPU sizes after this many seconds (default: 150 quick, 1500
+        /// full); the rest are extrapolated.
         #[arg(long)]
         budget: Option<f64>,
+        /// The Python whose numpy and scipy libraries are measured.
+        #[arg(long, default_value = "python3")]
+        python: String,
+        /// Measure only these library files (repeatable) instead of searching.
+        #[arg(long = "library")]
+        libraries: Vec<String>,
+        /// Measure the CPU libraries only, adding their curves to this profile of this machine
+        /// (its GPU curves, copy and start-up figures are kept; no GPU needed).
+        #[arg(long = "cpu-only", value_name = "PROFILE")]
+        cpu_only: Option<PathBuf>,
     },
-    /// Run a program under the LD_PRELOAD shim (prints the per-routine summary at exit).
+    /// Run a program under the LD_PRELOAD shim (CUDA starts at once in the background; prints
+    /// the per-routine summary at exit; keeps the program's exit status).
     Run {
         /// The command and its arguments.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         cmd: Vec<String>,
     },
-    /// Print the crossover sizes per routine and precision from the current profile.
+    /// Print the crossover sizes per routine, precision and CPU library from the profile.
     Explain,
+}
+
+/// Writes a line to stdout; a closed stdout (`offload explain | head`) ends the program
+/// quietly instead of panicking.
+fn say(text: &str) {
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{text}").and_then(|_| out.flush()).is_err() {
+        std::process::exit(0);
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
-        None => demo(),
+        None => match demo() {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::FAILURE,
+            Err(e) => Err(e),
+        },
         Some(Cmd::Calibrate {
             quick,
             output,
             budget,
-        }) => run_calibrate(quick, output, budget),
+            python,
+            libraries,
+            cpu_only,
+        }) => run_calibrate(quick, output, budget, &python, &libraries, cpu_only),
         Some(Cmd::Run { cmd }) => return run_shim(&cmd),
         Some(Cmd::Explain) => explain(),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("offload: {e}");
+            output::line(&format!("offload: {e}"));
             ExitCode::FAILURE
         }
     }
 }
 
-/// The CPU library: GPUKIT_OFFLOAD_CPU_LIB, the system OpenBLAS/LAPACK, else the OpenBLAS that
-/// python3's numpy bundles (the library numpy programs use, so the best one to calibrate).
-fn find_cpu() -> gpukit_offload::Result<CpuBackend> {
-    if let Ok(b) = CpuBackend::discover() {
-        return Ok(b);
+/// The whole calibration: the GPU (started here, its start-up timed by phase) and `libs`.
+fn calibrate_all(libs: &[&CpuBackend], opts: &CalibrateOptions) -> gpukit_offload::Result<Profile> {
+    let t = Instant::now();
+    let gpu = gpukit_offload::gpu::GpuBackend::start()?;
+    let start_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    gpu.load_solver().map_err(|e| gpukit_offload::Error::Gpu {
+        what: "loading cuSOLVER",
+        detail: e.to_string(),
+    })?;
+    let solver_s = t.elapsed().as_secs_f64();
+    output::line(&format!(
+        "offload: GPU {} started in {start_s:.3}s, cuSOLVER in {solver_s:.3}s ({})",
+        gpu.name(),
+        gpu.startup_report()
+    ));
+    calibrate(libs, &gpu, StartupFigures { start_s, solver_s }, opts)
+}
+
+/// The CPU libraries to calibrate: `--library` files, else GPUKIT_OFFLOAD_CPU_LIB alone (an
+/// error if it cannot be used), else the system library and those python's numpy and scipy
+/// load (each file once); the embedded backend when there is none.
+fn find_libraries(python: &str, named: &[String]) -> gpukit_offload::Result<Vec<CpuBackend>> {
+    if !named.is_empty() {
+        return named
+            .iter()
+            .map(|p| CpuBackend::open(&[p.as_str()]))
+            .collect();
     }
-    let out = std::process::Command::new("python3")
-        .args(["-c", "import numpy, os, glob; d = os.path.join(os.path.dirname(numpy.__file__), os.pardir, 'numpy.libs'); print('\\n'.join(glob.glob(os.path.join(d, 'libscipy_openblas*.so'))))"])
-        .output();
-    if let Ok(o) = out {
-        for line in String::from_utf8_lossy(&o.stdout).lines() {
-            if let Ok(b) = CpuBackend::open(&[line.trim()]) {
-                return Ok(b);
+    if std::env::var_os(CPU_LIB_ENV).is_some_and(|v| !v.is_empty()) {
+        return Ok(vec![CpuBackend::discover()?]);
+    }
+    let mut libs = Vec::new();
+    if let Ok(b) = CpuBackend::system() {
+        libs.push(b);
+    }
+    for path in python_libraries(python) {
+        match CpuBackend::open(&[path.as_str()]) {
+            Ok(b)
+                if !libs
+                    .iter()
+                    .any(|l: &CpuBackend| l.lib().key() == b.lib().key()) =>
+            {
+                libs.push(b)
             }
+            _ => {}
         }
     }
-    CpuBackend::discover()
+    if libs.is_empty() {
+        libs.push(CpuBackend::embedded());
+    }
+    Ok(libs)
 }
 
 fn run_calibrate(
     quick: bool,
     output: Option<PathBuf>,
     budget: Option<f64>,
+    python: &str,
+    named: &[String],
+    cpu_only: Option<PathBuf>,
 ) -> gpukit_offload::Result<()> {
     let t0 = Instant::now();
-    let cpu = find_cpu()?;
-    // make the typed API of this process use the same library
-    std::env::set_var(CPU_LIB_ENV, cpu.path());
-    eprintln!(
-        "offload: CPU library {} ({})",
-        cpu.path(),
-        if cpu.ilp64() { "ILP64" } else { "LP64" }
-    );
-    let t = Instant::now();
-    let gpu = gpukit_offload::gpu::GpuBackend::start()?;
-    let startup = t.elapsed().as_secs_f64();
-    eprintln!("offload: GPU {} started in {:.3}s", gpu.name(), startup);
+    let libs = find_libraries(python, named)?;
+    for l in &libs {
+        output::line(&format!("offload: CPU library {}", l.describe()));
+    }
     let mut opts = CalibrateOptions::new(quick);
     // a log (not a terminal) gets one line per grid point instead of the progress bar
     opts.log_points = !std::io::IsTerminal::is_terminal(&std::io::stderr());
+    opts.progress = !opts.log_points;
     if let Some(b) = budget.filter(|b| b.is_finite() && *b > 0.0) {
         opts.budget = std::time::Duration::from_secs_f64(b);
     }
-    let profile = calibrate(&cpu, &gpu, startup, &opts)?;
+    let refs: Vec<&CpuBackend> = libs.iter().collect();
+    let profile = match cpu_only {
+        Some(base) => {
+            let base = Profile::load(&base)?;
+            gpukit_offload::calibrate::calibrate_cpu(&refs, &base, &opts)?
+        }
+        None => calibrate_all(&refs, &opts)?,
+    };
     let path =
         output
             .or_else(Profile::default_path)
@@ -127,15 +195,16 @@ fn run_calibrate(
                 msg: "no config directory; pass --output".into(),
             })?;
     profile.save(&path)?;
-    println!(
-        "offload: calibrated {} curves in {:.1}s (total {:.1}s); copies {:.1} GB/s in, {:.1} GB/s out; profile written to {}",
+    say(&format!(
+        "offload: calibrated {} curves for {} CPU libraries in {:.1}s (total {:.1}s); copies {:.1} GB/s in, {:.1} GB/s out; profile written to {}",
         profile.curves.len(),
+        libs.len(),
         profile.calibration_s,
         t0.elapsed().as_secs_f64(),
         profile.copy.h2d_bytes_per_s / 1e9,
         profile.copy.d2h_bytes_per_s / 1e9,
         path.display()
-    );
+    ));
     Ok(())
 }
 
@@ -143,10 +212,10 @@ fn run_shim(cmd: &[String]) -> ExitCode {
     let exe = std::env::current_exe().unwrap_or_default();
     let shim = exe.with_file_name("liboffload_preload.so");
     if !shim.exists() {
-        eprintln!(
+        output::line(&format!(
             "offload: the shim {} is missing; build it with `cargo build --release --examples`",
             shim.display()
-        );
+        ));
         return ExitCode::FAILURE;
     }
     let mut preload = shim.display().to_string();
@@ -160,16 +229,23 @@ fn run_shim(cmd: &[String]) -> ExitCode {
     if std::env::var_os("GPUKIT_OFFLOAD_LOG").is_none() {
         c.env("GPUKIT_OFFLOAD_LOG", "summary");
     }
+    // the user asked for offload: CUDA starts at once, in the background (a process without a
+    // usable GPU finds that out at load time and never tries)
+    if std::env::var_os("GPUKIT_OFFLOAD_START").is_none() {
+        c.env("GPUKIT_OFFLOAD_START", "eager");
+    }
     match c.status() {
-        Ok(s) => match s.code() {
-            Some(code) => ExitCode::from(code.clamp(0, 255) as u8),
-            None => {
-                eprintln!("offload: {} was killed by a signal", cmd[0]);
-                ExitCode::FAILURE
+        Ok(s) => {
+            use std::os::unix::process::ExitStatusExt;
+            match (s.code(), s.signal()) {
+                (Some(code), _) => ExitCode::from(code.clamp(0, 255) as u8),
+                // as a shell reports it: 128 + the signal
+                (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
+                (None, None) => ExitCode::FAILURE,
             }
-        },
+        }
         Err(e) => {
-            eprintln!("offload: cannot run {}: {e}", cmd[0]);
+            output::line(&format!("offload: cannot run {}: {e}", cmd[0]));
             ExitCode::from(127)
         }
     }
@@ -177,66 +253,63 @@ fn run_shim(cmd: &[String]) -> ExitCode {
 
 fn explain() -> gpukit_offload::Result<()> {
     let d = Dispatcher::global();
-    for w in d.warnings() {
-        eprintln!("offload: {w}");
+    for w in d.warnings().iter().chain(d.notices()) {
+        output::line(&format!("offload: {w}"));
     }
     let level = d.config().level;
-    println!(
+    say(&format!(
         "profile: {}; level {level} (offload when predicted >= {:.2}x faster)",
         d.profile_path()
-            .filter(|p| p.exists())
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "built-in default".into()),
         required_speedup(level)
-    );
-    println!(
-        "{:<10} {:>4} {:>14} {:>10} {:>10} {:>10}",
-        "op", "prec", "crossover n", "x@1024", "x@4096", "x@8192"
-    );
+    ));
     let m = d.model();
-    for kind in OpKind::all() {
-        for p in Precision::ALL {
-            let sp = |x: f64| {
-                let x2 = match kind.routine {
-                    Routine::Getrs | Routine::Gesv | Routine::Potrs | Routine::Posv => x,
-                    Routine::Getrf
-                    | Routine::Geqrf
-                    | Routine::Gesdd
-                    | Routine::Gesvd
-                    | Routine::Potrf
-                    | Routine::Syevd => 1.0,
-                    _ => x,
+    let libs = m.libraries();
+    if libs.is_empty() {
+        say("no CPU curves for this machine: CPU times are learned from a program's own calls");
+    }
+    say(&format!(
+        "{:<10} {:>4} {:<18} {:>12} {:>8} {:>8} {:>8}",
+        "op", "prec", "CPU library", "crossover n", "x@1024", "x@4096", "x@8192"
+    ));
+    for lib in libs {
+        for kind in OpKind::all() {
+            for &p in kind.routine.precisions() {
+                let sp = |x: f64| {
+                    let x2 = if kind.routine.one_feature() || kind.routine.aspect_feature() {
+                        1.0
+                    } else {
+                        x
+                    };
+                    m.estimate(kind, p, kind.canonical_shape(x, x2), lib)
+                        .filter(|e| e.cpu_known)
+                        .map(|e| e.speedup())
                 };
-                m.estimate(kind, p, kind.canonical_shape(x, x2))
-                    .map(|e| e.speedup())
-            };
-            let mut cross = None;
-            for e in 0..=48 {
-                let x = 32.0 * 2f64.powf(e as f64 / 6.0);
-                if sp(x).is_some_and(|s| s >= required_speedup(level)) {
-                    cross = Some(x.round() as u64);
-                    break;
-                }
+                let cross = (0..=48)
+                    .map(|e| 32.0 * 2f64.powf(e as f64 / 6.0))
+                    .find(|&x| sp(x).is_some_and(|s| s >= required_speedup(level)))
+                    .map(|x| (x.round() as u64).to_string())
+                    .unwrap_or_else(|| "never".into());
+                let f = |x: f64| {
+                    sp(x)
+                        .map(|s| format!("{s:.2}"))
+                        .unwrap_or_else(|| "-".into())
+                };
+                say(&format!(
+                    "{:<10} {:>4} {:<18} {:>12} {:>8} {:>8} {:>8}",
+                    kind.key(),
+                    p.letter(),
+                    lib.as_str(),
+                    cross,
+                    f(1024.0),
+                    f(4096.0),
+                    f(8192.0)
+                ));
             }
-            let f = |x: f64| {
-                sp(x)
-                    .map(|s| format!("{s:.2}"))
-                    .unwrap_or_else(|| "-".into())
-            };
-            println!(
-                "{:<10} {:>4} {:>14} {:>10} {:>10} {:>10}",
-                kind.key(),
-                p.letter(),
-                cross
-                    .map(|c| c.to_string())
-                    .unwrap_or_else(|| "never".into()),
-                f(1024.0),
-                f(4096.0),
-                f(8192.0)
-            );
         }
     }
-    println!("(square calls; solves with nrhs = n; x@n = predicted GPU speedup, copies included)");
+    say("(square calls; solves with nrhs = n; x@n = predicted GPU speedup, copies included)");
     Ok(())
 }
 
@@ -263,163 +336,269 @@ fn spd(n: usize, seed: u64) -> Vec<f64> {
     a
 }
 
-fn show(name: &str, shape: &str, r: gpukit_offload::Result<Outcome>) {
-    match r {
-        Ok(o) => println!(
-            "{:<8} {:<26} {:<4} {:<18} {:>9.4}s {}",
-            name,
-            shape,
-            o.backend.as_str(),
-            o.reason.map(|r| r.as_str()).unwrap_or("model: gpu faster"),
-            o.seconds,
-            o.estimate
-                .map(|e| format!("(predicted cpu {:.4}s, gpu {:.4}s)", e.cpu_s, e.gpu_s))
-                .unwrap_or_default()
-        ),
-        Err(e) => println!("{name:<8} {shape:<26} error: {e}"),
+/// `y = op(A) x` for a column-major `rows x cols` A (`t`: transposed).
+fn matvec(a: &[f64], rows: usize, cols: usize, x: &[f64], t: bool) -> Vec<f64> {
+    if t {
+        (0..cols)
+            .map(|j| (0..rows).map(|i| a[i + j * rows] * x[i]).sum())
+            .collect()
+    } else {
+        let mut y = vec![0.0; rows];
+        for j in 0..cols {
+            let xj = x[j];
+            for i in 0..rows {
+                y[i] += a[i + j * rows] * xj;
+            }
+        }
+        y
     }
 }
 
-fn demo() -> gpukit_offload::Result<()> {
+fn rel_err(x: &[f64], y: &[f64]) -> f64 {
+    let num = x
+        .iter()
+        .zip(y)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    let den = y.iter().map(|v| v.abs()).fold(0.0, f64::max).max(1e-300);
+    num / den
+}
+
+/// One demo row: where it ran, and a check of the result against an independent computation.
+struct Demo {
+    failures: Vec<String>,
+}
+
+impl Demo {
+    fn row(
+        &mut self,
+        name: &str,
+        shape: &str,
+        r: gpukit_offload::Result<Outcome>,
+        err: f64,
+        tol: f64,
+    ) {
+        match r {
+            Ok(o) => {
+                let ok = err.is_finite() && err <= tol;
+                if !ok {
+                    self.failures
+                        .push(format!("{name} {shape}: error {err:.2e} > {tol:.0e}"));
+                }
+                say(&format!(
+                    "{:<8} {:<20} {:<4} {:<18} {:>9.4}s  check {} ({err:.1e})",
+                    name,
+                    shape,
+                    o.backend.as_str(),
+                    o.reason.map(|r| r.as_str()).unwrap_or("model: gpu faster"),
+                    o.seconds,
+                    if ok { "ok" } else { "FAILED" },
+                ))
+            }
+            Err(e) => {
+                self.failures.push(format!("{name} {shape}: {e}"));
+                say(&format!("{name:<8} {shape:<20} error: {e}"));
+            }
+        }
+    }
+}
+
+/// Runs the demo; false when a result failed its check.
+fn demo() -> gpukit_offload::Result<bool> {
     let off = Offload::with_config(Config {
         persist: false,
         ..Config::from_env().0
     });
     let d = off.dispatcher();
-    match d.start_gpu() {
-        Ok(g) => println!(
-            "GPU: {} (started for the demo; the shim starts it lazily)",
-            g.name()
-        ),
-        Err(e) => println!("no GPU here ({e}): every call runs on the CPU"),
-    }
-    d.cpu_backend()?;
-    println!(
-        "{:<8} {:<26} {:<4} {:<18} {:>10}",
+    let cpu = d.cpu_backend()?;
+    say(&format!("CPU library: {}", cpu.describe()));
+    // without a GPU every call runs on the CPU: smaller sizes show the same checks sooner
+    let big = match d.start_gpu() {
+        Ok(g) => {
+            say(&format!(
+                "GPU: {} (started for the demo; `offload run` starts it in the background)",
+                g.name()
+            ));
+            true
+        }
+        Err(e) => {
+            say(&format!(
+                "no GPU here ({e}): every call runs on the CPU, at smaller sizes"
+            ));
+            false
+        }
+    };
+    let large = if big { 4096 } else { 2048 };
+    say(&format!(
+        "{:<8} {:<20} {:<4} {:<18} {:>10}  check against an independent computation",
         "routine", "shape", "ran", "reason", "time"
-    );
-    for n in [64usize, 512, 2048, 4096] {
+    ));
+    let mut demo = Demo {
+        failures: Vec::new(),
+    };
+    let probe = fill(8192, 99);
+    for n in [64usize, 512, 2048, large] {
         let a = fill(n * n, 1);
         let b = fill(n * n, 2);
         let mut c = vec![0.0; n * n];
-        show(
-            "dgemm",
-            &format!("{n}x{n}x{n}"),
-            off.gemm(
-                Trans::No,
-                Trans::No,
-                n,
-                n,
-                n,
-                1.0,
-                &a,
-                n,
-                &b,
-                n,
-                0.0,
-                &mut c,
-                n,
-            ),
+        let r = off.gemm(
+            Trans::No,
+            Trans::No,
+            n,
+            n,
+            n,
+            1.0,
+            &a,
+            n,
+            &b,
+            n,
+            0.0,
+            &mut c,
+            n,
         );
+        // Freivalds: C x = A (B x)
+        let x = &probe[..n];
+        let err = rel_err(
+            &matvec(&c, n, n, x, false),
+            &matvec(&a, n, n, &matvec(&b, n, n, x, false), false),
+        );
+        demo.row("dgemm", &format!("{n}x{n}x{n}"), r, err, 1e-10);
     }
     {
-        // same flops as 2048^3, but a tiny inner dimension: judged by its shape
-        let (m, k) = (16384usize, 32usize);
+        // a tiny inner dimension: judged by its shape, not its flops
+        let (m, k) = (8192usize, 32usize);
         let a = fill(m * k, 3);
         let b = fill(k * m, 4);
         let mut c = vec![0.0; m * m];
-        show(
-            "dgemm",
-            &format!("{m}x{m}x{k}"),
-            off.gemm(
-                Trans::No,
-                Trans::No,
-                m,
-                m,
-                k,
-                1.0,
-                &a,
-                m,
-                &b,
-                k,
-                0.0,
-                &mut c,
-                m,
-            ),
+        let r = off.gemm(
+            Trans::No,
+            Trans::No,
+            m,
+            m,
+            k,
+            1.0,
+            &a,
+            m,
+            &b,
+            k,
+            0.0,
+            &mut c,
+            m,
         );
+        let x = &probe[..m];
+        let err = rel_err(
+            &matvec(&c, m, m, x, false),
+            &matvec(&a, m, k, &matvec(&b, k, m, x, false), false),
+        );
+        demo.row("dgemm", &format!("{m}x{m}x{k}"), r, err, 1e-10);
     }
     {
-        let n = 4096;
+        let n = large;
         let a: Vec<f32> = fill(n * n, 5).into_iter().map(|x| x as f32).collect();
         let mut c = vec![0f32; n * n];
-        show(
-            "sgemm",
-            &format!("{n}x{n}x{n}"),
-            off.gemm(
-                Trans::No,
-                Trans::Trans,
-                n,
-                n,
-                n,
-                1.0f32,
-                &a,
-                n,
-                &a,
-                n,
-                0.0,
-                &mut c,
-                n,
-            ),
+        let r = off.gemm(
+            Trans::No,
+            Trans::Trans,
+            n,
+            n,
+            n,
+            1.0f32,
+            &a,
+            n,
+            &a,
+            n,
+            0.0,
+            &mut c,
+            n,
         );
+        let a64: Vec<f64> = a.iter().map(|v| *v as f64).collect();
+        let c64v: Vec<f64> = c.iter().map(|v| *v as f64).collect();
+        let x = &probe[..n];
+        let err = rel_err(
+            &matvec(&c64v, n, n, x, false),
+            &matvec(&a64, n, n, &matvec(&a64, n, n, x, true), false),
+        );
+        demo.row("sgemm", &format!("{n}x{n}x{n} (A A^T)"), r, err, 1e-3);
     }
-    for n in [300usize, 4000] {
-        let mut a = spd(n, 6);
-        show(
-            "dpotrf",
-            &format!("n={n}"),
-            off.potrf(Uplo::Lower, n, &mut a, n),
+    for n in [300usize, if big { 4000 } else { 2000 }] {
+        let a0 = spd(n, 6);
+        let mut l = a0.clone();
+        let r = off.potrf(Uplo::Lower, n, &mut l, n);
+        // L L^T x = A x
+        for j in 0..n {
+            for i in 0..j {
+                l[i + j * n] = 0.0;
+            }
+        }
+        let x = &probe[..n];
+        let err = rel_err(
+            &matvec(&l, n, n, &matvec(&l, n, n, x, true), false),
+            &matvec(&a0, n, n, x, false),
         );
+        demo.row("dpotrf", &format!("n={n}"), r, err, 1e-12);
     }
     {
-        let (n, r) = (3000usize, 16usize);
-        let mut a = spd(n, 7);
-        let mut b = fill(n * r, 8);
+        let (n, nrhs) = (3000usize, 16usize);
+        let a0 = spd(n, 7);
+        let b0 = fill(n * nrhs, 8);
+        let (mut a, mut b) = (a0.clone(), b0.clone());
         let mut piv = vec![0i32; n];
-        show(
-            "dgesv",
-            &format!("n={n} nrhs={r}"),
-            off.gesv(n, r, &mut a, n, &mut piv, &mut b, n),
-        );
+        let r = off.gesv(n, nrhs, &mut a, n, &mut piv, &mut b, n);
+        // A X = B, column by column
+        let err = (0..nrhs)
+            .map(|j| {
+                rel_err(
+                    &matvec(&a0, n, n, &b[j * n..(j + 1) * n], false),
+                    &b0[j * n..(j + 1) * n],
+                )
+            })
+            .fold(0.0, f64::max);
+        demo.row("dgesv", &format!("n={n} nrhs={nrhs}"), r, err, 1e-10);
     }
     {
         let n = 1500;
-        let mut a = spd(n, 9);
+        let a0 = spd(n, 9);
+        let mut v = a0.clone();
         let mut w = vec![0.0; n];
-        show(
-            "dsyevd",
-            &format!("n={n} vectors"),
-            off.syevd(true, Uplo::Lower, n, &mut a, n, &mut w),
-        );
+        let r = off.syevd(true, Uplo::Lower, n, &mut v, n, &mut w);
+        // A v_j = w_j v_j for a few eigenpairs
+        let err = [0, n / 2, n - 1]
+            .iter()
+            .map(|&j| {
+                let vj = &v[j * n..(j + 1) * n];
+                let av = matvec(&a0, n, n, vj, false);
+                let wv: Vec<f64> = vj.iter().map(|x| x * w[j]).collect();
+                rel_err(&av, &wv)
+            })
+            .fold(0.0, f64::max);
+        demo.row("dsyevd", &format!("n={n} vectors"), r, err, 1e-9);
     }
     {
         let (m, n) = (2000usize, 1000usize);
-        let mut a = fill(m * n, 10);
+        let a0 = fill(m * n, 10);
+        let mut a = a0.clone();
         let mut s = vec![0.0; n];
-        show(
+        let r = off.gesdd(
+            SvdJob::None,
+            m,
+            n,
+            &mut a,
+            m,
+            &mut s,
+            &mut [],
+            1,
+            &mut [],
+            1,
+        );
+        // sum of squared singular values = squared Frobenius norm
+        let fro: f64 = a0.iter().map(|x| x * x).sum();
+        let sv: f64 = s.iter().map(|x| x * x).sum();
+        demo.row(
             "dgesdd",
             &format!("{m}x{n} values"),
-            off.gesdd(
-                SvdJob::None,
-                m,
-                n,
-                &mut a,
-                m,
-                &mut s,
-                &mut [],
-                1,
-                &mut [],
-                1,
-            ),
+            r,
+            (fro - sv).abs() / fro,
+            1e-10,
         );
     }
     {
@@ -430,27 +609,47 @@ fn demo() -> gpukit_offload::Result<()> {
             .collect();
         let mut c = vec![c64::default(); n * n];
         let one = c64::new(1.0, 0.0);
-        show(
-            "zgemm",
-            &format!("{n}x{n}x{n}"),
-            off.gemm(
-                Trans::No,
-                Trans::Conj,
-                n,
-                n,
-                n,
-                one,
-                &a,
-                n,
-                &a,
-                n,
-                c64::default(),
-                &mut c,
-                n,
-            ),
+        let r = off.gemm(
+            Trans::No,
+            Trans::Conj,
+            n,
+            n,
+            n,
+            one,
+            &a,
+            n,
+            &a,
+            n,
+            c64::default(),
+            &mut c,
+            n,
         );
+        // C = A A^H is Hermitian with the squared row norms of A on its diagonal
+        let err = (0..n)
+            .map(|i| {
+                let norm: f64 = (0..n)
+                    .map(|j| {
+                        let v = a[i + j * n];
+                        v.re * v.re + v.im * v.im
+                    })
+                    .sum();
+                let d = c[i + i * n];
+                ((d.re - norm).abs() + d.im.abs()) / norm
+            })
+            .fold(0.0, f64::max);
+        demo.row("zgemm", &format!("{n}x{n}x{n} (A A^H)"), r, err, 1e-10);
     }
-    println!();
-    print!("{}", d.stats().summary());
-    Ok(())
+    say("");
+    for line in d.stats().summary().lines() {
+        say(line);
+    }
+    if demo.failures.is_empty() {
+        say("every result checked: ok");
+    } else {
+        output::line(&format!(
+            "offload: results failed their checks: {}",
+            demo.failures.join("; ")
+        ));
+    }
+    Ok(demo.failures.is_empty())
 }

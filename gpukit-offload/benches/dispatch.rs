@@ -5,7 +5,8 @@
 //! Both sides call a trivial stand-in for the real `dgemm_`, so the difference is the overhead.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use gpukit_offload::interpose::{f_gemm, RealFn};
+use gpukit_offload::ffi::args::Gemm;
+use gpukit_offload::interpose::{fortran, RealFn};
 use gpukit_offload::Precision;
 use std::ffi::{c_char, c_void};
 
@@ -51,7 +52,7 @@ unsafe extern "C" fn fake_dgemm(
     unsafe { *(c as *mut f64) += *m as f64 };
 }
 
-static REAL: RealFn = RealFn::new("fake_dgemm\0");
+static REAL: RealFn = RealFn::new("fake_dgemm\0", "dgemm_\0");
 
 /// One group: the bare indirect call of `fake_dgemm` (baseline) and the same `n x n x n` call
 /// through the shim entry, named `shim_name`.
@@ -90,24 +91,26 @@ fn bench_pair(c: &mut Criterion, group: &str, shim_name: &str, n: i32) {
         b.iter(|| {
             // SAFETY: as above; REAL points to fake_dgemm.
             unsafe {
-                f_gemm::<i32>(
+                fortran::<Gemm, i32>(
                     black_box(&REAL),
                     Precision::D,
-                    &ta,
-                    &tb,
-                    &n,
-                    &n,
-                    &n,
-                    &alpha as *const f64 as P,
-                    a.as_ptr() as P,
-                    &n,
-                    a.as_ptr() as P,
-                    &n,
-                    &alpha as *const f64 as P,
-                    cc.as_mut_ptr() as *mut c_void,
-                    &n,
-                    1,
-                    1,
+                    Gemm {
+                        transa: &ta as *const c_char as *mut c_void,
+                        transb: &tb as *const c_char as *mut c_void,
+                        m: &n as *const i32 as *mut c_void,
+                        n: &n as *const i32 as *mut c_void,
+                        k: &n as *const i32 as *mut c_void,
+                        alpha: &alpha as *const f64 as *mut c_void,
+                        a: a.as_ptr() as *mut c_void,
+                        lda: &n as *const i32 as *mut c_void,
+                        b: a.as_ptr() as *mut c_void,
+                        ldb: &n as *const i32 as *mut c_void,
+                        beta: &alpha as *const f64 as *mut c_void,
+                        c: cc.as_mut_ptr() as *mut c_void,
+                        ldc: &n as *const i32 as *mut c_void,
+                        h1: 1,
+                        h2: 1,
+                    },
                 )
             }
         })

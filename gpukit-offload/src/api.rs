@@ -10,6 +10,7 @@ use crate::call::{info_meaning, Call, HostMat, Op, Piv, Scalar};
 use crate::dispatch::{Config, Dispatcher, Outcome};
 use crate::error::{Error, Result};
 use crate::ops::{Diag, Precision, Routine, Side, SvdJob, Trans, Uplo};
+use crate::request::Request;
 use std::sync::Arc;
 
 /// A complex number laid out like C's / Fortran's (`re`, `im`).
@@ -181,10 +182,11 @@ impl Offload {
         let d = &self.d;
         call.check()?;
         let cpu = d.cpu_backend()?;
+        let req = Request::new(call, cpu.lib());
         // SAFETY: every HostMat/pointer in `call` was built from a slice whose length was checked
         // against the extent the dimensions describe (the V helpers), and the slices are borrowed
         // for the duration of this call.
-        let out = unsafe { d.execute(&call, &mut || cpu.run(&call))? };
+        let out = unsafe { d.execute(&req, &mut || cpu.run(&call))? };
         if out.info > 0 {
             return Err(Error::Lapack {
                 routine: call.name(),

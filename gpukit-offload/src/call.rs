@@ -6,7 +6,9 @@
 //! everything after it may assume the dimensions are consistent.
 
 use crate::error::{Error, Result};
-use crate::ops::{Diag, OpKind, Precision, Routine, Shape, Side, SvdJob, Trans, Uplo};
+use crate::ops::{
+    Diag, EigRange, OpKind, Precision, Routine, Shape, Side, SvdJob, Trans, Uplo, Variant,
+};
 
 /// A column-major host matrix: `rows x cols` elements, column `j` starting at `ptr + j*ld`.
 #[derive(Debug, Clone, Copy)]
@@ -57,7 +59,8 @@ impl HostMat {
     }
 }
 
-/// A pivot vector in the caller's integer width.
+/// Integers in the caller's width: a pivot vector, or a count LAPACK returns (`rank`, the number
+/// of eigenvalues found, `isuppz`).
 #[derive(Debug, Clone, Copy)]
 pub enum Piv {
     /// LP64 LAPACK.
@@ -222,6 +225,98 @@ pub enum Op {
         a: HostMat,
         tau: *mut u8,
     },
+    /// `C = alpha A B + beta C` (side L) or `alpha B A + beta C` (side R), A Hermitian (c, z).
+    Hemm {
+        side: Side,
+        uplo: Uplo,
+        m: usize,
+        n: usize,
+        alpha: Scalar,
+        a: HostMat,
+        b: HostMat,
+        beta: Scalar,
+        c: HostMat,
+    },
+    /// `C = alpha A A^H + beta C` (trans N) or `alpha A^H A + beta C` (trans C); C `n x n`,
+    /// Hermitian; `alpha` and `beta` are *real* scalars (their bytes hold an `f32` for c, an `f64`
+    /// for z).
+    Herk {
+        uplo: Uplo,
+        trans: Trans,
+        n: usize,
+        k: usize,
+        alpha: Scalar,
+        a: HostMat,
+        beta: Scalar,
+        c: HostMat,
+    },
+    /// `B = alpha op(A) B` (side L) or `alpha B op(A)` (side R), A triangular, in place.
+    Trmm {
+        side: Side,
+        uplo: Uplo,
+        ta: Trans,
+        diag: Diag,
+        m: usize,
+        n: usize,
+        alpha: Scalar,
+        a: HostMat,
+        b: HostMat,
+    },
+    /// Inverse of A (`n x n`) from its LU factors and pivots, in place.
+    Getri { n: usize, a: HostMat, ipiv: Piv },
+    /// Inverse of A (`n x n`) from its Cholesky factor, in place (the `uplo` triangle).
+    Potri { uplo: Uplo, n: usize, a: HostMat },
+    /// `B = op(A)^-1 B`, A `n x n` triangular, B `n x nrhs`; `info = i > 0` when `A(i, i)` is
+    /// exactly zero (B untouched then).
+    Trtrs {
+        uplo: Uplo,
+        trans: Trans,
+        diag: Diag,
+        n: usize,
+        nrhs: usize,
+        a: HostMat,
+        b: HostMat,
+    },
+    /// Eigenvalues (into `w`, `n` reals) in `range`, optionally eigenvectors into `z` (`n` rows,
+    /// one column per eigenvalue found: `n` for all, `iu - il + 1` for an index range, at most
+    /// `n` for a value range, where only the first `found` columns may be written). `found`
+    /// gets the number of eigenvalues found, `isuppz` (`2 * max(1, found)` integers, vectors
+    /// only) the support of each vector. The `uplo` triangle of A is destroyed.
+    Syevr {
+        vectors: bool,
+        range: EigRange,
+        uplo: Uplo,
+        n: usize,
+        a: HostMat,
+        abstol: f64,
+        found: Piv,
+        w: *mut u8,
+        z: HostMat,
+        isuppz: Piv,
+    },
+    /// Minimum-norm solution of `min ||B - A X||` through the SVD of A (`m x n`); B holds
+    /// `max(m, n) x nrhs` (the `m` right-hand sides in, the `n`-row solution out); `s` gets the
+    /// `min(m, n)` singular values, `rank` the effective rank (singular values `<= rcond *
+    /// s_max` count as zero; `rcond < 0`: machine precision). A is destroyed.
+    Gelsd {
+        m: usize,
+        n: usize,
+        nrhs: usize,
+        a: HostMat,
+        b: HostMat,
+        s: *mut u8,
+        rcond: f64,
+        rank: Piv,
+    },
+    /// The first `n` columns of Q (`m x n`, `m >= n >= k`) from `k` reflectors in A and `tau`
+    /// (as `geqrf` left them), in place.
+    Orgqr {
+        m: usize,
+        n: usize,
+        k: usize,
+        a: HostMat,
+        tau: *mut u8,
+    },
 }
 
 /// A call: an operation in a precision.
@@ -254,20 +349,34 @@ impl Call {
             Op::Syevd { .. } => Routine::Syevd,
             Op::Svd { routine, .. } => routine,
             Op::Geqrf { .. } => Routine::Geqrf,
+            Op::Hemm { .. } => Routine::Hemm,
+            Op::Herk { .. } => Routine::Herk,
+            Op::Trmm { .. } => Routine::Trmm,
+            Op::Getri { .. } => Routine::Getri,
+            Op::Potri { .. } => Routine::Potri,
+            Op::Trtrs { .. } => Routine::Trtrs,
+            Op::Syevr { .. } => Routine::Syevr,
+            Op::Gelsd { .. } => Routine::Gelsd,
+            Op::Orgqr { .. } => Routine::Orgqr,
         }
     }
 
     /// The model key.
     pub fn kind(&self) -> OpKind {
-        let vectors = match self.op {
-            Op::Syevd { vectors, .. } => vectors,
-            Op::Svd { jobu, jobvt, .. } => jobu != SvdJob::None || jobvt != SvdJob::None,
-            _ => false,
+        let variant = match self.op {
+            Op::Syevd { vectors, .. } | Op::Syevr { vectors, .. } if vectors => Variant::Vectors,
+            Op::Svd { jobu, jobvt, .. } => {
+                if jobu == SvdJob::Full || jobvt == SvdJob::Full {
+                    Variant::Full
+                } else if jobu != SvdJob::None || jobvt != SvdJob::None {
+                    Variant::Vectors
+                } else {
+                    Variant::Plain
+                }
+            }
+            _ => Variant::Plain,
         };
-        OpKind {
-            routine: self.routine(),
-            vectors,
-        }
+        OpKind::new(self.routine(), variant)
     }
 
     /// LAPACK name (`dgemm`).
@@ -294,6 +403,19 @@ impl Call {
             | Op::Potrs { n, nrhs, .. }
             | Op::Posv { n, nrhs, .. } => Shape::new(1, u(n), u(nrhs)),
             Op::Potrf { n, .. } | Op::Syevd { n, .. } => Shape::new(1, u(n), 1),
+            Op::Hemm { side, m, n, .. } => {
+                Shape::new(u(m), u(n), u(if side == Side::Left { m } else { n }))
+            }
+            Op::Herk { n, k, .. } => Shape::new(1, u(n), u(k)),
+            Op::Trmm { side, m, n, .. } => {
+                Shape::new(u(m), u(n), u(if side == Side::Left { m } else { n }))
+            }
+            Op::Getri { n, .. } | Op::Potri { n, .. } | Op::Syevr { n, .. } => {
+                Shape::new(1, u(n), 1)
+            }
+            Op::Trtrs { n, nrhs, .. } => Shape::new(1, u(n), u(nrhs)),
+            Op::Gelsd { m, n, nrhs, .. } => Shape::new(u(m), u(n), u(nrhs)),
+            Op::Orgqr { m, n, k, .. } => Shape::new(u(m), u(n), u(k)),
         }
     }
 
@@ -346,9 +468,47 @@ impl Call {
                 mat(vt);
                 *s = std::ptr::null_mut();
             }
-            Op::Geqrf { a, tau, .. } => {
+            Op::Geqrf { a, tau, .. } | Op::Orgqr { a, tau, .. } => {
                 mat(a);
                 *tau = std::ptr::null_mut();
+            }
+            Op::Hemm { a, b, c, .. } => {
+                mat(a);
+                mat(b);
+                mat(c);
+            }
+            Op::Herk { a, c, .. } => {
+                mat(a);
+                mat(c);
+            }
+            Op::Trmm { a, b, .. } | Op::Trtrs { a, b, .. } => {
+                mat(a);
+                mat(b);
+            }
+            Op::Getri { a, ipiv, .. } => {
+                mat(a);
+                piv(ipiv);
+            }
+            Op::Potri { a, .. } => mat(a),
+            Op::Syevr {
+                a,
+                found,
+                w,
+                z,
+                isuppz,
+                ..
+            } => {
+                mat(a);
+                mat(z);
+                piv(found);
+                piv(isuppz);
+                *w = std::ptr::null_mut();
+            }
+            Op::Gelsd { a, b, s, rank, .. } => {
+                mat(a);
+                mat(b);
+                piv(rank);
+                *s = std::ptr::null_mut();
             }
         }
         Call {
@@ -373,6 +533,14 @@ impl Call {
             | Op::Syevd { a, .. }
             | Op::Geqrf { a, .. } => [Some(a), None, None],
             Op::Svd { a, u, vt, .. } => [Some(a), Some(u), Some(vt)],
+            Op::Hemm { a, b, c, .. } => [Some(a), Some(b), Some(c)],
+            Op::Herk { a, c, .. } | Op::Syevr { a, z: c, .. } => [Some(a), Some(c), None],
+            Op::Trmm { a, b, .. } | Op::Trtrs { a, b, .. } | Op::Gelsd { a, b, .. } => {
+                [Some(a), Some(b), None]
+            }
+            Op::Getri { a, .. } | Op::Potri { a, .. } | Op::Orgqr { a, .. } => {
+                [Some(a), None, None]
+            }
         };
         mats.iter().flatten().map(|x| x.len()).sum::<usize>() * self.prec.size()
     }
@@ -401,12 +569,29 @@ impl Call {
             Ok(())
         };
         let trans_ok = |arg: &'static str, t: Trans| -> Result<()> {
-            // real symmetric routines accept 'C' as 'T'; complex syrk rejects it (LAPACK rule)
-            if t == Trans::Conj && self.prec.is_complex() && self.routine() == Routine::Syrk {
-                return Err(Error::arg(&name, arg, "complex syrk takes 'N' or 'T' only"));
+            // real symmetric routines accept 'C' as 'T'; complex syrk takes 'N' / 'T' and herk
+            // 'N' / 'C' only (LAPACK's rules)
+            let cplx = self.prec.is_complex();
+            match self.routine() {
+                Routine::Syrk if cplx && t == Trans::Conj => {
+                    Err(Error::arg(&name, arg, "complex syrk takes 'N' or 'T' only"))
+                }
+                Routine::Herk if t == Trans::Trans => {
+                    Err(Error::arg(&name, arg, "herk takes 'N' or 'C' only"))
+                }
+                _ => Ok(()),
             }
-            Ok(())
         };
+        if !self.routine().precisions().contains(&self.prec) {
+            return Err(Error::arg(
+                &name,
+                "(precision)",
+                format!(
+                    "{} exists in complex precisions only",
+                    self.routine().stem()
+                ),
+            ));
+        }
         match &self.op {
             Op::Gemm { a, b, c, .. } => {
                 ld("lda", a)?;
@@ -436,6 +621,80 @@ impl Call {
                 ld("ldb", b)?;
             }
             Op::Syevd { a, .. } => ld("lda", a)?,
+            Op::Hemm { a, b, c, .. } => {
+                ld("lda", a)?;
+                ld("ldb", b)?;
+                ld("ldc", c)?;
+            }
+            Op::Herk { trans, a, c, .. } => {
+                trans_ok("trans", *trans)?;
+                ld("lda", a)?;
+                ld("ldc", c)?;
+            }
+            Op::Trmm { a, b, .. } | Op::Trtrs { a, b, .. } => {
+                ld("lda", a)?;
+                ld("ldb", b)?;
+            }
+            Op::Getri { a, .. } | Op::Potri { a, .. } => ld("lda", a)?,
+            Op::Syevr {
+                vectors,
+                range,
+                n,
+                a,
+                z,
+                ..
+            } => {
+                ld("lda", a)?;
+                match *range {
+                    EigRange::All => {}
+                    EigRange::Values { vl, vu } => {
+                        if vl.partial_cmp(&vu) != Some(std::cmp::Ordering::Less) {
+                            return Err(Error::arg(
+                                &name,
+                                "vu",
+                                format!("the value range needs vl < vu (got {vl}, {vu})"),
+                            ));
+                        }
+                    }
+                    EigRange::Index { il, iu } => {
+                        let ok = if *n == 0 {
+                            il == 1 && iu == 0
+                        } else {
+                            1 <= il && il <= iu && iu <= *n
+                        };
+                        if !ok {
+                            return Err(Error::arg(
+                                &name,
+                                "iu",
+                                format!("the index range needs 1 <= il <= iu <= n = {n} (got {il}, {iu})"),
+                            ));
+                        }
+                    }
+                }
+                if *vectors && z.ld < (*n).max(1) {
+                    return Err(Error::arg(&name, "ldz", format!("ldz {} < n = {n}", z.ld)));
+                }
+            }
+            Op::Gelsd { m, n, a, b, .. } => {
+                ld("lda", a)?;
+                if b.ld < (*m).max(*n).max(1) {
+                    return Err(Error::arg(
+                        &name,
+                        "ldb",
+                        format!("ldb {} < max(m, n) = {}", b.ld, (*m).max(*n)),
+                    ));
+                }
+            }
+            Op::Orgqr { m, n, k, a, .. } => {
+                if !(n <= m && k <= n) {
+                    return Err(Error::arg(
+                        &name,
+                        "n",
+                        format!("orgqr needs m >= n >= k (got m = {m}, n = {n}, k = {k})"),
+                    ));
+                }
+                ld("lda", a)?;
+            }
             Op::Svd {
                 jobu,
                 jobvt,
@@ -488,39 +747,18 @@ impl Call {
         }
         Ok(())
     }
-
-    /// Why the GPU path cannot run this call, if it cannot.
-    pub fn gpu_unsupported(&self) -> Option<&'static str> {
-        let s = self.shape();
-        let big = [s.m, s.n, s.k].into_iter().any(|d| d > i32::MAX as u64 / 2);
-        if big {
-            return Some("dimension too large for cuBLAS 32-bit sizes");
-        }
-        match self.op {
-            Op::Svd {
-                jobu, jobvt, m, n, ..
-            } => {
-                if m < n {
-                    Some("cuSOLVER gesvd needs m >= n")
-                } else if jobu == SvdJob::Overwrite || jobvt == SvdJob::Overwrite {
-                    Some("SVD job 'O' is not offloaded")
-                } else if jobu != jobvt {
-                    Some("mixed SVD jobs are not offloaded")
-                } else {
-                    None
-                }
-            }
-            _ => None,
-        }
-    }
 }
 
 /// The standard meaning of a positive LAPACK `info` for a routine.
 pub fn info_meaning(r: Routine) -> &'static str {
     match r {
-        Routine::Getrf | Routine::Gesv => "U is exactly singular",
+        Routine::Getrf | Routine::Gesv | Routine::Getri => "U is exactly singular",
+        Routine::Trtrs => "A has a zero diagonal element: it is singular",
         Routine::Potrf | Routine::Posv => "the matrix is not positive definite",
-        Routine::Syevd | Routine::Gesdd | Routine::Gesvd => "the algorithm did not converge",
+        Routine::Potri => "a diagonal element of the Cholesky factor is zero",
+        Routine::Syevd | Routine::Syevr | Routine::Gesdd | Routine::Gesvd | Routine::Gelsd => {
+            "the algorithm did not converge"
+        }
         _ => "numerical failure",
     }
 }

@@ -4,30 +4,36 @@
 //! Decision for a call above the fast-path threshold:
 //! 1. empty calls, nested calls (made by the CPU library from inside an intercepted call),
 //!    invalid arguments and shapes the GPU path does not support stay on the CPU;
-//! 2. the model (with learned corrections) predicts CPU and GPU time; the call is offloaded when
-//!    `cpu >= required_speedup(level) * gpu`;
-//! 3. CUDA is started lazily: the predicted savings of calls that would have gone to the GPU are
-//!    summed, and once they exceed the profile's start-up cost the GPU is started in a background
-//!    thread (calls keep running on the CPU meanwhile: no call ever waits for start-up, which
-//!    also loads the kernels of the common routines before the first offloaded call);
-//! 4. one GPU-bound call in [`crate::learn::RECHECK_EVERY`] per size bucket is re-run on the CPU
-//!    while the predicted gain is modest, to keep the CPU side of the model honest.
-
+//! 2. the model (CPU curves of the call's own library, learned corrections applied) predicts
+//!    CPU and GPU time; the call is offloaded when `cpu >= required_speedup(level) * gpu`. A
+//!    library without curves runs its first calls of a kind on the CPU, timed, and later ones
+//!    are judged by the measured rates;
+//! 3. CUDA is started per [`StartPolicy`]: at once (eager, `offload run`), at the first call the
+//!    model sends to the GPU (lazy), or once the missed savings would have paid for it (the
+//!    library default) - always on a background thread. A GPU-bound call that arrives while the
+//!    GPU (or cuSOLVER, loaded at the first LAPACK call) is starting *waits* for it when the
+//!    start-up time still needed plus its GPU time beats the CPU by the required speedup, and
+//!    runs on the CPU otherwise;
+//! 4. re-checks keep the model honest both ways (see [`crate::learn`]).
 use crate::call::Call;
 use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
-use crate::gpu::{GpuBackend, GpuFailKind, Inject, Presized};
+use crate::gpu::{GpuBackend, Inject, Presized};
 use crate::learn::{CorrKey, Learner};
+use crate::library::{LibId, LibKey};
 use crate::model::{required_speedup, Backend, Estimate, Model, DEFAULT_LEVEL};
 use crate::ops::{OpKind, Precision, Routine, Shape};
+use crate::output;
 use crate::profile::Profile;
+use crate::request::Request;
 use crate::stats::{slot, Reason, Stats, StatsSnapshot, NSLOT};
-use parking_lot::Mutex;
+use crate::sync::Lock;
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::Condvar;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Whether the GPU may be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +58,30 @@ pub enum LogMode {
     Calls,
 }
 
+/// When CUDA is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartPolicy {
+    /// At once, on a background thread, when the dispatcher is created (`offload run`'s
+    /// default: the user asked for offload, and a one-shot program's heavy calls come early).
+    Eager,
+    /// On a background thread at the first call the model would send to the GPU.
+    Lazy,
+    /// On a background thread once the savings missed by calls kept on the CPU would have paid
+    /// for the start-up (the library default: a program that never needs the GPU never pays).
+    Savings,
+}
+
+impl StartPolicy {
+    /// `eager`, `lazy` or `savings`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StartPolicy::Eager => "eager",
+            StartPolicy::Lazy => "lazy",
+            StartPolicy::Savings => "savings",
+        }
+    }
+}
+
 /// Dispatcher settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -65,6 +95,10 @@ pub struct Config {
     pub profile_path: Option<PathBuf>,
     /// Write learned corrections back into the profile file at exit / on [`Dispatcher::save_learned`].
     pub persist: bool,
+    /// When CUDA starts.
+    pub start: StartPolicy,
+    /// A GPU failure injected into every GPU call (tests).
+    pub inject: Inject,
 }
 
 impl Default for Config {
@@ -75,6 +109,8 @@ impl Default for Config {
             log: LogMode::Off,
             profile_path: None,
             persist: true,
+            start: StartPolicy::Savings,
+            inject: Inject::None,
         }
     }
 }
@@ -141,6 +177,37 @@ impl Config {
                 }),
             }
         }
+        if let Some(v) = get("GPUKIT_OFFLOAD_START") {
+            match v.to_ascii_lowercase().as_str() {
+                "eager" => c.start = StartPolicy::Eager,
+                "lazy" => c.start = StartPolicy::Lazy,
+                "savings" => c.start = StartPolicy::Savings,
+                _ => errs.push(Error::Config {
+                    name: "GPUKIT_OFFLOAD_START",
+                    value: v,
+                    msg: "must be eager, lazy or savings; using savings".into(),
+                }),
+            }
+        }
+        if let Some(v) = get("GPUKIT_OFFLOAD_INJECT_FAILURE") {
+            match Inject::parse(&v) {
+                Some(i) => c.inject = i,
+                None => errs.push(Error::Config {
+                    name: "GPUKIT_OFFLOAD_INJECT_FAILURE",
+                    value: v,
+                    msg: "must be oom, error, info or none (tests only); injecting nothing".into(),
+                }),
+            }
+        }
+        if let Some(v) = get(crate::cpu::CPU_LIB_ENV) {
+            if let Err(e) = CpuBackend::open(&[v.as_str()]) {
+                errs.push(Error::Config {
+                    name: crate::cpu::CPU_LIB_ENV,
+                    value: v,
+                    msg: format!("{e}; the typed API and calibration refuse it, the shim runs the program's own library"),
+                });
+            }
+        }
         c.profile_path = get(crate::profile::PROFILE_ENV).map(PathBuf::from);
         (c, errs)
     }
@@ -153,7 +220,7 @@ pub struct Outcome {
     pub backend: Backend,
     /// Why it ran on the CPU (`None` when it ran on the GPU).
     pub reason: Option<Reason>,
-    /// Wall time of the call, seconds.
+    /// Wall time of the call, seconds (a wait for the GPU's start-up included).
     pub seconds: f64,
     /// The model's prediction, when there was one.
     pub estimate: Option<Estimate>,
@@ -161,10 +228,10 @@ pub struct Outcome {
     pub info: i64,
 }
 
-const GPU_NOT_STARTED: u8 = 0;
-const GPU_STARTING: u8 = 1;
-const GPU_READY: u8 = 2;
-const GPU_FAILED: u8 = 3;
+const NOT_STARTED: u8 = 0;
+const STARTING: u8 = 1;
+const READY: u8 = 2;
+const FAILED: u8 = 3;
 
 /// How many of the largest missed calls the start-up thread sizes the GPU buffers for.
 pub const PRESIZE_CALLS: usize = 4;
@@ -192,12 +259,14 @@ fn keep_largest(kept: &mut Vec<ShapeOnly>, call: &Call, cap: usize) -> bool {
         kept.push(ShapeOnly(call.without_data()));
         return true;
     }
-    let (i, smallest) = kept
+    let Some((i, smallest)) = kept
         .iter()
         .enumerate()
         .map(|(i, k)| (i, k.0.footprint()))
         .min_by_key(|&(_, f)| f)
-        .expect("cap > 0");
+    else {
+        return false;
+    };
     if f > smallest {
         kept[i] = ShapeOnly(call.without_data());
         true
@@ -208,11 +277,11 @@ fn keep_largest(kept: &mut Vec<ShapeOnly>, call: &Call, cap: usize) -> bool {
 
 thread_local! {
     static DEPTH: Cell<u32> = const { Cell::new(0) };
-    /// Per-thread memo of the model's *uncorrected* estimate (and flops) of recent shapes: the
-    /// model never changes after a dispatcher is built, so an entry never goes stale (the
-    /// dispatcher id keeps dispatchers apart). A program of many small matrices asks the model
-    /// about the same few shapes again and again; the memo turns its interpolation (logarithms,
-    /// grid searches, curve lookups: about 1 us) into one comparison.
+    /// Per-thread memo of the model's *uncorrected* estimate of recent shapes: the model never
+    /// changes after a dispatcher is built, so an entry never goes stale (the dispatcher id
+    /// keeps dispatchers apart). A program of many small matrices asks the model about the same
+    /// few shapes again and again; the memo turns its interpolation (logarithms, grid searches,
+    /// curve lookups: about 1 us) into one comparison.
     static MEMO: RefCell<[Option<MemoEntry>; MEMO_SLOTS]> = const { RefCell::new([None; MEMO_SLOTS]) };
     /// Calls since this thread last timed a cheap CPU-kept call (see [`CHEAP_CPU_S`]).
     static CHEAP_UNTIMED: Cell<u32> = const { Cell::new(0) };
@@ -222,9 +291,8 @@ const MEMO_SLOTS: usize = 64;
 
 #[derive(Clone, Copy)]
 struct MemoEntry {
-    key: (u64, OpKind, Precision, Shape),
+    key: (u64, OpKind, Precision, Shape, LibKey),
     estimate: Option<Estimate>,
-    flops: f64,
 }
 
 /// A CPU-kept call predicted shorter than this is timed (and learned from) only once in
@@ -235,29 +303,108 @@ const CHEAP_CPU_S: f64 = 1e-3;
 /// See [`CHEAP_CPU_S`].
 const CHEAP_SAMPLE: u32 = 16;
 
+/// When a start-up phase runs longer than the profile says, the rest of it is guessed as this
+/// share of the expected time.
+const OVERRUN_SHARE: f64 = 0.25;
+/// A wait for the GPU gives up this long after the expected end (the call then runs on the CPU).
+const WAIT_SLACK: Duration = Duration::from_millis(100);
+
 static NEXT_DISPATCHER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Marks the configuration warnings a parent process printed (see
+/// [`Dispatcher::report_warnings_once`]).
+pub const WARNED_ENV: &str = "GPUKIT_OFFLOAD_WARNED";
+
+/// Sets an environment variable.
+///
+/// # Safety
+/// No other thread may read or write the environment at the same time.
+unsafe fn set_env(name: &str, value: &str) {
+    // SAFETY: forwarded.
+    unsafe { std::env::set_var(name, value) };
+}
+
+/// One phase of GPU start-up (the backend, then cuSOLVER): its state and since when it runs.
+struct Phase {
+    state: AtomicU8,
+    /// Nanoseconds after the dispatcher's creation at which the phase began (0: not begun).
+    since_ns: AtomicU64,
+}
+
+impl Phase {
+    const fn new() -> Phase {
+        Phase {
+            state: AtomicU8::new(NOT_STARTED),
+            since_ns: AtomicU64::new(0),
+        }
+    }
+
+    fn get(&self) -> u8 {
+        self.state.load(Relaxed)
+    }
+
+    /// NOT_STARTED -> STARTING; true when this caller made the transition.
+    fn begin(&self, now_ns: u64) -> bool {
+        let won = self
+            .state
+            .compare_exchange(NOT_STARTED, STARTING, Relaxed, Relaxed)
+            .is_ok();
+        if won {
+            self.since_ns.store(now_ns.max(1), Relaxed);
+        }
+        won
+    }
+}
+
+/// The dispatcher's locks, held across `fork()` ([`Dispatcher::fork_hold`]).
+pub(crate) struct ForkHold<'a> {
+    _warned: std::sync::MutexGuard<'a, Vec<String>>,
+    _missed: std::sync::MutexGuard<'a, Vec<ShapeOnly>>,
+    _wake: std::sync::MutexGuard<'a, ()>,
+    _learner: std::sync::MutexGuard<'a, crate::learn::State>,
+    _libs: std::sync::MutexGuard<'static, ()>,
+}
+
+/// What to do with a call.
+enum Plan {
+    Gpu,
+    Cpu(Reason),
+    /// Wait for the GPU (start-up, or cuSOLVER's load) up to this long, then run there; run on
+    /// the CPU if it is not ready by then.
+    Wait(Duration),
+}
 
 /// The dispatcher. One per process is usual ([`Dispatcher::global`]); tests make their own.
 pub struct Dispatcher {
     /// Distinguishes dispatchers in the per-thread estimate memo.
     id: u64,
+    created: Instant,
     config: Config,
     model: Model,
     learner: Learner,
     stats: Stats,
-    profile: Mutex<Profile>,
     profile_path: Option<PathBuf>,
+    profile_created: u64,
     profile_error: Option<String>,
+    profile_machine: crate::profile::Machine,
     gpu: OnceLock<std::result::Result<Arc<GpuBackend>, String>>,
-    gpu_state: AtomicU8,
-    start_lock: Mutex<()>,
+    core: Phase,
+    solver: Phase,
+    /// Start-up waiters sleep here; every phase change notifies.
+    wake: (Lock<()>, Condvar),
     missed_ns: AtomicU64,
     /// The largest calls kept on the CPU because the GPU was not started (or starting): the
     /// start-up thread sizes the GPU buffers for them.
-    missed_calls: Mutex<Vec<ShapeOnly>>,
+    missed_calls: Lock<Vec<ShapeOnly>>,
     thresholds: [AtomicU64; NSLOT],
     cpu: OnceLock<std::result::Result<CpuBackend, String>>,
     warnings: Vec<String>,
+    /// Notes printed when logging is on (a foreign profile).
+    notices: Vec<String>,
+    /// Messages printed by [`Dispatcher::warn_once`].
+    warned: Lock<Vec<String>>,
+    /// This is a forked child of the process that created the dispatcher.
+    forked: AtomicBool,
 }
 
 static GLOBAL: OnceLock<Arc<Dispatcher>> = OnceLock::new();
@@ -276,9 +423,25 @@ impl Dispatcher {
     #[cold]
     fn global_slow() -> &'static Arc<Dispatcher> {
         GLOBAL.get_or_init(|| {
-            let (cfg, errs) = Config::from_env();
-            let mut d = Dispatcher::new(cfg);
-            d.warnings.extend(errs.into_iter().map(|e| e.to_string()));
+            let made = std::panic::catch_unwind(|| {
+                let (cfg, errs) = Config::from_env();
+                let mut d = Dispatcher::new(cfg);
+                d.warnings.extend(errs.into_iter().map(|e| e.to_string()));
+                d
+            });
+            let d = made.unwrap_or_else(|_| {
+                // a bug in the configuration: offload nothing rather than harm the program
+                let mut d = Dispatcher::new(Config {
+                    gpu: GpuMode::Off,
+                    persist: false,
+                    profile_path: None,
+                    ..Config::default()
+                });
+                d.warnings
+                    .push("internal error while configuring; every call runs on the CPU".into());
+                d
+            });
+            crate::fork::install();
             Arc::new(d)
         })
     }
@@ -287,15 +450,12 @@ impl Dispatcher {
     /// default, with the error in [`Dispatcher::warnings`]); CUDA is not touched.
     pub fn new(config: Config) -> Dispatcher {
         let (profile, path, err) = match &config.profile_path {
-            Some(p) if p.exists() => match Profile::load(p) {
+            Some(p) if p.is_file() => match Profile::load(p) {
                 Ok(prof) => (prof, Some(p.clone()), None),
-                Err(e) => (Profile::embedded(), Some(p.clone()), Some(e)),
+                Err(e) => (Profile::embedded(), None, Some(e)),
             },
-            Some(p) => (Profile::embedded(), Some(p.clone()), None),
-            None => {
-                let (prof, from, err) = Profile::resolve();
-                (prof, from.or_else(Profile::default_path), err)
-            }
+            Some(_) => (Profile::embedded(), None, None),
+            None => Profile::resolve(),
         };
         let mut warnings = Vec::new();
         let profile_error = err.map(|e| {
@@ -303,31 +463,44 @@ impl Dispatcher {
             warnings.push(msg.clone());
             msg
         });
-        let model = profile.model();
-        let learner = Learner::from_map(&profile.corrections);
+        let mut notices = Vec::new();
+        let foreign = profile.foreign();
+        if let Some(f) = &foreign {
+            notices.push(format!(
+                "{f}: its CPU figures are not used; CPU times are learned from this process's calls (run `offload calibrate` here)"
+            ));
+        }
+        let model = profile.model(foreign.is_none());
+        let learner = Learner::from_profile(&profile.corrections, &profile.cpu_points);
         let d = Dispatcher {
             id: NEXT_DISPATCHER_ID.fetch_add(1, Relaxed),
+            created: Instant::now(),
             thresholds: [const { AtomicU64::new(0) }; NSLOT],
             config,
             model,
             learner,
             stats: Stats::default(),
-            profile: Mutex::new(profile),
             profile_path: path,
+            profile_created: profile.created_unix,
             profile_error,
+            profile_machine: profile.machine.clone(),
             gpu: OnceLock::new(),
-            gpu_state: AtomicU8::new(GPU_NOT_STARTED),
-            start_lock: Mutex::new(()),
+            core: Phase::new(),
+            solver: Phase::new(),
+            wake: (Lock::new(()), Condvar::new()),
             missed_ns: AtomicU64::new(0),
-            missed_calls: Mutex::new(Vec::new()),
+            missed_calls: Lock::new(Vec::new()),
             cpu: OnceLock::new(),
             warnings,
+            notices,
+            warned: Lock::new(Vec::new()),
+            forked: AtomicBool::new(false),
         };
         if d.config.gpu != GpuMode::Off && !gpukit_jit::libs::driver_present() {
             let _ = d
                 .gpu
                 .set(Err("no CUDA driver (libcuda) on this machine".into()));
-            d.gpu_state.store(GPU_FAILED, Relaxed);
+            d.core.state.store(FAILED, Relaxed);
         }
         d.compute_thresholds();
         d
@@ -354,7 +527,7 @@ impl Dispatcher {
         &self.model
     }
 
-    /// The learned corrections.
+    /// The learned state.
     pub fn learner(&self) -> &Learner {
         &self.learner
     }
@@ -364,12 +537,18 @@ impl Dispatcher {
         &self.warnings
     }
 
+    /// Notes about the profile (printed with the summary when logging is on).
+    pub fn notices(&self) -> &[String] {
+        &self.notices
+    }
+
     /// The error that made the dispatcher fall back to the embedded profile, if any.
     pub fn profile_error(&self) -> Option<&str> {
         self.profile_error.as_deref()
     }
 
-    /// The profile file corrections are saved to.
+    /// The profile file loaded (and written back into at exit); `None` for the embedded
+    /// default.
     pub fn profile_path(&self) -> Option<&PathBuf> {
         self.profile_path.as_ref()
     }
@@ -379,8 +558,12 @@ impl Dispatcher {
         self.stats.snapshot()
     }
 
+    fn now_ns(&self) -> u64 {
+        self.created.elapsed().as_nanos() as u64
+    }
+
     fn compute_thresholds(&self) {
-        let never = self.config.gpu != GpuMode::Off && self.gpu_state.load(Relaxed) == GPU_FAILED;
+        let never = self.config.gpu != GpuMode::Off && self.core.get() == FAILED;
         for r in Routine::ALL {
             for p in Precision::ALL {
                 let t = if never {
@@ -437,10 +620,10 @@ impl Dispatcher {
         }
     }
 
-    /// Starts the GPU backend now (blocking). Used by calibration and tests; the dispatcher
-    /// itself starts it lazily.
+    /// Starts the GPU backend now and waits for it. Used by calibration, tests and
+    /// `GPUKIT_OFFLOAD_GPU=always`; otherwise the start policy decides.
     pub fn start_gpu(&self) -> Result<&Arc<GpuBackend>> {
-        self.start_now();
+        self.start_blocking();
         match self.gpu.get() {
             Some(Ok(g)) => Ok(g),
             Some(Err(e)) => Err(Error::GpuUnavailable(e.clone())),
@@ -448,67 +631,177 @@ impl Dispatcher {
         }
     }
 
-    /// Starts the GPU (if not yet), loads the common kernels and sizes the lane's buffers for
-    /// the largest calls missed so far; returns what was reserved (`None`: not started here).
-    fn start_now(&self) -> Option<Presized> {
-        let _g = self.start_lock.lock();
-        if self.gpu.get().is_some() {
-            return None;
+    /// Starts the GPU on this thread if nobody did, else waits for the start in progress.
+    fn start_blocking(&self) {
+        if self.forked.load(Relaxed) || self.config.gpu == GpuMode::Off {
+            return;
         }
-        self.gpu_state.store(GPU_STARTING, Relaxed);
+        if self.core.begin(self.now_ns()) {
+            self.run_start();
+        } else {
+            self.wait_for(|d| d.core.get() != STARTING, None);
+        }
+    }
+
+    fn notify(&self) {
+        let _g = self.wake.0.lock();
+        self.wake.1.notify_all();
+    }
+
+    /// Waits until `done` holds (checked on every phase change), at most `limit`; true when it
+    /// holds.
+    fn wait_for(&self, done: impl Fn(&Self) -> bool, limit: Option<Duration>) -> bool {
+        let deadline = limit.map(|l| Instant::now() + l);
+        let mut g = self.wake.0.lock();
+        loop {
+            if done(self) {
+                return true;
+            }
+            let step = match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return done(self);
+                    }
+                    d - now
+                }
+                None => Duration::from_millis(200),
+            };
+            g = match self.wake.1.wait_timeout(g, step) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+
+    /// The start itself (the phase is STARTING, owned by this thread): the backend, then for
+    /// the calls missed so far their kernels (cuSOLVER with them if one was a LAPACK call) and
+    /// buffers. Returns what was reserved.
+    fn run_start(&self) -> Option<Presized> {
+        let t0 = Instant::now();
         let r = GpuBackend::start().map(Arc::new).map_err(|e| e.to_string());
         let mut presized = None;
         if let Ok(g) = &r {
-            warm_up(g);
+            if self.config.inject != Inject::None {
+                g.set_inject(self.config.inject);
+            }
             let calls: Vec<Call> = self.missed_calls.lock().iter().map(|c| c.0).collect();
+            // warm-up and sizing for what this process called only (so cuSOLVER is loaded
+            // here only if a LAPACK call came)
+            let mut kinds: Vec<(OpKind, Precision)> =
+                calls.iter().map(|c| (c.kind(), c.prec)).collect();
+            kinds.sort();
+            kinds.dedup();
+            if !kinds.is_empty() {
+                g.warm_up(&kinds);
+            }
+            if calls.iter().any(|c| crate::gpu::needs_solver(&c.op)) && g.solver_loaded() {
+                self.solver.state.store(READY, Relaxed);
+            }
             if !calls.is_empty() {
                 presized = g.presize(&calls).ok();
+            }
+            if !self.profile_machine.gpu.is_empty() && self.profile_machine.gpu != g.name() {
+                self.warn_once(&format!(
+                    "the profile's GPU figures were measured on {}, this GPU is {}; they are corrected from this process's calls",
+                    self.profile_machine.gpu,
+                    g.name()
+                ));
             }
         }
         let ok = r.is_ok();
         let _ = self.gpu.set(r);
-        self.gpu_state
-            .store(if ok { GPU_READY } else { GPU_FAILED }, Relaxed);
+        self.core
+            .state
+            .store(if ok { READY } else { FAILED }, Relaxed);
         if !ok {
             self.compute_thresholds();
+        }
+        self.notify();
+        if self.config.log == LogMode::Calls {
+            let mib = |b: usize| b >> 20;
+            let p = presized.unwrap_or_default();
+            output::line(&format!(
+                "gpukit-offload: GPU start {} in {:.3}s ({}); reserved for missed calls: device {} MiB (need {}), pinned {} MiB (need {})",
+                if ok { "ready" } else { "failed" },
+                t0.elapsed().as_secs_f64(),
+                self.gpu()
+                    .map(|g| g.startup_report().to_string())
+                    .unwrap_or_else(|| self.gpu_error().unwrap_or("").to_string()),
+                mib(p.dev),
+                mib(p.need_dev),
+                mib(p.pinned),
+                mib(p.need_pinned),
+            ));
         }
         presized
     }
 
+    /// Starts the GPU on a background thread (once).
     fn start_background(self: &Arc<Self>) {
-        if self
-            .gpu_state
-            .compare_exchange(GPU_NOT_STARTED, GPU_STARTING, Relaxed, Relaxed)
-            .is_err()
+        if self.forked.load(Relaxed)
+            || self.config.gpu == GpuMode::Off
+            || !self.core.begin(self.now_ns())
         {
             return;
         }
         let me = Arc::clone(self);
+        // Normal priority on purpose: at nice 19 (a variant measured on the H200) start-up took
+        // 4.6 s instead of 1.3 s, because OpenBLAS's spinning workers keep every core busy.
         let spawned = std::thread::Builder::new()
             .name("gpukit-offload-start".into())
             .spawn(move || {
-                // Normal priority on purpose: run at nice 19 while CPU calls were in flight (a
-                // variant measured on the H200), start-up took 4.6 s instead of 1.3 s, because
-                // OpenBLAS's spinning workers keep every core busy, and the whole-program run
-                // was 12.45 s instead of 9.79 s.
-                let t0 = Instant::now();
-                let presized = me.start_now();
-                if me.config.log == LogMode::Calls {
-                    let mib = |b: usize| b >> 20;
-                    let p = presized.unwrap_or_default();
-                    eprintln!(
-                        "gpukit-offload: background start {} in {:.3}s; reserved for missed calls: device {} MiB (need {}), pinned {} MiB (need {})",
-                        if me.gpu().is_some() { "ready" } else { "failed" },
-                        t0.elapsed().as_secs_f64(),
-                        mib(p.dev),
-                        mib(p.need_dev),
-                        mib(p.pinned),
-                        mib(p.need_pinned),
-                    );
-                }
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| me.run_start()));
             });
         if spawned.is_err() {
-            self.start_now();
+            self.run_start();
+        }
+    }
+
+    /// Loads cuSOLVER on a background thread (once), for the first LAPACK call.
+    fn load_solver_background(self: &Arc<Self>) {
+        if !self.solver.begin(self.now_ns()) {
+            return;
+        }
+        let me = Arc::clone(self);
+        let run = move || {
+            let t0 = Instant::now();
+            let ok = me.gpu().is_some_and(|g| g.load_solver().is_ok());
+            me.solver
+                .state
+                .store(if ok { READY } else { FAILED }, Relaxed);
+            me.notify();
+            if me.config.log == LogMode::Calls {
+                output::line(&format!(
+                    "gpukit-offload: cuSOLVER {} in {:.3}s (first LAPACK call)",
+                    if ok { "loaded" } else { "failed" },
+                    t0.elapsed().as_secs_f64()
+                ));
+            }
+        };
+        let spawned = std::thread::Builder::new()
+            .name("gpukit-offload-solver".into())
+            .spawn(move || {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
+            });
+        if spawned.is_err() {
+            self.solver.state.store(FAILED, Relaxed);
+        }
+    }
+
+    /// Seconds a phase still needs: what the profile says it takes minus what has passed
+    /// (a share of the expected time when it runs over).
+    fn remaining(&self, phase: &Phase, expected_s: f64) -> f64 {
+        let since = phase.since_ns.load(Relaxed);
+        let elapsed = self.now_ns().saturating_sub(since) as f64 * 1e-9;
+        (expected_s - elapsed).max(OVERRUN_SHARE * expected_s)
+    }
+
+    /// Starts CUDA in the background now when the policy is [`StartPolicy::Eager`] and a GPU
+    /// may be used.
+    pub fn start_if_eager(self: &Arc<Self>) {
+        if self.config.start == StartPolicy::Eager {
+            self.start_background();
         }
     }
 
@@ -519,122 +812,157 @@ impl Dispatcher {
         }
     }
 
-    /// The estimate for a call with learned corrections applied.
-    pub fn estimate(&self, call: &Call) -> Option<Estimate> {
-        let kind = call.kind();
-        let (e, flops) = self.model_estimate(kind, call.prec, call.shape());
-        let mut e = e?;
+    /// The estimate for a request with learned corrections applied; a library without curves
+    /// gets its CPU time from the rates measured so far (`cpu_known` false when none was).
+    pub fn estimate(&self, req: &Request) -> Option<Estimate> {
+        let lib = req.lib.key_id();
+        let mut e = self.model_estimate(req, lib)?;
         let (fc, fg) = self.learner.factors(
-            CorrKey::new(kind, call.prec, Backend::Cpu, flops),
-            CorrKey::new(kind, call.prec, Backend::Gpu, flops),
+            CorrKey::new(req.kind, req.prec(), Backend::Cpu, lib, req.features),
+            CorrKey::new(req.kind, req.prec(), Backend::Gpu, lib, req.features),
         );
-        e.cpu_s *= fc;
         e.gpu_s *= fg;
+        if e.cpu_known {
+            e.cpu_s *= fc;
+        } else if let Some(k) =
+            self.learner
+                .cpu_known(lib, req.kind, req.prec(), req.features, req.flops)
+        {
+            e.cpu_s = k.seconds;
+            e.cpu_known = true;
+        }
         Some(e)
     }
 
-    /// The model's uncorrected estimate and the flops of a call, through the per-thread memo.
-    fn model_estimate(
-        &self,
-        kind: OpKind,
-        prec: Precision,
-        shape: Shape,
-    ) -> (Option<Estimate>, f64) {
-        let key = (self.id, kind, prec, shape);
+    /// The model's uncorrected estimate of a request, through the per-thread memo.
+    fn model_estimate(&self, req: &Request, lib: LibKey) -> Option<Estimate> {
+        let (kind, prec, shape) = (req.kind, req.prec(), req.shape);
+        let key = (self.id, kind, prec, shape, lib);
         let h = (shape.m ^ shape.n.rotate_left(21) ^ shape.k.rotate_left(42) ^ self.id)
-            .wrapping_add(((kind.routine as u64) << 3) ^ ((kind.vectors as u64) << 1) ^ prec as u64)
+            .wrapping_add(
+                ((kind.routine as u64) << 3)
+                    ^ ((kind.variant as u64) << 1)
+                    ^ prec as u64
+                    ^ ((lib.0 as u64) << 40),
+            )
             .wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let slot = (h >> 58) as usize % MEMO_SLOTS;
         let hit = MEMO.with(|m| {
             m.borrow()[slot]
                 .filter(|e| e.key == key)
-                .map(|e| (e.estimate, e.flops))
+                .map(|e| e.estimate)
         });
         if let Some(v) = hit {
             return v;
         }
-        let estimate = self.model.estimate(kind, prec, shape);
-        let flops = kind.flops(prec, shape);
-        MEMO.with(|m| {
-            m.borrow_mut()[slot] = Some(MemoEntry {
-                key,
-                estimate,
-                flops,
-            })
-        });
-        (estimate, flops)
+        let estimate = self.model.estimate(kind, prec, shape, lib);
+        MEMO.with(|m| m.borrow_mut()[slot] = Some(MemoEntry { key, estimate }));
+        estimate
     }
 
-    /// Runs a call where it is fastest. `cpu` runs it on the CPU and returns LAPACK's info; it is
-    /// called at most once (on the GPU path's failure, the CPU runs on the untouched inputs).
+    /// Runs a request where it is fastest. `cpu` runs it on the CPU and returns LAPACK's info;
+    /// it is called at most once (on the GPU path's failure, the CPU runs on the untouched
+    /// inputs).
     ///
     /// # Safety
-    /// Every pointer in `call` must be valid for the extent its dimensions describe (the typed
-    /// API checks this; the shim relies on the BLAS caller's contract).
+    /// Every pointer in the request's call must be valid for the extent its dimensions describe
+    /// (the typed API checks this; the shim relies on the BLAS caller's contract).
     pub unsafe fn execute(
         self: &Arc<Self>,
-        call: &Call,
+        req: &Request,
         cpu: &mut dyn FnMut() -> Result<i64>,
     ) -> Result<Outcome> {
-        let s = slot(call.routine(), call.prec);
+        let s = req.slot;
         let quick = |reason: Reason, cpu: &mut dyn FnMut() -> Result<i64>| {
             self.untimed_cpu(s, reason, None, cpu)
         };
         if DEPTH.with(|d| d.get()) > 0 {
             return quick(Reason::Nested, cpu);
         }
-        if call.is_empty() {
+        if req.is_empty() {
             return quick(Reason::Empty, cpu);
         }
-        if call.check().is_err() {
+        if req.call.check().is_err() {
             return quick(Reason::InvalidArgs, cpu);
         }
-        let est = self.estimate(call);
-        let reason = self.decide(call, est.as_ref());
-        if reason.is_none() {
-            if let (Some(gpu), Some(e)) = (self.gpu(), est) {
-                let t0 = Instant::now();
-                // SAFETY: forwarded from the caller; check() passed; gpu_unsupported() is None.
-                let r = unsafe { gpu.run(call) };
-                let secs = t0.elapsed().as_secs_f64();
-                match r {
-                    Ok(()) => {
-                        let kind = call.kind();
-                        let flops = kind.flops(call.prec, call.shape());
-                        self.learner.observe(
-                            CorrKey::new(kind, call.prec, Backend::Gpu, flops),
-                            e.gpu_s,
-                            secs,
-                        );
-                        self.stats.record_gpu(s, secs, e.cpu_s, e.gpu_s);
-                        self.log_call(call, Backend::Gpu, None, secs, Some(&e));
-                        return Ok(Outcome {
-                            backend: Backend::Gpu,
-                            reason: None,
-                            seconds: secs,
-                            estimate: Some(e),
-                            info: 0,
-                        });
-                    }
-                    Err(f) => {
-                        let reason = match f.kind {
-                            GpuFailKind::OutOfMemory => Reason::FallbackOutOfMemory,
-                            GpuFailKind::Error => Reason::FallbackError,
-                            GpuFailKind::Info => Reason::FallbackInfo,
-                            GpuFailKind::Injected => Reason::FallbackInjected,
-                        };
-                        if self.config.log == LogMode::Calls {
-                            eprintln!(
-                                "gpukit-offload: {} GPU path failed ({f}); running on the CPU",
-                                call.name()
-                            );
+        let t0 = Instant::now();
+        let est = self.estimate(req);
+        let mut plan = self.decide(req, est.as_ref());
+        if let Plan::Wait(limit) = plan {
+            let lapack = crate::gpu::needs_solver(&req.call.op);
+            let ready = self.wait_for(
+                |d| {
+                    d.core.get() != STARTING
+                        && (!lapack || d.core.get() != READY || d.solver.get() != STARTING)
+                },
+                Some(limit),
+            );
+            plan = if ready && self.core.get() == READY {
+                Plan::Gpu
+            } else {
+                Plan::Cpu(Reason::GpuStarting)
+            };
+        }
+        match plan {
+            Plan::Gpu => {
+                if let (Some(gpu), Some(e)) = (self.gpu(), est) {
+                    // SAFETY: forwarded from the caller; check() passed; gpu::unsupported()
+                    // is None.
+                    let r = unsafe { gpu.run(&req.call) };
+                    let secs = t0.elapsed().as_secs_f64();
+                    match r {
+                        Ok(()) => return Ok(self.gpu_done(req, e, secs)),
+                        Err(f) => {
+                            // after `Lost` the caller's in-place operands are partly
+                            // overwritten: the CPU must not run on them
+                            let Some(reason) = f.kind.fallback_reason() else {
+                                return Err(Error::Gpu {
+                                    what: "copying results to the caller",
+                                    detail: f.to_string(),
+                                });
+                            };
+                            if self.config.log == LogMode::Calls {
+                                output::line(&format!(
+                                    "gpukit-offload: {} GPU path failed ({f}); running on the CPU",
+                                    req.name()
+                                ));
+                            }
+                            return self.timed_cpu(req, reason, est, cpu);
                         }
-                        return self.timed_cpu(call, s, reason, est, cpu);
                     }
                 }
+                self.timed_cpu(req, Reason::NoGpu, est, cpu)
             }
+            Plan::Cpu(reason) => self.timed_cpu(req, reason, est, cpu),
+            Plan::Wait(_) => self.timed_cpu(req, Reason::GpuStarting, est, cpu),
         }
-        self.timed_cpu(call, s, reason.unwrap_or(Reason::NoGpu), est, cpu)
+    }
+
+    /// Learning and statistics of a call the GPU ran in `secs`.
+    fn gpu_done(&self, req: &Request, e: Estimate, secs: f64) -> Outcome {
+        let lib = req.lib.key_id();
+        self.learner.observe(
+            CorrKey::new(req.kind, req.prec(), Backend::Gpu, lib, req.features),
+            e.gpu_s,
+            secs,
+        );
+        let measured = self
+            .learner
+            .cpu_known(lib, req.kind, req.prec(), req.features, req.flops)
+            .filter(|k| k.exact);
+        let (cpu_s, is_measured) = match measured {
+            Some(k) => (k.seconds, true),
+            None => (if e.cpu_known { e.cpu_s } else { secs }, false),
+        };
+        self.stats.record_gpu(req.slot, secs, cpu_s, is_measured);
+        self.log_call(req, Backend::Gpu, None, secs, Some(&e));
+        Outcome {
+            backend: Backend::Gpu,
+            reason: None,
+            seconds: secs,
+            estimate: Some(e),
+            info: 0,
+        }
     }
 
     /// Runs a call on the CPU without timing it (counted, not learned from).
@@ -658,37 +986,39 @@ impl Dispatcher {
 
     fn timed_cpu(
         &self,
-        call: &Call,
-        s: usize,
+        req: &Request,
         reason: Reason,
         est: Option<Estimate>,
         cpu: &mut dyn FnMut() -> Result<i64>,
     ) -> Result<Outcome> {
         // (with per-call logging on, every call is timed: the log is for reading them all)
         if self.config.log != LogMode::Calls
-            && est.is_some_and(|e| e.cpu_s < CHEAP_CPU_S)
+            && est.is_some_and(|e| e.cpu_known && e.cpu_s < CHEAP_CPU_S)
             && CHEAP_UNTIMED.with(|c| {
                 let n = c.get() + 1;
                 c.set(if n >= CHEAP_SAMPLE { 0 } else { n });
                 n < CHEAP_SAMPLE
             })
         {
-            return self.untimed_cpu(s, reason, est, cpu);
+            return self.untimed_cpu(req.slot, reason, est, cpu);
         }
         let t0 = Instant::now();
         let info = run_cpu_nested(cpu)?;
         let secs = t0.elapsed().as_secs_f64();
-        if let Some(e) = est {
-            let kind = call.kind();
-            let flops = kind.flops(call.prec, call.shape());
-            self.learner.observe(
-                CorrKey::new(kind, call.prec, Backend::Cpu, flops),
-                e.cpu_s,
-                secs,
-            );
+        let lib = req.lib.key_id();
+        if info == 0 {
+            if let Some(e) = est.filter(|e| e.cpu_known) {
+                self.learner.observe(
+                    CorrKey::new(req.kind, req.prec(), Backend::Cpu, lib, req.features),
+                    e.cpu_s,
+                    secs,
+                );
+            }
+            self.learner
+                .observe_cpu(lib, req.kind, req.prec(), req.features, req.flops, secs);
         }
-        self.stats.record_cpu(s, reason, Some(secs));
-        self.log_call(call, Backend::Cpu, Some(reason), secs, est.as_ref());
+        self.stats.record_cpu(req.slot, reason, Some(secs));
+        self.log_call(req, Backend::Cpu, Some(reason), secs, est.as_ref());
         Ok(Outcome {
             backend: Backend::Cpu,
             reason: Some(reason),
@@ -698,52 +1028,116 @@ impl Dispatcher {
         })
     }
 
-    /// `None`: run on the GPU; else the reason to stay on the CPU.
-    fn decide(self: &Arc<Self>, call: &Call, est: Option<&Estimate>) -> Option<Reason> {
+    /// Where a call goes (see the module docs).
+    fn decide(self: &Arc<Self>, req: &Request, est: Option<&Estimate>) -> Plan {
         if self.config.gpu == GpuMode::Off {
-            return Some(Reason::Disabled);
+            return Plan::Cpu(Reason::Disabled);
         }
-        if call.gpu_unsupported().is_some() {
-            return Some(Reason::Unsupported);
+        if crate::gpu::unsupported(&req.call).is_some() {
+            return Plan::Cpu(Reason::Unsupported);
         }
+        let lapack = crate::gpu::needs_solver(&req.call.op);
         if self.config.gpu == GpuMode::Always {
-            if self.gpu_state.load(Relaxed) != GPU_READY {
-                self.start_now();
+            self.start_blocking();
+            if self.core.get() != READY {
+                return Plan::Cpu(Reason::NoGpu);
             }
-            return (self.gpu_state.load(Relaxed) != GPU_READY).then_some(Reason::NoGpu);
+            return Plan::Gpu;
         }
-        let e = est?;
+        let Some(e) = est else {
+            return Plan::Cpu(Reason::NoModel);
+        };
+        if !e.cpu_known {
+            return Plan::Cpu(Reason::CpuUnmeasured);
+        }
         let need = required_speedup(self.config.level);
         if e.cpu_s < need * e.gpu_s {
-            return Some(Reason::CpuFaster);
-        }
-        match self.gpu_state.load(Relaxed) {
-            GPU_READY => {}
-            GPU_FAILED => return Some(Reason::NoGpu),
-            GPU_STARTING => {
-                self.note_missed(call);
-                return Some(Reason::GpuStarting);
+            // a GPU correction may have become too pessimistic (a slow first call): when the
+            // uncorrected GPU figure says it wins, re-measure it now and then
+            let raw_gpu = self
+                .model_estimate(req, req.lib.key_id())
+                .map(|r| r.gpu_s)
+                .unwrap_or(f64::INFINITY);
+            if self.core.get() == READY
+                && (!lapack || self.solver.get() == READY)
+                && e.cpu_s >= need * raw_gpu
+                && self
+                    .learner
+                    .take_recheck(req.kind, req.prec(), req.features, Backend::Gpu)
+            {
+                return Plan::Gpu;
             }
-            _ => {
-                self.note_missed(call);
-                // No call ever waits for CUDA start-up: the savings this call misses are added
-                // up, and once they would have paid for start-up CUDA starts on a background
-                // thread while this call (and every call until the GPU is ready) runs on the CPU.
-                let gain = (e.cpu_s - e.gpu_s).max(0.0);
-                let missed =
-                    self.missed_ns.fetch_add((gain * 1e9) as u64, Relaxed) as f64 * 1e-9 + gain;
-                if missed > self.model.startup_s {
-                    self.start_background();
+            return Plan::Cpu(Reason::CpuFaster);
+        }
+        match self.core.get() {
+            FAILED => return Plan::Cpu(Reason::NoGpu),
+            NOT_STARTED => {
+                self.note_missed(&req.call);
+                match self.config.start {
+                    StartPolicy::Savings => {
+                        // the savings this call misses are added up; once they would have paid
+                        // for start-up, CUDA starts on a background thread while this call runs
+                        // on the CPU
+                        let gain = (e.cpu_s - e.gpu_s).max(0.0);
+                        let missed = self.missed_ns.fetch_add((gain * 1e9) as u64, Relaxed) as f64
+                            * 1e-9
+                            + gain;
+                        if missed > self.model.startup.start_s {
+                            self.start_background();
+                        }
+                        return Plan::Cpu(Reason::StartupNotPaid);
+                    }
+                    StartPolicy::Lazy | StartPolicy::Eager => {
+                        self.start_background();
+                        return self.wait_or_cpu(req, e, need, lapack);
+                    }
                 }
-                return Some(Reason::StartupNotPaid);
             }
+            STARTING => {
+                self.note_missed(&req.call);
+                return self.wait_or_cpu(req, e, need, lapack);
+            }
+            _ => {}
         }
-        let kind = call.kind();
-        let flops = kind.flops(call.prec, call.shape());
-        if e.speedup() < 2.0 * need && self.learner.take_recheck(kind, call.prec, flops) {
-            return Some(Reason::Recheck);
+        if lapack && self.solver.get() != READY {
+            if self.solver.get() == FAILED {
+                return Plan::Cpu(Reason::NoGpu);
+            }
+            self.load_solver_background();
+            return self.wait_or_cpu(req, e, need, lapack);
         }
-        None
+        if e.speedup() < 2.0 * need
+            && self
+                .learner
+                .take_recheck(req.kind, req.prec(), req.features, Backend::Cpu)
+        {
+            return Plan::Cpu(Reason::Recheck);
+        }
+        Plan::Gpu
+    }
+
+    /// A GPU-bound call while the GPU (or cuSOLVER) is starting: wait when the start-up still
+    /// needed plus the GPU time beats the CPU by the required speedup, else run on the CPU.
+    fn wait_or_cpu(&self, req: &Request, e: &Estimate, need: f64, lapack: bool) -> Plan {
+        let st = &self.model.startup;
+        let mut remaining = match self.core.get() {
+            STARTING => self.remaining(&self.core, st.start_s),
+            READY => 0.0,
+            _ => return Plan::Cpu(Reason::NoGpu),
+        };
+        if lapack {
+            remaining += match self.solver.get() {
+                STARTING => self.remaining(&self.solver, st.solver_s),
+                READY => 0.0,
+                _ => st.solver_s,
+            };
+        }
+        if e.cpu_s >= need * (remaining + e.gpu_s) {
+            Plan::Wait(Duration::from_secs_f64(remaining) + WAIT_SLACK)
+        } else {
+            self.note_missed(&req.call);
+            Plan::Cpu(Reason::GpuStarting)
+        }
     }
 
     /// Remembers a call that would have gone to the GPU had it been started (its dimensions
@@ -754,7 +1148,7 @@ impl Dispatcher {
 
     fn log_call(
         &self,
-        call: &Call,
+        req: &Request,
         b: Backend,
         reason: Option<Reason>,
         secs: f64,
@@ -764,35 +1158,107 @@ impl Dispatcher {
             return;
         }
         let pred = e
-            .map(|e| format!(" predicted cpu={:.4}s gpu={:.4}s", e.cpu_s, e.gpu_s))
+            .map(|e| {
+                if e.cpu_known {
+                    format!(" predicted cpu={:.4}s gpu={:.4}s", e.cpu_s, e.gpu_s)
+                } else {
+                    format!(" predicted cpu=? gpu={:.4}s", e.gpu_s)
+                }
+            })
             .unwrap_or_default();
-        eprintln!(
-            "gpukit-offload: {} {} -> {}{} {:.4}s{}",
-            call.name(),
-            call.shape(),
+        output::line(&format!(
+            "gpukit-offload: {} {} on {} -> {}{} {:.4}s{}",
+            req.name(),
+            req.shape,
+            match req.lib.key() {
+                "" => "?",
+                k => k,
+            },
             b.as_str(),
             reason
                 .map(|r| format!(" ({})", r.as_str()))
                 .unwrap_or_default(),
             secs,
             pred
-        );
+        ));
     }
 
     /// The CPU backend for library users (loaded on first use).
     pub fn cpu_backend(&self) -> Result<&CpuBackend> {
-        match self
-            .cpu
-            .get_or_init(|| CpuBackend::discover().map_err(|e| e.to_string()))
-        {
+        let r = self.cpu.get_or_init(|| {
+            CpuBackend::discover().map_err(|e| match e {
+                Error::NoCpuLibrary { tried } => tried,
+                e => e.to_string(),
+            })
+        });
+        match r {
             Ok(c) => Ok(c),
-            Err(e) => Err(Error::NoCpuLibrary { tried: e.clone() }),
+            Err(tried) => Err(Error::NoCpuLibrary {
+                tried: tried.clone(),
+            }),
         }
     }
 
-    /// Writes the learned corrections into the profile file, if anything was learned, persisting
-    /// is enabled and the profile was not corrupt (a corrupt file is left for the user to see).
-    /// Returns the path written.
+    /// Prints a message once per dispatcher (`gpukit-offload: ` is prepended).
+    pub fn warn_once(&self, msg: &str) {
+        let mut w = self.warned.lock();
+        if w.iter().any(|m| m == msg) {
+            return;
+        }
+        w.push(msg.to_string());
+        drop(w);
+        output::line(&format!("gpukit-offload: {msg}"));
+    }
+
+    /// Prints [`Dispatcher::warnings`] unless this process was started by a process that
+    /// printed the same ones (the shim marks them in `GPUKIT_OFFLOAD_WARNED`, which child
+    /// processes inherit), so a bad setting is named once per process tree.
+    pub fn report_warnings_once(&self) {
+        if self.warnings.is_empty() {
+            return;
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&self.warnings, &mut h);
+        let mark = format!("{:016x}", std::hash::Hasher::finish(&h));
+        if std::env::var(WARNED_ENV).is_ok_and(|v| v == mark) {
+            return;
+        }
+        for w in &self.warnings {
+            self.warn_once(w);
+        }
+        // SAFETY: called from the shim's constructor, before the program's main and its threads.
+        unsafe { set_env(WARNED_ENV, &mark) };
+    }
+
+    /// Fork handler (before): every lock a call can take, taken in one order and held across
+    /// `fork()`; dropping the hold releases them (in the parent and in the child).
+    pub(crate) fn fork_hold(&self) -> ForkHold<'_> {
+        ForkHold {
+            _warned: self.warned.lock(),
+            _missed: self.missed_calls.lock(),
+            _wake: self.wake.0.lock(),
+            _learner: self.learner.fork_hold(),
+            _libs: LibId::fork_hold(),
+        }
+    }
+
+    /// Fork handler (child, after the hold was dropped): the child's own bookkeeping (see
+    /// [`crate::fork`]).
+    pub(crate) fn forked_child(&self) {
+        self.forked.store(true, Relaxed);
+        self.stats.reset();
+        self.learner.forked_child();
+        self.missed_ns.store(0, Relaxed);
+        self.missed_calls.lock().clear();
+        if self.config.gpu != GpuMode::Off {
+            self.core.state.store(FAILED, Relaxed);
+            self.compute_thresholds();
+        }
+    }
+
+    /// Merges what this process learned into the profile file it loaded (see
+    /// [`crate::profile::merge_learned`]): only a file that exists, only when persisting is on
+    /// and the file was not corrupt. Returns the path written.
     pub fn save_learned(&self) -> Result<Option<PathBuf>> {
         if !self.config.persist || self.profile_error.is_some() || !self.learner.dirty() {
             return Ok(None);
@@ -800,49 +1266,26 @@ impl Dispatcher {
         let Some(path) = self.profile_path.clone() else {
             return Ok(None);
         };
-        let mut p = self.profile.lock();
-        p.corrections = self.learner.snapshot();
-        p.save(&path)?;
+        let learned = self.learner.learned();
+        let wrote = crate::profile::merge_learned(&path, self.profile_created, &learned)?;
         self.learner.mark_saved();
-        Ok(Some(path))
+        Ok(wrote.then_some(path))
     }
 
-    /// The end-of-run work: prints the summary (per the log mode) and persists corrections.
-    /// Never panics; problems go to stderr.
+    /// The end-of-run work: prints the summary (per the log mode) and persists what was
+    /// learned. Never panics; problems are printed.
     pub fn finish(&self) {
         if self.config.log != LogMode::Off {
-            eprint!("{}", self.stats().summary());
+            for n in &self.notices {
+                self.warn_once(n);
+            }
+            output::emit(&self.stats().summary());
         }
         if let Err(e) = self.save_learned() {
-            eprintln!("gpukit-offload: could not save learned corrections: {e}");
+            output::line(&format!(
+                "gpukit-offload: could not save what was learned: {e}"
+            ));
         }
-    }
-}
-
-/// Runs one small call of each common routine on the GPU, untimed and unrecorded, so the lazily
-/// loaded cuBLAS/cuSOLVER kernels and the lane's workspaces are ready before the first offloaded
-/// call (this runs in the start-up thread, while calls still go to the CPU). Failures are
-/// ignored: a real call meets them again and falls back.
-fn warm_up(g: &GpuBackend) {
-    use crate::calibrate::Case;
-    let d = Precision::D;
-    let cases = [
-        (Routine::Gemm, false, d, 512.0, 512.0),
-        (Routine::Gemm, false, Precision::S, 512.0, 512.0),
-        (Routine::Syrk, false, d, 512.0, 512.0),
-        (Routine::Trsm, false, d, 512.0, 512.0),
-        (Routine::Potrf, false, d, 512.0, 1.0),
-        (Routine::Gesv, false, d, 512.0, 64.0),
-        (Routine::Syevd, true, d, 512.0, 1.0),
-        (Routine::Gesdd, true, d, 256.0, 3.0),
-    ];
-    for (routine, vectors, p, x1, x2) in cases {
-        let kind = OpKind { routine, vectors };
-        let mut case = Case::new(kind, p, x1, x2);
-        case.reset();
-        let call = case.call(kind, p, x1, x2);
-        // SAFETY: the call's buffers belong to `case` and match its dimensions.
-        let _ = unsafe { g.run(&call) };
     }
 }
 
@@ -861,18 +1304,30 @@ fn run_cpu_nested(cpu: &mut dyn FnMut() -> Result<i64>) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Offload;
+    use crate::library::LibId;
+    use crate::ops::{Trans, Uplo};
+    use proptest::prelude::*;
 
-    #[test]
-    fn memoised_estimates_equal_the_model_and_stay_per_dispatcher() {
-        let tmp = std::env::temp_dir().join(format!("gpukit-memo-{}", std::process::id()));
-        let cfg = |level| Config {
+    fn cfg(level: u8, gpu: GpuMode) -> Config {
+        let tmp = std::env::temp_dir().join(format!("gpukit-dispatch-{}", std::process::id()));
+        Config {
             level,
-            gpu: GpuMode::Off,
+            gpu,
             log: LogMode::Off,
             profile_path: Some(tmp.join("none.json")),
             persist: false,
-        };
-        let (a, b) = (Dispatcher::new(cfg(1)), Dispatcher::new(cfg(10)));
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn memoised_estimates_equal_the_model_and_stay_per_dispatcher() {
+        let (a, b) = (
+            Dispatcher::new(cfg(1, GpuMode::Off)),
+            Dispatcher::new(cfg(10, GpuMode::Off)),
+        );
+        let lib = LibId::of_path("/nonexistent/libopenblas.so.0");
         let mut buf = vec![0.0f64; 16];
         for (m, n, k) in [
             (100, 100, 100),
@@ -880,30 +1335,37 @@ mod tests {
             (100, 100, 100),
             (5000, 5000, 64),
         ] {
-            let call = gemm(m, n, k, &mut buf);
-            let want = a.model.estimate(call.kind(), call.prec, call.shape());
+            let call = Request::new(gemm(m, n, k, &mut buf), lib);
+            let want = a
+                .model
+                .estimate(call.kind, call.prec(), call.shape, lib.key_id());
             // twice: the second answer comes from the memo and must be the same
             for _ in 0..2 {
-                assert_eq!(a.estimate(&call), want);
+                assert_eq!(a.model_estimate(&call, lib.key_id()), want);
                 assert_eq!(
-                    b.estimate(&call),
-                    b.model.estimate(call.kind(), call.prec, call.shape())
+                    b.model_estimate(&call, lib.key_id()),
+                    b.model
+                        .estimate(call.kind, call.prec(), call.shape, lib.key_id())
                 );
             }
         }
         // a third dispatcher with its own learned correction: the memo must not hide it
-        let c = Dispatcher::new(cfg(5));
-        let call = gemm(100, 100, 100, &mut buf);
-        let flops = call.kind().flops(call.prec, call.shape());
-        let key = CorrKey::new(call.kind(), call.prec, Backend::Cpu, flops);
+        let c = Dispatcher::new(cfg(5, GpuMode::Off));
+        let call = Request::new(gemm(100, 100, 100, &mut buf), lib);
+        let key = CorrKey::new(
+            call.kind,
+            call.prec(),
+            Backend::Gpu,
+            lib.key_id(),
+            call.features,
+        );
         let base = c.estimate(&call).unwrap();
-        c.learner.observe(key, base.cpu_s, base.cpu_s * 4.0);
+        c.learner.observe(key, base.gpu_s, base.gpu_s * 4.0);
         let after = c.estimate(&call).unwrap();
         assert!(
-            (after.cpu_s / base.cpu_s - 2.0).abs() < 1e-9,
+            (after.gpu_s / base.gpu_s - 2.0).abs() < 1e-9,
             "{after:?} vs {base:?}"
         );
-        assert_eq!(after.gpu_s, base.gpu_s);
     }
 
     #[test]
@@ -919,18 +1381,28 @@ mod tests {
         let (c, errs) = Config::from_vars(vars(&[
             ("GPUKIT_OFFLOAD_LEVEL", "3"),
             ("GPUKIT_OFFLOAD_GPU", "always"),
+            ("GPUKIT_OFFLOAD_START", "eager"),
+            ("GPUKIT_OFFLOAD_INJECT_FAILURE", "oom"),
         ]));
         assert!(errs.is_empty(), "{errs:?}");
         assert_eq!((c.level, c.gpu), (3, GpuMode::Always));
+        assert_eq!(
+            (c.start, c.inject),
+            (StartPolicy::Eager, Inject::OutOfMemory)
+        );
         let (c, _) = Config::from_vars(vars(&[("GPUKIT_OFFLOAD_GPU", " OFF ")]));
         assert_eq!(c.gpu, GpuMode::Off);
         let (c, errs) = Config::from_vars(vars(&[
             ("GPUKIT_OFFLOAD_LEVEL", "eleven"),
             ("GPUKIT_OFFLOAD_GPU", "sometimes"),
+            ("GPUKIT_OFFLOAD_INJECT_FAILURE", "garbage"),
+            ("GPUKIT_OFFLOAD_START", "whenever"),
+            ("GPUKIT_OFFLOAD_CPU_LIB", "/nonexistent/libblas.so"),
         ]));
         assert_eq!((c.level, c.gpu), (Config::default().level, GpuMode::Auto));
+        assert_eq!((c.start, c.inject), (StartPolicy::Savings, Inject::None));
         let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
-        assert_eq!(text.len(), 2, "{text:?}");
+        assert_eq!(text.len(), 5, "{text:?}");
         assert!(
             text[0].contains("GPUKIT_OFFLOAD_LEVEL=\"eleven\""),
             "{text:?}"
@@ -939,6 +1411,13 @@ mod tests {
             text[1].contains("GPUKIT_OFFLOAD_GPU") && text[1].contains("always"),
             "{text:?}"
         );
+        for name in [
+            "GPUKIT_OFFLOAD_START=\"whenever\"",
+            "GPUKIT_OFFLOAD_INJECT_FAILURE=\"garbage\"",
+            "GPUKIT_OFFLOAD_CPU_LIB=\"/nonexistent/libblas.so\"",
+        ] {
+            assert!(text.iter().any(|t| t.contains(name)), "{name}: {text:?}");
+        }
     }
 
     fn potrf(n: usize, buf: &mut [f64]) -> Call {
@@ -989,7 +1468,6 @@ mod tests {
         assert!(!keep_largest(&mut kept, &potrf(500, &mut buf), 2));
         let mut sizes: Vec<usize> = kept.iter().map(|k| k.0.footprint()).collect();
         sizes.sort();
-        // potrf 6000: 6000^2 doubles; gemm: 3 * 3000*6000 doubles... (A 3000x6000, B 6000x3000, C 3000^2)
         assert_eq!(
             sizes,
             vec![6000 * 6000 * 8, (2 * 3000 * 6000 + 3000 * 3000) * 8]
@@ -1014,5 +1492,168 @@ mod tests {
         assert_eq!((d.kind(), d.prec, d.shape()), (c.kind(), c.prec, c.shape()));
         assert_eq!(d.footprint(), c.footprint());
         assert!(d.check().is_ok());
+    }
+
+    /// A library without curves: its first call of a kind runs on the CPU to be measured; the
+    /// next one of that kind is judged by the measured rate (never by another library's curve).
+    #[test]
+    fn a_library_without_curves_learns_from_its_first_calls() {
+        let off = Offload::with_config(cfg(8, GpuMode::Auto));
+        let d = off.dispatcher();
+        let cpu = d.cpu_backend().unwrap();
+        let n = 200;
+        let mut a = vec![0.0f64; n * n];
+        for j in 0..n {
+            a[j + j * n] = 4.0;
+        }
+        let lib = cpu.lib().key_id();
+        // the embedded profile has no curves for this library (or is foreign here)
+        let probe = d.model.estimate(
+            OpKind::plain(Routine::Potrf),
+            Precision::D,
+            Shape::new(1, n as u64, 1),
+            lib,
+        );
+        if probe.is_some_and(|e| e.cpu_known) {
+            eprintln!("SKIPPED a_library_without_curves_learns_from_its_first_calls: the profile has curves for {}", cpu.describe());
+            return;
+        }
+        let first = off.potrf(Uplo::Lower, n, &mut a.clone(), n).unwrap();
+        assert_eq!(first.reason, Some(Reason::CpuUnmeasured), "{first:?}");
+        assert!(first.seconds > 0.0);
+        let second = off.potrf(Uplo::Lower, n, &mut a, n).unwrap();
+        assert_ne!(second.reason, Some(Reason::CpuUnmeasured), "{second:?}");
+        let e = second.estimate.unwrap();
+        assert!(e.cpu_known && e.cpu_s > 0.0, "{e:?}");
+        // a ten times larger call of the same kind borrows the measured rate, scaled by flops
+        assert!((a[0] - 2.0).abs() < 1e-12);
+    }
+
+    /// A profile from another machine: reported, and its CPU curves are not used.
+    #[test]
+    fn a_foreign_profile_is_reported_and_its_cpu_curves_unused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.json");
+        let mut p = Profile::embedded();
+        p.machine.cpu = "Some Other CPU (3 threads)".into();
+        p.save(&path).unwrap();
+        let d = Dispatcher::new(Config {
+            profile_path: Some(path.clone()),
+            ..cfg(8, GpuMode::Off)
+        });
+        assert!(
+            d.notices()
+                .iter()
+                .any(|n| n.contains("Some Other CPU") && n.contains("not used")),
+            "{:?}",
+            d.notices()
+        );
+        assert!(d.model().libraries().is_empty());
+        // the same profile with this machine's CPU: trusted
+        p.machine.cpu = crate::profile::Machine::local_cpu();
+        p.save(&path).unwrap();
+        let d = Dispatcher::new(Config {
+            profile_path: Some(path),
+            ..cfg(8, GpuMode::Off)
+        });
+        assert!(d.notices().is_empty(), "{:?}", d.notices());
+        assert!(!d.model().libraries().is_empty());
+    }
+
+    /// Learning is written only into the profile file the process loaded, merged with it.
+    #[test]
+    fn learning_is_merged_into_the_loaded_file_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent.json");
+        let off = Offload::with_config(Config {
+            profile_path: Some(absent.clone()),
+            persist: true,
+            ..cfg(8, GpuMode::Off)
+        });
+        let n = 64;
+        let a = vec![1.0f64; n * n];
+        let mut c = vec![0.0; n * n];
+        for _ in 0..3 {
+            off.gemm(
+                Trans::No,
+                Trans::No,
+                n,
+                n,
+                n,
+                1.0,
+                &a,
+                n,
+                &a,
+                n,
+                0.0,
+                &mut c,
+                n,
+            )
+            .unwrap();
+        }
+        assert_eq!(off.dispatcher().save_learned().unwrap(), None);
+        assert!(!absent.exists());
+        // with a file: the measured CPU rate lands there, other fields kept
+        let path = dir.path().join("p.json");
+        let mut p = Profile::embedded();
+        p.machine.cpu = crate::profile::Machine::local_cpu();
+        p.extra
+            .insert("note".into(), serde_json::Value::from("mine"));
+        p.save(&path).unwrap();
+        let off = Offload::with_config(Config {
+            profile_path: Some(path.clone()),
+            persist: true,
+            ..cfg(8, GpuMode::Off)
+        });
+        for _ in 0..3 {
+            off.gemm(
+                Trans::No,
+                Trans::No,
+                n,
+                n,
+                n,
+                1.0,
+                &a,
+                n,
+                &a,
+                n,
+                0.0,
+                &mut c,
+                n,
+            )
+            .unwrap();
+        }
+        assert_eq!(off.dispatcher().save_learned().unwrap(), Some(path.clone()));
+        let q = Profile::load(&path).unwrap();
+        assert!(!q.cpu_points.is_empty(), "{q:?}");
+        assert_eq!(q.extra.get("note"), Some(&serde_json::Value::from("mine")));
+        // nothing new learned: nothing written
+        assert_eq!(off.dispatcher().save_learned().unwrap(), None);
+    }
+
+    proptest! {
+        /// The start-up decision: wait exactly when the remaining start-up plus the GPU time
+        /// beats the CPU by the required speedup.
+        #[test]
+        fn waits_only_when_start_up_plus_gpu_beats_the_cpu(
+            cpu in 1e-3f64..10.0, gpu in 1e-4f64..5.0, start in 0.01f64..3.0, level in 1u8..=10
+        ) {
+            let d = Arc::new(Dispatcher::new(cfg(level, GpuMode::Auto)));
+            // pretend the backend started `start` seconds' worth ago, with a long expected start
+            d.core.state.store(STARTING, Relaxed);
+            d.core.since_ns.store(d.now_ns().max(1), Relaxed);
+            let mut buf = vec![0.0f64; 16];
+            let req = Request::new(gemm(64, 64, 64, &mut buf), LibId::UNKNOWN);
+            let e = Estimate { cpu_s: cpu, cpu_known: true, gpu_s: gpu, h2d_s: 0.0, compute_s: gpu, d2h_s: 0.0 };
+            let need = required_speedup(level);
+            let remaining = d.remaining(&d.core, d.model.startup.start_s);
+            let plan = d.wait_or_cpu(&req, &e, need, false);
+            let wait = matches!(plan, Plan::Wait(_));
+            prop_assert_eq!(wait, cpu >= need * (remaining + gpu), "cpu {} gpu {} remaining {}", cpu, gpu, remaining);
+            if let Plan::Wait(t) = plan {
+                prop_assert!(t.as_secs_f64() <= remaining + WAIT_SLACK.as_secs_f64() + 1e-9);
+            }
+            let _ = start;
+        }
     }
 }

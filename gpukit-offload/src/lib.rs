@@ -50,21 +50,31 @@ pub mod calibrate;
 pub mod call;
 pub mod cpu;
 pub mod dispatch;
+pub mod embedded;
 mod error;
+pub mod ffi;
+mod fork;
 pub mod gpu;
 pub mod interpose;
 pub mod learn;
+pub mod library;
 pub mod model;
 pub mod ops;
+pub mod output;
 pub mod profile;
+pub mod request;
 pub mod stats;
+mod sync;
 
 #[cfg(test)]
 mod gpu_tests;
 
 pub use api::{c32, c64, Complex, Element, Offload};
-pub use dispatch::{Config, Dispatcher, GpuMode, LogMode, Outcome};
+pub use dispatch::{Config, Dispatcher, GpuMode, LogMode, Outcome, StartPolicy};
 pub use error::{Error, Result};
 pub use model::Backend;
-pub use ops::{Diag, OpKind, Precision, Routine, Shape, Side, SvdJob, Trans, Uplo};
+pub use ops::{
+    Diag, EigRange, OpKind, Precision, Routine, Shape, Side, SvdJob, Trans, Uplo, Variant,
+};
+pub use request::Request;
 pub use stats::{Reason, StatsSnapshot};

@@ -1,6 +1,12 @@
 //! The cost model: predicted CPU time and GPU time (copy in + compute + copy out) of a call.
 //!
-//! Each `(op kind, precision, backend)` has a [`Curve`]: measured seconds on a grid of the two
+//! CPU curves are per CPU library ([`LibKey`]: numpy's bundled OpenBLAS, scipy's, the system
+//! one, ...), because the program's own library is what a call kept on the CPU runs on and their
+//! speeds differ by several times; a library without curves has no CPU estimate here (the
+//! dispatcher learns its times from the process's first calls instead of borrowing another
+//! library's). GPU curves are per `(op kind, precision)`.
+//!
+//! Each curve is measured seconds on a grid of the two
 //! shape features of [`OpKind::features`]. A query converts the grid to *rates* (flops per second
 //! of the grid point's canonical shape), interpolates `log(rate)` bilinearly in
 //! `(log x1, log x2)`, clamps outside the grid (a constant rate beyond the largest measured size:
@@ -8,6 +14,7 @@
 //! that rate. Rectangular calls are therefore judged at their own features, not at a square call
 //! of equal flops. GPU time adds the copies, priced by the measured staging throughput.
 
+use crate::library::LibKey;
 use crate::ops::{OpKind, Precision, Shape};
 use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
@@ -127,8 +134,10 @@ impl CopyModel {
 /// A prediction for one call.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Estimate {
-    /// Predicted CPU seconds (learned correction applied).
+    /// Predicted CPU seconds (learned correction applied); meaningful only when `cpu_known`.
     pub cpu_s: f64,
+    /// False when the CPU library of the call has no curve and nothing was learned about it yet.
+    pub cpu_known: bool,
     /// Predicted GPU seconds, copies included (learned correction applied).
     pub gpu_s: f64,
     /// Of `gpu_s` before correction: host to device copy.
@@ -140,9 +149,29 @@ pub struct Estimate {
 }
 
 impl Estimate {
-    /// `cpu_s / gpu_s`.
+    /// `cpu_s / gpu_s` (0 when the CPU time is unknown).
     pub fn speedup(&self) -> f64 {
-        self.cpu_s / self.gpu_s
+        if self.cpu_known {
+            self.cpu_s / self.gpu_s
+        } else {
+            0.0
+        }
+    }
+}
+
+/// What GPU start-up costs, by phase (seconds), as `calibrate` measured it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Startup {
+    /// Driver, context, cuBLAS and the first lane (what every offloaded call needs).
+    pub start_s: f64,
+    /// cuSOLVER's library and first handle (paid once, before the first LAPACK call).
+    #[serde(default = "Startup::default_solver_s")]
+    pub solver_s: f64,
+}
+
+impl Startup {
+    fn default_solver_s() -> f64 {
+        0.3
     }
 }
 
@@ -150,6 +179,11 @@ impl Estimate {
 /// at least 3x faster on the GPU, level 10 also calls predicted up to 10 % slower (to favour the
 /// GPU where the CPU is needed for other work). The default, [`DEFAULT_LEVEL`], asks for 5 %.
 pub const LEVEL_SPEEDUP: [f64; 10] = [3.0, 2.5, 2.0, 1.75, 1.5, 1.3, 1.15, 1.05, 1.0, 0.9];
+
+/// An upper bound of a CPU's single-precision rate (flops per second; half of it in double
+/// precision), for kinds without CPU curves: the fast-path threshold then lets every call
+/// through that could lose to the GPU on any CPU.
+pub const FAST_CPU_FLOPS: f64 = 4e12;
 
 /// The default decision level.
 pub const DEFAULT_LEVEL: u8 = 8;
@@ -162,58 +196,82 @@ pub fn required_speedup(level: u8) -> f64 {
 /// Predicted times for every op kind and precision on this machine.
 #[derive(Debug, Clone)]
 pub struct Model {
-    curves: HashMap<(OpKind, Precision, Backend), Curve>,
+    cpu: HashMap<(LibKey, OpKind, Precision), Curve>,
+    gpu: HashMap<(OpKind, Precision), Curve>,
     /// Copy throughput.
     pub copy: CopyModel,
-    /// Seconds to start the GPU backend (context, handles, first allocations).
-    pub startup_s: f64,
+    /// GPU start-up by phase.
+    pub startup: Startup,
+}
+
+/// The precisions tried for a curve, in order: the exact one, then the one of the same real
+/// width (z for d, c for s, and back), then the others.
+fn precision_order(prec: Precision) -> [Precision; 4] {
+    match prec {
+        Precision::S => [Precision::S, Precision::C, Precision::D, Precision::Z],
+        Precision::D => [Precision::D, Precision::Z, Precision::S, Precision::C],
+        Precision::C => [Precision::C, Precision::S, Precision::Z, Precision::D],
+        Precision::Z => [Precision::Z, Precision::D, Precision::C, Precision::S],
+    }
 }
 
 impl Model {
-    /// A model from curves and copy figures.
+    /// A model from CPU curves (per library), GPU curves and copy figures.
     pub fn new(
-        curves: impl IntoIterator<Item = ((OpKind, Precision, Backend), Curve)>,
+        cpu: impl IntoIterator<Item = ((LibKey, OpKind, Precision), Curve)>,
+        gpu: impl IntoIterator<Item = ((OpKind, Precision), Curve)>,
         copy: CopyModel,
-        startup_s: f64,
+        startup: Startup,
     ) -> Model {
         Model {
-            curves: curves.into_iter().collect(),
+            cpu: cpu.into_iter().collect(),
+            gpu: gpu.into_iter().collect(),
             copy,
-            startup_s,
+            startup,
         }
     }
 
-    /// The curve used for a key: the exact one, else the same kind in the precision of the same
-    /// real width (z for d, c for s, and back), else any precision of the kind.
-    pub fn curve(&self, kind: OpKind, prec: Precision, backend: Backend) -> Option<&Curve> {
-        let alt = match prec {
-            Precision::S => [Precision::C, Precision::D, Precision::Z],
-            Precision::D => [Precision::Z, Precision::S, Precision::C],
-            Precision::C => [Precision::S, Precision::Z, Precision::D],
-            Precision::Z => [Precision::D, Precision::C, Precision::S],
-        };
-        std::iter::once(prec)
-            .chain(alt)
-            .find_map(|p| self.curves.get(&(kind, p, backend)))
+    /// The CPU curve for a library: the exact precision, else the nearest one measured on the
+    /// same library (never another library's).
+    pub fn cpu_curve(&self, lib: LibKey, kind: OpKind, prec: Precision) -> Option<&Curve> {
+        precision_order(prec)
+            .into_iter()
+            .find_map(|p| self.cpu.get(&(lib, kind, p)))
     }
 
-    /// Every curve.
-    pub fn curves(&self) -> impl Iterator<Item = (&(OpKind, Precision, Backend), &Curve)> {
-        self.curves.iter()
+    /// The GPU curve: the exact precision, else the nearest one.
+    pub fn gpu_curve(&self, kind: OpKind, prec: Precision) -> Option<&Curve> {
+        precision_order(prec)
+            .into_iter()
+            .find_map(|p| self.gpu.get(&(kind, p)))
     }
 
-    /// Uncorrected estimate; `None` when the model has no curve for the kind.
-    pub fn estimate(&self, kind: OpKind, prec: Precision, shape: Shape) -> Option<Estimate> {
-        let cpu = self
-            .curve(kind, prec, Backend::Cpu)?
-            .predict(kind, prec, shape);
-        let compute = self
-            .curve(kind, prec, Backend::Gpu)?
-            .predict(kind, prec, shape);
+    /// The libraries with CPU curves.
+    pub fn libraries(&self) -> Vec<LibKey> {
+        let mut v: Vec<LibKey> = self.cpu.keys().map(|k| k.0).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Every CPU curve.
+    pub fn cpu_curves(&self) -> impl Iterator<Item = (&(LibKey, OpKind, Precision), &Curve)> {
+        self.cpu.iter()
+    }
+
+    /// Every GPU curve.
+    pub fn gpu_curves(&self) -> impl Iterator<Item = (&(OpKind, Precision), &Curve)> {
+        self.gpu.iter()
+    }
+
+    /// The GPU side alone: copies, compute, latency. `None` without a GPU curve.
+    pub fn gpu_estimate(&self, kind: OpKind, prec: Precision, shape: Shape) -> Option<Estimate> {
+        let compute = self.gpu_curve(kind, prec)?.predict(kind, prec, shape);
         let (inb, outb) = kind.bytes(prec, shape);
         let (h2d, d2h) = self.copy.seconds(inb, outb);
         Some(Estimate {
-            cpu_s: cpu,
+            cpu_s: 0.0,
+            cpu_known: false,
             gpu_s: h2d + compute + d2h + self.copy.latency_s,
             h2d_s: h2d,
             compute_s: compute,
@@ -221,28 +279,59 @@ impl Model {
         })
     }
 
-    /// The smallest [`OpKind::work`] at which the GPU could pay, scanning the feature grid
-    /// (with `margin` > 1 making it lower, so learning can still move the decision); `u64::MAX`
-    /// when it never pays in the scanned range.
+    /// Uncorrected estimate for a call on CPU library `lib`; `None` when the model has no GPU
+    /// curve for the kind. The CPU side is unknown (`cpu_known` false) when `lib` has no curve.
+    pub fn estimate(
+        &self,
+        kind: OpKind,
+        prec: Precision,
+        shape: Shape,
+        lib: LibKey,
+    ) -> Option<Estimate> {
+        let mut e = self.gpu_estimate(kind, prec, shape)?;
+        if let Some(c) = self.cpu_curve(lib, kind, prec) {
+            e.cpu_s = c.predict(kind, prec, shape);
+            e.cpu_known = true;
+        }
+        Some(e)
+    }
+
+    /// The smallest [`OpKind::work`] at which the GPU could pay on any library with curves,
+    /// scanning the feature grid (with `margin` > 1 making it lower, so learning can still move
+    /// the decision); `u64::MAX` when it never pays in the scanned range. Where no library has
+    /// a curve for the kind, the CPU is assumed as fast as [`FAST_CPU_FLOPS`] (so calls a
+    /// library without curves could lose to the GPU reach the dispatcher and are measured).
     pub fn work_threshold(&self, kind: OpKind, prec: Precision, level: u8, margin: f64) -> u64 {
         let need = required_speedup(level) / margin;
         let mut best = u64::MAX;
-        let x2s: Vec<f64> = match kind.routine {
-            crate::ops::Routine::Potrf | crate::ops::Routine::Syevd => vec![1.0],
-            crate::ops::Routine::Getrf
-            | crate::ops::Routine::Geqrf
-            | crate::ops::Routine::Gesdd
-            | crate::ops::Routine::Gesvd => vec![1.0, 2.0, 4.0, 8.0, 16.0],
-            _ => (0..=15).map(|e| 2f64.powi(e)).collect(),
+        let x2s: Vec<f64> = if kind.routine.one_feature() {
+            vec![1.0]
+        } else if kind.routine.aspect_feature() {
+            vec![1.0, 2.0, 4.0, 8.0, 16.0]
+        } else {
+            (0..=15).map(|e| 2f64.powi(e)).collect()
         };
+        let libs: Vec<LibKey> = self
+            .libraries()
+            .into_iter()
+            .filter(|&l| self.cpu_curve(l, kind, prec).is_some())
+            .collect();
+        let fast = FAST_CPU_FLOPS / if prec.real_size() == 4 { 1.0 } else { 2.0 };
         for e in 0..=60 {
             let x1 = 16.0 * 2f64.powf(e as f64 / 4.0); // 16 .. 16 * 2^15
             for &x2 in &x2s {
                 let s = kind.canonical_shape(x1, x2);
-                if let Some(est) = self.estimate(kind, prec, s) {
-                    if est.speedup() >= need {
-                        best = best.min(kind.work(s));
-                    }
+                let pays = if libs.is_empty() {
+                    self.gpu_estimate(kind, prec, s)
+                        .is_some_and(|g| kind.flops(prec, s) / fast >= need * g.gpu_s)
+                } else {
+                    libs.iter().any(|&lib| {
+                        self.estimate(kind, prec, s, lib)
+                            .is_some_and(|est| est.cpu_known && est.speedup() >= need)
+                    })
+                };
+                if pays {
+                    best = best.min(kind.work(s));
                 }
             }
         }
@@ -274,24 +363,26 @@ mod tests {
         Curve { x1, x2, seconds }
     }
 
+    fn lib() -> LibKey {
+        LibKey::of("openblas")
+    }
+
     fn model() -> Model {
-        let mut c = HashMap::default();
-        c.insert(
-            (gemm(), Precision::D, Backend::Cpu),
-            saturating(gemm(), 1e12, 64.0),
-        );
-        c.insert(
-            (gemm(), Precision::D, Backend::Gpu),
-            saturating(gemm(), 5e13, 2048.0),
-        );
         Model::new(
-            c,
+            [(
+                (lib(), gemm(), Precision::D),
+                saturating(gemm(), 1e12, 64.0),
+            )],
+            [((gemm(), Precision::D), saturating(gemm(), 5e13, 2048.0))],
             CopyModel {
                 h2d_bytes_per_s: 2e10,
                 d2h_bytes_per_s: 2e10,
                 latency_s: 50e-6,
             },
-            0.3,
+            Startup {
+                start_s: 0.3,
+                solver_s: 0.2,
+            },
         )
     }
 
@@ -313,11 +404,11 @@ mod tests {
     fn small_calls_stay_on_cpu_large_go_to_gpu() {
         let m = model();
         let small = m
-            .estimate(gemm(), Precision::D, Shape::new(64, 64, 64))
+            .estimate(gemm(), Precision::D, Shape::new(64, 64, 64), lib())
             .unwrap();
         assert!(small.speedup() < 1.0, "{small:?}");
         let large = m
-            .estimate(gemm(), Precision::D, Shape::new(8192, 8192, 8192))
+            .estimate(gemm(), Precision::D, Shape::new(8192, 8192, 8192), lib())
             .unwrap();
         assert!(large.speedup() > 3.0, "{large:?}");
     }
@@ -328,10 +419,10 @@ mod tests {
         // same flops: a square call and a call with a tiny inner dimension; the latter moves far
         // more bytes per flop, so the GPU gains much less on it
         let sq = m
-            .estimate(gemm(), Precision::D, Shape::new(2048, 2048, 2048))
+            .estimate(gemm(), Precision::D, Shape::new(2048, 2048, 2048), lib())
             .unwrap();
         let flat = m
-            .estimate(gemm(), Precision::D, Shape::new(16384, 16384, 32))
+            .estimate(gemm(), Precision::D, Shape::new(16384, 16384, 32), lib())
             .unwrap();
         let f1 = gemm().flops(Precision::D, Shape::new(2048, 2048, 2048));
         let f2 = gemm().flops(Precision::D, Shape::new(16384, 16384, 32));
@@ -340,19 +431,32 @@ mod tests {
     }
 
     #[test]
-    fn precision_fallback_uses_same_width() {
+    fn precision_fallback_stays_within_a_library() {
         let m = model();
-        assert!(m.curve(gemm(), Precision::Z, Backend::Cpu).is_some());
+        assert!(m.cpu_curve(lib(), gemm(), Precision::Z).is_some());
+        assert!(m.gpu_curve(gemm(), Precision::Z).is_some());
         assert!(m
-            .curve(OpKind::plain(Routine::Potrf), Precision::D, Backend::Cpu)
+            .cpu_curve(lib(), OpKind::plain(Routine::Potrf), Precision::D)
             .is_none());
         assert!(m
             .estimate(
                 OpKind::plain(Routine::Potrf),
                 Precision::D,
-                Shape::new(1, 9, 1)
+                Shape::new(1, 9, 1),
+                lib()
             )
             .is_none());
+        // another library has no CPU estimate: never borrowed from openblas
+        let other = LibKey::of("mkl");
+        let e = m
+            .estimate(gemm(), Precision::D, Shape::new(512, 512, 512), other)
+            .unwrap();
+        assert!(!e.cpu_known && e.gpu_s > 0.0);
+        assert_eq!(e.speedup(), 0.0);
+        let e = m
+            .estimate(gemm(), Precision::D, Shape::new(512, 512, 512), lib())
+            .unwrap();
+        assert!(e.cpu_known && e.cpu_s > 0.0);
     }
 
     #[test]
@@ -377,8 +481,8 @@ mod tests {
         #[test]
         fn prediction_positive_and_monotone_in_size(a in 1u64..20000, b in 1u64..20000, k in 1u64..20000) {
             let m = model();
-            let e1 = m.estimate(gemm(), Precision::D, Shape::new(a, b, k)).unwrap();
-            let e2 = m.estimate(gemm(), Precision::D, Shape::new(a * 2, b, k)).unwrap();
+            let e1 = m.estimate(gemm(), Precision::D, Shape::new(a, b, k), lib()).unwrap();
+            let e2 = m.estimate(gemm(), Precision::D, Shape::new(a * 2, b, k), lib()).unwrap();
             prop_assert!(e1.cpu_s > 0.0 && e1.gpu_s > 0.0);
             prop_assert!(e1.cpu_s.is_finite() && e1.gpu_s.is_finite());
             // doubling a dimension never makes a call cheaper
@@ -390,7 +494,7 @@ mod tests {
         fn higher_level_never_offloads_less(l1 in 1u8..=10, l2 in 1u8..=10, n in 16u64..10000) {
             let (lo, hi) = if l1 <= l2 { (l1, l2) } else { (l2, l1) };
             let m = model();
-            let e = m.estimate(gemm(), Precision::D, Shape::new(n, n, n)).unwrap();
+            let e = m.estimate(gemm(), Precision::D, Shape::new(n, n, n), lib()).unwrap();
             let off = |l: u8| e.speedup() >= required_speedup(l);
             prop_assert!(!off(lo) || off(hi));
         }

@@ -86,7 +86,10 @@ impl Precision {
     }
 }
 
-/// A BLAS/LAPACK routine the dispatcher knows.
+/// A BLAS/LAPACK routine the dispatcher knows. Real and complex variants of one algorithm are
+/// one routine (`syevd` / `heevd`, `syevr` / `heevr`, `orgqr` / `ungqr`); the Hermitian BLAS-3
+/// routines `hemm` and `herk` exist in c and z only and are routines of their own (their complex
+/// symmetric namesakes `csymm` / `csyrk` are [`Routine::Symm`] / [`Routine::Syrk`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Routine {
@@ -94,101 +97,172 @@ pub enum Routine {
     Gemm,
     /// Symmetric matrix times general matrix.
     Symm,
+    /// Hermitian matrix times general matrix (c, z).
+    Hemm,
     /// Symmetric rank-k update.
     Syrk,
+    /// Hermitian rank-k update (c, z; real `alpha` and `beta`).
+    Herk,
     /// Triangular solve with many right-hand sides.
     Trsm,
+    /// Triangular matrix times general matrix (in place).
+    Trmm,
     /// LU factorization with partial pivoting.
     Getrf,
     /// Solve with an LU factorization.
     Getrs,
     /// LU factorization and solve.
     Gesv,
+    /// Inverse from an LU factorization.
+    Getri,
     /// Cholesky factorization.
     Potrf,
     /// Solve with a Cholesky factorization.
     Potrs,
     /// Cholesky factorization and solve.
     Posv,
+    /// Inverse from a Cholesky factorization.
+    Potri,
+    /// Triangular solve with a LAPACK singularity check (`info > 0` for a zero diagonal).
+    Trtrs,
     /// Symmetric / Hermitian eigensolver (divide and conquer): `syevd` for s/d, `heevd` for c/z.
     Syevd,
+    /// Symmetric / Hermitian eigensolver (relatively robust representations, scipy's default
+    /// `eigh` driver): `syevr` for s/d, `heevr` for c/z.
+    Syevr,
     /// Singular value decomposition, divide and conquer driver.
     Gesdd,
     /// Singular value decomposition, QR-iteration driver.
     Gesvd,
+    /// Minimum-norm least squares through the SVD (numpy's and scipy's `lstsq`).
+    Gelsd,
     /// QR factorization.
     Geqrf,
+    /// The Q of a QR factorization (`orgqr` for s/d, `ungqr` for c/z).
+    Orgqr,
 }
 
 impl Routine {
     /// Every routine, in catalogue order.
-    pub const ALL: [Routine; 14] = [
+    pub const ALL: [Routine; 23] = [
         Routine::Gemm,
         Routine::Symm,
+        Routine::Hemm,
         Routine::Syrk,
+        Routine::Herk,
         Routine::Trsm,
+        Routine::Trmm,
         Routine::Getrf,
         Routine::Getrs,
         Routine::Gesv,
+        Routine::Getri,
         Routine::Potrf,
         Routine::Potrs,
         Routine::Posv,
+        Routine::Potri,
+        Routine::Trtrs,
         Routine::Syevd,
+        Routine::Syevr,
         Routine::Gesdd,
         Routine::Gesvd,
+        Routine::Gelsd,
         Routine::Geqrf,
+        Routine::Orgqr,
     ];
 
-    /// The name without the precision letter (`gemm`, `syevd`, ...).
+    /// The name without the precision letter (`gemm`, `syevd`, ...), as for s and d.
     pub fn stem(self) -> &'static str {
         match self {
             Routine::Gemm => "gemm",
             Routine::Symm => "symm",
+            Routine::Hemm => "hemm",
             Routine::Syrk => "syrk",
+            Routine::Herk => "herk",
             Routine::Trsm => "trsm",
+            Routine::Trmm => "trmm",
             Routine::Getrf => "getrf",
             Routine::Getrs => "getrs",
             Routine::Gesv => "gesv",
+            Routine::Getri => "getri",
             Routine::Potrf => "potrf",
             Routine::Potrs => "potrs",
             Routine::Posv => "posv",
+            Routine::Potri => "potri",
+            Routine::Trtrs => "trtrs",
             Routine::Syevd => "syevd",
+            Routine::Syevr => "syevr",
             Routine::Gesdd => "gesdd",
             Routine::Gesvd => "gesvd",
+            Routine::Gelsd => "gelsd",
             Routine::Geqrf => "geqrf",
+            Routine::Orgqr => "orgqr",
         }
     }
 
-    /// The LAPACK name for a precision (`dgemm`, `zheevd`, ...).
-    pub fn name(self, p: Precision) -> String {
-        let stem = match (self, p.is_complex()) {
-            (Routine::Syevd, true) => "heevd",
+    /// The stem of the complex variant (`heevd`, `heevr`, `ungqr`; else [`Routine::stem`]).
+    pub fn complex_stem(self) -> &'static str {
+        match self {
+            Routine::Syevd => "heevd",
+            Routine::Syevr => "heevr",
+            Routine::Orgqr => "ungqr",
             _ => self.stem(),
+        }
+    }
+
+    /// The precisions LAPACK defines the routine in (c and z only for `hemm` / `herk`).
+    pub fn precisions(self) -> &'static [Precision] {
+        match self {
+            Routine::Hemm | Routine::Herk => &[Precision::C, Precision::Z],
+            _ => &Precision::ALL,
+        }
+    }
+
+    /// The LAPACK name for a precision (`dgemm`, `zheevd`, `cungqr`, ...).
+    pub fn name(self, p: Precision) -> String {
+        let stem = if p.is_complex() {
+            self.complex_stem()
+        } else {
+            self.stem()
         };
         format!("{}{}", p.letter(), stem)
     }
 
-    /// Parses a stem (`gemm`) or a LAPACK name (`dgemm`, `zheevd`) into the routine and, for a
-    /// full name, the precision.
+    /// Parses a stem (`gemm`, `heevd`) or a LAPACK name (`dgemm`, `zheevd`) into the routine and,
+    /// for a full name, the precision.
     pub fn parse(s: &str) -> Option<(Routine, Option<Precision>)> {
         let s = s.trim().to_ascii_lowercase();
         let find = |stem: &str| -> Option<Routine> {
-            if stem == "heevd" {
-                return Some(Routine::Syevd);
-            }
-            Routine::ALL.into_iter().find(|r| r.stem() == stem)
+            Routine::ALL
+                .into_iter()
+                .find(|r| r.stem() == stem || r.complex_stem() == stem)
         };
         if let Some(r) = find(&s) {
             return Some((r, None));
         }
         let mut chars = s.chars();
         let p = Precision::from_letter(chars.next()?)?;
-        find(chars.as_str()).map(|r| (r, Some(p)))
+        let r = find(chars.as_str())?;
+        let stem = chars.as_str();
+        let named_right = if p.is_complex() {
+            stem == r.complex_stem() || (stem == r.stem() && r.stem() == r.complex_stem())
+        } else {
+            stem == r.stem()
+        };
+        (named_right && r.precisions().contains(&p)).then_some((r, Some(p)))
+    }
+
+    /// The variants the model distinguishes for this routine (see [`Variant`]).
+    pub fn variants(self) -> &'static [Variant] {
+        match self {
+            Routine::Syevd | Routine::Syevr => &[Variant::Plain, Variant::Vectors],
+            Routine::Gesdd | Routine::Gesvd => &[Variant::Plain, Variant::Vectors, Variant::Full],
+            _ => &[Variant::Plain],
+        }
     }
 
     /// True for the routines whose cost depends on whether vectors are computed.
     pub fn has_vectors(self) -> bool {
-        matches!(self, Routine::Syevd | Routine::Gesdd | Routine::Gesvd)
+        self.variants().len() > 1
     }
 
     #[inline]
@@ -197,61 +271,82 @@ impl Routine {
     }
 }
 
-/// What the cost model keys on besides precision and shape: the routine, and for eigen and
-/// singular value routines whether vectors are wanted.
+/// What changes the cost of a routine by several times besides its shape: eigenvectors or
+/// singular vectors wanted, and for an SVD whether all of U / VT (`full_matrices=True`, job
+/// `'A'`) or only the first `min(m, n)` vectors (job `'S'`) are formed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// Values only (every routine without vectors).
+    Plain,
+    /// Eigenvectors, or the thin SVD's vectors (job `'S'`, or `'O'`).
+    Vectors,
+    /// The full SVD's vectors (job `'A'`).
+    Full,
+}
+
+/// What the cost model keys on besides precision and shape: the routine and its [`Variant`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct OpKind {
     /// The routine.
     pub routine: Routine,
-    /// Eigen/singular vectors wanted (always false for other routines).
-    pub vectors: bool,
+    /// Values only, vectors, or full SVD vectors.
+    pub variant: Variant,
 }
 
 impl OpKind {
-    /// A routine without the vectors flag.
+    /// A routine without vectors.
     #[inline]
     pub fn plain(routine: Routine) -> OpKind {
         OpKind {
             routine,
-            vectors: false,
+            variant: Variant::Plain,
         }
+    }
+
+    /// A routine in a variant.
+    #[inline]
+    pub fn new(routine: Routine, variant: Variant) -> OpKind {
+        OpKind { routine, variant }
+    }
+
+    /// True when vectors are computed (thin or full).
+    #[inline]
+    pub fn vectors(self) -> bool {
+        self.variant != Variant::Plain
     }
 
     /// Every kind the model distinguishes.
     pub fn all() -> Vec<OpKind> {
-        let mut v = Vec::new();
-        for r in Routine::ALL {
-            v.push(OpKind::plain(r));
-            if r.has_vectors() {
-                v.push(OpKind {
-                    routine: r,
-                    vectors: true,
-                });
-            }
-        }
-        v
+        Routine::ALL
+            .into_iter()
+            .flat_map(|r| r.variants().iter().map(move |v| OpKind::new(r, *v)))
+            .collect()
     }
 
-    /// Stable text key, e.g. `gemm` or `syevd+v`.
+    /// Stable text key: `gemm`, `syevd+v` (vectors), `gesdd+a` (full SVD).
     pub fn key(self) -> String {
-        if self.vectors {
-            format!("{}+v", self.routine.stem())
-        } else {
-            self.routine.stem().to_string()
+        match self.variant {
+            Variant::Plain => self.routine.stem().to_string(),
+            Variant::Vectors => format!("{}+v", self.routine.stem()),
+            Variant::Full => format!("{}+a", self.routine.stem()),
         }
     }
 
     /// Parses [`OpKind::key`].
     pub fn parse_key(s: &str) -> Option<OpKind> {
-        let (stem, vectors) = match s.strip_suffix("+v") {
-            Some(stem) => (stem, true),
-            None => (s, false),
+        let (stem, variant) = if let Some(stem) = s.strip_suffix("+v") {
+            (stem, Variant::Vectors)
+        } else if let Some(stem) = s.strip_suffix("+a") {
+            (stem, Variant::Full)
+        } else {
+            (s, Variant::Plain)
         };
         let (routine, p) = Routine::parse(stem)?;
-        if p.is_some() || (vectors && !routine.has_vectors()) {
+        if p.is_some() || !routine.variants().contains(&variant) {
             return None;
         }
-        Some(OpKind { routine, vectors })
+        Some(OpKind { routine, variant })
     }
 }
 
@@ -266,12 +361,14 @@ impl fmt::Display for OpKind {
 /// | routine | m | n | k |
 /// | --- | --- | --- | --- |
 /// | gemm | rows of C | columns of C | inner dimension |
-/// | symm | rows of C | columns of C | order of A (m for side L, n for side R) |
-/// | syrk | - | order of C | rank k |
-/// | trsm | rows of B | columns of B | order of A |
+/// | symm, hemm | rows of C | columns of C | order of A (m for side L, n for side R) |
+/// | syrk, herk | - | order of C | rank k |
+/// | trsm, trmm | rows of B | columns of B | order of A |
 /// | getrf, geqrf, gesdd, gesvd | rows | columns | - |
-/// | getrs, gesv, potrs, posv | - | order | right-hand sides |
-/// | potrf, syevd | - | order | - |
+/// | orgqr | rows | columns | reflectors |
+/// | gelsd | rows | columns | right-hand sides |
+/// | getrs, gesv, potrs, posv, trtrs | - | order | right-hand sides |
+/// | potrf, getri, potri, syevd, syevr | - | order | - |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Shape {
     /// See the table above.
@@ -300,6 +397,57 @@ fn f(x: u64) -> f64 {
     x as f64
 }
 
+/// How a routine's shape maps to the model's two features (see [`OpKind::features`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// gemm: `sqrt(m*n)`, `k`.
+    Product,
+    /// syrk, herk: order, rank.
+    RankK,
+    /// symm, hemm, trsm, trmm: order of A, the other dimension of B / C.
+    Sided,
+    /// Solves: order, right-hand sides.
+    Solve,
+    /// Square factorizations and inverses: order.
+    Square,
+    /// Rectangular factorizations: short side, aspect ratio.
+    Rect,
+}
+
+impl Routine {
+    /// How the routine's shape maps to the model's features.
+    pub fn family(self) -> Family {
+        match self {
+            Routine::Gemm => Family::Product,
+            Routine::Syrk | Routine::Herk => Family::RankK,
+            Routine::Symm | Routine::Hemm | Routine::Trsm | Routine::Trmm => Family::Sided,
+            Routine::Getrs | Routine::Gesv | Routine::Potrs | Routine::Posv | Routine::Trtrs => {
+                Family::Solve
+            }
+            Routine::Potrf | Routine::Getri | Routine::Potri | Routine::Syevd | Routine::Syevr => {
+                Family::Square
+            }
+            Routine::Getrf
+            | Routine::Geqrf
+            | Routine::Orgqr
+            | Routine::Gesdd
+            | Routine::Gesvd
+            | Routine::Gelsd => Family::Rect,
+        }
+    }
+
+    /// True when the model's second feature is always 1 (square factorizations, inverses and
+    /// eigensolvers).
+    pub fn one_feature(self) -> bool {
+        self.family() == Family::Square
+    }
+
+    /// True when the second feature is an aspect ratio (rectangular factorizations).
+    pub fn aspect_feature(self) -> bool {
+        self.family() == Family::Rect
+    }
+}
+
 impl OpKind {
     /// Floating point operations of a call (real flops; complex counted as 4 real multiply-adds
     /// per complex one). The usual LAPACK working-note counts, leading terms.
@@ -309,31 +457,38 @@ impl OpKind {
         let mx = m.max(n);
         let base = match self.routine {
             Routine::Gemm => 2.0 * m * n * k,
-            Routine::Symm => 2.0 * m * n * k,
-            Routine::Syrk => n * n * k,
-            Routine::Trsm => m * n * k,
+            Routine::Symm | Routine::Hemm => 2.0 * m * n * k,
+            Routine::Syrk | Routine::Herk => n * n * k,
+            Routine::Trsm | Routine::Trmm => m * n * k,
             Routine::Getrf => m * n * mn - (m + n) * mn * mn / 2.0 + 2.0 * mn * mn * mn / 3.0,
-            Routine::Getrs => 2.0 * n * n * k,
+            Routine::Getrs | Routine::Potrs => 2.0 * n * n * k,
+            Routine::Trtrs => n * n * k,
             Routine::Gesv => 2.0 * n * n * n / 3.0 + 2.0 * n * n * k,
+            Routine::Getri => 4.0 * n * n * n / 3.0,
             Routine::Potrf => n * n * n / 3.0,
-            Routine::Potrs => 2.0 * n * n * k,
             Routine::Posv => n * n * n / 3.0 + 2.0 * n * n * k,
-            Routine::Syevd => {
-                if self.vectors {
-                    // tridiagonal reduction + divide and conquer + back transformation
+            Routine::Potri => 2.0 * n * n * n / 3.0,
+            Routine::Syevd | Routine::Syevr => {
+                if self.vectors() {
+                    // tridiagonal reduction + tridiagonal solver + back transformation
                     4.0 * n * n * n
                 } else {
                     4.0 * n * n * n / 3.0
                 }
             }
-            Routine::Gesdd | Routine::Gesvd => {
-                if self.vectors {
-                    4.0 * mx * mn * mn + 8.0 * mn * mn * mn
-                } else {
-                    4.0 * mx * mn * mn - 4.0 * mn * mn * mn / 3.0
-                }
+            Routine::Gesdd | Routine::Gesvd => match self.variant {
+                Variant::Plain => 4.0 * mx * mn * mn - 4.0 * mn * mn * mn / 3.0,
+                Variant::Vectors => 4.0 * mx * mn * mn + 8.0 * mn * mn * mn,
+                // forming all max(m, n) vectors of the long side adds 4 mx^2 mn
+                Variant::Full => 4.0 * mx * mx * mn + 4.0 * mx * mn * mn + 8.0 * mn * mn * mn,
+            },
+            Routine::Gelsd => {
+                // bidiagonalization, reflectors applied to B, divide and conquer on the
+                // bidiagonal with the right-hand sides
+                4.0 * mx * mn * mn - 4.0 * mn * mn * mn / 3.0 + 4.0 * mx * mn * k
             }
             Routine::Geqrf => 2.0 * mx * mn * mn - 2.0 * mn * mn * mn / 3.0,
+            Routine::Orgqr => 4.0 * m * n * k - 2.0 * (m + n) * k * k + 4.0 * k * k * k / 3.0,
         };
         base.max(1.0) * p.flop_factor()
     }
@@ -341,33 +496,31 @@ impl OpKind {
     /// The two shape features the model interpolates over (see the module docs).
     pub fn features(self, s: Shape) -> (f64, f64) {
         let (m, n, k) = (f(s.m).max(1.0), f(s.n).max(1.0), f(s.k).max(1.0));
-        match self.routine {
-            Routine::Gemm => ((m * n).sqrt(), k),
-            Routine::Syrk => (n, k),
+        match self.routine.family() {
+            Family::Product => ((m * n).sqrt(), k),
+            Family::RankK => (n, k),
             // order of A, and the other dimension of B / C
-            Routine::Trsm | Routine::Symm => (k, if s.k == s.m { n } else { m }),
-            Routine::Getrs | Routine::Gesv | Routine::Potrs | Routine::Posv => (n, k),
-            Routine::Potrf | Routine::Syevd => (n, 1.0),
-            Routine::Getrf | Routine::Geqrf | Routine::Gesdd | Routine::Gesvd => {
-                (m.min(n), m.max(n) / m.min(n))
-            }
+            Family::Sided => (k, if s.k == s.m { n } else { m }),
+            Family::Solve => (n, k),
+            Family::Square => (n, 1.0),
+            Family::Rect => (m.min(n), m.max(n) / m.min(n)),
         }
     }
 
     /// A representative shape for a feature pair (the inverse of [`OpKind::features`]).
     pub fn canonical_shape(self, x1: f64, x2: f64) -> Shape {
         let r = |x: f64| x.round().max(1.0) as u64;
-        match self.routine {
-            Routine::Gemm => Shape::new(r(x1), r(x1), r(x2)),
-            Routine::Syrk => Shape::new(1, r(x1), r(x2)),
-            Routine::Trsm | Routine::Symm => Shape::new(r(x1), r(x2), r(x1)),
-            Routine::Getrs | Routine::Gesv | Routine::Potrs | Routine::Posv => {
-                Shape::new(1, r(x1), r(x2))
-            }
-            Routine::Potrf | Routine::Syevd => Shape::new(1, r(x1), 1),
-            Routine::Getrf | Routine::Geqrf | Routine::Gesdd | Routine::Gesvd => {
-                Shape::new(r(x1 * x2), r(x1), 1)
-            }
+        match self.routine.family() {
+            Family::Product => Shape::new(r(x1), r(x1), r(x2)),
+            Family::RankK => Shape::new(1, r(x1), r(x2)),
+            Family::Sided => Shape::new(r(x1), r(x2), r(x1)),
+            Family::Solve => Shape::new(1, r(x1), r(x2)),
+            Family::Square => Shape::new(1, r(x1), 1),
+            Family::Rect => match self.routine {
+                // Q with as many columns as reflectors (numpy's reduced `qr`)
+                Routine::Orgqr => Shape::new(r(x1 * x2), r(x1), r(x1)),
+                _ => Shape::new(r(x1 * x2), r(x1), 1),
+            },
         }
     }
 
@@ -376,35 +529,37 @@ impl OpKind {
         let e = p.size() as f64;
         let re = p.real_size() as f64;
         let (m, n, k) = (f(s.m), f(s.n), f(s.k));
+        let mn = m.min(n);
+        let mx = m.max(n);
         match self.routine {
             // A, B, C in (C assumed read), C out
             Routine::Gemm => ((m * k + k * n + m * n) * e, m * n * e),
-            Routine::Symm => ((k * k + 2.0 * m * n) * e, m * n * e),
-            Routine::Syrk => ((n * k + n * n) * e, n * n * e),
-            Routine::Trsm => ((k * k + m * n) * e, m * n * e),
-            Routine::Getrf => (m * n * e, m * n * e + 8.0 * m.min(n)),
+            Routine::Symm | Routine::Hemm => ((k * k + 2.0 * m * n) * e, m * n * e),
+            Routine::Syrk | Routine::Herk => ((n * k + n * n) * e, n * n * e),
+            Routine::Trsm | Routine::Trmm => ((k * k + m * n) * e, m * n * e),
+            Routine::Getrf => (m * n * e, m * n * e + 8.0 * mn),
             Routine::Getrs => ((n * n + n * k) * e + 8.0 * n, n * k * e),
             Routine::Gesv => ((n * n + n * k) * e, (n * n + n * k) * e + 8.0 * n),
-            Routine::Potrf => (n * n * e, n * n * e),
-            Routine::Potrs => ((n * n + n * k) * e, n * k * e),
+            Routine::Getri => (n * n * e + 8.0 * n, n * n * e),
+            Routine::Potrf | Routine::Potri => (n * n * e, n * n * e),
+            Routine::Potrs | Routine::Trtrs => ((n * n + n * k) * e, n * k * e),
             Routine::Posv => ((n * n + n * k) * e, (n * n + n * k) * e),
-            Routine::Syevd => (
+            Routine::Syevd | Routine::Syevr => (
                 n * n * e,
-                if self.vectors { n * n * e } else { 0.0 } + n * re,
+                if self.vectors() { n * n * e } else { 0.0 } + n * re,
             ),
-            Routine::Gesdd | Routine::Gesvd => {
-                let mn = m.min(n);
-                (
-                    m * n * e,
-                    mn * re
-                        + if self.vectors {
-                            (m * mn + mn * n) * e
-                        } else {
-                            0.0
-                        },
-                )
-            }
-            Routine::Geqrf => (m * n * e, m * n * e + m.min(n) * e),
+            Routine::Gesdd | Routine::Gesvd => (
+                m * n * e,
+                mn * re
+                    + match self.variant {
+                        Variant::Plain => 0.0,
+                        Variant::Vectors => (m * mn + mn * n) * e,
+                        Variant::Full => (m * m + n * n) * e,
+                    },
+            ),
+            Routine::Gelsd => ((m * n + mx * k) * e, mx * k * e + mn * re),
+            Routine::Geqrf => (m * n * e, m * n * e + mn * e),
+            Routine::Orgqr => ((m * n + k) * e, m * n * e),
         }
     }
 
@@ -414,17 +569,23 @@ impl OpKind {
     pub fn work(self, s: Shape) -> u64 {
         let (m, n, k) = (s.m.max(1), s.n.max(1), s.k.max(1));
         match self.routine {
-            Routine::Gemm | Routine::Symm => m.saturating_mul(n).saturating_mul(k),
-            Routine::Syrk => n.saturating_mul(n).saturating_mul(k),
-            Routine::Trsm => m.saturating_mul(n).saturating_mul(k),
-            Routine::Getrf | Routine::Geqrf | Routine::Gesdd | Routine::Gesvd => {
+            Routine::Gemm | Routine::Symm | Routine::Hemm | Routine::Trsm | Routine::Trmm => {
+                m.saturating_mul(n).saturating_mul(k)
+            }
+            Routine::Syrk | Routine::Herk => n.saturating_mul(n).saturating_mul(k),
+            Routine::Getrf | Routine::Geqrf | Routine::Gesdd | Routine::Gesvd | Routine::Gelsd => {
                 m.saturating_mul(n).saturating_mul(m.min(n))
             }
-            Routine::Getrs | Routine::Potrs => n.saturating_mul(n).saturating_mul(k),
+            Routine::Orgqr => m.saturating_mul(n).saturating_mul(k),
+            Routine::Getrs | Routine::Potrs | Routine::Trtrs => {
+                n.saturating_mul(n).saturating_mul(k)
+            }
             Routine::Gesv | Routine::Posv => {
                 n.saturating_mul(n).saturating_mul(n.saturating_add(k))
             }
-            Routine::Potrf | Routine::Syevd => n.saturating_mul(n).saturating_mul(n),
+            Routine::Potrf | Routine::Getri | Routine::Potri | Routine::Syevd | Routine::Syevr => {
+                n.saturating_mul(n).saturating_mul(n)
+            }
         }
     }
 }
@@ -479,6 +640,38 @@ pub enum SvdJob {
     Full,
     /// Overwrite A with the vectors (shim only; never offloaded).
     Overwrite,
+}
+
+/// Which eigenvalues `syevr` / `heevr` compute (LAPACK's `range`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum EigRange {
+    /// All eigenvalues (`'A'`).
+    All,
+    /// Those in the half-open interval `(vl, vu]` (`'V'`).
+    Values {
+        /// Lower bound (exclusive).
+        vl: f64,
+        /// Upper bound (inclusive).
+        vu: f64,
+    },
+    /// The `il`-th through `iu`-th smallest, 1-based (`'I'`).
+    Index {
+        /// First index (1-based).
+        il: usize,
+        /// Last index (1-based).
+        iu: usize,
+    },
+}
+
+impl EigRange {
+    /// The LAPACK character.
+    pub fn to_char(self) -> u8 {
+        match self {
+            EigRange::All => b'A',
+            EigRange::Values { .. } => b'V',
+            EigRange::Index { .. } => b'I',
+        }
+    }
 }
 
 impl Trans {
@@ -598,28 +791,51 @@ mod tests {
     #[test]
     fn names_round_trip() {
         for r in Routine::ALL {
-            for p in Precision::ALL {
+            for &p in r.precisions() {
                 let name = r.name(p);
                 assert_eq!(Routine::parse(&name), Some((r, Some(p))), "{name}");
             }
             assert_eq!(Routine::parse(r.stem()), Some((r, None)));
+            assert_eq!(Routine::parse(r.complex_stem()), Some((r, None)));
         }
         assert_eq!(Routine::name(Routine::Syevd, Precision::Z), "zheevd");
-        assert_eq!(Routine::parse("xgemm"), None);
+        assert_eq!(Routine::name(Routine::Syevr, Precision::C), "cheevr");
+        assert_eq!(Routine::name(Routine::Orgqr, Precision::Z), "zungqr");
+        assert_eq!(Routine::name(Routine::Orgqr, Precision::D), "dorgqr");
+        assert_eq!(
+            Routine::parse("csyrk"),
+            Some((Routine::Syrk, Some(Precision::C)))
+        );
+        assert_eq!(
+            Routine::parse("zherk"),
+            Some((Routine::Herk, Some(Precision::Z)))
+        );
+        // names LAPACK does not have
+        for bad in [
+            "xgemm", "dherk", "shemm", "dheevd", "zorgqr", "sungqr", "zsyevd",
+        ] {
+            assert_eq!(Routine::parse(bad), None, "{bad}");
+        }
         for k in OpKind::all() {
             assert_eq!(OpKind::parse_key(&k.key()), Some(k));
         }
         assert_eq!(OpKind::parse_key("gemm+v"), None);
+        assert_eq!(OpKind::parse_key("syevd+a"), None);
+        assert_eq!(
+            OpKind::parse_key("gesdd+a"),
+            Some(OpKind::new(Routine::Gesdd, Variant::Full))
+        );
+        // one key per (routine, variant)
+        let keys: std::collections::BTreeSet<String> =
+            OpKind::all().into_iter().map(|k| k.key()).collect();
+        assert_eq!(keys.len(), OpKind::all().len());
     }
 
     #[test]
     fn canonical_shapes_invert_features() {
         for k in OpKind::all() {
             for (x1, x2) in [(64.0, 1.0), (512.0, 2.0), (1000.0, 3.0), (2048.0, 4096.0)] {
-                let x2 = match k.routine {
-                    Routine::Potrf | Routine::Syevd => 1.0,
-                    _ => x2,
-                };
+                let x2 = if k.routine.one_feature() { 1.0 } else { x2 };
                 let s = k.canonical_shape(x1, x2);
                 let (y1, y2) = k.features(s);
                 assert!((y1 - x1).abs() / x1 < 0.01, "{k} {x1} {y1}");
@@ -638,9 +854,24 @@ mod tests {
         let want = 2.0 * n * n * n / 3.0;
         let got = lu.flops(Precision::D, Shape::new(300, 300, 1));
         assert!((got - want).abs() / want < 1e-9);
+        // orgqr of a square Q: 4/3 n^3
+        let q = OpKind::plain(Routine::Orgqr).flops(Precision::D, Shape::new(300, 300, 300));
+        assert!((q - 4.0 * n * n * n / 3.0).abs() / q < 1e-9, "{q}");
         // rectangular calls with the same flops but different shapes have different features
         let a = g.features(Shape::new(4096, 4096, 64));
         let b = g.features(Shape::new(1024, 1024, 1024));
         assert!(a.0 > b.0 && a.1 < b.1);
+        // a full SVD costs more than a thin one, which costs more than values only, and moves
+        // more bytes when the matrix is tall
+        let s = Shape::new(6000, 500, 1);
+        let [v, t, a] = [Variant::Plain, Variant::Vectors, Variant::Full]
+            .map(|x| OpKind::new(Routine::Gesdd, x));
+        assert!(v.flops(Precision::D, s) < t.flops(Precision::D, s));
+        assert!(t.flops(Precision::D, s) < a.flops(Precision::D, s));
+        assert!(t.bytes(Precision::D, s).1 < a.bytes(Precision::D, s).1);
+        // m < n and m > n are the same work
+        let st = Shape::new(500, 6000, 1);
+        assert_eq!(a.flops(Precision::D, s), a.flops(Precision::D, st));
+        assert_eq!(a.features(s), a.features(st));
     }
 }

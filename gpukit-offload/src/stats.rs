@@ -41,11 +41,19 @@ pub enum Reason {
     FallbackInfo,
     /// A failure injected for testing (`GPUKIT_OFFLOAD_INJECT_FAILURE`); the CPU ran the call.
     FallbackInjected,
+    /// An operand (or a GPU result) held NaN or infinity; the CPU library ran the call, so the
+    /// caller gets LAPACK's own outcome for such data.
+    FallbackNonFinite,
+    /// The call's CPU library has no calibrated curve and nothing was measured for this kind
+    /// yet: it runs on the CPU, timed, and the time is learned.
+    CpuUnmeasured,
+    /// The model has no GPU curve for this kind (not calibrated).
+    NoModel,
 }
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 19] = [
         Reason::BelowThreshold,
         Reason::CpuFaster,
         Reason::StartupNotPaid,
@@ -62,6 +70,9 @@ impl Reason {
         Reason::FallbackError,
         Reason::FallbackInfo,
         Reason::FallbackInjected,
+        Reason::FallbackNonFinite,
+        Reason::CpuUnmeasured,
+        Reason::NoModel,
     ];
 
     /// A short kebab-case name.
@@ -83,6 +94,9 @@ impl Reason {
             Reason::FallbackError => "fallback-error",
             Reason::FallbackInfo => "fallback-info",
             Reason::FallbackInjected => "fallback-injected",
+            Reason::FallbackNonFinite => "fallback-nonfinite",
+            Reason::CpuUnmeasured => "cpu-unmeasured",
+            Reason::NoModel => "no-model",
         }
     }
 
@@ -108,8 +122,11 @@ struct Counters {
     reasons: [AtomicU64; NREASON],
     time_ns: AtomicU64,
     gpu_time_ns: AtomicU64,
-    pred_saved_ns: AtomicI64,
+    /// Saved against a measured CPU time of the same shape.
     meas_saved_ns: AtomicI64,
+    meas_calls: AtomicU64,
+    /// Saved against the model's CPU prediction (no measurement of that shape).
+    pred_saved_ns: AtomicI64,
 }
 
 /// The counters of one dispatcher.
@@ -135,6 +152,25 @@ fn ns(s: f64) -> i64 {
 }
 
 impl Stats {
+    /// Sets every counter to zero (a forked child starts its own counts).
+    pub fn reset(&self) {
+        for c in &self.slots {
+            c.calls.store(0, Relaxed);
+            c.gpu.store(0, Relaxed);
+            for r in &c.reasons {
+                r.store(0, Relaxed);
+            }
+            c.time_ns.store(0, Relaxed);
+            c.gpu_time_ns.store(0, Relaxed);
+            c.pred_saved_ns.store(0, Relaxed);
+            c.meas_saved_ns.store(0, Relaxed);
+            c.meas_calls.store(0, Relaxed);
+        }
+        for c in &self.small {
+            c.store(0, Relaxed);
+        }
+    }
+
     /// Counts a call that the fast path kept on the CPU (one relaxed increment).
     #[inline(always)]
     pub fn count_small(&self, slot: usize) {
@@ -153,17 +189,23 @@ impl Stats {
         }
     }
 
-    /// Records a call that ran on the GPU: its time, the predicted CPU and GPU times.
-    pub fn record_gpu(&self, slot: usize, seconds: f64, predicted_cpu: f64, predicted_gpu: f64) {
+    /// Records a call that ran on the GPU: its time and the CPU time it replaced, `measured`
+    /// when that CPU time was measured on the same library and shape, else the model's
+    /// prediction.
+    pub fn record_gpu(&self, slot: usize, seconds: f64, cpu_seconds: f64, measured: bool) {
         let c = &self.slots[slot];
         c.calls.fetch_add(1, Relaxed);
         c.gpu.fetch_add(1, Relaxed);
         c.time_ns.fetch_add(ns(seconds).max(0) as u64, Relaxed);
         c.gpu_time_ns.fetch_add(ns(seconds).max(0) as u64, Relaxed);
-        c.pred_saved_ns
-            .fetch_add(ns(predicted_cpu - predicted_gpu), Relaxed);
-        c.meas_saved_ns
-            .fetch_add(ns(predicted_cpu - seconds), Relaxed);
+        if measured {
+            c.meas_saved_ns
+                .fetch_add(ns(cpu_seconds - seconds), Relaxed);
+            c.meas_calls.fetch_add(1, Relaxed);
+        } else {
+            c.pred_saved_ns
+                .fetch_add(ns(cpu_seconds - seconds), Relaxed);
+        }
     }
 
     /// A copy of the counters, routines with no calls left out.
@@ -206,6 +248,7 @@ impl Stats {
                     gpu_s: c.gpu_time_ns.load(Relaxed) as f64 * 1e-9,
                     predicted_saved_s: c.pred_saved_ns.load(Relaxed) as f64 * 1e-9,
                     measured_saved_s: c.meas_saved_ns.load(Relaxed) as f64 * 1e-9,
+                    measured_calls: c.meas_calls.load(Relaxed),
                 });
             }
         }
@@ -234,11 +277,15 @@ pub struct RoutineStats {
     pub timed_s: f64,
     /// Of `timed_s`, seconds in calls run on the GPU.
     pub gpu_s: f64,
-    /// Predicted CPU time minus predicted GPU time, summed over GPU calls.
+    /// Over GPU calls whose CPU time was not measured: the model's CPU prediction (learned
+    /// corrections applied) minus the measured GPU time.
     pub predicted_saved_s: f64,
-    /// Predicted CPU time (learned corrections applied) minus the measured GPU time, summed over
-    /// GPU calls.
+    /// Over GPU calls whose CPU time was measured on the same library and shape (a CPU run or
+    /// re-check of this process, or a measurement kept in the profile): that CPU time minus the
+    /// measured GPU time.
     pub measured_saved_s: f64,
+    /// GPU calls behind `measured_saved_s`.
+    pub measured_calls: u64,
 }
 
 /// Statistics of all routines.
@@ -255,14 +302,16 @@ impl StatsSnapshot {
     }
 
     /// The exit summary: one line per routine called,
-    /// `gpukit-offload: dgemm calls=12 gpu=3 cpu=9 saved=1.20s timed=3.10s reasons=small:8,cpu-faster:1`.
+    /// `gpukit-offload: dgemm calls=12 gpu=3 cpu=9 saved=1.20s predicted-saved=0.40s timed=3.10s reasons=small:8,cpu-faster:1`.
+    /// `saved` is measured (GPU calls whose CPU time was measured on the same library and
+    /// shape), `predicted-saved` the model's figure for the others.
     pub fn summary(&self) -> String {
         let mut s = String::new();
         for r in &self.rows {
             let _ = write!(
                 s,
-                "gpukit-offload: {} calls={} gpu={} cpu={} saved={:.2}s timed={:.2}s",
-                r.name, r.calls, r.gpu, r.cpu, r.measured_saved_s, r.timed_s
+                "gpukit-offload: {} calls={} gpu={} cpu={} saved={:.2}s predicted-saved={:.2}s timed={:.2}s",
+                r.name, r.calls, r.gpu, r.cpu, r.measured_saved_s, r.predicted_saved_s, r.timed_s
             );
             if !r.reasons.is_empty() {
                 let reasons: Vec<String> = r
@@ -290,19 +339,25 @@ mod tests {
             st.count_small(s);
         }
         st.record_cpu(s, Reason::CpuFaster, Some(0.5));
-        st.record_gpu(s, 0.2, 1.4, 0.25);
-        st.record_gpu(s, 0.2, 1.4, 0.25);
+        st.record_gpu(s, 0.2, 1.4, true);
+        st.record_gpu(s, 0.2, 1.0, false);
         let snap = st.snapshot();
         let r = snap.get("dgemm").unwrap();
         assert_eq!((r.calls, r.gpu, r.cpu), (12, 2, 10));
-        assert!((r.measured_saved_s - 2.4).abs() < 1e-9);
+        assert!((r.measured_saved_s - 1.2).abs() < 1e-9);
+        assert!((r.predicted_saved_s - 0.8).abs() < 1e-9);
+        assert_eq!(r.measured_calls, 1);
         assert!((r.timed_s - 0.9).abs() < 1e-9);
         let line = snap.summary();
         assert!(
-            line.starts_with("gpukit-offload: dgemm calls=12 gpu=2 cpu=10 saved=2.40s"),
+            line.starts_with(
+                "gpukit-offload: dgemm calls=12 gpu=2 cpu=10 saved=1.20s predicted-saved=0.80s"
+            ),
             "{line}"
         );
         assert!(line.contains("reasons=small:9,cpu-faster:1"), "{line}");
         assert!(snap.get("sgemm").is_none());
+        st.reset();
+        assert!(st.snapshot().rows.is_empty());
     }
 }

@@ -1,0 +1,52 @@
+//! Fork safety of the process-wide dispatcher.
+//!
+//! A child created by `fork()` has one thread: a lock some other thread of the parent held at
+//! that moment would stay locked forever in the child (a parent with three threads doing linear
+//! algebra that forks children hung that way). The handlers registered here take the
+//! dispatcher's locks before the fork (so their state is consistent and no other thread holds
+//! them) and release them after it, in the parent and in the child (the locks are `std`'s, which
+//! a child can release: see [`crate::sync`]). The child then starts its own bookkeeping: its
+//! statistics from zero (one summary per process, with its own counts), only what it learns
+//! itself to save, and the GPU unusable (a CUDA context does not survive `fork`; the child runs
+//! everything on the CPU).
+
+use crate::dispatch::{Dispatcher, ForkHold};
+use std::cell::RefCell;
+use std::sync::Once;
+
+static INSTALL: Once = Once::new();
+
+thread_local! {
+    /// The locks held across the fork, by the forking thread.
+    static HOLD: RefCell<Option<ForkHold<'static>>> = const { RefCell::new(None) };
+}
+
+/// Registers the fork handlers (once per process).
+pub(crate) fn install() {
+    INSTALL.call_once(|| {
+        // SAFETY: registers three plain extern "C" functions that never unwind.
+        unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+    });
+}
+
+extern "C" fn prepare() {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(d) = Dispatcher::global_if_created() {
+            let hold = d.fork_hold();
+            HOLD.with(|h| *h.borrow_mut() = Some(hold));
+        }
+    });
+}
+
+extern "C" fn parent() {
+    let _ = std::panic::catch_unwind(|| HOLD.with(|h| h.borrow_mut().take()));
+}
+
+extern "C" fn child() {
+    let _ = std::panic::catch_unwind(|| {
+        HOLD.with(|h| h.borrow_mut().take());
+        if let Some(d) = Dispatcher::global_if_created() {
+            d.forked_child();
+        }
+    });
+}

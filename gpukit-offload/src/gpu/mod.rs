@@ -1,0 +1,609 @@
+//! The GPU backend: cuBLAS (its `_64` API) and cuSOLVER (its 64-bit `X` API where one exists)
+//! through cudarc's raw layer.
+//!
+//! * **Lanes, no global lock** (`lane`): a call checks a lane of streams, handles and buffers
+//!   out of a pool, so calls from several threads run concurrently.
+//! * **Pinned staging, overlapped** ([`staging`]): copies go through two pinned slots, the host
+//!   packing or unpacking one piece while the DMA engine moves the other; column-separable
+//!   BLAS-3 calls upload block j+1 while block j is computed.
+//! * **Caller's buffers written only after success** (`exec`): every `info`, every
+//!   non-finite check (`finite`) and every routine check is read before the first result is
+//!   copied into the caller's memory, so any failure leaves the inputs untouched and the CPU
+//!   library can run the call. Non-finite inputs always go to the CPU: LAPACK's own outcome
+//!   (an `info`, an error, NaN propagation) is what the caller gets.
+//! * **Start-up in steps** ([`startup`]): the context, cuBLAS and one lane's streams up front;
+//!   cuSOLVER, pinned memory and the device arena when a call needs them; each step timed.
+//! * One module per family of routines: `blas3`, `lu`, `cholesky`, `triangular`,
+//!   `eigen`, `svd`, `qr`, `lstsq`.
+
+mod blas3;
+mod cholesky;
+mod eigen;
+mod exec;
+pub mod fail;
+mod finite;
+mod flags;
+mod lane;
+mod layout;
+mod lstsq;
+mod lu;
+mod presize;
+mod qr;
+pub mod staging;
+pub mod startup;
+mod svd;
+mod triangular;
+
+pub use fail::{GResult, GpuFail, GpuFailKind, Inject};
+pub use presize::{presize_plan, Presized, PRESIZE_PINNED_MAX};
+pub use startup::{StartupReport, Step};
+
+use crate::call::{Call, Op};
+use crate::ops::{OpKind, Precision};
+use exec::SIZING_ONLY;
+use fail::fail;
+use gpukit_core::{current_owner, Device, DeviceBuffer, OwnerId};
+use lane::{core_fail, Lane};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// How one attempt of a call ended (failures are `Err`).
+pub(crate) enum Done {
+    /// Results are in the caller's buffers.
+    Ok,
+    /// Nothing was written; run again with the QR-iteration SVD (the polar SVD perturbed the
+    /// singular values more than the guard allows).
+    RetryQr,
+}
+
+/// Why the GPU path cannot run this call, if it cannot (the dispatcher runs it on the CPU).
+pub fn unsupported(call: &Call) -> Option<&'static str> {
+    let alpha_zero = match &call.op {
+        Op::Gemm { alpha, .. }
+        | Op::Symm { alpha, .. }
+        | Op::Hemm { alpha, .. }
+        | Op::Syrk { alpha, .. }
+        | Op::Herk { alpha, .. }
+        | Op::Trsm { alpha, .. }
+        | Op::Trmm { alpha, .. } => alpha.is_zero(),
+        _ => false,
+    };
+    if alpha_zero {
+        // BLAS does not read A (and B) then: only C (B) is scaled, at memory speed on the CPU,
+        // and NaN in the unread operands must not show
+        return Some("alpha = 0: nothing to compute but a scaling");
+    }
+    // the 32-bit legacy cuSOLVER functions (potri, orgqr, ormqr of the full SVD and of gelsd)
+    // bound the order
+    let legacy = match &call.op {
+        Op::Potri { n, .. } => Some(*n),
+        Op::Orgqr { m, .. } => Some(*m),
+        Op::Gelsd { m, n, nrhs, .. } => Some((*m).max(*n).max(*nrhs)),
+        Op::Svd {
+            routine,
+            jobu,
+            jobvt,
+            m,
+            n,
+            ..
+        } => {
+            let plan = svd::SvdPlan::new(*routine, *jobu, *jobvt, *m, *n);
+            (plan.method(false) == svd::Method::PolarFull).then_some(plan.rows())
+        }
+        _ => None,
+    };
+    if legacy.is_some_and(|d| d > i32::MAX as usize) {
+        return Some("order too large for the 32-bit cuSOLVER functions this call needs");
+    }
+    None
+}
+
+/// An SVD job's destinations, for tests: columns of U written to `u`, rows of VT written to
+/// `vt`, and what A receives (`'U'`: U's first columns, `'V'`: VT's first rows, `'D'`: A as the
+/// reduction destroyed it).
+#[cfg(test)]
+pub(crate) fn svd_plan(
+    routine: crate::ops::Routine,
+    jobu: crate::ops::SvdJob,
+    jobvt: crate::ops::SvdJob,
+    m: usize,
+    n: usize,
+) -> (usize, usize, char) {
+    let p = svd::SvdPlan::new(routine, jobu, jobvt, m, n);
+    let a = match p.a_out {
+        svd::AOut::U => 'U',
+        svd::AOut::Vt => 'V',
+        svd::AOut::Destroyed => 'D',
+    };
+    (p.u_cols, p.vt_rows, a)
+}
+
+#[cfg(test)]
+pub(crate) use lstsq::rank_and_scale as gelsd_rank;
+
+/// Whether a call needs cuSOLVER (every LAPACK routine but trtrs, which is a cuBLAS trsm).
+pub(crate) fn needs_solver(op: &Op) -> bool {
+    !matches!(
+        op,
+        Op::Gemm { .. }
+            | Op::Symm { .. }
+            | Op::Hemm { .. }
+            | Op::Syrk { .. }
+            | Op::Herk { .. }
+            | Op::Trsm { .. }
+            | Op::Trmm { .. }
+            | Op::Trtrs { .. }
+    )
+}
+
+/// The owner an offloaded call's device memory is charged to: the caller's
+/// ([`gpukit_core::Allocator::with_owner`], e.g. a gpukit-sched task), else `gpukit-offload`.
+pub fn memory_owner() -> OwnerId {
+    let o = current_owner();
+    if o == OwnerId::default_owner() {
+        OwnerId::new("gpukit-offload")
+    } else {
+        o
+    }
+}
+
+/// A new lane, its cuBLAS workspace charged to `gpukit-offload` (a lane outlives the call that
+/// made it, so the caller's owner is not the one to pay for it).
+fn new_lane(dev: &Device, report: Option<&mut StartupReport>) -> GResult<Lane> {
+    dev.allocator()
+        .with_owner(&OwnerId::new("gpukit-offload"), || Lane::new(dev, report))
+}
+
+/// Device memory kept free beside a call's buffers (other users of the GPU, library
+/// workspaces): a call that would leave less runs on the CPU.
+const HEADROOM: usize = 512 << 20;
+
+/// Whether `need` bytes may be taken with `free` bytes free on the device and `cached` bytes
+/// held free in the allocator's cache.
+pub(crate) fn memory_fits(need: usize, free: usize, cached: usize) -> bool {
+    need <= cached || need + HEADROOM <= free + cached
+}
+
+/// The started GPU backend, standing on gpukit-core's device (context, streams, allocator,
+/// pinned pool, handle cache).
+pub struct GpuBackend {
+    lanes: Mutex<Vec<Lane>>,
+    dev: Device,
+    inject: AtomicU8,
+    report: Mutex<StartupReport>,
+    solver_lib: OnceLock<Result<(), String>>,
+    polar_retries: AtomicU64,
+}
+
+impl GpuBackend {
+    /// Checks the CUDA driver and cuBLAS, opens device 0 and creates the first lane (streams,
+    /// events, a cuBLAS handle): what every offloaded call needs. cuSOLVER, pinned staging and
+    /// device memory come with the first call that needs them. Each step is timed into
+    /// [`GpuBackend::startup_report`].
+    pub fn start() -> crate::Result<GpuBackend> {
+        let unavailable = |e: String| crate::Error::GpuUnavailable(e);
+        let mut report = StartupReport::default();
+        let t = Instant::now();
+        gpukit_jit::libs::ensure_driver().map_err(|e| unavailable(e.to_string()))?;
+        report.record(Step::DriverLibrary, t.elapsed());
+        let t = Instant::now();
+        if !gpukit_jit::libs::gpu_available() {
+            return Err(unavailable("the CUDA driver reports no device".into()));
+        }
+        report.record(Step::Init, t.elapsed());
+        let t = Instant::now();
+        if startup::keep_loaded("cublas").is_none() {
+            return Err(unavailable(
+                "libcublas cannot be loaded: install the CUDA toolkit's cuBLAS (or the nvidia-cublas wheel) and make it visible to the loader".into(),
+            ));
+        }
+        report.record(Step::BlasLibrary, t.elapsed());
+        let t = Instant::now();
+        let dev = Device::open(0).map_err(|e| unavailable(e.to_string()))?;
+        dev.context()
+            .bind_to_thread()
+            .map_err(|e| unavailable(e.to_string()))?;
+        report.record(Step::Context, t.elapsed());
+        let lane = new_lane(&dev, Some(&mut report)).map_err(|e| unavailable(e.to_string()))?;
+        report.mark_started();
+        // failures are injected by the caller (the dispatcher reads GPUKIT_OFFLOAD_INJECT_FAILURE)
+        Ok(GpuBackend {
+            lanes: Mutex::new(vec![lane]),
+            dev,
+            inject: AtomicU8::new(Inject::None as u8),
+            report: Mutex::new(report),
+            solver_lib: OnceLock::new(),
+            polar_retries: AtomicU64::new(0),
+        })
+    }
+
+    /// The device name.
+    pub fn name(&self) -> &str {
+        self.dev.name()
+    }
+
+    /// The device (gpukit-core's shared state: allocator, pinned pool, attributes).
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// The start-up steps so far, timed (later steps: cuSOLVER, warm-ups, presizing).
+    pub fn startup_report(&self) -> StartupReport {
+        self.report.lock().clone()
+    }
+
+    /// How often a polar-decomposition SVD was re-run with the QR-iteration SVD because its
+    /// perturbation exceeded the guard (or, for gelsd, came near the rank threshold).
+    pub fn polar_retries(&self) -> u64 {
+        self.polar_retries.load(Ordering::Relaxed)
+    }
+
+    /// Sets a failure to inject into every following call (tests).
+    pub fn set_inject(&self, i: Inject) {
+        self.inject.store(i as u8, Ordering::Relaxed);
+    }
+
+    pub(crate) fn injected(&self) -> Inject {
+        Inject::from_u8(self.inject.load(Ordering::Relaxed))
+    }
+
+    /// Loads libcusolver and takes the cuSOLVER handle of an idle lane now (a LAPACK call
+    /// does this itself when it comes): for a start-up thread that has seen a LAPACK call and
+    /// wants the load off that call's path.
+    pub fn load_solver(&self) -> GResult<()> {
+        self.bind()?;
+        let mut lane = self.checkout()?;
+        let r = self.prepare_solver(&mut lane);
+        self.checkin(lane);
+        r
+    }
+
+    /// True once libcusolver is loaded.
+    pub fn solver_loaded(&self) -> bool {
+        matches!(self.solver_lib.get(), Some(Ok(())))
+    }
+
+    /// Loads libcusolver the first time (cudarc panics on a missing library, so this runs
+    /// before any cuSOLVER function); the outcome is kept.
+    fn solver_library(&self) -> GResult<()> {
+        let r = self.solver_lib.get_or_init(|| {
+            let t = Instant::now();
+            let r = startup::keep_loaded("cusolver").map(|_| ()).ok_or_else(|| {
+                "libcusolver cannot be loaded: install the CUDA toolkit's cuSOLVER (or the nvidia-cusolver wheel) and make it visible to the loader".to_string()
+            });
+            self.report.lock().record(Step::SolverLibrary, t.elapsed());
+            r
+        });
+        r.clone().map_err(|e| fail(GpuFailKind::Error, e))
+    }
+
+    /// libcusolver loaded and the lane's cuSOLVER handle taken (the first one timed into the
+    /// start-up report).
+    fn prepare_solver(&self, lane: &mut Lane) -> GResult<()> {
+        self.solver_library()?;
+        if lane.has_solver() {
+            return Ok(());
+        }
+        let t = Instant::now();
+        lane.take_solver()?;
+        let mut r = self.report.lock();
+        if r.of(&Step::SolverHandle).is_none() {
+            r.record(Step::SolverHandle, t.elapsed());
+        }
+        Ok(())
+    }
+
+    /// `bytes` of device memory from the device allocator for a call on `lane`, charged to
+    /// [`memory_owner`], ordered after the lane's three streams when given back.
+    pub(crate) fn device_memory(&self, bytes: usize, lane: &Lane) -> GResult<DeviceBuffer> {
+        let alloc = self.dev.allocator();
+        let st = alloc.stats();
+        let cached = st.reserved.saturating_sub(st.in_use);
+        if bytes > cached {
+            let free = self
+                .dev
+                .free_memory()
+                .map_err(|e| core_fail("memory query", e))?;
+            if !memory_fits(bytes, free, cached) {
+                return Err(fail(
+                    GpuFailKind::OutOfMemory,
+                    format!(
+                        "need {} MiB of device memory, {} MiB free",
+                        bytes >> 20,
+                        free >> 20
+                    ),
+                ));
+            }
+        }
+        let buf = alloc
+            .alloc_for(&memory_owner(), bytes, lane.compute())
+            .map_err(|e| core_fail("device allocation", e))?;
+        for s in lane.transfer_streams() {
+            buf.record_stream(s);
+        }
+        Ok(buf)
+    }
+
+    fn bind(&self) -> GResult<()> {
+        self.dev
+            .context()
+            .bind_to_thread()
+            .map_err(|e| fail(GpuFailKind::Error, format!("binding the context: {e}")))
+    }
+
+    fn checkout(&self) -> GResult<Lane> {
+        let lane = self.lanes.lock().pop();
+        match lane {
+            Some(l) => Ok(l),
+            None => new_lane(&self.dev, None),
+        }
+    }
+
+    /// Returns a lane to the pool if its streams are healthy (a lane that failed to
+    /// synchronise is dropped).
+    fn checkin(&self, lane: Lane) {
+        if lane.sync_all().is_ok() {
+            self.lanes.lock().push(lane);
+        }
+    }
+
+    /// Runs one small call of each `(kind, precision)` untimed by the dispatcher, so the kernels
+    /// those routines use are loaded before their first real call; each is timed into the
+    /// start-up report. Failures are ignored: a real call meets them again and falls back.
+    pub fn warm_up(&self, what: &[(OpKind, Precision)]) {
+        use crate::calibrate::Case;
+        for &(kind, p) in what {
+            if !kind.routine.precisions().contains(&p) {
+                continue;
+            }
+            let (x1, x2) = match kind.routine {
+                crate::ops::Routine::Potrf | crate::ops::Routine::Syevd => (256.0, 1.0),
+                r if r.has_vectors() => (128.0, 2.0),
+                _ => (256.0, 64.0),
+            };
+            let mut case = Case::new(kind, p, x1, x2);
+            case.reset();
+            let call = case.call(kind, p, x1, x2);
+            let t = Instant::now();
+            // SAFETY: the call's buffers belong to `case` and match its dimensions.
+            let _ = unsafe { self.run(&call) };
+            self.report
+                .lock()
+                .record(Step::WarmUp(call.name()), t.elapsed());
+        }
+    }
+
+    /// Reserves, on an idle lane, the device memory (in the allocator's cache, for the lane's
+    /// stream) and the pinned staging that the largest of `calls` needs (bounded by
+    /// [`presize_plan`]), so that the first such call allocates nothing inside its own time.
+    /// Each call's layout is found by running it in sizing-only mode (workspace queries, then
+    /// a stop before anything is copied). Nothing is read from or written to the calls'
+    /// buffers (they may be [`Call::without_data`]).
+    pub fn presize(&self, calls: &[Call]) -> GResult<Presized> {
+        self.bind()?;
+        let t = Instant::now();
+        let mut lane = self.checkout()?;
+        let r = self.presize_on(&mut lane, calls);
+        lane.sizing = None;
+        self.checkin(lane);
+        self.report.lock().record(Step::Presize, t.elapsed());
+        r
+    }
+
+    fn presize_on(&self, lane: &mut Lane, calls: &[Call]) -> GResult<Presized> {
+        let mut needs = Vec::with_capacity(calls.len());
+        for call in calls {
+            if unsupported(call).is_some() || call.check().is_err() {
+                continue;
+            }
+            let lapack = needs_solver(&call.op);
+            if lapack {
+                self.prepare_solver(lane)?;
+            }
+            lane.sizing = Some(None);
+            let r = lane.with_handles(lapack, |lane| {
+                // SAFETY: a sizing-only run stops in `Exec::begin`, before the first access
+                // to any host pointer of the call (everything before it is shape arithmetic
+                // and workspace queries with null matrix pointers).
+                unsafe { self.run_on(lane, call, false) }.map(|_| ())
+            });
+            let lay = lane.sizing.take().flatten();
+            // a call whose sizing run fails (a workspace query) is left to size itself
+            if let (Err(f), Some(l)) = (r, lay) {
+                if f.detail == SIZING_ONLY {
+                    needs.push((l.total(), presize::staging_need(&l)));
+                }
+            }
+        }
+        let (dev, pinned) =
+            presize_plan(&needs, 0, lane.staging.pinned_bytes(), PRESIZE_PINNED_MAX);
+        if let Some(d) = dev {
+            // taken and given back: the allocator keeps it cached for this lane's stream
+            drop(self.device_memory(d, lane)?);
+        }
+        if let Some(p) = pinned {
+            lane.staging.ensure(p / 2)?;
+        }
+        Ok(Presized {
+            need_dev: needs.iter().map(|n| n.0).max().unwrap_or(0),
+            need_pinned: needs.iter().map(|n| n.1).max().unwrap_or(0),
+            dev: self.reserved().0,
+            pinned: lane.staging.pinned_bytes(),
+        })
+    }
+
+    /// Device memory the allocator holds free for reuse, and the largest pinned staging among
+    /// the idle lanes (bytes).
+    pub fn reserved(&self) -> (usize, usize) {
+        let st = self.dev.allocator().stats();
+        let lanes = self.lanes.lock();
+        (
+            st.reserved.saturating_sub(st.in_use),
+            lanes
+                .iter()
+                .map(|l| l.staging.pinned_bytes())
+                .max()
+                .unwrap_or(0),
+        )
+    }
+
+    /// Runs a checked call on the GPU. On `Err` the caller's buffers are untouched, except
+    /// after [`GpuFailKind::Lost`] (the device failed while results were being written).
+    ///
+    /// # Safety
+    /// Every pointer in `call` must be valid for its extent; [`Call::check`] passed and
+    /// [`unsupported`] returned `None`.
+    pub unsafe fn run(&self, call: &Call) -> GResult<()> {
+        self.bind()?;
+        let mut lane = self.checkout()?;
+        let lapack = needs_solver(&call.op);
+        let r = if lapack {
+            self.prepare_solver(&mut lane)
+        } else {
+            Ok(())
+        }
+        .and_then(|()| {
+            lane.with_handles(lapack, |lane| {
+                // SAFETY: forwarded.
+                let mut r = unsafe { self.run_on(lane, call, false) };
+                if matches!(r, Ok(Done::RetryQr)) {
+                    self.polar_retries.fetch_add(1, Ordering::Relaxed);
+                    // the polar SVD perturbed the singular values too much: the QR-iteration
+                    // SVD, on the same (still untouched) inputs
+                    // SAFETY: forwarded.
+                    r = unsafe { self.run_on(lane, call, true) };
+                }
+                r
+            })
+        })
+        .and_then(|d| match d {
+            Done::Ok => Ok(()),
+            Done::RetryQr => Err(fail(GpuFailKind::Error, "SVD retry did not finish")),
+        });
+        self.checkin(lane);
+        r
+    }
+
+    /// One attempt of a call on `lane`; `svd_qr` forces the QR-iteration SVD.
+    ///
+    /// # Safety
+    /// As [`GpuBackend::run`].
+    unsafe fn run_on(&self, lane: &mut Lane, call: &Call, svd_qr: bool) -> GResult<Done> {
+        if self.injected() == Inject::OutOfMemory {
+            return Err(fail(GpuFailKind::Injected, "injected out-of-memory"));
+        }
+        let p = call.prec;
+        // SAFETY: (every arm) the call's pointers are valid for its extents (contract).
+        unsafe {
+            match call.op {
+                Op::Gemm { .. }
+                | Op::Symm { .. }
+                | Op::Hemm { .. }
+                | Op::Syrk { .. }
+                | Op::Herk { .. }
+                | Op::Trsm { .. }
+                | Op::Trmm { .. } => blas3::run(self, lane, p, &call.op).map(|()| Done::Ok),
+                Op::Getrf { .. } | Op::Getrs { .. } | Op::Gesv { .. } | Op::Getri { .. } => {
+                    lu::run(self, lane, p, &call.op).map(|()| Done::Ok)
+                }
+                Op::Potrf { .. } | Op::Potrs { .. } | Op::Posv { .. } | Op::Potri { .. } => {
+                    cholesky::run(self, lane, p, &call.op).map(|()| Done::Ok)
+                }
+                Op::Trtrs { .. } => triangular::run(self, lane, p, &call.op).map(|()| Done::Ok),
+                Op::Syevd { .. } | Op::Syevr { .. } => {
+                    eigen::run(self, lane, p, &call.op).map(|()| Done::Ok)
+                }
+                Op::Svd { .. } => svd::run(self, lane, p, &call.op, svd_qr),
+                Op::Geqrf { .. } | Op::Orgqr { .. } => {
+                    qr::run(self, lane, p, &call.op).map(|()| Done::Ok)
+                }
+                Op::Gelsd { .. } => lstsq::run(self, lane, p, &call.op, svd_qr),
+            }
+        }
+    }
+
+    /// Measures staging throughput: `(h2d bytes/s, d2h bytes/s)` for a `bytes`-sized pageable
+    /// buffer, as the backend copies it (pack + DMA, DMA + unpack), best of three.
+    pub fn measure_copies(&self, bytes: usize) -> crate::Result<(f64, f64)> {
+        let err = |e: GpuFail| crate::Error::Gpu {
+            what: "copy calibration",
+            detail: e.to_string(),
+        };
+        self.bind().map_err(err)?;
+        let mut lane = self.checkout().map_err(err)?;
+        let mut host = vec![1u8; bytes];
+        let m = crate::call::HostMat::new(host.as_mut_ptr(), bytes, 1, bytes.max(1));
+        let r = (|| -> GResult<(f64, f64)> {
+            let buf = self.device_memory(bytes, &lane)?;
+            let base = buf.ptr();
+            let mut best = (f64::MAX, f64::MAX);
+            for _ in 0..3 {
+                let t = Instant::now();
+                // SAFETY: `host` holds `bytes`; the arena holds `bytes` at `base`.
+                unsafe { lane.staging.upload(&m, 1, base, lane.h2d)? };
+                lane.sync_all()?;
+                best.0 = best.0.min(t.elapsed().as_secs_f64());
+                let t = Instant::now();
+                // SAFETY: as above; the streams are idle.
+                unsafe { lane.staging.copy_out(base, &m, 1, lane.d2h) }.map_err(|(e, _)| e)?;
+                best.1 = best.1.min(t.elapsed().as_secs_f64());
+            }
+            drop(buf);
+            Ok((bytes as f64 / best.0, bytes as f64 / best.1))
+        })();
+        self.checkin(lane);
+        r.map_err(err)
+    }
+}
+
+impl Drop for GpuBackend {
+    fn drop(&mut self) {
+        // the lanes destroy their events in this context
+        let _ = self.dev.context().bind_to_thread();
+        self.lanes.lock().clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn memory_is_taken_from_the_cache_or_with_headroom() {
+        assert!(memory_fits(100 * MIB, 0, 100 * MIB));
+        assert!(memory_fits(100 * MIB, 612 * MIB, 0));
+        assert!(!memory_fits(100 * MIB, 611 * MIB, 0));
+        assert!(memory_fits(300 * MIB, 612 * MIB, 200 * MIB));
+        assert!(!memory_fits(300 * MIB, 611 * MIB, 200 * MIB));
+    }
+
+    #[test]
+    fn only_lapack_routines_take_a_solver_handle() {
+        use crate::call::HostMat;
+        use crate::ops::Uplo;
+        let a = HostMat::new(std::ptr::null_mut(), 4, 4, 4);
+        assert!(needs_solver(&Op::Potrf {
+            uplo: Uplo::Lower,
+            n: 4,
+            a
+        }));
+        assert!(!needs_solver(&Op::Trtrs {
+            uplo: Uplo::Lower,
+            trans: crate::ops::Trans::No,
+            diag: crate::ops::Diag::NonUnit,
+            n: 4,
+            nrhs: 1,
+            a,
+            b: a
+        }));
+    }
+
+    #[test]
+    fn memory_is_charged_to_the_caller_or_to_offload() {
+        assert_eq!(memory_owner().as_str(), "gpukit-offload");
+    }
+}
