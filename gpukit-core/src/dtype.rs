@@ -20,7 +20,15 @@ mod sealed {
 /// An element type of a [`GpuArray`](crate::GpuArray). Implemented for exactly the eight types
 /// the built-in kernels are compiled for (sealed).
 pub trait DType:
-    bytemuck::Pod + Copy + Send + Sync + 'static + std::fmt::Debug + PartialOrd + sealed::Sealed
+    bytemuck::Pod
+    + Copy
+    + Send
+    + Sync
+    + 'static
+    + std::fmt::Debug
+    + PartialOrd
+    + gpukit_jit::Element
+    + sealed::Sealed
 {
     /// The C type name used in kernels: `float`, `double`, `__half`, `__nv_bfloat16`, `int`,
     /// `unsigned int`, `long long`, `unsigned char`.

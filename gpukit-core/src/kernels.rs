@@ -5,9 +5,9 @@
 use crate::device::{Device, Stream};
 use crate::dtype::{kind_of, DTypeKind, ALL_DTYPE_NAMES};
 use crate::error::Result;
-use gpukit_jit::{CompileOptions, Kernel, KernelArg, LaunchConfig, Module};
-use parking_lot::RwLock;
+use gpukit_jit::{CompileOptions, Kernel, KernelArg, LaunchConfig};
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// The shared header of the built-in kernels.
 pub const COMMON_H: &str = include_str!("../kernels/common.cuh");
@@ -139,45 +139,38 @@ pub fn builtin_programs() -> Vec<(String, &'static str, CompileOptions)> {
     v
 }
 
-/// Loaded modules and kernels of one device.
-#[derive(Default)]
-pub(crate) struct KernelSet {
-    modules: RwLock<HashMap<(KernelFile, &'static str), Module>>,
-    kernels: RwLock<HashMap<String, Kernel>>,
+/// The program id of a built-in file for one element type in the device's
+/// [`KernelSet`](gpukit_jit::KernelSet) (computed once).
+fn program_id(file: KernelFile, dtype: &'static str) -> &'static str {
+    static IDS: OnceLock<HashMap<(KernelFile, &'static str), String>> = OnceLock::new();
+    let ids = IDS.get_or_init(|| {
+        let mut m = HashMap::new();
+        for f in KernelFile::ALL {
+            for d in ALL_DTYPE_NAMES {
+                m.insert((f, d), format!("gpukit-core/{}", f.program(d)));
+            }
+        }
+        m
+    });
+    ids.get(&(file, dtype))
+        .map_or("gpukit-core/unknown", String::as_str)
 }
 
-impl KernelSet {
-    /// Kernel `expr` (a name expression) of `file` for element type `dtype`.
-    pub(crate) fn get(
-        &self,
-        dev: &Device,
-        file: KernelFile,
-        dtype: &'static str,
-        expr: &str,
-    ) -> Result<Kernel> {
-        if let Some(k) = self.kernels.read().get(expr) {
-            return Ok(k.clone());
-        }
-        let module = {
-            let cached = self.modules.read().get(&(file, dtype)).cloned();
-            match cached {
-                Some(m) => m,
-                None => {
-                    let m = gpukit_jit::load_source(
-                        dev.context(),
-                        file.source(),
-                        &file.program(dtype),
-                        &file.options(dtype),
-                    )?;
-                    self.modules.write().insert((file, dtype), m.clone());
-                    m
-                }
-            }
-        };
-        let k = module.kernel(expr)?;
-        self.kernels.write().insert(expr.to_string(), k.clone());
-        Ok(k)
-    }
+/// Kernel `expr` (a name expression) of `file` for element type `dtype`, from the device's
+/// kernel set (compiled and loaded on first use).
+pub(crate) fn get(
+    dev: &Device,
+    file: KernelFile,
+    dtype: &'static str,
+    expr: &str,
+) -> Result<Kernel> {
+    Ok(dev
+        .kernel_set()
+        .kernel(program_id(file, dtype), expr, || gpukit_jit::ProgramSpec {
+            source: file.source(),
+            program: Box::leak(file.program(dtype).into_boxed_str()),
+            options: file.options(dtype),
+        })?)
 }
 
 /// Threads per block of the built-in kernels.
@@ -191,14 +184,22 @@ pub(crate) fn grid_for(dev: &Device, work: usize, waves: u32) -> LaunchConfig {
     LaunchConfig::new((blocks, 1, 1), (BLOCK, 1, 1))
 }
 
-/// Launches `kernel` on `stream`.
+/// Launches a built-in `kernel` on `stream`.
+///
+/// Crate-internal and only called by gpukit-core's operations, which uphold the raw launch
+/// contract by construction: every pointer is the address of a live `GpuArray` of the kernel's
+/// element type whose view (shape, strides, offset) lies inside its buffer, every element count
+/// and layout passed describes exactly those views, outputs are freshly allocated (or checked
+/// not to overlap the inputs), and every array is marked as used on `stream` before the launch.
 pub(crate) fn launch(
     kernel: &Kernel,
     stream: &Stream,
     cfg: LaunchConfig,
     args: &[KernelArg],
 ) -> Result<()> {
-    Ok(kernel.launch(stream.cuda(), cfg, args)?)
+    // SAFETY: see the function's documentation: the callers' arguments satisfy
+    // `launch_unchecked`'s contract.
+    Ok(unsafe { kernel.launch_unchecked(stream.cuda(), cfg, args) }?)
 }
 
 /// Compiles every built-in program for `arch` into gpukit-jit's kernel cache (memory and disk),

@@ -163,6 +163,24 @@ pub fn layout_bytes(op: &str, shape: &[usize], strides: &[Vec<isize>]) -> Result
     Ok(words.iter().flat_map(|w| w.to_le_bytes()).collect())
 }
 
+/// The lowest and highest element offsets a view of `shape` / `strides` starting at `offset`
+/// touches, or `None` for an empty view. Negative strides count downwards from `offset`.
+pub fn extent(shape: &[usize], strides: &[isize], offset: usize) -> Option<(usize, usize)> {
+    if shape.contains(&0) {
+        return None;
+    }
+    let (mut lo, mut hi) = (offset as isize, offset as isize);
+    for (&d, &s) in shape.iter().zip(strides) {
+        let span = (d as isize - 1) * s;
+        if span < 0 {
+            lo += span;
+        } else {
+            hi += span;
+        }
+    }
+    Some((lo.max(0) as usize, hi.max(0) as usize))
+}
+
 /// Checks and normalises an axis.
 pub fn check_axis(op: &str, axis: usize, ndim: usize) -> Result<usize> {
     if axis < ndim {

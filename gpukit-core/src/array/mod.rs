@@ -289,7 +289,7 @@ impl<T: DType> GpuArray<T> {
     }
 
     pub(crate) fn kernel(&self, file: KernelFile, expr: &str) -> Result<gpukit_jit::Kernel> {
-        self.dev.inner().kernels.get(&self.dev, file, T::NAME, expr)
+        kernels::get(&self.dev, file, T::NAME, expr)
     }
 
     /// Declares use on `stream` (so the memory is not reused under a running kernel).
@@ -363,8 +363,14 @@ impl<T: DType> GpuArray<T> {
     }
 
     /// Copies `src` (same element type, broadcastable to this shape) into this array, through
-    /// this array's strides (so a view writes into the memory it shares).
+    /// this array's strides (so a view writes into the memory it shares). A source that
+    /// overlaps this array (another view of the same buffer) is first copied to fresh memory,
+    /// so the result is as if the whole source had been read before anything was written.
     pub fn copy_from(&mut self, src: &GpuArray<T>) -> Result<()> {
+        if self.overlaps(src) {
+            let fresh = src.astype::<T>()?;
+            return self.copy_from(&fresh);
+        }
         if src.dev != self.dev {
             return Err(Error::DeviceMismatch {
                 op: "copy_from".into(),
@@ -450,6 +456,62 @@ impl<T: DType> GpuArray<T> {
             (self.offset as isize + range.start as isize * self.strides[0]) as usize
         };
         Ok(self.view(shape, self.strides.clone(), offset))
+    }
+}
+
+impl<T: DType> GpuArray<T> {
+    /// The device addresses `[start, end)` this view's elements occupy (empty for an empty
+    /// array): the span from its lowest to its highest element, whatever the strides.
+    pub fn byte_range(&self) -> std::ops::Range<u64> {
+        let base = self.buf.ptr();
+        match shape::extent(&self.shape, &self.strides, self.offset) {
+            None => base..base,
+            Some((lo, hi)) => {
+                let size = std::mem::size_of::<T>() as u64;
+                base + lo as u64 * size..base + (hi as u64 + 1) * size
+            }
+        }
+    }
+
+    /// Whether this array's elements and `other`'s share device memory (views of one buffer
+    /// whose spans intersect). Operations that write one while reading the other, or kernels
+    /// that assume distinct operands (GEMM's C against A and B), check this first.
+    pub fn overlaps<U: DType>(&self, other: &GpuArray<U>) -> bool {
+        gpukit_jit::typed::ranges_overlap(&self.byte_range(), &other.byte_range())
+    }
+}
+
+// SAFETY: the buffer is a live allocation of the array's device (the array holds an Arc of it);
+// the view lies inside it (every view constructor checks its bounds), so byte_range is inside
+// the allocation; is_dense is true only for contiguous views, whose elements are exactly the
+// range starting at device_ptr. read_on / write_on record the use on the stream, so the
+// allocator does not reuse the block before the work queued there has completed.
+unsafe impl<T: DType> gpukit_jit::DeviceMemory for GpuArray<T> {
+    fn elem_type(&self) -> gpukit_jit::ElemType {
+        <T as gpukit_jit::Element>::ELEM
+    }
+    fn byte_range(&self) -> std::ops::Range<u64> {
+        GpuArray::byte_range(self)
+    }
+    fn device_ordinal(&self) -> usize {
+        self.dev.ordinal()
+    }
+    fn is_dense(&self) -> bool {
+        self.is_contiguous()
+    }
+    fn read_on<'s>(
+        &'s self,
+        stream: &'s Arc<cudarc::driver::CudaStream>,
+    ) -> (u64, gpukit_jit::UseGuard<'s>) {
+        self.buf.record_stream(&Stream::wrap(stream.clone()));
+        (self.device_ptr(), gpukit_jit::UseGuard::none())
+    }
+    fn write_on<'s>(
+        &'s mut self,
+        stream: &'s Arc<cudarc::driver::CudaStream>,
+    ) -> (u64, gpukit_jit::UseGuard<'s>) {
+        self.buf.record_stream(&Stream::wrap(stream.clone()));
+        (self.device_ptr(), gpukit_jit::UseGuard::none())
     }
 }
 
