@@ -450,7 +450,10 @@ pub unsafe fn sgemm_with_plan(stream: &Arc<CudaStream>, g: &RawGemm, plan: &Plan
                 block: (threads, 1, 1),
                 shared_mem_bytes: smem,
             };
-            kernel.launch(stream, lc, &args)?;
+            // SAFETY: the enclosing unsafe fn's contract (RawGemm addresses valid on the stream's
+            // device for every access, C not overlapping A or B, memory live until the work has
+            // run) is launch_unchecked's; the workspace is this call's own allocation.
+            unsafe { kernel.launch_unchecked(stream, lc, &args) }?;
             b0 += nb;
         }
         return Ok(());
@@ -491,7 +494,10 @@ pub unsafe fn sgemm_with_plan(stream: &Arc<CudaStream>, g: &RawGemm, plan: &Plan
             block: (threads, 1, 1),
             shared_mem_bytes: smem,
         };
-        kernel.launch(stream, lc, &args)?;
+        // SAFETY: the enclosing unsafe fn's contract (RawGemm addresses valid on the stream's
+        // device for every access, C not overlapping A or B, memory live until the work has
+        // run) is launch_unchecked's; the workspace is this call's own allocation.
+        unsafe { kernel.launch_unchecked(stream, lc, &args) }?;
         let rargs = [
             KernelArg::Ptr(ws_ptr),
             KernelArg::Ptr(g.c + (b0 * g.stride_c * 4) as u64),
@@ -506,7 +512,10 @@ pub unsafe fn sgemm_with_plan(stream: &Arc<CudaStream>, g: &RawGemm, plan: &Plan
             (g.alpha as f32).into(),
             (g.beta as f32).into(),
         ];
-        reduce.launch(stream, reduce_launch(nb * g.m * g.n), &rargs)?;
+        // SAFETY: the enclosing unsafe fn's contract (RawGemm addresses valid on the stream's
+        // device for every access, C not overlapping A or B, memory live until the work has
+        // run) is launch_unchecked's; the workspace is this call's own allocation.
+        unsafe { reduce.launch_unchecked(stream, reduce_launch(nb * g.m * g.n), &rargs) }?;
         b0 += nb;
     }
     Ok(())
@@ -598,7 +607,10 @@ unsafe fn wgmma_pack(
             ),
             (256, 1, 1),
         );
-        kernel.launch(stream, lc, &args)?;
+        // SAFETY: the enclosing unsafe fn's contract (RawGemm addresses valid on the stream's
+        // device for every access, C not overlapping A or B, memory live until the work has
+        // run) is launch_unchecked's; the workspace is this call's own allocation.
+        unsafe { kernel.launch_unchecked(stream, lc, &args) }?;
     }
     Ok(Packed {
         buf,
@@ -661,7 +673,10 @@ unsafe fn wgmma_gemm(
             block: (cfg.threads(), 1, 1),
             shared_mem_bytes: cfg.smem_bytes(false, false),
         };
-        kernel.launch(stream, lc, &args)?;
+        // SAFETY: the enclosing unsafe fn's contract (RawGemm addresses valid on the stream's
+        // device for every access, C not overlapping A or B, memory live until the work has
+        // run) is launch_unchecked's; the workspace is this call's own allocation.
+        unsafe { kernel.launch_unchecked(stream, lc, &args) }?;
         b0 += nb;
     }
     Ok(())
@@ -752,7 +767,10 @@ unsafe fn scale_c(stream: &Arc<CudaStream>, g: &RawGemm) -> Result<()> {
             0.0f32.into(),
             (g.beta as f32).into(),
         ];
-        reduce.launch(stream, reduce_launch(nb * g.m * g.n), &args)?;
+        // SAFETY: the enclosing unsafe fn's contract (RawGemm addresses valid on the stream's
+        // device for every access, C not overlapping A or B, memory live until the work has
+        // run) is launch_unchecked's; the workspace is this call's own allocation.
+        unsafe { reduce.launch_unchecked(stream, reduce_launch(nb * g.m * g.n), &args) }?;
         b0 += nb;
     }
     Ok(())
