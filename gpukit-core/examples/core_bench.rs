@@ -165,11 +165,15 @@ fn run() -> Result<()> {
         ("mul", 3.0, time_ms(&dev, || a.mul(&b).map(drop))?),
         ("exp", 2.0, time_ms(&dev, || a.exp().map(drop))?),
         ("sum", 1.0, time_ms(&dev, || a.sum().map(drop))?),
-        ("add (&a + &b)", 3.0, time_ms(&dev, || (&a + &b).map(drop))?),
+        (
+            "add (&a + &b)",
+            3.0,
+            time_ms(&dev, || (&a + &b).eval().map(drop))?,
+        ),
         (
             "mul scalar (&a * 2.0)",
             2.0,
-            time_ms(&dev, || (&a * 2.0).map(drop))?,
+            time_ms(&dev, || (&a * 2.0).eval().map(drop))?,
         ),
     ];
 

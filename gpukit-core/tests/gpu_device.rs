@@ -62,7 +62,7 @@ fn streams_scopes_priorities_and_events() {
         let e0 = s.record().unwrap();
         let mut b = a.clone();
         for _ in 0..20 {
-            b = (&b + &a).unwrap();
+            b = (&b + &a).eval().unwrap();
         }
         let e1 = s.record().unwrap();
         assert_eq!(

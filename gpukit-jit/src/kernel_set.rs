@@ -19,16 +19,17 @@ use crate::options::CompileOptions;
 use crate::KernelCache;
 use cudarc::driver::CudaContext;
 use parking_lot::{Mutex, RwLock};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 /// What [`KernelSet::kernel`] compiles when its program is not loaded yet.
 #[derive(Debug, Clone)]
 pub struct ProgramSpec<'s> {
-    /// The CUDA source.
-    pub source: &'s str,
+    /// The CUDA source (borrowed for built-in sources, owned for generated ones).
+    pub source: Cow<'s, str>,
     /// The program name (used in logs and errors).
-    pub program: &'s str,
+    pub program: Cow<'s, str>,
     /// Compile options (name expressions, headers, ...); the target defaults to the device's.
     pub options: CompileOptions,
 }
@@ -127,7 +128,7 @@ impl KernelSet {
             return Ok(l.clone());
         }
         let spec = spec();
-        let module = self.compile_and_load(spec.source, spec.program, &spec.options, None)?;
+        let module = self.compile_and_load(&spec.source, &spec.program, &spec.options, None)?;
         Ok(self.insert(id, module))
     }
 

@@ -1,16 +1,36 @@
 //! `GpuArray<T>`: an n-dimensional, row-major array on one device.
 //!
 //! An array is a view: a shared [`DeviceBuffer`] plus shape, element strides and an element
-//! offset. `reshape` (of a contiguous array), `transpose`, `permute` and `slice` make views
-//! without copying; operations always produce fresh contiguous arrays. Work is queued on the
-//! device's current stream of the calling thread ([`Device::with_stream`]); `to_vec` waits for
-//! it.
+//! offset. Views ([`view`]: `reshape` of a contiguous array, `transpose`, `permute`, `slice`
+//! with steps, `squeeze`, `unsqueeze`, `broadcast_to`, `split`) share memory; operations
+//! produce fresh contiguous arrays unless they write into a given output (`*_into`) or in place
+//! (`*_inplace`, `set*`). Every view lies inside its buffer (each constructor checks), which
+//! is what the kernels' launches rely on. Work is queued on the device's current stream of the
+//! calling thread ([`Device::with_stream`]); `to_vec` waits for it.
+//!
+//! - [`ops`]: elementwise arithmetic, math, comparisons, logic, bitwise, `where`, `clip`;
+//! - [`expr`]: the `+ - * /` operators, fused into one kernel per expression;
+//! - [`reduce`], [`scan`]: reductions over any axes (NumPy's result types), cumsum / cumprod;
+//! - [`index`], [`join`]: integer and boolean indexing, setitem, concatenate / stack / split;
+//! - [`nn`]: softmax, log-softmax, layer norm; [`matmul`]: `a.matmul(&b)` with N-d batches;
+//! - [`host`]: pinned host arrays and stream-ordered non-blocking copies; [`display`].
 
-mod ops;
-mod reduce;
+pub mod display;
+pub mod expr;
+pub mod host;
+pub mod index;
+pub mod join;
+pub mod matmul;
+pub mod nn;
+pub mod ops;
+pub mod reduce;
+pub mod scan;
+pub mod view;
 
-pub use ops::{where_, BinaryOp, CompareOp, UnaryOp};
+pub use expr::Expr;
+pub use ops::{where_, BinaryOp, CompareOp, LogicalOp, Predicate, UnaryOp};
 pub use reduce::ReduceOp;
+pub use scan::ScanOp;
 
 use crate::alloc::{current_owner, DeviceBuffer};
 use crate::device::{Device, Stream};
@@ -284,7 +304,7 @@ impl<T: DType> GpuArray<T> {
     pub fn as_kernel_arg(&self) -> KernelArg {
         KernelArg::Ptr(self.device_ptr())
     }
-    fn arg(&self) -> KernelArg {
+    pub(crate) fn arg(&self) -> KernelArg {
         self.as_kernel_arg()
     }
 
@@ -297,7 +317,8 @@ impl<T: DType> GpuArray<T> {
         self.buf.record_stream(stream);
     }
 
-    fn view(&self, shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> Self {
+    /// A view of the same buffer. Callers guarantee the view lies inside the buffer.
+    pub(crate) fn view(&self, shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> Self {
         GpuArray {
             dev: self.dev.clone(),
             buf: self.buf.clone(),
@@ -403,59 +424,6 @@ impl<T: DType> GpuArray<T> {
                 (n as i64).into(),
             ],
         )
-    }
-
-    /// The same elements with another shape (a view when contiguous, else a copy).
-    pub fn reshape(&self, new_shape: &[usize]) -> Result<Self> {
-        let n = shape::numel("reshape", new_shape)?;
-        if n != self.len() {
-            return Err(Error::shape("reshape", &self.shape, new_shape));
-        }
-        let base = self.contiguous()?;
-        Ok(base.view(
-            new_shape.to_vec(),
-            shape::contiguous_strides(new_shape),
-            base.offset,
-        ))
-    }
-
-    /// The axes reversed (a view); for 2-D arrays the matrix transpose.
-    pub fn transpose(&self) -> Self {
-        let perm: Vec<usize> = (0..self.ndim()).rev().collect();
-        self.permute_unchecked(&perm)
-    }
-
-    /// The axes reordered: axis `i` of the result is axis `perm[i]` of this array (a view).
-    pub fn permute(&self, perm: &[usize]) -> Result<Self> {
-        shape::check_permutation("permute", perm, self.ndim())?;
-        Ok(self.permute_unchecked(perm))
-    }
-
-    fn permute_unchecked(&self, perm: &[usize]) -> Self {
-        let shape = perm.iter().map(|&p| self.shape[p]).collect();
-        let strides = perm.iter().map(|&p| self.strides[p]).collect();
-        self.view(shape, strides, self.offset)
-    }
-
-    /// Rows `range` along the first axis (a view).
-    pub fn slice(&self, range: std::ops::Range<usize>) -> Result<Self> {
-        let len0 = *self.shape.first().ok_or_else(|| {
-            Error::invalid("slice", "a 0-dimensional array has no first axis to slice")
-        })?;
-        if range.start > range.end || range.end > len0 {
-            return Err(Error::invalid(
-                "slice",
-                format!("range {range:?} is out of bounds for a first axis of length {len0}"),
-            ));
-        }
-        let mut shape = self.shape.clone();
-        shape[0] = range.end - range.start;
-        let offset = if shape[0] == 0 {
-            self.offset
-        } else {
-            (self.offset as isize + range.start as isize * self.strides[0]) as usize
-        };
-        Ok(self.view(shape, self.strides.clone(), offset))
     }
 }
 
