@@ -48,9 +48,33 @@ template <int L> __device__ __forceinline__ unsigned char logic(bool a, bool b) 
     else return a != b;
 }
 
+// Contiguous mask kernels handle four elements per step (one 4-byte store) when every pointer
+// is aligned for it; `F(k)` is the mask value of element k.
+template <typename T, typename F>
+__device__ __forceinline__ void mask4(unsigned char* __restrict__ out, long long n, bool aligned, F f) {
+    const long long tid = global_tid(), nt = grid_threads();
+    long long tail = 0;
+    if (aligned) {
+        const long long n4 = n / 4;
+        for (long long q = tid; q < n4; q += nt) {
+            const long long k = 4 * q;
+            uchar4 m;
+            m.x = f(k); m.y = f(k + 1); m.z = f(k + 2); m.w = f(k + 3);
+            reinterpret_cast<uchar4*>(out)[q] = m;
+        }
+        tail = n4 * 4;
+    }
+    for (long long j = tail + tid; j < n; j += nt) out[j] = f(j);
+}
+
+template <typename T> __device__ __forceinline__ bool aligned4x(const T* p) {
+    return (((unsigned long long)p) % (4 * sizeof(T))) == 0;
+}
+
 template <typename T, int OP>
 __global__ void compare_contig(unsigned char* __restrict__ out, const T* __restrict__ a, const T* __restrict__ b, long long n) {
-    for (long long i = global_tid(); i < n; i += grid_threads()) out[i] = cmp_t<T, OP>(a[i], b[i]);
+    const bool al = aligned4x(out) && aligned4x(a) && aligned4x(b);
+    mask4<T>(out, n, al, [&](long long k) { return cmp_t<T, OP>(a[k], b[k]); });
 }
 
 // out (row 0, u8) = a (row 1) OP b (row 2).
@@ -78,7 +102,8 @@ __global__ void compare_scalar(unsigned char* __restrict__ out, const T* __restr
 
 template <typename T, int P>
 __global__ void predicate_contig(unsigned char* __restrict__ out, const T* __restrict__ a, long long n) {
-    for (long long i = global_tid(); i < n; i += grid_threads()) out[i] = pred_t<T, P>(a[i]);
+    const bool al = aligned4x(out) && aligned4x(a);
+    mask4<T>(out, n, al, [&](long long k) { return pred_t<T, P>(a[k]); });
 }
 
 template <typename T, int P>
@@ -92,7 +117,8 @@ __global__ void predicate_strided(unsigned char* __restrict__ out, const T* __re
 
 template <typename T, int L>
 __global__ void logical_contig(unsigned char* __restrict__ out, const T* __restrict__ a, const T* __restrict__ b, long long n) {
-    for (long long i = global_tid(); i < n; i += grid_threads()) out[i] = logic<L>(truthy<T>(a[i]), truthy<T>(b[i]));
+    const bool al = aligned4x(out) && aligned4x(a) && aligned4x(b);
+    mask4<T>(out, n, al, [&](long long k) { return logic<L>(truthy<T>(a[k]), truthy<T>(b[k])); });
 }
 
 template <typename T, int L>
@@ -113,6 +139,29 @@ __global__ void where_strided(T* out, const unsigned char* __restrict__ mask, co
         layout_offsets<4>(l, i, off);
         out[off[0]] = mask[off[1]] ? a[off[2]] : b[off[3]];
     }
+}
+
+// out = mask ? a : b, all contiguous with n elements (four per step when aligned).
+template <typename T>
+__global__ void where_contig(T* out, const unsigned char* __restrict__ mask, const T* a, const T* b, long long n) {
+    typedef Pack<T, 4> P;
+    const long long tid = global_tid(), nt = grid_threads();
+    long long tail = 0;
+    if (aligned4x(out) && aligned4x(a) && aligned4x(b) && aligned4x(mask)) {
+        const long long n4 = n / 4;
+        for (long long q = tid; q < n4; q += nt) {
+            const uchar4 m = reinterpret_cast<const uchar4*>(mask)[q];
+            const P x = reinterpret_cast<const P*>(a)[q], y = reinterpret_cast<const P*>(b)[q];
+            P r;
+            r.v[0] = m.x ? x.v[0] : y.v[0];
+            r.v[1] = m.y ? x.v[1] : y.v[1];
+            r.v[2] = m.z ? x.v[2] : y.v[2];
+            r.v[3] = m.w ? x.v[3] : y.v[3];
+            reinterpret_cast<P*>(out)[q] = r;
+        }
+        tail = n4 * 4;
+    }
+    for (long long j = tail + tid; j < n; j += nt) out[j] = mask[j] ? a[j] : b[j];
 }
 
 // out (row 0) = mask (row 1) ? s : b (row 2); in place when out is b.

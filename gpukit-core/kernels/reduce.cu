@@ -292,21 +292,28 @@ __global__ void reduce_finish(const void* partial, int m, typename Red<T, OP>::O
 }
 
 // [rows, R] (inner == 1), short rows: groups of 2^lanes_log2 (<= 32) lanes per row, grid-stride
-// over rows; lane 0 of a group writes the row's result.
+// over rows; lane 0 of a group writes the row's result. The loop runs over warps (every lane of
+// a warp makes the same trips, since the shuffles need the whole warp), rows past the end idle.
 template <typename T, int OP>
 __global__ void reduce_rows(const T* __restrict__ x, long long rows, long long R_, typename Red<T, OP>::O* __restrict__ out, long long ddof, int lanes_log2) {
     typedef Red<T, OP> R;
     typedef typename R::A A;
     const int lanes = 1 << lanes_log2;
     const int lane = threadIdx.x & (lanes - 1);
-    const long long group = global_tid() >> lanes_log2;
-    const long long groups = grid_threads() >> lanes_log2;
-    for (long long r = group; r < rows; r += groups) {
-        const T* row = x + r * R_;
+    const long long per_warp = 32 >> lanes_log2;
+    const long long warp = global_tid() >> 5, warps = grid_threads() >> 5;
+    const long long in_warp = (threadIdx.x & 31) >> lanes_log2;
+    for (long long base = warp * per_warp; base < rows; base += warps * per_warp) {
+        const long long r = base + in_warp;
+        const bool valid = r < rows;
         A v = R::id();
-        for (long long j = lane; j < R_; j += lanes) v = R::comb(v, R::lift(row[j], j));
+        if (valid) {
+            const T* row = x + r * R_;
+#pragma unroll 8
+            for (long long j = lane; j < R_; j += lanes) v = R::comb(v, R::lift(row[j], j));
+        }
         for (int o = lanes >> 1; o > 0; o >>= 1) v = R::comb(v, R::shfl(v, o, lanes));
-        if (lane == 0) out[r] = R::fin(v, R_, ddof);
+        if (valid && lane == 0) out[r] = R::fin(v, R_, ddof);
     }
 }
 
@@ -332,6 +339,7 @@ __global__ void reduce_cols(const T* __restrict__ x, long long outer, long long 
         long long r = r0 + ty;
         while (r < r1) {
             A s = R::id();
+#pragma unroll 8
             for (int k = 0; k < 32 && r < r1; ++k, r += TY) s = R::comb(s, R::lift(base[r * inner], r));
             v = R::comb(v, s);
         }

@@ -159,6 +159,7 @@ impl KernelFile {
                         v.push(format!("{k}<{dtype}, {l}>"));
                     }
                 }
+                v.push(format!("where_contig<{dtype}>"));
                 v.push(format!("where_strided<{dtype}>"));
                 v.push(format!("where_scalar<{dtype}>"));
             }
@@ -191,9 +192,7 @@ impl KernelFile {
             }
             KernelFile::Scan => {
                 for op in 0..2 {
-                    for k in ["scan_tiles", "scan_apply"] {
-                        v.push(format!("{k}<{dtype}, {op}>"));
-                    }
+                    v.push(format!("scan_onepass<{dtype}, {op}>"));
                 }
             }
             KernelFile::Random => {

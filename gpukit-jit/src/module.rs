@@ -311,8 +311,8 @@ impl Kernel {
         // and range were checked against the signature above, with no written range
         // overlapping another argument; `prepare` recorded the use on `stream`, so the memory
         // outlives the queued work (the DeviceMemory contract). Raw arguments carry their
-        // creator's `Arg::raw` guarantee.
-        let result = unsafe { self.launch_raw(stream.cu_stream(), cfg, &raw) };
+        // creator's `Arg::raw` guarantee; count and widths were checked by check_typed.
+        let result = unsafe { self.enqueue(stream.cu_stream(), cfg, &raw) };
         drop(guards);
         result
     }
@@ -349,8 +349,8 @@ impl Kernel {
             .bind_to_thread()
             .map_err(|e| Error::driver("binding the context", e))?;
         // SAFETY: the stream belongs to the bound context and is live for this call; the
-        // arguments carry the caller's guarantee.
-        unsafe { self.launch_raw(stream.cu_stream(), cfg, args) }
+        // arguments carry the caller's guarantee and were checked above.
+        unsafe { self.enqueue(stream.cu_stream(), cfg, args) }
     }
 
     /// Launches on a raw stream handle (for example a green-context stream) after checking the
@@ -367,6 +367,20 @@ impl Kernel {
         args: &[KernelArg],
     ) -> Result<()> {
         self.check(args)?;
+        // SAFETY: forwarded from the caller; the arguments were checked above.
+        unsafe { self.enqueue(stream, cfg, args) }
+    }
+
+    /// Queues the launch (arguments already checked).
+    ///
+    /// # Safety
+    /// As for [`launch_raw`](Self::launch_raw), with `args` checked against the signature.
+    unsafe fn enqueue(
+        &self,
+        stream: sys::CUstream,
+        cfg: LaunchConfig,
+        args: &[KernelArg],
+    ) -> Result<()> {
         if cfg.grid.0 == 0 || cfg.grid.1 == 0 || cfg.grid.2 == 0 {
             return Ok(());
         }

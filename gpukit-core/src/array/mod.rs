@@ -355,7 +355,7 @@ impl<T: DType> GpuArray<T> {
             kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n, 16),
+                kernels::grid_for(&self.dev, n.div_ceil(4), 16),
                 &[out.arg(), self.arg(), (n as i64).into()],
             )?;
         } else {

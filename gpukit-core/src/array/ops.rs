@@ -666,7 +666,7 @@ impl<T: DType> GpuArray<T> {
             kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n, 32),
+                kernels::grid_for(&self.dev, n.div_ceil(4), 16),
                 &[out.arg(), self.arg(), other.arg(), (n as i64).into()],
             )?;
         } else {
@@ -750,7 +750,7 @@ impl<T: DType> GpuArray<T> {
             kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n, 32),
+                kernels::grid_for(&self.dev, n.div_ceil(4), 16),
                 &[out.arg(), self.arg(), (n as i64).into()],
             )?;
         } else {
@@ -807,6 +807,20 @@ pub(crate) fn write_where<T: DType>(
     a.used_on(&stream);
     b.used_on(&stream);
     out.used_on(&stream);
+    let dense = |s: &[usize], c: bool| s == out.shape.as_slice() && c;
+    if out.is_contiguous()
+        && dense(&mask.shape, mask.is_contiguous())
+        && dense(&a.shape, a.is_contiguous())
+        && dense(&b.shape, b.is_contiguous())
+    {
+        let k = a.kernel(KernelFile::Logic, &format!("where_contig<{}>", T::NAME))?;
+        return kernels::launch(
+            &k,
+            &stream,
+            kernels::grid_for(&a.dev, n.div_ceil(4), 16),
+            &[out.arg(), mask.arg(), a.arg(), b.arg(), (n as i64).into()],
+        );
+    }
     let layout = shape::layout_bytes(
         "where",
         &out.shape,

@@ -1,10 +1,10 @@
 //! Inclusive scans along an axis: `cumsum` and `cumprod` (NumPy's: without an axis the array
 //! is flattened; integers widen to 64 bits, [`DType::Sum`]).
 //!
-//! Three phases over tiles of the scanned axis (see `kernels/scan.cu`): tile totals, a scan of
-//! the totals (recursively, so a single row of 1e8 elements needs two levels), and the tiles'
-//! own scans with the preceding total added. Works in place of `[outer, L, inner]` for any axis
-//! of a contiguous array, with no transposition.
+//! One pass with decoupled look-back (see `kernels/scan.cu`): every tile of the scanned axis
+//! publishes its total and finds the sum of its predecessors from their published totals and
+//! prefixes, so the input is read once and the output written once. Works on `[outer, L, inner]`
+//! for any axis of a contiguous array, with no transposition.
 
 use super::GpuArray;
 use crate::dtype::DType;
@@ -25,11 +25,20 @@ pub enum ScanOp {
 /// Rows of the scanned axis one thread handles serially (SCAN_ITEMS in scan.cu).
 const ITEMS: usize = 8;
 
-/// `(tx_log2, rows per tile, tiles)` of a scan of `[outer, l, inner]`.
+/// `(tx_log2, rows per tile, tiles along the axis)` of a scan of `[outer, l, inner]`.
 pub fn scan_launch(l: usize, inner: usize) -> (u32, usize, usize) {
     let tx = inner.next_power_of_two().clamp(1, 32);
     let rows = (BLOCK as usize / tx) * ITEMS;
     (tx.trailing_zeros(), rows, l.div_ceil(rows).max(1))
+}
+
+/// Byte offsets `(status, total, prefix, size)` of a scan's scratch for `tiles` tiles of `tx`
+/// columns with accumulators of `acc` bytes (the ticket counter is at 0).
+pub fn scratch_layout(tiles: usize, tx: usize, acc: usize) -> (usize, usize, usize, usize) {
+    let status = 16;
+    let total = (status + 4 * tiles).next_multiple_of(16);
+    let prefix = (total + acc * tiles * tx).next_multiple_of(16);
+    (status, total, prefix, prefix + acc * tiles * tx)
 }
 
 impl<T: DType> GpuArray<T> {
@@ -54,111 +63,75 @@ impl<T: DType> GpuArray<T> {
                 (self.shape.clone(), o, l, i)
             }
         };
-        let out = GpuArray::<T::Sum>::alloc_on(&self.dev, &shape_out, &self.dev.stream())?;
+        let dev = self.dev.clone();
+        let stream = dev.stream();
+        let out = GpuArray::<T::Sum>::alloc_on(&dev, &shape_out, &stream)?;
         if out.is_empty() {
             return Ok(out);
         }
-        scan_raw::<T>(&src, op, outer, l, inner, out.device_ptr(), &out)?;
-        Ok(out)
-    }
-}
-
-/// Scans the contiguous `src` viewed as `[outer, l, inner]` into device address `dst` (of the
-/// scan output type of `T`, `outer * l * inner` elements; `keep` owns it).
-fn scan_raw<T: DType>(
-    src: &GpuArray<T>,
-    op: ScanOp,
-    outer: usize,
-    l: usize,
-    inner: usize,
-    dst: u64,
-    keep: &dyn ScanOutput,
-) -> Result<()> {
-    let dev = src.device().clone();
-    let stream = dev.stream();
-    src.used_on(&stream);
-    keep.used_on_stream(&stream);
-    let code = op as u32;
-    let (tx_log2, _rows, ntiles) = scan_launch(l, inner);
-    let tx = 1usize << tx_log2;
-    let blocks = outer * inner.div_ceil(tx) * ntiles;
-    let cfg = LaunchConfig::new((blocks as u32, 1, 1), (BLOCK, 1, 1));
-    let scanned = if ntiles > 1 {
-        let totals = GpuArray::<T::ScanAcc>::alloc_on(&dev, &[outer, ntiles, inner], &stream)?;
+        let (tx_log2, _rows, ntiles) = scan_launch(l, inner);
+        let tx = 1usize << tx_log2;
+        let tiles = outer * inner.div_ceil(tx) * ntiles;
+        if tiles > u32::MAX as usize / 2 {
+            return Err(crate::Error::invalid(
+                "cumsum",
+                format!("too many tiles ({tiles}) for one launch"),
+            ));
+        }
+        let acc = std::mem::size_of::<T::ScanAcc>();
+        let (st, tot, pre, size) = scratch_layout(tiles, tx, acc);
+        let scratch = GpuArray::<u8>::zeros(&dev, &[size])?;
+        src.used_on(&stream);
+        out.used_on(&stream);
+        scratch.used_on(&stream);
+        let at = |off: usize| KernelArg::Ptr(scratch.device_ptr() + off as u64);
         let k = src.kernel(
             KernelFile::Scan,
-            &format!("scan_tiles<{}, {code}>", T::NAME),
+            &format!("scan_onepass<{}, {}>", T::NAME, op as u32),
         )?;
         kernels::launch(
             &k,
             &stream,
-            cfg,
+            LaunchConfig::new((tiles as u32, 1, 1), (BLOCK, 1, 1)),
             &[
                 src.arg(),
+                out.arg(),
                 (outer as i64).into(),
                 (l as i64).into(),
                 (inner as i64).into(),
                 (tx_log2 as i32).into(),
                 (ntiles as i64).into(),
-                totals.arg(),
+                at(0),
+                at(st),
+                at(tot),
+                at(pre),
             ],
         )?;
-        let scanned = GpuArray::<T::ScanAcc>::alloc_on(&dev, &[outer, ntiles, inner], &stream)?;
-        scan_raw::<T::ScanAcc>(
-            &totals,
-            op,
-            outer,
-            ntiles,
-            inner,
-            scanned.device_ptr(),
-            &scanned,
-        )?;
-        Some(scanned)
-    } else {
-        None
-    };
-    let k = src.kernel(
-        KernelFile::Scan,
-        &format!("scan_apply<{}, {code}>", T::NAME),
-    )?;
-    kernels::launch(
-        &k,
-        &stream,
-        cfg,
-        &[
-            src.arg(),
-            KernelArg::Ptr(dst),
-            (outer as i64).into(),
-            (l as i64).into(),
-            (inner as i64).into(),
-            (tx_log2 as i32).into(),
-            (ntiles as i64).into(),
-            scanned.as_ref().map_or(KernelArg::Ptr(0), |s| s.arg()),
-        ],
-    )
-}
-
-/// The output array of a scan, whatever its element type (only its stream use is recorded).
-trait ScanOutput {
-    fn used_on_stream(&self, stream: &crate::Stream);
-}
-
-impl<U: DType> ScanOutput for GpuArray<U> {
-    fn used_on_stream(&self, stream: &crate::Stream) {
-        self.used_on(stream);
+        Ok(out)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::scan_launch;
+    use super::{scan_launch, scratch_layout};
 
     #[test]
-    fn tiles_cover_the_axis() {
+    fn tiles_cover_the_axis_and_scratch_regions_do_not_overlap() {
         assert_eq!(scan_launch(100_000_000, 1), (0, 2048, 48829));
         assert_eq!(scan_launch(10, 3), (2, 512, 1));
         let (tx, rows, tiles) = scan_launch(1000, 1000);
         assert_eq!((tx, rows), (5, 64));
         assert!(tiles * rows >= 1000);
+        for (tiles, tx, acc) in [
+            (1usize, 1usize, 4usize),
+            (48829, 1, 8),
+            (7, 32, 8),
+            (3, 4, 4),
+        ] {
+            let (st, tot, pre, size) = scratch_layout(tiles, tx, acc);
+            assert!(st >= 4 && st + 4 * tiles <= tot && tot + acc * tiles * tx <= pre);
+            assert_eq!(size, pre + acc * tiles * tx);
+            assert!(tot % 16 == 0 && pre % 16 == 0);
+        }
     }
 }

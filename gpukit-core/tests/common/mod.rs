@@ -130,10 +130,15 @@ macro_rules! for_float_dtypes {
     };
 }
 
-/// A proptest runner with `cases` cases and no persistence file.
+/// A proptest runner with `cases` cases (at most `GPUKIT_TEST_CASES` when set: the sanitizer
+/// runs use 1) and no persistence file.
 pub fn runner(cases: u32) -> proptest::test_runner::TestRunner {
+    let cap = std::env::var("GPUKIT_TEST_CASES")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(u32::MAX);
     proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
-        cases,
+        cases: cases.min(cap).max(1),
         failure_persistence: None,
         ..proptest::test_runner::Config::default()
     })
