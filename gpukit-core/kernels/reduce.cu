@@ -149,7 +149,10 @@ template <typename T, int OP> struct VarStd {
     typedef typename FloatT<T>::O O;
     static __device__ __forceinline__ A id() { A a; a.n = 0; a.mean = 0; a.m2 = 0; return a; }
     static __device__ __forceinline__ A lift(T x, long long) {
-        A a; a.n = 1; a.mean = (F)Cv<T>::up(x); a.m2 = 0; return a;
+        // M2 starts as v - v: 0 for a finite value, NaN for +-Inf and NaN, so that any
+        // non-finite element makes the variance NaN, as in NumPy.
+        const F v = (F)Cv<T>::up(x);
+        A a; a.n = 1; a.mean = v; a.m2 = v - v; return a;
     }
     static __device__ __forceinline__ A comb(A a, A b) {
         if (b.n == (F)0) return a;

@@ -317,8 +317,8 @@ impl Device {
         &self.inner.ctx
     }
 
-    /// The thread's current stream on this device: the innermost [`with_stream`]
-    /// (Self::with_stream) scope's, else the device's compute stream.
+    /// The thread's current stream on this device: the innermost
+    /// [`with_stream`](Self::with_stream) scope's, else the device's compute stream.
     pub fn stream(&self) -> Stream {
         let key = self.inner.ctx.cu_ctx() as usize;
         SCOPES
@@ -342,8 +342,8 @@ impl Device {
         self.inner.priority_range
     }
 
-    /// A new non-blocking stream; `priority` is clamped to [`stream_priority_range`]
-    /// (Self::stream_priority_range).
+    /// A new non-blocking stream; `priority` is clamped to
+    /// [`stream_priority_range`](Self::stream_priority_range).
     pub fn new_stream(&self, priority: i32) -> Result<Stream> {
         let (least, greatest) = self.inner.priority_range;
         let p = priority.clamp(greatest, least);

@@ -1,7 +1,7 @@
 //! The built-in kernels: CUDA C++ in `kernels/*.cu`, compiled through gpukit-jit (cached on
 //! disk) at first use, one program per (file, element type) holding every instantiation of that
-//! type as an NVRTC name expression, loaded into the device's [`KernelSet`]
-//! (gpukit_jit::KernelSet) under the id `gpukit-core/<program>`.
+//! type as an NVRTC name expression, loaded into the device's
+//! [`KernelSet`](gpukit_jit::KernelSet) under the id `gpukit-core/<program>`.
 
 use crate::device::{Device, Stream};
 use crate::dtype::{kind_of, DTypeKind, ALL_DTYPE_NAMES};

@@ -24,7 +24,7 @@
 //! # Ok::<(), gpukit_core::Error>(())
 //! ```
 //!
-//! What is here, by module: [`GpuArray`] and its operations ([`array`]: views and slicing,
+//! What is here, by module: [`GpuArray`] and its operations ([`mod@array`]: views and slicing,
 //! elementwise math, fused operators, reductions with NumPy's result types, scans, indexing,
 //! joining, softmax / layer norm, matmul, pinned host arrays, `Display`), [`random`] (Philox),
 //! [`custom`] (CuPy-style `ElementwiseKernel` / `ReductionKernel`), [`gemm`], the [`alloc`]ator,
