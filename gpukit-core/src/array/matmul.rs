@@ -80,6 +80,10 @@ impl<T: DType> GpuArray<T> {
         let nb: usize = batch.iter().product();
         let trivial = |x: &GpuArray<T>| x.shape[..x.ndim() - 2].iter().all(|&d| d == 1);
         let as_gemm = |x: &GpuArray<T>, rows: usize, cols: usize| -> Result<GpuArray<T>> {
+            if x.ndim() == 2 {
+                // GEMM reads row-major and transposed 2-D views as they are.
+                return Ok(x.clone());
+            }
             if trivial(x) {
                 return x.reshape(&[rows, cols]);
             }

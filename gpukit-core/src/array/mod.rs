@@ -388,6 +388,16 @@ impl<T: DType> GpuArray<T> {
     /// overlaps this array (another view of the same buffer) is first copied to fresh memory,
     /// so the result is as if the whole source had been read before anything was written.
     pub fn copy_from(&mut self, src: &GpuArray<T>) -> Result<()> {
+        if shape::has_repeated_elements(&self.shape, &self.strides) {
+            return Err(Error::invalid(
+                "copy_from",
+                format!(
+                    "the destination (shape {:?}, strides {:?}) is a broadcast view with repeated \
+                     elements; copy into the array it views instead",
+                    self.shape, self.strides
+                ),
+            ));
+        }
         if self.overlaps(src) {
             let fresh = src.astype::<T>()?;
             return self.copy_from(&fresh);
