@@ -215,19 +215,19 @@ pub fn uniform_cpu_f64(n: usize, seed: u64, offset: u64, low: f64, high: f64) ->
         .collect()
 }
 
-/// The first `n` values of `normal::<f32>(.., mean, std)` on the CPU (within a few ulps of the
-/// GPU's: the device's logf / sincospif round differently).
+/// The first `n` values of `normal::<f32>(.., mean, std)` on the CPU, computed in f64 (the
+/// GPU's single-precision logf / sincospif agree within a few f32 ulps).
 pub fn normal_cpu(n: usize, seed: u64, offset: u64, mean: f32, std: f32) -> Vec<f32> {
     (0..n)
         .map(|e| {
             let w = philox4x32_10(offset + (e / 4) as u64, seed);
             let h = (e % 4) / 2;
-            let u1 = ((w[2 * h] >> 8) + 1) as f32 * 5.960_464_5e-8;
-            let u2 = (w[2 * h + 1] >> 8) as f32 * 5.960_464_5e-8;
-            let r = (-2.0f32 * u1.ln()).sqrt();
-            let t = 2.0 * std::f32::consts::PI * u2;
+            let u1 = ((w[2 * h] >> 8) + 1) as f64 * 5.960_464_477_539_063e-8;
+            let u2 = (w[2 * h + 1] >> 8) as f64 * 5.960_464_477_539_063e-8;
+            let r = (-2.0 * u1.ln()).sqrt();
+            let t = 2.0 * std::f64::consts::PI * u2;
             let z = if e % 2 == 0 { r * t.cos() } else { r * t.sin() };
-            std.mul_add(z, mean)
+            (std as f64 * z + mean as f64) as f32
         })
         .collect()
 }
