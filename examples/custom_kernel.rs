@@ -1,12 +1,12 @@
 //! The seed's `scale` kernel, end to end: compile with NVRTC (cached on disk), load, launch with
-//! named arguments checked against the parsed signature, read back and verify.
+//! named, typed arguments checked against the parsed signature (`float* x` takes `&mut` device
+//! memory of f32), read back and verify.
 //!
 //! ```text
 //! cargo run --release --example custom_kernel
 //! ```
 
-use gpukit::jit::cudarc::driver::DevicePtr;
-use gpukit::jit::{self, KernelArg, KernelCache, LaunchConfig};
+use gpukit::jit::{self, KernelCache, LaunchConfig};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -61,16 +61,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let n = 1 << 20;
     let host: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let stream = ctx.default_stream();
-    let x = stream.clone_htod(&host)?;
-    {
-        let (ptr, _sync) = x.device_ptr(&stream);
-        scale
-            .call()
-            .arg("x", KernelArg::Ptr(ptr))
-            .arg("factor", 0.5f32)
-            .arg("n", n as i32)
-            .launch(&stream, LaunchConfig::for_elements(n, 256))?;
-    }
+    let mut x = stream.clone_htod(&host)?;
+    scale
+        .call()
+        .arg("x", &mut x)
+        .arg("factor", 0.5f32)
+        .arg("n", n as i32)
+        .launch(&stream, LaunchConfig::for_elements(n, 256))?;
     let back = stream.clone_dtoh(&x)?;
     let wrong = back
         .iter()
@@ -85,13 +82,21 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     // A wrong call is an error before the launch, not a crash.
     let err = scale
         .call()
-        .arg("x", KernelArg::Ptr(0))
+        .arg("x", &mut x)
         .arg("factor", 1i32)
         .arg("n", n as i32)
-        .resolve()
-        .and_then(|args| scale.check(&args))
+        .launch(&stream, LaunchConfig::for_elements(n, 256))
         .expect_err("an int for a float parameter must be rejected");
     println!("a wrong argument is caught before launch: {err}");
+    let halves = stream.clone_htod(&vec![0.0f64; n])?;
+    let err = scale
+        .call()
+        .arg("x", &halves)
+        .arg("factor", 1.0f32)
+        .arg("n", n as i32)
+        .launch(&stream, LaunchConfig::for_elements(n, 256))
+        .expect_err("read-only f64 memory for `float* x` must be rejected");
+    println!("so is memory of the wrong type or access: {err}");
     if wrong != 0 {
         return Err(format!("{wrong} elements were not scaled").into());
     }

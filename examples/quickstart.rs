@@ -1,13 +1,14 @@
 //! gpukit quickstart: the first thing to read.
 //!
-//! Arrays on the GPU, NumPy-style operations with broadcasting, reductions, a matrix multiply,
-//! and copies to and from the host. Without a GPU it says so and exits successfully.
+//! Arrays on the GPU, NumPy-style operations with broadcasting, slicing, reductions, random
+//! numbers, a matrix multiply, and copies to and from the host. Without a GPU it says so and
+//! exits successfully.
 //!
 //! ```text
 //! cargo run --release --example quickstart
 //! ```
 
-use gpukit::core::{Device, GpuArray, Result};
+use gpukit::core::{s, Device, Generator, GpuArray, Result};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -44,16 +45,27 @@ fn run() -> Result<()> {
     let x = GpuArray::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
     let row = GpuArray::<f32>::arange(&dev, 0.0, 3.0, 1.0)?; // shape [3]
 
-    // Operate: operators on references, broadcasting ([2, 3] + [3]), scalars, math.
-    let y = (&(&x + &ones)? + &zeros)?;
-    let z = (&y * &row)?; // broadcast along rows
-    let w = (&z * 0.5)?.exp()?.log()?; // exp then log: back to z * 0.5
-    println!("x + 1          = {:?}", y.to_vec()?);
+    // Operate: operators build one fused kernel, evaluated with a single `?`; broadcasting
+    // ([2, 3] + [3]), scalars on either side; named methods run one built-in kernel each.
+    let y = (&x + &ones + &zeros).eval()?;
+    let z = (&y * &row).eval()?; // broadcast along rows
+    let w = (&z * 0.5).eval()?.exp()?.log()?; // exp then log: back to z * 0.5
+    println!("x + 1          =\n{y}");
     println!("(x + 1) * row  = {:?}", z.to_vec()?);
     println!("log(exp(z/2))  = {:?}", w.to_vec()?);
+    println!("2 - x / 4      = {:?}", (2.0 - &x / 4.0).eval()?.to_vec()?);
 
-    // Reduce: over everything or one axis.
+    // Reduce: over everything, one axis or several (keepdims), NumPy's result types.
     println!("sum            = {}", z.sum()?.item()?);
+    println!(
+        "mean, std      = {}, {}",
+        z.mean()?.item()?,
+        z.std(None, false, 0)?.item()?
+    );
+    println!(
+        "int32 sum      = {} (an i64, as NumPy)",
+        x.astype::<i32>()?.sum()?.item()?
+    );
     println!(
         "sum over axis 0 = {:?}, max over axis 1 = {:?}",
         z.sum_axis(0)?.to_vec()?,
@@ -66,7 +78,23 @@ fn run() -> Result<()> {
     let clipped = gpukit::core::where_(&mask, &GpuArray::full(&dev, &[1], 3.0f32)?, &x)?;
     println!("min(x, 3)      = {:?}", clipped.to_vec()?);
 
-    // Views and types.
+    // Views: slices with steps (no copy), new axes, setitem through a view.
+    let rev = x.slice(&s![.., ..;-1])?;
+    println!("x[:, ::-1]     = {:?}", rev.to_vec()?);
+    let mut x2 = x.astype::<f32>()?;
+    x2.fill_slice(&s![0, 1..], -1.0)?;
+    println!("x2[0, 1:] = -1 -> {:?}", x2.to_vec()?);
+
+    // Random numbers (counter-based Philox, reproducible for a seed).
+    let rng = Generator::new(42);
+    let r = rng.normal::<f32>(&dev, &[1_000_000], 0.0, 1.0)?;
+    println!(
+        "normal(0, 1)   : mean {:.4}, std {:.4}",
+        r.mean()?.item()?,
+        r.std(None, false, 0)?.item()?
+    );
+
+    // Types.
     let t = x.transpose();
     println!("x.T            = {:?} (shape {:?})", t.to_vec()?, t.shape());
     let ints = x.astype::<i32>()?;
@@ -74,11 +102,11 @@ fn run() -> Result<()> {
 
     // Errors name what is wrong.
     let bad = GpuArray::<f32>::zeros(&dev, &[4])?;
-    if let Err(e) = &x + &bad {
+    if let Err(e) = (&x + &bad).eval() {
         println!("x + zeros([4]) -> error: {e}");
     }
-    // Matrix multiply (gpukit::core::gemm; FP32 by default, TF32 tensor cores on request).
-    let xxt = gpukit::core::gemm::matmul(&x, &t.contiguous()?)?;
+    // Matrix multiply (FP32 by default, TF32 tensor cores on request via gpukit::core::gemm).
+    let xxt = x.matmul(&t)?;
     println!(
         "x @ x.T        = {:?} (shape {:?})",
         xxt.to_vec()?,

@@ -1,5 +1,9 @@
-//! One table: elementwise add / mul / exp and sum on 1 GiB of f32 against a device-to-device
-//! copy of the same bytes in the same process, plus the cached allocate+free latency.
+//! Tables: elementwise add / mul / exp and sum on 1 GiB of f32 against a device-to-device copy
+//! of the same bytes in the same process, the cached allocate+free latency, host transfers,
+//! and every array operation (elementwise, reductions, scans, random numbers, softmax, layer
+//! norm) at 1 MiB and 1 GiB per input, in the form `tools/gpu/core_torch.py` times the same
+//! operations in torch (written as tab-separated rows to `$CORE_BENCH_TSV` when set, joined by
+//! `tools/gpu/core_join.py` into the table with ratios and targets).
 //!
 //! Method: CUDA events on the compute stream around `REPS` back-to-back operations after a
 //! warm-up, median of `TRIALS` trials; random inputs (1 GiB each, far beyond the 60 MB L2, so no
@@ -8,11 +12,15 @@
 //! bytes each operation must move: copy and exp read + write (2x), add and mul 2 reads + 1
 //! write (3x), sum 1 read (1x).
 //!
+//! In the operations table, the 1 MiB cases rotate through enough input sets to exceed four
+//! times the L2 cache, so no call reads cached inputs; host-side launch overhead is part of
+//! every figure (back-to-back calls from one thread between two events).
+//!
 //! ```text
 //! cargo run --release -p gpukit-core --example core_bench [-- GiB]
 //! ```
 
-use gpukit_core::{Device, GpuArray, Result};
+use gpukit_core::{f16, random::Generator, Device, GpuArray, Result};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -165,11 +173,15 @@ fn run() -> Result<()> {
         ("mul", 3.0, time_ms(&dev, || a.mul(&b).map(drop))?),
         ("exp", 2.0, time_ms(&dev, || a.exp().map(drop))?),
         ("sum", 1.0, time_ms(&dev, || a.sum().map(drop))?),
-        ("add (&a + &b)", 3.0, time_ms(&dev, || (&a + &b).map(drop))?),
+        (
+            "add (&a + &b)",
+            3.0,
+            time_ms(&dev, || (&a + &b).eval().map(drop))?,
+        ),
         (
             "mul scalar (&a * 2.0)",
             2.0,
-            time_ms(&dev, || (&a * 2.0).map(drop))?,
+            time_ms(&dev, || (&a * 2.0).eval().map(drop))?,
         ),
     ];
 
@@ -303,5 +315,175 @@ fn run() -> Result<()> {
         alloc_ns / 1e3,
         if alloc_ns < 1000.0 { "met" } else { "MISSED" }
     );
+    drop((a, b, dst, ha, hb, hback, reused));
+    operations(&dev)
+}
+
+/// Median milliseconds per call of `f(k)` over input sets `k = 0, 1, ...` (cycled), timed with
+/// events on the device's stream after one warm-up pass over every set.
+fn time_sets(dev: &Device, sets: usize, mut f: impl FnMut(usize) -> Result<()>) -> Result<f64> {
+    for k in 0..sets.max(2) {
+        f(k % sets)?;
+    }
+    let reps = sets.max(REPS);
+    let s = dev.stream();
+    let mut trials = Vec::new();
+    for _ in 0..TRIALS {
+        let e0 = s.record()?;
+        for r in 0..reps {
+            f(r % sets)?;
+        }
+        let e1 = s.record()?;
+        trials.push(e0.elapsed_ms(&e1)? as f64 / reps as f64);
+    }
+    Ok(median(trials))
+}
+
+/// One row of the operations table: `(op, size label, ms, bytes moved)`.
+type OpRow = (String, String, f64, f64);
+
+/// Inputs of one size: `sets` independent random f32 arrays of `n` elements (two per set), masks
+/// and i32 arrays derived from them.
+struct Inputs {
+    a: Vec<GpuArray<f32>>,
+    b: Vec<GpuArray<f32>>,
+    ma: Vec<GpuArray<u8>>,
+    mb: Vec<GpuArray<u8>>,
+    ia: Vec<GpuArray<i32>>,
+    ib: Vec<GpuArray<i32>>,
+}
+
+fn inputs(dev: &Device, n: usize, sets: usize, rng: &Generator) -> Result<Inputs> {
+    let mut x = Inputs {
+        a: Vec::new(),
+        b: Vec::new(),
+        ma: Vec::new(),
+        mb: Vec::new(),
+        ia: Vec::new(),
+        ib: Vec::new(),
+    };
+    for _ in 0..sets {
+        let a = rng.uniform::<f32>(dev, &[n], -1.0, 1.0)?;
+        let b = rng.uniform::<f32>(dev, &[n], 0.5, 2.0)?;
+        x.ma.push(a.gt_scalar(0.0)?);
+        x.mb.push(b.gt_scalar(1.0)?);
+        x.ia.push(a.mul_scalar(1e6)?.astype::<i32>()?);
+        x.ib.push(b.mul_scalar(1e6)?.astype::<i32>()?);
+        x.a.push(a);
+        x.b.push(b);
+    }
+    Ok(x)
+}
+
+/// Every array operation at 1 MiB and 1 GiB of f32 per input (see the module docs).
+fn operations(dev: &Device) -> Result<()> {
+    let l2 = dev.attributes().l2_cache_bytes.max(1 << 20);
+    let rng = Generator::new(2024);
+    let mut rows: Vec<OpRow> = Vec::new();
+    for (label, bytes) in [("1MiB", 1usize << 20), ("1GiB", 1usize << 30)] {
+        let n = bytes / 4;
+        // Enough sets that every call reads inputs evicted from L2 (two arrays per set).
+        let sets = (4 * l2).div_ceil(2 * bytes).max(1);
+        let x = inputs(dev, n, sets, &rng)?;
+        let b1 = bytes as f64;
+        let mut add = |name: &str, moved: f64, ms: f64| {
+            rows.push((name.to_string(), label.to_string(), ms, moved * b1));
+        };
+        macro_rules! row {
+            ($name:expr, $moved:expr, |$k:ident| $e:expr) => {
+                add($name, $moved, time_sets(dev, sets, |$k| $e.map(drop))?)
+            };
+        }
+        row!("add", 3.0, |k| x.a[k].add(&x.b[k]));
+        row!("sub", 3.0, |k| x.a[k].sub(&x.b[k]));
+        row!("mul", 3.0, |k| x.a[k].mul(&x.b[k]));
+        row!("div", 3.0, |k| x.a[k].div(&x.b[k]));
+        row!("mul_scalar", 2.0, |k| x.a[k].mul_scalar(2.0));
+        row!("maximum", 3.0, |k| x.a[k].maximum(&x.b[k]));
+        row!("pow", 3.0, |k| x.b[k].pow(&x.a[k]));
+        row!("remainder", 3.0, |k| x.a[k].remainder(&x.b[k]));
+        row!("neg", 2.0, |k| x.a[k].neg());
+        row!("abs", 2.0, |k| x.a[k].abs());
+        row!("exp", 2.0, |k| x.a[k].exp());
+        row!("log", 2.0, |k| x.b[k].log());
+        row!("sqrt", 2.0, |k| x.b[k].sqrt());
+        row!("tanh", 2.0, |k| x.a[k].tanh());
+        row!("sigmoid", 2.0, |k| x.a[k].sigmoid());
+        row!("relu", 2.0, |k| x.a[k].relu());
+        row!("sin", 2.0, |k| x.a[k].sin());
+        row!("cos", 2.0, |k| x.a[k].cos());
+        row!("floor", 2.0, |k| x.a[k].floor());
+        row!("round", 2.0, |k| x.a[k].round());
+        row!("clip", 2.0, |k| x.a[k].clip(-0.5, 0.5));
+        row!("isnan", 1.25, |k| x.a[k].isnan());
+        row!("eq", 2.25, |k| x.a[k].eq(&x.b[k]));
+        row!("logical_and", 0.75, |k| x.ma[k].logical_and(&x.mb[k]));
+        row!("where", 3.25, |k| gpukit_core::where_(
+            &x.ma[k], &x.a[k], &x.b[k]
+        ));
+        row!("bitwise_and_i32", 3.0, |k| x.ia[k].bitwise_and(&x.ib[k]));
+        row!("cast_f16", 1.5, |k| x.a[k].astype::<f16>());
+        row!("expr_2a_plus_b", 3.0, |k| (2.0 * &x.a[k] + &x.b[k]).eval());
+        row!("sum", 1.0, |k| x.a[k].sum());
+        row!("mean", 1.0, |k| x.a[k].mean());
+        row!("max", 1.0, |k| x.a[k].max());
+        row!("min", 1.0, |k| x.a[k].min());
+        row!("prod", 1.0, |k| x.b[k].prod());
+        row!("any", 1.0, |k| x.a[k].any());
+        row!("all", 1.0, |k| x.a[k].all());
+        row!("var", 1.0, |k| x.a[k].var(None, false, 0));
+        row!("std", 1.0, |k| x.a[k].std(None, false, 0));
+        row!("argmax", 1.0, |k| x.a[k].argmax());
+        row!("sum_i32", 1.0, |k| x.ia[k].sum());
+        row!("sum_rows_1024", 1.0, |k| x.a[k]
+            .reshape(&[n / 1024, 1024])?
+            .sum_axis(1));
+        row!("sum_axis0_2cols", 1.0, |k| x.a[k]
+            .reshape(&[n / 2, 2])?
+            .sum_axis(0));
+        row!("cumsum", 2.0, |k| x.a[k].cumsum(None));
+        row!("uniform", 1.0, |_k| rng.uniform::<f32>(dev, &[n], 0.0, 1.0));
+        row!("normal", 1.0, |_k| rng.normal::<f32>(dev, &[n], 0.0, 1.0));
+    }
+    // Row kernels on 256 MiB of f32.
+    let total = 1usize << 26;
+    for r in [4096usize, 32768] {
+        let x = rng.normal::<f32>(dev, &[total / r, r], 0.0, 1.0)?;
+        let g = rng.uniform::<f32>(dev, &[r], 0.5, 1.5)?;
+        let bb = rng.uniform::<f32>(dev, &[r], -0.5, 0.5)?;
+        let ms = time_sets(dev, 1, |_| x.softmax(-1).map(drop))?;
+        rows.push((
+            format!("softmax_{r}"),
+            "256MiB".into(),
+            ms,
+            2.0 * (total * 4) as f64,
+        ));
+        let ms = time_sets(dev, 1, |_| {
+            x.layer_norm(Some(&g), Some(&bb), 1e-5).map(drop)
+        })?;
+        rows.push((
+            format!("layernorm_{r}"),
+            "256MiB".into(),
+            ms,
+            2.0 * (total * 4) as f64,
+        ));
+    }
+    println!();
+    println!("| op | size | ms | GB/s |");
+    println!("| --- | --- | --- | --- |");
+    for (op, size, ms, moved) in &rows {
+        println!("| {op} | {size} | {ms:.4} | {:.0} |", moved / ms / 1e6);
+    }
+    if let Ok(path) = std::env::var("CORE_BENCH_TSV") {
+        let mut text = String::from("op\tsize\tms\n");
+        for (op, size, ms, _) in &rows {
+            text.push_str(&format!("{op}\t{size}\t{ms:.6}\n"));
+        }
+        std::fs::write(&path, text).map_err(|e| gpukit_core::Error::InvalidArgument {
+            op: "core_bench".into(),
+            reason: format!("writing {path}: {e}"),
+        })?;
+        println!("rows written to {path}");
+    }
     Ok(())
 }

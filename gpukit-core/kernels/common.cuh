@@ -14,10 +14,17 @@ struct __align__(2) __nv_bfloat16 { unsigned short bits; };
 #define GK_MAX_DIMS 8
 
 // Shape and per-operand element strides of a broadcast / strided launch, passed by value.
-// Rust builds the same bytes: ndim, shape[8], then K stride rows of 8 (all little-endian i64).
+// Rust builds the same bytes (shape::layout_bytes): ndim, use32, shape[8], magic[8] and shift[8]
+// (u32 pairs packed in i64 words), then K stride rows of 8 (all little-endian).
+//
+// With use32 (every linear index < 2^31) the index is split into coordinates with PyTorch's
+// IntDivider: q = (umulhi(n, magic) + n) >> shift, exact for n < 2^31, instead of a 64-bit
+// division per dimension.
 template <int K> struct Layout {
     long long ndim;
+    long long use32;
     long long shape[GK_MAX_DIMS];
+    unsigned int magic_shift[GK_MAX_DIMS][2];
     long long stride[K][GK_MAX_DIMS];
 };
 
@@ -26,6 +33,17 @@ template <int K>
 __device__ __forceinline__ void layout_offsets(const Layout<K>& l, long long i, long long (&off)[K]) {
 #pragma unroll
     for (int k = 0; k < K; ++k) off[k] = 0;
+    if (l.use32) {
+        unsigned int n = (unsigned int)i;
+        for (int d = (int)l.ndim - 1; d >= 0; --d) {
+            const unsigned int q = (__umulhi(n, l.magic_shift[d][0]) + n) >> l.magic_shift[d][1];
+            const long long c = (long long)(n - q * (unsigned int)l.shape[d]);
+            n = q;
+#pragma unroll
+            for (int k = 0; k < K; ++k) off[k] += c * l.stride[k][d];
+        }
+        return;
+    }
     for (int d = (int)l.ndim - 1; d >= 0; --d) {
         long long extent = l.shape[d];
         long long c = i % extent;
@@ -84,6 +102,31 @@ GK_INT_CV(unsigned int, true)
 GK_INT_CV(long long, false)
 GK_INT_CV(unsigned char, true)
 GK_INT_CV(unsigned long long, true)
+GK_INT_CV(signed char, false)
+
+// Integer arithmetic that wraps around (two's complement) without signed overflow, which is
+// undefined behaviour in C++: computed in unsigned 64 bits, truncated to the type.
+template <typename C> __device__ __forceinline__ C wrap_add(C a, C b) {
+    if constexpr (Cv<C>::is_int) return (C)((unsigned long long)a + (unsigned long long)b);
+    else return a + b;
+}
+template <typename C> __device__ __forceinline__ C wrap_sub(C a, C b) {
+    if constexpr (Cv<C>::is_int) return (C)((unsigned long long)a - (unsigned long long)b);
+    else return a - b;
+}
+template <typename C> __device__ __forceinline__ C wrap_mul(C a, C b) {
+    if constexpr (Cv<C>::is_int) return (C)((unsigned long long)a * (unsigned long long)b);
+    else return a * b;
+}
+
+// Truth value of an element (NaN is true, as in NumPy).
+template <typename T> __device__ __forceinline__ bool truthy(T x) {
+    return Cv<T>::up(x) != (typename Cv<T>::C)0;
+}
+template <typename C> __device__ __forceinline__ bool is_nan_c(C x) {
+    if constexpr (Cv<C>::is_int) return false;
+    else return x != x;
+}
 
 // A scalar argument reaches the kernel as a double (for floats) and an i64 (for integers), so
 // that 64-bit integers stay exact.

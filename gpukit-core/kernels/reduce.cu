@@ -1,97 +1,255 @@
-// Reduction kernels of gpukit-core: sum, mean, max, min and argmax/argmin, over all elements
-// (two passes: per-block partials, then one block) or along one axis of a contiguous array
-// viewed as [outer, R, inner].
+// Reduction kernels of gpukit-core, over all elements or along axes of a contiguous array
+// viewed as [outer, R, inner] (R reduced):
 //
-// Order: every thread accumulates a short strided run (a few hundred elements at most for
-// 1e8 inputs), then warps and blocks combine in a tree, so the error grows like
-// O(run + log n) ulps, not O(n): no catastrophic error at 1e8 elements. Column reductions
-// (inner > 1) sum chunks of 256 rows and then add the chunk sums (two-level blocking).
-// Accumulators: double for f64, float for f32 / f16 / bf16, 64-bit integers for integer sums.
+//   reduce_partial / reduce_finish   all elements: per-block partials (16-byte loads), then one
+//                                    block combines them;
+//   reduce_rows                      inner == 1 and short rows: a group of 1..32 lanes per row;
+//   reduce_cols / reduce_cols_finish any [outer, R, inner]: a block covers TX columns (TX up to 32,
+//                                    so a warp reads contiguous memory even for inner == 2) and a
+//                                    slice of R; the R axis is split over grid.y when there are
+//                                    too few columns to fill the GPU, and the finish kernel
+//                                    combines the slices (a warp per column). Axis 0 of a
+//                                    [1e7, 2] array runs on ~1000 blocks, not 2 threads.
+//
+// Every operation is a policy Red<T, OP>: accumulator type, identity, lift (element -> acc),
+// combine, warp shuffle and finish (acc -> output). Order and accuracy: each thread combines a
+// short strided run in chunks of 32, then warps and blocks combine in a tree, so rounding error
+// grows like O(run + log n), not O(n). Accumulators: double for f64, float for f32 / f16 / bf16,
+// 64-bit integers for integer sums and products (NumPy's widening: int32 sums to int64, uint8
+// and uint32 to uint64), double for integer means and variances; variances use Welford /
+// Chan's parallel combination (one pass, no cancellation).
 #include "common.cuh"
 
-// Reduction codes (keep in sync with ops::ReduceOp).
+// Operation codes (keep in sync with reduce::ReduceOp).
 #define R_SUM 0
 #define R_MEAN 1
 #define R_MAX 2
 #define R_MIN 3
-// Arg-reduction codes.
-#define A_MAX 0
-#define A_MIN 1
+#define R_PROD 4
+#define R_ANY 5
+#define R_ALL 6
+#define R_VAR 7
+#define R_STD 8
+#define R_ARGMAX 9
+#define R_ARGMIN 10
 
-template <typename T, int OP> struct Acc { typedef typename Cv<T>::C type; };
-template <int OP> struct Acc<int, OP> { typedef long long type; };
-template <int OP> struct Acc<long long, OP> { typedef long long type; };
-template <int OP> struct Acc<unsigned int, OP> { typedef unsigned long long type; };
-template <int OP> struct Acc<unsigned char, OP> { typedef unsigned long long type; };
+// Sum / product accumulator and output of an element type.
+template <typename T> struct SumT { typedef float A; typedef T O; };
+template <> struct SumT<double> { typedef double A; typedef double O; };
+template <> struct SumT<int> { typedef long long A; typedef long long O; };
+template <> struct SumT<long long> { typedef long long A; typedef long long O; };
+template <> struct SumT<unsigned char> { typedef unsigned long long A; typedef unsigned long long O; };
+template <> struct SumT<unsigned int> { typedef unsigned long long A; typedef unsigned long long O; };
+template <> struct SumT<unsigned long long> { typedef unsigned long long A; typedef unsigned long long O; };
+// Mean / variance accumulator and output: the type itself for floats (computed in float or
+// double), double for integers.
+template <typename T> struct FloatT { typedef float A; typedef T O; };
+template <> struct FloatT<double> { typedef double A; typedef double O; };
+template <> struct FloatT<int> { typedef double A; typedef double O; };
+template <> struct FloatT<long long> { typedef double A; typedef double O; };
+template <> struct FloatT<unsigned char> { typedef double A; typedef double O; };
+template <> struct FloatT<unsigned int> { typedef double A; typedef double O; };
+template <> struct FloatT<unsigned long long> { typedef double A; typedef double O; };
+// Comparison type of max / min / arg reductions (shuffle-able: no 8-bit types).
+template <typename T> struct CmpT { typedef typename Cv<T>::C C; };
+template <> struct CmpT<unsigned char> { typedef unsigned int C; };
 
-template <typename A> __device__ __forceinline__ A lowest() {
-    if constexpr (sizeof(A) == 4 && !Cv<A>::is_int) return __int_as_float(0xff800000);
-    else if constexpr (sizeof(A) == 8 && !Cv<A>::is_int) return __longlong_as_double(0xfff0000000000000ll);
-    else if constexpr (Cv<A>::is_unsigned) return (A)0;
-    else if constexpr (sizeof(A) == 4) return (A)(-0x7fffffff - 1);
-    else return (A)(-0x7fffffffffffffffll - 1);
+template <typename C> __device__ __forceinline__ C lowest_of() {
+    if constexpr (sizeof(C) == 4 && !Cv<C>::is_int) return __int_as_float(0xff800000);
+    else if constexpr (sizeof(C) == 8 && !Cv<C>::is_int) return __longlong_as_double(0xfff0000000000000ll);
+    else if constexpr (Cv<C>::is_unsigned) return (C)0;
+    else if constexpr (sizeof(C) == 4) return (C)(-0x7fffffff - 1);
+    else return (C)(-0x7fffffffffffffffll - 1);
 }
-template <typename A> __device__ __forceinline__ A highest() {
-    if constexpr (sizeof(A) == 4 && !Cv<A>::is_int) return __int_as_float(0x7f800000);
-    else if constexpr (sizeof(A) == 8 && !Cv<A>::is_int) return __longlong_as_double(0x7ff0000000000000ll);
-    else if constexpr (Cv<A>::is_unsigned) return (A)0xffffffffffffffffull;
-    else if constexpr (sizeof(A) == 4) return (A)0x7fffffff;
-    else return (A)0x7fffffffffffffffll;
+template <typename C> __device__ __forceinline__ C highest_of() {
+    if constexpr (sizeof(C) == 4 && !Cv<C>::is_int) return __int_as_float(0x7f800000);
+    else if constexpr (sizeof(C) == 8 && !Cv<C>::is_int) return __longlong_as_double(0x7ff0000000000000ll);
+    else if constexpr (Cv<C>::is_unsigned) return (C)0xffffffffffffffffull;
+    else if constexpr (sizeof(C) == 4) return (C)0x7fffffff;
+    else return (C)0x7fffffffffffffffll;
 }
 
-template <typename A, int OP> __device__ __forceinline__ A identity() {
-    if constexpr (OP == R_MAX) return lowest<A>();
-    else if constexpr (OP == R_MIN) return highest<A>();
-    else return (A)0;
+template <typename A> __device__ __forceinline__ A shfl_down(A v, int o, int width) {
+    return __shfl_down_sync(0xffffffffu, v, o, width);
 }
 
-template <typename A, int OP> __device__ __forceinline__ A combine(A a, A b) {
-    if constexpr (OP == R_MAX) {
-        if (a != a) return a;
-        if (b != b) return b;
-        return a > b ? a : b;
-    } else if constexpr (OP == R_MIN) {
-        if (a != a) return a;
-        if (b != b) return b;
-        return a < b ? a : b;
-    } else {
-        return a + b;
+template <typename O, typename A> __device__ __forceinline__ O out_of(A v) {
+    return Cv<O>::down((typename Cv<O>::C)v);
+}
+
+template <typename T, int OP> struct Red;
+
+// Sum and product.
+template <typename T, int OP> struct SumProd {
+    typedef typename SumT<T>::A A;
+    typedef typename SumT<T>::O O;
+    static __device__ __forceinline__ A id() { return OP == R_PROD ? (A)1 : (A)0; }
+    static __device__ __forceinline__ A lift(T x, long long) { return (A)Cv<T>::up(x); }
+    static __device__ __forceinline__ A comb(A a, A b) {
+        if constexpr (OP == R_PROD) return wrap_mul(a, b);
+        else return wrap_add(a, b);
     }
-}
+    static __device__ __forceinline__ A shfl(A a, int o, int w) { return shfl_down(a, o, w); }
+    static __device__ __forceinline__ O fin(A a, long long, long long) { return out_of<O, A>(a); }
+};
+template <typename T> struct Red<T, R_SUM> : SumProd<T, R_SUM> {};
+template <typename T> struct Red<T, R_PROD> : SumProd<T, R_PROD> {};
 
-// Tree over the block; the result is valid in thread 0. Ends with a barrier so it can be called
-// again.
-template <typename A, int OP> __device__ A block_reduce(A v) {
+template <typename T> struct Red<T, R_MEAN> {
+    typedef typename FloatT<T>::A A;
+    typedef typename FloatT<T>::O O;
+    static __device__ __forceinline__ A id() { return (A)0; }
+    static __device__ __forceinline__ A lift(T x, long long) { return (A)Cv<T>::up(x); }
+    static __device__ __forceinline__ A comb(A a, A b) { return a + b; }
+    static __device__ __forceinline__ A shfl(A a, int o, int w) { return shfl_down(a, o, w); }
+    // An empty mean is 0 / 0 = NaN, as in NumPy.
+    static __device__ __forceinline__ O fin(A a, long long count, long long) { return out_of<O, A>(a / (A)count); }
+};
+
+// Maximum and minimum (NaN propagates).
+template <typename T, int OP> struct MaxMin {
+    typedef typename CmpT<T>::C A;
+    typedef T O;
+    static __device__ __forceinline__ A id() { return OP == R_MAX ? lowest_of<A>() : highest_of<A>(); }
+    static __device__ __forceinline__ A lift(T x, long long) { return (A)Cv<T>::up(x); }
+    static __device__ __forceinline__ A comb(A a, A b) {
+        if (is_nan_c(a)) return a;
+        if (is_nan_c(b)) return b;
+        if constexpr (OP == R_MAX) return a > b ? a : b;
+        else return a < b ? a : b;
+    }
+    static __device__ __forceinline__ A shfl(A a, int o, int w) { return shfl_down(a, o, w); }
+    static __device__ __forceinline__ O fin(A a, long long, long long) { return Cv<T>::down((typename Cv<T>::C)a); }
+};
+template <typename T> struct Red<T, R_MAX> : MaxMin<T, R_MAX> {};
+template <typename T> struct Red<T, R_MIN> : MaxMin<T, R_MIN> {};
+
+// any / all: NaN counts as true.
+template <typename T, int OP> struct AnyAll {
+    typedef int A;
+    typedef unsigned char O;
+    static __device__ __forceinline__ A id() { return OP == R_ALL ? 1 : 0; }
+    static __device__ __forceinline__ A lift(T x, long long) { return truthy<T>(x) ? 1 : 0; }
+    static __device__ __forceinline__ A comb(A a, A b) {
+        if constexpr (OP == R_ALL) return a & b;
+        else return a | b;
+    }
+    static __device__ __forceinline__ A shfl(A a, int o, int w) { return shfl_down(a, o, w); }
+    static __device__ __forceinline__ O fin(A a, long long, long long) { return (O)a; }
+};
+template <typename T> struct Red<T, R_ANY> : AnyAll<T, R_ANY> {};
+template <typename T> struct Red<T, R_ALL> : AnyAll<T, R_ALL> {};
+
+// Variance and standard deviation: (count, mean, M2) combined with Chan's formula.
+template <typename F> struct Welford { F n, mean, m2; };
+
+template <typename T, int OP> struct VarStd {
+    typedef typename FloatT<T>::A F;
+    typedef Welford<F> A;
+    typedef typename FloatT<T>::O O;
+    static __device__ __forceinline__ A id() { A a; a.n = 0; a.mean = 0; a.m2 = 0; return a; }
+    static __device__ __forceinline__ A lift(T x, long long) {
+        // M2 starts as v - v: 0 for a finite value, NaN for +-Inf and NaN, so that any
+        // non-finite element makes the variance NaN, as in NumPy.
+        const F v = (F)Cv<T>::up(x);
+        A a; a.n = 1; a.mean = v; a.m2 = v - v; return a;
+    }
+    static __device__ __forceinline__ A comb(A a, A b) {
+        if (b.n == (F)0) return a;
+        if (a.n == (F)0) return b;
+        A r;
+        r.n = a.n + b.n;
+        const F d = b.mean - a.mean;
+        const F wb = b.n / r.n;
+        r.mean = a.mean + d * wb;
+        r.m2 = a.m2 + b.m2 + d * d * a.n * wb;
+        return r;
+    }
+    static __device__ __forceinline__ A shfl(A a, int o, int w) {
+        A r;
+        r.n = shfl_down(a.n, o, w);
+        r.mean = shfl_down(a.mean, o, w);
+        r.m2 = shfl_down(a.m2, o, w);
+        return r;
+    }
+    static __device__ __forceinline__ O fin(A a, long long, long long ddof) {
+        F dof = a.n - (F)ddof;
+        if (dof < (F)0) dof = (F)0;
+        F v = a.m2 / dof;
+        if constexpr (OP == R_STD) {
+            if constexpr (sizeof(F) == 4) v = sqrtf(v);
+            else v = sqrt(v);
+        }
+        return out_of<O, F>(v);
+    }
+};
+template <typename T> struct Red<T, R_VAR> : VarStd<T, R_VAR> {};
+template <typename T> struct Red<T, R_STD> : VarStd<T, R_STD> {};
+
+// argmax / argmin: (value, index); ties resolve to the first index, NaN wins (NumPy).
+template <typename V> struct ArgPair { V v; long long i; };
+
+template <typename T, int OP> struct ArgRed {
+    typedef typename CmpT<T>::C V;
+    typedef ArgPair<V> A;
+    typedef long long O;
+    static __device__ __forceinline__ A id() {
+        A a; a.v = OP == R_ARGMAX ? lowest_of<V>() : highest_of<V>(); a.i = 0x7fffffffffffffffll; return a;
+    }
+    static __device__ __forceinline__ A lift(T x, long long i) { A a; a.v = (V)Cv<T>::up(x); a.i = i; return a; }
+    static __device__ __forceinline__ A comb(A a, A b) {
+        const bool an = is_nan_c(a.v), bn = is_nan_c(b.v);
+        if (an || bn) {
+            if (an && bn) return a.i <= b.i ? a : b;
+            return an ? a : b;
+        }
+        if constexpr (OP == R_ARGMAX) {
+            if (a.v > b.v) return a;
+            if (b.v > a.v) return b;
+        } else {
+            if (a.v < b.v) return a;
+            if (b.v < a.v) return b;
+        }
+        return a.i <= b.i ? a : b;
+    }
+    static __device__ __forceinline__ A shfl(A a, int o, int w) {
+        A r; r.v = shfl_down(a.v, o, w); r.i = shfl_down(a.i, o, w); return r;
+    }
+    static __device__ __forceinline__ O fin(A a, long long, long long) { return a.i; }
+};
+template <typename T> struct Red<T, R_ARGMAX> : ArgRed<T, R_ARGMAX> {};
+template <typename T> struct Red<T, R_ARGMIN> : ArgRed<T, R_ARGMIN> {};
+
+// Reduces over the whole block; the result is valid in thread 0. Ends with a barrier so it can
+// be called again.
+template <typename R> __device__ typename R::A block_reduce(typename R::A v) {
+    typedef typename R::A A;
     __shared__ A sh[32];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = combine<A, OP>(v, __shfl_down_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = R::comb(v, R::shfl(v, o, 32));
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     if (lane == 0) sh[w] = v;
     __syncthreads();
     if (w == 0) {
-        v = lane < nw ? sh[lane] : identity<A, OP>();
+        v = lane < nw ? sh[lane] : R::id();
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v = combine<A, OP>(v, __shfl_down_sync(0xffffffffu, v, o));
+        for (int o = 16; o > 0; o >>= 1) v = R::comb(v, R::shfl(v, o, 32));
     }
     __syncthreads();
     return v;
 }
 
-template <typename T, int OP> __device__ __forceinline__ typename Acc<T, OP>::type acc_of(T x) {
-    typedef typename Acc<T, OP>::type A;
-    return (A)Cv<T>::up(x);
-}
-
-// Pass 1: each block writes one partial (accumulator type) to partial[blockIdx.x].
+// Pass 1 of a full reduction: each block writes one accumulator to partial[blockIdx.x].
 template <typename T, int OP>
 __global__ void reduce_partial(const T* __restrict__ x, long long n, void* partial) {
-    typedef typename Acc<T, OP>::type A;
+    typedef Red<T, OP> R;
+    typedef typename R::A A;
     constexpr int V = 16 / sizeof(T);
     typedef Pack<T, V> P;
     const long long tid = global_tid(), nt = grid_threads();
     A acc[4];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) acc[u] = identity<A, OP>();
+    for (int u = 0; u < 4; ++u) acc[u] = R::id();
     long long tail = 0;
     if (aligned16(x)) {
         const long long nv = n / V;
@@ -103,190 +261,118 @@ __global__ void reduce_partial(const T* __restrict__ x, long long n, void* parti
             for (int u = 0; u < 4; ++u) p[u] = px[i + u * nt];
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                A s = identity<A, OP>();
+                A s = R::id();
 #pragma unroll
-                for (int k = 0; k < V; ++k) s = combine<A, OP>(s, acc_of<T, OP>(p[u].v[k]));
-                acc[u] = combine<A, OP>(acc[u], s);
+                for (int k = 0; k < V; ++k) s = R::comb(s, R::lift(p[u].v[k], (i + u * nt) * V + k));
+                acc[u] = R::comb(acc[u], s);
             }
         }
         for (; i < nv; i += nt) {
             P p = px[i];
-            A s = identity<A, OP>();
+            A s = R::id();
 #pragma unroll
-            for (int k = 0; k < V; ++k) s = combine<A, OP>(s, acc_of<T, OP>(p.v[k]));
-            acc[0] = combine<A, OP>(acc[0], s);
+            for (int k = 0; k < V; ++k) s = R::comb(s, R::lift(p.v[k], i * V + k));
+            acc[0] = R::comb(acc[0], s);
         }
         tail = nv * V;
     }
-    for (long long j = tail + tid; j < n; j += nt) acc[1] = combine<A, OP>(acc[1], acc_of<T, OP>(x[j]));
-    A v = combine<A, OP>(combine<A, OP>(acc[0], acc[1]), combine<A, OP>(acc[2], acc[3]));
-    v = block_reduce<A, OP>(v);
+    for (long long j = tail + tid; j < n; j += nt) acc[1] = R::comb(acc[1], R::lift(x[j], j));
+    A v = R::comb(R::comb(acc[0], acc[1]), R::comb(acc[2], acc[3]));
+    v = block_reduce<R>(v);
     if (threadIdx.x == 0) reinterpret_cast<A*>(partial)[blockIdx.x] = v;
 }
 
-// Pass 2 (one block): combines m partials into out[0]; MEAN divides by count.
+// Pass 2 (one block): combines m partials into out[0].
 template <typename T, int OP>
-__global__ void reduce_finish(const void* partial, int m, T* __restrict__ out, long long count) {
-    typedef typename Acc<T, OP>::type A;
+__global__ void reduce_finish(const void* partial, int m, typename Red<T, OP>::O* __restrict__ out, long long count, long long ddof) {
+    typedef Red<T, OP> R;
+    typedef typename R::A A;
     const A* p = reinterpret_cast<const A*>(partial);
-    A v = identity<A, OP>();
-    for (int i = threadIdx.x; i < m; i += blockDim.x) v = combine<A, OP>(v, p[i]);
-    v = block_reduce<A, OP>(v);
-    if (threadIdx.x == 0) {
-        if constexpr (OP == R_MEAN) v = (A)(v / (A)count);
-        out[0] = Cv<T>::down((typename Cv<T>::C)v);
+    A v = R::id();
+    for (int i = threadIdx.x; i < m; i += blockDim.x) v = R::comb(v, p[i]);
+    v = block_reduce<R>(v);
+    if (threadIdx.x == 0) out[0] = R::fin(v, count, ddof);
+}
+
+// [rows, R] (inner == 1), short rows: groups of 2^lanes_log2 (<= 32) lanes per row, grid-stride
+// over rows; lane 0 of a group writes the row's result. The loop runs over warps (every lane of
+// a warp makes the same trips, since the shuffles need the whole warp), rows past the end idle.
+template <typename T, int OP>
+__global__ void reduce_rows(const T* __restrict__ x, long long rows, long long R_, typename Red<T, OP>::O* __restrict__ out, long long ddof, int lanes_log2) {
+    typedef Red<T, OP> R;
+    typedef typename R::A A;
+    const int lanes = 1 << lanes_log2;
+    const int lane = threadIdx.x & (lanes - 1);
+    const long long per_warp = 32 >> lanes_log2;
+    const long long warp = global_tid() >> 5, warps = grid_threads() >> 5;
+    const long long in_warp = (threadIdx.x & 31) >> lanes_log2;
+    for (long long base = warp * per_warp; base < rows; base += warps * per_warp) {
+        const long long r = base + in_warp;
+        const bool valid = r < rows;
+        A v = R::id();
+        if (valid) {
+            const T* row = x + r * R_;
+#pragma unroll 8
+            for (long long j = lane; j < R_; j += lanes) v = R::comb(v, R::lift(row[j], j));
+        }
+        for (int o = lanes >> 1; o > 0; o >>= 1) v = R::comb(v, R::shfl(v, o, lanes));
+        if (valid && lane == 0) out[r] = R::fin(v, R_, ddof);
     }
 }
 
-// [outer, R] rows (inner == 1): one block per row (grid-stride over rows).
+// [outer, R, inner]: a block of TX x TY threads (TX = 2^tx_log2 columns, TY = blockDim / TX)
+// covers TX consecutive columns of one outer index and rows [y * rows_per_split, ...) of R.
+// With gridDim.y == 1 it writes the result, else accumulators to partial[y][column].
 template <typename T, int OP>
-__global__ void reduce_rows(const T* __restrict__ x, long long rows, long long R, T* __restrict__ out) {
-    typedef typename Acc<T, OP>::type A;
-    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-        const T* row = x + r * R;
-        A v = identity<A, OP>();
-        for (long long j = threadIdx.x; j < R; j += blockDim.x) v = combine<A, OP>(v, acc_of<T, OP>(row[j]));
-        v = block_reduce<A, OP>(v);
-        if (threadIdx.x == 0) {
-            if constexpr (OP == R_MEAN) v = (A)(v / (A)R);
-            out[r] = Cv<T>::down((typename Cv<T>::C)v);
+__global__ void reduce_cols(const T* __restrict__ x, long long outer, long long R_, long long inner, int tx_log2, long long rows_per_split, void* partial, typename Red<T, OP>::O* __restrict__ out, long long ddof) {
+    typedef Red<T, OP> R;
+    typedef typename R::A A;
+    __shared__ A sh[256];
+    const int TX = 1 << tx_log2;
+    const int TY = blockDim.x >> tx_log2;
+    const int tx = threadIdx.x & (TX - 1), ty = threadIdx.x >> tx_log2;
+    const long long tiles = (inner + TX - 1) / TX;
+    const long long o = blockIdx.x / tiles;
+    const long long col = (blockIdx.x % tiles) * TX + tx;
+    const long long r0 = (long long)blockIdx.y * rows_per_split;
+    const long long r1 = r0 + rows_per_split < R_ ? r0 + rows_per_split : R_;
+    A v = R::id();
+    if (col < inner) {
+        const T* base = x + o * R_ * inner + col;
+        long long r = r0 + ty;
+        while (r < r1) {
+            A s = R::id();
+#pragma unroll 8
+            for (int k = 0; k < 32 && r < r1; ++k, r += TY) s = R::comb(s, R::lift(base[r * inner], r));
+            v = R::comb(v, s);
         }
     }
-}
-
-// [outer, R, inner] with inner > 1: one thread per output column, chunks of 256 rows.
-template <typename T, int OP>
-__global__ void reduce_cols(const T* __restrict__ x, long long outer, long long R, long long inner, T* __restrict__ out) {
-    typedef typename Acc<T, OP>::type A;
-    const long long total = outer * inner;
-    for (long long c = global_tid(); c < total; c += grid_threads()) {
-        const long long o = c / inner, i = c % inner;
-        const T* col = x + o * R * inner + i;
-        A v = identity<A, OP>();
-        for (long long r0 = 0; r0 < R; r0 += 256) {
-            const long long r1 = r0 + 256 < R ? r0 + 256 : R;
-            A s = identity<A, OP>();
-            for (long long r = r0; r < r1; ++r) s = combine<A, OP>(s, acc_of<T, OP>(col[r * inner]));
-            v = combine<A, OP>(v, s);
-        }
-        if constexpr (OP == R_MEAN) v = (A)(v / (A)R);
-        out[c] = Cv<T>::down((typename Cv<T>::C)v);
-    }
-}
-
-// ---- argmax / argmin: (value, index) pairs; ties and NaN resolve like NumPy (first index,
-// NaN wins).
-template <typename A> struct ArgPair { A v; long long i; };
-
-template <typename A, int OP> __device__ __forceinline__ ArgPair<A> arg_combine(ArgPair<A> a, ArgPair<A> b) {
-    const bool an = a.v != a.v, bn = b.v != b.v;
-    if (an || bn) {
-        if (an && bn) return a.i <= b.i ? a : b;
-        return an ? a : b;
-    }
-    if constexpr (OP == A_MAX) {
-        if (a.v > b.v) return a;
-        if (b.v > a.v) return b;
-    } else {
-        if (a.v < b.v) return a;
-        if (b.v < a.v) return b;
-    }
-    return a.i <= b.i ? a : b;
-}
-
-template <typename A, int OP> __device__ __forceinline__ ArgPair<A> arg_identity() {
-    ArgPair<A> p;
-    p.v = OP == A_MAX ? lowest<A>() : highest<A>();
-    p.i = 0x7fffffffffffffffll;
-    return p;
-}
-
-template <typename A, int OP> __device__ ArgPair<A> block_arg_reduce(ArgPair<A> v) {
-    __shared__ A shv[32];
-    __shared__ long long shi[32];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        ArgPair<A> w;
-        w.v = __shfl_down_sync(0xffffffffu, v.v, o);
-        w.i = __shfl_down_sync(0xffffffffu, v.i, o);
-        v = arg_combine<A, OP>(v, w);
-    }
-    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    if (lane == 0) { shv[wp] = v.v; shi[wp] = v.i; }
+    sh[threadIdx.x] = v;
     __syncthreads();
-    if (wp == 0) {
-        if (lane < nw) { v.v = shv[lane]; v.i = shi[lane]; } else v = arg_identity<A, OP>();
+    for (int stride = TY >> 1; stride > 0; stride >>= 1) {
+        if (ty < stride) sh[threadIdx.x] = R::comb(sh[threadIdx.x], sh[threadIdx.x + stride * TX]);
+        __syncthreads();
+    }
+    if (ty == 0 && col < inner) {
+        const long long c = o * inner + col;
+        if (gridDim.y == 1) out[c] = R::fin(sh[tx], R_, ddof);
+        else reinterpret_cast<A*>(partial)[(long long)blockIdx.y * outer * inner + c] = sh[tx];
+    }
+}
+
+// Combines the `splits` partial accumulators of each of `ncols` columns: a warp per column.
+template <typename T, int OP>
+__global__ void reduce_cols_finish(const void* partial, int splits, long long ncols, typename Red<T, OP>::O* __restrict__ out, long long count, long long ddof) {
+    typedef Red<T, OP> R;
+    typedef typename R::A A;
+    const A* p = reinterpret_cast<const A*>(partial);
+    const int lane = threadIdx.x & 31;
+    const long long warps = grid_threads() >> 5;
+    for (long long c = global_tid() >> 5; c < ncols; c += warps) {
+        A v = R::id();
+        for (int s = lane; s < splits; s += 32) v = R::comb(v, p[(long long)s * ncols + c]);
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            ArgPair<A> w;
-            w.v = __shfl_down_sync(0xffffffffu, v.v, o);
-            w.i = __shfl_down_sync(0xffffffffu, v.i, o);
-            v = arg_combine<A, OP>(v, w);
-        }
-    }
-    __syncthreads();
-    return v;
-}
-
-// The comparison type of arg reductions: float for 16-bit floats, 32/64-bit for integers.
-template <typename T> struct ArgT { typedef typename Cv<T>::C type; };
-template <> struct ArgT<unsigned char> { typedef unsigned int type; };
-
-template <typename T, int OP>
-__global__ void arg_partial(const T* __restrict__ x, long long n, void* partial) {
-    typedef typename ArgT<T>::type A;
-    ArgPair<A> v = arg_identity<A, OP>();
-    for (long long j = global_tid(); j < n; j += grid_threads()) {
-        ArgPair<A> e;
-        e.v = (A)Cv<T>::up(x[j]);
-        e.i = j;
-        v = arg_combine<A, OP>(v, e);
-    }
-    v = block_arg_reduce<A, OP>(v);
-    if (threadIdx.x == 0) reinterpret_cast<ArgPair<A>*>(partial)[blockIdx.x] = v;
-}
-
-template <typename T, int OP>
-__global__ void arg_finish(const void* partial, int m, long long* __restrict__ out) {
-    typedef typename ArgT<T>::type A;
-    const ArgPair<A>* p = reinterpret_cast<const ArgPair<A>*>(partial);
-    ArgPair<A> v = arg_identity<A, OP>();
-    for (int i = threadIdx.x; i < m; i += blockDim.x) v = arg_combine<A, OP>(v, p[i]);
-    v = block_arg_reduce<A, OP>(v);
-    if (threadIdx.x == 0) out[0] = v.i;
-}
-
-template <typename T, int OP>
-__global__ void arg_rows(const T* __restrict__ x, long long rows, long long R, long long* __restrict__ out) {
-    typedef typename ArgT<T>::type A;
-    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-        const T* row = x + r * R;
-        ArgPair<A> v = arg_identity<A, OP>();
-        for (long long j = threadIdx.x; j < R; j += blockDim.x) {
-            ArgPair<A> e;
-            e.v = (A)Cv<T>::up(row[j]);
-            e.i = j;
-            v = arg_combine<A, OP>(v, e);
-        }
-        v = block_arg_reduce<A, OP>(v);
-        if (threadIdx.x == 0) out[r] = v.i;
-    }
-}
-
-template <typename T, int OP>
-__global__ void arg_cols(const T* __restrict__ x, long long outer, long long R, long long inner, long long* __restrict__ out) {
-    typedef typename ArgT<T>::type A;
-    const long long total = outer * inner;
-    for (long long c = global_tid(); c < total; c += grid_threads()) {
-        const long long o = c / inner, i = c % inner;
-        const T* col = x + o * R * inner + i;
-        ArgPair<A> v = arg_identity<A, OP>();
-        for (long long r = 0; r < R; ++r) {
-            ArgPair<A> e;
-            e.v = (A)Cv<T>::up(col[r * inner]);
-            e.i = r;
-            v = arg_combine<A, OP>(v, e);
-        }
-        out[c] = v.i;
+        for (int o = 16; o > 0; o >>= 1) v = R::comb(v, R::shfl(v, o, 32));
+        if (lane == 0) out[c] = R::fin(v, count, ddof);
     }
 }

@@ -9,11 +9,10 @@
 use crate::alloc::Allocator;
 use crate::attributes::DeviceAttributes;
 use crate::error::{DriverContext, Error, Result};
-use crate::kernels::KernelSet;
 use crate::pinned::PinnedPool;
 use crate::transfer::Transfers;
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
-use gpukit_jit::{Arch, CompileOptions, Kernel};
+use gpukit_jit::{Arch, CompileOptions, Kernel, KernelSet};
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -55,6 +54,15 @@ impl Stream {
         Stream {
             inner: stream,
             priority,
+        }
+    }
+
+    /// Wraps a cudarc stream without asking the driver for its priority (recorded as 0): for
+    /// identity and ordering only.
+    pub(crate) fn wrap(stream: Arc<CudaStream>) -> Stream {
+        Stream {
+            inner: stream,
+            priority: 0,
         }
     }
 
@@ -168,7 +176,7 @@ pub(crate) struct DeviceInner {
     allocator: Allocator,
     pinned: PinnedPool,
     pub(crate) transfers: Transfers,
-    pub(crate) kernels: KernelSet,
+    kernels: &'static KernelSet,
 }
 
 /// One CUDA device (GPU). Cheap to clone; all clones share one state.
@@ -238,6 +246,7 @@ impl Device {
         let h2d = mk(least)?;
         let d2h = mk(least)?;
         let allocator = Allocator::new(ctx.clone(), ordinal);
+        let kernels = KernelSet::of(&ctx)?;
         let pinned = PinnedPool::new(ctx.clone());
         let dev = Device {
             inner: Arc::new(DeviceInner {
@@ -245,7 +254,7 @@ impl Device {
                 priority_range: (least, greatest),
                 transfers: Transfers::new(pinned.clone()),
                 pinned,
-                kernels: KernelSet::default(),
+                kernels,
                 ctx,
                 compute,
                 h2d,
@@ -308,8 +317,8 @@ impl Device {
         &self.inner.ctx
     }
 
-    /// The thread's current stream on this device: the innermost [`with_stream`]
-    /// (Self::with_stream) scope's, else the device's compute stream.
+    /// The thread's current stream on this device: the innermost
+    /// [`with_stream`](Self::with_stream) scope's, else the device's compute stream.
     pub fn stream(&self) -> Stream {
         let key = self.inner.ctx.cu_ctx() as usize;
         SCOPES
@@ -333,8 +342,8 @@ impl Device {
         self.inner.priority_range
     }
 
-    /// A new non-blocking stream; `priority` is clamped to [`stream_priority_range`]
-    /// (Self::stream_priority_range).
+    /// A new non-blocking stream; `priority` is clamped to
+    /// [`stream_priority_range`](Self::stream_priority_range).
     pub fn new_stream(&self, priority: i32) -> Result<Stream> {
         let (least, greatest) = self.inner.priority_range;
         let p = priority.clamp(greatest, least);
@@ -372,7 +381,8 @@ impl Device {
         &self.inner.allocator
     }
 
-    /// Compiles (through gpukit-jit's cache) and loads `source`, returning kernel `name`.
+    /// Compiles (through gpukit-jit's cache) and loads `source`, returning kernel `name`. The
+    /// module is kept in the device's [`KernelSet`] under its content-hashed key.
     pub fn load_kernel(
         &self,
         source: &str,
@@ -380,8 +390,14 @@ impl Device {
         opts: &CompileOptions,
         name: &str,
     ) -> Result<Kernel> {
-        let module = gpukit_jit::load_source(&self.inner.ctx, source, program, opts)?;
+        let module = self.inner.kernels.load_source(source, program, opts)?;
         Ok(module.kernel(name)?)
+    }
+
+    /// The device's loaded kernels (gpukit-jit's [`KernelSet`]: one per device, shared by the
+    /// built-in operations, GEMM and user kernels).
+    pub fn kernel_set(&self) -> &'static KernelSet {
+        self.inner.kernels
     }
 
     /// Blocks until all work on the device has finished.

@@ -1,4 +1,6 @@
-//! Element types: f32, f64, f16, bf16, i32, u32, i64, u8.
+//! Element types: f32, f64, f16, bf16, i32, u32, i64, u64, u8, with NumPy's result types of
+//! reductions ([`DType::Sum`]: integer sums widen to 64 bits; [`DType::Float`]: integer means
+//! and variances are f64).
 
 use half::{bf16, f16};
 
@@ -17,11 +19,27 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// An element type of a [`GpuArray`](crate::GpuArray). Implemented for exactly the eight types
+/// An element type of a [`GpuArray`](crate::GpuArray). Implemented for exactly the nine types
 /// the built-in kernels are compiled for (sealed).
 pub trait DType:
-    bytemuck::Pod + Copy + Send + Sync + 'static + std::fmt::Debug + PartialOrd + sealed::Sealed
+    bytemuck::Pod
+    + Copy
+    + Send
+    + Sync
+    + 'static
+    + std::fmt::Debug
+    + std::fmt::Display
+    + PartialOrd
+    + gpukit_jit::Element
+    + sealed::Sealed
 {
+    /// The result type of `sum`, `prod` and `cumsum`, as NumPy's: i32 and i64 sum to i64, u8,
+    /// u32 and u64 to u64; floats keep their type.
+    type Sum: DType;
+    /// The result type of `mean`, `var` and `std`: f64 for integers; floats keep their type.
+    type Float: DType;
+    /// The accumulator of scans (f32 for f16 / bf16, else [`Sum`](Self::Sum)).
+    type ScanAcc: DType;
     /// The C type name used in kernels: `float`, `double`, `__half`, `__nv_bfloat16`, `int`,
     /// `unsigned int`, `long long`, `unsigned char`.
     const NAME: &'static str;
@@ -61,9 +79,12 @@ pub trait DType:
 }
 
 macro_rules! float_dtype {
-    ($t:ty, $c:literal, $r:literal, |$x:ident| $to:expr, |$v:ident| $from:expr) => {
+    ($t:ty, $c:literal, $r:literal, $acc:ty, |$x:ident| $to:expr, |$v:ident| $from:expr) => {
         impl sealed::Sealed for $t {}
         impl DType for $t {
+            type Sum = $t;
+            type Float = $t;
+            type ScanAcc = $acc;
             const NAME: &'static str = $c;
             const RUST_NAME: &'static str = $r;
             const KIND: DTypeKind = DTypeKind::Float;
@@ -85,17 +106,27 @@ macro_rules! float_dtype {
     };
 }
 
-float_dtype!(f32, "float", "f32", |x| x as f64, |v| v as f32);
-float_dtype!(f64, "double", "f64", |x| x, |v| v);
-float_dtype!(f16, "__half", "f16", |x| x.to_f64(), |v| f16::from_f64(v));
-float_dtype!(bf16, "__nv_bfloat16", "bf16", |x| x.to_f64(), |v| {
+float_dtype!(f32, "float", "f32", f32, |x| x as f64, |v| v as f32);
+float_dtype!(f64, "double", "f64", f64, |x| x, |v| v);
+float_dtype!(
+    f16,
+    "__half",
+    "f16",
+    f32,
+    |x| x.to_f64(),
+    |v| f16::from_f64(v)
+);
+float_dtype!(bf16, "__nv_bfloat16", "bf16", f32, |x| x.to_f64(), |v| {
     bf16::from_f64(v)
 });
 
 macro_rules! int_dtype {
-    ($t:ty, $c:literal, $r:literal, $kind:ident) => {
+    ($t:ty, $c:literal, $r:literal, $kind:ident, $sum:ty) => {
         impl sealed::Sealed for $t {}
         impl DType for $t {
+            type Sum = $sum;
+            type Float = f64;
+            type ScanAcc = $sum;
             const NAME: &'static str = $c;
             const RUST_NAME: &'static str = $r;
             const KIND: DTypeKind = DTypeKind::$kind;
@@ -115,13 +146,14 @@ macro_rules! int_dtype {
     };
 }
 
-int_dtype!(i32, "int", "i32", Signed);
-int_dtype!(u32, "unsigned int", "u32", Unsigned);
-int_dtype!(i64, "long long", "i64", Signed);
-int_dtype!(u8, "unsigned char", "u8", Unsigned);
+int_dtype!(i32, "int", "i32", Signed, i64);
+int_dtype!(u32, "unsigned int", "u32", Unsigned, u64);
+int_dtype!(i64, "long long", "i64", Signed, i64);
+int_dtype!(u64, "unsigned long long", "u64", Unsigned, u64);
+int_dtype!(u8, "unsigned char", "u8", Unsigned, u64);
 
 /// The C names of all supported element types, in a fixed order.
-pub const ALL_DTYPE_NAMES: [&str; 8] = [
+pub const ALL_DTYPE_NAMES: [&str; 9] = [
     "float",
     "double",
     "__half",
@@ -129,6 +161,7 @@ pub const ALL_DTYPE_NAMES: [&str; 8] = [
     "int",
     "unsigned int",
     "long long",
+    "unsigned long long",
     "unsigned char",
 ];
 
@@ -139,6 +172,24 @@ pub(crate) fn kind_of(name: &str) -> DTypeKind {
         "int" | "long long" => DTypeKind::Signed,
         _ => DTypeKind::Unsigned,
     }
+}
+
+/// The C name of the sum / product / scan-output type of the element type `name` (NumPy's
+/// widening: see [`DType::Sum`]).
+pub fn sum_name(name: &str) -> &'static str {
+    match kind_of(name) {
+        DTypeKind::Float => float_name(name),
+        DTypeKind::Signed => "long long",
+        DTypeKind::Unsigned => "unsigned long long",
+    }
+}
+
+fn float_name(name: &str) -> &'static str {
+    ALL_DTYPE_NAMES
+        .iter()
+        .find(|n| **n == name)
+        .copied()
+        .unwrap_or("double")
 }
 
 #[cfg(test)]
@@ -157,6 +208,27 @@ mod tests {
                 n.contains("float") || n.contains("half") || n == "double" || n.contains("bfloat")
             );
         }
+    }
+
+    #[test]
+    fn result_types_widen_as_numpy() {
+        fn sum_of<T: DType>() -> &'static str {
+            <T::Sum as DType>::NAME
+        }
+        fn float_of<T: DType>() -> &'static str {
+            <T::Float as DType>::NAME
+        }
+        assert_eq!(sum_of::<i32>(), "long long");
+        assert_eq!(sum_of::<u8>(), "unsigned long long");
+        assert_eq!(sum_of::<u32>(), "unsigned long long");
+        assert_eq!(sum_of::<f16>(), "__half");
+        assert_eq!(float_of::<i64>(), "double");
+        assert_eq!(float_of::<bf16>(), "__nv_bfloat16");
+        for n in ALL_DTYPE_NAMES {
+            assert!(ALL_DTYPE_NAMES.contains(&sum_name(n)), "{n}");
+        }
+        assert_eq!(sum_name("int"), "long long");
+        assert_eq!(sum_name("__half"), "__half");
     }
 
     #[test]

@@ -1,59 +1,120 @@
 //! The built-in kernels: CUDA C++ in `kernels/*.cu`, compiled through gpukit-jit (cached on
-//! disk) at first use, one module per (file, element type) holding every instantiation of that
-//! type as an NVRTC name expression.
+//! disk) at first use, one program per (file, element type) holding every instantiation of that
+//! type as an NVRTC name expression, loaded into the device's
+//! [`KernelSet`](gpukit_jit::KernelSet) under the id `gpukit-core/<program>`.
 
 use crate::device::{Device, Stream};
 use crate::dtype::{kind_of, DTypeKind, ALL_DTYPE_NAMES};
 use crate::error::Result;
-use gpukit_jit::{CompileOptions, Kernel, KernelArg, LaunchConfig, Module};
-use parking_lot::RwLock;
+use gpukit_jit::{CompileOptions, Kernel, KernelArg, LaunchConfig};
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// The shared header of the built-in kernels.
 pub const COMMON_H: &str = include_str!("../kernels/common.cuh");
-/// Elementwise kernels (binary, scalar, unary, comparison, where).
-pub const ELEMENTWISE_CU: &str = include_str!("../kernels/elementwise.cu");
-/// Copy, cast, fill and arange kernels.
-pub const COPY_CU: &str = include_str!("../kernels/copy.cu");
-/// Reduction kernels.
-pub const REDUCE_CU: &str = include_str!("../kernels/reduce.cu");
 
 /// One built-in kernel file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelFile {
-    /// `kernels/elementwise.cu`.
-    Elementwise,
-    /// `kernels/copy.cu`.
+    /// `kernels/binary.cu`: arithmetic, bitwise, remainder, power (arrays and scalars).
+    Binary,
+    /// `kernels/unary.cu`: math functions, rounding, bitwise not, sign, clip.
+    Unary,
+    /// `kernels/logic.cu`: comparisons, predicates, logical and / or / xor, `where`.
+    Logic,
+    /// `kernels/copy.cu`: copies through strides, casts, fill, arange.
     Copy,
-    /// `kernels/reduce.cu`.
+    /// `kernels/index.cu`: take, put, nonzero.
+    Index,
+    /// `kernels/reduce.cu`: every reduction.
     Reduce,
+    /// `kernels/scan.cu`: cumsum, cumprod.
+    Scan,
+    /// `kernels/random.cu`: Philox uniform and normal (floating-point types).
+    Random,
+    /// `kernels/nn.cu`: softmax, log-softmax, layer norm (floating-point types).
+    Nn,
 }
+
+/// Unary operation codes defined for a kind of element type (see `ops::UnaryOp`): every one
+/// but bitwise not for floats; neg, abs, relu, the rounding identities, not and sign for
+/// integers.
+pub(crate) fn unary_ops(kind: DTypeKind) -> &'static [u32] {
+    match kind {
+        DTypeKind::Float => &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15],
+        _ => &[0, 1, 6, 10, 11, 12, 13, 14, 15],
+    }
+}
+
+/// Binary operation codes defined for a kind of element type (see `ops::BinaryOp`): the bitwise
+/// operations only for integers.
+pub(crate) fn binary_ops(kind: DTypeKind) -> std::ops::Range<u32> {
+    match kind {
+        DTypeKind::Float => 0..8,
+        _ => 0..11,
+    }
+}
+
+/// Reduction codes (see `reduce::ReduceOp`).
+pub(crate) const REDUCE_OPS: std::ops::Range<u32> = 0..11;
+/// Row-kernel vectors per thread (see `kernels/nn.cu`).
+pub(crate) const NN_VPT: [u32; 4] = [1, 2, 4, 8];
 
 impl KernelFile {
     /// All files.
-    pub const ALL: [KernelFile; 3] = [
-        KernelFile::Elementwise,
+    pub const ALL: [KernelFile; 9] = [
+        KernelFile::Binary,
+        KernelFile::Unary,
+        KernelFile::Logic,
         KernelFile::Copy,
+        KernelFile::Index,
         KernelFile::Reduce,
+        KernelFile::Scan,
+        KernelFile::Random,
+        KernelFile::Nn,
     ];
 
     /// The CUDA source.
     pub fn source(self) -> &'static str {
         match self {
-            KernelFile::Elementwise => ELEMENTWISE_CU,
-            KernelFile::Copy => COPY_CU,
-            KernelFile::Reduce => REDUCE_CU,
+            KernelFile::Binary => include_str!("../kernels/binary.cu"),
+            KernelFile::Unary => include_str!("../kernels/unary.cu"),
+            KernelFile::Logic => include_str!("../kernels/logic.cu"),
+            KernelFile::Copy => include_str!("../kernels/copy.cu"),
+            KernelFile::Index => include_str!("../kernels/index.cu"),
+            KernelFile::Reduce => include_str!("../kernels/reduce.cu"),
+            KernelFile::Scan => include_str!("../kernels/scan.cu"),
+            KernelFile::Random => include_str!("../kernels/random.cu"),
+            KernelFile::Nn => include_str!("../kernels/nn.cu"),
+        }
+    }
+
+    fn stem(self) -> &'static str {
+        match self {
+            KernelFile::Binary => "gpukit_binary",
+            KernelFile::Unary => "gpukit_unary",
+            KernelFile::Logic => "gpukit_logic",
+            KernelFile::Copy => "gpukit_copy",
+            KernelFile::Index => "gpukit_index",
+            KernelFile::Reduce => "gpukit_reduce",
+            KernelFile::Scan => "gpukit_scan",
+            KernelFile::Random => "gpukit_random",
+            KernelFile::Nn => "gpukit_nn",
+        }
+    }
+
+    /// Whether the file is instantiated for element type `dtype` (random numbers and the row
+    /// kernels exist for floating-point types only).
+    pub fn applies_to(self, dtype: &str) -> bool {
+        match self {
+            KernelFile::Random | KernelFile::Nn => kind_of(dtype) == DTypeKind::Float,
+            _ => true,
         }
     }
 
     /// The program name for element type `dtype` (its C name).
     pub fn program(self, dtype: &str) -> String {
-        let stem = match self {
-            KernelFile::Elementwise => "gpukit_elementwise",
-            KernelFile::Copy => "gpukit_copy",
-            KernelFile::Reduce => "gpukit_reduce",
-        };
-        format!("{stem}_{}", dtype.replace(' ', "_"))
+        format!("{}_{}", self.stem(), dtype.replace(' ', "_"))
     }
 
     /// Every instantiation the Rust side may ask for, for element type `dtype`.
@@ -61,23 +122,46 @@ impl KernelFile {
         let kind = kind_of(dtype);
         let mut v = Vec::new();
         match self {
-            KernelFile::Elementwise => {
-                for op in 0..7 {
-                    for k in ["binary_contig", "binary_scalar", "binary_strided"] {
+            KernelFile::Binary => {
+                for op in binary_ops(kind) {
+                    for k in [
+                        "binary_contig",
+                        "binary_scalar",
+                        "binary_strided",
+                        "binary_scalar_strided",
+                    ] {
                         v.push(format!("{k}<{dtype}, {op}>"));
                     }
                 }
+            }
+            KernelFile::Unary => {
                 for op in unary_ops(kind) {
                     for k in ["unary_contig", "unary_strided"] {
                         v.push(format!("{k}<{dtype}, {op}>"));
                     }
                 }
+                v.push(format!("clip_contig<{dtype}>"));
+                v.push(format!("clip_strided<{dtype}>"));
+            }
+            KernelFile::Logic => {
                 for op in 0..6 {
-                    for k in ["compare_contig", "compare_scalar", "compare_strided"] {
+                    for k in ["compare_contig", "compare_strided", "compare_scalar"] {
                         v.push(format!("{k}<{dtype}, {op}>"));
                     }
                 }
+                for p in 0..4 {
+                    for k in ["predicate_contig", "predicate_strided"] {
+                        v.push(format!("{k}<{dtype}, {p}>"));
+                    }
+                }
+                for l in 0..3 {
+                    for k in ["logical_contig", "logical_strided"] {
+                        v.push(format!("{k}<{dtype}, {l}>"));
+                    }
+                }
+                v.push(format!("where_contig<{dtype}>"));
                 v.push(format!("where_strided<{dtype}>"));
+                v.push(format!("where_scalar<{dtype}>"));
             }
             KernelFile::Copy => {
                 for to in ALL_DTYPE_NAMES {
@@ -85,24 +169,43 @@ impl KernelFile {
                     v.push(format!("cast_contig<{dtype}, {to}>"));
                 }
                 v.push(format!("fill<{dtype}>"));
+                v.push(format!("fill_strided<{dtype}>"));
                 v.push(format!("arange<{dtype}>"));
             }
+            KernelFile::Index => {
+                v.push(format!("take_axis<{dtype}>"));
+                v.push(format!("put_axis<{dtype}>"));
+                v.push(format!("nonzero_flat<{dtype}>"));
+            }
             KernelFile::Reduce => {
-                for op in 0..4 {
+                for op in REDUCE_OPS {
                     for k in [
                         "reduce_partial",
                         "reduce_finish",
                         "reduce_rows",
                         "reduce_cols",
+                        "reduce_cols_finish",
                     ] {
                         v.push(format!("{k}<{dtype}, {op}>"));
                     }
                 }
+            }
+            KernelFile::Scan => {
                 for op in 0..2 {
-                    for k in ["arg_partial", "arg_finish", "arg_rows", "arg_cols"] {
-                        v.push(format!("{k}<{dtype}, {op}>"));
-                    }
+                    v.push(format!("scan_onepass<{dtype}, {op}>"));
                 }
+            }
+            KernelFile::Random => {
+                v.push(format!("uniform<{dtype}>"));
+                v.push(format!("normal<{dtype}>"));
+            }
+            KernelFile::Nn => {
+                for vpt in NN_VPT {
+                    v.push(format!("softmax_rows<{dtype}, {vpt}>"));
+                    v.push(format!("layernorm_rows<{dtype}, {vpt}>"));
+                }
+                v.push(format!("softmax_rows_large<{dtype}>"));
+                v.push(format!("layernorm_rows_large<{dtype}>"));
             }
         }
         v
@@ -118,89 +221,60 @@ impl KernelFile {
     }
 }
 
-/// Unary operation codes defined for a kind of element type: all eight for floats; neg, abs
-/// and relu for integers.
-pub(crate) fn unary_ops(kind: DTypeKind) -> Vec<u32> {
-    match kind {
-        DTypeKind::Float => (0..8).collect(),
-        _ => vec![0, 1, 6],
-    }
-}
-
-/// Every built-in program: `(program name, source, options)` for each file and element type;
-/// used by the NVRTC compile tests.
+/// Every built-in program: `(program name, source, options)` for each file and each element
+/// type it applies to; used by the NVRTC compile tests and [`precompile`].
 pub fn builtin_programs() -> Vec<(String, &'static str, CompileOptions)> {
     let mut v = Vec::new();
     for f in KernelFile::ALL {
         for d in ALL_DTYPE_NAMES {
-            v.push((f.program(d), f.source(), f.options(d)));
+            if f.applies_to(d) {
+                v.push((f.program(d), f.source(), f.options(d)));
+            }
         }
     }
     v
 }
 
-/// Loaded modules and kernels of one device.
-#[derive(Default)]
-pub(crate) struct KernelSet {
-    modules: RwLock<HashMap<(KernelFile, &'static str), Module>>,
-    kernels: RwLock<HashMap<String, Kernel>>,
-}
-
-impl KernelSet {
-    /// Kernel `expr` (a name expression) of `file` for element type `dtype`.
-    pub(crate) fn get(
-        &self,
-        dev: &Device,
-        file: KernelFile,
-        dtype: &'static str,
-        expr: &str,
-    ) -> Result<Kernel> {
-        if let Some(k) = self.kernels.read().get(expr) {
-            return Ok(k.clone());
-        }
-        let module = {
-            let cached = self.modules.read().get(&(file, dtype)).cloned();
-            match cached {
-                Some(m) => m,
-                None => {
-                    let m = gpukit_jit::load_source(
-                        dev.context(),
-                        file.source(),
-                        &file.program(dtype),
-                        &file.options(dtype),
-                    )?;
-                    self.modules.write().insert((file, dtype), m.clone());
-                    m
-                }
+/// `(id, program)` of a built-in file for one element type (computed once).
+fn program_names(file: KernelFile, dtype: &'static str) -> (&'static str, &'static str) {
+    type Names = HashMap<(KernelFile, &'static str), (String, String)>;
+    static NAMES: OnceLock<Names> = OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        let mut m = HashMap::new();
+        for f in KernelFile::ALL {
+            for d in ALL_DTYPE_NAMES {
+                let program = f.program(d);
+                m.insert((f, d), (format!("gpukit-core/{program}"), program));
             }
-        };
-        let k = module.kernel(expr)?;
-        self.kernels.write().insert(expr.to_string(), k.clone());
-        Ok(k)
-    }
-
-    /// Kernel `key` of a program that is not one of the built-in files (the GEMM kernels: one
-    /// program per instantiation), loaded by `load` on first use and then served from this set
-    /// like the built-in ones. `key` must name the kernel uniquely (its name expression).
-    pub(crate) fn get_or_load(
-        &self,
-        key: &str,
-        load: impl FnOnce() -> Result<Kernel>,
-    ) -> Result<Kernel> {
-        if let Some(k) = self.kernels.read().get(key) {
-            return Ok(k.clone());
         }
-        let k = load()?;
-        Ok(self
-            .kernels
-            .write()
-            .entry(key.to_string())
-            .or_insert(k)
-            .clone())
-    }
+        m
+    });
+    names
+        .get(&(file, dtype))
+        .map_or(("gpukit-core/unknown", "unknown"), |(i, p)| {
+            (i.as_str(), p.as_str())
+        })
 }
 
-/// Threads per block of the built-in kernels.
+/// Kernel `expr` (a name expression) of `file` for element type `dtype`, from the device's
+/// kernel set (compiled and loaded on first use).
+pub(crate) fn get(
+    dev: &Device,
+    file: KernelFile,
+    dtype: &'static str,
+    expr: &str,
+) -> Result<Kernel> {
+    let (id, program) = program_names(file, dtype);
+    Ok(dev
+        .kernel_set()
+        .kernel(id, expr, || gpukit_jit::ProgramSpec {
+            source: file.source().into(),
+            program: program.into(),
+            options: file.options(dtype),
+        })?)
+}
+
+/// Threads per block of the built-in grid-stride kernels.
 pub(crate) const BLOCK: u32 = 256;
 
 /// Launch configuration for a grid-stride kernel covering `work` items: enough blocks to fill
@@ -211,14 +285,24 @@ pub(crate) fn grid_for(dev: &Device, work: usize, waves: u32) -> LaunchConfig {
     LaunchConfig::new((blocks, 1, 1), (BLOCK, 1, 1))
 }
 
-/// Launches `kernel` on `stream`.
+/// Launches a built-in `kernel` on `stream`.
+///
+/// Crate-internal and only called by gpukit-core's operations, which uphold the raw launch
+/// contract by construction: every pointer is the address of a live `GpuArray` (or scratch
+/// array) of the kernel's element type whose view (shape, strides, offset) lies inside its
+/// buffer (every view constructor checks), every element count and layout passed describes
+/// exactly those views, an output never overlaps an input unless the kernel is written for it
+/// (the same element read and written by one thread, in place), and every array is marked as
+/// used on `stream` before the launch (so its memory outlives the work).
 pub(crate) fn launch(
     kernel: &Kernel,
     stream: &Stream,
     cfg: LaunchConfig,
     args: &[KernelArg],
 ) -> Result<()> {
-    Ok(kernel.launch(stream.cuda(), cfg, args)?)
+    // SAFETY: see the function's documentation: the callers' arguments satisfy
+    // `launch_unchecked`'s contract.
+    Ok(unsafe { kernel.launch_unchecked(stream.cuda(), cfg, args) }?)
 }
 
 /// Compiles every built-in program for `arch` into gpukit-jit's kernel cache (memory and disk),

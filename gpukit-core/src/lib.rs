@@ -12,22 +12,32 @@
 //! panicking on a machine without one.
 //!
 //! ```no_run
-//! use gpukit_core::{Device, GpuArray};
+//! use gpukit_core::{s, Device, GpuArray};
 //! let dev = Device::open(0)?;
 //! let a = GpuArray::<f32>::ones(&dev, &[2, 3])?;
 //! let b = GpuArray::<f32>::arange(&dev, 0.0, 3.0, 1.0)?;   // shape [3], broadcast
-//! let c = (&a + &b)?;
-//! let c = (&c * 2.0)?;
+//! let c = ((&a + &b) * 2.0).eval()?;                        // one fused kernel, one `?`
 //! assert_eq!(c.to_vec()?, vec![2.0, 4.0, 6.0, 2.0, 4.0, 6.0]);
 //! assert_eq!(c.sum()?.item()?, 24.0);
+//! let col = c.slice(&s![.., 1])?;                           // a view: [4, 4]
+//! println!("{c}");                                          // [[2. 4. 6.]\n [2. 4. 6.]]
 //! # Ok::<(), gpukit_core::Error>(())
 //! ```
 //!
-//! Kernels are CUDA C++ in `kernels/*.cu`, compiled through gpukit-jit at first use.
+//! What is here, by module: [`GpuArray`] and its operations ([`mod@array`]: views and slicing,
+//! elementwise math, fused operators, reductions with NumPy's result types, scans, indexing,
+//! joining, softmax / layer norm, matmul, pinned host arrays, `Display`), [`random`] (Philox),
+//! [`custom`] (CuPy-style `ElementwiseKernel` / `ReductionKernel`), [`gemm`], the [`alloc`]ator,
+//! and the shared runtime.
+//!
+//! Kernels are CUDA C++ in `kernels/*.cu`, compiled through gpukit-jit at first use and kept
+//! in the device's kernel set ([`Device::kernel_set`]).
 
 pub mod alloc;
-mod array;
+pub mod array;
 pub mod attributes;
+pub mod codegen;
+pub mod custom;
 mod device;
 pub mod dtype;
 mod error;
@@ -35,13 +45,19 @@ pub mod gemm;
 pub mod handles;
 pub mod kernels;
 pub mod pinned;
+pub mod random;
 pub mod shape;
+pub mod slice;
 mod transfer;
 
 pub use alloc::{
     current_owner, AllocHook, AllocStats, Allocator, DeviceBuffer, OwnerId, OwnerUsage,
 };
-pub use array::{where_, BinaryOp, CompareOp, GpuArray, ReduceOp, UnaryOp};
+pub use array::host::PinnedArray;
+pub use array::join::{concatenate, stack};
+pub use array::{
+    where_, BinaryOp, CompareOp, Expr, GpuArray, LogicalOp, Predicate, ReduceOp, ScanOp, UnaryOp,
+};
 pub use attributes::DeviceAttributes;
 pub use device::{Device, Event, Stream};
 pub use dtype::{DType, DTypeKind};
@@ -50,3 +66,5 @@ pub use gpukit_jit::{Arch, CompileOptions, Kernel, KernelArg, LaunchConfig};
 pub use half::{bf16, f16};
 pub use handles::{BlasHandle, SolverHandle};
 pub use pinned::{PinnedBuffer, PinnedKind, PinnedPool};
+pub use random::Generator;
+pub use slice::{Ellipsis, Index, NewAxis};

@@ -55,12 +55,47 @@ pub fn size_class(bytes: usize) -> usize {
     }
 }
 
+/// Where a pool's memory comes from: the CUDA driver (page-locked), or, in the unit tests that
+/// run the pool's logic under Miri, the heap.
+pub(crate) trait HostAlloc: Send + Sync {
+    /// `size` bytes (a size class) of `kind`, page-aligned.
+    fn allocate(&self, size: usize, kind: PinnedKind) -> Result<*mut u8>;
+    /// Frees an allocation.
+    ///
+    /// # Safety
+    /// `ptr` came from `allocate(size, kind)` of this allocator and nothing uses it any more.
+    unsafe fn release(&self, ptr: *mut u8, size: usize, kind: PinnedKind);
+}
+
+/// Page-locked memory from the driver (`cuMemHostAlloc`).
+struct DriverAlloc {
+    ctx: Arc<CudaContext>,
+}
+
+impl HostAlloc for DriverAlloc {
+    fn allocate(&self, size: usize, kind: PinnedKind) -> Result<*mut u8> {
+        self.ctx.bind_to_thread().ctx("binding the context")?;
+        // SAFETY: the context is bound; the allocation is owned by the returned Block and freed
+        // in its Drop through `release`.
+        let p = unsafe { cudarc::driver::result::malloc_host(size, kind.flags()) }
+            .ctx("allocating pinned host memory")?;
+        Ok(p as *mut u8)
+    }
+
+    unsafe fn release(&self, ptr: *mut u8, _size: usize, _kind: PinnedKind) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: `ptr` came from cuMemHostAlloc (allocate above) and is no longer used (the
+        // caller's contract).
+        let _ = unsafe { cudarc::driver::result::free_host(ptr as *mut std::ffi::c_void) };
+    }
+}
+
 /// One page-locked allocation; freed when dropped.
 struct Block {
     ptr: *mut u8,
     size: usize,
     kind: PinnedKind,
-    ctx: Arc<CudaContext>,
+    alloc: Arc<dyn HostAlloc>,
 }
 
 // SAFETY: the block is plain host memory owned exclusively by this value; moving the owner
@@ -69,11 +104,10 @@ unsafe impl Send for Block {}
 
 impl Drop for Block {
     fn drop(&mut self) {
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: `ptr` came from cuMemHostAlloc and nothing uses it any more: a block is dropped
-        // only by the pool (after its ready event completed) or by a PinnedBuffer that waited
-        // for its event (see PinnedBuffer::drop).
-        let _ = unsafe { cudarc::driver::result::free_host(self.ptr as *mut std::ffi::c_void) };
+        // SAFETY: `ptr` came from `alloc.allocate(size, kind)` and nothing uses it any more: a
+        // block is dropped only by the pool (after its ready event completed) or by a
+        // PinnedBuffer that waited for its event (see PinnedBuffer::drop).
+        unsafe { self.alloc.release(self.ptr, self.size, self.kind) };
     }
 }
 
@@ -90,7 +124,7 @@ struct PoolState {
 }
 
 struct PoolInner {
-    ctx: Arc<CudaContext>,
+    alloc: Arc<dyn HostAlloc>,
     state: Mutex<PoolState>,
 }
 
@@ -123,9 +157,13 @@ impl std::fmt::Debug for PinnedPool {
 
 impl PinnedPool {
     pub(crate) fn new(ctx: Arc<CudaContext>) -> Self {
+        Self::with_alloc(Arc::new(DriverAlloc { ctx }))
+    }
+
+    pub(crate) fn with_alloc(alloc: Arc<dyn HostAlloc>) -> Self {
         PinnedPool {
             inner: Arc::new(PoolInner {
-                ctx,
+                alloc,
                 state: Mutex::new(PoolState {
                     free: Vec::new(),
                     cached_bytes: 0,
@@ -180,29 +218,22 @@ impl PinnedPool {
     }
 
     fn allocate(&self, size: usize, kind: PinnedKind) -> Result<Block> {
-        let attempt =
-            || -> std::result::Result<*mut std::ffi::c_void, cudarc::driver::DriverError> {
-                self.inner.ctx.bind_to_thread()?;
-                // SAFETY: the context is bound; the allocation is owned by the returned Block and
-                // freed in its Drop.
-                unsafe { cudarc::driver::result::malloc_host(size, kind.flags()) }
-            };
-        let ptr = match attempt() {
+        let ptr = match self.inner.alloc.allocate(size, kind) {
             Ok(p) => p,
             Err(_) => {
                 // Out of lockable memory is the usual cause: give the cache back and retry once.
                 self.trim(0);
-                attempt().ctx("allocating pinned host memory")?
+                self.inner.alloc.allocate(size, kind)?
             }
         };
         let mut st = self.inner.state.lock();
         st.stats.allocations += 1;
         st.stats.allocated_bytes += size as u64;
         Ok(Block {
-            ptr: ptr as *mut u8,
+            ptr,
             size,
             kind,
-            ctx: self.inner.ctx.clone(),
+            alloc: self.inner.alloc.clone(),
         })
     }
 
@@ -361,6 +392,130 @@ impl Drop for PinnedBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::alloc::Layout;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Heap memory standing in for the driver (so Miri can check the pool's logic), counting
+    /// live allocations.
+    #[derive(Default)]
+    struct Heap {
+        live: AtomicUsize,
+        fail_next: AtomicUsize,
+    }
+
+    impl HostAlloc for Heap {
+        fn allocate(&self, size: usize, _kind: PinnedKind) -> Result<*mut u8> {
+            let refuse = self
+                .fail_next
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if refuse {
+                return Err(crate::Error::invalid("test", "allocation refused"));
+            }
+            let layout = Layout::from_size_align(size, 4096)
+                .map_err(|e| crate::Error::invalid("test", e.to_string()))?;
+            // SAFETY: size is a non-zero size class.
+            let p = unsafe { std::alloc::alloc_zeroed(layout) };
+            assert!(!p.is_null());
+            self.live.fetch_add(1, Ordering::SeqCst);
+            Ok(p)
+        }
+        unsafe fn release(&self, ptr: *mut u8, size: usize, _kind: PinnedKind) {
+            self.live.fetch_sub(1, Ordering::SeqCst);
+            // SAFETY: allocated above with this layout (the caller's contract).
+            unsafe { std::alloc::dealloc(ptr, Layout::from_size_align(size, 4096).unwrap()) };
+        }
+    }
+
+    fn pool() -> (PinnedPool, Arc<Heap>) {
+        let heap = Arc::new(Heap::default());
+        (PinnedPool::with_alloc(heap.clone()), heap)
+    }
+
+    #[test]
+    fn buffers_are_reused_by_size_class_and_kind() {
+        let (pool, heap) = pool();
+        let mut a = pool.acquire(1000, PinnedKind::Cached).unwrap();
+        assert_eq!((a.len(), a.capacity()), (1000, MIN_BUFFER));
+        a.as_mut_slice().unwrap().fill(7);
+        let addr = a.as_ptr();
+        drop(a);
+        assert_eq!(pool.stats().cached_bytes, MIN_BUFFER);
+        // Same class and kind: the same memory, contents as left.
+        let mut b = pool.acquire(MIN_BUFFER, PinnedKind::Cached).unwrap();
+        assert_eq!(b.as_ptr(), addr);
+        assert!(b.as_slice().unwrap()[..1000].iter().all(|&x| x == 7));
+        // Another kind allocates.
+        let c = pool.acquire(10, PinnedKind::WriteCombined).unwrap();
+        assert_ne!(c.as_ptr(), addr);
+        assert_eq!(heap.live.load(Ordering::SeqCst), 2);
+        assert_eq!(pool.stats().hits, 1);
+        drop((b, c));
+        assert_eq!(heap.live.load(Ordering::SeqCst), 2, "both cached");
+        pool.trim(0);
+        assert_eq!(heap.live.load(Ordering::SeqCst), 0);
+        assert_eq!(pool.stats().cached_bytes, 0);
+    }
+
+    #[test]
+    fn the_cache_limit_frees_what_does_not_fit() {
+        let (pool, heap) = pool();
+        pool.set_cache_limit(3 * MIN_BUFFER);
+        let bufs: Vec<PinnedBuffer> = (0..5)
+            .map(|_| pool.acquire(MIN_BUFFER, PinnedKind::Cached).unwrap())
+            .collect();
+        assert_eq!(heap.live.load(Ordering::SeqCst), 5);
+        drop(bufs);
+        assert_eq!(pool.stats().cached_bytes, 3 * MIN_BUFFER);
+        assert_eq!(heap.live.load(Ordering::SeqCst), 3);
+        pool.set_cache_limit(MIN_BUFFER);
+        assert_eq!(heap.live.load(Ordering::SeqCst), 1);
+        drop(pool);
+        assert_eq!(
+            heap.live.load(Ordering::SeqCst),
+            0,
+            "the pool frees its cache when dropped"
+        );
+    }
+
+    #[test]
+    fn a_failed_allocation_trims_the_cache_and_retries_once() {
+        let (pool, heap) = pool();
+        drop(pool.acquire(MIN_BUFFER, PinnedKind::Cached).unwrap());
+        assert_eq!(heap.live.load(Ordering::SeqCst), 1);
+        heap.fail_next.store(1, Ordering::SeqCst);
+        let big = pool.acquire(4 * MIN_BUFFER, PinnedKind::Cached).unwrap();
+        assert_eq!(big.capacity(), 4 * MIN_BUFFER);
+        assert_eq!(
+            heap.live.load(Ordering::SeqCst),
+            1,
+            "cache released, retry succeeded"
+        );
+        heap.fail_next.store(2, Ordering::SeqCst);
+        // Two failures in a row: an error, nothing leaked.
+        assert!(pool.acquire(8 * MIN_BUFFER, PinnedKind::Cached).is_err());
+        heap.fail_next.store(0, Ordering::SeqCst);
+        drop(big);
+    }
+
+    #[test]
+    fn concurrent_acquire_and_release() {
+        let (pool, heap) = pool();
+        std::thread::scope(|s| {
+            for t in 0..4u8 {
+                let pool = pool.clone();
+                s.spawn(move || {
+                    for i in 0..8usize {
+                        let mut b = pool.acquire(1 + i * 1000, PinnedKind::Cached).unwrap();
+                        b.as_mut_slice().unwrap().fill(t);
+                        assert!(b.as_slice().unwrap().iter().all(|&x| x == t));
+                    }
+                });
+            }
+        });
+        pool.trim(0);
+        assert_eq!(heap.live.load(Ordering::SeqCst), 0);
+    }
 
     #[test]
     fn size_classes_round_up_without_doubling_large_requests() {

@@ -135,10 +135,31 @@ pub fn coalesce(shape: &[usize], strides: &[Vec<isize>]) -> (Vec<usize>, Vec<Vec
     (out_shape, out_strides)
 }
 
-/// The by-value `Layout<K>` struct of the kernels (common.cuh): `ndim`, `shape[8]`, then `K`
-/// rows of 8 strides, all little-endian i64. Dimensions are coalesced first; more than
-/// [`MAX_DIMS`] remaining dimensions is an error.
+/// PyTorch's IntDivider for a divisor `d` in `1..2^31`: `(magic, shift)` such that for every
+/// `n < 2^31`, `n / d == (umulhi(n, magic) + n) >> shift` (what the kernels compute).
+pub fn magic_divisor(d: u32) -> (u32, u32) {
+    let d = d.max(1);
+    let mut shift = 0u32;
+    while shift < 32 && (1u64 << shift) < d as u64 {
+        shift += 1;
+    }
+    let magic = ((1u64 << 32) * ((1u64 << shift) - d as u64)) / d as u64 + 1;
+    (magic as u32, shift)
+}
+
+/// `n / d` as the kernels compute it with [`magic_divisor`] (for tests and the CPU side).
+pub fn magic_div(n: u32, (magic, shift): (u32, u32)) -> u32 {
+    let t = ((n as u64 * magic as u64) >> 32) as u32;
+    ((t as u64 + n as u64) >> shift) as u32
+}
+
+/// The by-value `Layout<K>` struct of the kernels (common.cuh), little-endian: `ndim`, `use32`
+/// (every linear index below 2^31: the kernels then split indices with [`magic_divisor`]),
+/// `shape[8]` (i64), `magic_shift[8][2]` (u32 pairs), then `K` rows of 8 strides (i64), one per
+/// operand. Dimensions are coalesced first; more than [`MAX_DIMS`] remaining dimensions is an
+/// error.
 pub fn layout_bytes(op: &str, shape: &[usize], strides: &[Vec<isize>]) -> Result<Vec<u8>> {
+    let n = numel(op, shape)?;
     let (shape, strides) = coalesce(shape, strides);
     if shape.len() > MAX_DIMS {
         return Err(Error::invalid(
@@ -150,17 +171,118 @@ pub fn layout_bytes(op: &str, shape: &[usize], strides: &[Vec<isize>]) -> Result
             ),
         ));
     }
-    let mut words = vec![0i64; 1 + MAX_DIMS * (1 + strides.len())];
-    words[0] = shape.len() as i64;
-    for (i, &d) in shape.iter().enumerate() {
-        words[1 + i] = d as i64;
+    let use32 = n < (1usize << 31);
+    let mut out = Vec::with_capacity(8 * (2 + 2 * MAX_DIMS + MAX_DIMS * strides.len()));
+    out.extend_from_slice(&(shape.len() as i64).to_le_bytes());
+    out.extend_from_slice(&(use32 as i64).to_le_bytes());
+    for i in 0..MAX_DIMS {
+        let d = shape.get(i).copied().unwrap_or(1);
+        out.extend_from_slice(&(d as i64).to_le_bytes());
     }
-    for (k, row) in strides.iter().enumerate() {
-        for (i, &s) in row.iter().enumerate() {
-            words[1 + MAX_DIMS * (1 + k) + i] = s as i64;
+    for i in 0..MAX_DIMS {
+        let d = shape.get(i).copied().unwrap_or(1);
+        let (m, sh) = if use32 {
+            magic_divisor(d as u32)
+        } else {
+            (0, 0)
+        };
+        out.extend_from_slice(&m.to_le_bytes());
+        out.extend_from_slice(&sh.to_le_bytes());
+    }
+    for row in &strides {
+        for i in 0..MAX_DIMS {
+            let s = row.get(i).copied().unwrap_or(0);
+            out.extend_from_slice(&(s as i64).to_le_bytes());
         }
     }
-    Ok(words.iter().flat_map(|w| w.to_le_bytes()).collect())
+    Ok(out)
+}
+
+/// The element offsets a `Layout` gives for linear index `i`: what `layout_offsets` computes on
+/// the GPU (same coalescing, same magic division), for the CPU tests of the layout.
+pub fn layout_offsets_cpu(shape: &[usize], strides: &[Vec<isize>], i: usize) -> Vec<isize> {
+    let n: usize = shape.iter().product();
+    let (shape, strides) = coalesce(shape, strides);
+    let mut off = vec![0isize; strides.len()];
+    if n < (1usize << 31) {
+        let mut q = i as u32;
+        for d in (0..shape.len()).rev() {
+            let next = magic_div(q, magic_divisor(shape[d] as u32));
+            let c = (q - next * shape[d] as u32) as isize;
+            q = next;
+            for (k, row) in strides.iter().enumerate() {
+                off[k] += c * row[d];
+            }
+        }
+    } else {
+        let mut q = i;
+        for d in (0..shape.len()).rev() {
+            let c = (q % shape[d]) as isize;
+            q /= shape[d];
+            for (k, row) in strides.iter().enumerate() {
+                off[k] += c * row[d];
+            }
+        }
+    }
+    off
+}
+
+/// The lowest and highest element offsets a view of `shape` / `strides` starting at `offset`
+/// touches, or `None` for an empty view. Negative strides count downwards from `offset`.
+pub fn extent(shape: &[usize], strides: &[isize], offset: usize) -> Option<(usize, usize)> {
+    if shape.contains(&0) {
+        return None;
+    }
+    let (mut lo, mut hi) = (offset as isize, offset as isize);
+    for (&d, &s) in shape.iter().zip(strides) {
+        let span = (d as isize - 1) * s;
+        if span < 0 {
+            lo += span;
+        } else {
+            hi += span;
+        }
+    }
+    Some((lo.max(0) as usize, hi.max(0) as usize))
+}
+
+/// True when two different indices of a view of `shape` / `strides` reach the same element (a
+/// broadcast view: an axis longer than 1 with stride 0). The views gpukit-core makes cannot
+/// overlap otherwise.
+pub fn has_repeated_elements(shape: &[usize], strides: &[isize]) -> bool {
+    !shape.contains(&0) && shape.iter().zip(strides).any(|(&d, &s)| d > 1 && s == 0)
+}
+
+/// Normalises a possibly negative axis (`-1` is the last) of an array of `ndim` dimensions.
+pub fn normalize_axis(op: &str, axis: isize, ndim: usize) -> Result<usize> {
+    let a = if axis < 0 { axis + ndim as isize } else { axis };
+    if a < 0 || a >= ndim as isize {
+        return Err(Error::AxisOutOfRange {
+            op: op.to_string(),
+            axis: axis.unsigned_abs(),
+            ndim,
+        });
+    }
+    Ok(a as usize)
+}
+
+/// Normalises a list of axes (negative allowed); `None` means every axis. Errors on repeats.
+pub fn normalize_axes(op: &str, axes: Option<&[isize]>, ndim: usize) -> Result<Vec<usize>> {
+    let Some(axes) = axes else {
+        return Ok((0..ndim).collect());
+    };
+    let mut out = Vec::with_capacity(axes.len());
+    for &a in axes {
+        let n = normalize_axis(op, a, ndim)?;
+        if out.contains(&n) {
+            return Err(Error::invalid(
+                op,
+                format!("axis {a} is repeated in {axes:?}"),
+            ));
+        }
+        out.push(n);
+    }
+    out.sort_unstable();
+    Ok(out)
 }
 
 /// Checks and normalises an axis.
@@ -262,15 +384,26 @@ mod tests {
     #[test]
     fn layout_bytes_match_the_c_struct() {
         let b = layout_bytes("x", &[2, 3], &[vec![1, 2], vec![3, 1]]).unwrap();
-        assert_eq!(b.len(), 8 * (1 + 8 * 3));
+        assert_eq!(b.len(), 8 * (2 + 8 + 8 + 8 * 2));
         let w: Vec<i64> = b
             .chunks(8)
             .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
             .collect();
         assert_eq!(w[0], 2);
-        assert_eq!(&w[1..3], &[2, 3]);
-        assert_eq!(&w[9..11], &[1, 2]);
-        assert_eq!(&w[17..19], &[3, 1]);
+        assert_eq!(w[1], 1, "small layouts use 32-bit indexing");
+        assert_eq!(&w[2..4], &[2, 3]);
+        assert_eq!(w[4..10], [1; 6], "unused extents are 1");
+        let ms = |i: usize| {
+            let word = b[8 * (10 + i)..8 * (11 + i)].to_vec();
+            (
+                u32::from_le_bytes(word[..4].try_into().unwrap()),
+                u32::from_le_bytes(word[4..].try_into().unwrap()),
+            )
+        };
+        assert_eq!(ms(0), magic_divisor(2));
+        assert_eq!(ms(1), magic_divisor(3));
+        assert_eq!(&w[18..20], &[1, 2]);
+        assert_eq!(&w[26..28], &[3, 1]);
         // Nine dimensions that cannot merge are refused.
         let shape = vec![2usize; 9];
         let strides: Vec<isize> = (0..9).map(|i| 1isize << (2 * (8 - i))).collect();
@@ -278,6 +411,43 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("at most 8"), "{e}");
+        // Past 2^31 elements the kernels divide in 64 bits.
+        let big = layout_bytes("x", &[1 << 16, 1 << 16], &[vec![1 << 17, 1]]).unwrap();
+        assert_eq!(i64::from_le_bytes(big[8..16].try_into().unwrap()), 0);
+    }
+
+    #[test]
+    fn magic_division_is_exact_at_the_edges() {
+        for d in [
+            1u32,
+            2,
+            3,
+            5,
+            7,
+            10,
+            255,
+            256,
+            1000,
+            65537,
+            (1 << 31) - 1,
+            1 << 30,
+        ] {
+            let m = magic_divisor(d);
+            for n in [
+                0u32,
+                1,
+                d - 1,
+                d,
+                d + 1,
+                (1 << 31) - 1,
+                (1 << 31) - 2,
+                12345678,
+            ] {
+                if n < (1 << 31) {
+                    assert_eq!(magic_div(n, m), n / d, "n={n} d={d}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -306,6 +476,32 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn magic_division_matches_division(d in 1u32..(1 << 31), n in 0u32..(1 << 31)) {
+            prop_assert_eq!(magic_div(n, magic_divisor(d)), n / d);
+        }
+
+        #[test]
+        fn kernel_offsets_match_the_strides(
+            shape in prop::collection::vec(1usize..5, 0..6),
+            seed in any::<u64>(),
+        ) {
+            // Three operands: contiguous, broadcast (0 strides), reversed (negative strides).
+            let a = contiguous_strides(&shape);
+            let b: Vec<isize> = a.iter().enumerate()
+                .map(|(i, &s)| if (seed >> i) & 1 == 1 { 0 } else { s }).collect();
+            let c: Vec<isize> = a.iter().map(|&s| -s).collect();
+            let rows = [a.clone(), b.clone(), c.clone()];
+            let want = [cpu_offsets(&shape, &a), cpu_offsets(&shape, &b), cpu_offsets(&shape, &c)];
+            let n: usize = shape.iter().product();
+            for i in 0..n {
+                let got = layout_offsets_cpu(&shape, &rows, i);
+                for (k, w) in want.iter().enumerate() {
+                    prop_assert_eq!(got[k], w[i]);
+                }
+            }
+        }
+
         #[test]
         fn coalescing_preserves_every_offset(
             shape in prop::collection::vec(1usize..4, 0..6),

@@ -62,7 +62,7 @@ fn streams_scopes_priorities_and_events() {
         let e0 = s.record().unwrap();
         let mut b = a.clone();
         for _ in 0..20 {
-            b = (&b + &a).unwrap();
+            b = (&b + &a).eval().unwrap();
         }
         let e1 = s.record().unwrap();
         assert_eq!(
@@ -135,12 +135,44 @@ fn user_kernels_take_arrays_as_arguments() {
             "scale",
         )
         .unwrap();
-    let a = GpuArray::<f32>::full(&dev, &[1000], 4.0).unwrap();
+    let mut a = GpuArray::<f32>::full(&dev, &[1000], 4.0).unwrap();
+    let cfg = gpukit_core::LaunchConfig::for_elements(1000, 256);
+    let stream = dev.stream();
     k.launch(
-        dev.stream().cuda(),
-        gpukit_core::LaunchConfig::for_elements(1000, 256),
-        &[(&a).into(), 0.5f32.into(), 1000i32.into()],
+        stream.cuda(),
+        cfg,
+        gpukit_jit::args![&mut a, 0.5f32, 1000i32],
     )
     .unwrap();
+    assert!(a.to_vec().unwrap().iter().all(|&x| x == 2.0));
+    // Checked before anything runs: a read-only array for `float* x`, the wrong element type,
+    // a strided view.
+    let e = k
+        .launch(stream.cuda(), cfg, gpukit_jit::args![&a, 0.5f32, 1000i32])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("&mut"), "{e}");
+    let mut d = GpuArray::<f64>::full(&dev, &[1000], 4.0).unwrap();
+    let e = k
+        .launch(
+            stream.cuda(),
+            cfg,
+            gpukit_jit::args![&mut d, 0.5f32, 1000i32],
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("f32") && e.contains("f64"), "{e}");
+    let mut t = GpuArray::<f32>::full(&dev, &[10, 100], 4.0)
+        .unwrap()
+        .transpose();
+    let e = k
+        .launch(
+            stream.cuda(),
+            cfg,
+            gpukit_jit::args![&mut t, 0.5f32, 1000i32],
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("contiguous"), "{e}");
     assert!(a.to_vec().unwrap().iter().all(|&x| x == 2.0));
 }

@@ -1,14 +1,16 @@
-//! GPU tests of the operations against CPU references, for every element type, over random
-//! shapes (proptest: empty, 1, primes, broadcasting pairs) plus a few large and misaligned
-//! cases. Floats are compared with an f64 reference within one rounding of the element type
-//! (see `common::TestType::rtol`); integers exactly.
+//! GPU tests of the elementwise operations against CPU references, for every element type,
+//! over random shapes with NumPy broadcasting (proptest: empty, 1, primes, broadcasting pairs),
+//! NaN / Inf / -0 mixed into float inputs, strided views, the `*_into` and `*_inplace` forms
+//! with their aliasing rules, and the fused operators. Floats are compared with an f64
+//! reference rounded to the element type (exact for + - * /, a few ulps for transcendental
+//! functions); integers exactly.
 
 mod common;
 
 use common::*;
-use gpukit_core::{bf16, f16, BinaryOp, CompareOp, DTypeKind, Device, Error, GpuArray, UnaryOp};
-use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use gpukit_core::{
+    s, BinaryOp, CompareOp, DTypeKind, Device, Error, GpuArray, LogicalOp, Predicate, UnaryOp,
+};
 
 const DIMS: [usize; 7] = [0, 1, 2, 3, 5, 7, 13];
 
@@ -34,7 +36,6 @@ fn broadcast_pair() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>
                     .zip(&mb)
                     .map(|(&d, &m)| if m { 1 } else { d })
                     .collect();
-                // Drop some leading dimensions (NumPy aligns shapes on the right).
                 (
                     out.clone(),
                     a[da.min(a.len())..].to_vec(),
@@ -44,16 +45,26 @@ fn broadcast_pair() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>
     })
 }
 
-fn runner(cases: u32) -> TestRunner {
-    TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    })
-}
-
-fn fail(e: impl std::fmt::Display) -> TestCaseError {
-    TestCaseError::fail(e.to_string())
+/// The broadcast shape by an independent rule: right-aligned, the larger extent unless one is 1.
+fn numpy_shape(sa: &[usize], sb: &[usize]) -> Vec<usize> {
+    let n = sa.len().max(sb.len());
+    let ext = |s: &[usize], i: usize| {
+        if i + s.len() >= n {
+            s[i + s.len() - n]
+        } else {
+            1
+        }
+    };
+    (0..n)
+        .map(|i| {
+            let (x, y) = (ext(sa, i), ext(sb, i));
+            if x == 1 {
+                y
+            } else {
+                x
+            }
+        })
+        .collect()
 }
 
 fn ref_binary<T: TestType>(op: BinaryOp, a: T, b: T) -> f64 {
@@ -79,12 +90,23 @@ fn ref_binary<T: TestType>(op: BinaryOp, a: T, b: T) -> f64 {
                 }
             }
             BinaryOp::Pow => x.powf(y),
+            BinaryOp::Mod => {
+                let r = x % y;
+                if r != 0.0 && (r < 0.0) != (y < 0.0) {
+                    r + y
+                } else if r == 0.0 {
+                    0.0f64.copysign(y)
+                } else {
+                    r
+                }
+            }
+            _ => unreachable!("bitwise ops are integer-only"),
         };
-        // The GPU rounds to T once; compare against the value rounded the same way.
         T::from_f64(r).to_f64()
     } else {
         let (x, y) = (a.to_i64() as i128, b.to_i64() as i128);
         let w = |v: i128| wrap::<T>(v).to_i64() as i128;
+        let unsigned = T::KIND == DTypeKind::Unsigned;
         let r = match op {
             BinaryOp::Add => w(x + y),
             BinaryOp::Sub => w(x - y),
@@ -98,6 +120,21 @@ fn ref_binary<T: TestType>(op: BinaryOp, a: T, b: T) -> f64 {
             }
             BinaryOp::Maximum => x.max(y),
             BinaryOp::Minimum => x.min(y),
+            BinaryOp::Mod => {
+                if y == 0 {
+                    0
+                } else {
+                    let r = x % y;
+                    if !unsigned && r != 0 && (r < 0) != (y < 0) {
+                        r + y
+                    } else {
+                        r
+                    }
+                }
+            }
+            BinaryOp::BitAnd => w(x & y),
+            BinaryOp::BitOr => w(x | y),
+            BinaryOp::BitXor => w(x ^ y),
             BinaryOp::Pow => {
                 if y < 0 {
                     if x == 1 {
@@ -124,45 +161,73 @@ fn ref_binary<T: TestType>(op: BinaryOp, a: T, b: T) -> f64 {
                 }
             }
         };
-        r as f64
+        wrap::<T>(r).to_f64()
     }
 }
 
-const BINARY_OPS: [BinaryOp; 7] = [
-    BinaryOp::Add,
-    BinaryOp::Sub,
-    BinaryOp::Mul,
-    BinaryOp::Div,
-    BinaryOp::Maximum,
-    BinaryOp::Minimum,
-    BinaryOp::Pow,
-];
+fn binary_ops<T: TestType>() -> Vec<BinaryOp> {
+    let mut v = vec![
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Maximum,
+        BinaryOp::Minimum,
+        BinaryOp::Pow,
+        BinaryOp::Mod,
+    ];
+    if T::KIND != DTypeKind::Float {
+        v.extend([BinaryOp::BitAnd, BinaryOp::BitOr, BinaryOp::BitXor]);
+    }
+    v
+}
+
+/// Tolerance of an operation's result (pow and transcendental functions are not correctly
+/// rounded on the GPU).
+fn atol_for<T: TestType>(inexact: bool) -> f64 {
+    if !inexact {
+        return 1e-300;
+    }
+    match T::RUST_NAME {
+        "f32" => 1e-6,
+        "f64" => 1e-14,
+        _ => 1e-3,
+    }
+}
+
+fn truthy(x: f64) -> bool {
+    x != 0.0 || x.is_nan()
+}
 
 fn binary_case<T: TestType>(
     dev: &Device,
-    out: &[usize],
     sa: &[usize],
     sb: &[usize],
     seed: u64,
 ) -> Result<(), TestCaseError> {
+    let out = numpy_shape(sa, sb);
     let mut rng = Rng(seed);
     let na: usize = sa.iter().product();
     let nb: usize = sb.iter().product();
     let nout: usize = out.iter().product();
-    let a: Vec<T> = random_vec(&mut rng, na, false);
-    let b: Vec<T> = random_vec(&mut rng, nb, true);
+    let a: Vec<T> = random_special(&mut rng, na, false);
+    let b: Vec<T> = random_special(&mut rng, nb, true);
     let ga = GpuArray::from_slice(dev, &a, sa).map_err(fail)?;
     let gb = GpuArray::from_slice(dev, &b, sb).map_err(fail)?;
-    for op in BINARY_OPS {
+    let pa = |i: usize| a[bcast_index(i, &out, sa)];
+    let pb = |i: usize| b[bcast_index(i, &out, sb)];
+    for op in binary_ops::<T>() {
         let g = ga.binary(op, &gb).map_err(fail)?;
-        prop_assert_eq!(g.shape(), out);
-        let got = g.to_vec().map_err(fail)?;
-        let want: Vec<f64> = (0..nout)
-            .map(|i| ref_binary(op, a[bcast_index(i, out, sa)], b[bcast_index(i, out, sb)]))
-            .collect();
-        check::<T>(&format!("{op:?} {sa:?} {sb:?}"), &got, &want, 1e-30).map_err(fail)?;
+        prop_assert_eq!(g.shape(), out.as_slice());
+        let want: Vec<f64> = (0..nout).map(|i| ref_binary(op, pa(i), pb(i))).collect();
+        check::<T>(
+            &format!("{op:?} {sa:?} {sb:?}"),
+            &g.to_vec().map_err(fail)?,
+            &want,
+            atol_for::<T>(op == BinaryOp::Pow),
+        )
+        .map_err(fail)?;
     }
-    // Comparisons and where on the same operands.
     for op in [
         CompareOp::Eq,
         CompareOp::Ne,
@@ -173,10 +238,7 @@ fn binary_case<T: TestType>(
     ] {
         let m = ga.compare(op, &gb).map_err(fail)?.to_vec().map_err(fail)?;
         for (i, &mv) in m.iter().enumerate() {
-            let (x, y) = (
-                a[bcast_index(i, out, sa)].to_f64(),
-                b[bcast_index(i, out, sb)].to_f64(),
-            );
+            let (x, y) = (pa(i).to_f64(), pb(i).to_f64());
             let want = match op {
                 CompareOp::Eq => x == y,
                 CompareOp::Ne => x != y,
@@ -188,78 +250,147 @@ fn binary_case<T: TestType>(
             prop_assert_eq!(mv, want as u8, "{:?} at {}", op, i);
         }
     }
-    let mask = ga.gt(&gb).map_err(fail)?;
-    let w = gpukit_core::where_(&mask, &ga, &gb)
+    for op in [LogicalOp::And, LogicalOp::Or, LogicalOp::Xor] {
+        let m = ga.logical(op, &gb).map_err(fail)?.to_vec().map_err(fail)?;
+        for (i, &mv) in m.iter().enumerate() {
+            let (x, y) = (truthy(pa(i).to_f64()), truthy(pb(i).to_f64()));
+            let want = match op {
+                LogicalOp::And => x && y,
+                LogicalOp::Or => x || y,
+                LogicalOp::Xor => x != y,
+            };
+            prop_assert_eq!(mv, want as u8, "{:?} at {}", op, i);
+        }
+    }
+    // where with a mask of several nonzero values, broadcast against both operands.
+    let mask_shape: Vec<usize> = out.iter().map(|&d| if d == 2 { 1 } else { d }).collect();
+    let nm: usize = mask_shape.iter().product();
+    let mask: Vec<u8> = (0..nm)
+        .map(|_| [0u8, 1, 2, 255][(rng.next_u64() % 4) as usize])
+        .collect();
+    let gm = GpuArray::from_slice(dev, &mask, &mask_shape).map_err(fail)?;
+    let w = gpukit_core::where_(&gm, &ga, &gb)
         .map_err(fail)?
         .to_vec()
         .map_err(fail)?;
     for (i, v) in w.iter().enumerate() {
-        let (x, y) = (a[bcast_index(i, out, sa)], b[bcast_index(i, out, sb)]);
-        let want = if x.to_f64() > y.to_f64() { x } else { y };
-        prop_assert_eq!(v.to_f64(), want.to_f64(), "where at {}", i);
+        let want = if mask[bcast_index(i, &out, &mask_shape)] != 0 {
+            pa(i)
+        } else {
+            pb(i)
+        };
+        let (g, e) = (v.to_f64(), want.to_f64());
+        prop_assert!(
+            g == e || (g.is_nan() && e.is_nan()),
+            "where at {}: {} vs {}",
+            i,
+            g,
+            e
+        );
     }
     Ok(())
 }
 
 fn binary_all<T: TestType>(dev: &Device, cases: u32) {
     runner(cases)
-        .run(
-            &(broadcast_pair(), any::<u64>()),
-            |((out, sa, sb), seed)| {
-                // The expected shape by an independent rule: right-aligned, the larger extent unless
-                // one is 1 (the generator guarantees compatibility).
-                let _ = out;
-                let n = sa.len().max(sb.len());
-                let ext = |s: &[usize], i: usize| {
-                    if i + s.len() >= n {
-                        s[i + s.len() - n]
-                    } else {
-                        1
-                    }
-                };
-                let out: Vec<usize> = (0..n)
-                    .map(|i| {
-                        let (x, y) = (ext(&sa, i), ext(&sb, i));
-                        if x == 1 {
-                            y
-                        } else {
-                            x
-                        }
-                    })
-                    .collect();
-                binary_case::<T>(dev, &out, &sa, &sb, seed)
-            },
-        )
+        .run(&(broadcast_pair(), any::<u64>()), |((_, sa, sb), seed)| {
+            binary_case::<T>(dev, &sa, &sb, seed)
+        })
         .unwrap_or_else(|e| panic!("{}: {e}", T::RUST_NAME));
 }
 
-macro_rules! for_all_dtypes {
-    ($f:ident, $($arg:expr),*) => {
-        $f::<f32>($($arg),*);
-        $f::<f64>($($arg),*);
-        $f::<f16>($($arg),*);
-        $f::<bf16>($($arg),*);
-        $f::<i32>($($arg),*);
-        $f::<u32>($($arg),*);
-        $f::<i64>($($arg),*);
-        $f::<u8>($($arg),*);
-    };
-}
-
 #[test]
-fn binary_compare_where_broadcast_every_dtype() {
-    let Some(dev) = device("binary_compare_where_broadcast_every_dtype") else {
+fn binary_compare_logical_where_broadcast_every_dtype() {
+    let Some(dev) = device("binary_compare_logical_where_broadcast_every_dtype") else {
         return;
     };
-    for_all_dtypes!(binary_all, &dev, 24);
+    for_all_dtypes!(binary_all, &dev, 12);
 }
 
-fn scalar_and_unary<T: TestType>(dev: &Device, n: usize, seed: u64) {
+fn ref_unary<T: TestType>(op: UnaryOp, x: T) -> f64 {
+    let v = x.to_f64();
+    if T::KIND != DTypeKind::Float {
+        let i = x.to_i64() as i128;
+        let r: i128 = match op {
+            UnaryOp::Neg => -i,
+            UnaryOp::Abs => i.abs(),
+            UnaryOp::Relu => i.max(0),
+            UnaryOp::BitNot => !i,
+            UnaryOp::Sign => i.signum(),
+            _ => i, // floor, ceil, round, trunc of an integer
+        };
+        if op == UnaryOp::Abs && T::KIND == DTypeKind::Unsigned {
+            return v;
+        }
+        return wrap::<T>(r).to_f64();
+    }
+    let r = match op {
+        UnaryOp::Neg => -v,
+        UnaryOp::Abs => v.abs(),
+        UnaryOp::Exp => v.exp(),
+        UnaryOp::Log => v.ln(),
+        UnaryOp::Sqrt => v.sqrt(),
+        UnaryOp::Tanh => v.tanh(),
+        UnaryOp::Relu => {
+            if v > 0.0 || v.is_nan() {
+                v
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-v).exp()),
+        UnaryOp::Sin => v.sin(),
+        UnaryOp::Cos => v.cos(),
+        UnaryOp::Floor => v.floor(),
+        UnaryOp::Ceil => v.ceil(),
+        UnaryOp::Round => v.round_ties_even(),
+        UnaryOp::Trunc => v.trunc(),
+        UnaryOp::Sign => {
+            if v.is_nan() {
+                v
+            } else if v > 0.0 {
+                1.0
+            } else if v < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::BitNot => unreachable!("integer-only"),
+    };
+    T::from_f64(r).to_f64()
+}
+
+const UNARY_OPS: [UnaryOp; 16] = [
+    UnaryOp::Neg,
+    UnaryOp::Abs,
+    UnaryOp::Exp,
+    UnaryOp::Log,
+    UnaryOp::Sqrt,
+    UnaryOp::Tanh,
+    UnaryOp::Relu,
+    UnaryOp::Sigmoid,
+    UnaryOp::Sin,
+    UnaryOp::Cos,
+    UnaryOp::Floor,
+    UnaryOp::Ceil,
+    UnaryOp::Round,
+    UnaryOp::Trunc,
+    UnaryOp::BitNot,
+    UnaryOp::Sign,
+];
+
+fn scalar_unary_clip<T: TestType>(dev: &Device, n: usize, seed: u64) {
     let mut rng = Rng(seed);
-    let a: Vec<T> = random_vec(&mut rng, n, true);
+    let mut a: Vec<T> = random_special(&mut rng, n, true);
+    if T::KIND == DTypeKind::Float && n > 4 {
+        // Exact halves exercise round-half-to-even.
+        a[0] = T::from_f64(2.5);
+        a[1] = T::from_f64(-0.5);
+    }
     let s = T::random(&mut rng, true);
     let ga = GpuArray::from_slice(dev, &a, &[n]).unwrap();
-    for op in BINARY_OPS {
+    for op in binary_ops::<T>() {
         for left in [false, true] {
             let got = ga.binary_scalar(op, s, left).unwrap().to_vec().unwrap();
             let want: Vec<f64> = a
@@ -276,21 +407,12 @@ fn scalar_and_unary<T: TestType>(dev: &Device, n: usize, seed: u64) {
                 &format!("{op:?} scalar left={left} n={n}"),
                 &got,
                 &want,
-                1e-30,
+                atol_for::<T>(op == BinaryOp::Pow),
             )
             .unwrap();
         }
     }
-    for (op, f) in [
-        (UnaryOp::Neg, (|x: f64| -x) as fn(f64) -> f64),
-        (UnaryOp::Abs, f64::abs),
-        (UnaryOp::Exp, f64::exp),
-        (UnaryOp::Log, f64::ln),
-        (UnaryOp::Sqrt, f64::sqrt),
-        (UnaryOp::Tanh, f64::tanh),
-        (UnaryOp::Relu, |x: f64| if x > 0.0 { x } else { 0.0 }),
-        (UnaryOp::Sigmoid, |x: f64| 1.0 / (1.0 + (-x).exp())),
-    ] {
+    for op in UNARY_OPS {
         let r = ga.unary(op);
         if !op.supports(T::KIND) {
             assert!(
@@ -301,59 +423,192 @@ fn scalar_and_unary<T: TestType>(dev: &Device, n: usize, seed: u64) {
             continue;
         }
         let got = r.unwrap().to_vec().unwrap();
-        let want: Vec<f64> = a
-            .iter()
-            .map(|&x| {
-                if T::KIND == DTypeKind::Float {
-                    T::from_f64(f(x.to_f64())).to_f64()
-                } else {
-                    // neg wraps for unsigned; abs of unsigned is the value.
-                    match op {
-                        UnaryOp::Neg => wrap::<T>(-(x.to_i64() as i128)).to_f64(),
-                        UnaryOp::Abs if T::KIND == DTypeKind::Unsigned => x.to_f64(),
-                        _ => f(x.to_f64()),
-                    }
-                }
-            })
-            .collect();
-        // Transcendentals in f32 are within a few ulp: allow 4 roundings.
-        let atol = if T::RUST_NAME == "f32" { 1e-6 } else { 1e-30 };
-        check::<T>(&format!("{op:?} n={n}"), &got, &want, atol).unwrap();
+        let want: Vec<f64> = a.iter().map(|&x| ref_unary(op, x)).collect();
+        let inexact = matches!(
+            op,
+            UnaryOp::Exp
+                | UnaryOp::Log
+                | UnaryOp::Tanh
+                | UnaryOp::Sigmoid
+                | UnaryOp::Sin
+                | UnaryOp::Cos
+        );
+        check::<T>(
+            &format!("{op:?} n={n}"),
+            &got,
+            &want,
+            atol_for::<T>(inexact),
+        )
+        .unwrap();
+    }
+    let (lo, hi) = (T::from_f64(1.0), T::from_f64(3.0));
+    let got = ga.clip(lo, hi).unwrap().to_vec().unwrap();
+    let want: Vec<f64> = a
+        .iter()
+        .map(|&x| {
+            let v = x.to_f64();
+            if v.is_nan() {
+                v
+            } else {
+                v.clamp(1.0, 3.0)
+            }
+        })
+        .collect();
+    check::<T>("clip", &got, &want, 1e-300).unwrap();
+    for p in [
+        Predicate::IsNan,
+        Predicate::IsInf,
+        Predicate::IsFinite,
+        Predicate::LogicalNot,
+    ] {
+        let got = ga.predicate(p).unwrap().to_vec().unwrap();
+        for (i, (&g, &x)) in got.iter().zip(&a).enumerate() {
+            let v = x.to_f64();
+            let want = match p {
+                Predicate::IsNan => v.is_nan(),
+                Predicate::IsInf => v.is_infinite(),
+                Predicate::IsFinite => v.is_finite(),
+                Predicate::LogicalNot => !truthy(v),
+            };
+            assert_eq!(g, want as u8, "{p:?} at {i} ({v}) for {}", T::RUST_NAME);
+        }
     }
 }
 
 #[test]
-fn scalar_and_unary_every_dtype_and_size() {
-    let Some(dev) = device("scalar_and_unary_every_dtype_and_size") else {
+fn scalar_unary_clip_predicates_every_dtype_and_size() {
+    let Some(dev) = device("scalar_unary_clip_predicates_every_dtype_and_size") else {
         return;
     };
     // Sizes: 1, a prime, one vector tail short, a large odd size (vector path + tail).
     for n in [1usize, 7, 31, 4097, (1 << 20) + 3] {
-        for_all_dtypes!(scalar_and_unary, &dev, n, n as u64 * 7919);
+        for_all_dtypes!(scalar_unary_clip, &dev, n, n as u64 * 7919);
     }
 }
 
+fn strided_and_inplace<T: TestType>(dev: &Device) {
+    let mut rng = Rng(17);
+    let (r, c) = (37usize, 29usize);
+    let host: Vec<T> = random_special(&mut rng, r * c, true);
+    let a = GpuArray::from_slice(dev, &host, &[r, c]).unwrap();
+    // A reversed, transposed view: every operand path through strides.
+    let v = a.slice(&s![..;-1, 1..;2]).unwrap().transpose();
+    let offs = view_offsets(v.shape(), v.strides(), 0);
+    let vr: Vec<T> = {
+        // The view's elements on the CPU: reversed rows, every other column from 1, transposed.
+        let mut out = Vec::new();
+        for j in (1..c).step_by(2) {
+            for i in (0..r).rev() {
+                out.push(host[i * c + j]);
+            }
+        }
+        out
+    };
+    assert_eq!(v.to_vec().unwrap().len(), offs.len());
+    let got = v.to_vec().unwrap();
+    for (g, w) in got.iter().zip(&vr) {
+        assert!(g.to_f64() == w.to_f64() || g.to_f64().is_nan());
+    }
+    // Binary on views writes a fresh contiguous array.
+    let sum = v.add(&v).unwrap();
+    assert!(sum.is_contiguous());
+    let want: Vec<f64> = vr
+        .iter()
+        .map(|&x| ref_binary(BinaryOp::Add, x, x))
+        .collect();
+    check::<T>("view + view", &sum.to_vec().unwrap(), &want, 0.0).unwrap();
+    // out= into a strided view of a fresh array.
+    let dst = GpuArray::<T>::zeros(dev, &[v.shape()[1], v.shape()[0]]).unwrap();
+    let mut dst_t = dst.transpose();
+    v.mul_into(&v, &mut dst_t).unwrap();
+    let want_t: Vec<f64> = vr
+        .iter()
+        .map(|&x| ref_binary(BinaryOp::Mul, x, x))
+        .collect();
+    check::<T>(
+        "mul_into a transposed view",
+        &dst_t.to_vec().unwrap(),
+        &want_t,
+        0.0,
+    )
+    .unwrap();
+    // In place, broadcasting a row.
+    let row: Vec<T> = random_vec(&mut rng, c, true);
+    let grow = GpuArray::from_slice(dev, &row, &[c]).unwrap();
+    let mut x = a.astype::<T>().unwrap();
+    x.sub_inplace(&grow).unwrap();
+    let want: Vec<f64> = (0..r * c)
+        .map(|i| ref_binary(BinaryOp::Sub, host[i], row[i % c]))
+        .collect();
+    check::<T>("sub_inplace", &x.to_vec().unwrap(), &want, 0.0).unwrap();
+    // x[1:] += x[:-1]: the overlapping input is read before anything is written (as NumPy).
+    let flat: Vec<T> = random_vec(&mut rng, 100, true);
+    let f = GpuArray::from_slice(dev, &flat, &[100]).unwrap();
+    let tail = f.slice(&s![..-1]).unwrap();
+    let mut head = f.slice(&s![1..]).unwrap();
+    let h2 = head.clone();
+    h2.add_into(&tail, &mut head).unwrap();
+    let got = f.to_vec().unwrap();
+    let mut want: Vec<f64> = vec![flat[0].to_f64()];
+    want.extend((1..100).map(|i| ref_binary(BinaryOp::Add, flat[i], flat[i - 1])));
+    check::<T>("x[1:] += x[:-1]", &got, &want, 0.0).unwrap();
+    // Unary and clip in place.
+    let mut y = GpuArray::from_slice(dev, &flat, &[100]).unwrap();
+    y.neg_inplace().unwrap();
+    let want: Vec<f64> = flat.iter().map(|&v| ref_unary(UnaryOp::Neg, v)).collect();
+    check::<T>("neg_inplace", &y.to_vec().unwrap(), &want, 0.0).unwrap();
+    y.clip_inplace(T::from_f64(0.0), T::from_f64(2.0)).unwrap();
+    assert!(y
+        .to_vec()
+        .unwrap()
+        .iter()
+        .all(|v| (0.0..=2.0).contains(&v.to_f64())));
+    // A broadcast view cannot be an output; a wrong out shape is an error.
+    let mut bview = grow.broadcast_to(&[3, c]).unwrap();
+    assert!(a
+        .slice(&s![..3])
+        .unwrap()
+        .add_into(&bview.clone(), &mut bview)
+        .is_err());
+    let mut wrong = GpuArray::<T>::zeros(dev, &[2, 2]).unwrap();
+    assert!(matches!(
+        a.add_into(&a, &mut wrong),
+        Err(Error::ShapeMismatch { .. })
+    ));
+}
+
 #[test]
-fn std_ops_and_error_messages() {
-    let Some(dev) = device("std_ops_and_error_messages") else {
+fn strided_views_into_and_inplace_every_dtype() {
+    let Some(dev) = device("strided_views_into_and_inplace_every_dtype") else {
+        return;
+    };
+    for_all_dtypes!(strided_and_inplace, &dev);
+}
+
+#[test]
+fn operators_fuse_into_one_expression() {
+    let Some(dev) = device("operators_fuse_into_one_expression") else {
         return;
     };
     let a = GpuArray::<f32>::from_slice(&dev, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
     let b = GpuArray::<f32>::from_slice(&dev, &[10.0, 20.0, 30.0], &[3]).unwrap();
-    assert_eq!(
-        (&a + &b).unwrap().to_vec().unwrap(),
-        vec![11.0, 22.0, 33.0, 14.0, 25.0, 36.0]
-    );
-    assert_eq!((&a - &b).unwrap().to_vec().unwrap()[0], -9.0);
-    assert_eq!(
-        (&a * 2.0).unwrap().to_vec().unwrap(),
-        vec![2.0, 4.0, 6.0, 8.0, 10.0, 12.0]
-    );
-    assert_eq!((&a / 2.0).unwrap().to_vec().unwrap()[1], 1.0);
-    assert_eq!((-&a).unwrap().to_vec().unwrap()[2], -3.0);
+    // Owned and borrowed operands, scalars on either side, one `?`.
+    let y = (2.0 * &a + &b * &b - 1.0).eval().unwrap();
+    let want: Vec<f32> = (0..6)
+        .map(|i| 2.0 * (i as f32 + 1.0) + [100.0f32, 400.0, 900.0][i % 3] - 1.0)
+        .collect();
+    assert_eq!(y.to_vec().unwrap(), want);
+    let z = (-(a.clone() / 4.0) + b.clone()).eval().unwrap();
+    assert_eq!(z.to_vec().unwrap()[4], -1.25 + 20.0);
+    let chained = (&y - &y * 0.5).eval().unwrap();
+    assert_eq!(chained.to_vec().unwrap()[0], want[0] * 0.5);
+    // The same array used twice is one leaf.
+    let e = &a * &a + &a;
+    assert_eq!(e.code(), "wrap_add(wrap_mul(x0, x0), x0)");
+    // Errors surface at eval, before anything runs.
     let c = GpuArray::<f32>::zeros(&dev, &[4]).unwrap();
-    let e = (&a + &c).unwrap_err();
-    match &e {
+    let err = (&a + &c).eval().unwrap_err();
+    match &err {
         Error::ShapeMismatch { lhs, rhs, .. } => {
             assert_eq!(
                 (lhs.as_slice(), rhs.as_slice()),
@@ -362,318 +617,85 @@ fn std_ops_and_error_messages() {
         }
         other => panic!("expected ShapeMismatch, got {other}"),
     }
-    let msg = e.to_string();
+    // In place: x = 2 * x + 1 through eval_into.
+    let mut x = a.astype::<f32>().unwrap();
+    let e = 2.0 * &x + 1.0;
+    e.eval_into(&mut x).unwrap();
+    assert_eq!(x.to_vec().unwrap(), vec![3.0, 5.0, 7.0, 9.0, 11.0, 13.0]);
+    // Integers: division by zero is 0, as the built-in div.
+    let i = GpuArray::<i32>::from_slice(&dev, &[7, -7, 3], &[3]).unwrap();
+    let zero = GpuArray::<i32>::zeros(&dev, &[3]).unwrap();
+    assert_eq!(
+        (&i / &zero + 1).eval().unwrap().to_vec().unwrap(),
+        vec![1, 1, 1]
+    );
+    assert_eq!((&i / 2).eval().unwrap().to_vec().unwrap(), vec![3, -3, 1]);
+    // f16 computes in float and rounds once.
+    let h = GpuArray::<gpukit_core::f16>::from_slice(
+        &dev,
+        &[
+            gpukit_core::f16::from_f32(1.5),
+            gpukit_core::f16::from_f32(-2.0),
+        ],
+        &[2],
+    )
+    .unwrap();
+    let hh = (&h * &h + gpukit_core::f16::from_f32(0.25))
+        .eval()
+        .unwrap()
+        .to_vec()
+        .unwrap();
+    assert_eq!(hh[0].to_f32(), 2.5);
+    // Random shapes: the fused result equals the named methods' result, for broadcasting pairs.
+    runner(16)
+        .run(&(broadcast_pair(), any::<u64>()), |((_, sa, sb), seed)| {
+            let mut rng = Rng(seed);
+            let x: Vec<f64> = random_special(&mut rng, sa.iter().product(), false);
+            let y: Vec<f64> = random_special(&mut rng, sb.iter().product(), true);
+            let gx = GpuArray::from_slice(&dev, &x, &sa).map_err(fail)?;
+            let gy = GpuArray::from_slice(&dev, &y, &sb).map_err(fail)?;
+            let fused = ((&gx - &gy) * 3.0 / &gy)
+                .eval()
+                .map_err(fail)?
+                .to_vec()
+                .map_err(fail)?;
+            let eager = gx.sub(&gy).map_err(fail)?.mul_scalar(3.0).map_err(fail)?;
+            let eager = eager.div(&gy).map_err(fail)?.to_vec().map_err(fail)?;
+            prop_assert_eq!(fused.len(), eager.len());
+            for (f, e) in fused.iter().zip(&eager) {
+                prop_assert!(f == e || (f.is_nan() && e.is_nan()), "{} vs {}", f, e);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn errors_name_what_is_wrong() {
+    let Some(dev) = device("errors_name_what_is_wrong") else {
+        return;
+    };
+    let a = GpuArray::<f32>::from_slice(&dev, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
+    let c = GpuArray::<f32>::zeros(&dev, &[4]).unwrap();
+    let msg = a.add(&c).unwrap_err().to_string();
     assert!(msg.contains("[2, 3]") && msg.contains("[4]"), "{msg}");
     let i = GpuArray::<i32>::ones(&dev, &[3]).unwrap();
     assert!(matches!(i.exp(), Err(Error::UnsupportedDType { .. })));
+    assert!(matches!(
+        a.bitwise_and(&a),
+        Err(Error::UnsupportedDType { .. })
+    ));
+    assert!(matches!(
+        a.bitwise_not(),
+        Err(Error::UnsupportedDType { .. })
+    ));
     assert!(i.item().is_err());
     assert!(a.reshape(&[4]).is_err());
     assert!(a.permute(&[0, 0]).is_err());
-    assert!(a.slice(1..3).is_err());
+    assert!(a.slice(&s![3]).is_err());
     assert!(matches!(a.sum_axis(2), Err(Error::AxisOutOfRange { .. })));
     let empty = GpuArray::<f32>::zeros(&dev, &[0, 3]).unwrap();
     assert!(matches!(empty.max(), Err(Error::EmptyReduction { .. })));
     assert_eq!(empty.sum().unwrap().item().unwrap(), 0.0);
     assert!(GpuArray::<f32>::from_slice(&dev, &[1.0, 2.0], &[3]).is_err());
-}
-
-#[test]
-fn creation_views_and_casts() {
-    let Some(dev) = device("creation_views_and_casts") else {
-        return;
-    };
-    for n in [0usize, 1, 5, 1000003] {
-        assert!(GpuArray::<f64>::zeros(&dev, &[n])
-            .unwrap()
-            .to_vec()
-            .unwrap()
-            .iter()
-            .all(|&x| x == 0.0));
-        assert!(GpuArray::<u8>::ones(&dev, &[n])
-            .unwrap()
-            .to_vec()
-            .unwrap()
-            .iter()
-            .all(|&x| x == 1));
-        let f = GpuArray::<bf16>::full(&dev, &[n], bf16::from_f32(1.5))
-            .unwrap()
-            .to_vec()
-            .unwrap();
-        assert!(f.iter().all(|&x| x.to_f32() == 1.5));
-    }
-    let r = GpuArray::<i64>::arange(&dev, -5, 1 << 40, 1 << 38)
-        .unwrap()
-        .to_vec()
-        .unwrap();
-    assert_eq!(r, (0..5).map(|i| -5 + i * (1i64 << 38)).collect::<Vec<_>>());
-    let r = GpuArray::<f32>::arange(&dev, 0.0, 1.0, 0.25)
-        .unwrap()
-        .to_vec()
-        .unwrap();
-    assert_eq!(r, vec![0.0, 0.25, 0.5, 0.75]);
-    assert_eq!(GpuArray::<u32>::arange(&dev, 5, 0, 1).unwrap().len(), 0);
-    assert!(GpuArray::<f32>::arange(&dev, 0.0, 1.0, 0.0).is_err());
-
-    // Transpose / permute / slice / reshape against CPU index arithmetic.
-    let (p, q, r3) = (3usize, 5usize, 7usize);
-    let host: Vec<i32> = (0..(p * q * r3) as i32).collect();
-    let a = GpuArray::from_slice(&dev, &host, &[p, q, r3]).unwrap();
-    let t = a.permute(&[2, 0, 1]).unwrap();
-    assert!(!t.is_contiguous());
-    assert_eq!(t.shape(), &[r3, p, q]);
-    let tv = t.to_vec().unwrap();
-    for k in 0..r3 {
-        for i in 0..p {
-            for j in 0..q {
-                assert_eq!(tv[(k * p + i) * q + j], host[(i * q + j) * r3 + k]);
-            }
-        }
-    }
-    let m = GpuArray::from_slice(&dev, &host[..q * r3], &[q, r3]).unwrap();
-    let mt = m.transpose().to_vec().unwrap();
-    assert_eq!(mt[1], host[r3]);
-    let s = a.slice(1..3).unwrap();
-    assert_eq!(s.to_vec().unwrap(), host[q * r3..3 * q * r3].to_vec());
-    let rs = t.reshape(&[r3 * p * q]).unwrap();
-    assert_eq!(rs.to_vec().unwrap(), tv);
-    // Operations on non-contiguous views use the strided path.
-    let sum = (&t + &t).unwrap().to_vec().unwrap();
-    assert_eq!(sum, tv.iter().map(|x| 2 * x).collect::<Vec<_>>());
-    let neg = t.neg().unwrap().to_vec().unwrap();
-    assert_eq!(neg, tv.iter().map(|x| -x).collect::<Vec<_>>());
-
-    // Misaligned (offset by one element) views take the scalar path of contiguous kernels.
-    let v: Vec<f32> = (0..1001).map(|i| i as f32 * 0.5).collect();
-    let g = GpuArray::from_slice(&dev, &v, &[1001, 1]).unwrap();
-    let off = g.slice(1..1001).unwrap();
-    assert!(off.is_contiguous() && off.device_ptr() % 16 != 0);
-    let d = (&off + &off).unwrap().to_vec().unwrap();
-    assert_eq!(d, v[1..].iter().map(|x| x * 2.0).collect::<Vec<_>>());
-    assert_eq!(
-        off.sum().unwrap().item().unwrap(),
-        v[1..].iter().sum::<f32>()
-    );
-
-    // Casts.
-    let x = GpuArray::<f32>::from_slice(&dev, &[-2.7, -0.5, 0.0, 3.9, 300.25], &[5]).unwrap();
-    assert_eq!(
-        x.astype::<i32>().unwrap().to_vec().unwrap(),
-        vec![-2, 0, 0, 3, 300]
-    );
-    assert_eq!(x.astype::<f64>().unwrap().to_vec().unwrap()[4], 300.25);
-    assert_eq!(
-        x.astype::<f16>().unwrap().to_vec().unwrap()[1],
-        f16::from_f32(-0.5)
-    );
-    assert_eq!(
-        x.astype::<bf16>()
-            .unwrap()
-            .astype::<f32>()
-            .unwrap()
-            .to_vec()
-            .unwrap()[3],
-        bf16::from_f32(3.9).to_f32()
-    );
-    let big = GpuArray::<i64>::from_slice(&dev, &[(1 << 40) + 3], &[1]).unwrap();
-    assert_eq!(big.astype::<u8>().unwrap().to_vec().unwrap(), vec![3]);
-    assert_eq!(
-        t.astype::<f64>().unwrap().to_vec().unwrap()[3],
-        tv[3] as f64
-    );
-
-    // copy_from writes through a view.
-    let mut dst = GpuArray::<i32>::zeros(&dev, &[4, 3]).unwrap();
-    let src = GpuArray::<i32>::from_slice(&dev, &[7, 8, 9], &[3]).unwrap();
-    let mut rows = dst.slice(1..3).unwrap();
-    rows.copy_from(&src).unwrap();
-    assert_eq!(
-        dst.to_vec().unwrap(),
-        vec![0, 0, 0, 7, 8, 9, 7, 8, 9, 0, 0, 0]
-    );
-    let bad = GpuArray::<i32>::zeros(&dev, &[2]).unwrap();
-    assert!(dst.copy_from(&bad).is_err());
-}
-
-fn reduce_case<T: TestType>(dev: &Device, shape: &[usize], seed: u64) -> Result<(), TestCaseError> {
-    let mut rng = Rng(seed);
-    let n: usize = shape.iter().product();
-    let a: Vec<T> = random_vec(&mut rng, n, false);
-    let g = GpuArray::from_slice(dev, &a, shape).map_err(fail)?;
-    let is_float = T::KIND == DTypeKind::Float;
-    let sum_ref = |xs: &[T]| -> f64 {
-        if is_float {
-            xs.iter().map(|x| x.to_f64()).sum()
-        } else {
-            wrap::<T>(xs.iter().map(|x| x.to_i64() as i128).sum()).to_f64()
-        }
-    };
-    let abs_sum = |xs: &[T]| xs.iter().map(|x| x.to_f64().abs()).sum::<f64>();
-    let eps = T::rtol();
-    let mean_ref = |xs: &[T]| -> f64 {
-        if is_float {
-            xs.iter().map(|x| x.to_f64()).sum::<f64>() / xs.len() as f64
-        } else {
-            let s: i128 = xs.iter().map(|x| x.to_i64() as i128).sum();
-            wrap::<T>(s / xs.len() as i128).to_f64()
-        }
-    };
-    let first_arg = |xs: &[T], max: bool| -> i64 {
-        let mut best = 0;
-        for (i, x) in xs.iter().enumerate() {
-            let (v, b) = (x.to_f64(), xs[best].to_f64());
-            if (max && v > b) || (!max && v < b) {
-                best = i;
-            }
-        }
-        best as i64
-    };
-    // All elements.
-    let s = g.sum().map_err(fail)?.item().map_err(fail)?;
-    check::<T>("sum", &[s], &[sum_ref(&a)], 4.0 * eps * abs_sum(&a) + 1e-30).map_err(fail)?;
-    if n > 0 {
-        let m = g.mean().map_err(fail)?.item().map_err(fail)?;
-        check::<T>(
-            "mean",
-            &[m],
-            &[mean_ref(&a)],
-            4.0 * eps * abs_sum(&a) / n as f64 + 1e-30,
-        )
-        .map_err(fail)?;
-        let mx = g.max().map_err(fail)?.item().map_err(fail)?;
-        let mn = g.min().map_err(fail)?.item().map_err(fail)?;
-        let fmax = a
-            .iter()
-            .map(|x| x.to_f64())
-            .fold(f64::NEG_INFINITY, f64::max);
-        let fmin = a.iter().map(|x| x.to_f64()).fold(f64::INFINITY, f64::min);
-        prop_assert_eq!((mx.to_f64(), mn.to_f64()), (fmax, fmin));
-        prop_assert_eq!(
-            g.argmax().map_err(fail)?.item().map_err(fail)?,
-            first_arg(&a, true)
-        );
-        prop_assert_eq!(
-            g.argmin().map_err(fail)?.item().map_err(fail)?,
-            first_arg(&a, false)
-        );
-    }
-    // Each axis.
-    for axis in 0..shape.len() {
-        let (outer, r, inner): (usize, usize, usize) = (
-            shape[..axis].iter().product(),
-            shape[axis],
-            shape[axis + 1..].iter().product(),
-        );
-        let lane =
-            |o: usize, i: usize| -> Vec<T> { (0..r).map(|k| a[(o * r + k) * inner + i]).collect() };
-        let gs = g.sum_axis(axis).map_err(fail)?.to_vec().map_err(fail)?;
-        prop_assert_eq!(gs.len(), outer * inner);
-        for o in 0..outer {
-            for i in 0..inner {
-                let l = lane(o, i);
-                check::<T>(
-                    &format!("sum_axis {axis} of {shape:?}"),
-                    &[gs[o * inner + i]],
-                    &[sum_ref(&l)],
-                    4.0 * eps * abs_sum(&l) + 1e-30,
-                )
-                .map_err(fail)?;
-            }
-        }
-        if r == 0 {
-            prop_assert!(g.max_axis(axis).is_err());
-            continue;
-        }
-        let gm = g.mean_axis(axis).map_err(fail)?.to_vec().map_err(fail)?;
-        let gx = g.max_axis(axis).map_err(fail)?.to_vec().map_err(fail)?;
-        let gn = g.min_axis(axis).map_err(fail)?.to_vec().map_err(fail)?;
-        let ga = g.argmax_axis(axis).map_err(fail)?.to_vec().map_err(fail)?;
-        let gi = g.argmin_axis(axis).map_err(fail)?.to_vec().map_err(fail)?;
-        for o in 0..outer {
-            for i in 0..inner {
-                let l = lane(o, i);
-                let c = o * inner + i;
-                check::<T>(
-                    "mean_axis",
-                    &[gm[c]],
-                    &[mean_ref(&l)],
-                    4.0 * eps * abs_sum(&l) / r as f64 + 1e-30,
-                )
-                .map_err(fail)?;
-                let fmax = l
-                    .iter()
-                    .map(|x| x.to_f64())
-                    .fold(f64::NEG_INFINITY, f64::max);
-                let fmin = l.iter().map(|x| x.to_f64()).fold(f64::INFINITY, f64::min);
-                prop_assert_eq!(
-                    (gx[c].to_f64(), gn[c].to_f64()),
-                    (fmax, fmin),
-                    "max/min axis {} of {:?}",
-                    axis,
-                    shape
-                );
-                prop_assert_eq!(
-                    (ga[c], gi[c]),
-                    (first_arg(&l, true), first_arg(&l, false)),
-                    "argmax/argmin axis {} of {:?}",
-                    axis,
-                    shape
-                );
-            }
-        }
-    }
-    Ok(())
-}
-
-fn reduce_all<T: TestType>(dev: &Device, cases: u32) {
-    let shapes = prop::collection::vec(
-        prop::sample::select(vec![0usize, 1, 2, 3, 5, 13, 31, 257, 1031]),
-        1..4,
-    )
-    .prop_filter("at most ~300k elements", |s| {
-        s.iter().product::<usize>() <= 300_000
-    });
-    runner(cases)
-        .run(&(shapes, any::<u64>()), |(shape, seed)| {
-            reduce_case::<T>(dev, &shape, seed)
-        })
-        .unwrap_or_else(|e| panic!("{}: {e}", T::RUST_NAME));
-}
-
-#[test]
-fn reductions_every_dtype_all_and_axis() {
-    let Some(dev) = device("reductions_every_dtype_all_and_axis") else {
-        return;
-    };
-    for_all_dtypes!(reduce_all, &dev, 16);
-    // Large single reductions (vector path, many blocks).
-    reduce_case::<f32>(&dev, &[3_000_017], 1).unwrap();
-    reduce_case::<u8>(&dev, &[2_000_003], 2).unwrap();
-    reduce_case::<f64>(&dev, &[1000, 1001], 3).unwrap();
-}
-
-#[test]
-fn sum_of_1e8_f32_has_no_catastrophic_error() {
-    let Some(dev) = device("sum_of_1e8_f32_has_no_catastrophic_error") else {
-        return;
-    };
-    let n = 100_000_000usize;
-    let mut rng = Rng(42);
-    let host: Vec<f32> = (0..n).map(|_| rng.uniform(0.0, 1.0) as f32).collect();
-    let exact: f64 = host.iter().map(|&x| x as f64).sum();
-    let naive: f32 = host.iter().sum();
-    let g = GpuArray::from_slice(&dev, &host, &[n]).unwrap();
-    let s = g.sum().unwrap().item().unwrap() as f64;
-    let m = g.mean().unwrap().item().unwrap() as f64;
-    let rel = (s - exact).abs() / exact;
-    eprintln!(
-        "sum of 1e8 uniform f32: exact {exact:.1}, gpukit {s:.1} (rel {rel:.2e}), naive sequential f32 {naive:.1} (rel {:.2e})",
-        (naive as f64 - exact).abs() / exact
-    );
-    assert!(rel < 1e-6, "relative error {rel:e}");
-    assert!((m - exact / n as f64).abs() / (exact / n as f64) < 1e-6);
-    // Axis sum over 1e4 x 1e4 columns (column path) as well.
-    let g2 = g.reshape(&[10_000, 10_000]).unwrap();
-    let cols = g2.sum_axis(0).unwrap().to_vec().unwrap();
-    let exact0: f64 = (0..10_000).map(|r| host[r * 10_000] as f64).sum();
-    assert!((cols[0] as f64 - exact0).abs() / exact0 < 1e-5);
 }

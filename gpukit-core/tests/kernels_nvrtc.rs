@@ -1,17 +1,19 @@
-//! Every built-in kernel compiles with NVRTC for sm_80 and sm_90 (CUBIN, so ptxas runs and
-//! spills would show), and every name expression the Rust side asks for resolves.
+//! Every built-in kernel compiles with NVRTC for sm_80 and sm_90a (CUBIN, so ptxas runs and
+//! spills would show), and every name expression the Rust side asks for resolves; so do
+//! kernels generated for the fused operators and the user kernels.
 
 use gpukit_core::kernels::{builtin_programs, KernelFile};
 use gpukit_jit::{compile, Arch, Output};
 
 #[test]
-fn every_builtin_kernel_compiles_for_sm80_and_sm90() {
-    if !gpukit_jit::testing::nvrtc("every_builtin_kernel_compiles_for_sm80_and_sm90") {
+fn every_builtin_kernel_compiles_for_sm80_and_sm90a() {
+    if !gpukit_jit::testing::nvrtc("every_builtin_kernel_compiles_for_sm80_and_sm90a") {
         return;
     }
     let programs = builtin_programs();
-    assert_eq!(programs.len(), 3 * 8);
-    let jobs: Vec<_> = [Arch::new(8, 0), Arch::new(9, 0)]
+    // Seven files for all nine element types, random and nn for the four float types.
+    assert_eq!(programs.len(), 7 * 9 + 2 * 4);
+    let jobs: Vec<_> = [Arch::new(8, 0), Arch::new(9, 0).specific()]
         .into_iter()
         .flat_map(|arch| programs.iter().map(move |p| (arch, p)))
         .collect();
@@ -49,16 +51,72 @@ fn every_builtin_kernel_compiles_for_sm80_and_sm90() {
 
 #[test]
 fn name_expressions_cover_the_operations() {
-    let ew = KernelFile::Elementwise.name_expressions("float");
-    assert!(ew.contains(&"binary_contig<float, 0>".to_string()));
-    assert!(ew.contains(&"unary_contig<float, 7>".to_string()));
-    assert!(ew.contains(&"where_strided<float>".to_string()));
-    // Integer types get only neg / abs / relu.
-    let ints = KernelFile::Elementwise.name_expressions("int");
-    assert!(!ints.iter().any(|e| e.starts_with("unary_contig<int, 2>")));
-    assert!(ints.contains(&"unary_contig<int, 6>".to_string()));
-    let copy = KernelFile::Copy.name_expressions("__half");
-    assert!(copy.contains(&"copy_strided<__half, long long>".to_string()));
-    let red = KernelFile::Reduce.name_expressions("unsigned char");
-    assert!(red.contains(&"arg_cols<unsigned char, 1>".to_string()));
+    let has = |f: KernelFile, d: &str, e: &str| f.name_expressions(d).contains(&e.to_string());
+    assert!(has(KernelFile::Binary, "float", "binary_contig<float, 0>"));
+    assert!(has(KernelFile::Binary, "float", "binary_strided<float, 7>"));
+    // Bitwise operations exist for integers only.
+    assert!(!has(KernelFile::Binary, "float", "binary_contig<float, 8>"));
+    assert!(has(KernelFile::Binary, "int", "binary_scalar<int, 10>"));
+    assert!(has(KernelFile::Unary, "float", "unary_contig<float, 8>"));
+    assert!(!has(KernelFile::Unary, "int", "unary_contig<int, 2>"));
+    assert!(has(KernelFile::Unary, "int", "unary_contig<int, 14>"));
+    assert!(has(KernelFile::Logic, "__half", "where_strided<__half>"));
+    assert!(has(
+        KernelFile::Copy,
+        "__half",
+        "copy_strided<__half, unsigned long long>"
+    ));
+    assert!(has(
+        KernelFile::Reduce,
+        "unsigned char",
+        "reduce_cols<unsigned char, 10>"
+    ));
+    assert!(has(KernelFile::Scan, "int", "scan_apply<int, 1>"));
+    assert!(has(KernelFile::Nn, "float", "softmax_rows<float, 8>"));
+    assert!(!KernelFile::Random.applies_to("int"));
+    assert!(KernelFile::Random.applies_to("__nv_bfloat16"));
+}
+
+#[test]
+fn generated_kernels_compile_for_sm80_and_sm90a() {
+    if !gpukit_jit::testing::nvrtc("generated_kernels_compile_for_sm80_and_sm90a") {
+        return;
+    }
+    use gpukit_core::codegen::{elementwise_source, reduction_source, Param, Role};
+    let p = |name: &str, ctype: &'static str, role| Param {
+        name: name.into(),
+        ctype,
+        role,
+    };
+    let ew = elementwise_source(
+        "fused",
+        &[
+            p("x0", "__half", Role::In),
+            p("x1", "__half", Role::In),
+            p("s0", "__half", Role::Scalar),
+            p("y", "__half", Role::Out),
+        ],
+        "y = (_gk_div(x0, s0) + x1);",
+        "",
+    );
+    let red = reduction_source(
+        "l2",
+        &[p("x", "float", Role::In), p("y", "double", Role::Out)],
+        "x * x",
+        "a + b",
+        "y = sqrt(a)",
+        "0",
+        "double",
+        "",
+    );
+    for arch in [Arch::new(8, 0), Arch::new(9, 0).specific()] {
+        for (name, src) in [("fused", &ew), ("l2", &red)] {
+            let opts = gpukit_jit::CompileOptions::new()
+                .header("common.cuh", gpukit_core::kernels::COMMON_H)
+                .output(Output::Cubin);
+            let m =
+                compile(src, name, arch, &opts).unwrap_or_else(|e| panic!("{name} {arch}: {e}"));
+            assert!(m.available_kernels().contains(&name.to_string()));
+        }
+    }
 }

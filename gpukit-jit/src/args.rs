@@ -1,12 +1,17 @@
-//! Kernel arguments and their check against a parsed signature.
+//! Raw kernel arguments ([`KernelArg`]) and their check against a parsed signature.
+//!
+//! A `KernelArg::Ptr` is a bare device address: launching with one is `unsafe`
+//! ([`Kernel::launch_unchecked`](crate::Kernel::launch_unchecked)). Safe launches take typed
+//! [`Arg`](crate::Arg)s instead.
 
 use crate::error::{Error, Result};
-use crate::signature::{KernelSignature, ParamKind};
+use crate::signature::{KernelSignature, Param, ParamKind};
 
 /// One argument of a kernel launch.
 ///
-/// Scalars convert with `.into()` (`0.5f32.into()`, `n.into()` for `i32`, ...); device buffers
-/// become [`KernelArg::Ptr`] (gpukit-core's `GpuArray` converts itself).
+/// Scalars convert with `.into()` (`0.5f32.into()`, `n.into()` for `i32`, ...); a device
+/// address is [`KernelArg::Ptr`]. Building one is safe; launching with one is not (see
+/// [`Kernel::launch_unchecked`](crate::Kernel::launch_unchecked)).
 #[derive(Debug, Clone, PartialEq)]
 pub enum KernelArg {
     /// A device pointer.
@@ -108,7 +113,7 @@ impl KernelArg {
         }
     }
 
-    fn class(&self) -> (char, u32) {
+    pub(crate) fn class(&self) -> (char, u32) {
         match self {
             KernelArg::Ptr(_) => ('p', 64),
             KernelArg::F32(_) => ('f', 32),
@@ -123,57 +128,84 @@ impl KernelArg {
     }
 }
 
-/// Checks `args` against `sig`: count, pointer vs scalar, float vs integer, and width.
+/// Checks `args` against `sig`: count, pointer vs scalar, float vs integer, and width (what
+/// raw arguments can be checked for: a bare address says nothing about what it points to).
 pub fn check_args(sig: &KernelSignature, kernel: &str, args: &[KernelArg]) -> Result<()> {
-    let mismatch = |message: String| Error::ArgumentMismatch {
+    check_count(sig, kernel, args.len())?;
+    for (i, (p, a)) in sig.params.iter().zip(args).enumerate() {
+        check_one(sig, kernel, i, p, a)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn mismatch(kernel: &str, message: String) -> Error {
+    Error::ArgumentMismatch {
         kernel: kernel.to_string(),
         message,
-    };
-    if args.len() != sig.params.len() {
-        let names: Vec<String> = sig
-            .params
-            .iter()
-            .map(|p| format!("{} {}", p.ty, p.name))
-            .collect();
-        return Err(mismatch(format!(
-            "expects {} argument(s) ({}), got {}",
+    }
+}
+
+/// The argument count must match the parameter count.
+pub(crate) fn check_count(sig: &KernelSignature, kernel: &str, given: usize) -> Result<()> {
+    if given == sig.params.len() {
+        return Ok(());
+    }
+    let names: Vec<String> = sig
+        .params
+        .iter()
+        .map(|p| format!("{} {}", p.ty, p.name))
+        .collect();
+    Err(mismatch(
+        kernel,
+        format!(
+            "expects {} argument(s) ({}), got {given}",
             sig.params.len(),
             names.join(", "),
-            args.len()
-        )));
-    }
-    for (i, (p, a)) in sig.params.iter().zip(args).enumerate() {
-        let (class, bits) = a.class();
-        let wrong = |expected: &str| {
-            mismatch(format!(
+        ),
+    ))
+}
+
+/// Checks raw argument `a` (number `i`, 0-based) against parameter `p`.
+pub(crate) fn check_one(
+    sig: &KernelSignature,
+    kernel: &str,
+    i: usize,
+    p: &Param,
+    a: &KernelArg,
+) -> Result<()> {
+    let (class, bits) = a.class();
+    let wrong = |expected: &str| {
+        mismatch(
+            kernel,
+            format!(
                 "argument {} (`{} {}`) expects {expected}, got {}",
                 i + 1,
                 p.ty,
                 p.name,
                 a.describe()
-            ))
-        };
-        match &p.kind {
-            ParamKind::Pointer if class != 'p' => return Err(wrong("a device pointer")),
-            ParamKind::Float(w) if class != 'f' || bits != *w => {
-                return Err(wrong(&format!("a {w}-bit float")))
-            }
-            ParamKind::Int(w) if class != 'i' || bits != *w => {
-                return Err(wrong(&format!("a {w}-bit integer")))
-            }
-            ParamKind::Template(t) => {
-                return Err(mismatch(format!(
-                    "argument {} has template type `{t}`; load the kernel by a name expression \
-                     such as `{}<float>` so its type is known",
-                    i + 1,
-                    sig.name
-                )))
-            }
-            ParamKind::Opaque(_) if class == 'p' => return Err(wrong("a value (by-value struct)")),
-            _ => {}
+            ),
+        )
+    };
+    match &p.kind {
+        ParamKind::Pointer { .. } if class != 'p' => Err(wrong("a device pointer")),
+        ParamKind::Float(w) if class != 'f' || bits != *w => {
+            Err(wrong(&format!("a {w}-bit float")))
         }
+        ParamKind::Int(w) if class != 'i' || bits != *w => {
+            Err(wrong(&format!("a {w}-bit integer")))
+        }
+        ParamKind::Template(t) => Err(mismatch(
+            kernel,
+            format!(
+                "argument {} has template type `{t}`; load the kernel by a name expression such \
+                 as `{}<float>` so its type is known",
+                i + 1,
+                sig.name
+            ),
+        )),
+        ParamKind::Opaque(_) if class == 'p' => Err(wrong("a value (by-value struct)")),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -52,6 +52,14 @@ pub enum Error {
         /// What is wrong (which argument, what was expected, what was given).
         message: String,
     },
+    /// Memory arguments of a launch overlap where the kernel may write.
+    #[error("kernel `{kernel}`: {message}")]
+    Aliasing {
+        /// The kernel.
+        kernel: String,
+        /// Which arguments overlap, where, and what to do.
+        message: String,
+    },
     /// An option, target or environment variable is malformed.
     #[error("invalid {what} `{value}`: {reason}")]
     InvalidInput {

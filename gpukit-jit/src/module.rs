@@ -6,12 +6,11 @@ use crate::error::{Error, Result};
 use crate::libs;
 use crate::options::{CompileOptions, Output};
 use crate::signature::KernelSignature;
-use crate::{Arch, KernelCache};
+use crate::typed::{check_typed, prepare, Arg};
+use crate::KernelSet;
 use cudarc::driver::{sys, CudaContext, CudaStream};
-use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// Opens the primary context of device `ordinal`, or returns a typed error when there is no
 /// driver or no such device (never panics).
@@ -102,6 +101,7 @@ pub struct Module {
     compiled: Arc<CompiledModule>,
     library: Arc<Library>,
     device: sys::CUdevice,
+    ordinal: usize,
 }
 
 // SAFETY: the fields are an Arc'd immutable compiled module, a Send+Sync library handle and a
@@ -154,6 +154,7 @@ impl Module {
             compiled,
             library: Arc::new(Library(lib)),
             device: ctx.cu_device(),
+            ordinal: ctx.ordinal(),
         })
     }
 
@@ -162,7 +163,8 @@ impl Module {
         &self.compiled
     }
 
-    /// A kernel by its `extern "C"` name or by a name expression given at compile time.
+    /// A kernel by its `extern "C"` name or by a name expression given at compile time (a
+    /// driver lookup: callers that launch often keep the [`Kernel`], or use a [`KernelSet`]).
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
         let not_found = || Error::KernelNotFound {
             name: name.to_string(),
@@ -178,56 +180,66 @@ impl Module {
         if status != sys::CUresult::CUDA_SUCCESS {
             return Err(not_found());
         }
-        Ok(Kernel {
+        Ok(Kernel(Arc::new(KernelInner {
             name: name.to_string(),
             kernel,
             device: self.device,
+            ordinal: self.ordinal,
             _library: self.library.clone(),
             signature: self.compiled.signature_for(name),
-            smem_limit: Arc::new(AtomicU32::new(48 * 1024)),
-        })
+            smem_limit: AtomicU32::new(48 * 1024),
+        })))
     }
 }
 
 /// A launchable kernel with its parsed signature. Context-independent: it can be launched on
-/// any stream of its device (the primary context's or a green context's).
+/// any stream of its device (the primary context's or a green context's). Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Kernel {
+pub struct Kernel(Arc<KernelInner>);
+
+#[derive(Debug)]
+struct KernelInner {
     name: String,
     kernel: sys::CUkernel,
     device: sys::CUdevice,
+    ordinal: usize,
     _library: Arc<Library>,
     signature: Option<KernelSignature>,
-    smem_limit: Arc<AtomicU32>,
+    smem_limit: AtomicU32,
 }
 
 // SAFETY: a CUkernel is a context-independent driver handle usable from any thread; the
-// library it belongs to is kept alive by the Arc.
-unsafe impl Send for Kernel {}
-// SAFETY: as above.
-unsafe impl Sync for Kernel {}
+// library it belongs to is kept alive by the Arc; the other fields are plain data.
+unsafe impl Send for KernelInner {}
+// SAFETY: as above (the shared-memory limit is an atomic).
+unsafe impl Sync for KernelInner {}
 
 impl Kernel {
     /// The kernel's name (as asked for).
     pub fn name(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     /// The parsed signature, when the source declared it in a form the parser understands.
     pub fn signature(&self) -> Option<&KernelSignature> {
-        self.signature.as_ref()
+        self.0.signature.as_ref()
+    }
+
+    /// The ordinal of the device the kernel was loaded for.
+    pub fn device_ordinal(&self) -> usize {
+        self.0.ordinal
     }
 
     /// The kernel's function handle in the context current on this thread (for occupancy
     /// queries and attributes).
     pub fn function_in_current_context(&self) -> Result<sys::CUfunction> {
         let mut f: sys::CUfunction = std::ptr::null_mut();
-        // SAFETY: self.kernel is a live CUkernel (its library is held).
-        unsafe { sys::cuKernelGetFunction(&mut f, self.kernel) }
+        // SAFETY: self.0.kernel is a live CUkernel (its library is held).
+        unsafe { sys::cuKernelGetFunction(&mut f, self.0.kernel) }
             .result()
             .map_err(|e| {
                 Error::driver(
-                    format!("getting kernel `{}` in the current context", self.name),
+                    format!("getting kernel `{}` in the current context", self.0.name),
                     e,
                 )
             })?;
@@ -236,48 +248,118 @@ impl Kernel {
 
     /// Sets a function attribute for this kernel on its device.
     pub fn set_attribute(&self, attribute: sys::CUfunction_attribute, value: i32) -> Result<()> {
-        // SAFETY: self.kernel is live; the device handle came from the loading context.
-        unsafe { sys::cuKernelSetAttribute(attribute, value, self.kernel, self.device) }
+        // SAFETY: the kernel is live; the device handle came from the loading context.
+        unsafe { sys::cuKernelSetAttribute(attribute, value, self.0.kernel, self.0.device) }
             .result()
             .map_err(|source| Error::Launch {
-                kernel: self.name.clone(),
+                kernel: self.0.name.clone(),
                 source,
             })
     }
 
-    /// Checks `args` against the signature without launching.
+    /// Checks raw `args` against the signature (count, kinds, widths) without launching.
     pub fn check(&self, args: &[KernelArg]) -> Result<()> {
-        match &self.signature {
-            Some(sig) => check_args(sig, &self.name, args),
+        match &self.0.signature {
+            Some(sig) => check_args(sig, &self.0.name, args),
             None => Ok(()),
         }
     }
 
-    /// Launches on `stream` after checking the arguments against the signature.
+    /// Checks typed `args` as [`launch`](Self::launch) does, for a launch on device `device`,
+    /// without launching.
+    pub fn check_typed(&self, device: usize, args: &[Arg<'_>]) -> Result<()> {
+        let sig = self
+            .0
+            .signature
+            .as_ref()
+            .ok_or_else(|| Error::ArgumentMismatch {
+                kernel: self.0.name.clone(),
+                message: "its signature could not be parsed from the source, so a safe launch \
+                      cannot check the arguments; declare it as `__global__ void name(T* p, \
+                      ...)` or use launch_unchecked"
+                    .into(),
+            })?;
+        check_typed(sig, &self.0.name, device, args)
+    }
+
+    /// Launches on `stream` with typed arguments, checked against the parsed signature first
+    /// (see [`crate::typed`]): device memory as `&array` (read) or `&mut array` (written),
+    /// scalars by value. Nothing is queued when a check fails.
+    ///
+    /// ```no_run
+    /// # use gpukit_jit::*;
+    /// # fn f(k: &Kernel, s: &std::sync::Arc<cudarc::driver::CudaStream>,
+    /// #      x: &mut cudarc::driver::CudaSlice<f32>) -> Result<()> {
+    /// k.launch(s, LaunchConfig::for_elements(1024, 256), args![x, 0.5f32, 1024i32])
+    /// # }
+    /// ```
+    pub fn launch<'a>(
+        &self,
+        stream: &Arc<CudaStream>,
+        cfg: LaunchConfig,
+        mut args: impl AsMut<[Arg<'a>]>,
+    ) -> Result<()> {
+        let args = args.as_mut();
+        self.check_typed(stream.context().ordinal(), args)?;
+        stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| Error::driver("binding the context", e))?;
+        let (raw, guards) = prepare(args, stream);
+        // SAFETY: the stream belongs to the bound context and is live for this call. Every
+        // pointer comes from a DeviceMemory of the stream's device whose element type, access
+        // and range were checked against the signature above, with no written range
+        // overlapping another argument; `prepare` recorded the use on `stream`, so the memory
+        // outlives the queued work (the DeviceMemory contract). Raw arguments carry their
+        // creator's `Arg::raw` guarantee; count and widths were checked by check_typed.
+        let result = unsafe { self.enqueue(stream.cu_stream(), cfg, &raw) };
+        drop(guards);
+        result
+    }
+
+    /// Launches on `stream` with raw arguments, checked for count, kinds and widths only.
+    ///
+    /// # Safety
+    /// Every [`KernelArg::Ptr`] (and device address inside [`KernelArg::Bytes`]) must be
+    /// device memory of the stream's device that is valid for every access the kernel makes
+    /// through it, stays allocated until the launched work has completed, and holds values of
+    /// the types the kernel reads; memory the kernel writes must not be read or written by
+    /// other work that may run concurrently, and must not overlap another argument that the
+    /// kernel assumes distinct (`__restrict__`).
     ///
     /// ```no_run
     /// # use gpukit_jit::*;
     /// # fn f(k: &Kernel, s: &std::sync::Arc<cudarc::driver::CudaStream>, x: u64) -> Result<()> {
-    /// k.launch(s, LaunchConfig::for_elements(1024, 256), &[KernelArg::Ptr(x), 0.5f32.into(), 1024i32.into()])
+    /// // SAFETY: `x` is a live allocation of 1024 f32 on this device, used by nothing else.
+    /// unsafe {
+    ///     k.launch_unchecked(s, LaunchConfig::for_elements(1024, 256),
+    ///                        &[KernelArg::Ptr(x), 0.5f32.into(), 1024i32.into()])
+    /// }
     /// # }
     /// ```
-    pub fn launch(&self, stream: &CudaStream, cfg: LaunchConfig, args: &[KernelArg]) -> Result<()> {
+    pub unsafe fn launch_unchecked(
+        &self,
+        stream: &CudaStream,
+        cfg: LaunchConfig,
+        args: &[KernelArg],
+    ) -> Result<()> {
         self.check(args)?;
         stream
             .context()
             .bind_to_thread()
             .map_err(|e| Error::driver("binding the context", e))?;
-        // SAFETY: the stream belongs to the bound context and is live for this call.
-        unsafe { self.launch_raw(stream.cu_stream(), cfg, args) }
+        // SAFETY: the stream belongs to the bound context and is live for this call; the
+        // arguments carry the caller's guarantee and were checked above.
+        unsafe { self.enqueue(stream.cu_stream(), cfg, args) }
     }
 
     /// Launches on a raw stream handle (for example a green-context stream) after checking the
-    /// arguments.
+    /// arguments' count, kinds and widths.
     ///
     /// # Safety
-    /// `stream` must be a live stream of the context that loaded this kernel's module, and that
-    /// context must be current on this thread; pointer arguments must be valid device memory
-    /// of that context for the kernel's accesses.
+    /// `stream` must be a live stream of a context of this kernel's device, and that context
+    /// must be current on this thread; the arguments must satisfy the contract of
+    /// [`launch_unchecked`](Self::launch_unchecked).
     pub unsafe fn launch_raw(
         &self,
         stream: sys::CUstream,
@@ -285,27 +367,44 @@ impl Kernel {
         args: &[KernelArg],
     ) -> Result<()> {
         self.check(args)?;
+        // SAFETY: forwarded from the caller; the arguments were checked above.
+        unsafe { self.enqueue(stream, cfg, args) }
+    }
+
+    /// Queues the launch (arguments already checked).
+    ///
+    /// # Safety
+    /// As for [`launch_raw`](Self::launch_raw), with `args` checked against the signature.
+    unsafe fn enqueue(
+        &self,
+        stream: sys::CUstream,
+        cfg: LaunchConfig,
+        args: &[KernelArg],
+    ) -> Result<()> {
         if cfg.grid.0 == 0 || cfg.grid.1 == 0 || cfg.grid.2 == 0 {
             return Ok(());
         }
-        if cfg.shared_mem_bytes > self.smem_limit.load(Ordering::Relaxed) {
+        let inner = &self.0;
+        if cfg.shared_mem_bytes > inner.smem_limit.load(Ordering::Relaxed) {
             self.set_attribute(
                 sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 cfg.shared_mem_bytes as i32,
             )?;
-            self.smem_limit
+            inner
+                .smem_limit
                 .fetch_max(cfg.shared_mem_bytes, Ordering::Relaxed);
         }
         let mut params: Vec<*mut std::ffi::c_void> =
             args.iter().map(KernelArg::as_param_ptr).collect();
-        // SAFETY: the caller guarantees stream/context validity; `params` holds one pointer per
-        // kernel parameter (count and widths checked against the signature when known), each
-        // pointing into `args`, which outlives this call; cuLaunchKernel copies the values.
+        // SAFETY: the caller guarantees stream/context validity and the arguments; `params`
+        // holds one pointer per kernel parameter (count and widths checked against the
+        // signature when known), each pointing into `args`, which outlives this call;
+        // cuLaunchKernel copies the values.
         unsafe {
             cudarc::driver::result::launch_kernel(
                 // A CUkernel may be passed wherever a CUfunction is expected; the driver
                 // launches it in the stream's context.
-                self.kernel as sys::CUfunction,
+                inner.kernel as sys::CUfunction,
                 cfg.grid,
                 cfg.block,
                 cfg.shared_mem_bytes,
@@ -314,7 +413,7 @@ impl Kernel {
             )
         }
         .map_err(|source| Error::Launch {
-            kernel: self.name.clone(),
+            kernel: inner.name.clone(),
             source,
         })
     }
@@ -324,12 +423,13 @@ impl Kernel {
     ///
     /// ```no_run
     /// # use gpukit_jit::*;
-    /// # fn f(k: &Kernel, s: &std::sync::Arc<cudarc::driver::CudaStream>, x: u64) -> Result<()> {
-    /// k.call().arg("x", KernelArg::Ptr(x)).arg("factor", 0.5f32).arg("n", 1024i32)
+    /// # fn f(k: &Kernel, s: &std::sync::Arc<cudarc::driver::CudaStream>,
+    /// #      x: &mut cudarc::driver::CudaSlice<f32>) -> Result<()> {
+    /// k.call().arg("x", x).arg("factor", 0.5f32).arg("n", 1024i32)
     ///     .launch(s, LaunchConfig::for_elements(1024, 256))
     /// # }
     /// ```
-    pub fn call(&self) -> Call<'_> {
+    pub fn call<'a>(&self) -> Call<'_, 'a> {
         Call {
             kernel: self,
             named: Vec::new(),
@@ -339,38 +439,38 @@ impl Kernel {
 
 /// A launch under construction with named arguments (see [`Kernel::call`]).
 #[derive(Debug)]
-pub struct Call<'k> {
+pub struct Call<'k, 'a> {
     kernel: &'k Kernel,
-    named: Vec<(String, KernelArg)>,
+    named: Vec<(String, Arg<'a>)>,
 }
 
-impl Call<'_> {
+impl<'a> Call<'_, 'a> {
     /// Sets the parameter called `name`.
-    pub fn arg(mut self, name: &str, value: impl Into<KernelArg>) -> Self {
+    pub fn arg(mut self, name: &str, value: impl Into<Arg<'a>>) -> Self {
         self.named.push((name.to_string(), value.into()));
         self
     }
 
     /// Orders the arguments by the signature; errors name unknown, repeated or missing ones.
-    pub fn resolve(&self) -> Result<Vec<KernelArg>> {
-        let sig = self
-            .kernel
+    pub fn resolve(self) -> Result<Vec<Arg<'a>>> {
+        let kernel = &self.kernel.0;
+        let sig = kernel
             .signature
             .as_ref()
             .ok_or_else(|| Error::ArgumentMismatch {
-                kernel: self.kernel.name.clone(),
+                kernel: kernel.name.clone(),
                 message: "named arguments need a parsed signature; pass arguments in order".into(),
             })?;
         let err = |message: String| Error::ArgumentMismatch {
-            kernel: self.kernel.name.clone(),
+            kernel: kernel.name.clone(),
             message,
         };
-        let mut ordered: Vec<Option<KernelArg>> = vec![None; sig.params.len()];
-        for (name, value) in &self.named {
+        let mut ordered: Vec<Option<Arg<'a>>> = (0..sig.params.len()).map(|_| None).collect();
+        for (name, value) in self.named {
             let idx = sig
                 .params
                 .iter()
-                .position(|p| &p.name == name)
+                .position(|p| p.name == name)
                 .ok_or_else(|| {
                     let known: Vec<&str> = sig.params.iter().map(|p| p.name.as_str()).collect();
                     err(format!(
@@ -378,7 +478,7 @@ impl Call<'_> {
                         known.join(", ")
                     ))
                 })?;
-            if ordered[idx].replace(value.clone()).is_some() {
+            if ordered[idx].replace(value).is_some() {
                 return Err(err(format!("parameter `{name}` given twice")));
             }
         }
@@ -395,64 +495,39 @@ impl Call<'_> {
         Ok(ordered.into_iter().flatten().collect())
     }
 
-    /// Launches with the named arguments.
-    pub fn launch(self, stream: &CudaStream, cfg: LaunchConfig) -> Result<()> {
+    /// Launches with the named arguments (checked as [`Kernel::launch`] checks them).
+    pub fn launch(self, stream: &Arc<CudaStream>, cfg: LaunchConfig) -> Result<()> {
+        let kernel = self.kernel;
         let args = self.resolve()?;
-        self.kernel.launch(stream, cfg, &args)
+        kernel.launch(stream, cfg, args)
     }
-}
-
-/// Loaded modules are libraries (context-independent), so one load serves every context of a
-/// device, green contexts included: the map is keyed by device, not by context.
-type LoadedKey = (i32, crate::CacheKey);
-
-fn loaded_modules() -> &'static Mutex<HashMap<LoadedKey, Module>> {
-    static LOADED: OnceLock<Mutex<HashMap<LoadedKey, Module>>> = OnceLock::new();
-    LOADED.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 /// Compiles (through the global cache) and loads `source` for the device of `ctx`, returning
 /// the module. The target is the device's architecture, arch-specific when the source needs
-/// it, unless `options.target` says otherwise. Loaded modules are reused per context.
+/// it, unless `options.target` says otherwise. Loaded modules are kept in the device's
+/// [`KernelSet`] (keyed by the content-hashed cache key), so a second call loads nothing.
 pub fn load_source(
     ctx: &Arc<CudaContext>,
     source: &str,
     program: &str,
     options: &CompileOptions,
 ) -> Result<Module> {
-    let cache = KernelCache::global()?;
-    let target = match options.target {
-        Some(t) => t,
-        None => Arch::of_context(ctx)?.for_source(source),
-    };
-    let key = cache.key(source, program, target, options)?;
-    let loaded = (ctx.cu_device(), key);
-    if let Some(m) = loaded_modules().lock().get(&loaded) {
-        return Ok(m.clone());
-    }
-    let compiled = cache.get_or_compile_keyed(key, source, program, target, options)?;
-    let module = Module::load(ctx, compiled)?;
-    // Two threads may race to load the same module: keep the first, drop the other's copy.
-    Ok(loaded_modules()
-        .lock()
-        .entry(loaded)
-        .or_insert(module)
-        .clone())
+    KernelSet::of(ctx)?.load_source(source, program, options)
 }
 
 /// The one-call path, like the seed's `gp.jit(src, func="scale")`: compile `source` (cached),
 /// load it into `ctx` and return kernel `name`.
 ///
 /// ```no_run
-/// use gpukit_jit::{jit, open_context, KernelArg, LaunchConfig};
+/// use gpukit_jit::{args, jit, open_context, LaunchConfig};
 /// let ctx = open_context(0)?;
 /// let src = r#"extern "C" __global__ void scale(float* x, float factor, int n) {
 ///     int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= factor; }"#;
 /// let scale = jit(&ctx, src, "scale")?;
 /// let stream = ctx.default_stream();
-/// let x = stream.clone_htod(&[1.0f32; 1024]).unwrap();
-/// let (ptr, _sync) = cudarc::driver::DevicePtr::device_ptr(&x, &stream);
-/// scale.call().arg("x", KernelArg::Ptr(ptr)).arg("factor", 0.5f32).arg("n", 1024i32)
+/// let mut x = stream.clone_htod(&[1.0f32; 1024]).unwrap();
+/// scale.call().arg("x", &mut x).arg("factor", 0.5f32).arg("n", 1024i32)
 ///     .launch(&stream, LaunchConfig::for_elements(1024, 256))?;
 /// # Ok::<(), gpukit_jit::Error>(())
 /// ```

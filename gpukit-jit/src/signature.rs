@@ -10,8 +10,15 @@
 /// What one kernel parameter is, as far as launch checking is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParamKind {
-    /// A pointer (device memory).
-    Pointer,
+    /// A pointer (device memory) to elements of type `pointee` (as written, qualifiers removed:
+    /// `float`, `__half`, `T` before a template is bound, `float*` for a pointer to pointers).
+    Pointer {
+        /// The pointed-to type.
+        pointee: String,
+        /// False when the pointee is `const` (`const float* x`, `float const* x`): the kernel
+        /// only reads through it.
+        writable: bool,
+    },
     /// A floating-point scalar of this many bits (16 covers half and bfloat16).
     Float(u32),
     /// An integer (or bool) scalar of this many bits.
@@ -70,13 +77,15 @@ impl KernelSignature {
             if let ParamKind::Template(t) = &p.kind {
                 let idx = self.template_params.iter().position(|tp| &tp.name == t);
                 if let Some(arg) = idx.and_then(|i| args.get(i)) {
-                    let pointer = p.ty.contains('*');
-                    p.ty = p.ty.replace(t.as_str(), arg.trim());
-                    p.kind = if pointer {
-                        ParamKind::Pointer
-                    } else {
-                        classify(arg.trim())
-                    };
+                    p.ty = replace_word(&p.ty, t, arg.trim());
+                    p.kind = classify(arg.trim());
+                }
+            } else if let ParamKind::Pointer { pointee, .. } = &mut p.kind {
+                for (tp, arg) in self.template_params.iter().zip(&args) {
+                    if tp.is_type {
+                        *pointee = replace_word(pointee, &tp.name, arg.trim());
+                        p.ty = replace_word(&p.ty, &tp.name, arg.trim());
+                    }
                 }
             }
         }
@@ -206,6 +215,58 @@ fn parse_template_params(list: &str) -> Vec<TemplateParam> {
         .collect()
 }
 
+/// `text` with every whole-word occurrence of `word` replaced by `with`.
+fn replace_word(text: &str, word: &str, with: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let bytes = text.as_bytes();
+    let is_ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut i = 0;
+    while i < text.len() {
+        if text[i..].starts_with(word)
+            && (i == 0 || !is_ident(bytes[i - 1]))
+            && bytes.get(i + word.len()).is_none_or(|&b| !is_ident(b))
+        {
+            out.push_str(with);
+            i += word.len();
+        } else {
+            let ch = text[i..].chars().next().unwrap_or(' ');
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    out
+}
+
+/// The pointee of a pointer parameter written as `text` (name included): its type with
+/// qualifiers removed and whether it may be written (no `const` before the first `*`).
+fn pointee_of(text: &str, name: &str) -> (String, bool) {
+    let (before, after) = match text.find(['*', '[', '&']) {
+        Some(i) => (&text[..i], &text[i + 1..]),
+        None => (text, ""),
+    };
+    let writable = !before.split_whitespace().any(|w| w == "const");
+    let base: Vec<&str> = before
+        .split_whitespace()
+        .filter(|w| {
+            !matches!(
+                *w,
+                "const" | "volatile" | "__restrict__" | "restrict" | "__restrict" | "struct"
+            )
+        })
+        .collect();
+    let mut pointee = if base.len() > 1 && base.last() == Some(&name) {
+        // `float x[]`: the name comes before the bracket.
+        base[..base.len() - 1].join(" ")
+    } else {
+        base.join(" ")
+    };
+    // Further levels of indirection belong to the pointee (`float** p` points to `float*`).
+    for _ in 0..after.chars().filter(|&c| c == '*').count() {
+        pointee.push('*');
+    }
+    (pointee, writable)
+}
+
 fn parse_param(text: &str, type_params: &[&str]) -> Param {
     let text = text.split('=').next().unwrap_or("").trim();
     let pointer = text.contains('*') || text.contains('&') || text.contains('[');
@@ -232,7 +293,8 @@ fn parse_param(text: &str, type_params: &[&str]) -> Param {
         .collect::<Vec<_>>()
         .join(" ");
     let kind = if pointer {
-        ParamKind::Pointer
+        let (pointee, writable) = pointee_of(text, &name);
+        ParamKind::Pointer { pointee, writable }
     } else if type_params.contains(&base.as_str()) {
         ParamKind::Template(base.clone())
     } else {
@@ -387,7 +449,14 @@ mod tests {
         let kinds: Vec<_> = k.params.iter().map(|p| p.kind.clone()).collect();
         assert_eq!(
             kinds,
-            vec![ParamKind::Pointer, ParamKind::Float(32), ParamKind::Int(32)]
+            vec![
+                ParamKind::Pointer {
+                    pointee: "float".into(),
+                    writable: true
+                },
+                ParamKind::Float(32),
+                ParamKind::Int(32)
+            ]
         );
         assert_eq!(k.params[2].name, "n");
     }
@@ -413,7 +482,50 @@ mod tests {
         assert_eq!(ks[1].params[2].kind, ParamKind::Template("T".into()));
         let inst = ks[1].instantiate("axpy<double, 4>");
         assert_eq!(inst.params[2].kind, ParamKind::Float(64));
-        assert_eq!(inst.params[0].kind, ParamKind::Pointer);
+        assert_eq!(
+            inst.params[0].kind,
+            ParamKind::Pointer {
+                pointee: "double".into(),
+                writable: true
+            }
+        );
+        assert_eq!(
+            inst.params[1].kind,
+            ParamKind::Pointer {
+                pointee: "double".into(),
+                writable: false
+            }
+        );
+        assert_eq!(inst.params[1].ty, "double*");
         assert!(ks[2].params.is_empty());
+    }
+
+    #[test]
+    fn pointees_and_constness() {
+        let src = r#"extern "C" __global__ void k(const float* __restrict__ a, float const* b,
+            float* const c, __half* d, float** e, const unsigned int x[], long long* f) {}"#;
+        let k = &parse_kernels(src)[0];
+        let got: Vec<(String, bool)> = k
+            .params
+            .iter()
+            .map(|p| match &p.kind {
+                ParamKind::Pointer { pointee, writable } => (pointee.clone(), *writable),
+                other => panic!("{} parsed as {other:?}", p.name),
+            })
+            .collect();
+        let want = [
+            ("float", false),
+            ("float", false),
+            ("float", true),
+            ("__half", true),
+            ("float*", true),
+            ("unsigned int", false),
+            ("long long", true),
+        ];
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!((g.0.as_str(), g.1), w);
+        }
+        let names: Vec<&str> = k.params.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "d", "e", "x", "f"]);
     }
 }

@@ -280,3 +280,41 @@ fn processes_share_the_disk_cache() {
         (6, 0, 0)
     );
 }
+
+#[test]
+fn a_header_edited_behind_an_include_path_is_recompiled_not_served_stale() {
+    if !testing::nvrtc("a_header_edited_behind_an_include_path_is_recompiled_not_served_stale") {
+        return;
+    }
+    use gpukit_jit::Output;
+    let dir = temp_dir();
+    let inc = temp_dir();
+    std::fs::create_dir_all(inc.path().join("sub")).unwrap();
+    std::fs::write(inc.path().join("top.cuh"), "#include \"sub/value.cuh\"\n").unwrap();
+    std::fs::write(inc.path().join("sub/value.cuh"), "#define VALUE 12345\n").unwrap();
+    let src = "#include \"top.cuh\"\nextern \"C\" __global__ void k(int* x) { x[0] = VALUE; }\n";
+    let opts = CompileOptions::new()
+        .include_path(inc.path().to_string_lossy())
+        .output(Output::Ptx);
+    let c = cache_in(dir.path(), 1 << 30);
+    let sm80 = Arch::new(8, 0);
+    let first = c.get_or_compile(src, "inc", sm80, &opts).unwrap();
+    assert!(String::from_utf8_lossy(&first.image).contains("12345"));
+    // Same inputs: a memory hit; a fresh cache: a disk hit.
+    c.get_or_compile(src, "inc", sm80, &opts).unwrap();
+    assert_eq!((c.stats().misses, c.stats().memory_hits), (1, 1));
+    // Editing the nested header (the include-path strings are unchanged) recompiles.
+    std::fs::write(inc.path().join("sub/value.cuh"), "#define VALUE 67890\n").unwrap();
+    let second = c.get_or_compile(src, "inc", sm80, &opts).unwrap();
+    assert_eq!(c.stats().misses, 2);
+    let text = String::from_utf8_lossy(&second.image);
+    assert!(
+        text.contains("67890") && !text.contains("12345"),
+        "stale kernel served"
+    );
+    // A second cache over the same directory sees the new content too.
+    let c2 = cache_in(dir.path(), 1 << 30);
+    let third = c2.get_or_compile(src, "inc", sm80, &opts).unwrap();
+    assert_eq!(third.image, second.image);
+    assert_eq!(c2.stats().disk_hits, 1);
+}

@@ -5,7 +5,7 @@ mod common;
 
 use common::{options, KERNELS};
 use gpukit_jit::cudarc::driver::{CudaStream, DevicePtr};
-use gpukit_jit::{load_source, open_context, testing, Error, KernelArg, LaunchConfig};
+use gpukit_jit::{args, load_source, open_context, testing, Arg, Error, KernelArg, LaunchConfig};
 use std::sync::Arc;
 
 fn ptr<T>(s: &gpukit_jit::cudarc::driver::CudaSlice<T>, stream: &Arc<CudaStream>) -> KernelArg {
@@ -26,10 +26,10 @@ fn scale_kernel_end_to_end() {
         .unwrap();
     for n in [1usize, 255, 256, 257, 1 << 20] {
         let host: Vec<f32> = (0..n).map(|i| (i as f32).sin()).collect();
-        let x = stream.clone_htod(&host).unwrap();
+        let mut x = stream.clone_htod(&host).unwrap();
         kernel
             .call()
-            .arg("x", ptr(&x, &stream))
+            .arg("x", &mut x)
             .arg("factor", -0.5f32)
             .arg("n", n as i32)
             .launch(&stream, LaunchConfig::for_elements(n, 256))
@@ -58,28 +58,34 @@ fn templated_kernel_by_name_expression() {
     let x = stream.clone_htod(&xs).unwrap();
     let mut y = stream.clone_htod(&ys).unwrap();
     let k = module.kernel("axpy<double>").unwrap();
-    let (yp, _s) = y.device_ptr(&stream);
     k.launch(
         &stream,
         LaunchConfig::for_elements(n, 128),
-        &[
-            KernelArg::Ptr(yp),
-            ptr(&x, &stream),
-            3.0f64.into(),
-            (n as i32).into(),
-        ],
+        args![&mut y, &x, 3.0f64, n as i32],
     )
     .unwrap();
-    drop(_s);
     let out = stream.clone_dtoh(&y).unwrap();
     for i in 0..n {
         assert_eq!(out[i], ys[i] + 3.0 * xs[i]);
     }
-    let _ = &mut y;
-    // float instantiation with a double scalar is caught before the launch.
+    // The float instantiation with double memory is caught before the launch (pointee type).
     let kf = module.kernel("axpy<float>").unwrap();
     let e = kf
         .launch(
+            &stream,
+            LaunchConfig::for_elements(n, 128),
+            args![&mut y, &x, 3.0f32, n as i32],
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::ArgumentMismatch { .. }) && e.to_string().contains("f32"),
+        "{e}"
+    );
+    // The raw path checks what it can (a double scalar for a float) and is `unsafe`.
+    let (yp, _s) = y.device_ptr(&stream);
+    // SAFETY: the launch is refused by the width check before anything is queued.
+    let e = unsafe {
+        kf.launch_unchecked(
             &stream,
             LaunchConfig::for_elements(n, 128),
             &[
@@ -89,8 +95,12 @@ fn templated_kernel_by_name_expression() {
                 (n as i32).into(),
             ],
         )
-        .unwrap_err();
-    assert!(matches!(e, Error::ArgumentMismatch { .. }), "{e}");
+    }
+    .unwrap_err();
+    assert!(e.to_string().contains("32-bit float"), "{e}");
+    drop(_s);
+    // Nothing ran: y still holds the first result.
+    assert_eq!(stream.clone_dtoh(&y).unwrap(), out);
 }
 
 #[test]
@@ -106,33 +116,32 @@ fn wrong_arguments_are_errors_before_launch() {
         "scale",
     )
     .unwrap();
-    let x = stream.clone_htod(&[1.0f32; 16]).unwrap();
+    let mut x = stream.clone_htod(&[1.0f32; 16]).unwrap();
+    let xd = stream.clone_htod(&[1.0f64; 16]).unwrap();
     let cfg = LaunchConfig::for_elements(16, 16);
-    let cases: Vec<(Vec<KernelArg>, &str)> = vec![
-        (
-            vec![ptr(&x, &stream), 0.5f32.into()],
-            "expects 3 argument(s)",
-        ),
-        (
-            vec![0.5f32.into(), 0.5f32.into(), 16i32.into()],
-            "device pointer",
-        ),
-        (
-            vec![ptr(&x, &stream), 1i32.into(), 16i32.into()],
-            "32-bit float",
-        ),
-        (
-            vec![ptr(&x, &stream), 0.5f32.into(), 16.0f32.into()],
-            "32-bit integer",
-        ),
+    let needles = [
+        "expects 3 argument(s)",
+        "device memory",
+        "f32",
+        "&mut",
+        "32-bit float",
+        "32-bit integer",
     ];
-    for (args, needle) in cases {
-        let e = k.launch(&stream, cfg, &args).unwrap_err().to_string();
+    for (case, needle) in needles.iter().enumerate() {
+        let args: Vec<Arg<'_>> = match case {
+            0 => args![&mut x, 0.5f32].into(),
+            1 => args![0.5f32, 0.5f32, 16i32].into(),
+            2 => args![&xd, 0.5f32, 16i32].into(),
+            3 => args![&x, 0.5f32, 16i32].into(),
+            4 => args![&mut x, 1i32, 16i32].into(),
+            _ => args![&mut x, 0.5f32, 16.0f32].into(),
+        };
+        let e = k.launch(&stream, cfg, args).unwrap_err().to_string();
         assert!(e.contains("scale") && e.contains(needle), "{e}");
     }
     let e = k
         .call()
-        .arg("x", ptr(&x, &stream))
+        .arg("x", &mut x)
         .arg("factr", 1.0f32)
         .arg("n", 16i32)
         .launch(&stream, cfg)
@@ -143,11 +152,7 @@ fn wrong_arguments_are_errors_before_launch() {
     // A launch the driver rejects surfaces with the kernel's name.
     let bad = LaunchConfig::new((1, 1, 1), (4096, 1, 1));
     let e = k
-        .launch(
-            &stream,
-            bad,
-            &[ptr(&x, &stream), 0.5f32.into(), 16i32.into()],
-        )
+        .launch(&stream, bad, args![&mut x, 0.5f32, 16i32])
         .unwrap_err();
     assert!(
         matches!(e, Error::Launch { ref kernel, .. } if kernel == "scale"),
@@ -169,14 +174,10 @@ fn dynamic_shared_memory_above_48k() {
     let n = 24 * 1024; // 96 KiB of floats
     let host: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let input = stream.clone_htod(&host).unwrap();
-    let out = stream.alloc_zeros::<f32>(n).unwrap();
+    let mut out = stream.alloc_zeros::<f32>(n).unwrap();
     let cfg = LaunchConfig::new((1, 1, 1), (256, 1, 1)).with_shared_mem((n * 4) as u32);
-    k.launch(
-        &stream,
-        cfg,
-        &[ptr(&input, &stream), ptr(&out, &stream), (n as i32).into()],
-    )
-    .unwrap();
+    k.launch(&stream, cfg, args![&input, &mut out, n as i32])
+        .unwrap();
     let back = stream.clone_dtoh(&out).unwrap();
     assert!(back
         .iter()

@@ -126,11 +126,15 @@ fn shares(
                     let t = Instant::now();
                     let mut n = 0u64;
                     while !stop.load(Ordering::Relaxed) {
-                        k.fma_spin.launch(
-                            s.cuda(),
-                            fma_cfg(),
-                            &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-                        )?;
+                        // SAFETY: `out` is a live allocation of BLOCKS * 256 f32 on this stream's
+                        // device, alive until after the synchronize below, used by nothing else.
+                        unsafe {
+                            k.fma_spin.launch_unchecked(
+                                s.cuda(),
+                                fma_cfg(),
+                                &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                            )
+                        }?;
                         s.synchronize()?;
                         n += 1;
                     }
@@ -238,12 +242,15 @@ fn fma_alone(dev: &Device, k: &TestKernels, dur: Duration) -> R<f64> {
         .allocator()
         .alloc_for(&"bench-alone".into(), BLOCKS as usize * 256 * 4, &s)?;
     let args = [KernelArg::Ptr(out.ptr()), ITERS.into()];
-    k.fma_spin.launch(s.cuda(), fma_cfg(), &args)?;
+    // SAFETY: `out` is a live allocation of BLOCKS * 256 f32 on this stream's device (the
+    // kernel's whole output), used by nothing else and alive past every synchronize below.
+    unsafe { k.fma_spin.launch_unchecked(s.cuda(), fma_cfg(), &args) }?;
     s.synchronize()?;
     let t = Instant::now();
     let mut n = 0u64;
     while t.elapsed() < dur {
-        k.fma_spin.launch(s.cuda(), fma_cfg(), &args)?;
+        // SAFETY: as above; each launch is synchronized before the next.
+        unsafe { k.fma_spin.launch_unchecked(s.cuda(), fma_cfg(), &args) }?;
         s.synchronize()?;
         n += 1;
     }
@@ -276,7 +283,11 @@ fn isolation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
         let mut v = Vec::new();
         for _ in 0..n {
             v.push(probe_ms(k, &hi, hi.cuda().cu_stream(), &mut || {
-                Ok(k.spin_cycles.launch(hi.cuda(), probe_cfg, &probe_args)?)
+                // SAFETY: the only pointer is null, which spin_cycles checks before use.
+                Ok(unsafe {
+                    k.spin_cycles
+                        .launch_unchecked(hi.cuda(), probe_cfg, &probe_args)
+                }?)
             })?);
         }
         Ok(median(v))
@@ -284,7 +295,11 @@ fn isolation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
     run_probes(5)?;
     let alone = run_probes(50)?;
     for _ in 0..400 {
-        k.spin_cycles.launch(lo.cuda(), hog_cfg, &hog_args)?;
+        // SAFETY: the only pointer is null, which spin_cycles checks before use.
+        unsafe {
+            k.spin_cycles
+                .launch_unchecked(lo.cuda(), hog_cfg, &hog_args)
+        }?;
     }
     std::thread::sleep(Duration::from_millis(5));
     let shared = run_probes(50)?;

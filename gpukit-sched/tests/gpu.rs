@@ -1023,12 +1023,15 @@ fn fma_rate_raw(dev: &Device, k: &TestKernels, dur: Duration) -> f64 {
         .unwrap();
     let cfg = LaunchConfig::new((FMA_BLOCKS, 1, 1), (256, 1, 1));
     let args = [KernelArg::Ptr(out.ptr()), KernelArg::I32(500)];
-    k.fma_spin.launch(s.cuda(), cfg, &args).unwrap();
+    // SAFETY: `out` is a live allocation of FMA_BLOCKS * 256 floats on this stream's device,
+    // the kernel's whole output, used by nothing else; it outlives the synchronize below.
+    unsafe { k.fma_spin.launch_unchecked(s.cuda(), cfg, &args) }.unwrap();
     s.synchronize().unwrap();
     let t = Instant::now();
     let mut n = 0u32;
     while t.elapsed() < dur {
-        k.fma_spin.launch(s.cuda(), cfg, &args).unwrap();
+        // SAFETY: as above; each launch is synchronized before the next.
+        unsafe { k.fma_spin.launch_unchecked(s.cuda(), cfg, &args) }.unwrap();
         s.synchronize().unwrap();
         n += 1;
     }

@@ -578,6 +578,15 @@ impl DeviceBuffer {
     pub fn capacity_bytes(&self) -> usize {
         self.size
     }
+    /// The device addresses `[ptr, ptr + len_bytes)` of the buffer.
+    pub fn range(&self) -> std::ops::Range<u64> {
+        self.ptr..self.ptr + self.len as u64
+    }
+    /// Whether the two buffers share a byte (blocks of the allocator never do, so this is
+    /// true only for one buffer compared with itself, unless it is empty).
+    pub fn overlaps(&self, other: &DeviceBuffer) -> bool {
+        gpukit_jit::typed::ranges_overlap(&self.range(), &other.range())
+    }
     /// The owner charged.
     pub fn owner(&self) -> &OwnerId {
         &self.owner

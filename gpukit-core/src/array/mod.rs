@@ -1,16 +1,36 @@
 //! `GpuArray<T>`: an n-dimensional, row-major array on one device.
 //!
 //! An array is a view: a shared [`DeviceBuffer`] plus shape, element strides and an element
-//! offset. `reshape` (of a contiguous array), `transpose`, `permute` and `slice` make views
-//! without copying; operations always produce fresh contiguous arrays. Work is queued on the
-//! device's current stream of the calling thread ([`Device::with_stream`]); `to_vec` waits for
-//! it.
+//! offset. Views ([`view`]: `reshape` of a contiguous array, `transpose`, `permute`, `slice`
+//! with steps, `squeeze`, `unsqueeze`, `broadcast_to`, `split`) share memory; operations
+//! produce fresh contiguous arrays unless they write into a given output (`*_into`) or in place
+//! (`*_inplace`, `set*`). Every view lies inside its buffer (each constructor checks), which
+//! is what the kernels' launches rely on. Work is queued on the device's current stream of the
+//! calling thread ([`Device::with_stream`]); `to_vec` waits for it.
+//!
+//! - [`ops`]: elementwise arithmetic, math, comparisons, logic, bitwise, `where`, `clip`;
+//! - [`expr`]: the `+ - * /` operators, fused into one kernel per expression;
+//! - [`reduce`], [`scan`]: reductions over any axes (NumPy's result types), cumsum / cumprod;
+//! - [`index`], [`join`]: integer and boolean indexing, setitem, concatenate / stack / split;
+//! - [`nn`]: softmax, log-softmax, layer norm; [`matmul`]: `a.matmul(&b)` with N-d batches;
+//! - [`host`]: pinned host arrays and stream-ordered non-blocking copies; [`display`].
 
-mod ops;
-mod reduce;
+pub mod display;
+pub mod expr;
+pub mod host;
+pub mod index;
+pub mod join;
+pub mod matmul;
+pub mod nn;
+pub mod ops;
+pub mod reduce;
+pub mod scan;
+pub mod view;
 
-pub use ops::{where_, BinaryOp, CompareOp, UnaryOp};
+pub use expr::Expr;
+pub use ops::{where_, BinaryOp, CompareOp, LogicalOp, Predicate, UnaryOp};
 pub use reduce::ReduceOp;
+pub use scan::ScanOp;
 
 use crate::alloc::{current_owner, DeviceBuffer};
 use crate::device::{Device, Stream};
@@ -284,12 +304,12 @@ impl<T: DType> GpuArray<T> {
     pub fn as_kernel_arg(&self) -> KernelArg {
         KernelArg::Ptr(self.device_ptr())
     }
-    fn arg(&self) -> KernelArg {
+    pub(crate) fn arg(&self) -> KernelArg {
         self.as_kernel_arg()
     }
 
     pub(crate) fn kernel(&self, file: KernelFile, expr: &str) -> Result<gpukit_jit::Kernel> {
-        self.dev.inner().kernels.get(&self.dev, file, T::NAME, expr)
+        kernels::get(&self.dev, file, T::NAME, expr)
     }
 
     /// Declares use on `stream` (so the memory is not reused under a running kernel).
@@ -297,7 +317,8 @@ impl<T: DType> GpuArray<T> {
         self.buf.record_stream(stream);
     }
 
-    fn view(&self, shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> Self {
+    /// A view of the same buffer. Callers guarantee the view lies inside the buffer.
+    pub(crate) fn view(&self, shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> Self {
         GpuArray {
             dev: self.dev.clone(),
             buf: self.buf.clone(),
@@ -334,7 +355,7 @@ impl<T: DType> GpuArray<T> {
             kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n, 16),
+                kernels::grid_for(&self.dev, n.div_ceil(4), 16),
                 &[out.arg(), self.arg(), (n as i64).into()],
             )?;
         } else {
@@ -363,8 +384,24 @@ impl<T: DType> GpuArray<T> {
     }
 
     /// Copies `src` (same element type, broadcastable to this shape) into this array, through
-    /// this array's strides (so a view writes into the memory it shares).
+    /// this array's strides (so a view writes into the memory it shares). A source that
+    /// overlaps this array (another view of the same buffer) is first copied to fresh memory,
+    /// so the result is as if the whole source had been read before anything was written.
     pub fn copy_from(&mut self, src: &GpuArray<T>) -> Result<()> {
+        if shape::has_repeated_elements(&self.shape, &self.strides) {
+            return Err(Error::invalid(
+                "copy_from",
+                format!(
+                    "the destination (shape {:?}, strides {:?}) is a broadcast view with repeated \
+                     elements; copy into the array it views instead",
+                    self.shape, self.strides
+                ),
+            ));
+        }
+        if self.overlaps(src) {
+            let fresh = src.astype::<T>()?;
+            return self.copy_from(&fresh);
+        }
         if src.dev != self.dev {
             return Err(Error::DeviceMismatch {
                 op: "copy_from".into(),
@@ -398,58 +435,61 @@ impl<T: DType> GpuArray<T> {
             ],
         )
     }
+}
 
-    /// The same elements with another shape (a view when contiguous, else a copy).
-    pub fn reshape(&self, new_shape: &[usize]) -> Result<Self> {
-        let n = shape::numel("reshape", new_shape)?;
-        if n != self.len() {
-            return Err(Error::shape("reshape", &self.shape, new_shape));
+impl<T: DType> GpuArray<T> {
+    /// The device addresses `[start, end)` this view's elements occupy (empty for an empty
+    /// array): the span from its lowest to its highest element, whatever the strides.
+    pub fn byte_range(&self) -> std::ops::Range<u64> {
+        let base = self.buf.ptr();
+        match shape::extent(&self.shape, &self.strides, self.offset) {
+            None => base..base,
+            Some((lo, hi)) => {
+                let size = std::mem::size_of::<T>() as u64;
+                base + lo as u64 * size..base + (hi as u64 + 1) * size
+            }
         }
-        let base = self.contiguous()?;
-        Ok(base.view(
-            new_shape.to_vec(),
-            shape::contiguous_strides(new_shape),
-            base.offset,
-        ))
     }
 
-    /// The axes reversed (a view); for 2-D arrays the matrix transpose.
-    pub fn transpose(&self) -> Self {
-        let perm: Vec<usize> = (0..self.ndim()).rev().collect();
-        self.permute_unchecked(&perm)
+    /// Whether this array's elements and `other`'s share device memory (views of one buffer
+    /// whose spans intersect). Operations that write one while reading the other, or kernels
+    /// that assume distinct operands (GEMM's C against A and B), check this first.
+    pub fn overlaps<U: DType>(&self, other: &GpuArray<U>) -> bool {
+        gpukit_jit::typed::ranges_overlap(&self.byte_range(), &other.byte_range())
     }
+}
 
-    /// The axes reordered: axis `i` of the result is axis `perm[i]` of this array (a view).
-    pub fn permute(&self, perm: &[usize]) -> Result<Self> {
-        shape::check_permutation("permute", perm, self.ndim())?;
-        Ok(self.permute_unchecked(perm))
+// SAFETY: the buffer is a live allocation of the array's device (the array holds an Arc of it);
+// the view lies inside it (every view constructor checks its bounds), so byte_range is inside
+// the allocation; is_dense is true only for contiguous views, whose elements are exactly the
+// range starting at device_ptr. read_on / write_on record the use on the stream, so the
+// allocator does not reuse the block before the work queued there has completed.
+unsafe impl<T: DType> gpukit_jit::DeviceMemory for GpuArray<T> {
+    fn elem_type(&self) -> gpukit_jit::ElemType {
+        <T as gpukit_jit::Element>::ELEM
     }
-
-    fn permute_unchecked(&self, perm: &[usize]) -> Self {
-        let shape = perm.iter().map(|&p| self.shape[p]).collect();
-        let strides = perm.iter().map(|&p| self.strides[p]).collect();
-        self.view(shape, strides, self.offset)
+    fn byte_range(&self) -> std::ops::Range<u64> {
+        GpuArray::byte_range(self)
     }
-
-    /// Rows `range` along the first axis (a view).
-    pub fn slice(&self, range: std::ops::Range<usize>) -> Result<Self> {
-        let len0 = *self.shape.first().ok_or_else(|| {
-            Error::invalid("slice", "a 0-dimensional array has no first axis to slice")
-        })?;
-        if range.start > range.end || range.end > len0 {
-            return Err(Error::invalid(
-                "slice",
-                format!("range {range:?} is out of bounds for a first axis of length {len0}"),
-            ));
-        }
-        let mut shape = self.shape.clone();
-        shape[0] = range.end - range.start;
-        let offset = if shape[0] == 0 {
-            self.offset
-        } else {
-            (self.offset as isize + range.start as isize * self.strides[0]) as usize
-        };
-        Ok(self.view(shape, self.strides.clone(), offset))
+    fn device_ordinal(&self) -> usize {
+        self.dev.ordinal()
+    }
+    fn is_dense(&self) -> bool {
+        self.is_contiguous()
+    }
+    fn read_on<'s>(
+        &'s self,
+        stream: &'s Arc<cudarc::driver::CudaStream>,
+    ) -> (u64, gpukit_jit::UseGuard<'s>) {
+        self.buf.record_stream(&Stream::wrap(stream.clone()));
+        (self.device_ptr(), gpukit_jit::UseGuard::none())
+    }
+    fn write_on<'s>(
+        &'s mut self,
+        stream: &'s Arc<cudarc::driver::CudaStream>,
+    ) -> (u64, gpukit_jit::UseGuard<'s>) {
+        self.buf.record_stream(&Stream::wrap(stream.clone()));
+        (self.device_ptr(), gpukit_jit::UseGuard::none())
     }
 }
 

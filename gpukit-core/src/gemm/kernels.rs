@@ -10,7 +10,7 @@ use super::path::Paths;
 use super::plan::{operand_choices, Family, Operands, Problem, TileConfig};
 use crate::device::Device;
 use crate::error::Result;
-use gpukit_jit::{CompileOptions, Kernel};
+use gpukit_jit::{CompileOptions, Kernel, ProgramSpec};
 
 /// Shared device helpers (`cp.async`, tile loaders, block swizzle), passed as an in-memory header.
 pub const COMMON_HEADER: &str = include_str!("../../kernels/gemm_common.cuh");
@@ -107,15 +107,14 @@ impl Instantiation {
     /// Loads (compiling on first use, through gpukit-jit's cache) this kernel on `dev`, served
     /// from the device's kernel registry afterwards.
     pub fn load(&self, dev: &Device) -> Result<Kernel> {
-        dev.inner().kernels.get_or_load(&self.expr, || {
-            let module = gpukit_jit::load_source(
-                dev.context(),
-                self.source(),
-                self.program,
-                &self.options(),
-            )?;
-            Ok(module.kernel(&self.expr)?)
-        })
+        // One program per instantiation: the name expression is part of the options, so the id
+        // carries it (the kernel set's rule: one id, one source with one set of options).
+        let id = format!("gpukit-core/gemm/{}", self.expr);
+        Ok(dev.kernel_set().kernel(&id, &self.expr, || ProgramSpec {
+            source: self.source().into(),
+            program: self.program.into(),
+            options: self.options(),
+        })?)
     }
 }
 

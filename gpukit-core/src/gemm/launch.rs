@@ -270,11 +270,17 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
         // aligned, rows a multiple of 4 floats: vector stores apply).
         unsafe { main.launch(stream, dev, &kernel, g, b0, nb, &target, true) }?;
         let rargs = reduce_args(g, b0, nb, ws.ptr(), ldw, slice, splits);
-        reduce.launch(
-            stream.cuda(),
-            reduce_launch(dev, nb * g.m * g.n.div_ceil(4)),
-            &rargs,
-        )?;
+        // SAFETY: the workspace `ws` is this call's live allocation of nb * splits slices, all
+        // written by the GEMM kernel before (same stream) and returned to the allocator only
+        // after this launch (stream order); C's range is the caller's RawGemm contract (valid on
+        // the stream's device, not overlapping A or B, live until the work has run).
+        unsafe {
+            reduce.launch_unchecked(
+                stream.cuda(),
+                reduce_launch(dev, nb * g.m * g.n.div_ceil(4)),
+                &rargs,
+            )
+        }?;
         b0 += nb;
     }
     Ok(())
@@ -322,7 +328,10 @@ impl MainKernel<'_> {
                 shared_mem_bytes: smem,
             };
             let args = simt_args(g, b0, t, self.splits, self.k_per_split);
-            kernel.launch(stream.cuda(), lc, &args)?;
+            // SAFETY: this fn's contract (A, B within the caller's RawGemm, `t` valid for the
+            // outputs of nb * splits entries, not overlapping A or B, live until the work has
+            // run) is launch_unchecked's.
+            unsafe { kernel.launch_unchecked(stream.cuda(), lc, &args) }?;
             return Ok(());
         }
         let ops = self.variant.operands;
@@ -364,7 +373,11 @@ impl MainKernel<'_> {
             kt_per_split: self.k_per_split.div_ceil(cfg.bk as usize),
             nz: nb * self.splits,
         });
-        kernel.launch(stream.cuda(), lc, &args)?;
+        // SAFETY: this fn's contract (P and Q views within A and B, `t` valid for the outputs of
+        // nb * splits entries and not overlapping them, all live until the work has run) is
+        // launch_unchecked's; the tensor maps encode those same views, and the pack buffer is
+        // this call's own allocation, dropped below only in stream order.
+        unsafe { kernel.launch_unchecked(stream.cuda(), lc, &args) }?;
         // The pack buffer returns to the allocator here; stream order keeps it intact until the
         // kernel above has run.
         drop(packed);
@@ -552,11 +565,15 @@ unsafe fn scale_c(stream: &Stream, dev: &Device, g: &RawGemm) -> Result<()> {
         let nb = (g.batch - b0).min(i32::MAX as usize);
         // splits = 0: no slices are read, C = beta * C.
         let args = reduce_args(g, b0, nb, g.c, g.ldc, 0, 0);
-        reduce.launch(
-            stream.cuda(),
-            reduce_launch(dev, nb * g.m * g.n.div_ceil(4)),
-            &args,
-        )?;
+        // SAFETY: this fn's contract (C valid on the stream's device for batch entries
+        // b0 .. b0 + nb and live until the work has run); no slices are read (splits = 0).
+        unsafe {
+            reduce.launch_unchecked(
+                stream.cuda(),
+                reduce_launch(dev, nb * g.m * g.n.div_ceil(4)),
+                &args,
+            )
+        }?;
         b0 += nb;
     }
     Ok(())

@@ -102,7 +102,10 @@ pub(crate) unsafe fn pack(
         ),
         (256, 1, 1),
     );
-    kernel.launch(stream.cuda(), lc, &args)?;
+    // SAFETY: the caller's contract (the views of P and Q lie within live device memory of
+    // the stream's device until the work has run) covers the reads; `dst` is this call's own
+    // allocation of `elements` floats, which the grid covers exactly.
+    unsafe { kernel.launch_unchecked(stream.cuda(), lc, &args) }?;
     let stride = |v: Option<&OperandView>, per: usize| match v {
         Some(v) if !v.broadcast() => per,
         _ => 0,

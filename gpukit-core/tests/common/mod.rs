@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use gpukit_core::{bf16, f16, DType, DTypeKind, Device};
+pub use proptest::prelude::*;
 
 /// Device 0, or `None` (test skipped, or failed under GPUKIT_REQUIRE_GPU=1).
 pub fn device(test: &str) -> Option<Device> {
@@ -79,7 +80,104 @@ macro_rules! int_test_type {
 int_test_type!(i32, -1000, 1000);
 int_test_type!(u32, 0, 2000);
 int_test_type!(i64, -100000, 100000);
+int_test_type!(u64, 0, 100000);
 int_test_type!(u8, 0, 16);
+
+/// Like [`random_vec`], with NaN, +-Inf and +-0 mixed in for floating-point types (about one
+/// element in ten).
+pub fn random_special<T: TestType>(rng: &mut Rng, n: usize, nonzero: bool) -> Vec<T> {
+    let specials = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0];
+    (0..n)
+        .map(|_| {
+            if T::KIND == DTypeKind::Float && rng.next_u64().is_multiple_of(10) {
+                let s = specials[(rng.next_u64() % specials.len() as u64) as usize];
+                if nonzero && s == 0.0 {
+                    T::from_f64(f64::INFINITY)
+                } else {
+                    T::from_f64(s)
+                }
+            } else {
+                T::random(rng, nonzero)
+            }
+        })
+        .collect()
+}
+
+/// Runs `$f::<T>(args)` for every element type.
+#[macro_export]
+macro_rules! for_all_dtypes {
+    ($f:ident, $($arg:expr),*) => {
+        $f::<f32>($($arg),*);
+        $f::<f64>($($arg),*);
+        $f::<gpukit_core::f16>($($arg),*);
+        $f::<gpukit_core::bf16>($($arg),*);
+        $f::<i32>($($arg),*);
+        $f::<u32>($($arg),*);
+        $f::<i64>($($arg),*);
+        $f::<u64>($($arg),*);
+        $f::<u8>($($arg),*);
+    };
+}
+
+/// Runs `$f::<T>(args)` for the floating-point element types.
+#[macro_export]
+macro_rules! for_float_dtypes {
+    ($f:ident, $($arg:expr),*) => {
+        $f::<f32>($($arg),*);
+        $f::<f64>($($arg),*);
+        $f::<gpukit_core::f16>($($arg),*);
+        $f::<gpukit_core::bf16>($($arg),*);
+    };
+}
+
+/// A proptest runner with `cases` cases (at most `GPUKIT_TEST_CASES` when set: the sanitizer
+/// runs use 1) and no persistence file.
+pub fn runner(cases: u32) -> proptest::test_runner::TestRunner {
+    let cap = std::env::var("GPUKIT_TEST_CASES")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(u32::MAX);
+    proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases: cases.min(cap).max(1),
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    })
+}
+
+/// A proptest failure from any error.
+pub fn fail(e: impl std::fmt::Display) -> proptest::test_runner::TestCaseError {
+    proptest::test_runner::TestCaseError::fail(e.to_string())
+}
+
+/// Element offsets, in row-major order, of a view of `shape` / `strides` at `offset`.
+pub fn view_offsets(shape: &[usize], strides: &[isize], offset: usize) -> Vec<usize> {
+    let n: usize = shape.iter().product();
+    (0..n)
+        .map(|mut i| {
+            let mut off = offset as isize;
+            for d in (0..shape.len()).rev() {
+                off += (i % shape[d]) as isize * strides[d];
+                i /= shape[d];
+            }
+            off as usize
+        })
+        .collect()
+}
+
+/// Multi-index of linear index `i` in `shape`.
+pub fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        idx[d] = i % shape[d].max(1);
+        i /= shape[d].max(1);
+    }
+    idx
+}
+
+/// Linear index of a multi-index in `shape`.
+pub fn ravel(idx: &[usize], shape: &[usize]) -> usize {
+    idx.iter().zip(shape).fold(0, |acc, (&i, &d)| acc * d + i)
+}
 
 pub fn random_vec<T: TestType>(rng: &mut Rng, n: usize, nonzero: bool) -> Vec<T> {
     (0..n).map(|_| T::random(rng, nonzero)).collect()

@@ -5,7 +5,8 @@ use crate::options::{CompileOptions, Output};
 use sha2::{Digest, Sha256};
 use std::fmt;
 
-/// Identifies one compilation: source, headers, options, name expressions, program name,
+/// Identifies one compilation: source, in-memory headers, the content of every header the
+/// compilation may read from disk (see `includes`), options, name expressions, program name,
 /// target, output kind and NVRTC version.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CacheKey(pub [u8; 32]);
@@ -27,7 +28,7 @@ impl CacheKey {
             h.update((bytes.len() as u64).to_le_bytes());
             h.update(bytes);
         };
-        field(b"gpukit-jit cache key v2");
+        field(b"gpukit-jit cache key v3");
         field(source.as_bytes());
         field(program.as_bytes());
         field(&[
@@ -81,6 +82,11 @@ impl CacheKey {
             &mut options.name_expressions.iter().map(String::as_str),
         );
         list(b"extra", &mut options.extra.iter().map(String::as_str));
+        // Headers found on disk through include paths: by content, not by path string.
+        match super::includes::disk_header_digest(source, options) {
+            Some(d) => h.update(d),
+            None => h.update([0u8; 1]),
+        }
         CacheKey(h.finalize().into())
     }
 
@@ -138,5 +144,18 @@ mod tests {
             k("a", "bc", a, &base, (13, 0))
         );
         assert_eq!(k0.hex().len(), 64);
+    }
+
+    #[test]
+    fn a_changed_header_behind_an_include_path_changes_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("h.cuh"), "#define A 1\n").unwrap();
+        let o = CompileOptions::new().include_path(dir.path().to_string_lossy());
+        let src = "#include \"h.cuh\"\n__global__ void k() {}";
+        let a = Arch::new(9, 0);
+        let k1 = CacheKey::new(src, "p", a, &o, (13, 0));
+        assert_eq!(k1, CacheKey::new(src, "p", a, &o, (13, 0)));
+        std::fs::write(dir.path().join("h.cuh"), "#define A 2\n").unwrap();
+        assert_ne!(k1, CacheKey::new(src, "p", a, &o, (13, 0)));
     }
 }

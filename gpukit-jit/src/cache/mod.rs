@@ -6,8 +6,12 @@
 //! - `GPUKIT_CACHE_DIR` overrides the directory (default `$XDG_CACHE_HOME/gpukit/kernels`, i.e.
 //!   `~/.cache/gpukit/kernels` on Linux);
 //! - `GPUKIT_CACHE_MAX_BYTES` bounds the disk level (default 256 MiB).
+//!
+//! Keys hash the content of the headers a compilation may read (in memory, or found on disk
+//! through include paths), so editing a header never serves a stale kernel.
 
 mod disk;
+mod includes;
 mod key;
 
 pub use key::CacheKey;

@@ -1,0 +1,213 @@
+// Row kernels of gpukit-core: softmax / log-softmax and layer normalisation over the last axis
+// of a contiguous [rows, R] array.
+//
+// `*_rows<T, VPT>`: one block per row (grid-stride over rows) holds the whole row in registers,
+// VPT vectors of V = 16 / sizeof(T) elements per thread (16-byte loads when the row is aligned),
+// so the row is read once and written once. The Rust side picks VPT and the block size so that
+// blockDim * VPT * V >= R (rows up to 32768 f32 elements); longer rows use `*_rows_large<T>`,
+// which reads the row twice. Arithmetic in float (double for f64).
+#include "common.cuh"
+
+template <typename T> struct NnAcc { typedef float A; };
+template <> struct NnAcc<double> { typedef double A; };
+
+template <typename A> __device__ __forceinline__ A neg_inf() {
+    if constexpr (sizeof(A) == 4) return __int_as_float(0xff800000);
+    else return __longlong_as_double(0xfff0000000000000ll);
+}
+template <typename A> __device__ __forceinline__ A exp_a(A x) {
+    if constexpr (sizeof(A) == 4) return expf(x);
+    else return exp(x);
+}
+template <typename A> __device__ __forceinline__ A log_a(A x) {
+    if constexpr (sizeof(A) == 4) return logf(x);
+    else return log(x);
+}
+template <typename A> __device__ __forceinline__ A rsqrt_a(A x) {
+    if constexpr (sizeof(A) == 4) return rsqrtf(x);
+    else return rsqrt(x);
+}
+
+// Sum (MAX false) or maximum (MAX true) over the block, returned to every thread. Ends with a
+// barrier, so it can be called again at once.
+template <typename A, bool MAX> __device__ __forceinline__ A block_all(A v) {
+    __shared__ A sh[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const A w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = MAX ? (w > v ? w : v) : v + w;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : (MAX ? neg_inf<A>() : (A)0);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const A w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = MAX ? (w > v ? w : v) : v + w;
+    }
+    __syncthreads();
+    return v;
+}
+
+// Loads this thread's part of a row into registers (`fill` where the row has ended).
+template <typename T, int VPT>
+__device__ __forceinline__ void load_row(const T* row, long long R, bool vec, typename NnAcc<T>::A fill, typename NnAcc<T>::A (&v)[VPT * (16 / sizeof(T))]) {
+    constexpr int V = 16 / sizeof(T);
+    typedef Pack<T, V> P;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const long long base = ((long long)k * blockDim.x + threadIdx.x) * V;
+        if (vec && base + V <= R) {
+            const P p = *reinterpret_cast<const P*>(row + base);
+#pragma unroll
+            for (int j = 0; j < V; ++j) v[k * V + j] = Cv<T>::up(p.v[j]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < V; ++j) v[k * V + j] = base + j < R ? (typename NnAcc<T>::A)Cv<T>::up(row[base + j]) : fill;
+        }
+    }
+}
+
+template <typename T, int VPT>
+__device__ __forceinline__ void store_row(T* row, long long R, bool vec, const typename NnAcc<T>::A (&v)[VPT * (16 / sizeof(T))]) {
+    constexpr int V = 16 / sizeof(T);
+    typedef Pack<T, V> P;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const long long base = ((long long)k * blockDim.x + threadIdx.x) * V;
+        if (vec && base + V <= R) {
+            P p;
+#pragma unroll
+            for (int j = 0; j < V; ++j) p.v[j] = Cv<T>::down((typename Cv<T>::C)v[k * V + j]);
+            *reinterpret_cast<P*>(row + base) = p;
+        } else {
+#pragma unroll
+            for (int j = 0; j < V; ++j)
+                if (base + j < R) row[base + j] = Cv<T>::down((typename Cv<T>::C)v[k * V + j]);
+        }
+    }
+}
+
+// out = softmax(x) (or log_softmax) along each row.
+template <typename T, int VPT>
+__global__ void softmax_rows(T* __restrict__ out, const T* __restrict__ x, long long rows, long long R, int log_softmax) {
+    typedef typename NnAcc<T>::A A;
+    constexpr int E = VPT * (16 / sizeof(T));
+    const bool vec = (R * (long long)sizeof(T)) % 16 == 0 && aligned16(x) && aligned16(out);
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        A v[E];
+        load_row<T, VPT>(x + r * R, R, vec, neg_inf<A>(), v);
+        A m = neg_inf<A>();
+#pragma unroll
+        for (int k = 0; k < E; ++k) m = v[k] > m ? v[k] : m;
+        m = block_all<A, true>(m);
+        A s = 0;
+#pragma unroll
+        for (int k = 0; k < E; ++k) {
+            const A d = v[k] - m;
+            const A e = exp_a(d);
+            s += e;
+            v[k] = log_softmax ? d : e;
+        }
+        s = block_all<A, false>(s);
+        if (log_softmax) {
+            const A ls = log_a(s);
+#pragma unroll
+            for (int k = 0; k < E; ++k) v[k] -= ls;
+        } else {
+            const A inv = (A)1 / s;
+#pragma unroll
+            for (int k = 0; k < E; ++k) v[k] *= inv;
+        }
+        store_row<T, VPT>(out + r * R, R, vec, v);
+    }
+}
+
+// Rows too long for registers: an online (max, sum) pass, then the output pass.
+template <typename T>
+__global__ void softmax_rows_large(T* __restrict__ out, const T* __restrict__ x, long long rows, long long R, int log_softmax) {
+    typedef typename NnAcc<T>::A A;
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T* xr = x + r * R;
+        A m = neg_inf<A>(), s = 0;
+        for (long long j = threadIdx.x; j < R; j += blockDim.x) {
+            const A v = Cv<T>::up(xr[j]);
+            if (v != v) s = v;  // NaN poisons the row
+            else if (v > m) { s = s * exp_a(m - v) + (A)1; m = v; }
+            else if (v != neg_inf<A>()) s += exp_a(v - m);
+        }
+        const A bm = block_all<A, true>(m);
+        s = m == neg_inf<A>() ? (A)0 : s * exp_a(m - bm);
+        s = block_all<A, false>(s);
+        const A ls = log_a(s), inv = (A)1 / s;
+        T* orow = out + r * R;
+        for (long long j = threadIdx.x; j < R; j += blockDim.x) {
+            const A d = (A)Cv<T>::up(xr[j]) - bm;
+            orow[j] = Cv<T>::down((typename Cv<T>::C)(log_softmax ? d - ls : exp_a(d) * inv));
+        }
+    }
+}
+
+// out = (x - mean) / sqrt(var + eps) * gamma + beta along each row (population variance, as
+// torch.nn.functional.layer_norm); gamma / beta may be null (1 / 0).
+template <typename T, int VPT>
+__global__ void layernorm_rows(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, long long rows, long long R, double eps) {
+    typedef typename NnAcc<T>::A A;
+    constexpr int V = 16 / sizeof(T);
+    constexpr int E = VPT * V;
+    const bool vec = (R * (long long)sizeof(T)) % 16 == 0 && aligned16(x) && aligned16(out) &&
+                     (gamma == nullptr || aligned16(gamma)) && (beta == nullptr || aligned16(beta));
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        A v[E];
+        load_row<T, VPT>(x + r * R, R, vec, (A)0, v);
+        A s = 0;
+#pragma unroll
+        for (int k = 0; k < E; ++k) s += v[k];
+        const A mean = block_all<A, false>(s) / (A)R;
+        A q = 0;
+#pragma unroll
+        for (int k = 0; k < E; ++k) {
+            const long long idx = ((long long)(k / V) * blockDim.x + threadIdx.x) * V + (k % V);
+            const A d = idx < R ? v[k] - mean : (A)0;
+            q += d * d;
+        }
+        const A rstd = rsqrt_a(block_all<A, false>(q) / (A)R + (A)eps);
+#pragma unroll
+        for (int k = 0; k < E; ++k) {
+            const long long idx = ((long long)(k / V) * blockDim.x + threadIdx.x) * V + (k % V);
+            A y = (v[k] - mean) * rstd;
+            if (idx < R) {
+                if (gamma != nullptr) y *= (A)Cv<T>::up(gamma[idx]);
+                if (beta != nullptr) y += (A)Cv<T>::up(beta[idx]);
+            }
+            v[k] = y;
+        }
+        store_row<T, VPT>(out + r * R, R, vec, v);
+    }
+}
+
+// Rows too long for registers: a Welford pass, then the output pass.
+template <typename T>
+__global__ void layernorm_rows_large(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, long long rows, long long R, double eps) {
+    typedef typename NnAcc<T>::A A;
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T* xr = x + r * R;
+        A s = 0;
+        for (long long j = threadIdx.x; j < R; j += blockDim.x) s += Cv<T>::up(xr[j]);
+        const A mean = block_all<A, false>(s) / (A)R;
+        A q = 0;
+        for (long long j = threadIdx.x; j < R; j += blockDim.x) {
+            const A d = (A)Cv<T>::up(xr[j]) - mean;
+            q += d * d;
+        }
+        const A rstd = rsqrt_a(block_all<A, false>(q) / (A)R + (A)eps);
+        T* orow = out + r * R;
+        for (long long j = threadIdx.x; j < R; j += blockDim.x) {
+            A y = ((A)Cv<T>::up(xr[j]) - mean) * rstd;
+            if (gamma != nullptr) y *= (A)Cv<T>::up(gamma[j]);
+            if (beta != nullptr) y += (A)Cv<T>::up(beta[j]);
+            orow[j] = Cv<T>::down((typename Cv<T>::C)y);
+        }
+    }
+}
