@@ -71,7 +71,7 @@ fn name_expressions_cover_the_operations() {
         "unsigned char",
         "reduce_cols<unsigned char, 10>"
     ));
-    assert!(has(KernelFile::Scan, "int", "scan_apply<int, 1>"));
+    assert!(has(KernelFile::Scan, "int", "scan_onepass<int, 1>"));
     assert!(has(KernelFile::Nn, "float", "softmax_rows<float, 8>"));
     assert!(!KernelFile::Random.applies_to("int"));
     assert!(KernelFile::Random.applies_to("__nv_bfloat16"));
