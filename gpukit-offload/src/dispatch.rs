@@ -1570,10 +1570,11 @@ mod tests {
             persist: true,
             ..cfg(8, GpuMode::Off)
         });
+        // 64^3 is a cheap call (timed 1 in CHEAP_SAMPLE): that many calls time one of them.
         let n = 64;
         let a = vec![1.0f64; n * n];
         let mut c = vec![0.0; n * n];
-        for _ in 0..3 {
+        for _ in 0..CHEAP_SAMPLE {
             off.gemm(
                 Trans::No,
                 Trans::No,
@@ -1605,7 +1606,7 @@ mod tests {
             persist: true,
             ..cfg(8, GpuMode::Off)
         });
-        for _ in 0..3 {
+        for _ in 0..CHEAP_SAMPLE {
             off.gemm(
                 Trans::No,
                 Trans::No,
