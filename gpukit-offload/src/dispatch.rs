@@ -631,6 +631,34 @@ impl Dispatcher {
         }
     }
 
+    /// [`Dispatcher::start_gpu`], then loads cuSOLVER now (on this thread, or waits for the
+    /// load in progress), so that LAPACK calls that follow are never decided while cuSOLVER
+    /// is still loading. Used by tests and calibration; the dispatcher itself loads cuSOLVER
+    /// in the background at the first LAPACK call.
+    pub fn start_solver(&self) -> Result<&Arc<GpuBackend>> {
+        let g = self.start_gpu()?;
+        if self.solver.begin(self.now_ns()) {
+            let r = g.load_solver();
+            self.solver
+                .state
+                .store(if r.is_ok() { READY } else { FAILED }, Relaxed);
+            self.notify();
+            if let Err(f) = r {
+                return Err(Error::GpuUnavailable(format!(
+                    "cuSOLVER could not be loaded: {f}"
+                )));
+            }
+        } else {
+            self.wait_for(|d| d.solver.get() != STARTING, None);
+        }
+        match self.solver.get() {
+            READY => Ok(g),
+            _ => Err(Error::GpuUnavailable(
+                "cuSOLVER could not be loaded (see the start-up log)".into(),
+            )),
+        }
+    }
+
     /// Starts the GPU on this thread if nobody did, else waits for the start in progress.
     fn start_blocking(&self) {
         if self.forked.load(Relaxed) || self.config.gpu == GpuMode::Off {

@@ -2451,7 +2451,9 @@ fn injected_failures_fall_back_to_cpu_body() {
         ..Config::default()
     });
     let d = off.dispatcher();
-    let g = d.start_gpu().unwrap();
+    // cuSOLVER loaded before the first potrf: a call decided while it loads runs on the CPU
+    // (gpu-starting), which is not what this test is about.
+    let g = d.start_solver().unwrap();
     let n = 1500;
     let mut rng = Rng::new(97);
     let spd = Mat::hermitian(Precision::D, n, n as f64, &mut rng).dense();

@@ -81,7 +81,8 @@ pub(crate) struct Exec<'a> {
     status_base: usize,
     status_len: usize,
     infos: Vec<(usize, &'static str)>,
-    finite: Vec<(usize, &'static str)>,
+    /// Non-finite check sums: (status offset, operand, whether the check reads an input).
+    finite: Vec<(usize, &'static str, bool)>,
     outs: Vec<Out>,
 }
 
@@ -200,7 +201,9 @@ impl<'a> Exec<'a> {
 
     /// Registers a non-finite check's sum (a real at status offset `off`).
     pub(crate) fn finite_sum(&mut self, off: usize, what: &'static str) {
-        self.finite.push((off, what));
+        // A check registered before any routine's `info` reads the call's inputs.
+        let input = self.infos.is_empty();
+        self.finite.push((off, what, input));
     }
 
     /// Registers an output the routine does not read: the packed device matrix at `dev`
@@ -240,8 +243,10 @@ impl<'a> Exec<'a> {
         self.finish_with(|_| Ok(()))
     }
 
-    /// [`Exec::finish`] with a routine check that runs after the `info`s and before the
-    /// non-finite checks (a zero pivot gives LAPACK's `info`, not a non-finite result).
+    /// [`Exec::finish`] with a routine check. Order: the checks of the inputs (non-finite data
+    /// goes to the CPU library whatever the GPU routine said of it), the `info`s, the routine
+    /// check, then the checks of the results (a zero pivot gives LAPACK's `info`, not a
+    /// non-finite result).
     pub(crate) fn finish_with(
         &mut self,
         check: impl FnOnce(&Status) -> GResult<()>,
@@ -256,6 +261,21 @@ impl<'a> Exec<'a> {
             Vec::new()
         };
         let st = Status { bytes, p: self.p };
+        let non_finite = |input: bool| -> GResult<()> {
+            for &(off, what, is_input) in &self.finite {
+                let v = st.real(off);
+                if is_input == input && !v.is_finite() {
+                    return Err(fail(
+                        GpuFailKind::NonFinite,
+                        format!("{what} holds NaN or infinity (check sum {v})"),
+                    ));
+                }
+            }
+            Ok(())
+        };
+        // Non-finite inputs first: whatever `info` the GPU routine gave them, LAPACK's answer to
+        // such data comes from the CPU library (an `info` of theirs is not LAPACK's).
+        non_finite(true)?;
         for &(off, what) in &self.infos {
             let info = st.int(off);
             if info != 0 {
@@ -263,15 +283,7 @@ impl<'a> Exec<'a> {
             }
         }
         check(&st)?;
-        for &(off, what) in &self.finite {
-            let v = st.real(off);
-            if !v.is_finite() {
-                return Err(fail(
-                    GpuFailKind::NonFinite,
-                    format!("{what} holds NaN or infinity (check sum {v})"),
-                ));
-            }
-        }
+        non_finite(false)?;
         Ok(st)
     }
 
