@@ -89,9 +89,13 @@ __device__ __forceinline__ void store_row(T* row, long long R, bool vec, const t
     }
 }
 
+// Every row kernel is launched with up to 1024 threads (row_config in src/array/nn.rs):
+// __launch_bounds__(1024) holds the compiler to the 64 registers per thread such a block may
+// use (layernorm_rows<float, 8> needed more without it and failed to launch on the H200).
+
 // out = softmax(x) (or log_softmax) along each row.
 template <typename T, int VPT>
-__global__ void softmax_rows(T* __restrict__ out, const T* __restrict__ x, long long rows, long long R, int log_softmax) {
+__global__ void __launch_bounds__(1024) softmax_rows(T* __restrict__ out, const T* __restrict__ x, long long rows, long long R, int log_softmax) {
     typedef typename NnAcc<T>::A A;
     constexpr int E = VPT * (16 / sizeof(T));
     const bool vec = (R * (long long)sizeof(T)) % 16 == 0 && aligned16(x) && aligned16(out);
@@ -126,7 +130,7 @@ __global__ void softmax_rows(T* __restrict__ out, const T* __restrict__ x, long 
 
 // Rows too long for registers: an online (max, sum) pass, then the output pass.
 template <typename T>
-__global__ void softmax_rows_large(T* __restrict__ out, const T* __restrict__ x, long long rows, long long R, int log_softmax) {
+__global__ void __launch_bounds__(1024) softmax_rows_large(T* __restrict__ out, const T* __restrict__ x, long long rows, long long R, int log_softmax) {
     typedef typename NnAcc<T>::A A;
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* xr = x + r * R;
@@ -152,7 +156,7 @@ __global__ void softmax_rows_large(T* __restrict__ out, const T* __restrict__ x,
 // out = (x - mean) / sqrt(var + eps) * gamma + beta along each row (population variance, as
 // torch.nn.functional.layer_norm); gamma / beta may be null (1 / 0).
 template <typename T, int VPT>
-__global__ void layernorm_rows(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, long long rows, long long R, double eps) {
+__global__ void __launch_bounds__(1024) layernorm_rows(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, long long rows, long long R, double eps) {
     typedef typename NnAcc<T>::A A;
     constexpr int V = 16 / sizeof(T);
     constexpr int E = VPT * V;
@@ -189,7 +193,7 @@ __global__ void layernorm_rows(T* __restrict__ out, const T* __restrict__ x, con
 
 // Rows too long for registers: a Welford pass, then the output pass.
 template <typename T>
-__global__ void layernorm_rows_large(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, long long rows, long long R, double eps) {
+__global__ void __launch_bounds__(1024) layernorm_rows_large(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, long long rows, long long R, double eps) {
     typedef typename NnAcc<T>::A A;
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* xr = x + r * R;

@@ -56,8 +56,12 @@ pub fn is_identifier(s: &str) -> bool {
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !s.starts_with("_gk_")
-        && !matches!(s, "i" | "n" | "contig" | "a" | "b")
+        && !matches!(s, "i" | "n" | "contig")
 }
+
+/// Names a reduction's parameters may not take: `reduce_expr` and `post_map` read the two
+/// operands as `a` and `b`.
+pub const REDUCTION_OPERANDS: [&str; 2] = ["a", "b"];
 
 fn array_params(params: &[Param]) -> Vec<&Param> {
     params.iter().filter(|p| p.role != Role::Scalar).collect()
@@ -260,7 +264,9 @@ pub fn reduction_source(
 
 /// Parses a parameter list such as `"float32 x, T y"` into `(type, name)` pairs; `T`-like
 /// placeholders (one upper-case identifier, not an element type) are returned as types too.
-pub fn parse_params(list: &str) -> Result<Vec<(String, String)>, String> {
+/// `reserved`: names the kernel's own code uses besides `i`, `n` and `contig`
+/// ([`REDUCTION_OPERANDS`] for a reduction).
+pub fn parse_params(list: &str, reserved: &[&str]) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let words: Vec<&str> = part.split_whitespace().collect();
@@ -270,10 +276,14 @@ pub fn parse_params(list: &str) -> Result<Vec<(String, String)>, String> {
             [t1, t2, t3, n] => (format!("{t1} {t2} {t3}"), n.to_string()),
             _ => return Err(format!("`{part}` is not `<type> <name>`")),
         };
-        if !is_identifier(&name) {
+        if !is_identifier(&name) || reserved.contains(&name.as_str()) {
+            let mut taken = vec!["`i`", "`n`", "`contig`"];
+            let extra: Vec<String> = reserved.iter().map(|r| format!("`{r}`")).collect();
+            taken.extend(extra.iter().map(String::as_str));
             return Err(format!(
-                "`{name}` is not a usable parameter name (a C identifier, not `i`, `n`, `a`, \
-                 `b` or starting with `_gk_`)"
+                "`{name}` is not a usable parameter name (a C identifier, not {} or starting \
+                 with `_gk_`)",
+                taken.join(", ")
             ));
         }
         if c_type(&ty).is_none() && !is_placeholder(&ty) {
@@ -375,24 +385,33 @@ mod tests {
     #[test]
     fn parameter_lists() {
         assert_eq!(
-            parse_params("float32 x, T y, unsigned int n2").unwrap(),
+            parse_params("float32 x, T y, unsigned int n2", &[]).unwrap(),
             vec![
                 ("float32".to_string(), "x".to_string()),
                 ("T".to_string(), "y".to_string()),
                 ("unsigned int".to_string(), "n2".to_string())
             ]
         );
-        assert!(parse_params("float32")
+        assert!(parse_params("float32", &[])
             .unwrap_err()
             .contains("<type> <name>"));
-        assert!(parse_params("float32 i")
+        assert!(parse_params("float32 i", &[])
             .unwrap_err()
             .contains("not a usable"));
-        assert!(parse_params("quux x")
+        assert!(parse_params("quux x", &[])
             .unwrap_err()
             .contains("not an element type"));
-        assert!(parse_params("f32 x, f32 x").unwrap_err().contains("twice"));
-        assert!(parse_params("").unwrap().is_empty());
+        assert!(parse_params("f32 x, f32 x", &[])
+            .unwrap_err()
+            .contains("twice"));
+        assert!(parse_params("", &[]).unwrap().is_empty());
+        // `a` and `b` are a reduction's operands only: an elementwise kernel may use them.
+        assert!(parse_params("T x, T a", &[]).is_ok());
+        let e = parse_params("T x, T a", &REDUCTION_OPERANDS).unwrap_err();
+        assert!(
+            e.contains("`a` is not a usable") && e.contains("`b`"),
+            "{e}"
+        );
         assert_eq!(c_type("bfloat16"), Some("__nv_bfloat16"));
         assert!(is_placeholder("T") && is_placeholder("Acc") && !is_placeholder("float"));
     }

@@ -216,8 +216,8 @@ impl ElementwiseKernel {
         if !codegen::is_identifier(name) {
             return Err(bad(format!("`{name}` is not a C identifier")));
         }
-        let inputs = codegen::parse_params(in_params).map_err(bad)?;
-        let outputs = codegen::parse_params(out_params).map_err(bad)?;
+        let inputs = codegen::parse_params(in_params, &[]).map_err(bad)?;
+        let outputs = codegen::parse_params(out_params, &[]).map_err(bad)?;
         if outputs.is_empty() {
             return Err(bad("needs at least one output parameter".into()));
         }
@@ -472,8 +472,9 @@ impl ReductionKernel {
         if !codegen::is_identifier(name) {
             return Err(bad(format!("`{name}` is not a C identifier")));
         }
-        let inputs = codegen::parse_params(in_params).map_err(bad)?;
-        let mut outs = codegen::parse_params(out_param).map_err(bad)?;
+        let inputs = codegen::parse_params(in_params, &codegen::REDUCTION_OPERANDS).map_err(bad)?;
+        let mut outs =
+            codegen::parse_params(out_param, &codegen::REDUCTION_OPERANDS).map_err(bad)?;
         if outs.len() != 1 {
             return Err(bad(format!("needs exactly one output, got `{out_param}`")));
         }
