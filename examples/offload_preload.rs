@@ -13,7 +13,9 @@
 gpukit_offload::export_blas_symbols!();
 
 extern "C" fn offload_shim_init() {
-    gpukit_offload::interpose::init();
+    // SAFETY: runs once, from the shim's `.init_array` entry below, before the program's main
+    // (and so before any thread of the program touches the environment).
+    unsafe { gpukit_offload::interpose::init() };
 }
 
 /// Runs when the shim is loaded: creates the dispatcher (reading the environment and profile,

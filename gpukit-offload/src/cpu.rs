@@ -241,6 +241,23 @@ impl CpuBackend {
     /// [`Call::check`] must have passed.
     pub unsafe fn run(&self, call: &Call) -> Result<i64> {
         let f = self.symbol(call.routine(), call.prec)?;
+        // The library runs on at least LIBRARY_STACK bytes of stack: this thread's when that
+        // much is left, else a fresh one on the heap for the call. The system OpenBLAS 0.3.21
+        // (Debian / Ubuntu, pthreads) crashed inside threaded LU and solve calls (cgesv at
+        // n = 24: SIGSEGV in ctrsv_NLU, in half of the runs) from a thread with Rust's default
+        // 2 MiB stack, and never with 64 MiB stacks or with one OpenBLAS thread.
+        // SAFETY: forwarded from this function's contract; `f` is this library's entry for the
+        // call's routine and precision.
+        stacker::maybe_grow(LIBRARY_STACK, LIBRARY_STACK, || unsafe {
+            self.run_here(call, f)
+        })
+    }
+
+    /// [`CpuBackend::run`] on the current stack.
+    ///
+    /// # Safety
+    /// As for [`CpuBackend::run`]; `f` is this library's entry for the call's routine.
+    unsafe fn run_here(&self, call: &Call, f: *mut c_void) -> Result<i64> {
         for_routine(
             call.routine(),
             RunOn {
@@ -251,6 +268,9 @@ impl CpuBackend {
         )
     }
 }
+
+/// Stack a CPU-library call gets at least (see [`CpuBackend::run`]).
+const LIBRARY_STACK: usize = 16 << 20;
 
 /// The part of a [`Error::NoCpuLibrary`] after "tried".
 fn reason_of(e: &Error) -> String {

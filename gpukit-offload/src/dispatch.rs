@@ -1241,7 +1241,11 @@ impl Dispatcher {
     /// Prints [`Dispatcher::warnings`] unless this process was started by a process that
     /// printed the same ones (the shim marks them in `GPUKIT_OFFLOAD_WARNED`, which child
     /// processes inherit), so a bad setting is named once per process tree.
-    pub fn report_warnings_once(&self) {
+    ///
+    /// # Safety
+    /// Sets an environment variable: no other thread may read or write the environment
+    /// meanwhile (the shim calls it from its constructor, before the program's threads).
+    pub unsafe fn report_warnings_once(&self) {
         if self.warnings.is_empty() {
             return;
         }
@@ -1254,7 +1258,7 @@ impl Dispatcher {
         for w in &self.warnings {
             self.warn_once(w);
         }
-        // SAFETY: called from the shim's constructor, before the program's main and its threads.
+        // SAFETY: this function's contract (no concurrent use of the environment).
         unsafe { set_env(WARNED_ENV, &mark) };
     }
 

@@ -219,11 +219,16 @@ pub fn dispatcher() -> &'static Arc<Dispatcher> {
 /// (prints configuration problems once per process tree), installs the fork handlers and the
 /// exit hook (summary, learned corrections), and starts the GPU when the policy says so. Never
 /// panics.
-pub fn init() {
+///
+/// # Safety
+/// Call it once, from the shim's constructor, before the program's `main` starts threads: it
+/// sets an environment variable (see [`Dispatcher::report_warnings_once`]).
+pub unsafe fn init() {
     let _ = catch_unwind(|| {
         crate::output::capture_stderr();
         let d = dispatcher();
-        d.report_warnings_once();
+        // SAFETY: this function's contract.
+        unsafe { d.report_warnings_once() };
         crate::fork::install();
         extern "C" fn at_exit() {
             let _ = catch_unwind(|| {
