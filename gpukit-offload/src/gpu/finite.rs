@@ -140,7 +140,8 @@ impl FinitePlan {
             };
             x.finite_sum(status, what);
         }
-        Ok(())
+        // Checks of the inputs (queued before any routine) are read before the routine runs.
+        x.verify_inputs()
     }
 
     /// y = T * ones for the triangle.
