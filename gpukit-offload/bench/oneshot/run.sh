@@ -50,8 +50,9 @@ script_of() {
   case "$1" in
     numpy) echo "$here/numpy_oneshot.py" ;;
     sklearn) echo "$here/sklearn_pipeline.py" ;;
+    decomp) echo "$here/sklearn_decompositions.py" ;;
     statsmodels) echo "$here/statsmodels_fits.py" ;;
-    *) echo "oneshot: unknown program $1 (numpy, sklearn, statsmodels)" >&2; return 1 ;;
+    *) echo "oneshot: unknown program $1 (numpy, sklearn, decomp, statsmodels)" >&2; return 1 ;;
   esac
 }
 
