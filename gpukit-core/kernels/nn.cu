@@ -89,13 +89,20 @@ __device__ __forceinline__ void store_row(T* row, long long R, bool vec, const t
     }
 }
 
-// Every row kernel is launched with up to 1024 threads (row_config in src/array/nn.rs):
-// __launch_bounds__(1024) holds the compiler to the 64 registers per thread such a block may
-// use (layernorm_rows<float, 8> needed more without it and failed to launch on the H200).
+// Block sizes (keep in sync with row_config in src/array/nn.rs): the register-row kernels run
+// with up to NnMaxThreads<T> threads, held to it by __launch_bounds__ (without a bound
+// layernorm_rows<float, 8> needed more registers than a 1024-thread block may have and failed to
+// launch on the H200; with a bound of 1024, i.e. 64 registers, it spills). 32-bit and 64-bit
+// rows get 512 threads (128 registers) and 16-bit rows, which keep 64 float values per thread
+// at 8 vectors, 256 (255 registers): the NVRTC test holds every one of them to zero spills for
+// sm_80 and sm_90a. Longer rows take the *_large kernels (a few values per thread, 1024 threads).
+template <typename T> struct NnMaxThreads { static constexpr int value = 512; };
+template <> struct NnMaxThreads<__half> { static constexpr int value = 256; };
+template <> struct NnMaxThreads<__nv_bfloat16> { static constexpr int value = 256; };
 
 // out = softmax(x) (or log_softmax) along each row.
 template <typename T, int VPT>
-__global__ void __launch_bounds__(1024) softmax_rows(T* __restrict__ out, const T* __restrict__ x, long long rows, long long R, int log_softmax) {
+__global__ void __launch_bounds__(NnMaxThreads<T>::value) softmax_rows(T* __restrict__ out, const T* __restrict__ x, long long rows, long long R, int log_softmax) {
     typedef typename NnAcc<T>::A A;
     constexpr int E = VPT * (16 / sizeof(T));
     const bool vec = (R * (long long)sizeof(T)) % 16 == 0 && aligned16(x) && aligned16(out);
@@ -156,7 +163,7 @@ __global__ void __launch_bounds__(1024) softmax_rows_large(T* __restrict__ out, 
 // out = (x - mean) / sqrt(var + eps) * gamma + beta along each row (population variance, as
 // torch.nn.functional.layer_norm); gamma / beta may be null (1 / 0).
 template <typename T, int VPT>
-__global__ void __launch_bounds__(1024) layernorm_rows(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, long long rows, long long R, double eps) {
+__global__ void __launch_bounds__(NnMaxThreads<T>::value) layernorm_rows(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, long long rows, long long R, double eps) {
     typedef typename NnAcc<T>::A A;
     constexpr int V = 16 / sizeof(T);
     constexpr int E = VPT * V;

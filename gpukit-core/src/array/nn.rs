@@ -22,7 +22,9 @@ pub fn row_config(r: usize, elem_size: usize) -> Option<(u32, u32)> {
         }
     }
     let threads = r.div_ceil(8 * v).next_power_of_two().max(32);
-    (threads <= 1024).then_some((8, threads as u32))
+    // NnMaxThreads in kernels/nn.cu: the register-row kernels' launch bound
+    let max = if elem_size == 2 { 256 } else { 512 };
+    (threads <= max).then_some((8, threads as u32))
 }
 
 impl<T: DType> GpuArray<T> {
@@ -166,9 +168,12 @@ mod tests {
     #[test]
     fn rows_fit_in_registers_up_to_32k_f32() {
         assert_eq!(row_config(4096, 4), Some((4, 256)));
-        assert_eq!(row_config(32768, 4), Some((8, 1024)));
+        assert_eq!(row_config(16384, 4), Some((8, 512)));
+        assert_eq!(row_config(32768, 4), None);
         assert_eq!(row_config(100, 4), Some((1, 32)));
-        assert_eq!(row_config(65536, 2), Some((8, 1024)));
+        assert_eq!(row_config(16384, 2), Some((8, 256)));
+        assert_eq!(row_config(32768, 2), None);
+        assert_eq!(row_config(8192, 8), Some((8, 512)));
         assert_eq!(row_config(32768, 8), None);
         assert_eq!(row_config(32769, 4), None);
         for r in [1usize, 7, 1000, 4095, 4097, 20000, 32768] {
