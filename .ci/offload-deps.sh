@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the gpukit-offload tests need on a fresh CI machine (idempotent):
 #  * OpenBLAS + LAPACK: the CPU backend of the typed API (dlopen'ed at run time);
-#  * a Python venv at /opt/gpukit-offload-venv with numpy, pytest and hypothesis, for the shim
+#  * a Python venv at /opt/gpukit-offload-venv with numpy, scipy, pytest and hypothesis, for the shim
 #    tests (bit-identical numpy results, numpy.linalg's own suite under the shim). When this venv
 #    exists, tests/offload_shim.rs uses it and *requires* numpy (as GPUKIT_REQUIRE_NUMPY=1 does).
 set -euo pipefail
@@ -18,12 +18,12 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "offload-deps: creating $VENV"
   $SUDO python3 -m venv "$VENV"
 fi
-if "$VENV/bin/python" -c 'import numpy, pytest, hypothesis' 2>/dev/null; then
-  echo "offload-deps: numpy, pytest, hypothesis already in $VENV"
+if "$VENV/bin/python" -c 'import numpy, scipy, pytest, hypothesis' 2>/dev/null; then
+  echo "offload-deps: numpy, scipy, pytest, hypothesis already in $VENV"
 else
-  echo "offload-deps: pip install numpy pytest hypothesis into $VENV"
+  echo "offload-deps: pip install numpy scipy pytest hypothesis into $VENV"
   $SUDO "$VENV/bin/pip" install -q --upgrade pip
-  $SUDO "$VENV/bin/pip" install -q numpy pytest hypothesis
+  $SUDO "$VENV/bin/pip" install -q numpy scipy pytest hypothesis
 fi
 "$VENV/bin/python" -c 'import numpy; print("offload-deps: numpy", numpy.__version__)'
 echo "offload-deps: done (export GPUKIT_REQUIRE_NUMPY=1 GPUKIT_PYTHON=$VENV/bin/python to make the shim tests mandatory)"

@@ -55,6 +55,11 @@ enum Cmd {
         /// (its GPU curves, copy and start-up figures are kept; no GPU needed).
         #[arg(long = "cpu-only", value_name = "PROFILE")]
         cpu_only: Option<PathBuf>,
+        /// Measure only these op kinds, comma-separated model keys (`syev,syev+v`: a routine's
+        /// stem, `+v` with vectors, `+a` for a full SVD); with --cpu-only the profile's curves of
+        /// the other kinds are kept.
+        #[arg(long, value_name = "KINDS")]
+        only: Option<String>,
     },
     /// Run a program under the LD_PRELOAD shim (CUDA starts at once in the background; prints
     /// the per-routine summary at exit; keeps the program's exit status).
@@ -91,7 +96,10 @@ fn main() -> ExitCode {
             python,
             libraries,
             cpu_only,
-        }) => run_calibrate(quick, output, budget, &python, &libraries, cpu_only),
+            only,
+        }) => parse_only(only.as_deref()).and_then(|only| {
+            run_calibrate(quick, output, budget, &python, &libraries, cpu_only, only)
+        }),
         Some(Cmd::Run { cmd }) => return run_shim(&cmd),
         Some(Cmd::Explain) => explain(),
     };
@@ -158,6 +166,35 @@ fn find_libraries(python: &str, named: &[String]) -> gpukit_offload::Result<Vec<
     Ok(libs)
 }
 
+/// `--only`'s kinds (empty without the option); a key the model does not know is an error.
+fn parse_only(only: Option<&str>) -> gpukit_offload::Result<Vec<OpKind>> {
+    let Some(list) = only else {
+        return Ok(Vec::new());
+    };
+    let kinds: Vec<OpKind> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|key| {
+            OpKind::parse_key(key).ok_or_else(|| gpukit_offload::Error::Config {
+                name: "--only",
+                value: key.to_string(),
+                msg: "not an op kind: use a routine's stem (gemm, syev, potrf), with +v for vectors \
+                      (syev+v) or +a for a full SVD (gesdd+a)"
+                    .into(),
+            })
+        })
+        .collect::<gpukit_offload::Result<_>>()?;
+    if kinds.is_empty() {
+        return Err(gpukit_offload::Error::Config {
+            name: "--only",
+            value: list.to_string(),
+            msg: "names no op kind".into(),
+        });
+    }
+    Ok(kinds)
+}
+
 fn run_calibrate(
     quick: bool,
     output: Option<PathBuf>,
@@ -165,6 +202,7 @@ fn run_calibrate(
     python: &str,
     named: &[String],
     cpu_only: Option<PathBuf>,
+    only: Vec<OpKind>,
 ) -> gpukit_offload::Result<()> {
     let t0 = Instant::now();
     let libs = find_libraries(python, named)?;
@@ -172,6 +210,7 @@ fn run_calibrate(
         output::line(&format!("offload: CPU library {}", l.describe()));
     }
     let mut opts = CalibrateOptions::new(quick);
+    opts.only = only;
     // a log (not a terminal) gets one line per grid point instead of the progress bar
     opts.log_points = !std::io::IsTerminal::is_terminal(&std::io::stderr());
     opts.progress = !opts.log_points;

@@ -161,6 +161,59 @@ fn numpy_results_bit_identical_and_summary_lists_calls() {
     }
 }
 
+/// scipy's simple eigensolver driver (`eigh(driver="ev")`, which `pinvh` and scikit-learn's
+/// covariance estimators call): syev / heev in every precision, intercepted (the summary lists
+/// them) and bit-identical on the CPU path.
+const SCRIPT_EV: &str = r#"
+import hashlib, numpy as np, scipy.linalg as sla
+rng = np.random.default_rng(5)
+out = []
+for n in (1, 4, 60, 300):
+    a = rng.standard_normal((n, n)); s = a @ a.T + np.eye(n)
+    w, v = sla.eigh(s, driver="ev")
+    out += [w, v, sla.eigh(s, driver="ev", eigvals_only=True, lower=False), sla.pinvh(s)]
+    c = a + 1j * rng.standard_normal((n, n)); h = c @ c.conj().T + np.eye(n)
+    out += [sla.eigh(h, driver="ev")[1], sla.eigh(h.astype(np.complex64), driver="ev", eigvals_only=True),
+            sla.eigh(s.astype(np.float32), driver="ev")[1]]
+print(hashlib.sha256(b"".join(np.ascontiguousarray(x).tobytes() for x in out)).hexdigest())
+"#;
+
+#[test]
+fn scipy_simple_eigh_driver_is_intercepted_and_bit_identical() {
+    if !have(
+        "scipy_simple_eigh_driver_is_intercepted_and_bit_identical",
+        "numpy, scipy",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let plain = run(Command::new(python()).args(["-c", SCRIPT_EV]));
+    let mut c = Command::new(offload());
+    c.args(["run", &python(), "-c", SCRIPT_EV]);
+    isolated(&mut c, &dir);
+    let shim = run(&mut c);
+    let (h0, h1) = (
+        String::from_utf8_lossy(&plain.stdout),
+        String::from_utf8_lossy(&shim.stdout),
+    );
+    assert_eq!(h0.trim().len(), 64, "{h0}");
+    assert_eq!(h0, h1, "scipy results differ under the shim");
+    let err = String::from_utf8_lossy(&shim.stderr);
+    for (r, at_least) in [("dsyev", 12), ("zheev", 4), ("cheev", 4), ("ssyev", 4)] {
+        let line = err
+            .lines()
+            .find(|l| l.starts_with(&format!("gpukit-offload: {r} calls=")))
+            .unwrap_or_else(|| panic!("no summary line for {r} in:\n{err}"));
+        let calls: u64 = line
+            .split("calls=")
+            .nth(1)
+            .and_then(|x| x.split(' ').next())
+            .and_then(|x| x.parse().ok())
+            .unwrap_or_else(|| panic!("no call count in {line}"));
+        assert!(calls >= at_least, "{line}");
+    }
+}
+
 #[test]
 fn bad_settings_are_reported_and_the_program_runs() {
     if !have("bad_settings_are_reported_and_the_program_runs", "numpy") {

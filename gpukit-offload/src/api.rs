@@ -558,6 +558,7 @@ impl Offload {
         self.run(Call {
             prec: T::PREC,
             op: Op::Syevd {
+                routine: Routine::Syevd,
                 vectors,
                 uplo,
                 n,

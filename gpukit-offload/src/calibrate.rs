@@ -67,7 +67,12 @@ pub fn grid(kind: OpKind, p: Precision, quick: bool) -> (Vec<f64>, Vec<f64>) {
     let v = |x: &[f64]| x.to_vec();
     let heavy = matches!(
         kind.routine,
-        Routine::Syevd | Routine::Syevr | Routine::Gesdd | Routine::Gesvd | Routine::Gelsd
+        Routine::Syev
+            | Routine::Syevd
+            | Routine::Syevr
+            | Routine::Gesdd
+            | Routine::Gesvd
+            | Routine::Gelsd
     );
     let x1: Vec<f64> = if heavy {
         match (
@@ -333,7 +338,7 @@ impl Case {
             }
             // the triangle read is a well-conditioned Cholesky factor
             Routine::Potri => vec![tri(n)],
-            Routine::Syevd | Routine::Syevr => vec![Buf::symmetric(p, n, 0.0, 1)],
+            Routine::Syev | Routine::Syevd | Routine::Syevr => vec![Buf::symmetric(p, n, 0.0, 1)],
             Routine::Gelsd => vec![Buf::random(p, m, n, 1), Buf::random(p, m.max(n), k, 2)],
             Routine::Orgqr => {
                 let a = Buf::random(p, m, n, 1);
@@ -350,7 +355,7 @@ impl Case {
         // outputs
         let mn = m.min(n);
         match kind.routine {
-            Routine::Syevd => c.bufs.push(Buf::zeros(real_of(p), n, 1)),
+            Routine::Syev | Routine::Syevd => c.bufs.push(Buf::zeros(real_of(p), n, 1)),
             Routine::Syevr => {
                 c.bufs.push(Buf::zeros(real_of(p), n, 1));
                 c.bufs.push(Buf::zeros(p, n, n));
@@ -531,7 +536,8 @@ impl Case {
                 n,
                 a: b[0].mat(),
             },
-            Routine::Syevd => Op::Syevd {
+            Routine::Syev | Routine::Syevd => Op::Syevd {
+                routine: kind.routine,
                 vectors: kind.vectors(),
                 uplo: Uplo::Lower,
                 n,
@@ -1033,9 +1039,14 @@ pub fn calibrate_cpu(
     let bar = indicatif::ProgressBar::hidden();
     let cpu_t = measure_cpu(libs, &plan, &gpu_of, opts, t_start, &bar, &say);
     let keys: Vec<String> = libs.iter().map(|c| c.lib().key().to_string()).collect();
+    // with `only`, the libraries' curves (and learned figures) of the other kinds are kept
+    let measured = |op: &str| {
+        opts.only.is_empty() || OpKind::parse_key(op).is_some_and(|k| opts.only.contains(&k))
+    };
     let mut out = base.clone();
     out.curves.retain(|c| {
         c.backend == Backend::Gpu
+            || !measured(&c.op)
             || !keys.contains(
                 &c.library
                     .clone()
@@ -1054,10 +1065,13 @@ pub fn calibrate_cpu(
         key: c.lib().key().to_string(),
         path: c.path().to_string(),
     }));
-    out.cpu_points.retain(|p| !keys.contains(&p.library));
+    out.cpu_points
+        .retain(|p| !measured(&p.op) || !keys.contains(&p.library));
     out.corrections.retain(|k, _| {
         crate::learn::CorrKey::parse(k).is_some_and(|c| {
-            c.backend == Backend::Gpu || !keys.contains(&c.lib.as_str().to_string())
+            c.backend == Backend::Gpu
+                || !measured(&c.kind.key())
+                || !keys.contains(&c.lib.as_str().to_string())
         })
     });
     out.machine.cpu = Machine::local_cpu();
@@ -1312,11 +1326,21 @@ mod tests {
         assert!(m
             .cpu_curve(lib, OpKind::plain(Routine::Potri), Precision::Z)
             .is_some());
-        // potrf's curve of this library was replaced by the new calibration (which did not
-        // measure it); mkl's is kept; the GPU curves are the base's
-        assert!(m
-            .cpu_curve(lib, OpKind::plain(Routine::Potrf), Precision::D)
-            .is_none());
+        // potrf's curve of this library is the base's (`only` measured potri alone); mkl's is
+        // kept; the GPU curves are the base's
+        let key = |q: &Profile| {
+            q.curves
+                .iter()
+                .find(|c| {
+                    c.backend == Backend::Cpu
+                        && c.op == "potrf"
+                        && c.precision == Precision::D
+                        && c.library.as_deref() == Some(lib.as_str())
+                })
+                .map(|c| c.curve.clone())
+        };
+        assert!(key(&q).is_some());
+        assert_eq!(key(&q), key(&base));
         assert!(m
             .cpu_curve(
                 crate::library::LibKey::of("mkl"),

@@ -198,8 +198,10 @@ pub enum Op {
         a: HostMat,
         b: HostMat,
     },
-    /// Eigenvalues (into `w`, `n` reals) and optionally eigenvectors (into A).
+    /// Eigenvalues (into `w`, `n` reals) and optionally eigenvectors (into A): `syevd` /
+    /// `heevd`, or `syev` / `heev` (`routine`; the same contract, a different CPU algorithm).
     Syevd {
+        routine: Routine,
         vectors: bool,
         uplo: Uplo,
         n: usize,
@@ -346,7 +348,7 @@ impl Call {
             Op::Potrf { .. } => Routine::Potrf,
             Op::Potrs { .. } => Routine::Potrs,
             Op::Posv { .. } => Routine::Posv,
-            Op::Syevd { .. } => Routine::Syevd,
+            Op::Syevd { routine, .. } => routine,
             Op::Svd { routine, .. } => routine,
             Op::Geqrf { .. } => Routine::Geqrf,
             Op::Hemm { .. } => Routine::Hemm,
@@ -756,9 +758,12 @@ pub fn info_meaning(r: Routine) -> &'static str {
         Routine::Trtrs => "A has a zero diagonal element: it is singular",
         Routine::Potrf | Routine::Posv => "the matrix is not positive definite",
         Routine::Potri => "a diagonal element of the Cholesky factor is zero",
-        Routine::Syevd | Routine::Syevr | Routine::Gesdd | Routine::Gesvd | Routine::Gelsd => {
-            "the algorithm did not converge"
-        }
+        Routine::Syev
+        | Routine::Syevd
+        | Routine::Syevr
+        | Routine::Gesdd
+        | Routine::Gesvd
+        | Routine::Gelsd => "the algorithm did not converge",
         _ => "numerical failure",
     }
 }

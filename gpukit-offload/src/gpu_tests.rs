@@ -1297,6 +1297,7 @@ fn eigen_body() {
             &call(
                 p,
                 Op::Syevd {
+                    routine: Routine::Syevd,
                     vectors: false,
                     uplo: Uplo::Lower,
                     n,
@@ -1312,49 +1313,52 @@ fn eigen_body() {
         let wscale = wr.iter().fold(0.0f64, |m, v| m.max(v.abs()));
         for uplo in [Uplo::Lower, Uplo::Upper] {
             for vectors in [false, true] {
-                // syevd
-                let what = format!("{l}syevd {uplo:?} vectors={vectors}");
-                let mut a = a0.clone();
-                let mut w = Mat::poisoned(rp, n, 1, 0);
-                match on_gpu(
-                    gpu,
-                    &call(
-                        p,
-                        Op::Syevd {
-                            vectors,
-                            uplo,
-                            n,
-                            a: a.host(),
-                            w: w.ptr(),
-                        },
-                    ),
-                ) {
-                    Ok(()) => {
-                        let wg = w.reals();
-                        let werr = wg
-                            .iter()
-                            .zip(&wr)
-                            .map(|(x, y)| (x - y).abs())
-                            .fold(0.0, f64::max)
-                            / wscale;
-                        f.close(&what, werr, t);
-                        if vectors {
-                            f.close(
-                                &format!("{what} residual"),
-                                eig_residual(&ad, &a.dense(), &wg, n, n),
-                                t,
-                            );
-                            f.close(
-                                &format!("{what} orthonormal"),
-                                orth_err(&a.dense(), n, n),
-                                t,
-                            );
-                        } else {
-                            f.check(a.dense() != ad, || format!("{what}: A not destroyed"));
+                // syevd, and syev (run as syevd on the GPU; the CPU reference is syevd's)
+                for routine in [Routine::Syevd, Routine::Syev] {
+                    let what = format!("{l}{} {uplo:?} vectors={vectors}", routine.stem());
+                    let mut a = a0.clone();
+                    let mut w = Mat::poisoned(rp, n, 1, 0);
+                    match on_gpu(
+                        gpu,
+                        &call(
+                            p,
+                            Op::Syevd {
+                                routine,
+                                vectors,
+                                uplo,
+                                n,
+                                a: a.host(),
+                                w: w.ptr(),
+                            },
+                        ),
+                    ) {
+                        Ok(()) => {
+                            let wg = w.reals();
+                            let werr = wg
+                                .iter()
+                                .zip(&wr)
+                                .map(|(x, y)| (x - y).abs())
+                                .fold(0.0, f64::max)
+                                / wscale;
+                            f.close(&what, werr, t);
+                            if vectors {
+                                f.close(
+                                    &format!("{what} residual"),
+                                    eig_residual(&ad, &a.dense(), &wg, n, n),
+                                    t,
+                                );
+                                f.close(
+                                    &format!("{what} orthonormal"),
+                                    orth_err(&a.dense(), n, n),
+                                    t,
+                                );
+                            } else {
+                                f.check(a.dense() != ad, || format!("{what}: A not destroyed"));
+                            }
+                            f.check(a.pad_ok(), || format!("{what}: padding written"));
                         }
-                        f.check(a.pad_ok(), || format!("{what}: padding written"));
+                        Err(e) => f.err(format!("{what}: gpu {e}")),
                     }
-                    Err(e) => f.err(format!("{what}: gpu {e}")),
                 }
                 // syevr in every range
                 let ranges = [
@@ -1858,6 +1862,12 @@ fn lapack_calls(
         (3, 2),
     );
     add(
+        "syev",
+        vec![Mat::hermitian(p, n, 0.0, rng), Mat::vector(real_of(p), n)],
+        vec![],
+        (3, 2),
+    );
+    add(
         "syevd",
         vec![Mat::hermitian(p, n, 0.0, rng), Mat::vector(real_of(p), n)],
         vec![],
@@ -1980,7 +1990,12 @@ fn lapack_call(p: Precision, name: &str, o: &mut Operands) -> Call {
             a,
             b: rest[0].host(),
         },
-        "syevd" => Op::Syevd {
+        "syevd" | "syev" => Op::Syevd {
+            routine: if name == "syev" {
+                Routine::Syev
+            } else {
+                Routine::Syevd
+            },
             vectors: true,
             uplo: Uplo::Lower,
             n,

@@ -239,11 +239,16 @@ impl Model {
             .find_map(|p| self.cpu.get(&(lib, kind, p)))
     }
 
-    /// The GPU curve: the exact precision, else the nearest one.
+    /// The GPU curve: the exact precision, else the nearest one; for a kind the GPU runs as
+    /// another ([`OpKind::gpu_kind`]: syev as syevd), that kind's curve when it has none of
+    /// its own.
     pub fn gpu_curve(&self, kind: OpKind, prec: Precision) -> Option<&Curve> {
-        precision_order(prec)
-            .into_iter()
-            .find_map(|p| self.gpu.get(&(kind, p)))
+        let find = |k: OpKind| {
+            precision_order(prec)
+                .into_iter()
+                .find_map(|p| self.gpu.get(&(k, p)))
+        };
+        find(kind).or_else(|| find(kind.gpu_kind()))
     }
 
     /// The libraries with CPU curves.

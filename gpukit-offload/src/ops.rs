@@ -87,7 +87,8 @@ impl Precision {
 }
 
 /// A BLAS/LAPACK routine the dispatcher knows. Real and complex variants of one algorithm are
-/// one routine (`syevd` / `heevd`, `syevr` / `heevr`, `orgqr` / `ungqr`); the Hermitian BLAS-3
+/// one routine (`syev` / `heev`, `syevd` / `heevd`, `syevr` / `heevr`, `orgqr` / `ungqr`); the
+/// Hermitian BLAS-3
 /// routines `hemm` and `herk` exist in c and z only and are routines of their own (their complex
 /// symmetric namesakes `csymm` / `csyrk` are [`Routine::Symm`] / [`Routine::Syrk`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -125,6 +126,11 @@ pub enum Routine {
     Potri,
     /// Triangular solve with a LAPACK singularity check (`info > 0` for a zero diagonal).
     Trtrs,
+    /// Symmetric / Hermitian eigensolver (QR iteration, the simple driver): `syev` for s/d,
+    /// `heev` for c/z (scipy's `eigh(driver="ev")`, which `pinvh` and scikit-learn's
+    /// covariance estimators use). The GPU runs it as [`Routine::Syevd`]; the CPU side has curves
+    /// of its own (QR iteration is several times slower than divide and conquer).
+    Syev,
     /// Symmetric / Hermitian eigensolver (divide and conquer): `syevd` for s/d, `heevd` for c/z.
     Syevd,
     /// Symmetric / Hermitian eigensolver (relatively robust representations, scipy's default
@@ -144,7 +150,7 @@ pub enum Routine {
 
 impl Routine {
     /// Every routine, in catalogue order.
-    pub const ALL: [Routine; 23] = [
+    pub const ALL: [Routine; 24] = [
         Routine::Gemm,
         Routine::Symm,
         Routine::Hemm,
@@ -161,6 +167,7 @@ impl Routine {
         Routine::Posv,
         Routine::Potri,
         Routine::Trtrs,
+        Routine::Syev,
         Routine::Syevd,
         Routine::Syevr,
         Routine::Gesdd,
@@ -189,6 +196,7 @@ impl Routine {
             Routine::Posv => "posv",
             Routine::Potri => "potri",
             Routine::Trtrs => "trtrs",
+            Routine::Syev => "syev",
             Routine::Syevd => "syevd",
             Routine::Syevr => "syevr",
             Routine::Gesdd => "gesdd",
@@ -199,9 +207,11 @@ impl Routine {
         }
     }
 
-    /// The stem of the complex variant (`heevd`, `heevr`, `ungqr`; else [`Routine::stem`]).
+    /// The stem of the complex variant (`heev`, `heevd`, `heevr`, `ungqr`; else
+    /// [`Routine::stem`]).
     pub fn complex_stem(self) -> &'static str {
         match self {
+            Routine::Syev => "heev",
             Routine::Syevd => "heevd",
             Routine::Syevr => "heevr",
             Routine::Orgqr => "ungqr",
@@ -254,7 +264,7 @@ impl Routine {
     /// The variants the model distinguishes for this routine (see [`Variant`]).
     pub fn variants(self) -> &'static [Variant] {
         match self {
-            Routine::Syevd | Routine::Syevr => &[Variant::Plain, Variant::Vectors],
+            Routine::Syev | Routine::Syevd | Routine::Syevr => &[Variant::Plain, Variant::Vectors],
             Routine::Gesdd | Routine::Gesvd => &[Variant::Plain, Variant::Vectors, Variant::Full],
             _ => &[Variant::Plain],
         }
@@ -316,6 +326,15 @@ impl OpKind {
         self.variant != Variant::Plain
     }
 
+    /// The kind whose GPU routine serves this one: syev / heev run as syevd / heevd (the same
+    /// results; cuSOLVER's divide and conquer), every other kind as itself.
+    pub fn gpu_kind(self) -> OpKind {
+        match self.routine {
+            Routine::Syev => OpKind::new(Routine::Syevd, self.variant),
+            _ => self,
+        }
+    }
+
     /// Every kind the model distinguishes.
     pub fn all() -> Vec<OpKind> {
         Routine::ALL
@@ -368,7 +387,7 @@ impl fmt::Display for OpKind {
 /// | orgqr | rows | columns | reflectors |
 /// | gelsd | rows | columns | right-hand sides |
 /// | getrs, gesv, potrs, posv, trtrs | - | order | right-hand sides |
-/// | potrf, getri, potri, syevd, syevr | - | order | - |
+/// | potrf, getri, potri, syev, syevd, syevr | - | order | - |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Shape {
     /// See the table above.
@@ -424,9 +443,12 @@ impl Routine {
             Routine::Getrs | Routine::Gesv | Routine::Potrs | Routine::Posv | Routine::Trtrs => {
                 Family::Solve
             }
-            Routine::Potrf | Routine::Getri | Routine::Potri | Routine::Syevd | Routine::Syevr => {
-                Family::Square
-            }
+            Routine::Potrf
+            | Routine::Getri
+            | Routine::Potri
+            | Routine::Syev
+            | Routine::Syevd
+            | Routine::Syevr => Family::Square,
             Routine::Getrf
             | Routine::Geqrf
             | Routine::Orgqr
@@ -468,6 +490,15 @@ impl OpKind {
             Routine::Potrf => n * n * n / 3.0,
             Routine::Posv => n * n * n / 3.0 + 2.0 * n * n * k,
             Routine::Potri => 2.0 * n * n * n / 3.0,
+            Routine::Syev => {
+                if self.vectors() {
+                    // tridiagonal reduction (4/3 n^3), forming Q (4/3 n^3), implicit QL/QR
+                    // iterations applied to Q (about 6 n^3)
+                    26.0 * n * n * n / 3.0
+                } else {
+                    4.0 * n * n * n / 3.0
+                }
+            }
             Routine::Syevd | Routine::Syevr => {
                 if self.vectors() {
                     // tridiagonal reduction + tridiagonal solver + back transformation
@@ -544,7 +575,7 @@ impl OpKind {
             Routine::Potrf | Routine::Potri => (n * n * e, n * n * e),
             Routine::Potrs | Routine::Trtrs => ((n * n + n * k) * e, n * k * e),
             Routine::Posv => ((n * n + n * k) * e, (n * n + n * k) * e),
-            Routine::Syevd | Routine::Syevr => (
+            Routine::Syev | Routine::Syevd | Routine::Syevr => (
                 n * n * e,
                 if self.vectors() { n * n * e } else { 0.0 } + n * re,
             ),
@@ -583,9 +614,12 @@ impl OpKind {
             Routine::Gesv | Routine::Posv => {
                 n.saturating_mul(n).saturating_mul(n.saturating_add(k))
             }
-            Routine::Potrf | Routine::Getri | Routine::Potri | Routine::Syevd | Routine::Syevr => {
-                n.saturating_mul(n).saturating_mul(n)
-            }
+            Routine::Potrf
+            | Routine::Getri
+            | Routine::Potri
+            | Routine::Syev
+            | Routine::Syevd
+            | Routine::Syevr => n.saturating_mul(n).saturating_mul(n),
         }
     }
 }
@@ -799,6 +833,12 @@ mod tests {
             assert_eq!(Routine::parse(r.complex_stem()), Some((r, None)));
         }
         assert_eq!(Routine::name(Routine::Syevd, Precision::Z), "zheevd");
+        assert_eq!(Routine::name(Routine::Syev, Precision::D), "dsyev");
+        assert_eq!(Routine::name(Routine::Syev, Precision::C), "cheev");
+        assert_eq!(
+            Routine::parse("zheev"),
+            Some((Routine::Syev, Some(Precision::Z)))
+        );
         assert_eq!(Routine::name(Routine::Syevr, Precision::C), "cheevr");
         assert_eq!(Routine::name(Routine::Orgqr, Precision::Z), "zungqr");
         assert_eq!(Routine::name(Routine::Orgqr, Precision::D), "dorgqr");
@@ -812,7 +852,7 @@ mod tests {
         );
         // names LAPACK does not have
         for bad in [
-            "xgemm", "dherk", "shemm", "dheevd", "zorgqr", "sungqr", "zsyevd",
+            "xgemm", "dherk", "shemm", "dheevd", "zorgqr", "sungqr", "zsyevd", "dheev", "csyev",
         ] {
             assert_eq!(Routine::parse(bad), None, "{bad}");
         }

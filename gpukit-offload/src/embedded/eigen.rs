@@ -1,4 +1,4 @@
-//! Symmetric/Hermitian eigenvalue problems: `syevd`/`heevd` and `syevr`/`heevr` on faer's
+//! Symmetric/Hermitian eigenvalue problems: `syev`/`heev`, `syevd`/`heevd` and `syevr`/`heevr` on faer's
 //! self-adjoint eigensolver (tridiagonalization, then divide and conquer or QR iteration).
 //!
 //! `syevr`'s subsets (`range = 'V'`: eigenvalues in `(vl, vu]`; `'I'`: indices `il..=iu` of
@@ -220,6 +220,124 @@ pub(crate) unsafe extern "C" fn heevd<T: Scalar>(
                 iwork,
                 liwork,
             )
+        })
+    }
+}
+
+/// The body of `syev` (`rwork = None`) and `heev`: the simple driver, answered by the same
+/// decomposition as `syevd` (LAPACK's QR iteration and divide and conquer compute the same
+/// eigenvalues and, up to the signs of eigenvectors of simple eigenvalues, the same vectors).
+///
+/// # Safety
+/// The reference LAPACK `?syev`/`?heev` interface.
+#[allow(clippy::too_many_arguments)]
+unsafe fn ev<T: Scalar>(
+    jz: *const c_char,
+    uplo: *const c_char,
+    n: *const Int,
+    a: *mut T,
+    lda: *const Int,
+    w: *mut T::R,
+    work: *mut T,
+    lwork: *const Int,
+    rwork: Option<*mut T::R>,
+) -> Outcome<i32> {
+    let name = if T::COMPLEX { "heev" } else { "syev" };
+    // SAFETY: every pointer is the caller's argument, read or written only inside the extent its
+    // (checked) dimensions describe, as the LAPACK interface requires.
+    unsafe {
+        let wantz = jobz(read_char(jz, 1)?, 1)?;
+        let low = lower(read_char(uplo, 2)?, 2)?;
+        let n = read(n, 3)?;
+        check(n >= 0, 3)?;
+        let n = sz(n);
+        let lda = read_ld(lda, n, 5)?;
+        // LAPACK's minimum lwork (also the query's answer: this backend needs no workspace)
+        let lw = match (n <= 1, T::COMPLEX) {
+            (true, _) => 1,
+            (false, false) => 3 * n - 1,
+            (false, true) => 2 * n - 1,
+        };
+        let lwork = read(lwork, 8)?;
+        let query = lwork == -1;
+        check(query || lwork as i64 >= lw as i64, 8)?;
+        need(work, 1, 7)?;
+        answer(work, T::size(lw));
+        if query || n == 0 {
+            return Ok(0);
+        }
+        if let Some(rw) = rwork {
+            // rwork(max(1, 3n - 2)) is scratch in LAPACK: only its presence is checked
+            need(rw, 1, 9)?;
+        }
+        need(a, n * n, 4)?;
+        need(w, n, 6)?;
+        if n == 1 {
+            let v = (*a).re();
+            before_write(name);
+            *w = v;
+            if wantz {
+                *a = T::one();
+            }
+            return Ok(0);
+        }
+        let (vals, vecs) = match decompose(a, n, lda, low, wantz)? {
+            Ok(r) => r,
+            Err(info) => return Ok(info),
+        };
+        before_write(name);
+        for (i, &v) in vals.iter().enumerate() {
+            *w.add(i) = v;
+        }
+        if let Some(u) = vecs {
+            u.store(a, lda);
+        }
+        Ok(0)
+    }
+}
+
+/// `?syev` (real): eigenvalues ascending in `w`; with `jobz = 'V'` the orthonormal
+/// eigenvectors overwrite A.
+///
+/// # Safety
+/// The reference LAPACK `?syev` interface.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn syev<T: Scalar>(
+    jz: *const c_char,
+    uplo: *const c_char,
+    n: *const Int,
+    a: *mut T,
+    lda: *const Int,
+    w: *mut T::R,
+    work: *mut T,
+    lwork: *const Int,
+    info: *mut Int,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { lapack(info, || ev(jz, uplo, n, a, lda, w, work, lwork, None)) }
+}
+
+/// `?heev` (complex).
+///
+/// # Safety
+/// The reference LAPACK `?heev` interface.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn heev<T: Scalar>(
+    jz: *const c_char,
+    uplo: *const c_char,
+    n: *const Int,
+    a: *mut T,
+    lda: *const Int,
+    w: *mut T::R,
+    work: *mut T,
+    lwork: *const Int,
+    rwork: *mut T::R,
+    info: *mut Int,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        lapack(info, || {
+            ev(jz, uplo, n, a, lda, w, work, lwork, Some(rwork))
         })
     }
 }

@@ -26,7 +26,7 @@
 //!   answered in `work[0]` (and `iwork[0]`, `rwork[0]`). This backend allocates its own
 //!   workspace, so the caller's `work` arrays are never used as scratch: the answers are LAPACK's
 //!   minimum sizes. Where LAPACK's minimum is one formula (`getri`, `geqrf`, `orgqr`/`ungqr`,
-//!   `syevd`/`heevd`, `syevr`/`heevr`) a smaller `lwork` is the bad argument LAPACK reports;
+//!   `syev`/`heev`, `syevd`/`heevd`, `syevr`/`heevr`) a smaller `lwork` is the bad argument LAPACK reports;
 //!   for `gesdd`, `gesvd` and `gelsd`, whose minimum in LAPACK depends on an internal path
 //!   choice, any `lwork >= 1` is accepted (never stricter than LAPACK) and the query answers
 //!   LAPACK's documented minimum.
@@ -38,8 +38,8 @@
 //!   read, and only the `uplo` triangle of `syrk`/`herk`'s C and of the factors of
 //!   `potrf`/`potri` is written; a zero `beta` never reads C, a zero `alpha` never reads A or B;
 //!   `jobz`/`jobu`/`jobvt` `'O'` overwrite A with the singular vectors; eigenvectors overwrite A
-//!   in `syevd`/`heevd`; eigenvalues ascend, singular values descend.
-//! * Where LAPACK says an argument's content is *destroyed* on exit (A of `syevd`/`syevr` with
+//!   in `syev`/`heev` and `syevd`/`heevd`; eigenvalues ascend, singular values descend.
+//! * Where LAPACK says an argument's content is *destroyed* on exit (A of `syev`/`syevd`/`syevr` with
 //!   `jobz = 'N'`, of `gesdd`/`gesvd` for other jobs, of `gelsd`), this backend leaves it as it
 //!   was. Where a factorization stops early (`potrf`/`posv` with `info > 0`), LAPACK leaves a
 //!   partial factor in A; this backend leaves A as it was (the caller may not use it either way).
@@ -48,7 +48,7 @@
 //! Matrix products and solves propagate NaN and infinity as the reference library does. The
 //! factorizations report what LAPACK reports: a NaN pivot of `potrf` is a non-positive leading
 //! minor. The iterative solvers check their input first: `gesdd` returns `info = -4` for a
-//! non-finite A (LAPACK >= 3.10 does so for NaN); `syevd`/`heevd`/`syevr`/`heevr` return
+//! non-finite A (LAPACK >= 3.10 does so for NaN); `syev`/`heev`/`syevd`/`heevd`/`syevr`/`heevr` return
 //! `info = n`, `gesvd` and `gelsd` `info = min(m, n)` (non-convergence, which is what LAPACK's
 //! iterations report on NaN), and write nothing.
 //!
@@ -173,6 +173,10 @@ table! {
     "dorgqr_" => qr::orgqr::<f64>,
     "cungqr_" => qr::orgqr::<c32>,
     "zungqr_" => qr::orgqr::<c64>,
+    "ssyev_" => eigen::syev::<f32>,
+    "dsyev_" => eigen::syev::<f64>,
+    "cheev_" => eigen::heev::<c32>,
+    "zheev_" => eigen::heev::<c64>,
     "ssyevd_" => eigen::syevd::<f32>,
     "dsyevd_" => eigen::syevd::<f64>,
     "cheevd_" => eigen::heevd::<c32>,

@@ -807,6 +807,69 @@ impl Marshal for args::Trtrs {
     }
 }
 
+impl Marshal for args::Syev {
+    unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
+        // SAFETY: forwarded.
+        let [n] = unsafe { dims::<I, 1>([self.n]) }?;
+        Some(Shape::new(1, n, 1))
+    }
+    unsafe fn parse<I: FInt>(&self, _p: Precision) -> Result<Op, Reason> {
+        // heev's rwork has a fixed length (3n - 2): only lwork can be a query
+        lwork_query::<I>(&[self.lwork])?;
+        // SAFETY: Fortran contract of ?syev / ?heev.
+        unsafe {
+            let (v, ul, n) = (job_v(self.jobz)?, uplo(self.uplo)?, dim::<I>(self.n)?);
+            Ok(Op::Syevd {
+                routine: crate::ops::Routine::Syev,
+                vectors: v,
+                uplo: ul,
+                n,
+                a: mat(self.a, n, n, int::<I>(self.lda)),
+                w: self.w as *mut u8,
+            })
+        }
+    }
+    fn workspace(&self) -> [P; 3] {
+        [self.work, self.rwork, std::ptr::null_mut()]
+    }
+    fn info(&self) -> P {
+        self.info
+    }
+    fn fill<I: FInt>(op: &Op, st: &mut Store<I>) -> Option<Self> {
+        let Op::Syevd {
+            routine: crate::ops::Routine::Syev,
+            vectors,
+            uplo,
+            n,
+            a,
+            w,
+        } = op
+        else {
+            return None;
+        };
+        let (work, lwork) = st.work();
+        let rwork = if st.prec().is_complex() {
+            // LAPACK: rwork of max(1, 3n - 2) reals, no query
+            st.fixed((3 * *n).saturating_sub(2).max(1), st.real_size())
+        } else {
+            std::ptr::null_mut()
+        };
+        Some(args::Syev {
+            jobz: st.ch(if *vectors { b'V' } else { b'N' }),
+            uplo: st.ch(uplo.to_char()),
+            n: st.int(*n),
+            a: st.data(a),
+            lda: st.ld(a),
+            w: st.ptr(*w),
+            work,
+            lwork,
+            rwork,
+            info: st.info(),
+            ..Self::blank()
+        })
+    }
+}
+
 impl Marshal for args::Syevd {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
@@ -824,6 +887,7 @@ impl Marshal for args::Syevd {
         unsafe {
             let (v, ul, n) = (job_v(self.jobz)?, uplo(self.uplo)?, dim::<I>(self.n)?);
             Ok(Op::Syevd {
+                routine: crate::ops::Routine::Syevd,
                 vectors: v,
                 uplo: ul,
                 n,
@@ -840,6 +904,7 @@ impl Marshal for args::Syevd {
     }
     fn fill<I: FInt>(op: &Op, st: &mut Store<I>) -> Option<Self> {
         let Op::Syevd {
+            routine: crate::ops::Routine::Syevd,
             vectors,
             uplo,
             n,

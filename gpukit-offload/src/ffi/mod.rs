@@ -101,6 +101,8 @@ macro_rules! __offload_fortran_table {
               (uplo, n, a, lda, info), (), (), (h1) }
             { Trtrs, trtrs, trtrs, [S s D d], [C c Z z],
               (uplo, trans, diag, n, nrhs, a, lda, b, ldb, info), (), (), (h1, h2, h3) }
+            { Syev, syev, heev, [S s D d], [C c Z z],
+              (jobz, uplo, n, a, lda, w, work, lwork), (rwork), (info), (h1, h2) }
             { Syevd, syevd, heevd, [S s D d], [C c Z z],
               (jobz, uplo, n, a, lda, w, work, lwork), (rwork, lrwork), (iwork, liwork, info),
               (h1, h2) }

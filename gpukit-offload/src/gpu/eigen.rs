@@ -1,4 +1,6 @@
-//! Symmetric / Hermitian eigensolver launch code: syevd / heevd (cuSOLVER `Xsyevd`) and
+//! Symmetric / Hermitian eigensolver launch code: syevd / heevd and syev / heev (both
+//! cuSOLVER `Xsyevd`: the simple driver's contract, eigenvalues ascending and orthonormal
+//! eigenvectors in A, is divide and conquer's too) and
 //! syevr / heevr (scipy's default `eigh` driver: `Xsyevd` for all eigenvalues, `Xsyevdx` for a
 //! value range `(vl, vu]` or an index range `il..=iu`, the same half-open and 1-based
 //! conventions as LAPACK's).
@@ -34,12 +36,14 @@ pub(crate) unsafe fn run(b: &GpuBackend, lane: &mut Lane, p: Precision, op: &Op)
     // SAFETY: forwarded.
     unsafe {
         match *op {
+            // syev / heev run as syevd: the same results, divide and conquer's speed
             Op::Syevd {
                 vectors,
                 uplo,
                 n,
                 a,
                 w,
+                ..
             } => syevd(b, lane, p, vectors, uplo, n, a, w),
             Op::Syevr {
                 vectors,

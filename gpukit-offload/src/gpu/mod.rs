@@ -359,7 +359,9 @@ impl GpuBackend {
                 continue;
             }
             let (x1, x2) = match kind.routine {
-                crate::ops::Routine::Potrf | crate::ops::Routine::Syevd => (256.0, 1.0),
+                crate::ops::Routine::Potrf
+                | crate::ops::Routine::Syev
+                | crate::ops::Routine::Syevd => (256.0, 1.0),
                 r if r.has_vectors() => (128.0, 2.0),
                 _ => (256.0, 64.0),
             };

@@ -410,6 +410,38 @@ fn lapack_argument_errors() {
             info_of(|i| syevd(&c(b'V'), &c(b'L'), &3, ap, &3, vp, wp, &37, iwp, &17, i)),
             -10
         );
+        let syev: unsafe extern "C" fn(
+            *const c_char,
+            *const c_char,
+            P,
+            *mut D,
+            P,
+            *mut D,
+            *mut D,
+            P,
+            *mut i32,
+        ) = sym("dsyev_");
+        assert_eq!(
+            info_of(|i| syev(&c(b'X'), &c(b'L'), &3, ap, &3, vp, wp, &64, i)),
+            -1
+        );
+        assert_eq!(
+            info_of(|i| syev(&c(b'V'), &c(b'X'), &3, ap, &3, vp, wp, &64, i)),
+            -2
+        );
+        assert_eq!(
+            info_of(|i| syev(&c(b'V'), &c(b'L'), &-1, ap, &3, vp, wp, &64, i)),
+            -3
+        );
+        assert_eq!(
+            info_of(|i| syev(&c(b'V'), &c(b'L'), &3, ap, &2, vp, wp, &64, i)),
+            -5
+        );
+        // n = 3: lwork >= 3n - 1 = 8
+        assert_eq!(
+            info_of(|i| syev(&c(b'N'), &c(b'L'), &3, ap, &3, vp, wp, &7, i)),
+            -8
+        );
         type Evr = unsafe extern "C" fn(
             *const c_char,
             *const c_char,
@@ -789,6 +821,8 @@ fn non_finite_inputs() {
     a.set(1, 4, f64::NAN);
     let mut w = vec![0.0; 6];
     assert_eq!(super::eigen::evd(true, false, &mut a, &mut w), 6);
+    // syev: the same
+    assert_eq!(super::eigen::ev(false, false, &mut a, &mut w), 6);
     let (d, _, mut z) = super::eigen::hermitian::<c64>(rng, 5, 0, true);
     z.set(4, 0, c64::new(f64::NAN, 0.0));
     assert_eq!(
@@ -847,7 +881,7 @@ fn non_finite_inputs() {
 #[test]
 fn symbol_table() {
     let names = routines();
-    assert_eq!(names.len(), 88);
+    assert_eq!(names.len(), 92);
     for name in names {
         assert!(symbol(name).is_some(), "{name}");
         assert!(name.ends_with('_'));
@@ -859,7 +893,9 @@ fn symbol_table() {
         "DGEMM_",
         "scipy_dgemm_",
         "dgemm_64_",
-        "dsyev_",
+        "dsyevx_",
+        "dsyev",
+        "zsyev_",
         "chemm",
         "dhemm_",
         "sorgqr",
@@ -878,6 +914,7 @@ fn symbol_table() {
     }
     for (r, c) in [
         ("orgqr", "ungqr"),
+        ("syev", "heev"),
         ("syevd", "heevd"),
         ("syevr", "heevr"),
         ("symm", "hemm"),
