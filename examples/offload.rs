@@ -179,9 +179,10 @@ fn parse_only(only: Option<&str>) -> gpukit_offload::Result<Vec<OpKind>> {
             OpKind::parse_key(key).ok_or_else(|| gpukit_offload::Error::Config {
                 name: "--only",
                 value: key.to_string(),
-                msg: "not an op kind: use a routine's stem (gemm, syev, potrf), with +v for vectors \
+                msg:
+                    "not an op kind: use a routine's stem (gemm, syev, potrf), with +v for vectors \
                       (syev+v) or +a for a full SVD (gesdd+a)"
-                    .into(),
+                        .into(),
             })
         })
         .collect::<gpukit_offload::Result<_>>()?;
