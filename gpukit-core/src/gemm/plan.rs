@@ -241,7 +241,7 @@ pub const TF32_CONFIGS: [TileConfig; 3] = [
 ///
 /// Version 2 (warp tile 64x32, 8x8 per thread):
 /// - `sgemm_64x64`: 2 warps, BK 16, 3 stages (26 KB), for small problems.
-pub const SGEMM_CONFIGS: [TileConfig; 3] = [
+pub const SGEMM_CONFIGS: [TileConfig; 5] = [
     TileConfig {
         name: "sgemm_128x256",
         family: Family::Sgemm,
@@ -278,6 +278,30 @@ pub const SGEMM_CONFIGS: [TileConfig; 3] = [
         occupancy: 8,
         gflops_per_sm: 280,
     },
+    TileConfig {
+        name: "sgemm_64x256",
+        family: Family::Sgemm,
+        bm: 64,
+        bn: 256,
+        bk: 8,
+        wm: 64,
+        wn: 64,
+        stages: 4,
+        occupancy: 2,
+        gflops_per_sm: 340,
+    },
+    TileConfig {
+        name: "sgemm_256x64",
+        family: Family::Sgemm,
+        bm: 256,
+        bn: 64,
+        bk: 8,
+        wm: 64,
+        wn: 64,
+        stages: 4,
+        occupancy: 2,
+        gflops_per_sm: 340,
+    },
 ];
 
 /// The Hopper `wgmma` TF32 configurations: 384 threads (a producer warpgroup and two consumer
@@ -291,7 +315,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 3] = [
 ///   (estimated 2700 before the run: m64n128 wgmma, twice the L2 traffic per flop of 128x256; the
 ///   run showed about 1900-2400 at K = 1000-3000, where the pipeline fill and the epilogue of a
 ///   single wave weigh in, which the model does not separate).
-pub const WGMMA_CONFIGS: [TileConfig; 2] = [
+pub const WGMMA_CONFIGS: [TileConfig; 3] = [
     TileConfig {
         name: "wgmma_128x256",
         family: Family::Wgmma,
@@ -315,6 +339,18 @@ pub const WGMMA_CONFIGS: [TileConfig; 2] = [
         stages: 4,
         occupancy: 1,
         gflops_per_sm: 2700,
+    },
+    TileConfig {
+        name: "wgmma_128x64",
+        family: Family::Wgmma,
+        bm: 128,
+        bn: 64,
+        bk: 32,
+        wm: 64,
+        wn: 64,
+        stages: 8,
+        occupancy: 1,
+        gflops_per_sm: 2000,
     },
 ];
 
@@ -482,7 +518,7 @@ pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operan
 }
 
 /// The shape and layout facts of one product that the planner uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Problem {
     /// Rows of C.
     pub m: u32,
