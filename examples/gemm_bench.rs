@@ -898,9 +898,17 @@ fn print_plans() -> Res<()> {
             // call on a device; this is the uncached cost).
             let t0 = std::time::Instant::now();
             for _ in 0..200 {
-                std::hint::black_box(plan_with_paths(&attrs, &paths, p, std::hint::black_box(&g))?);
+                std::hint::black_box(plan_with_paths(
+                    &attrs,
+                    &paths,
+                    p,
+                    std::hint::black_box(&g),
+                )?);
             }
-            line += &format!(" [{:.1} us to plan]", t0.elapsed().as_secs_f64() * 1e6 / 200.0);
+            line += &format!(
+                " [{:.1} us to plan]",
+                t0.elapsed().as_secs_f64() * 1e6 / 200.0
+            );
             let tflops = 2.0 * (sh.m * sh.n * sh.k * sh.batch) as f64 / plan.estimate_us / 1e6;
             line += &format!(
                 " {p:?} {} ({:.0} us, {tflops:.0} TFLOP/s);",

@@ -574,11 +574,14 @@ fn reduce_args(
     ]
 }
 
-/// Grid of the reduction for `groups` groups of four output columns (one thread each).
+/// Grid of the reduction for `groups` groups of four output columns (one thread each): blocks of
+/// 256 threads, or of 64 when that leaves SMs idle (a small output with many K slices is
+/// latency-bound per thread: spread over more SMs).
 fn reduce_launch(dev: &Device, groups: usize) -> LaunchConfig {
-    let max_blocks = (dev.multiprocessor_count().max(1) * 16) as usize;
-    let blocks = groups.div_ceil(256).clamp(1, max_blocks) as u32;
-    LaunchConfig::new((blocks, 1, 1), (256, 1, 1))
+    let sms = dev.multiprocessor_count().max(1) as usize;
+    let threads = if groups < sms * 256 { 64 } else { 256 };
+    let blocks = groups.div_ceil(threads).clamp(1, sms * 16) as u32;
+    LaunchConfig::new((blocks, 1, 1), (threads as u32, 1, 1))
 }
 
 /// `C = beta * C` over all batch entries (the k == 0 / alpha == 0 case).

@@ -338,7 +338,7 @@ pub const WGMMA_CONFIGS: [TileConfig; 3] = [
         wn: 128,
         stages: 4,
         occupancy: 1,
-        gflops_per_sm: 2700,
+        gflops_per_sm: 2200,
     },
     TileConfig {
         name: "wgmma_128x64",
@@ -350,7 +350,7 @@ pub const WGMMA_CONFIGS: [TileConfig; 3] = [
         wn: 64,
         stages: 8,
         occupancy: 1,
-        gflops_per_sm: 2000,
+        gflops_per_sm: 1400,
     },
 ];
 
@@ -611,9 +611,14 @@ pub const MIN_K_PER_SPLIT: u32 = 256;
 /// the H200 with a scalar reduction (a 4096^2 split in two cost 0.28 ms more than no split for
 /// 268 MB moved); version 5's reduces four columns per thread with 16-byte loads, four slices in
 /// flight: predicted 2 TB/s (not measured yet).
-const BANDWIDTH: f64 = 2.0e12;
+const BANDWIDTH: f64 = 3.0e12;
 /// Launch and tail cost of the extra reduction kernel (seconds).
-const REDUCE_LAUNCH: f64 = 4.0e-6;
+const REDUCE_LAUNCH: f64 = 2.0e-6;
+/// The reduction's latency per K slice (seconds): each thread sums its slices four at a time, so
+/// a small output with many slices (few threads, a long serial chain) is latency-bound. Version
+/// 6's run (`gemm_bench --explore`, 128x128x65536): 64 more slices cost about 11 us beyond the
+/// kernel time they saved; 1024^3 with two slices about 5 us in all.
+const REDUCE_PER_SLICE: f64 = 0.1e-6;
 /// Effective bandwidth of the `wgmma` operand pack (bytes read plus bytes written per second).
 pub const PACK_BANDWIDTH: f64 = 2.5e12;
 /// Fixed cost of the pack launch and allocation (seconds). Set above the ~2 us the H200 shows
@@ -624,10 +629,13 @@ const PACK_LAUNCH: f64 = 8.0e-6;
 /// Fixed cost of a `wgmma` kernel (seconds): barrier set-up, tensor-map fetch, the first loads
 /// of a 384-thread block. Version 4's run: wgmma_128x128 at 1024^3 (one wave of 64 blocks) took
 /// about 4 us more than its rate and the pack explain; split here into this and one fill.
-const WGMMA_LAUNCH: f64 = 2.0e-6;
+const WGMMA_LAUNCH: f64 = 5.0e-6;
 /// A `wgmma` block's pipeline fill and epilogue (seconds), paid once per wave when each block
 /// runs one tile, once in all when the grid is persistent.
 const WGMMA_FILL: f64 = 1.5e-6;
+/// The rate of the `mma.sync` and SIMT kernels on operands that are not 16-byte aligned,
+/// relative to their aligned rate ([`estimate`]).
+const UNALIGNED_RATE: f64 = 0.3;
 /// A plan of another family must be this much cheaper to replace the family a precision runs
 /// by default (the model's uncertainty).
 const SWITCH_MARGIN: f64 = 0.97;
@@ -690,7 +698,14 @@ pub fn estimate(
     let slots = sms * occupancy as u64;
     let waves = blocks.div_ceil(slots) as f64;
     let tile_flops = 2.0 * config.bm as f64 * config.bn as f64 * per.max(1) as f64;
-    let rate = config.gflops_per_sm as f64 * 1e9 * occupancy as f64 / config.occupancy as f64;
+    let mut rate = config.gflops_per_sm as f64 * 1e9 * occupancy as f64 / config.occupancy as f64;
+    if !config.family.is_wgmma() && !(p.a_mappable && p.b_mappable) {
+        // Operands that are not 16-byte aligned (an odd leading dimension) take the 4-byte
+        // loads of the mma.sync and SIMT kernels: version 5's run measured the forced mma.sync
+        // plans of the odd sweep shapes at 18-36 TFLOP/s, a quarter of their aligned rate (the
+        // `wgmma` families pack such operands and keep their rate).
+        rate *= UNALIGNED_RATE;
+    }
     // A full wave shares each SM among `occupancy` blocks. In a partial single wave with j < occ
     // blocks per SM each block runs faster than 1/occ of the SM, though not j/occ times
     // faster (fewer warps hide less latency): modelled as sqrt(occ * j) block-times.
@@ -702,7 +717,7 @@ pub fn estimate(
     };
     if splits > 1 {
         let bytes = (splits as f64 + 2.0) * 4.0 * p.m as f64 * p.n as f64 * p.batch as f64;
-        t += REDUCE_LAUNCH + bytes / BANDWIDTH;
+        t += REDUCE_LAUNCH + bytes / BANDWIDTH + splits as f64 * REDUCE_PER_SLICE;
     }
     if config.family.is_wgmma() {
         let packed = pack_bytes(config, p, ops);
@@ -982,6 +997,48 @@ pub(crate) mod tests {
             assert_eq!(p.config.name, "sgemm_128x256", "n={n}");
             assert_eq!(p.splits, 1);
         }
+    }
+
+    /// The choices version 6's run measured best (`gemm_bench --explore`, every configuration x
+    /// split x grid beside cuBLAS on the H200): the 128x64 `wgmma` tile for long-K and skinny
+    /// small outputs, 128x256 for a mid-size TT product, the skinny SIMT tiles for FP32.
+    #[test]
+    fn measured_best_plans_are_chosen_on_the_h200() {
+        let d = h200();
+        let tf32 = |p: &Problem| choose(Precision::Tf32, p, &d, &auto()).unwrap();
+        let p = tf32(&Problem::shape(128, 128, 65536, 1));
+        assert_eq!((p.config.name, p.splits), ("wgmma_128x64", 64), "{p:?}");
+        let p = tf32(&Problem::shape(16, 4096, 4096, 1));
+        assert_eq!(p.config.name, "wgmma_128x64", "{p:?}");
+        assert!((3..=8).contains(&p.splits), "{p:?}");
+        let p = tf32(&Problem::shape(256, 256, 8192, 1));
+        assert_eq!(p.config.name, "wgmma_128x64", "{p:?}");
+        let p = tf32(&Problem::shape(64, 8192, 8192, 1));
+        assert_eq!(p.config.name, "wgmma_128x64", "{p:?}");
+        let p = tf32(&Problem::shape(384, 384, 8192, 1));
+        assert_eq!((p.config.name, p.splits), ("wgmma_128x128", 12), "{p:?}");
+        let tt = Problem {
+            trans_a: true,
+            trans_b: true,
+            ..Problem::shape(2048, 3000, 1000, 1)
+        };
+        let p = tf32(&tt);
+        assert_eq!(p.config.name, "wgmma_128x256", "{p:?}");
+        // 1024^3: 128 blocks of 128x64 (measured 104.5 TFLOP/s beside 106.0 for 128x128 with two
+        // slices and 96.5 for 64 blocks of 128x128).
+        let p = tf32(&sq(1024));
+        assert_eq!((p.config.name, p.splits), ("wgmma_128x64", 1), "{p:?}");
+        let fp32 = |m, n| choose(Precision::Fp32, &Problem::shape(m, n, 8192, 1), &d, &auto());
+        assert_eq!(fp32(64, 8192).unwrap().config.name, "sgemm_64x256");
+        assert_eq!(fp32(8192, 64).unwrap().config.name, "sgemm_256x64");
+        // Odd leading dimensions: the mma.sync kernels' 4-byte loads run at a fraction of their
+        // rate, so the packed wgmma kernel stays the TF32 choice.
+        let odd = Problem {
+            a_mappable: false,
+            b_mappable: false,
+            ..Problem::shape(1023, 1025, 1027, 1)
+        };
+        assert_eq!(tf32(&odd).config.family, Family::Wgmma);
     }
 
     #[test]
