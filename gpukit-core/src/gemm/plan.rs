@@ -241,6 +241,12 @@ pub const TF32_CONFIGS: [TileConfig; 3] = [
 ///
 /// Version 2 (warp tile 64x32, 8x8 per thread):
 /// - `sgemm_64x64`: 2 warps, BK 16, 3 stages (26 KB), for small problems.
+///
+/// Version 6 (the 64x64 warp tile, 4 warps in a row or a column, 41 KB, two blocks per SM):
+/// - `sgemm_64x256` / `sgemm_256x64`: skinny outputs (M or N of 64 or less), where a 128-row
+///   tile wastes half its work. Measured on the H200 at 342 / 313 GFLOP/s per SM
+///   (64x8192x8192, 8192x64x8192, split 8) and 223 on 500x300x16384 (split 24, where they lost
+///   to 3xTF32): planned at 300.
 pub const SGEMM_CONFIGS: [TileConfig; 5] = [
     TileConfig {
         name: "sgemm_128x256",
@@ -288,7 +294,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
         wn: 64,
         stages: 4,
         occupancy: 2,
-        gflops_per_sm: 340,
+        gflops_per_sm: 300,
     },
     TileConfig {
         name: "sgemm_256x64",
@@ -300,7 +306,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
         wn: 64,
         stages: 4,
         occupancy: 2,
-        gflops_per_sm: 340,
+        gflops_per_sm: 300,
     },
 ];
 
@@ -633,6 +639,12 @@ const WGMMA_LAUNCH: f64 = 5.0e-6;
 /// A `wgmma` block's pipeline fill and epilogue (seconds), paid once per wave when each block
 /// runs one tile, once in all when the grid is persistent.
 const WGMMA_FILL: f64 = 1.5e-6;
+/// GFLOP/s per SM of `wgmma_128x128` when both operands are packed (odd leading dimensions):
+/// version 5 planned 2700 and measured that tile ahead of 128x256 on the packed odd sweep shapes
+/// (version 6's run, planned at 2200 everywhere, moved four of them to 128x256 and measured them
+/// 3-24 % slower); the operands read through tensor maps run it at about 2200 (the P:mn boxes,
+/// `gemm_bench --explore`).
+const WGMMA_128X128_PACKED_GFLOPS: u32 = 2700;
 /// The rate of the `mma.sync` and SIMT kernels on operands that are not 16-byte aligned,
 /// relative to their aligned rate ([`estimate`]).
 const UNALIGNED_RATE: f64 = 0.3;
@@ -698,7 +710,13 @@ pub fn estimate(
     let slots = sms * occupancy as u64;
     let waves = blocks.div_ceil(slots) as f64;
     let tile_flops = 2.0 * config.bm as f64 * config.bn as f64 * per.max(1) as f64;
-    let mut rate = config.gflops_per_sm as f64 * 1e9 * occupancy as f64 / config.occupancy as f64;
+    let per_sm = if config.family == Family::Wgmma && config.bn == 128 && *ops == Operands::PACKED {
+        // Both operands packed (bulk copies of whole tiles): the 128x128 tile keeps its rate.
+        WGMMA_128X128_PACKED_GFLOPS
+    } else {
+        config.gflops_per_sm
+    };
+    let mut rate = per_sm as f64 * 1e9 * occupancy as f64 / config.occupancy as f64;
     if !config.family.is_wgmma() && !(p.a_mappable && p.b_mappable) {
         // Operands that are not 16-byte aligned (an odd leading dimension) take the 4-byte
         // loads of the mma.sync and SIMT kernels: version 5's run measured the forced mma.sync
@@ -1028,9 +1046,14 @@ pub(crate) mod tests {
         // slices and 96.5 for 64 blocks of 128x128).
         let p = tf32(&sq(1024));
         assert_eq!((p.config.name, p.splits), ("wgmma_128x64", 1), "{p:?}");
-        let fp32 = |m, n| choose(Precision::Fp32, &Problem::shape(m, n, 8192, 1), &d, &auto());
-        assert_eq!(fp32(64, 8192).unwrap().config.name, "sgemm_64x256");
-        assert_eq!(fp32(8192, 64).unwrap().config.name, "sgemm_256x64");
+        let fp32 = |m, n, k| choose(Precision::Fp32, &Problem::shape(m, n, k, 1), &d, &auto());
+        assert_eq!(fp32(64, 8192, 8192).unwrap().config.name, "sgemm_64x256");
+        assert_eq!(fp32(8192, 64, 8192).unwrap().config.name, "sgemm_256x64");
+        assert_eq!(fp32(16, 4096, 4096).unwrap().config.name, "sgemm_64x256");
+        // 500x300x16384: 3xTF32 with 32 slices, persistent (measured 42.0 TFLOP/s beside 29.5 for
+        // sgemm_256x64 with 24 slices).
+        let p = fp32(500, 300, 16384).unwrap();
+        assert_eq!((p.config.family, p.splits), (Family::Wgmma3, 32), "{p:?}");
         // Odd leading dimensions: the mma.sync kernels' 4-byte loads run at a fraction of their
         // rate, so the packed wgmma kernel stays the TF32 choice.
         let odd = Problem {
@@ -1038,7 +1061,20 @@ pub(crate) mod tests {
             b_mappable: false,
             ..Problem::shape(1023, 1025, 1027, 1)
         };
-        assert_eq!(tf32(&odd).config.family, Family::Wgmma);
+        assert_eq!(tf32(&odd).config.name, "wgmma_128x128");
+        for (m, n, k) in [(2039, 2053, 1021), (4093, 4099, 997), (777, 1555, 2333)] {
+            let odd = Problem {
+                a_mappable: false,
+                b_mappable: false,
+                ..Problem::shape(m, n, k, 1)
+            };
+            let p = tf32(&odd);
+            assert_eq!(
+                (p.config.name, p.splits),
+                ("wgmma_128x128", 1),
+                "{m}x{n}x{k}: {p:?}"
+            );
+        }
     }
 
     #[test]
