@@ -545,7 +545,10 @@ fn explore(bch: &mut Bench, device: &Device, fp32: bool) -> Res<()> {
     let s1 = stream.clone();
     // SAFETY (every closure below): the RawGemm comes from Bench::raw, whose buffers are live
     // device allocations sized by required_len of exactly this layout, on `stream`.
-    let cublas = move |g: &RawGemm| unsafe { cublas_gemm(&s1, ty, g) };
+    let cublas = move |g: &RawGemm| {
+        // SAFETY: see above.
+        unsafe { cublas_gemm(&s1, ty, g) }
+    };
     let s2 = stream.clone();
     // SAFETY: see above.
     let ours = move |g: &RawGemm| unsafe { sgemm(&s2, prec, g) };

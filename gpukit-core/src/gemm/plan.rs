@@ -717,7 +717,8 @@ pub fn estimate(
         config.gflops_per_sm
     };
     let mut rate = per_sm as f64 * 1e9 * occupancy as f64 / config.occupancy as f64;
-    if !config.family.is_wgmma() && !(p.a_mappable && p.b_mappable) {
+    let aligned = p.a_mappable && p.b_mappable;
+    if !config.family.is_wgmma() && !aligned {
         // Operands that are not 16-byte aligned (an odd leading dimension) take the 4-byte
         // loads of the mma.sync and SIMT kernels: version 5's run measured the forced mma.sync
         // plans of the odd sweep shapes at 18-36 TFLOP/s, a quarter of their aligned rate (the
