@@ -13,6 +13,8 @@
 //!                                 # Hopper ones for sm_90a) into a kernel cache at DIR (carry
 //!                                 # it, set GPUKIT_CACHE_DIR=DIR)
 //! gemm_bench --shapes 4096,4096,4096;1024,8192,1024
+//! gemm_bench --explore [--fp32]   # per below-target shape (or --shapes): cuBLAS, our plan
+//!                                 # with host us per call, every config x split x grid
 //! gemm_bench --plans              # no GPU needed: the planner's choices for every shape on this
 //!                                 # GPU, or on an H200 (132 SMs, 227 KB per block) without one
 //! ```
@@ -127,6 +129,20 @@ const SWEEP: [Shape; 24] = [
     t(3001, 1999, 2999, false, true),
 ];
 
+/// `--explore`'s default shapes: those of the last run below target.
+const EXPLORE: [Shape; 10] = [
+    s(1024, 1024, 1024),
+    s(1000, 1000, 1000),
+    s(4096, 4096, 256),
+    s(16, 4096, 4096),
+    s(256, 256, 8192),
+    s(384, 384, 8192),
+    s(128, 128, 65536),
+    t(2048, 3000, 1000, true, true),
+    s(64, 8192, 8192),
+    s(8192, 64, 8192),
+];
+
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 fn main() {
@@ -189,6 +205,18 @@ fn real_main() -> Res<()> {
         );
     }
 
+    if flag("--explore") {
+        let list = if opt("--shapes").is_some() {
+            bench.clone()
+        } else {
+            EXPLORE.to_vec()
+        };
+        for shape in list {
+            let mut bch = Bench::new(&stream, shape)?;
+            explore(&mut bch, &dev, flag("--fp32"))?;
+        }
+        return Ok(());
+    }
     let mut main_rows = Vec::new();
     let mut forced_rows = Vec::new();
     let mut worst = (f64::INFINITY, f64::INFINITY, String::new(), String::new());
@@ -497,6 +525,112 @@ fn measure(
     })
 }
 
+/// `--explore`: for one shape, cuBLAS and the library's plan (through `sgemm`, and the same plan
+/// through `sgemm_with_plan`) with the host time per call, then every configuration x split x
+/// grid (one block per unit, one per SM) of the TF32 families (`--fp32`: the FP32 families) with
+/// the planner's operand layout per configuration: which plan the planner should have chosen.
+fn explore(bch: &mut Bench, device: &Device, fp32: bool) -> Res<()> {
+    let sh = bch.shape;
+    let dev = device.attributes().as_ref();
+    let stream = bch.stream.clone();
+    let flops = 2.0 * (sh.m * sh.n * sh.k * sh.batch) as f64;
+    let tf = |ms: f64| flops / (ms * 1e-3) / 1e12;
+    let name = format!("{sh:?}");
+    let g0 = bch.raw(0);
+    let (ty, prec) = if fp32 {
+        (BlasType::F32, Precision::Fp32)
+    } else {
+        (BlasType::F32Tf32, Precision::Tf32)
+    };
+    let s1 = stream.clone();
+    // SAFETY (every closure below): the RawGemm comes from Bench::raw, whose buffers are live
+    // device allocations sized by required_len of exactly this layout, on `stream`.
+    let cublas = move |g: &RawGemm| {
+        // SAFETY: see above.
+        unsafe { cublas_gemm(&s1, ty, g) }
+    };
+    let s2 = stream.clone();
+    // SAFETY: see above.
+    let ours = move |g: &RawGemm| unsafe { sgemm(&s2, prec, g) };
+    let with = |p: Plan| {
+        let s = stream.clone();
+        // SAFETY: see above.
+        move |g: &RawGemm| unsafe { sgemm_with_plan(&s, g, &p) }
+    };
+    let c = bch.time(&cublas)?;
+    let hc = bch.host_us(&cublas)?;
+    let o = bch.time(&ours)?;
+    let ho = bch.host_us(&ours)?;
+    let plan = plan_for(device, prec, &g0)?;
+    let w = bch.time(with(plan))?;
+    let hw = bch.host_us(with(plan))?;
+    println!(
+        "explore {name} {prec:?}: cuBLAS {:.1} (host {hc:.1} us) | ours {:.1} = {:.2} (host {ho:.1} us, {}) | with_plan {:.1} = {:.2} (host {hw:.1} us)",
+        tf(c),
+        tf(o),
+        c / o,
+        plan_name(&plan),
+        tf(w),
+        c / w
+    );
+    let problem = Problem::of(&g0);
+    let paths = paths_for(device)?;
+    let families: &[Family] = if fp32 {
+        &[Family::Sgemm, Family::Wgmma3]
+    } else {
+        &[Family::Wgmma]
+    };
+    let mut best = (f64::INFINITY, String::new());
+    for fam in families {
+        if fam.is_wgmma() && !dev.supports_wgmma() {
+            continue;
+        }
+        for cfg in plan::configs(*fam) {
+            if cfg.occupancy_on(dev, sh.ta, sh.tb) == 0 {
+                continue;
+            }
+            let ops = plan::operand_choices(*fam, &problem, &paths)[0];
+            for sp in plan::SPLIT_CANDIDATES {
+                if sp > 1 && (sh.k as u32 / sp < 128 || sh.batch > 1) {
+                    continue;
+                }
+                let p0 = fixed_plan(*cfg, &problem, sp);
+                if p0.splits != sp {
+                    continue;
+                }
+                let grids: &[u32] = if fam.is_wgmma() {
+                    &[0, dev.multiprocessor_count]
+                } else {
+                    &[0]
+                };
+                for &mb in grids {
+                    let p = p0.with(if fam.is_wgmma() { ops } else { p0.operands }, mb);
+                    let ms = bch.time(with(p))?;
+                    let est = plan::estimate(cfg, &problem, sp, &p.operands, dev);
+                    println!(
+                        "explore {name} {}: {:.1} = {:.2} (model {:.1})",
+                        plan_name(&p),
+                        tf(ms),
+                        c / ms,
+                        flops / est / 1e12
+                    );
+                    if ms < best.0 {
+                        best = (ms, plan_name(&p));
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "explore {name} best: {} {:.1} = {:.2} (cuBLAS {:.1})",
+        best.1,
+        tf(best.0),
+        c / best.0,
+        tf(c)
+    );
+    Ok(())
+}
+
 /// Random inputs (several sets), one output, and event timing.
 struct Bench {
     stream: Stream,
@@ -598,6 +732,20 @@ impl Bench {
             }
         }
         Ok((num / den.max(f64::MIN_POSITIVE)).sqrt())
+    }
+
+    /// Host microseconds per call of `f` (enqueue only): 20 calls after a synchronisation, few
+    /// enough that the launch queue never fills.
+    fn host_us(&mut self, f: impl Fn(&RawGemm) -> gpukit_core::Result<()>) -> Res<f64> {
+        f(&self.raw(0))?;
+        self.stream.synchronize()?;
+        let t0 = std::time::Instant::now();
+        for i in 0..20 {
+            f(&self.raw(i))?;
+        }
+        let us = t0.elapsed().as_secs_f64() * 1e6 / 20.0;
+        self.stream.synchronize()?;
+        Ok(us)
     }
 
     /// Median milliseconds per call of `f` over 9 samples, after warm-up.
@@ -749,6 +897,21 @@ fn print_plans() -> Res<()> {
         let mut line = format!("{sh:?}:");
         for p in [Precision::Fp32, Precision::Tf32, Precision::Tf32x3] {
             let plan = plan_with_paths(&attrs, &paths, p, &g)?;
+            // The planner's host time per call (a plan is cached per problem after its first
+            // call on a device; this is the uncached cost).
+            let t0 = std::time::Instant::now();
+            for _ in 0..200 {
+                std::hint::black_box(plan_with_paths(
+                    &attrs,
+                    &paths,
+                    p,
+                    std::hint::black_box(&g),
+                )?);
+            }
+            line += &format!(
+                " [{:.1} us to plan]",
+                t0.elapsed().as_secs_f64() * 1e6 / 200.0
+            );
             let tflops = 2.0 * (sh.m * sh.n * sh.k * sh.batch) as f64 / plan.estimate_us / 1e6;
             line += &format!(
                 " {p:?} {} ({:.0} us, {tflops:.0} TFLOP/s);",

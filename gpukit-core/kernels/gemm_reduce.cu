@@ -4,7 +4,7 @@
 // beta-only path (splits == 0): C = alpha * sum_s W[b, s] + beta * C. W holds `splits` slices of
 // M rows x ldw per batch entry (strideW elements apart, 16-byte aligned, ldw and strideW multiples
 // of 4, columns N .. ldw - 1 unused). Each thread sums four adjacent columns with 16-byte loads,
-// four slices in flight at a time, and stores them with one 16-byte store where C allows it.
+// eight (then four) slices in flight at a time, and stores them with one 16-byte store where C allows it.
 extern "C" __global__ void gemm_splitk_reduce(const float* __restrict__ W, float* C, int M, int N,
                                               int ldw, long long strideW, int ldc,
                                               long long strideC, int splits, int batch,
@@ -26,6 +26,20 @@ extern "C" __global__ void gemm_splitk_reduce(const float* __restrict__ W, float
             const float4* w = reinterpret_cast<const float4*>(
                 W + (long long)b * splits * strideW + (long long)r * ldw + c);
             int s = 0;
+            // Eight slices in flight, then four, then one at a time: the same additions in the
+            // same order (slice 0, 1, 2, ...) whatever the grouping, so the same bits.
+            for (; s + 8 <= splits; s += 8) {
+                float4 v[8];
+#pragma unroll
+                for (int j = 0; j < 8; ++j) v[j] = w[(s + j) * step];
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    sum.x += v[j].x;
+                    sum.y += v[j].y;
+                    sum.z += v[j].z;
+                    sum.w += v[j].w;
+                }
+            }
             for (; s + 4 <= splits; s += 4) {
                 const float4 v0 = w[s * step];
                 const float4 v1 = w[(s + 1) * step];

@@ -69,10 +69,14 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
     // The 64x64 warp tile runs under a 255-register cap: the fast path for every VEC variant
     // (0 spills for 128x256, 256x128 and 128x128 blocks with BK 8; a BK 16 block with B
     // transposed, 16-24 transposing copies per thread and stage, spilled 52-300 B).
+    // A transposed B with more than 8 transposing copies per thread and stage (the 64x256 block
+    // of 128 threads: 16) spilled 52-180 B on sm_80 and sm_90 with the unchecked path or the
+    // unrolled checked loader: neither for it (its B loads take the rolled loader).
+    constexpr bool TB_FEW = !TB || BN * BK / NT <= 8;
 #if __CUDA_ARCH__ >= 900
-    constexpr bool FAST_OK = VEC && (BIG || (!TA && NT >= 256));
+    constexpr bool FAST_OK = VEC && TB_FEW && (BIG || (!TA && NT >= 256));
 #else
-    constexpr bool FAST_OK = VEC && BIG;  // 64x32 on sm_80: spills 24 B with the extra path
+    constexpr bool FAST_OK = VEC && TB_FEW && BIG;  // 64x32 on sm_80: spills 24 B with the extra path
 #endif
     const bool fullMN = m0 + BM <= M && n0 + BN <= N;
     auto load_stage = [&](int slot, int kt) {
@@ -103,7 +107,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
                                                        M - m0, kEnd - k0, tid);
             }
             if (TB) {  // B stored N x K: rows n, k contiguous -> transpose into [k][n]
-                load_tile_transposed<BN, BK, B_LD, NT, VEC>(bs, Bb + (long long)n0 * ldb + k0, Bb, ldb,
+                load_tile_transposed<BN, BK, B_LD, NT, VEC && TB_FEW>(bs, Bb + (long long)n0 * ldb + k0, Bb, ldb,
                                                        N - n0, kEnd - k0, tid);
             } else {  // B stored K x N -> [k][n] directly
                 load_tile_direct<BK, BN, B_LD, NT, VEC>(bs, Bb + (long long)k0 * ldb + n0, Bb, ldb,

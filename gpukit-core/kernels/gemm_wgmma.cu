@@ -293,7 +293,8 @@ __global__ void __launch_bounds__(384, 1)
                int QR, int K, int ldc, long long strideP, long long strideQ, long long strideC,
                int pBroadcast, int qBroadcast, float alpha, float beta, int splits,
                int ktPerSplit, int nz, int vec, int groupM) {
-    static_assert(BN == 128 || BN == 256, "consumer warpgroups are 64 x 128 or 64 x 256");
+    static_assert(BN == 64 || BN == 128 || BN == 256,
+                  "consumer warpgroups are 64 x 64, 64 x 128 or 64 x 256");
     static_assert(SPLIT == 1 || SPLIT == 3, "TF32 (1 product) or 3xTF32 (3 products)");
     static_assert(SPLIT == 1 || BN == 128, "3xTF32 keeps two accumulator sets: BN 128 only");
     static_assert(SPLIT == 1 || (PSRC == SRC_PACKED && !QTMA), "3xTF32 reads packed operands");
@@ -422,14 +423,18 @@ __global__ void __launch_bounds__(384, 1)
                 if (PSRC != SRC_PACKED) {
                     if (BN == 256)
                         wgmma_n256_rs(d, &af[4 * kk], db, 1);
-                    else
+                    else if (BN == 128)
                         wgmma_n128_rs(d, &af[4 * kk], db, 1);
+                    else
+                        wgmma_n64_rs(d, &af[4 * kk], db, 1);
                 } else {
                     const u64 da = smem_desc(stage + cw * (64 * 128) + kk * 32);
                     if (BN == 256)
                         wgmma_n256_ss(d, da, db, 1);
-                    else
+                    else if (BN == 128)
                         wgmma_n128_ss(d, da, db, 1);
+                    else
+                        wgmma_n64_ss(d, da, db, 1);
                 }
             }
             wgmma_commit();

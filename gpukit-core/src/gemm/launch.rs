@@ -42,9 +42,38 @@ pub fn paths_for(dev: &Device) -> Result<Paths> {
     Ok(paths)
 }
 
-/// The plan [`sgemm`] uses for `g` on `dev` (the paths of [`paths_for`] included).
+/// What a plan depends on: the device (its attributes are fixed per ordinal), the precision, the
+/// product's shape and layout facts, and the paths.
+type PlanKey = (usize, Precision, Problem, Paths);
+
+/// Plans already chosen in this process ([`plan_for`]): the planner is pure, and a program calls
+/// a few shapes many times, so each call after the first skips the few microseconds of
+/// planning. Bounded: cleared when it holds [`PLAN_CACHE_ENTRIES`] plans.
+static PLANS: std::sync::Mutex<Option<std::collections::HashMap<PlanKey, Plan>>> =
+    std::sync::Mutex::new(None);
+/// Most plans [`PLANS`] keeps before it starts over.
+const PLAN_CACHE_ENTRIES: usize = 4096;
+
+/// The plan [`sgemm`] uses for `g` on `dev` (the paths of [`paths_for`] included), from this
+/// process's plan cache after the first call for the same device, precision, problem and paths.
 pub fn plan_for(dev: &Device, precision: Precision, g: &RawGemm) -> Result<Plan> {
-    plan_with_paths(dev.attributes(), &paths_for(dev)?, precision, g)
+    let paths = paths_for(dev)?;
+    let key: PlanKey = (dev.ordinal(), precision, Problem::of(g), paths);
+    // A poisoned lock (a panic while holding it) only skips the cache.
+    if let Ok(guard) = PLANS.lock() {
+        if let Some(p) = guard.as_ref().and_then(|m| m.get(&key)) {
+            return Ok(*p);
+        }
+    }
+    let plan = plan_with_paths(dev.attributes(), &paths, precision, g)?;
+    if let Ok(mut guard) = PLANS.lock() {
+        let m = guard.get_or_insert_with(std::collections::HashMap::new);
+        if m.len() >= PLAN_CACHE_ENTRIES {
+            m.clear();
+        }
+        m.insert(key, plan);
+    }
+    Ok(plan)
 }
 
 /// The plan for `g` on a device with attributes `dev` under `paths` (no GPU needed: the
@@ -545,11 +574,14 @@ fn reduce_args(
     ]
 }
 
-/// Grid of the reduction for `groups` groups of four output columns (one thread each).
+/// Grid of the reduction for `groups` groups of four output columns (one thread each): blocks of
+/// 256 threads, or of 64 when that leaves SMs idle (a small output with many K slices is
+/// latency-bound per thread: spread over more SMs).
 fn reduce_launch(dev: &Device, groups: usize) -> LaunchConfig {
-    let max_blocks = (dev.multiprocessor_count().max(1) * 16) as usize;
-    let blocks = groups.div_ceil(256).clamp(1, max_blocks) as u32;
-    LaunchConfig::new((blocks, 1, 1), (256, 1, 1))
+    let sms = dev.multiprocessor_count().max(1) as usize;
+    let threads = if groups < sms * 256 { 64 } else { 256 };
+    let blocks = groups.div_ceil(threads).clamp(1, sms * 16) as u32;
+    LaunchConfig::new((blocks, 1, 1), (threads as u32, 1, 1))
 }
 
 /// `C = beta * C` over all batch entries (the k == 0 / alpha == 0 case).

@@ -241,7 +241,13 @@ pub const TF32_CONFIGS: [TileConfig; 3] = [
 ///
 /// Version 2 (warp tile 64x32, 8x8 per thread):
 /// - `sgemm_64x64`: 2 warps, BK 16, 3 stages (26 KB), for small problems.
-pub const SGEMM_CONFIGS: [TileConfig; 3] = [
+///
+/// Version 6 (the 64x64 warp tile, 4 warps in a row or a column, 41 KB, two blocks per SM):
+/// - `sgemm_64x256` / `sgemm_256x64`: skinny outputs (M or N of 64 or less), where a 128-row
+///   tile wastes half its work. Measured on the H200 at 342 / 313 GFLOP/s per SM
+///   (64x8192x8192, 8192x64x8192, split 8) and 223 on 500x300x16384 (split 24, where they lost
+///   to 3xTF32): planned at 300.
+pub const SGEMM_CONFIGS: [TileConfig; 5] = [
     TileConfig {
         name: "sgemm_128x256",
         family: Family::Sgemm,
@@ -278,6 +284,30 @@ pub const SGEMM_CONFIGS: [TileConfig; 3] = [
         occupancy: 8,
         gflops_per_sm: 280,
     },
+    TileConfig {
+        name: "sgemm_64x256",
+        family: Family::Sgemm,
+        bm: 64,
+        bn: 256,
+        bk: 8,
+        wm: 64,
+        wn: 64,
+        stages: 4,
+        occupancy: 2,
+        gflops_per_sm: 300,
+    },
+    TileConfig {
+        name: "sgemm_256x64",
+        family: Family::Sgemm,
+        bm: 256,
+        bn: 64,
+        bk: 8,
+        wm: 64,
+        wn: 64,
+        stages: 4,
+        occupancy: 2,
+        gflops_per_sm: 300,
+    },
 ];
 
 /// The Hopper `wgmma` TF32 configurations: 384 threads (a producer warpgroup and two consumer
@@ -291,7 +321,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 3] = [
 ///   (estimated 2700 before the run: m64n128 wgmma, twice the L2 traffic per flop of 128x256; the
 ///   run showed about 1900-2400 at K = 1000-3000, where the pipeline fill and the epilogue of a
 ///   single wave weigh in, which the model does not separate).
-pub const WGMMA_CONFIGS: [TileConfig; 2] = [
+pub const WGMMA_CONFIGS: [TileConfig; 3] = [
     TileConfig {
         name: "wgmma_128x256",
         family: Family::Wgmma,
@@ -314,7 +344,19 @@ pub const WGMMA_CONFIGS: [TileConfig; 2] = [
         wn: 128,
         stages: 4,
         occupancy: 1,
-        gflops_per_sm: 2700,
+        gflops_per_sm: 2200,
+    },
+    TileConfig {
+        name: "wgmma_128x64",
+        family: Family::Wgmma,
+        bm: 128,
+        bn: 64,
+        bk: 32,
+        wm: 64,
+        wn: 64,
+        stages: 8,
+        occupancy: 1,
+        gflops_per_sm: 1400,
     },
 ];
 
@@ -482,7 +524,7 @@ pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operan
 }
 
 /// The shape and layout facts of one product that the planner uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Problem {
     /// Rows of C.
     pub m: u32,
@@ -575,9 +617,14 @@ pub const MIN_K_PER_SPLIT: u32 = 256;
 /// the H200 with a scalar reduction (a 4096^2 split in two cost 0.28 ms more than no split for
 /// 268 MB moved); version 5's reduces four columns per thread with 16-byte loads, four slices in
 /// flight: predicted 2 TB/s (not measured yet).
-const BANDWIDTH: f64 = 2.0e12;
+const BANDWIDTH: f64 = 3.0e12;
 /// Launch and tail cost of the extra reduction kernel (seconds).
-const REDUCE_LAUNCH: f64 = 4.0e-6;
+const REDUCE_LAUNCH: f64 = 2.0e-6;
+/// The reduction's latency per K slice (seconds): each thread sums its slices four at a time, so
+/// a small output with many slices (few threads, a long serial chain) is latency-bound. Version
+/// 6's run (`gemm_bench --explore`, 128x128x65536): 64 more slices cost about 11 us beyond the
+/// kernel time they saved; 1024^3 with two slices about 5 us in all.
+const REDUCE_PER_SLICE: f64 = 0.1e-6;
 /// Effective bandwidth of the `wgmma` operand pack (bytes read plus bytes written per second).
 pub const PACK_BANDWIDTH: f64 = 2.5e12;
 /// Fixed cost of the pack launch and allocation (seconds). Set above the ~2 us the H200 shows
@@ -588,10 +635,19 @@ const PACK_LAUNCH: f64 = 8.0e-6;
 /// Fixed cost of a `wgmma` kernel (seconds): barrier set-up, tensor-map fetch, the first loads
 /// of a 384-thread block. Version 4's run: wgmma_128x128 at 1024^3 (one wave of 64 blocks) took
 /// about 4 us more than its rate and the pack explain; split here into this and one fill.
-const WGMMA_LAUNCH: f64 = 2.0e-6;
+const WGMMA_LAUNCH: f64 = 5.0e-6;
 /// A `wgmma` block's pipeline fill and epilogue (seconds), paid once per wave when each block
 /// runs one tile, once in all when the grid is persistent.
 const WGMMA_FILL: f64 = 1.5e-6;
+/// GFLOP/s per SM of `wgmma_128x128` when both operands are packed (odd leading dimensions):
+/// version 5 planned 2700 and measured that tile ahead of 128x256 on the packed odd sweep shapes
+/// (version 6's run, planned at 2200 everywhere, moved four of them to 128x256 and measured them
+/// 3-24 % slower); the operands read through tensor maps run it at about 2200 (the P:mn boxes,
+/// `gemm_bench --explore`).
+const WGMMA_128X128_PACKED_GFLOPS: u32 = 2700;
+/// The rate of the `mma.sync` and SIMT kernels on operands that are not 16-byte aligned,
+/// relative to their aligned rate ([`estimate`]).
+const UNALIGNED_RATE: f64 = 0.3;
 /// A plan of another family must be this much cheaper to replace the family a precision runs
 /// by default (the model's uncertainty).
 const SWITCH_MARGIN: f64 = 0.97;
@@ -654,7 +710,21 @@ pub fn estimate(
     let slots = sms * occupancy as u64;
     let waves = blocks.div_ceil(slots) as f64;
     let tile_flops = 2.0 * config.bm as f64 * config.bn as f64 * per.max(1) as f64;
-    let rate = config.gflops_per_sm as f64 * 1e9 * occupancy as f64 / config.occupancy as f64;
+    let per_sm = if config.family == Family::Wgmma && config.bn == 128 && *ops == Operands::PACKED {
+        // Both operands packed (bulk copies of whole tiles): the 128x128 tile keeps its rate.
+        WGMMA_128X128_PACKED_GFLOPS
+    } else {
+        config.gflops_per_sm
+    };
+    let mut rate = per_sm as f64 * 1e9 * occupancy as f64 / config.occupancy as f64;
+    let aligned = p.a_mappable && p.b_mappable;
+    if !config.family.is_wgmma() && !aligned {
+        // Operands that are not 16-byte aligned (an odd leading dimension) take the 4-byte
+        // loads of the mma.sync and SIMT kernels: version 5's run measured the forced mma.sync
+        // plans of the odd sweep shapes at 18-36 TFLOP/s, a quarter of their aligned rate (the
+        // `wgmma` families pack such operands and keep their rate).
+        rate *= UNALIGNED_RATE;
+    }
     // A full wave shares each SM among `occupancy` blocks. In a partial single wave with j < occ
     // blocks per SM each block runs faster than 1/occ of the SM, though not j/occ times
     // faster (fewer warps hide less latency): modelled as sqrt(occ * j) block-times.
@@ -666,7 +736,7 @@ pub fn estimate(
     };
     if splits > 1 {
         let bytes = (splits as f64 + 2.0) * 4.0 * p.m as f64 * p.n as f64 * p.batch as f64;
-        t += REDUCE_LAUNCH + bytes / BANDWIDTH;
+        t += REDUCE_LAUNCH + bytes / BANDWIDTH + splits as f64 * REDUCE_PER_SLICE;
     }
     if config.family.is_wgmma() {
         let packed = pack_bytes(config, p, ops);
@@ -945,6 +1015,66 @@ pub(crate) mod tests {
             let p = plan(Family::Sgemm, &sq(n), &d, &auto()).unwrap();
             assert_eq!(p.config.name, "sgemm_128x256", "n={n}");
             assert_eq!(p.splits, 1);
+        }
+    }
+
+    /// The choices version 6's run measured best (`gemm_bench --explore`, every configuration x
+    /// split x grid beside cuBLAS on the H200): the 128x64 `wgmma` tile for long-K and skinny
+    /// small outputs, 128x256 for a mid-size TT product, the skinny SIMT tiles for FP32.
+    #[test]
+    fn measured_best_plans_are_chosen_on_the_h200() {
+        let d = h200();
+        let tf32 = |p: &Problem| choose(Precision::Tf32, p, &d, &auto()).unwrap();
+        let p = tf32(&Problem::shape(128, 128, 65536, 1));
+        assert_eq!((p.config.name, p.splits), ("wgmma_128x64", 64), "{p:?}");
+        let p = tf32(&Problem::shape(16, 4096, 4096, 1));
+        assert_eq!(p.config.name, "wgmma_128x64", "{p:?}");
+        assert!((3..=8).contains(&p.splits), "{p:?}");
+        let p = tf32(&Problem::shape(256, 256, 8192, 1));
+        assert_eq!(p.config.name, "wgmma_128x64", "{p:?}");
+        let p = tf32(&Problem::shape(64, 8192, 8192, 1));
+        assert_eq!(p.config.name, "wgmma_128x64", "{p:?}");
+        let p = tf32(&Problem::shape(384, 384, 8192, 1));
+        assert_eq!((p.config.name, p.splits), ("wgmma_128x128", 12), "{p:?}");
+        let tt = Problem {
+            trans_a: true,
+            trans_b: true,
+            ..Problem::shape(2048, 3000, 1000, 1)
+        };
+        let p = tf32(&tt);
+        assert_eq!(p.config.name, "wgmma_128x256", "{p:?}");
+        // 1024^3: 128 blocks of 128x64 (measured 104.5 TFLOP/s beside 106.0 for 128x128 with two
+        // slices and 96.5 for 64 blocks of 128x128).
+        let p = tf32(&sq(1024));
+        assert_eq!((p.config.name, p.splits), ("wgmma_128x64", 1), "{p:?}");
+        let fp32 = |m, n, k| choose(Precision::Fp32, &Problem::shape(m, n, k, 1), &d, &auto());
+        assert_eq!(fp32(64, 8192, 8192).unwrap().config.name, "sgemm_64x256");
+        assert_eq!(fp32(8192, 64, 8192).unwrap().config.name, "sgemm_256x64");
+        assert_eq!(fp32(16, 4096, 4096).unwrap().config.name, "sgemm_64x256");
+        // 500x300x16384: 3xTF32 with 32 slices, persistent (measured 42.0 TFLOP/s beside 29.5 for
+        // sgemm_256x64 with 24 slices).
+        let p = fp32(500, 300, 16384).unwrap();
+        assert_eq!((p.config.family, p.splits), (Family::Wgmma3, 32), "{p:?}");
+        // Odd leading dimensions: the mma.sync kernels' 4-byte loads run at a fraction of their
+        // rate, so the packed wgmma kernel stays the TF32 choice.
+        let odd = Problem {
+            a_mappable: false,
+            b_mappable: false,
+            ..Problem::shape(1023, 1025, 1027, 1)
+        };
+        assert_eq!(tf32(&odd).config.name, "wgmma_128x128");
+        for (m, n, k) in [(2039, 2053, 1021), (4093, 4099, 997), (777, 1555, 2333)] {
+            let odd = Problem {
+                a_mappable: false,
+                b_mappable: false,
+                ..Problem::shape(m, n, k, 1)
+            };
+            let p = tf32(&odd);
+            assert_eq!(
+                (p.config.name, p.splits),
+                ("wgmma_128x128", 1),
+                "{m}x{n}x{k}: {p:?}"
+            );
         }
     }
 
