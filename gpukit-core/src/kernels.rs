@@ -57,8 +57,16 @@ pub(crate) fn binary_ops(kind: DTypeKind) -> std::ops::Range<u32> {
 
 /// Reduction codes (see `reduce::ReduceOp`).
 pub(crate) const REDUCE_OPS: std::ops::Range<u32> = 0..11;
-/// Row-kernel vectors per thread (see `kernels/nn.cu`).
-pub(crate) const NN_VPT: [u32; 4] = [1, 2, 4, 8];
+/// Row-kernel vectors per thread (see `kernels/nn.cu`) for elements of `elem_size` bytes: 16
+/// vectors (64 f32 / 32 f64 values per thread, rows of 32768 f32 in 512 threads) only for 32- and
+/// 64-bit types; a 16-bit row at 16 vectors would hold 128 floats per thread.
+pub(crate) fn nn_vpt(elem_size: usize) -> &'static [u32] {
+    if elem_size == 2 {
+        &[1, 2, 4, 8]
+    } else {
+        &[1, 2, 4, 8, 16]
+    }
+}
 
 impl KernelFile {
     /// All files.
@@ -185,6 +193,8 @@ impl KernelFile {
                         "reduce_rows",
                         "reduce_cols",
                         "reduce_cols_finish",
+                        "reduce_rows_vec",
+                        "reduce_cols_small",
                     ] {
                         v.push(format!("{k}<{dtype}, {op}>"));
                     }
@@ -193,6 +203,7 @@ impl KernelFile {
             KernelFile::Scan => {
                 for op in 0..2 {
                     v.push(format!("scan_onepass<{dtype}, {op}>"));
+                    v.push(format!("scan_flat<{dtype}, {op}>"));
                 }
             }
             KernelFile::Random => {
@@ -200,7 +211,8 @@ impl KernelFile {
                 v.push(format!("normal<{dtype}>"));
             }
             KernelFile::Nn => {
-                for vpt in NN_VPT {
+                let size = crate::dtype::size_of_name(dtype);
+                for &vpt in nn_vpt(size) {
                     v.push(format!("softmax_rows<{dtype}, {vpt}>"));
                     v.push(format!("layernorm_rows<{dtype}, {vpt}>"));
                 }
@@ -283,6 +295,27 @@ pub(crate) fn grid_for(dev: &Device, work: usize, waves: u32) -> LaunchConfig {
     let max_blocks = (dev.multiprocessor_count().max(1) * waves) as usize;
     let blocks = work.div_ceil(BLOCK as usize).clamp(1, max_blocks) as u32;
     LaunchConfig::new((blocks, 1, 1), (BLOCK, 1, 1))
+}
+
+/// Vectors per thread of the contiguous elementwise kernels (EW_UNROLL in kernels/common.cuh).
+pub(crate) const EW_UNROLL: usize = 4;
+
+/// Launch configuration for a contiguous elementwise kernel over `vectors` 16-byte steps
+/// (`ew_loop` in kernels/common.cuh): a grid that covers the array, EW_UNROLL vectors per thread
+/// in one block-contiguous chunk, so each warp streams through adjacent memory and the whole
+/// array is in flight across the grid; past `2048` blocks per multiprocessor the kernel's loop
+/// strides over the grid.
+pub(crate) fn grid_vec(dev: &Device, vectors: usize) -> LaunchConfig {
+    let sms = dev.multiprocessor_count().max(1) as usize;
+    // Small arrays: narrower blocks, so that at least two per multiprocessor have work.
+    let mut threads = BLOCK as usize;
+    while threads > 64 && vectors.div_ceil(threads * EW_UNROLL) < 2 * sms {
+        threads /= 2;
+    }
+    let blocks = vectors
+        .div_ceil(threads * EW_UNROLL)
+        .clamp(1, sms * 2048) as u32;
+    LaunchConfig::new((blocks, 1, 1), (threads as u32, 1, 1))
 }
 
 /// Launches a built-in `kernel` on `stream`.

@@ -1,6 +1,6 @@
 //! Softmax, log-softmax and layer normalisation over an axis (floating-point types).
 //!
-//! Rows of up to 32768 f32 (16384 f64, 65536 f16 / bf16) elements are held in registers by one
+//! Rows of up to 32768 f32 (16384 f64, 16384 f16 / bf16) elements are held in registers by one
 //! block per row: the input is read once and the output written once. Longer rows read the
 //! input twice. An axis other than the last is moved last (one copy each way).
 
@@ -15,16 +15,21 @@ use gpukit_jit::{KernelArg, LaunchConfig};
 /// `elem_size` bytes, or `None` when the row needs the two-pass kernel.
 pub fn row_config(r: usize, elem_size: usize) -> Option<(u32, u32)> {
     let v = 16 / elem_size;
-    for vpt in kernels::NN_VPT {
-        let threads = r.div_ceil(vpt as usize * v).next_power_of_two().max(32);
-        if threads <= 256 {
-            return Some((vpt, threads as u32));
+    let threads_for = |vpt: u32| r.div_ceil(vpt as usize * v).next_power_of_two().max(32);
+    for &vpt in kernels::nn_vpt(elem_size).iter().filter(|&&p| p <= 8) {
+        if threads_for(vpt) <= 256 {
+            return Some((vpt, threads_for(vpt) as u32));
         }
     }
-    let threads = r.div_ceil(8 * v).next_power_of_two().max(32);
-    // NnMaxThreads in kernels/nn.cu: the register-row kernels' launch bound
+    // NnMaxThreads in kernels/nn.cu: the register-row kernels' launch bound. 8 vectors up to
+    // it, then 16 (32- and 64-bit types: rows of 32768 f32 / 16384 f64 in 512 threads).
     let max = if elem_size == 2 { 256 } else { 512 };
-    (threads <= max).then_some((8, threads as u32))
+    kernels::nn_vpt(elem_size)
+        .iter()
+        .filter(|&&p| p >= 8)
+        .map(|&p| (p, threads_for(p)))
+        .find(|&(_, t)| t <= max)
+        .map(|(p, t)| (p, t as u32))
 }
 
 impl<T: DType> GpuArray<T> {
@@ -169,13 +174,15 @@ mod tests {
     fn rows_fit_in_registers_up_to_32k_f32() {
         assert_eq!(row_config(4096, 4), Some((4, 256)));
         assert_eq!(row_config(16384, 4), Some((8, 512)));
-        assert_eq!(row_config(32768, 4), None);
+        assert_eq!(row_config(32768, 4), Some((16, 512)));
+        assert_eq!(row_config(16384, 8), Some((16, 512)));
         assert_eq!(row_config(100, 4), Some((1, 32)));
         assert_eq!(row_config(16384, 2), Some((8, 256)));
         assert_eq!(row_config(32768, 2), None);
         assert_eq!(row_config(8192, 8), Some((8, 512)));
         assert_eq!(row_config(32768, 8), None);
         assert_eq!(row_config(32769, 4), None);
+        assert_eq!(row_config(65536, 4), None);
         for r in [1usize, 7, 1000, 4095, 4097, 20000, 32768] {
             if let Some((vpt, threads)) = row_config(r, 4) {
                 assert!(vpt as usize * 4 * threads as usize >= r, "{r}");

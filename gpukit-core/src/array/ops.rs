@@ -349,7 +349,7 @@ impl<T: DType> GpuArray<T> {
             return kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n.div_ceil(vec), 16),
+                kernels::grid_vec(&self.dev, n.div_ceil(vec)),
                 &[out.arg(), self.arg(), other.arg(), (n as i64).into()],
             );
         }
@@ -438,7 +438,7 @@ impl<T: DType> GpuArray<T> {
             return kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n.div_ceil(vec), 16),
+                kernels::grid_vec(&self.dev, n.div_ceil(vec)),
                 &[
                     out.arg(),
                     self.arg(),
@@ -526,7 +526,7 @@ impl<T: DType> GpuArray<T> {
             return kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n.div_ceil(vec), 16),
+                kernels::grid_vec(&self.dev, n.div_ceil(vec)),
                 &[out.arg(), self.arg(), (n as i64).into()],
             );
         }
@@ -589,7 +589,7 @@ impl<T: DType> GpuArray<T> {
             return kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n.div_ceil(vec), 16),
+                kernels::grid_vec(&self.dev, n.div_ceil(vec)),
                 &[
                     out.arg(),
                     self.arg(),
@@ -666,7 +666,7 @@ impl<T: DType> GpuArray<T> {
             kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n.div_ceil(4), 16),
+                kernels::grid_vec(&self.dev, n.div_ceil(16 / std::mem::size_of::<T>())),
                 &[out.arg(), self.arg(), other.arg(), (n as i64).into()],
             )?;
         } else {
@@ -750,7 +750,7 @@ impl<T: DType> GpuArray<T> {
             kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n.div_ceil(4), 16),
+                kernels::grid_vec(&self.dev, n.div_ceil(16 / std::mem::size_of::<T>())),
                 &[out.arg(), self.arg(), (n as i64).into()],
             )?;
         } else {
@@ -817,7 +817,7 @@ pub(crate) fn write_where<T: DType>(
         return kernels::launch(
             &k,
             &stream,
-            kernels::grid_for(&a.dev, n.div_ceil(4), 16),
+            kernels::grid_vec(&a.dev, n.div_ceil(16 / std::mem::size_of::<T>())),
             &[out.arg(), mask.arg(), a.arg(), b.arg(), (n as i64).into()],
         );
     }
