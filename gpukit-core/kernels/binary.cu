@@ -94,6 +94,9 @@ template <typename C, int OP> __device__ __forceinline__ C bin(C a, C b) {
     }
 }
 
+// Vectors per thread of the contiguous kernels (BinaryOp::unroll on the Rust side).
+template <int OP> struct binary_unroll { static constexpr int value = OP == B_POW ? EW_UNROLL_HEAVY : EW_UNROLL; };
+
 template <typename T, int OP> __device__ __forceinline__ T bin_t(T a, T b) {
     return Cv<T>::down(bin<typename Cv<T>::C, OP>(Cv<T>::up(a), Cv<T>::up(b)));
 }
@@ -109,7 +112,7 @@ __global__ void binary_contig(T* out, const T* a, const T* b, long long n) {
         const P* pa = reinterpret_cast<const P*>(a);
         const P* pb = reinterpret_cast<const P*>(b);
         P* po = reinterpret_cast<P*>(out);
-        ew_loop(
+        ew_loop<binary_unroll<OP>::value>(
             nv, [&](long long i) { Pair2<P, P> r; r.a = pa[i]; r.b = pb[i]; return r; },
             [&](long long i, Pair2<P, P> r) {
 #pragma unroll
@@ -133,7 +136,7 @@ __global__ void binary_scalar(T* out, const T* a, double sf, long long si, int s
         const long long nv = n / V;
         const P* pa = reinterpret_cast<const P*>(a);
         P* po = reinterpret_cast<P*>(out);
-        ew_loop(
+        ew_loop<binary_unroll<OP>::value>(
             nv, [&](long long i) { return pa[i]; },
             [&](long long i, P x) {
 #pragma unroll

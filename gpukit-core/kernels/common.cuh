@@ -157,30 +157,33 @@ __device__ __forceinline__ bool aligned16(const void* p) {
     return (((unsigned long long)p) & 15ull) == 0;
 }
 
-// Vectors per thread of the contiguous elementwise kernels (EW_UNROLL in src/kernels.rs).
+// Vectors per thread of the contiguous elementwise kernels (EW_UNROLL in src/kernels.rs), and
+// of the arithmetic-heavy ones (power, logarithm: EW_UNROLL_HEAVY), whose registers at four
+// vectors would halve the resident warps.
 #define EW_UNROLL 4
+#define EW_UNROLL_HEAVY 1
 
 // The loop of a contiguous elementwise kernel over `nv` vectors: a block covers a contiguous
-// chunk of EW_UNROLL * blockDim vectors (a warp reads 4 x 512 contiguous bytes per operand),
-// every thread first loads its EW_UNROLL vectors (`load(i)`, all in flight at once: no store
+// chunk of U * blockDim vectors (a warp reads U x 512 contiguous bytes per operand), every
+// thread first loads its U vectors (`load(i)`, all in flight at once: no store
 // comes between them), then computes and stores them (`store(i, loaded)`). The Rust side sizes
 // the grid to cover the array (kernels::grid_vec); the outer loop strides over the grid only
 // past its cap. The output may alias an input element for element: every vector is loaded
 // before it is stored, by the same thread.
-template <typename L, typename S>
+template <int U = EW_UNROLL, typename L, typename S>
 __device__ __forceinline__ void ew_loop(long long nv, L load, S store) {
     const long long bd = blockDim.x;
-    const long long chunk = EW_UNROLL * bd;
+    const long long chunk = U * bd;
     for (long long base = (long long)blockIdx.x * chunk + threadIdx.x; base < nv; base += (long long)gridDim.x * chunk) {
-        if (base + (EW_UNROLL - 1) * bd < nv) {
-            decltype(load(0ll)) x[EW_UNROLL];
+        if (base + (U - 1) * bd < nv) {
+            decltype(load(0ll)) x[U];
 #pragma unroll
-            for (int u = 0; u < EW_UNROLL; ++u) x[u] = load(base + u * bd);
+            for (int u = 0; u < U; ++u) x[u] = load(base + u * bd);
 #pragma unroll
-            for (int u = 0; u < EW_UNROLL; ++u) store(base + u * bd, x[u]);
+            for (int u = 0; u < U; ++u) store(base + u * bd, x[u]);
         } else {
 #pragma unroll
-            for (int u = 0; u < EW_UNROLL; ++u) {
+            for (int u = 0; u < U; ++u) {
                 const long long i = base + u * bd;
                 if (i < nv) store(i, load(i));
             }

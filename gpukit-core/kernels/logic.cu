@@ -49,8 +49,8 @@ template <int L> __device__ __forceinline__ unsigned char logic(bool a, bool b) 
 }
 
 // Contiguous mask kernels handle G = 16 / sizeof(T) elements per step (16-byte input loads, a
-// G-byte mask store; ew_loop in common.cuh) when every pointer is aligned for it; `F(pack, k)`
-// is the mask value of element k of the loaded packs.
+// G-byte mask store; ew_loop in common.cuh) when every pointer is aligned for it (16 bytes for
+// the inputs, G for the mask), element by element otherwise.
 template <typename T> struct MaskG {
     static constexpr int G = 16 / sizeof(T);
     typedef Pack<T, G> P;

@@ -68,6 +68,9 @@ template <typename C, int OP> __device__ __forceinline__ C una(C a) {
     }
 }
 
+// Vectors per thread of the contiguous kernel (UnaryOp::unroll on the Rust side).
+template <int OP> struct unary_unroll { static constexpr int value = OP == U_LOG ? EW_UNROLL_HEAVY : EW_UNROLL; };
+
 template <typename T, int OP> __device__ __forceinline__ T una_t(T a) {
     return Cv<T>::down(una<typename Cv<T>::C, OP>(Cv<T>::up(a)));
 }
@@ -81,7 +84,7 @@ __global__ void unary_contig(T* out, const T* a, long long n) {
         const long long nv = n / V;
         const P* pa = reinterpret_cast<const P*>(a);
         P* po = reinterpret_cast<P*>(out);
-        ew_loop(
+        ew_loop<unary_unroll<OP>::value>(
             nv, [&](long long i) { return pa[i]; },
             [&](long long i, P x) {
 #pragma unroll

@@ -174,16 +174,6 @@ pub(crate) fn kind_of(name: &str) -> DTypeKind {
     }
 }
 
-/// Bytes of one element of the element type with this C name.
-pub(crate) fn size_of_name(name: &str) -> usize {
-    match name {
-        "__half" | "__nv_bfloat16" => 2,
-        "unsigned char" => 1,
-        "float" | "int" | "unsigned int" => 4,
-        _ => 8,
-    }
-}
-
 /// The C name of the sum / product / scan-output type of the element type `name` (NumPy's
 /// widening: see [`DType::Sum`]).
 pub fn sum_name(name: &str) -> &'static str {

@@ -57,16 +57,8 @@ pub(crate) fn binary_ops(kind: DTypeKind) -> std::ops::Range<u32> {
 
 /// Reduction codes (see `reduce::ReduceOp`).
 pub(crate) const REDUCE_OPS: std::ops::Range<u32> = 0..11;
-/// Row-kernel vectors per thread (see `kernels/nn.cu`) for elements of `elem_size` bytes: 16
-/// vectors (64 f32 / 32 f64 values per thread, rows of 32768 f32 in 512 threads) only for 32- and
-/// 64-bit types; a 16-bit row at 16 vectors would hold 128 floats per thread.
-pub(crate) fn nn_vpt(elem_size: usize) -> &'static [u32] {
-    if elem_size == 2 {
-        &[1, 2, 4, 8]
-    } else {
-        &[1, 2, 4, 8, 16]
-    }
-}
+/// Row-kernel vectors per thread (see `kernels/nn.cu`).
+pub(crate) const NN_VPT: [u32; 4] = [1, 2, 4, 8];
 
 impl KernelFile {
     /// All files.
@@ -211,11 +203,12 @@ impl KernelFile {
                 v.push(format!("normal<{dtype}>"));
             }
             KernelFile::Nn => {
-                let size = crate::dtype::size_of_name(dtype);
-                for &vpt in nn_vpt(size) {
+                for vpt in NN_VPT {
                     v.push(format!("softmax_rows<{dtype}, {vpt}>"));
                     v.push(format!("layernorm_rows<{dtype}, {vpt}>"));
                 }
+                v.push(format!("softmax_rows_smem<{dtype}>"));
+                v.push(format!("layernorm_rows_smem<{dtype}>"));
                 v.push(format!("softmax_rows_large<{dtype}>"));
                 v.push(format!("layernorm_rows_large<{dtype}>"));
             }
@@ -297,24 +290,32 @@ pub(crate) fn grid_for(dev: &Device, work: usize, waves: u32) -> LaunchConfig {
     LaunchConfig::new((blocks, 1, 1), (BLOCK, 1, 1))
 }
 
-/// Vectors per thread of the contiguous elementwise kernels (EW_UNROLL in kernels/common.cuh).
+/// Vectors per thread of the contiguous elementwise kernels (EW_UNROLL in kernels/common.cuh);
+/// the arithmetic-heavy operations (power, logarithm) take one (EW_UNROLL_HEAVY): with four
+/// their 16 results in flight per thread need 55-80 registers, which halves the resident warps
+/// that hide the memory latency (measured on the H200: pow 0.92 ms against torch's 0.81).
 pub(crate) const EW_UNROLL: usize = 4;
+/// See [`EW_UNROLL`].
+pub(crate) const EW_UNROLL_HEAVY: usize = 1;
+/// Threads per block of the contiguous elementwise kernels (H200, 1 GiB f32: 128 threads was
+/// as fast as 256 or faster for add, logical_and and eq, within 0.3% for where and exp).
+const EW_BLOCK: usize = 128;
 
 /// Launch configuration for a contiguous elementwise kernel over `vectors` 16-byte steps
-/// (`ew_loop` in kernels/common.cuh): a grid that covers the array, EW_UNROLL vectors per thread
-/// in one block-contiguous chunk, so each warp streams through adjacent memory and the whole
-/// array is in flight across the grid; past `2048` blocks per multiprocessor the kernel's loop
-/// strides over the grid.
-pub(crate) fn grid_vec(dev: &Device, vectors: usize) -> LaunchConfig {
+/// (`ew_loop` in kernels/common.cuh) with `unroll` vectors per thread (the kernel's `U`): a grid
+/// that covers the array, one block-contiguous chunk per block, so each warp streams through
+/// adjacent memory and the whole array is in flight across the grid (a small grid striding
+/// over a 1 GiB array reached 0.94-0.95x torch on the H200; this grid, 0.98-1.02x); past 2048
+/// blocks per multiprocessor the kernel's loop strides over the grid.
+pub(crate) fn grid_vec(dev: &Device, vectors: usize, unroll: usize) -> LaunchConfig {
     let sms = dev.multiprocessor_count().max(1) as usize;
+    let unroll = unroll.max(1);
     // Small arrays: narrower blocks, so that at least two per multiprocessor have work.
-    let mut threads = BLOCK as usize;
-    while threads > 64 && vectors.div_ceil(threads * EW_UNROLL) < 2 * sms {
+    let mut threads = EW_BLOCK;
+    while threads > 64 && vectors.div_ceil(threads * unroll) < 2 * sms {
         threads /= 2;
     }
-    let blocks = vectors
-        .div_ceil(threads * EW_UNROLL)
-        .clamp(1, sms * 2048) as u32;
+    let blocks = vectors.div_ceil(threads * unroll).clamp(1, sms * 2048) as u32;
     LaunchConfig::new((blocks, 1, 1), (threads as u32, 1, 1))
 }
 

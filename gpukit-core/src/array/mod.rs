@@ -358,6 +358,7 @@ impl<T: DType> GpuArray<T> {
                 kernels::grid_vec(
                     &self.dev,
                     n.div_ceil(16 / std::mem::size_of::<T>().max(std::mem::size_of::<U>())),
+                    kernels::EW_UNROLL,
                 ),
                 &[out.arg(), self.arg(), (n as i64).into()],
             )?;
