@@ -11,7 +11,15 @@ use common::*;
 use gpukit_core::{f16, where_, DType, Device, GpuArray};
 
 /// Sizes around the elementwise chunk (4 vectors x 256 threads) and the vector tail.
-const SIZES: [usize; 7] = [1, 5, 1023, 4 * 1024 * 4 + 3, 4096 * 17 + 1, (1 << 20) + 5, 3 << 20];
+const SIZES: [usize; 7] = [
+    1,
+    5,
+    1023,
+    4 * 1024 * 4 + 3,
+    4096 * 17 + 1,
+    (1 << 20) + 5,
+    3 << 20,
+];
 
 /// `host[off..off + n]` as a contiguous view at element offset `off` of a larger array.
 fn view_at<T: DType>(dev: &Device, host: &[T], off: usize, n: usize) -> GpuArray<T> {
@@ -54,8 +62,17 @@ fn elementwise_vector_chunks_tails_and_misaligned_views() {
             for i in 0..n {
                 assert!(same_f32(add[i], sa[i] + sb[i]), "add {what} [{i}]");
                 assert!(same_f32(ms[i], sa[i] * 2.0), "mul_scalar {what} [{i}]");
-                assert!(same_f32(ex[i], sa[i].exp()), "exp {what} [{i}]: {} vs {}", ex[i], sa[i].exp());
-                let c = if sa[i].is_nan() { sa[i] } else { sa[i].clamp(-0.5, 0.5) };
+                assert!(
+                    same_f32(ex[i], sa[i].exp()),
+                    "exp {what} [{i}]: {} vs {}",
+                    ex[i],
+                    sa[i].exp()
+                );
+                let c = if sa[i].is_nan() {
+                    sa[i]
+                } else {
+                    sa[i].clamp(-0.5, 0.5)
+                };
                 assert!(same_f32(cl[i], c), "clip {what} [{i}]");
             }
             let eq = a.eq(&a).unwrap().to_vec().unwrap();
@@ -71,7 +88,11 @@ fn elementwise_vector_chunks_tails_and_misaligned_views() {
                 assert_eq!(nan[i], sa[i].is_nan() as u8, "isnan {what} [{i}]");
                 let (pa, pb) = (sa[i] > 0.0, sb[i] > 0.5);
                 assert_eq!(and[i], (pa && pb) as u8, "logical_and u8 {what} [{i}]");
-                assert_eq!(andf[i], (sa[i] != 0.0 && sb[i] != 0.0) as u8, "logical_and f32 {what} [{i}]");
+                assert_eq!(
+                    andf[i],
+                    (sa[i] != 0.0 && sb[i] != 0.0) as u8,
+                    "logical_and f32 {what} [{i}]"
+                );
                 let w = if pa { sa[i] } else { sb[i] };
                 assert!(same_f32(wh[i], w), "where {what} [{i}]");
                 let hw = f16::from_f32(sa[i]);
@@ -99,9 +120,15 @@ fn elementwise_vector_chunks_tails_and_misaligned_views() {
         assert!(got.iter().zip(&a).all(|(g, x)| *g == -(x + x)), "f64 n={n}");
         let b: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8).collect();
         let gb = GpuArray::from_slice(&dev, &b, &[n]).unwrap();
-        let got = gb.bitwise_and(&gb.add(&gb).unwrap()).unwrap().to_vec().unwrap();
+        let got = gb
+            .bitwise_and(&gb.add(&gb).unwrap())
+            .unwrap()
+            .to_vec()
+            .unwrap();
         assert!(
-            got.iter().zip(&b).all(|(g, x)| *g == x & x.wrapping_add(*x)),
+            got.iter()
+                .zip(&b)
+                .all(|(g, x)| *g == x & x.wrapping_add(*x)),
             "u8 n={n}"
         );
     }
@@ -162,7 +189,9 @@ fn flat_cumsum_over_many_tiles_is_exact() {
     }
     // Products of +-1 over many tiles.
     let n = 100_003usize;
-    let h: Vec<f32> = (0..n).map(|i| if i % 4099 == 0 { -1.0 } else { 1.0 }).collect();
+    let h: Vec<f32> = (0..n)
+        .map(|i| if i % 4099 == 0 { -1.0 } else { 1.0 })
+        .collect();
     let g = GpuArray::from_slice(&dev, &h, &[n]).unwrap();
     let got = g.cumprod(None).unwrap().to_vec().unwrap();
     let mut p = 1.0f32;
@@ -193,7 +222,9 @@ fn warp_rows_and_small_column_reductions() {
     let mut rng = Rng(99);
     // Rows of 128 .. 1024 f32 (a warp per row), f64 rows of 64.
     for (rows, r) in [(1usize, 1024usize), (333, 1024), (5000, 128), (77, 516)] {
-        let h: Vec<f32> = (0..rows * r).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+        let h: Vec<f32> = (0..rows * r)
+            .map(|_| rng.uniform(-1.0, 1.0) as f32)
+            .collect();
         let g = GpuArray::from_slice(&dev, &h, &[rows, r]).unwrap();
         let s = g.sum_axis(1).unwrap().to_vec().unwrap();
         let mx = g.max_axis(1).unwrap().to_vec().unwrap();
@@ -202,7 +233,10 @@ fn warp_rows_and_small_column_reductions() {
         for i in 0..rows {
             let row = &h[i * r..(i + 1) * r];
             let ws: f64 = row.iter().map(|&x| x as f64).sum();
-            assert!((s[i] as f64 - ws).abs() < 1e-4, "sum rows [{rows}, {r}] {i}");
+            assert!(
+                (s[i] as f64 - ws).abs() < 1e-4,
+                "sum rows [{rows}, {r}] {i}"
+            );
             let (mut bi, mut bv) = (0usize, f32::NEG_INFINITY);
             for (j, &x) in row.iter().enumerate() {
                 if x > bv {
@@ -221,7 +255,11 @@ fn warp_rows_and_small_column_reductions() {
     let g = GpuArray::from_slice(&dev, &h, &[300, 64]).unwrap();
     let s = g.sum_axis(1).unwrap().to_vec().unwrap();
     for i in 0..300 {
-        assert_eq!(s[i], h[i * 64..(i + 1) * 64].iter().sum::<f64>(), "f64 rows {i}");
+        assert_eq!(
+            s[i],
+            h[i * 64..(i + 1) * 64].iter().sum::<f64>(),
+            "f64 rows {i}"
+        );
     }
     // A NaN in a row propagates through max.
     let mut h: Vec<f32> = vec![0.5; 4 * 256];
@@ -249,7 +287,10 @@ fn warp_rows_and_small_column_reductions() {
                     "sum axis0 [{rows}, {inner}] col {c}: {} vs {ws}",
                     s[c]
                 );
-                assert!((me[c] as f64 - ws / rows as f64).abs() < 1e-5, "mean col {c}");
+                assert!(
+                    (me[c] as f64 - ws / rows as f64).abs() < 1e-5,
+                    "mean col {c}"
+                );
                 let (mut bi, mut bv) = (0usize, f32::NEG_INFINITY);
                 let mut lo = f32::INFINITY;
                 for (r, &x) in col.iter().enumerate() {
@@ -271,7 +312,11 @@ fn warp_rows_and_small_column_reductions() {
             let s = g.sum_axis(0).unwrap().to_vec().unwrap();
             for c in 0..inner {
                 let ws: f32 = (0..rows).map(|r| h[r * inner + c].to_f32()).sum();
-                assert_eq!(s[c], f16::from_f32(ws), "f16 axis0 [{rows}, {inner}] col {c}");
+                assert_eq!(
+                    s[c],
+                    f16::from_f32(ws),
+                    "f16 axis0 [{rows}, {inner}] col {c}"
+                );
             }
             let hu: Vec<u8> = (0..rows * inner).map(|i| (i % 251) as u8).collect();
             let g = GpuArray::from_slice(&dev, &hu, &[rows, inner]).unwrap();
@@ -301,14 +346,20 @@ fn softmax_and_layernorm_rows_of_32k_in_shared_memory() {
     let mut rng = Rng(3);
     // Shared-memory rows: 16-byte vectors (32768, 20000) and element by element (20001).
     for (rows, r) in [(3usize, 32768usize), (2, 20000), (2, 20001)] {
-        let h: Vec<f32> = (0..rows * r).map(|_| rng.uniform(-4.0, 4.0) as f32).collect();
+        let h: Vec<f32> = (0..rows * r)
+            .map(|_| rng.uniform(-4.0, 4.0) as f32)
+            .collect();
         let g = GpuArray::from_slice(&dev, &h, &[rows, r]).unwrap();
         let sm = g.softmax(-1).unwrap().to_vec().unwrap();
         let gam: Vec<f32> = (0..r).map(|j| 0.5 + (j % 3) as f32 * 0.25).collect();
         let bet: Vec<f32> = (0..r).map(|j| (j % 5) as f32 * 0.1).collect();
         let gg = GpuArray::from_slice(&dev, &gam, &[r]).unwrap();
         let gb = GpuArray::from_slice(&dev, &bet, &[r]).unwrap();
-        let ln = g.layer_norm(Some(&gg), Some(&gb), 1e-5).unwrap().to_vec().unwrap();
+        let ln = g
+            .layer_norm(Some(&gg), Some(&gb), 1e-5)
+            .unwrap()
+            .to_vec()
+            .unwrap();
         for i in 0..rows {
             let row: Vec<f64> = h[i * r..(i + 1) * r].iter().map(|&x| x as f64).collect();
             let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -319,16 +370,24 @@ fn softmax_and_layernorm_rows_of_32k_in_shared_memory() {
             for j in 0..r {
                 let w = (row[j] - m).exp() / z;
                 let got = sm[i * r + j] as f64;
-                assert!((got - w).abs() <= 1e-5 * w + 1e-12, "softmax [{rows}, {r}] ({i}, {j})");
+                assert!(
+                    (got - w).abs() <= 1e-5 * w + 1e-12,
+                    "softmax [{rows}, {r}] ({i}, {j})"
+                );
                 let w = (row[j] - mean) * rstd * gam[j] as f64 + bet[j] as f64;
                 let got = ln[i * r + j] as f64;
-                assert!((got - w).abs() <= 1e-4, "layernorm [{rows}, {r}] ({i}, {j}): {got} vs {w}");
+                assert!(
+                    (got - w).abs() <= 1e-4,
+                    "layernorm [{rows}, {r}] ({i}, {j}): {got} vs {w}"
+                );
             }
         }
     }
     // f64 rows of 16384 (128 KiB in shared memory).
     let r = 16384usize;
-    let h: Vec<f64> = (0..2 * r).map(|i| ((i * 17 % 1000) as f64) * 0.003).collect();
+    let h: Vec<f64> = (0..2 * r)
+        .map(|i| ((i * 17 % 1000) as f64) * 0.003)
+        .collect();
     let g = GpuArray::from_slice(&dev, &h, &[2, r]).unwrap();
     let sm = g.softmax(-1).unwrap().to_vec().unwrap();
     for i in 0..2 {
@@ -337,7 +396,10 @@ fn softmax_and_layernorm_rows_of_32k_in_shared_memory() {
         let z: f64 = row.iter().map(|x| (x - m).exp()).sum();
         for j in 0..r {
             let w = (row[j] - m).exp() / z;
-            assert!((sm[i * r + j] - w).abs() <= 1e-12 * w.max(1e-300) + 1e-15, "f64 softmax ({i}, {j})");
+            assert!(
+                (sm[i * r + j] - w).abs() <= 1e-12 * w.max(1e-300) + 1e-15,
+                "f64 softmax ({i}, {j})"
+            );
         }
     }
 }

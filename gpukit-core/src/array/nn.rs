@@ -179,8 +179,7 @@ impl<T: DType> GpuArray<T> {
         for p in g.iter().chain(b.iter()) {
             p.used_on(&stream);
         }
-        let (expr, threads, smem) =
-            row_launch("layernorm", T::NAME, r, std::mem::size_of::<T>());
+        let (expr, threads, smem) = row_launch("layernorm", T::NAME, r, std::mem::size_of::<T>());
         let k = self.kernel(KernelFile::Nn, &expr)?;
         let blocks = rows.min(self.dev.multiprocessor_count().max(1) as usize * 32) as u32;
         kernels::launch(

@@ -335,7 +335,7 @@ impl<T: DType> GpuArray<T> {
         self.used_on(&stream);
         out.used_on(&stream);
         let vec = 16 / std::mem::size_of::<T>();
-        if r % vec == 0 && r >= 32 * vec && self.device_ptr() % 16 == 0 {
+        if r.is_multiple_of(vec) && r >= 32 * vec && self.device_ptr().is_multiple_of(16) {
             // A warp per row, 16-byte loads.
             let k = self.kernel(
                 KernelFile::Reduce,
@@ -384,7 +384,11 @@ impl<T: DType> GpuArray<T> {
         ddof: usize,
     ) -> Result<()> {
         let vec = 16 / std::mem::size_of::<T>();
-        if outer == 1 && inner > 1 && inner < vec && vec % inner == 0 && self.device_ptr() % 16 == 0
+        if outer == 1
+            && inner > 1
+            && inner < vec
+            && vec.is_multiple_of(inner)
+            && self.device_ptr().is_multiple_of(16)
         {
             return self.reduce_cols_small_into(code, r, inner, out, ddof);
         }
@@ -475,8 +479,7 @@ impl<T: DType> GpuArray<T> {
         let sms = self.dev.multiprocessor_count().max(1) as usize;
         let vec = 16 / std::mem::size_of::<T>();
         let blocks = n.div_ceil(vec * BLOCK as usize).clamp(1, sms * 8);
-        let partial =
-            GpuArray::<u8>::alloc_on(&self.dev, &[blocks * inner * ACC_BYTES], &stream)?;
+        let partial = GpuArray::<u8>::alloc_on(&self.dev, &[blocks * inner * ACC_BYTES], &stream)?;
         let k1 = self.kernel(
             KernelFile::Reduce,
             &format!("reduce_cols_small<{}, {code}>", T::NAME),

@@ -67,9 +67,15 @@ impl<T: DType> GpuArray<T> {
                 format!("too many tiles ({tiles}) for one launch"),
             ));
         }
-        let desc = if std::mem::size_of::<T::ScanAcc>() == 4 { 8 } else { 16 };
+        let desc = if std::mem::size_of::<T::ScanAcc>() == 4 {
+            8
+        } else {
+            16
+        };
         let scratch = GpuArray::<u8>::zeros(dev, &[16 + desc * tiles])?;
-        let vec = self.device_ptr() % 16 == 0 && out.device_ptr() % 16 == 0 && l % (16 / elem) == 0;
+        let vec = self.device_ptr().is_multiple_of(16)
+            && out.device_ptr().is_multiple_of(16)
+            && l.is_multiple_of(16 / elem);
         self.used_on(&stream);
         out.used_on(&stream);
         scratch.used_on(&stream);
