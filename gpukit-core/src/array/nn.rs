@@ -49,19 +49,28 @@ pub enum RowKernel {
     Large,
 }
 
-/// The row kernel for rows of `r` elements of `elem_size` bytes.
-pub fn row_kernel(r: usize, elem_size: usize) -> RowKernel {
+/// The row kernel for rows of `r` elements of `elem_size` bytes on a device that lets a block
+/// have `smem_optin` bytes of shared memory (1 KiB is left for the kernels' static shared
+/// memory).
+pub fn row_kernel(r: usize, elem_size: usize, smem_optin: usize) -> RowKernel {
+    let smem_max = NN_SMEM_MAX_BYTES.min(smem_optin.saturating_sub(1024));
     match row_config(r, elem_size) {
         Some((vpt, threads)) => RowKernel::Registers { vpt, threads },
-        None if r * elem_size <= NN_SMEM_MAX_BYTES => RowKernel::Shared,
+        None if r * elem_size <= smem_max => RowKernel::Shared,
         None => RowKernel::Large,
     }
 }
 
 /// `(kernel name expression, threads, dynamic shared memory bytes)` of `op` ("softmax" or
 /// "layernorm") for element type `name`.
-fn row_launch(op: &str, name: &str, r: usize, elem_size: usize) -> (String, u32, u32) {
-    match row_kernel(r, elem_size) {
+fn row_launch(
+    op: &str,
+    name: &str,
+    r: usize,
+    elem_size: usize,
+    smem_optin: usize,
+) -> (String, u32, u32) {
+    match row_kernel(r, elem_size, smem_optin) {
         RowKernel::Registers { vpt, threads } => (format!("{op}_rows<{name}, {vpt}>"), threads, 0),
         RowKernel::Shared => (
             format!("{op}_rows_smem<{name}>"),
@@ -114,7 +123,13 @@ impl<T: DType> GpuArray<T> {
         }
         src.used_on(&stream);
         out.used_on(&stream);
-        let (expr, threads, smem) = row_launch("softmax", T::NAME, r, std::mem::size_of::<T>());
+        let (expr, threads, smem) = row_launch(
+            "softmax",
+            T::NAME,
+            r,
+            std::mem::size_of::<T>(),
+            self.dev.attributes().shared_memory_per_block_optin,
+        );
         let k = self.kernel(KernelFile::Nn, &expr)?;
         let blocks = rows.min(self.dev.multiprocessor_count().max(1) as usize * 32) as u32;
         kernels::launch(
@@ -179,7 +194,13 @@ impl<T: DType> GpuArray<T> {
         for p in g.iter().chain(b.iter()) {
             p.used_on(&stream);
         }
-        let (expr, threads, smem) = row_launch("layernorm", T::NAME, r, std::mem::size_of::<T>());
+        let (expr, threads, smem) = row_launch(
+            "layernorm",
+            T::NAME,
+            r,
+            std::mem::size_of::<T>(),
+            self.dev.attributes().shared_memory_per_block_optin,
+        );
         let k = self.kernel(KernelFile::Nn, &expr)?;
         let blocks = rows.min(self.dev.multiprocessor_count().max(1) as usize * 32) as u32;
         kernels::launch(
@@ -215,12 +236,15 @@ mod tests {
         assert_eq!(row_config(8192, 8), Some((8, 512)));
         assert_eq!(row_config(32768, 8), None);
         assert_eq!(row_config(32769, 4), None);
-        assert_eq!(row_kernel(32768, 4), RowKernel::Shared);
-        assert_eq!(row_kernel(16384, 8), RowKernel::Shared);
-        assert_eq!(row_kernel(65536, 2), RowKernel::Shared);
-        assert_eq!(row_kernel(32769, 4), RowKernel::Large);
+        let h200 = 227 << 10;
+        assert_eq!(row_kernel(32768, 4, h200), RowKernel::Shared);
+        // A device with 64 KiB per block (sm_75) takes the two-pass kernel.
+        assert_eq!(row_kernel(32768, 4, 64 << 10), RowKernel::Large);
+        assert_eq!(row_kernel(16384, 8, h200), RowKernel::Shared);
+        assert_eq!(row_kernel(65536, 2, h200), RowKernel::Shared);
+        assert_eq!(row_kernel(32769, 4, h200), RowKernel::Large);
         assert_eq!(
-            row_kernel(4096, 4),
+            row_kernel(4096, 4, h200),
             RowKernel::Registers {
                 vpt: 4,
                 threads: 256
