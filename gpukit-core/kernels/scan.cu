@@ -308,26 +308,29 @@ __global__ void __launch_bounds__(SF_WARPS * 32) scan_flat(const T* __restrict__
 #pragma unroll
     for (int j = 0; j < SF_ROWS; ++j) {
         const long long c0 = wbase + ((long long)j * 32 + lane) * E;
-        if (c0 >= L) break;
-        A run = scan_op<A, OP>(pre, lpre[j]);
-        O res[E];
+        // (A guard, not a break: with a break ptxas spilled 8 bytes in scan_flat<unsigned int, 1>
+        // for sm_80.)
+        if (c0 < L) {
+            A run = scan_op<A, OP>(pre, lpre[j]);
+            O res[E];
 #pragma unroll
-        for (int e = 0; e < E; ++e) {
-            run = scan_op<A, OP>(run, (A)Cv<T>::up(raw[j].v[e]));
-            res[e] = Cv<O>::down((typename Cv<O>::C)run);
-        }
-        if (vec && c0 + E <= L) {
-#pragma unroll
-            for (int h = 0; h < E / EO; ++h) {
-                PO q;
-#pragma unroll
-                for (int e = 0; e < EO; ++e) q.v[e] = res[h * EO + e];
-                *reinterpret_cast<PO*>(os + c0 + h * EO) = q;
+            for (int e = 0; e < E; ++e) {
+                run = scan_op<A, OP>(run, (A)Cv<T>::up(raw[j].v[e]));
+                res[e] = Cv<O>::down((typename Cv<O>::C)run);
             }
-        } else {
+            if (vec && c0 + E <= L) {
 #pragma unroll
-            for (int e = 0; e < E; ++e)
-                if (c0 + e < L) os[c0 + e] = res[e];
+                for (int h = 0; h < E / EO; ++h) {
+                    PO q;
+#pragma unroll
+                    for (int e = 0; e < EO; ++e) q.v[e] = res[h * EO + e];
+                    *reinterpret_cast<PO*>(os + c0 + h * EO) = q;
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < E; ++e)
+                    if (c0 + e < L) os[c0 + e] = res[e];
+            }
         }
     }
 }
