@@ -4,7 +4,7 @@
 // Every kernel is a template over the element type T and an operation code; the Rust side
 // requests the instantiations it needs as NVRTC name expressions (`binary_contig<float, 0>`).
 // Contiguous kernels use 16-byte vector loads when all pointers are 16-byte aligned (a uniform
-// branch), with four independent vectors per thread in flight; strided kernels take a Layout
+// branch), four independent vectors per thread in flight (ew_loop in common.cuh); strided kernels take a Layout
 // by value (shape and per-operand strides, up to 8 dims; a stride of 0 broadcasts). The output
 // may be one of the inputs (in-place operations), so no pointer is __restrict__.
 #include "common.cuh"
@@ -94,6 +94,9 @@ template <typename C, int OP> __device__ __forceinline__ C bin(C a, C b) {
     }
 }
 
+// Vectors per thread of the contiguous kernels (BinaryOp::unroll on the Rust side).
+template <int OP> struct binary_unroll { static constexpr int value = OP == B_POW ? EW_UNROLL_HEAVY : EW_UNROLL; };
+
 template <typename T, int OP> __device__ __forceinline__ T bin_t(T a, T b) {
     return Cv<T>::down(bin<typename Cv<T>::C, OP>(Cv<T>::up(a), Cv<T>::up(b)));
 }
@@ -103,34 +106,22 @@ template <typename T, int OP>
 __global__ void binary_contig(T* out, const T* a, const T* b, long long n) {
     constexpr int V = 16 / sizeof(T);
     typedef Pack<T, V> P;
-    const long long tid = global_tid(), nt = grid_threads();
     long long tail = 0;
     if (aligned16(out) && aligned16(a) && aligned16(b)) {
         const long long nv = n / V;
         const P* pa = reinterpret_cast<const P*>(a);
         const P* pb = reinterpret_cast<const P*>(b);
         P* po = reinterpret_cast<P*>(out);
-        long long i = tid;
-        for (; i + 3 * nt < nv; i += 4 * nt) {
-            P x[4], y[4];
+        ew_loop<binary_unroll<OP>::value>(
+            nv, [&](long long i) { Pair2<P, P> r; r.a = pa[i]; r.b = pb[i]; return r; },
+            [&](long long i, Pair2<P, P> r) {
 #pragma unroll
-            for (int u = 0; u < 4; ++u) { x[u] = pa[i + u * nt]; y[u] = pb[i + u * nt]; }
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-#pragma unroll
-                for (int k = 0; k < V; ++k) x[u].v[k] = bin_t<T, OP>(x[u].v[k], y[u].v[k]);
-                po[i + u * nt] = x[u];
-            }
-        }
-        for (; i < nv; i += nt) {
-            P x = pa[i], y = pb[i];
-#pragma unroll
-            for (int k = 0; k < V; ++k) x.v[k] = bin_t<T, OP>(x.v[k], y.v[k]);
-            po[i] = x;
-        }
+                for (int k = 0; k < V; ++k) r.a.v[k] = bin_t<T, OP>(r.a.v[k], r.b.v[k]);
+                po[i] = r.a;
+            });
         tail = nv * V;
     }
-    for (long long j = tail + tid; j < n; j += nt) out[j] = bin_t<T, OP>(a[j], b[j]);
+    for (long long j = tail + global_tid(); j < n; j += grid_threads()) out[j] = bin_t<T, OP>(a[j], b[j]);
 }
 
 // out[i] = a[i] OP s (or s OP a[i] when scalar_left), contiguous.
@@ -140,39 +131,24 @@ __global__ void binary_scalar(T* out, const T* a, double sf, long long si, int s
     const C s = scalar_arg<T>(sf, si);
     constexpr int V = 16 / sizeof(T);
     typedef Pack<T, V> P;
-    const long long tid = global_tid(), nt = grid_threads();
     long long tail = 0;
     if (aligned16(out) && aligned16(a)) {
         const long long nv = n / V;
         const P* pa = reinterpret_cast<const P*>(a);
         P* po = reinterpret_cast<P*>(out);
-        long long i = tid;
-        for (; i + 3 * nt < nv; i += 4 * nt) {
-            P x[4];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) x[u] = pa[i + u * nt];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
+        ew_loop<binary_unroll<OP>::value>(
+            nv, [&](long long i) { return pa[i]; },
+            [&](long long i, P x) {
 #pragma unroll
                 for (int k = 0; k < V; ++k) {
-                    C v = Cv<T>::up(x[u].v[k]);
-                    x[u].v[k] = Cv<T>::down(scalar_left ? bin<C, OP>(s, v) : bin<C, OP>(v, s));
+                    C v = Cv<T>::up(x.v[k]);
+                    x.v[k] = Cv<T>::down(scalar_left ? bin<C, OP>(s, v) : bin<C, OP>(v, s));
                 }
-                po[i + u * nt] = x[u];
-            }
-        }
-        for (; i < nv; i += nt) {
-            P x = pa[i];
-#pragma unroll
-            for (int k = 0; k < V; ++k) {
-                C v = Cv<T>::up(x.v[k]);
-                x.v[k] = Cv<T>::down(scalar_left ? bin<C, OP>(s, v) : bin<C, OP>(v, s));
-            }
-            po[i] = x;
-        }
+                po[i] = x;
+            });
         tail = nv * V;
     }
-    for (long long j = tail + tid; j < n; j += nt) {
+    for (long long j = tail + global_tid(); j < n; j += grid_threads()) {
         C v = Cv<T>::up(a[j]);
         out[j] = Cv<T>::down(scalar_left ? bin<C, OP>(s, v) : bin<C, OP>(v, s));
     }

@@ -156,3 +156,41 @@ __device__ __forceinline__ long long grid_threads() {
 __device__ __forceinline__ bool aligned16(const void* p) {
     return (((unsigned long long)p) & 15ull) == 0;
 }
+
+// Vectors per thread of the contiguous elementwise kernels (EW_UNROLL in src/kernels.rs), and
+// of the arithmetic-heavy ones (power, logarithm: EW_UNROLL_HEAVY), whose registers at four
+// vectors would halve the resident warps.
+#define EW_UNROLL 4
+#define EW_UNROLL_HEAVY 1
+
+// The loop of a contiguous elementwise kernel over `nv` vectors: a block covers a contiguous
+// chunk of U * blockDim vectors (a warp reads U x 512 contiguous bytes per operand), every
+// thread first loads its U vectors (`load(i)`, all in flight at once: no store
+// comes between them), then computes and stores them (`store(i, loaded)`). The Rust side sizes
+// the grid to cover the array (kernels::grid_vec); the outer loop strides over the grid only
+// past its cap. The output may alias an input element for element: every vector is loaded
+// before it is stored, by the same thread.
+template <int U = EW_UNROLL, typename L, typename S>
+__device__ __forceinline__ void ew_loop(long long nv, L load, S store) {
+    const long long bd = blockDim.x;
+    const long long chunk = U * bd;
+    for (long long base = (long long)blockIdx.x * chunk + threadIdx.x; base < nv; base += (long long)gridDim.x * chunk) {
+        if (base + (U - 1) * bd < nv) {
+            decltype(load(0ll)) x[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) x[u] = load(base + u * bd);
+#pragma unroll
+            for (int u = 0; u < U; ++u) store(base + u * bd, x[u]);
+        } else {
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const long long i = base + u * bd;
+                if (i < nv) store(i, load(i));
+            }
+        }
+    }
+}
+
+// Two packs loaded together (the inputs of a binary elementwise step).
+template <typename P, typename Q> struct Pair2 { P a; Q b; };
+template <typename P, typename Q, typename R> struct Triple3 { P a; Q b; R c; };

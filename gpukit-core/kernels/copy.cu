@@ -13,25 +13,29 @@ __global__ void copy_strided(To* __restrict__ out, const Ti* __restrict__ in, La
     }
 }
 
-// Contiguous conversion of n elements, four per step when both pointers are aligned for it.
+// Contiguous conversion of n elements, 16 bytes of the wider type per step (ew_loop) when both
+// pointers are aligned for it.
 template <typename Ti, typename To>
 __global__ void cast_contig(To* __restrict__ out, const Ti* __restrict__ in, long long n) {
-    typedef Pack<Ti, 4> PI;
-    typedef Pack<To, 4> PO;
-    const long long tid = global_tid(), nt = grid_threads();
+    constexpr int G = 16 / (sizeof(Ti) > sizeof(To) ? sizeof(Ti) : sizeof(To));
+    typedef Pack<Ti, G> PI;
+    typedef Pack<To, G> PO;
     long long tail = 0;
     if ((((unsigned long long)in) % sizeof(PI)) == 0 && (((unsigned long long)out) % sizeof(PO)) == 0) {
-        const long long n4 = n / 4;
-        for (long long q = tid; q < n4; q += nt) {
-            const PI x = reinterpret_cast<const PI*>(in)[q];
-            PO y;
+        const long long ng = n / G;
+        const PI* pi = reinterpret_cast<const PI*>(in);
+        PO* po = reinterpret_cast<PO*>(out);
+        ew_loop(
+            ng, [&](long long q) { return pi[q]; },
+            [&](long long q, PI x) {
+                PO y;
 #pragma unroll
-            for (int k = 0; k < 4; ++k) y.v[k] = convert<To, Ti>(x.v[k]);
-            reinterpret_cast<PO*>(out)[q] = y;
-        }
-        tail = n4 * 4;
+                for (int k = 0; k < G; ++k) y.v[k] = convert<To, Ti>(x.v[k]);
+                po[q] = y;
+            });
+        tail = ng * G;
     }
-    for (long long i = tail + tid; i < n; i += nt) out[i] = convert<To, Ti>(in[i]);
+    for (long long i = tail + global_tid(); i < n; i += grid_threads()) out[i] = convert<To, Ti>(in[i]);
 }
 
 // out[i] = value for i < n (value as double for floats, i64 for integers).

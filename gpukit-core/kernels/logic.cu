@@ -48,33 +48,42 @@ template <int L> __device__ __forceinline__ unsigned char logic(bool a, bool b) 
     else return a != b;
 }
 
-// Contiguous mask kernels handle four elements per step (one 4-byte store) when every pointer
-// is aligned for it; `F(k)` is the mask value of element k.
-template <typename T, typename F>
-__device__ __forceinline__ void mask4(unsigned char* __restrict__ out, long long n, bool aligned, F f) {
-    const long long tid = global_tid(), nt = grid_threads();
-    long long tail = 0;
-    if (aligned) {
-        const long long n4 = n / 4;
-        for (long long q = tid; q < n4; q += nt) {
-            const long long k = 4 * q;
-            uchar4 m;
-            m.x = f(k); m.y = f(k + 1); m.z = f(k + 2); m.w = f(k + 3);
-            reinterpret_cast<uchar4*>(out)[q] = m;
-        }
-        tail = n4 * 4;
-    }
-    for (long long j = tail + tid; j < n; j += nt) out[j] = f(j);
-}
+// Contiguous mask kernels handle G = 16 / sizeof(T) elements per step (16-byte input loads, a
+// G-byte mask store; ew_loop in common.cuh) when every pointer is aligned for it (16 bytes for
+// the inputs, G for the mask), element by element otherwise.
+template <typename T> struct MaskG {
+    static constexpr int G = 16 / sizeof(T);
+    typedef Pack<T, G> P;
+    typedef Pack<unsigned char, G> M;
+};
 
-template <typename T> __device__ __forceinline__ bool aligned4x(const T* p) {
-    return (((unsigned long long)p) % (4 * sizeof(T))) == 0;
+__device__ __forceinline__ bool aligned_to(const void* p, int bytes) {
+    return (((unsigned long long)p) % (unsigned long long)bytes) == 0;
 }
 
 template <typename T, int OP>
 __global__ void compare_contig(unsigned char* __restrict__ out, const T* __restrict__ a, const T* __restrict__ b, long long n) {
-    const bool al = aligned4x(out) && aligned4x(a) && aligned4x(b);
-    mask4<T>(out, n, al, [&](long long k) { return cmp_t<T, OP>(a[k], b[k]); });
+    typedef MaskG<T> G_;
+    constexpr int G = G_::G;
+    typedef typename G_::P P;
+    typedef typename G_::M M;
+    long long tail = 0;
+    if (aligned16(a) && aligned16(b) && aligned_to(out, G)) {
+        const long long ng = n / G;
+        const P* pa = reinterpret_cast<const P*>(a);
+        const P* pb = reinterpret_cast<const P*>(b);
+        M* po = reinterpret_cast<M*>(out);
+        ew_loop(
+            ng, [&](long long i) { Pair2<P, P> r; r.a = pa[i]; r.b = pb[i]; return r; },
+            [&](long long i, Pair2<P, P> r) {
+                M m;
+#pragma unroll
+                for (int k = 0; k < G; ++k) m.v[k] = cmp_t<T, OP>(r.a.v[k], r.b.v[k]);
+                po[i] = m;
+            });
+        tail = ng * G;
+    }
+    for (long long j = tail + global_tid(); j < n; j += grid_threads()) out[j] = cmp_t<T, OP>(a[j], b[j]);
 }
 
 // out (row 0, u8) = a (row 1) OP b (row 2).
@@ -100,10 +109,28 @@ __global__ void compare_scalar(unsigned char* __restrict__ out, const T* __restr
     }
 }
 
-template <typename T, int P>
+template <typename T, int P_>
 __global__ void predicate_contig(unsigned char* __restrict__ out, const T* __restrict__ a, long long n) {
-    const bool al = aligned4x(out) && aligned4x(a);
-    mask4<T>(out, n, al, [&](long long k) { return pred_t<T, P>(a[k]); });
+    typedef MaskG<T> G_;
+    constexpr int G = G_::G;
+    typedef typename G_::P P;
+    typedef typename G_::M M;
+    long long tail = 0;
+    if (aligned16(a) && aligned_to(out, G)) {
+        const long long ng = n / G;
+        const P* pa = reinterpret_cast<const P*>(a);
+        M* po = reinterpret_cast<M*>(out);
+        ew_loop(
+            ng, [&](long long i) { return pa[i]; },
+            [&](long long i, P x) {
+                M m;
+#pragma unroll
+                for (int k = 0; k < G; ++k) m.v[k] = pred_t<T, P_>(x.v[k]);
+                po[i] = m;
+            });
+        tail = ng * G;
+    }
+    for (long long j = tail + global_tid(); j < n; j += grid_threads()) out[j] = pred_t<T, P_>(a[j]);
 }
 
 template <typename T, int P>
@@ -117,8 +144,27 @@ __global__ void predicate_strided(unsigned char* __restrict__ out, const T* __re
 
 template <typename T, int L>
 __global__ void logical_contig(unsigned char* __restrict__ out, const T* __restrict__ a, const T* __restrict__ b, long long n) {
-    const bool al = aligned4x(out) && aligned4x(a) && aligned4x(b);
-    mask4<T>(out, n, al, [&](long long k) { return logic<L>(truthy<T>(a[k]), truthy<T>(b[k])); });
+    typedef MaskG<T> G_;
+    constexpr int G = G_::G;
+    typedef typename G_::P P;
+    typedef typename G_::M M;
+    long long tail = 0;
+    if (aligned16(a) && aligned16(b) && aligned_to(out, G)) {
+        const long long ng = n / G;
+        const P* pa = reinterpret_cast<const P*>(a);
+        const P* pb = reinterpret_cast<const P*>(b);
+        M* po = reinterpret_cast<M*>(out);
+        ew_loop(
+            ng, [&](long long i) { Pair2<P, P> r; r.a = pa[i]; r.b = pb[i]; return r; },
+            [&](long long i, Pair2<P, P> r) {
+                M m;
+#pragma unroll
+                for (int k = 0; k < G; ++k) m.v[k] = logic<L>(truthy<T>(r.a.v[k]), truthy<T>(r.b.v[k]));
+                po[i] = m;
+            });
+        tail = ng * G;
+    }
+    for (long long j = tail + global_tid(); j < n; j += grid_threads()) out[j] = logic<L>(truthy<T>(a[j]), truthy<T>(b[j]));
 }
 
 template <typename T, int L>
@@ -141,27 +187,32 @@ __global__ void where_strided(T* out, const unsigned char* __restrict__ mask, co
     }
 }
 
-// out = mask ? a : b, all contiguous with n elements (four per step when aligned).
+// out = mask ? a : b, all contiguous with n elements (G = 16 / sizeof(T) per step when aligned:
+// a G-byte mask load and 16-byte value loads; ew_loop in common.cuh).
 template <typename T>
 __global__ void where_contig(T* out, const unsigned char* __restrict__ mask, const T* a, const T* b, long long n) {
-    typedef Pack<T, 4> P;
-    const long long tid = global_tid(), nt = grid_threads();
+    typedef MaskG<T> G_;
+    constexpr int G = G_::G;
+    typedef typename G_::P P;
+    typedef typename G_::M M;
     long long tail = 0;
-    if (aligned4x(out) && aligned4x(a) && aligned4x(b) && aligned4x(mask)) {
-        const long long n4 = n / 4;
-        for (long long q = tid; q < n4; q += nt) {
-            const uchar4 m = reinterpret_cast<const uchar4*>(mask)[q];
-            const P x = reinterpret_cast<const P*>(a)[q], y = reinterpret_cast<const P*>(b)[q];
-            P r;
-            r.v[0] = m.x ? x.v[0] : y.v[0];
-            r.v[1] = m.y ? x.v[1] : y.v[1];
-            r.v[2] = m.z ? x.v[2] : y.v[2];
-            r.v[3] = m.w ? x.v[3] : y.v[3];
-            reinterpret_cast<P*>(out)[q] = r;
-        }
-        tail = n4 * 4;
+    if (aligned16(out) && aligned16(a) && aligned16(b) && aligned_to(mask, G)) {
+        const long long ng = n / G;
+        const M* pm = reinterpret_cast<const M*>(mask);
+        const P* pa = reinterpret_cast<const P*>(a);
+        const P* pb = reinterpret_cast<const P*>(b);
+        P* po = reinterpret_cast<P*>(out);
+        ew_loop(
+            ng, [&](long long i) { Triple3<M, P, P> r; r.a = pm[i]; r.b = pa[i]; r.c = pb[i]; return r; },
+            [&](long long i, Triple3<M, P, P> r) {
+                P o;
+#pragma unroll
+                for (int k = 0; k < G; ++k) o.v[k] = r.a.v[k] ? r.b.v[k] : r.c.v[k];
+                po[i] = o;
+            });
+        tail = ng * G;
     }
-    for (long long j = tail + tid; j < n; j += nt) out[j] = mask[j] ? a[j] : b[j];
+    for (long long j = tail + global_tid(); j < n; j += grid_threads()) out[j] = mask[j] ? a[j] : b[j];
 }
 
 // out (row 0) = mask (row 1) ? s : b (row 2); in place when out is b.

@@ -160,10 +160,18 @@ __global__ void __launch_bounds__(1024) softmax_rows_large(T* __restrict__ out, 
     }
 }
 
+// Launch bound of layernorm_rows: up to 4 vectors per thread (rows up to 4096 f32 in 256
+// threads) at least two blocks of NnMaxThreads per multiprocessor, i.e. at most 64 registers for
+// 32- and 64-bit types, as under the former bound of 1024 (with one, layernorm_rows<float, 4>
+// took 94 registers: fewer resident rows, 0.21 ms against 0.16 for 4096-float rows on the H200).
+template <typename T, int VPT> struct NnLnMinBlocks {
+    static constexpr int value = (VPT <= 4 && sizeof(T) >= 4) ? 2 : 1;
+};
+
 // out = (x - mean) / sqrt(var + eps) * gamma + beta along each row (population variance, as
 // torch.nn.functional.layer_norm); gamma / beta may be null (1 / 0).
 template <typename T, int VPT>
-__global__ void __launch_bounds__(NnMaxThreads<T>::value) layernorm_rows(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, long long rows, long long R, double eps) {
+__global__ void __launch_bounds__(NnMaxThreads<T>::value, NnLnMinBlocks<T, VPT>::value) layernorm_rows(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, long long rows, long long R, double eps) {
     typedef typename NnAcc<T>::A A;
     constexpr int V = 16 / sizeof(T);
     constexpr int E = VPT * V;
@@ -220,5 +228,150 @@ __global__ void __launch_bounds__(1024) layernorm_rows_large(T* __restrict__ out
             if (beta != nullptr) y += (A)Cv<T>::up(beta[j]);
             orow[j] = Cv<T>::down((typename Cv<T>::C)y);
         }
+    }
+}
+
+// Rows longer than the register rows and at most NN_SMEM_MAX_BYTES (src/array/nn.rs; 32768 f32,
+// 16384 f64, 65536 f16): the row is staged in dynamic shared memory (R elements of T) as it is
+// read once from global memory in 16-byte vectors (four in flight per thread), the statistics
+// come from shared memory, and the output is written once, so global memory sees one read and
+// one write, as with the register rows. One block per row (grid-stride over rows).
+extern __shared__ __align__(16) unsigned char nn_smem[];
+
+// Copies row `xr` (R elements) into shared memory; returns this thread's maximum (MAX) or sum
+// of the values it copied (in the compute type).
+template <typename T, bool MAX>
+__device__ __forceinline__ typename NnAcc<T>::A stage_row(const T* xr, T* rs, int R, bool vec) {
+    typedef typename NnAcc<T>::A A;
+    constexpr int V = 16 / sizeof(T);
+    typedef Pack<T, V> P;
+    A acc = MAX ? neg_inf<A>() : (A)0;
+    if (vec) {
+        const int nv = R / V;
+        const P* px = reinterpret_cast<const P*>(xr);
+        P* ps = reinterpret_cast<P*>(rs);
+        const int bd = blockDim.x;
+        int i = threadIdx.x;
+        for (; i + 3 * bd < nv; i += 4 * bd) {
+            P p[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) p[u] = px[i + u * bd];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                ps[i + u * bd] = p[u];
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    const A v = Cv<T>::up(p[u].v[j]);
+                    acc = MAX ? (v > acc ? v : acc) : acc + v;
+                }
+            }
+        }
+        for (; i < nv; i += bd) {
+            const P p = px[i];
+            ps[i] = p;
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+                const A v = Cv<T>::up(p.v[j]);
+                acc = MAX ? (v > acc ? v : acc) : acc + v;
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < R; i += blockDim.x) {
+            const T t = xr[i];
+            rs[i] = t;
+            const A v = Cv<T>::up(t);
+            acc = MAX ? (v > acc ? v : acc) : acc + v;
+        }
+    }
+    return acc;
+}
+
+// Writes g(value, index) for every element of the staged row to `orow`.
+template <typename T, typename G>
+__device__ __forceinline__ void emit_row(const T* rs, T* orow, int R, bool vec, G g) {
+    constexpr int V = 16 / sizeof(T);
+    typedef Pack<T, V> P;
+    if (vec) {
+        const int nv = R / V;
+        const P* ps = reinterpret_cast<const P*>(rs);
+        P* po = reinterpret_cast<P*>(orow);
+        for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+            P p = ps[i];
+#pragma unroll
+            for (int j = 0; j < V; ++j) p.v[j] = Cv<T>::down((typename Cv<T>::C)g(Cv<T>::up(p.v[j]), i * V + j));
+            po[i] = p;
+        }
+    } else {
+        for (int i = threadIdx.x; i < R; i += blockDim.x) orow[i] = Cv<T>::down((typename Cv<T>::C)g(Cv<T>::up(rs[i]), i));
+    }
+}
+
+// Softmax / log-softmax of rows staged in shared memory (same arithmetic as softmax_rows).
+template <typename T>
+__global__ void __launch_bounds__(1024, 1) softmax_rows_smem(T* __restrict__ out, const T* __restrict__ x, long long rows, long long R_, int log_softmax) {
+    typedef typename NnAcc<T>::A A;
+    T* rs = reinterpret_cast<T*>(nn_smem);
+    const int R = (int)R_;
+    const bool vec = (R_ * (long long)sizeof(T)) % 16 == 0 && aligned16(x) && aligned16(out);
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const A m = block_all<A, true>(stage_row<T, true>(x + r * R_, rs, R, vec));  // its barrier also publishes the staged row
+        A s = 0;
+        for (int i = threadIdx.x; i < R; i += blockDim.x) s += exp_a((A)Cv<T>::up(rs[i]) - m);
+        s = block_all<A, false>(s);
+        const A ls = log_a(s), inv = (A)1 / s;
+        emit_row<T>(rs, out + r * R_, R, vec, [=](A v, int) {
+            const A d = v - m;
+            return log_softmax ? d - ls : exp_a(d) * inv;
+        });
+        __syncthreads();  // the next row overwrites the staged one
+    }
+}
+
+// Layer norm of rows staged in shared memory (same arithmetic as layernorm_rows); gamma and
+// beta are read with the output, in vectors when aligned.
+template <typename T>
+__global__ void __launch_bounds__(1024, 1) layernorm_rows_smem(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, long long rows, long long R_, double eps) {
+    typedef typename NnAcc<T>::A A;
+    constexpr int V = 16 / sizeof(T);
+    typedef Pack<T, V> P;
+    T* rs = reinterpret_cast<T*>(nn_smem);
+    const int R = (int)R_;
+    const bool vec = (R_ * (long long)sizeof(T)) % 16 == 0 && aligned16(x) && aligned16(out) &&
+                     (gamma == nullptr || aligned16(gamma)) && (beta == nullptr || aligned16(beta));
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const A mean = block_all<A, false>(stage_row<T, false>(x + r * R_, rs, R, vec)) / (A)R;
+        A q = 0;
+        for (int i = threadIdx.x; i < R; i += blockDim.x) {
+            const A d = (A)Cv<T>::up(rs[i]) - mean;
+            q += d * d;
+        }
+        const A rstd = rsqrt_a(block_all<A, false>(q) / (A)R + (A)eps);
+        T* orow = out + r * R_;
+        if (vec) {
+            const int nv = R / V;
+            const P* ps = reinterpret_cast<const P*>(rs);
+            P* po = reinterpret_cast<P*>(orow);
+            for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+                P p = ps[i], g, b;
+                if (gamma != nullptr) g = reinterpret_cast<const P*>(gamma)[i];
+                if (beta != nullptr) b = reinterpret_cast<const P*>(beta)[i];
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    A y = ((A)Cv<T>::up(p.v[j]) - mean) * rstd;
+                    if (gamma != nullptr) y *= (A)Cv<T>::up(g.v[j]);
+                    if (beta != nullptr) y += (A)Cv<T>::up(b.v[j]);
+                    p.v[j] = Cv<T>::down((typename Cv<T>::C)y);
+                }
+                po[i] = p;
+            }
+        } else {
+            for (int i = threadIdx.x; i < R; i += blockDim.x) {
+                A y = ((A)Cv<T>::up(rs[i]) - mean) * rstd;
+                if (gamma != nullptr) y *= (A)Cv<T>::up(gamma[i]);
+                if (beta != nullptr) y += (A)Cv<T>::up(beta[i]);
+                orow[i] = Cv<T>::down((typename Cv<T>::C)y);
+            }
+        }
+        __syncthreads();  // the next row overwrites the staged one
     }
 }

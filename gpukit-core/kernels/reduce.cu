@@ -4,6 +4,11 @@
 //   reduce_partial / reduce_finish   all elements: per-block partials (16-byte loads), then one
 //                                    block combines them;
 //   reduce_rows                      inner == 1 and short rows: a group of 1..32 lanes per row;
+//   reduce_rows_vec                  inner == 1, aligned rows of >= 32 vectors: a warp per row,
+//                                    16-byte loads;
+//   reduce_cols_small                axis 0 of [R, inner] with inner dividing the vector width:
+//                                    the flat array in 16-byte loads, an accumulator per vector
+//                                    position, then reduce_cols_finish;
 //   reduce_cols / reduce_cols_finish any [outer, R, inner]: a block covers TX columns (TX up to 32,
 //                                    so a warp reads contiguous memory even for inner == 2) and a
 //                                    slice of R; the R axis is split over grid.y when there are
@@ -374,5 +379,101 @@ __global__ void reduce_cols_finish(const void* partial, int splits, long long nc
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) v = R::comb(v, R::shfl(v, o, 32));
         if (lane == 0) out[c] = R::fin(v, count, ddof);
+    }
+}
+
+// [rows, R] (inner == 1) with 16-byte aligned rows of at least 32 vectors (R % V == 0): a warp
+// per row, each lane combining vectors lane, lane + 32, ... (8 loads in flight per lane);
+// grid-stride over rows by warps; lane 0 writes the row's result.
+template <typename T, int OP>
+__global__ void reduce_rows_vec(const T* __restrict__ x, long long rows, long long R_, typename Red<T, OP>::O* __restrict__ out, long long ddof) {
+    typedef Red<T, OP> R;
+    typedef typename R::A A;
+    constexpr int V = 16 / sizeof(T);
+    constexpr int U = 8;
+    typedef Pack<T, V> P;
+    const int lane = threadIdx.x & 31;
+    const long long warps = grid_threads() >> 5;
+    const long long nv = R_ / V;
+    for (long long r = global_tid() >> 5; r < rows; r += warps) {
+        const P* row = reinterpret_cast<const P*>(x + r * R_);
+        A acc[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc[u] = R::id();
+        long long j = lane;
+        for (; j + 32 * (U - 1) < nv; j += 32 * U) {
+            P p[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) p[u] = row[j + 32 * u];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+#pragma unroll
+                for (int e = 0; e < V; ++e) acc[u] = R::comb(acc[u], R::lift(p[u].v[e], (j + 32 * u) * V + e));
+            }
+        }
+        for (; j < nv; j += 32) {
+            const P p = row[j];
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc[0] = R::comb(acc[0], R::lift(p.v[e], j * V + e));
+        }
+        A v = acc[0];
+#pragma unroll
+        for (int u = 1; u < U; ++u) v = R::comb(v, acc[u]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v = R::comb(v, R::shfl(v, o, 32));
+        if (lane == 0) out[r] = R::fin(v, R_, ddof);
+    }
+}
+
+// Axis 0 of a contiguous [R, inner] array with V % inner == 0 (inner < V, e.g. [N, 2] f32),
+// read as the flat array: 16-byte vectors, each holding V / inner whole rows, so element k of
+// a vector belongs to column k % inner. Per thread one accumulator per vector position, folded
+// into the columns at the end; each block writes partial[block * inner + c], combined by
+// reduce_cols_finish (splits = gridDim.x, ncols = inner). x must be 16-byte aligned.
+template <typename T, int OP>
+__global__ void reduce_cols_small(const T* __restrict__ x, long long n, int inner, void* partial) {
+    typedef Red<T, OP> R;
+    typedef typename R::A A;
+    constexpr int V = 16 / sizeof(T);
+    typedef Pack<T, V> P;
+    const long long tid = global_tid(), nt = grid_threads();
+    A acc[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] = R::id();
+    const long long nv = n / V;
+    const P* px = reinterpret_cast<const P*>(x);
+    long long i = tid;
+    for (; i + 3 * nt < nv; i += 4 * nt) {
+        P p[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) p[u] = px[i + u * nt];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc[e] = R::comb(acc[e], R::lift(p[u].v[e], ((i + u * nt) * V + e) / inner));
+        }
+    }
+    for (; i < nv; i += nt) {
+        const P p = px[i];
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] = R::comb(acc[e], R::lift(p.v[e], (i * V + e) / inner));
+    }
+    // The scalar tail (fewer than V elements): element j sits at vector position j % V.
+    for (long long j = nv * V + tid; j < n; j += nt) {
+        const A v = R::lift(x[j], j / inner);
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+            if (e == (int)(j % V)) acc[e] = R::comb(acc[e], v);
+    }
+    A* part = reinterpret_cast<A*>(partial);
+#pragma unroll
+    for (int c = 0; c < V; ++c) {
+        if (c >= inner) break;
+        A v = R::id();
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+            if (e % inner == c) v = R::comb(v, acc[e]);
+        v = block_reduce<R>(v);
+        if (threadIdx.x == 0) part[(long long)blockIdx.x * inner + c] = v;
     }
 }

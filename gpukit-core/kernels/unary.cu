@@ -1,5 +1,6 @@
 // Unary elementwise kernels of gpukit-core (math functions, rounding, bitwise not, sign) and
-// clip. Contiguous kernels use 16-byte vector loads with four vectors per thread in flight;
+// clip. Contiguous kernels use 16-byte vector loads with four vectors per thread in flight
+// (ew_loop in common.cuh);
 // strided kernels read and write through a Layout (views, strided outputs). The output may be
 // the input (in-place operations), so no pointer is __restrict__.
 #include "common.cuh"
@@ -67,6 +68,9 @@ template <typename C, int OP> __device__ __forceinline__ C una(C a) {
     }
 }
 
+// Vectors per thread of the contiguous kernel (UnaryOp::unroll on the Rust side).
+template <int OP> struct unary_unroll { static constexpr int value = OP == U_LOG ? EW_UNROLL_HEAVY : EW_UNROLL; };
+
 template <typename T, int OP> __device__ __forceinline__ T una_t(T a) {
     return Cv<T>::down(una<typename Cv<T>::C, OP>(Cv<T>::up(a)));
 }
@@ -75,33 +79,21 @@ template <typename T, int OP>
 __global__ void unary_contig(T* out, const T* a, long long n) {
     constexpr int V = 16 / sizeof(T);
     typedef Pack<T, V> P;
-    const long long tid = global_tid(), nt = grid_threads();
     long long tail = 0;
     if (aligned16(out) && aligned16(a)) {
         const long long nv = n / V;
         const P* pa = reinterpret_cast<const P*>(a);
         P* po = reinterpret_cast<P*>(out);
-        long long i = tid;
-        for (; i + 3 * nt < nv; i += 4 * nt) {
-            P x[4];
+        ew_loop<unary_unroll<OP>::value>(
+            nv, [&](long long i) { return pa[i]; },
+            [&](long long i, P x) {
 #pragma unroll
-            for (int u = 0; u < 4; ++u) x[u] = pa[i + u * nt];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-#pragma unroll
-                for (int k = 0; k < V; ++k) x[u].v[k] = una_t<T, OP>(x[u].v[k]);
-                po[i + u * nt] = x[u];
-            }
-        }
-        for (; i < nv; i += nt) {
-            P x = pa[i];
-#pragma unroll
-            for (int k = 0; k < V; ++k) x.v[k] = una_t<T, OP>(x.v[k]);
-            po[i] = x;
-        }
+                for (int k = 0; k < V; ++k) x.v[k] = una_t<T, OP>(x.v[k]);
+                po[i] = x;
+            });
         tail = nv * V;
     }
-    for (long long j = tail + tid; j < n; j += nt) out[j] = una_t<T, OP>(a[j]);
+    for (long long j = tail + global_tid(); j < n; j += grid_threads()) out[j] = una_t<T, OP>(a[j]);
 }
 
 // out (row 0) = OP(a (row 1)).
@@ -126,33 +118,21 @@ __global__ void clip_contig(T* out, const T* a, double lof, long long loi, doubl
     const C lo = scalar_arg<T>(lof, loi), hi = scalar_arg<T>(hif, hii);
     constexpr int V = 16 / sizeof(T);
     typedef Pack<T, V> P;
-    const long long tid = global_tid(), nt = grid_threads();
     long long tail = 0;
     if (aligned16(out) && aligned16(a)) {
         const long long nv = n / V;
         const P* pa = reinterpret_cast<const P*>(a);
         P* po = reinterpret_cast<P*>(out);
-        long long i = tid;
-        for (; i + 3 * nt < nv; i += 4 * nt) {
-            P x[4];
+        ew_loop(
+            nv, [&](long long i) { return pa[i]; },
+            [&](long long i, P x) {
 #pragma unroll
-            for (int u = 0; u < 4; ++u) x[u] = pa[i + u * nt];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-#pragma unroll
-                for (int k = 0; k < V; ++k) x[u].v[k] = Cv<T>::down(clip_c<C>(Cv<T>::up(x[u].v[k]), lo, hi));
-                po[i + u * nt] = x[u];
-            }
-        }
-        for (; i < nv; i += nt) {
-            P x = pa[i];
-#pragma unroll
-            for (int k = 0; k < V; ++k) x.v[k] = Cv<T>::down(clip_c<C>(Cv<T>::up(x.v[k]), lo, hi));
-            po[i] = x;
-        }
+                for (int k = 0; k < V; ++k) x.v[k] = Cv<T>::down(clip_c<C>(Cv<T>::up(x.v[k]), lo, hi));
+                po[i] = x;
+            });
         tail = nv * V;
     }
-    for (long long j = tail + tid; j < n; j += nt) out[j] = Cv<T>::down(clip_c<C>(Cv<T>::up(a[j]), lo, hi));
+    for (long long j = tail + global_tid(); j < n; j += grid_threads()) out[j] = Cv<T>::down(clip_c<C>(Cv<T>::up(a[j]), lo, hi));
 }
 
 template <typename T>

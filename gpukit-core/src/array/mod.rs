@@ -355,7 +355,11 @@ impl<T: DType> GpuArray<T> {
             kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n.div_ceil(4), 16),
+                kernels::grid_vec(
+                    &self.dev,
+                    n.div_ceil(16 / std::mem::size_of::<T>().max(std::mem::size_of::<U>())),
+                    kernels::EW_UNROLL,
+                ),
                 &[out.arg(), self.arg(), (n as i64).into()],
             )?;
         } else {

@@ -1,8 +1,10 @@
 //! Softmax, log-softmax and layer normalisation over an axis (floating-point types).
 //!
-//! Rows of up to 32768 f32 (16384 f64, 65536 f16 / bf16) elements are held in registers by one
-//! block per row: the input is read once and the output written once. Longer rows read the
-//! input twice. An axis other than the last is moved last (one copy each way).
+//! Rows of up to 16384 f32 (8192 f64, 16384 f16 / bf16) elements are held in registers by one
+//! block per row; rows of up to 128 KiB (32768 f32, 16384 f64, 65536 f16 / bf16) are staged in
+//! shared memory by one block per row: either way the input is read once and the output written
+//! once. Longer rows read the input twice. An axis other than the last is moved last (one copy
+//! each way).
 
 use super::GpuArray;
 use crate::dtype::{DType, DTypeKind};
@@ -25,6 +27,58 @@ pub fn row_config(r: usize, elem_size: usize) -> Option<(u32, u32)> {
     // NnMaxThreads in kernels/nn.cu: the register-row kernels' launch bound
     let max = if elem_size == 2 { 256 } else { 512 };
     (threads <= max).then_some((8, threads as u32))
+}
+
+/// Rows of at most this many bytes that do not fit the register rows are staged in shared
+/// memory (`*_rows_smem` in kernels/nn.cu; the H200 allows 227 KiB per block).
+pub const NN_SMEM_MAX_BYTES: usize = 128 << 10;
+
+/// Which row kernel a softmax / layer norm over rows of `r` elements of `elem_size` bytes takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowKernel {
+    /// `*_rows<T, vpt>` with `threads` threads: the row in registers.
+    Registers {
+        /// Vectors per thread.
+        vpt: u32,
+        /// Threads per block.
+        threads: u32,
+    },
+    /// `*_rows_smem<T>` with 1024 threads: the row staged in shared memory.
+    Shared,
+    /// `*_rows_large<T>` with 1024 threads: the input read twice.
+    Large,
+}
+
+/// The row kernel for rows of `r` elements of `elem_size` bytes on a device that lets a block
+/// have `smem_optin` bytes of shared memory (1 KiB is left for the kernels' static shared
+/// memory).
+pub fn row_kernel(r: usize, elem_size: usize, smem_optin: usize) -> RowKernel {
+    let smem_max = NN_SMEM_MAX_BYTES.min(smem_optin.saturating_sub(1024));
+    match row_config(r, elem_size) {
+        Some((vpt, threads)) => RowKernel::Registers { vpt, threads },
+        None if r * elem_size <= smem_max => RowKernel::Shared,
+        None => RowKernel::Large,
+    }
+}
+
+/// `(kernel name expression, threads, dynamic shared memory bytes)` of `op` ("softmax" or
+/// "layernorm") for element type `name`.
+fn row_launch(
+    op: &str,
+    name: &str,
+    r: usize,
+    elem_size: usize,
+    smem_optin: usize,
+) -> (String, u32, u32) {
+    match row_kernel(r, elem_size, smem_optin) {
+        RowKernel::Registers { vpt, threads } => (format!("{op}_rows<{name}, {vpt}>"), threads, 0),
+        RowKernel::Shared => (
+            format!("{op}_rows_smem<{name}>"),
+            1024,
+            (r * elem_size).next_multiple_of(16) as u32,
+        ),
+        RowKernel::Large => (format!("{op}_rows_large<{name}>"), 1024, 0),
+    }
 }
 
 impl<T: DType> GpuArray<T> {
@@ -69,16 +123,19 @@ impl<T: DType> GpuArray<T> {
         }
         src.used_on(&stream);
         out.used_on(&stream);
-        let (expr, threads) = match row_config(r, std::mem::size_of::<T>()) {
-            Some((vpt, threads)) => (format!("softmax_rows<{}, {vpt}>", T::NAME), threads),
-            None => (format!("softmax_rows_large<{}>", T::NAME), 1024),
-        };
+        let (expr, threads, smem) = row_launch(
+            "softmax",
+            T::NAME,
+            r,
+            std::mem::size_of::<T>(),
+            self.dev.attributes().shared_memory_per_block_optin,
+        );
         let k = self.kernel(KernelFile::Nn, &expr)?;
         let blocks = rows.min(self.dev.multiprocessor_count().max(1) as usize * 32) as u32;
         kernels::launch(
             &k,
             &stream,
-            LaunchConfig::new((blocks.max(1), 1, 1), (threads, 1, 1)),
+            LaunchConfig::new((blocks.max(1), 1, 1), (threads, 1, 1)).with_shared_mem(smem),
             &[
                 out.arg(),
                 src.arg(),
@@ -137,16 +194,19 @@ impl<T: DType> GpuArray<T> {
         for p in g.iter().chain(b.iter()) {
             p.used_on(&stream);
         }
-        let (expr, threads) = match row_config(r, std::mem::size_of::<T>()) {
-            Some((vpt, threads)) => (format!("layernorm_rows<{}, {vpt}>", T::NAME), threads),
-            None => (format!("layernorm_rows_large<{}>", T::NAME), 1024),
-        };
+        let (expr, threads, smem) = row_launch(
+            "layernorm",
+            T::NAME,
+            r,
+            std::mem::size_of::<T>(),
+            self.dev.attributes().shared_memory_per_block_optin,
+        );
         let k = self.kernel(KernelFile::Nn, &expr)?;
         let blocks = rows.min(self.dev.multiprocessor_count().max(1) as usize * 32) as u32;
         kernels::launch(
             &k,
             &stream,
-            LaunchConfig::new((blocks.max(1), 1, 1), (threads, 1, 1)),
+            LaunchConfig::new((blocks.max(1), 1, 1), (threads, 1, 1)).with_shared_mem(smem),
             &[
                 out.arg(),
                 src.arg(),
@@ -163,7 +223,7 @@ impl<T: DType> GpuArray<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::row_config;
+    use super::{row_config, row_kernel, RowKernel};
 
     #[test]
     fn rows_fit_in_registers_up_to_32k_f32() {
@@ -176,6 +236,20 @@ mod tests {
         assert_eq!(row_config(8192, 8), Some((8, 512)));
         assert_eq!(row_config(32768, 8), None);
         assert_eq!(row_config(32769, 4), None);
+        let h200 = 227 << 10;
+        assert_eq!(row_kernel(32768, 4, h200), RowKernel::Shared);
+        // A device with 64 KiB per block (sm_75) takes the two-pass kernel.
+        assert_eq!(row_kernel(32768, 4, 64 << 10), RowKernel::Large);
+        assert_eq!(row_kernel(16384, 8, h200), RowKernel::Shared);
+        assert_eq!(row_kernel(65536, 2, h200), RowKernel::Shared);
+        assert_eq!(row_kernel(32769, 4, h200), RowKernel::Large);
+        assert_eq!(
+            row_kernel(4096, 4, h200),
+            RowKernel::Registers {
+                vpt: 4,
+                threads: 256
+            }
+        );
         for r in [1usize, 7, 1000, 4095, 4097, 20000, 32768] {
             if let Some((vpt, threads)) = row_config(r, 4) {
                 assert!(vpt as usize * 4 * threads as usize >= r, "{r}");

@@ -48,6 +48,15 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    /// Vectors per thread of the contiguous kernel (`binary_unroll` in kernels/binary.cu).
+    pub(crate) fn unroll(self) -> usize {
+        if self == BinaryOp::Pow {
+            kernels::EW_UNROLL_HEAVY
+        } else {
+            kernels::EW_UNROLL
+        }
+    }
+
     /// The operation's name.
     pub fn name(self) -> &'static str {
         match self {
@@ -109,6 +118,15 @@ pub enum UnaryOp {
 }
 
 impl UnaryOp {
+    /// Vectors per thread of the contiguous kernel (`unary_unroll` in kernels/unary.cu).
+    pub(crate) fn unroll(self) -> usize {
+        if self == UnaryOp::Log {
+            kernels::EW_UNROLL_HEAVY
+        } else {
+            kernels::EW_UNROLL
+        }
+    }
+
     /// The operation's name.
     pub fn name(self) -> &'static str {
         match self {
@@ -349,7 +367,7 @@ impl<T: DType> GpuArray<T> {
             return kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n.div_ceil(vec), 16),
+                kernels::grid_vec(&self.dev, n.div_ceil(vec), op.unroll()),
                 &[out.arg(), self.arg(), other.arg(), (n as i64).into()],
             );
         }
@@ -438,7 +456,7 @@ impl<T: DType> GpuArray<T> {
             return kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n.div_ceil(vec), 16),
+                kernels::grid_vec(&self.dev, n.div_ceil(vec), op.unroll()),
                 &[
                     out.arg(),
                     self.arg(),
@@ -526,7 +544,7 @@ impl<T: DType> GpuArray<T> {
             return kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n.div_ceil(vec), 16),
+                kernels::grid_vec(&self.dev, n.div_ceil(vec), op.unroll()),
                 &[out.arg(), self.arg(), (n as i64).into()],
             );
         }
@@ -589,7 +607,7 @@ impl<T: DType> GpuArray<T> {
             return kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n.div_ceil(vec), 16),
+                kernels::grid_vec(&self.dev, n.div_ceil(vec), kernels::EW_UNROLL),
                 &[
                     out.arg(),
                     self.arg(),
@@ -666,7 +684,11 @@ impl<T: DType> GpuArray<T> {
             kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n.div_ceil(4), 16),
+                kernels::grid_vec(
+                    &self.dev,
+                    n.div_ceil(16 / std::mem::size_of::<T>()),
+                    kernels::EW_UNROLL,
+                ),
                 &[out.arg(), self.arg(), other.arg(), (n as i64).into()],
             )?;
         } else {
@@ -750,7 +772,11 @@ impl<T: DType> GpuArray<T> {
             kernels::launch(
                 &k,
                 &stream,
-                kernels::grid_for(&self.dev, n.div_ceil(4), 16),
+                kernels::grid_vec(
+                    &self.dev,
+                    n.div_ceil(16 / std::mem::size_of::<T>()),
+                    kernels::EW_UNROLL,
+                ),
                 &[out.arg(), self.arg(), (n as i64).into()],
             )?;
         } else {
@@ -817,7 +843,11 @@ pub(crate) fn write_where<T: DType>(
         return kernels::launch(
             &k,
             &stream,
-            kernels::grid_for(&a.dev, n.div_ceil(4), 16),
+            kernels::grid_vec(
+                &a.dev,
+                n.div_ceil(16 / std::mem::size_of::<T>()),
+                kernels::EW_UNROLL,
+            ),
             &[out.arg(), mask.arg(), a.arg(), b.arg(), (n as i64).into()],
         );
     }

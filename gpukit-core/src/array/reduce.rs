@@ -334,6 +334,26 @@ impl<T: DType> GpuArray<T> {
         let stream = self.dev.stream();
         self.used_on(&stream);
         out.used_on(&stream);
+        let vec = 16 / std::mem::size_of::<T>();
+        if r.is_multiple_of(vec) && r >= 32 * vec && self.device_ptr().is_multiple_of(16) {
+            // A warp per row, 16-byte loads.
+            let k = self.kernel(
+                KernelFile::Reduce,
+                &format!("reduce_rows_vec<{}, {code}>", T::NAME),
+            )?;
+            return kernels::launch(
+                &k,
+                &stream,
+                kernels::grid_for(&self.dev, rows * 32, 2048),
+                &[
+                    self.arg(),
+                    (rows as i64).into(),
+                    (r as i64).into(),
+                    out.arg(),
+                    (ddof as i64).into(),
+                ],
+            );
+        }
         let lanes = r.next_power_of_two().clamp(1, 32);
         let k = self.kernel(
             KernelFile::Reduce,
@@ -363,6 +383,15 @@ impl<T: DType> GpuArray<T> {
         out: &GpuArray<O>,
         ddof: usize,
     ) -> Result<()> {
+        let vec = 16 / std::mem::size_of::<T>();
+        if outer == 1
+            && inner > 1
+            && inner < vec
+            && vec.is_multiple_of(inner)
+            && self.device_ptr().is_multiple_of(16)
+        {
+            return self.reduce_cols_small_into(code, r, inner, out, ddof);
+        }
         let stream = self.dev.stream();
         self.used_on(&stream);
         out.used_on(&stream);
@@ -429,6 +458,60 @@ impl<T: DType> GpuArray<T> {
             )?;
         }
         Ok(())
+    }
+}
+
+impl<T: DType> GpuArray<T> {
+    /// Axis 0 of a contiguous, 16-byte aligned `[r, inner]` array whose `inner` divides the
+    /// vector width (`reduce_cols_small`, then `reduce_cols_finish` over the block partials).
+    fn reduce_cols_small_into<O: DType>(
+        &self,
+        code: u32,
+        r: usize,
+        inner: usize,
+        out: &GpuArray<O>,
+        ddof: usize,
+    ) -> Result<()> {
+        let stream = self.dev.stream();
+        self.used_on(&stream);
+        out.used_on(&stream);
+        let n = r * inner;
+        let sms = self.dev.multiprocessor_count().max(1) as usize;
+        let vec = 16 / std::mem::size_of::<T>();
+        let blocks = n.div_ceil(vec * BLOCK as usize).clamp(1, sms * 8);
+        let partial = GpuArray::<u8>::alloc_on(&self.dev, &[blocks * inner * ACC_BYTES], &stream)?;
+        let k1 = self.kernel(
+            KernelFile::Reduce,
+            &format!("reduce_cols_small<{}, {code}>", T::NAME),
+        )?;
+        kernels::launch(
+            &k1,
+            &stream,
+            LaunchConfig::new((blocks as u32, 1, 1), (BLOCK, 1, 1)),
+            &[
+                self.arg(),
+                (n as i64).into(),
+                (inner as i32).into(),
+                partial.arg(),
+            ],
+        )?;
+        let k2 = self.kernel(
+            KernelFile::Reduce,
+            &format!("reduce_cols_finish<{}, {code}>", T::NAME),
+        )?;
+        kernels::launch(
+            &k2,
+            &stream,
+            kernels::grid_for(&self.dev, inner * 32, 8),
+            &[
+                partial.arg(),
+                (blocks as i32).into(),
+                (inner as i64).into(),
+                out.arg(),
+                (r as i64).into(),
+                (ddof as i64).into(),
+            ],
+        )
     }
 }
 

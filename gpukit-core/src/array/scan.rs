@@ -41,7 +41,64 @@ pub fn scratch_layout(tiles: usize, tx: usize, acc: usize) -> (usize, usize, usi
     (status, total, prefix, prefix + acc * tiles * tx)
 }
 
+/// Warps per block and rows per warp of `scan_flat` (SF_WARPS, SF_ROWS in scan.cu).
+const FLAT_WARPS: usize = 8;
+const FLAT_ROWS: usize = 8;
+/// Scanned axes at least this long (with inner == 1) take `scan_flat`.
+const FLAT_MIN: usize = 1024;
+
+/// Elements per tile of `scan_flat` for elements of `elem` bytes (a 16-byte vector per lane and
+/// row).
+pub fn flat_tile(elem: usize) -> usize {
+    FLAT_WARPS * FLAT_ROWS * 32 * (16 / elem)
+}
+
 impl<T: DType> GpuArray<T> {
+    /// `scan_flat` over `outer` contiguous segments of `l` elements (self contiguous).
+    fn scan_flat(&self, op: ScanOp, out: &GpuArray<T::Sum>, outer: usize, l: usize) -> Result<()> {
+        let dev = &self.dev;
+        let stream = dev.stream();
+        let elem = std::mem::size_of::<T>();
+        let ntiles = l.div_ceil(flat_tile(elem));
+        let tiles = outer * ntiles;
+        if tiles > u32::MAX as usize / 2 {
+            return Err(crate::Error::invalid(
+                "cumsum",
+                format!("too many tiles ({tiles}) for one launch"),
+            ));
+        }
+        let desc = if std::mem::size_of::<T::ScanAcc>() == 4 {
+            8
+        } else {
+            16
+        };
+        let scratch = GpuArray::<u8>::zeros(dev, &[16 + desc * tiles])?;
+        let vec = self.device_ptr().is_multiple_of(16)
+            && out.device_ptr().is_multiple_of(16)
+            && l.is_multiple_of(16 / elem);
+        self.used_on(&stream);
+        out.used_on(&stream);
+        scratch.used_on(&stream);
+        let k = self.kernel(
+            KernelFile::Scan,
+            &format!("scan_flat<{}, {}>", T::NAME, op as u32),
+        )?;
+        kernels::launch(
+            &k,
+            &stream,
+            LaunchConfig::new((tiles as u32, 1, 1), ((FLAT_WARPS * 32) as u32, 1, 1)),
+            &[
+                self.arg(),
+                out.arg(),
+                (l as i64).into(),
+                (ntiles as i64).into(),
+                (vec as i32).into(),
+                KernelArg::Ptr(scratch.device_ptr()),
+                KernelArg::Ptr(scratch.device_ptr() + 16),
+            ],
+        )
+    }
+
     /// Running sums along `axis` (`None`: of the flattened array).
     pub fn cumsum(&self, axis: Option<isize>) -> Result<GpuArray<T::Sum>> {
         self.scan(ScanOp::Sum, axis)
@@ -67,6 +124,10 @@ impl<T: DType> GpuArray<T> {
         let stream = dev.stream();
         let out = GpuArray::<T::Sum>::alloc_on(&dev, &shape_out, &stream)?;
         if out.is_empty() {
+            return Ok(out);
+        }
+        if inner == 1 && l >= FLAT_MIN {
+            src.scan_flat(op, &out, outer, l)?;
             return Ok(out);
         }
         let (tx_log2, _rows, ntiles) = scan_launch(l, inner);
