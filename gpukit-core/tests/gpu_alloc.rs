@@ -45,6 +45,39 @@ fn cached_blocks_are_reused_without_the_driver() {
     assert!(al.alloc(0).unwrap().ptr() == 0);
 }
 
+/// A request served by a larger cached block is charged as requested (in the allocator's size
+/// class): usage never depends on what the cache held, and never passes the quota it was
+/// checked against (the H200 run found `owners_quotas_and_the_hook` charged 4 MiB for 3 MiB
+/// after an earlier test had left a 4 MiB block in the cache).
+#[test]
+fn a_larger_cached_block_charges_the_request() {
+    let Some(dev) = device("a_larger_cached_block_charges_the_request") else {
+        return;
+    };
+    let _g = SERIAL.lock();
+    let al = dev.allocator();
+    let q = OwnerId::from("cached-block-charge");
+    for (cached, asked) in [(4usize << 20, 3usize << 20), (6 << 20, (5 << 20) + 1000)] {
+        drop(al.alloc(cached).unwrap());
+        al.set_quota(&q, Some(asked + (asked >> 3))).unwrap();
+        let b = al.with_owner(&q, || al.alloc(asked)).unwrap();
+        let u = al.owner_usage(&q);
+        assert!(b.capacity_bytes() >= asked);
+        assert!(u.in_use < b.capacity_bytes() || b.capacity_bytes() < cached);
+        assert!(
+            u.in_use >= asked && u.in_use <= asked + (asked >> 3),
+            "{u:?}"
+        );
+        drop(b);
+        assert_eq!(
+            al.owner_usage(&q).in_use,
+            0,
+            "the release returns what was charged"
+        );
+        al.set_quota(&q, None).unwrap();
+    }
+}
+
 #[test]
 fn owners_quotas_and_the_hook() {
     let Some(dev) = device("owners_quotas_and_the_hook") else {

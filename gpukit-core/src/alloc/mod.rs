@@ -225,6 +225,7 @@ impl Allocator {
                 ptr: 0,
                 len: 0,
                 size: 0,
+                charged: 0,
                 owner: owner.clone(),
                 stream: stream.clone(),
                 alloc: self.inner.clone(),
@@ -294,13 +295,14 @@ impl Allocator {
         };
         let size = st.pool.block_size(addr).unwrap_or(rounded);
         let usage = st.owners.entry(owner.clone()).or_default();
-        usage.in_use += size;
+        usage.in_use += rounded;
         usage.peak = usage.peak.max(usage.in_use);
         usage.allocations += 1;
         Ok(DeviceBuffer {
             ptr: addr,
             len: bytes,
             size,
+            charged: rounded,
             owner: owner.clone(),
             stream: stream.clone(),
             alloc: self.inner.clone(),
@@ -548,6 +550,10 @@ pub struct DeviceBuffer {
     ptr: u64,
     len: usize,
     size: usize,
+    /// Bytes charged to the owner: the request in the allocator's size class, whatever block
+    /// served it (a larger cached block must not charge more, nor let usage pass the quota
+    /// that was checked against the request).
+    charged: usize,
     owner: OwnerId,
     stream: Stream,
     alloc: Arc<AllocInner>,
@@ -624,7 +630,7 @@ impl Drop for DeviceBuffer {
         }
         let mut st = self.alloc.state.lock();
         if let Some(u) = st.owners.get_mut(&self.owner) {
-            u.in_use = u.in_use.saturating_sub(self.size);
+            u.in_use = u.in_use.saturating_sub(self.charged);
             u.allocations = u.allocations.saturating_sub(1);
         }
         if events.is_empty() {
