@@ -72,10 +72,20 @@ __device__ __forceinline__ void load_tile_direct(float* s, const float* g, const
             if (TOTAL % NT == 0 || idx < TOTAL) {
                 int r = idx / CPR;
                 int c = (idx % CPR) * 4;
-                int rem = colsValid - c;
-                int bytes = (r < rowsValid && rem > 0) ? (rem >= 4 ? 16 : rem * 4) : 0;
-                const float* src = bytes ? g + r * ld + c : base;
-                cp_async16(s + r * LD + c, src, bytes);
+                int rem = r < rowsValid ? colsValid - c : 0;
+                if (rem >= 4 || rem <= 0) {
+                    cp_async16(s + r * LD + c, rem > 0 ? g + r * ld + c : base, rem > 0 ? 16 : 0);
+                } else {
+                    // A row's last 1-3 columns: element copies, so that no access of this
+                    // thread reaches past the operand's last element (a 16-byte copy with a
+                    // 4-12 byte source size reads only that much, but its address range ends
+                    // past the allocation: compute-sanitizer's memcheck reports it)
+#pragma unroll 1
+                    for (int e = 0; e < 4; ++e) {
+                        cp_async4(s + r * LD + c + e, e < rem ? g + r * ld + c + e : base,
+                                  e < rem ? 4 : 0);
+                    }
+                }
             }
         }
     } else {
