@@ -131,11 +131,40 @@ unsafe fn evd<T: Scalar>(
         if query || n == 0 {
             return Ok(0);
         }
+        solve_into(
+            a,
+            n,
+            lda,
+            low,
+            wantz,
+            w,
+            if T::COMPLEX { "heevd" } else { "syevd" },
+        )
+    }
+}
+
+/// The common end of `syev`/`heev` and `syevd`/`heevd` once the arguments are checked: the
+/// eigenvalues into `w`, with `wantz` the eigenvectors over A; nothing written on failure.
+///
+/// # Safety
+/// `a` is valid for the `n x n` extent with leading dimension `lda` (n >= 1), `w` for `n`
+/// reals.
+unsafe fn solve_into<T: Scalar>(
+    a: *mut T,
+    n: usize,
+    lda: usize,
+    low: bool,
+    wantz: bool,
+    w: *mut T::R,
+    name: &'static str,
+) -> Outcome<i32> {
+    // SAFETY: the caller's contract (extents checked by the routine bodies).
+    unsafe {
         need(a, n * n, 4)?;
         need(w, n, 6)?;
         if n == 1 {
             let v = (*a).re();
-            before_write(if T::COMPLEX { "heevd" } else { "syevd" });
+            before_write(name);
             *w = v;
             if wantz {
                 *a = T::one();
@@ -146,7 +175,7 @@ unsafe fn evd<T: Scalar>(
             Ok(r) => r,
             Err(info) => return Ok(info),
         };
-        before_write(if T::COMPLEX { "heevd" } else { "syevd" });
+        before_write(name);
         for (i, &v) in vals.iter().enumerate() {
             *w.add(i) = v;
         }
@@ -270,29 +299,7 @@ unsafe fn ev<T: Scalar>(
             // rwork(max(1, 3n - 2)) is scratch in LAPACK: only its presence is checked
             need(rw, 1, 9)?;
         }
-        need(a, n * n, 4)?;
-        need(w, n, 6)?;
-        if n == 1 {
-            let v = (*a).re();
-            before_write(name);
-            *w = v;
-            if wantz {
-                *a = T::one();
-            }
-            return Ok(0);
-        }
-        let (vals, vecs) = match decompose(a, n, lda, low, wantz)? {
-            Ok(r) => r,
-            Err(info) => return Ok(info),
-        };
-        before_write(name);
-        for (i, &v) in vals.iter().enumerate() {
-            *w.add(i) = v;
-        }
-        if let Some(u) = vecs {
-            u.store(a, lda);
-        }
-        Ok(0)
+        solve_into(a, n, lda, low, wantz, w, name)
     }
 }
 
