@@ -214,6 +214,26 @@ fn scipy_simple_eigh_driver_is_intercepted_and_bit_identical() {
     }
 }
 
+/// `calibrate --only` with a key the model does not know fails at once, names the option and
+/// the key, and writes no profile (no GPU or Python needed: the keys are checked first).
+#[test]
+fn calibrate_only_with_an_unknown_kind_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    for bad in ["syev,eigh", "syevd+a", " , "] {
+        let o = Command::new(offload())
+            .args(["calibrate", "--only", bad, "--output"])
+            .arg(&out)
+            .env("GPUKIT_OFFLOAD_PROFILE", dir.path().join("profile.json"))
+            .output()
+            .expect("spawn");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{bad}: {err}");
+        assert!(err.contains("--only"), "{bad}: {err}");
+        assert!(!out.exists() && !dir.path().join("profile.json").exists());
+    }
+}
+
 #[test]
 fn bad_settings_are_reported_and_the_program_runs() {
     if !have("bad_settings_are_reported_and_the_program_runs", "numpy") {

@@ -906,11 +906,18 @@ fn memory_race_never_overruns_the_ledger() {
                                 Err(Error::MemoryPressure { .. }) if !guaranteed => {
                                     pr.fetch_add(1, Ordering::Relaxed);
                                 }
-                                Err(e) if guaranteed => {
-                                    gf.fetch_add(1, Ordering::Relaxed);
+                                Err(e) => {
+                                    // the reservations held are released when this task
+                                    // returns (a preempted Burstable task too): uncount them
+                                    // first, or the peak counts memory no longer held
+                                    for r in &held {
+                                        c.fetch_sub(r.bytes() as i64, Ordering::SeqCst);
+                                    }
+                                    if guaranteed {
+                                        gf.fetch_add(1, Ordering::Relaxed);
+                                    }
                                     return Err(e);
                                 }
-                                Err(e) => return Err(e),
                             }
                         }
                         std::thread::yield_now();
