@@ -83,6 +83,21 @@ for n in (3, 50, 300):
 print(hashlib.sha256(b"".join(np.ascontiguousarray(x).tobytes() for x in out)).hexdigest())
 "#;
 
+/// The exit summary's line for routine `r` (`dgemm`) in a shim run's stderr, and its call count.
+fn summary_line<'a>(err: &'a str, r: &str) -> (&'a str, u64) {
+    let line = err
+        .lines()
+        .find(|l| l.starts_with(&format!("gpukit-offload: {r} calls=")))
+        .unwrap_or_else(|| panic!("no summary line for {r} in:\n{err}"));
+    let calls = line
+        .split("calls=")
+        .nth(1)
+        .and_then(|x| x.split(' ').next())
+        .and_then(|x| x.parse().ok())
+        .unwrap_or_else(|| panic!("no call count in {line}"));
+    (line, calls)
+}
+
 fn run(cmd: &mut Command) -> Output {
     let o = cmd.output().expect("spawn");
     assert!(
@@ -140,19 +155,7 @@ fn numpy_results_bit_identical_and_summary_lists_calls() {
         "dgemm", "sgemm", "zgemm", "cgemm", "dsyrk", "dgesv", "zgesv", "dpotrf", "dsyevd",
         "zheevd", "dgesdd", "dgeqrf", "dgetrf",
     ] {
-        let line = err
-            .lines()
-            .find(|l| l.starts_with(&format!("gpukit-offload: {r} calls=")))
-            .unwrap_or_else(|| panic!("no summary line for {r} in:\n{err}"));
-        let calls: u64 = line
-            .split("calls=")
-            .nth(1)
-            .unwrap()
-            .split(' ')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let (line, calls) = summary_line(&err, r);
         assert!(calls >= 1, "{line}");
         assert!(
             line.contains(" gpu=") && line.contains(" cpu=") && line.contains(" saved="),
@@ -200,16 +203,7 @@ fn scipy_simple_eigh_driver_is_intercepted_and_bit_identical() {
     assert_eq!(h0, h1, "scipy results differ under the shim");
     let err = String::from_utf8_lossy(&shim.stderr);
     for (r, at_least) in [("dsyev", 12), ("zheev", 4), ("cheev", 4), ("ssyev", 4)] {
-        let line = err
-            .lines()
-            .find(|l| l.starts_with(&format!("gpukit-offload: {r} calls=")))
-            .unwrap_or_else(|| panic!("no summary line for {r} in:\n{err}"));
-        let calls: u64 = line
-            .split("calls=")
-            .nth(1)
-            .and_then(|x| x.split(' ').next())
-            .and_then(|x| x.parse().ok())
-            .unwrap_or_else(|| panic!("no call count in {line}"));
+        let (line, calls) = summary_line(&err, r);
         assert!(calls >= at_least, "{line}");
     }
 }

@@ -753,8 +753,25 @@ pub(crate) fn calibrate_with(
     } else {
         indicatif::ProgressBar::hidden()
     };
+    // A kind the GPU runs as another (syev as syevd, OpKind::gpu_kind) is timed once, as that
+    // kind, when the plan measures it on the same grid: gpu_src[idx] is the entry whose GPU
+    // times serve entry idx (the model's gpu_curve falls back the same way).
+    let gpu_src: Vec<usize> = plan
+        .iter()
+        .enumerate()
+        .map(|(idx, (kind, p, x1, x2))| {
+            plan.iter()
+                .position(|(k, q, a, b)| {
+                    *k == kind.gpu_kind() && *k != *kind && q == p && a == x1 && b == x2
+                })
+                .unwrap_or(idx)
+        })
+        .collect();
     // warm-up: every GPU kernel once, untimed (each CPU library warms up before its turn)
-    for (kind, p, x1, x2) in &plan {
+    for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
+        if gpu_src[idx] != idx {
+            continue;
+        }
         let mut case = Case::new(*kind, *p, x1[0], x2[0]);
         case.reset();
         let call = case.call(*kind, *p, x1[0], x2[0]);
@@ -775,7 +792,7 @@ pub(crate) fn calibrate_with(
             break;
         }
         for (idx, (kind, p, x1, x2)) in plan.iter().enumerate() {
-            if row >= x1.len() || gpu_failed[idx] || gpu_t[idx].len() < row {
+            if row >= x1.len() || gpu_failed[idx] || gpu_t[idx].len() < row || gpu_src[idx] != idx {
                 continue;
             }
             let a = x1[row];
@@ -809,7 +826,10 @@ pub(crate) fn calibrate_with(
     // phase 2: each library in turn (never interleaved: a library's spinning OpenBLAS threads
     // would slow the next one's small calls), with an equal share of the budget left
     let gpu_of = |idx: usize, row: usize, col: usize| -> Option<f64> {
-        gpu_t[idx].get(row).and_then(|r| r.get(col)).copied()
+        gpu_t[gpu_src[idx]]
+            .get(row)
+            .and_then(|r| r.get(col))
+            .copied()
     };
     let cpu_t = measure_cpu(libs, &plan, &gpu_of, opts, t_start, &bar, &say);
     bar.finish_and_clear();

@@ -807,6 +807,34 @@ impl Marshal for args::Trtrs {
     }
 }
 
+/// The [`Op::Syevd`] of a `syev`/`heev` or `syevd`/`heevd` call (`routine`): the two drivers
+/// share their leading arguments.
+///
+/// # Safety
+/// The pointers are the call's Fortran arguments (the routine's contract).
+unsafe fn eigen_op<I: FInt>(
+    routine: crate::ops::Routine,
+    jobz: P,
+    ul: P,
+    n: P,
+    a: P,
+    lda: P,
+    w: P,
+) -> Result<Op, Reason> {
+    // SAFETY: forwarded.
+    unsafe {
+        let (v, ul, n) = (job_v(jobz)?, uplo(ul)?, dim::<I>(n)?);
+        Ok(Op::Syevd {
+            routine,
+            vectors: v,
+            uplo: ul,
+            n,
+            a: mat(a, n, n, int::<I>(lda)),
+            w: w as *mut u8,
+        })
+    }
+}
+
 impl Marshal for args::Syev {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
@@ -818,15 +846,15 @@ impl Marshal for args::Syev {
         lwork_query::<I>(&[self.lwork])?;
         // SAFETY: Fortran contract of ?syev / ?heev.
         unsafe {
-            let (v, ul, n) = (job_v(self.jobz)?, uplo(self.uplo)?, dim::<I>(self.n)?);
-            Ok(Op::Syevd {
-                routine: crate::ops::Routine::Syev,
-                vectors: v,
-                uplo: ul,
-                n,
-                a: mat(self.a, n, n, int::<I>(self.lda)),
-                w: self.w as *mut u8,
-            })
+            eigen_op::<I>(
+                crate::ops::Routine::Syev,
+                self.jobz,
+                self.uplo,
+                self.n,
+                self.a,
+                self.lda,
+                self.w,
+            )
         }
     }
     fn workspace(&self) -> [P; 3] {
@@ -885,15 +913,15 @@ impl Marshal for args::Syevd {
         lwork_query::<I>(&[self.lwork, self.liwork, lr])?;
         // SAFETY: Fortran contract of ?syevd / ?heevd.
         unsafe {
-            let (v, ul, n) = (job_v(self.jobz)?, uplo(self.uplo)?, dim::<I>(self.n)?);
-            Ok(Op::Syevd {
-                routine: crate::ops::Routine::Syevd,
-                vectors: v,
-                uplo: ul,
-                n,
-                a: mat(self.a, n, n, int::<I>(self.lda)),
-                w: self.w as *mut u8,
-            })
+            eigen_op::<I>(
+                crate::ops::Routine::Syevd,
+                self.jobz,
+                self.uplo,
+                self.n,
+                self.a,
+                self.lda,
+                self.w,
+            )
         }
     }
     fn workspace(&self) -> [P; 3] {
