@@ -76,10 +76,13 @@ pub trait DType:
             (0.0, self.to_i64())
         }
     }
+    /// Wraps an array of this type as a run-time typed
+    /// [`DynArray`](crate::dynamic::DynArray) (`u8` as `uint8`).
+    fn into_dyn(a: crate::GpuArray<Self>) -> crate::dynamic::DynArray;
 }
 
 macro_rules! float_dtype {
-    ($t:ty, $c:literal, $r:literal, $acc:ty, |$x:ident| $to:expr, |$v:ident| $from:expr) => {
+    ($t:ty, $v_:ident, $c:literal, $r:literal, $acc:ty, |$x:ident| $to:expr, |$v:ident| $from:expr) => {
         impl sealed::Sealed for $t {}
         impl DType for $t {
             type Sum = $t;
@@ -102,26 +105,30 @@ macro_rules! float_dtype {
             fn from_i64(v: i64) -> Self {
                 Self::from_f64(v as f64)
             }
+            fn into_dyn(a: crate::GpuArray<Self>) -> crate::dynamic::DynArray {
+                crate::dynamic::DynArray::$v_(a)
+            }
         }
     };
 }
 
-float_dtype!(f32, "float", "f32", f32, |x| x as f64, |v| v as f32);
-float_dtype!(f64, "double", "f64", f64, |x| x, |v| v);
+float_dtype!(f32, F32, "float", "f32", f32, |x| x as f64, |v| v as f32);
+float_dtype!(f64, F64, "double", "f64", f64, |x| x, |v| v);
+float_dtype!(f16, F16, "__half", "f16", f32, |x| x.to_f64(), |v| {
+    f16::from_f64(v)
+});
 float_dtype!(
-    f16,
-    "__half",
-    "f16",
+    bf16,
+    BF16,
+    "__nv_bfloat16",
+    "bf16",
     f32,
     |x| x.to_f64(),
-    |v| f16::from_f64(v)
+    |v| { bf16::from_f64(v) }
 );
-float_dtype!(bf16, "__nv_bfloat16", "bf16", f32, |x| x.to_f64(), |v| {
-    bf16::from_f64(v)
-});
 
 macro_rules! int_dtype {
-    ($t:ty, $c:literal, $r:literal, $kind:ident, $sum:ty) => {
+    ($t:ty, $v_:ident, $c:literal, $r:literal, $kind:ident, $sum:ty) => {
         impl sealed::Sealed for $t {}
         impl DType for $t {
             type Sum = $sum;
@@ -142,15 +149,18 @@ macro_rules! int_dtype {
             fn from_i64(v: i64) -> Self {
                 v as $t
             }
+            fn into_dyn(a: crate::GpuArray<Self>) -> crate::dynamic::DynArray {
+                crate::dynamic::DynArray::$v_(a)
+            }
         }
     };
 }
 
-int_dtype!(i32, "int", "i32", Signed, i64);
-int_dtype!(u32, "unsigned int", "u32", Unsigned, u64);
-int_dtype!(i64, "long long", "i64", Signed, i64);
-int_dtype!(u64, "unsigned long long", "u64", Unsigned, u64);
-int_dtype!(u8, "unsigned char", "u8", Unsigned, u64);
+int_dtype!(i32, I32, "int", "i32", Signed, i64);
+int_dtype!(u32, U32, "unsigned int", "u32", Unsigned, u64);
+int_dtype!(i64, I64, "long long", "i64", Signed, i64);
+int_dtype!(u64, U64, "unsigned long long", "u64", Unsigned, u64);
+int_dtype!(u8, U8, "unsigned char", "u8", Unsigned, u64);
 
 /// The C names of all supported element types, in a fixed order.
 pub const ALL_DTYPE_NAMES: [&str; 9] = [

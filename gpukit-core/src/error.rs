@@ -50,6 +50,17 @@ pub enum Error {
         /// The element type.
         dtype: &'static str,
     },
+    /// An integer scalar does not fit the integer element type it must be stored as (NumPy
+    /// raises `OverflowError` for `uint8_array + 300`).
+    #[error(
+        "the integer {value} is out of bounds for {dtype}; convert the array to a wider type first"
+    )]
+    ScalarOutOfRange {
+        /// The value, in decimal.
+        value: String,
+        /// The element type's NumPy name.
+        dtype: &'static str,
+    },
     /// An axis does not exist.
     #[error("{op}: axis {axis} is out of range for an array of {ndim} dimension(s)")]
     AxisOutOfRange {

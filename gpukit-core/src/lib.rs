@@ -40,6 +40,7 @@ pub mod codegen;
 pub mod custom;
 mod device;
 pub mod dtype;
+pub mod dynamic;
 mod error;
 pub mod gemm;
 pub mod handles;
