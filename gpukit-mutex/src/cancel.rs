@@ -73,6 +73,31 @@ impl CancelToken {
         self.inner.cancelled.load(Ordering::SeqCst)
     }
 
+    /// Makes a cancelled token usable again: clears the flag and drains the pipe. Only for a
+    /// token nobody waits on at the moment (the command-line runner's process-wide token,
+    /// between two runs).
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
+    pub(crate) fn rearm(&self) {
+        self.inner.cancelled.store(false, Ordering::SeqCst);
+        let mut buf = [0u8; 64];
+        loop {
+            // SAFETY: reads into a valid local buffer from a non-blocking pipe owned by `self`.
+            let n = unsafe {
+                libc::read(
+                    self.inner.read.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n <= 0 {
+                if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return;
+            }
+        }
+    }
+
     /// The descriptor that becomes readable on cancellation.
     pub(crate) fn poll_fd(&self) -> RawFd {
         self.inner.read.as_raw_fd()

@@ -1,12 +1,14 @@
 //! [`GpuGuard`]: granted devices, released on drop.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::claims::OwnClaim;
+use crate::config::{ENV_LOCK_DIR, ENV_NUM_DEVICES, ENV_VISIBLE_DEVICES};
 use crate::liveness;
 use crate::lockdir::LockDir;
 
@@ -21,6 +23,13 @@ use crate::lockdir::LockDir;
 /// inherited descriptors leave the parent's owner lock in place. (A child forked without `exec`
 /// shares the claim's descriptor, so if this process dies while such children live, the claim
 /// lasts until they have exited too.)
+///
+/// ## Starting programs that share the claim
+///
+/// [`GpuGuard::apply`] and [`GpuGuard::hold_in`] prepare a [`Command`]. A program started by
+/// another launcher (Python's `subprocess`, a job system) gets the same from
+/// [`GpuGuard::child_env`] (the environment to set) and [`GpuGuard::inheritable_fds`] (the
+/// descriptors to pass on); `apply` and `hold_in` are built on them.
 #[derive(Debug)]
 pub struct GpuGuard {
     devices: Vec<u32>,
@@ -29,6 +38,9 @@ pub struct GpuGuard {
     owner_pid: u32,
     since: SystemTime,
     inherited_from: Option<u32>,
+    /// `GPUMUTEX_VISIBLE_DEVICES` for a child (the configuration it needs to share the claim).
+    child_visible: String,
+    lock_dir: PathBuf,
 }
 
 impl GpuGuard {
@@ -37,14 +49,17 @@ impl GpuGuard {
         claim: OwnClaim,
         dir: Arc<LockDir>,
         inherited_from: Option<u32>,
+        child_visible: String,
     ) -> Self {
         GpuGuard {
             devices,
             since: claim.record.since,
             claim: Some(claim),
+            lock_dir: dir.path().to_path_buf(),
             dir,
             owner_pid: std::process::id(),
             inherited_from,
+            child_visible,
         }
     }
 
@@ -62,30 +77,69 @@ impl GpuGuard {
             .join(",")
     }
 
-    /// Sets `CUDA_VISIBLE_DEVICES` on `cmd` to the granted devices.
+    /// The environment a program started with these devices needs, as `(name, value)` pairs:
+    ///
+    /// * `CUDA_VISIBLE_DEVICES`: the granted devices ([`GpuGuard::cuda_visible_devices`]);
+    /// * `GPUMUTEX_VISIBLE_DEVICES`, `GPUMUTEX_NUM_DEVICES` and `GPUMUTEX_LOCK_DIR`: a
+    ///   configuration under which a `gpukit-mutex` user in that program (the preload, a nested
+    ///   `gpumutex-run`, a library call) shares this claim instead of queueing behind it.
+    ///
+    /// Set all of them on the child (other variables unchanged). [`GpuGuard::apply`] does this
+    /// for a [`Command`].
+    pub fn child_env(&self) -> Vec<(String, String)> {
+        vec![
+            ("CUDA_VISIBLE_DEVICES".into(), self.cuda_visible_devices()),
+            (ENV_VISIBLE_DEVICES.into(), self.child_visible.clone()),
+            (ENV_NUM_DEVICES.into(), self.devices.len().to_string()),
+            (
+                ENV_LOCK_DIR.into(),
+                self.lock_dir.to_string_lossy().into_owned(),
+            ),
+        ]
+    }
+
+    /// The descriptors a child must inherit to keep the claim alive after this process dies
+    /// (the claim's tree lock, see `src/liveness.rs`); empty once released. They are open in
+    /// this process (close-on-exec) for as long as the guard lives.
+    ///
+    /// A launcher other than [`GpuGuard::hold_in`] must pass them **with their numbers unchanged
+    /// and without close-on-exec**, as Python's `subprocess.Popen(..., pass_fds=fds)` does, and
+    /// the child must not close them. The child never needs to know they are there. Passing
+    /// them is optional: without them the claim ends when this guard is dropped or this process
+    /// dies, while the child may still run.
+    pub fn inheritable_fds(&self) -> Vec<RawFd> {
+        self.claim.iter().map(|c| c.file.as_raw_fd()).collect()
+    }
+
+    /// Sets [`GpuGuard::child_env`] on `cmd`.
     pub fn apply<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
-        cmd.env("CUDA_VISIBLE_DEVICES", self.cuda_visible_devices())
+        cmd.envs(self.child_env())
     }
 
     /// Makes the process `cmd` starts (and every process it starts that keeps its inherited
     /// descriptors) hold the claim too: the claim's record stays live until this guard is
     /// dropped *or*, if this process dies without dropping it (`SIGKILL`), until all of those
     /// processes have exited. Without it, a killed holder's devices are free at once even if
-    /// programs it started still run. `gpumutex-run` uses it for its command.
+    /// programs it started still run. `gpumutex-run` uses it for its command. It passes
+    /// [`GpuGuard::inheritable_fds`] to the child.
     pub fn hold_in<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
-        if let Some(claim) = &self.claim {
-            let fd = claim.file.as_raw_fd();
-            // SAFETY: the closure runs in the forked child before exec and only calls fcntl,
-            // which is async-signal-safe; `fd` is open there (it was open in the parent when
-            // the child was forked, and only exec closes close-on-exec descriptors).
-            unsafe {
-                cmd.pre_exec(move || {
+        let fds = self.inheritable_fds();
+        if fds.is_empty() {
+            return cmd;
+        }
+        // SAFETY: the closure runs in the forked child before exec and only calls fcntl, which
+        // is async-signal-safe (it reads the captured vector without allocating); every
+        // descriptor is open there (it was open in the parent when the child was forked, and
+        // only exec closes close-on-exec descriptors).
+        unsafe {
+            cmd.pre_exec(move || {
+                for &fd in &fds {
                     if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
-                    Ok(())
-                });
-            }
+                }
+                Ok(())
+            });
         }
         cmd
     }

@@ -141,6 +141,8 @@
 mod anchors;
 mod cancel;
 mod claims;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod config;
 mod error;
 mod guard;

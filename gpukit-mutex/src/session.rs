@@ -75,6 +75,17 @@ impl<'m> Session<'m> {
         }
     }
 
+    /// `GPUMUTEX_VISIBLE_DEVICES` for a program started with the granted devices.
+    fn child_visible(&self) -> String {
+        self.m
+            .cfg
+            .visible_devices
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     fn ancestry(&mut self) -> Vec<ProcId> {
         match &self.ancestry {
             Some(a) => a.clone(),
@@ -133,6 +144,7 @@ impl<'m> Session<'m> {
                     claim,
                     dir,
                     Some(share.holder.pid),
+                    self.child_visible(),
                 )));
             }
         }
@@ -156,7 +168,13 @@ impl<'m> Session<'m> {
                     job,
                 )?;
                 self.ticket = None;
-                Ok(Step::Granted(GpuGuard::new(devices, claim, dir, None)))
+                Ok(Step::Granted(GpuGuard::new(
+                    devices,
+                    claim,
+                    dir,
+                    None,
+                    self.child_visible(),
+                )))
             }
             Outcome::Wait => {
                 if self.ticket.is_none() && may_queue {

@@ -43,6 +43,18 @@ fn child_entry() {
                 }
             }
         }
+        // Hold the join lock (an exclusive flock on the directory) until GMT_RELEASE exists.
+        "flock_dir" => {
+            let f = fs::File::open(env("GMT_DIR")).expect("open dir");
+            use std::os::fd::AsRawFd;
+            // SAFETY: plain syscall on our descriptor.
+            assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+            append(&out, "flock held");
+            let rel = PathBuf::from(env("GMT_RELEASE"));
+            while !rel.exists() {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
         // Acquire, announce, hold until GMT_RELEASE exists (or until killed).
         "hold_until" => {
             let m = mutex_from_env();
@@ -269,9 +281,39 @@ fn child_entry() {
             let m = mutex_from_env();
             let g = m.acquire(1).expect("acquire");
             let mut cmd = Command::new("sh");
-            cmd.arg("-c")
-                .arg(format!("sleep 1; : > {}", env("GMT_MARK")));
-            g.hold_in(&mut cmd);
+            cmd.arg("-c").arg(format!(
+                "echo \"$CUDA_VISIBLE_DEVICES $GPUMUTEX_VISIBLE_DEVICES $GPUMUTEX_NUM_DEVICES \
+                 $GPUMUTEX_LOCK_DIR\" > {mark}.env; sleep 1; : > {mark}",
+                mark = env("GMT_MARK")
+            ));
+            match env("GMT_MODE").as_str() {
+                // What another launcher (Python's subprocess with env= and pass_fds=) does with
+                // the two plain lists.
+                "raw" => {
+                    cmd.envs(g.child_env());
+                    let fds = g.inheritable_fds();
+                    assert!(!fds.is_empty());
+                    // SAFETY: only fcntl (async-signal-safe) between fork and exec.
+                    unsafe {
+                        cmd.pre_exec(move || {
+                            for &fd in &fds {
+                                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                                    return Err(std::io::Error::last_os_error());
+                                }
+                            }
+                            Ok(())
+                        });
+                    }
+                }
+                // Environment only: the claim ends with its holder.
+                "env_only" => {
+                    cmd.envs(g.child_env());
+                }
+                _ => {
+                    g.apply(&mut cmd);
+                    g.hold_in(&mut cmd);
+                }
+            }
             let mut child = cmd.spawn().expect("spawn");
             append(&out, &format!("{tag} spawned"));
             // The test kills this process while the command runs.
@@ -989,32 +1031,68 @@ fn a_lock_directory_replaced_while_in_use_is_refused() {
     }
 }
 
-#[test]
-fn a_command_given_the_claim_keeps_it_after_its_holder_is_killed() {
+/// Kills a holder that started a command in `mode` (see the `hold_in` role) and returns
+/// whether the command had finished when the device was granted next, and the environment the
+/// command saw.
+fn kill_holder_of_a_command(mode: &str) -> (bool, String) {
     let (t, dir, out) = setup();
     let mark = t.path().join("command-done");
     let mut kids = Reaper(vec![role("hold_in", &dir, &out)
-        .env("GMT_DEVS", "0")
+        .env("GMT_DEVS", "2,0")
         .env("GMT_TAG", "H")
         .env("GMT_MARK", &mark)
+        .env("GMT_MODE", mode)
         .spawn()
         .expect("spawn")]);
     wait_line(&out, "H spawned");
+    wait_until("the command's environment", Duration::from_secs(20), || {
+        fs::read_to_string(mark.with_extension("env")).is_ok_and(|s| s.ends_with('\n'))
+    });
     kids.0[0].kill().expect("SIGKILL the holder");
     kids.0[0].wait().expect("reap");
     let m = GpuMutex::builder()
-        .visible_devices([0])
+        .ignore_env()
+        .visible_devices([2])
         .lock_dir(&dir)
         .build()
         .expect("build");
     let g = m
         .acquire_timeout(1, Duration::from_secs(20))
         .expect("acquire");
+    let done = mark.exists();
+    drop(g);
+    // The command (no longer anybody's child) ends on its own; let it, before the directory goes.
+    wait_until("the command's end", Duration::from_secs(20), || {
+        mark.exists()
+    });
+    let env = fs::read_to_string(mark.with_extension("env")).expect("env");
+    (done, env.trim().to_string())
+}
+
+#[test]
+fn a_command_given_the_claim_keeps_it_after_its_holder_is_killed() {
+    let (done, env) = kill_holder_of_a_command("");
     assert!(
-        mark.exists(),
+        done,
         "the device was granted while the killed holder's command still ran"
     );
-    drop(g);
+    assert!(env.starts_with("2 2,0 1 /"), "{env}");
+}
+
+/// `child_env` and `inheritable_fds` are all another launcher needs: the command sees the
+/// same environment `apply` sets, and the passed descriptors keep the claim alive after the
+/// holder is killed; without them (environment only) the claim ends with the holder.
+#[test]
+fn child_env_and_inheritable_fds_share_the_claim_with_any_launcher() {
+    let (done, env) = kill_holder_of_a_command("raw");
+    assert!(done, "the passed descriptors did not keep the claim");
+    assert!(env.starts_with("2 2,0 1 /"), "{env}");
+    let (done, env) = kill_holder_of_a_command("env_only");
+    assert!(
+        !done,
+        "without the descriptors the claim must end with its holder"
+    );
+    assert!(env.starts_with("2 2,0 1 /"), "{env}");
 }
 
 #[test]
@@ -1168,4 +1246,104 @@ fn in_process_status_never_drops_a_threads_claim() {
         }
     }
     eprintln!("{reads} in-process status reads");
+}
+
+fn ticket_files(dir: &Path) -> usize {
+    fs::read_dir(dir)
+        .expect("ls")
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("gpukit-ticket.")
+        })
+        .count()
+}
+
+/// Cancels `tok` from another thread once `ready` holds, and returns when it did.
+fn cancel_when(
+    tok: &CancelToken,
+    ready: impl Fn() -> bool + Send + 'static,
+) -> std::thread::JoinHandle<Instant> {
+    let tok = tok.clone();
+    std::thread::spawn(move || {
+        wait_until("the wait to be under way", Duration::from_secs(20), &ready);
+        // Let the waiter settle into its sleep.
+        std::thread::sleep(Duration::from_millis(20));
+        tok.cancel();
+        Instant::now()
+    })
+}
+
+/// An acquisition waiting in one thread (queued behind another process's claim, or waiting
+/// for the join lock another process holds) ends promptly when a token is cancelled from
+/// another thread, and leaves nothing behind: its ticket is removed.
+#[test]
+fn cancel_from_another_thread_ends_a_queued_or_joining_wait_and_leaves_nothing() {
+    let (t, dir, out) = setup();
+    let release = t.path().join("release");
+    let mut kids = Reaper(vec![holder(&dir, &out, "0", "H", &release)]);
+    wait_line(&out, "H held");
+    let m = GpuMutex::builder()
+        .ignore_env()
+        .visible_devices([0])
+        .lock_dir(&dir)
+        .build()
+        .expect("build");
+    // Queued behind the holder: the ticket exists, then the token fires.
+    let tok = CancelToken::new().expect("token");
+    let d2 = dir.clone();
+    let h = cancel_when(&tok, move || ticket_files(&d2) == 1);
+    let r = m.acquire_with(1, None, Some(&tok));
+    let woke = Instant::now();
+    let cancelled = h.join().expect("join");
+    assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
+    let lag = woke.saturating_duration_since(cancelled);
+    eprintln!("queued wait: cancel -> return {lag:?}");
+    assert!(lag < Duration::from_millis(500), "{lag:?}");
+    assert_eq!(ticket_files(&dir), 0, "the ticket was removed");
+    // Waiting for the join lock another process holds (device 1 is free, but no decision can
+    // be made): the same.
+    let out2 = t.path().join("out2.txt");
+    let release2 = t.path().join("release2");
+    kids.0.push(
+        role("flock_dir", &dir, &out2)
+            .env("GMT_RELEASE", &release2)
+            .spawn()
+            .expect("flock"),
+    );
+    wait_line(&out2, "flock held");
+    let m1 = GpuMutex::builder()
+        .ignore_env()
+        .visible_devices([1])
+        .lock_dir(&dir)
+        .build()
+        .expect("build");
+    let tok = CancelToken::new().expect("token");
+    let started = Instant::now();
+    let h = cancel_when(&tok, move || started.elapsed() > Duration::from_millis(100));
+    let r = m1.acquire_with(1, None, Some(&tok));
+    let woke = Instant::now();
+    let cancelled = h.join().expect("join");
+    assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
+    let lag = woke.saturating_duration_since(cancelled);
+    eprintln!("join-lock wait: cancel -> return {lag:?}");
+    assert!(lag < Duration::from_millis(500), "{lag:?}");
+    fs::write(&release2, b"").expect("release");
+    let names: Vec<String> = fs::read_dir(&dir)
+        .expect("ls")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| n.starts_with("gpukit-claim.")),
+        "only the holder's claim is left: {names:?}"
+    );
+    // The holder was not disturbed, and the device is granted after its release.
+    assert!(busy(&dir, 0));
+    fs::write(&release, b"").expect("release");
+    let g = m
+        .acquire_timeout(1, Duration::from_secs(20))
+        .expect("acquire after release");
+    assert_eq!(g.devices(), [0]);
 }
