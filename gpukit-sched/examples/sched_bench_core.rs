@@ -443,7 +443,7 @@ fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()
             .compute(0.25, 1.0),
     )?;
     while phase.load(Ordering::Acquire) == 0 {
-        if b.is_finished() {
+        if b.is_done() {
             return Err(format!("the Burstable task ended early: {:?}", b.wait().err()).into());
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -588,7 +588,7 @@ fn memory(dev: &Device, rows: &mut Vec<Row>) -> R<()> {
             .compute(0.25, 0.5),
     )?;
     while burst_ready.load(Ordering::Acquire) == 0 {
-        if burst.is_finished() {
+        if burst.is_done() {
             g1_go.store(true, Ordering::Relaxed);
             return Err(format!("the Burstable task ended early: {:?}", burst.wait().err()).into());
         }
@@ -623,7 +623,7 @@ fn memory(dev: &Device, rows: &mut Vec<Row>) -> R<()> {
     g1_go.store(true, Ordering::Relaxed);
     let t_fill = Instant::now();
     while filled.load(Ordering::Acquire) < 3 {
-        if t_fill.elapsed() > Duration::from_secs(60) || bes.iter().any(|h| h.is_finished()) {
+        if t_fill.elapsed() > Duration::from_secs(60) || bes.iter().any(|h| h.is_done()) {
             for h in &bes {
                 h.cancel();
             }
@@ -1531,7 +1531,7 @@ fn memory_race(dev: &Device, rows: &mut Vec<Row>) -> R<()> {
         while Instant::now() < until {
             peak_used = peak_used.max(dev.total_memory() - dev.free_memory()?);
             for h in bes.iter_mut() {
-                if h.is_finished() {
+                if h.is_done() {
                     let (f, s) = be(next_be);
                     next_be += 1;
                     *h = sched.submit(f, s)?;
@@ -1542,7 +1542,7 @@ fn memory_race(dev: &Device, rows: &mut Vec<Row>) -> R<()> {
     }
     let mut g_errors = Vec::new();
     for h in gs {
-        while !h.is_finished() {
+        while !h.is_done() {
             peak_used = peak_used.max(dev.total_memory() - dev.free_memory()?);
             std::thread::sleep(Duration::from_millis(5));
         }

@@ -289,6 +289,36 @@ impl Error {
         }
     }
 
+    /// The closure's own error (any type), when this is a [`Error::TaskFailed`]: the very
+    /// object the closure returned, for inspection or downcasting.
+    pub fn task_source(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            Error::TaskFailed { source, .. } => Some(source.as_ref()),
+            _ => None,
+        }
+    }
+
+    /// The closure's own error by value, when this is a [`Error::TaskFailed`] (else the error
+    /// itself back): the very object the closure returned, e.g. to re-raise it in the caller's
+    /// language after `downcast`.
+    ///
+    /// ```
+    /// #[derive(Debug, thiserror::Error)]
+    /// #[error("bad input {0}")]
+    /// struct BadInput(u32);
+    /// let e = gpukit_sched::Error::TaskFailed { task: "t".into(), source: Box::new(BadInput(7)) };
+    /// let mine = e.into_task_source().unwrap().downcast::<BadInput>().unwrap();
+    /// assert_eq!(mine.0, 7);
+    /// ```
+    pub fn into_task_source(
+        self,
+    ) -> std::result::Result<Box<dyn std::error::Error + Send + Sync + 'static>, Error> {
+        match self {
+            Error::TaskFailed { source, .. } => Ok(source),
+            other => Err(other),
+        }
+    }
+
     /// Turns a closure's error into the task's error: a gpukit-sched error stays itself, any
     /// other error becomes [`Error::TaskFailed`] with it as the source.
     pub(crate) fn from_task(task: &str, e: Box<dyn std::error::Error + Send + Sync>) -> Self {

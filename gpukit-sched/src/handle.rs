@@ -10,6 +10,7 @@ use crate::task::{Stop, Task, TaskState};
 use parking_lot::Mutex;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -56,10 +57,70 @@ impl<T> TaskHandle<T> {
     pub fn state(&self) -> TaskState {
         self.task.status.lock().state
     }
-    /// Whether it has its outcome (the closure may still run when the outcome came from a
-    /// stop past its grace period, see [`TaskStats::detached`]).
-    pub fn is_finished(&self) -> bool {
+    /// Whether it has its outcome, i.e. its state is final (the closure may still run when
+    /// the outcome came from a stop past its grace period, see [`TaskStats::detached`]).
+    pub fn is_done(&self) -> bool {
         self.task.status.lock().resolved
+    }
+
+    /// Calls `f` once with the task's final state when the task has its outcome.
+    ///
+    /// - If the task already has it, `f` runs at once, on the calling thread, before this
+    ///   returns.
+    /// - Otherwise `f` runs on the thread that decides the outcome, after the scheduler's
+    ///   locks are released: a scheduler worker (the closure returned, or the task failed to
+    ///   start), the scheduler's timer thread (a queued task's deadline passed, a stopped task
+    ///   reached no safe point within the grace period), or the thread that called
+    ///   [`cancel`](Self::cancel) or [`Scheduler::shutdown`](crate::Scheduler::shutdown) (a
+    ///   queued task cancelled). Keep it short (set a flag, complete a future, send on a
+    ///   channel): a worker runs it before it takes its next task.
+    ///
+    /// Callbacks run in the order they were registered, after blocking waiters were woken.
+    /// The outcome is still there for [`wait`](Self::wait) or [`take_result`]
+    /// (Self::take_result). A panic in `f` is contained (caught, counted in
+    /// [`SchedulerStats::callback_panics`](crate::SchedulerStats::callback_panics)); it never
+    /// reaches the scheduler thread's other work, nor the caller when `f` runs at once.
+    pub fn on_complete(&self, f: impl FnOnce(TaskState) + Send + 'static) {
+        let state = {
+            let mut s = self.task.status.lock();
+            if !s.resolved {
+                s.callbacks.push(Box::new(f));
+                return;
+            }
+            s.state
+        };
+        if crate::task::run_callback(Box::new(f), state) {
+            self.inner.callback_panics.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits at most `timeout` for the task's outcome without consuming the handle: its final
+    /// state, or `None` when it has none yet. Any duration is accepted (`Duration::MAX` waits
+    /// without a bound). Take the outcome with [`take_result`](Self::take_result).
+    pub fn wait_for(&self, timeout: Duration) -> Option<TaskState> {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut s = self.task.status.lock();
+        while !s.resolved {
+            match deadline {
+                Some(d) => {
+                    if self.task.done.wait_until(&mut s, d).timed_out() && !s.resolved {
+                        return None;
+                    }
+                }
+                None => self.task.done.wait(&mut s),
+            }
+        }
+        Some(s.state)
+    }
+
+    /// The outcome, moved out, once the task has it: `None` while it has none;
+    /// `Some(Err(Error::ResultTaken))` when it was already taken (by this, [`wait`]
+    /// (Self::wait) or the future).
+    pub fn take_result(&self) -> Option<Result<T>> {
+        if !self.is_done() {
+            return None;
+        }
+        Some(self.take())
     }
 
     /// Cancels the task. A queued task ends [`TaskState::Cancelled`] at once; a running one
@@ -86,17 +147,11 @@ impl<T> TaskHandle<T> {
         self.take()
     }
 
-    /// Like [`wait`](Self::wait) with a timeout; `Err(self)` when it has no outcome yet.
+    /// Like [`wait`](Self::wait) with a timeout; `Err(self)` when it has no outcome yet. Any
+    /// duration is accepted (`Duration::MAX` waits without a bound).
     pub fn wait_timeout(self, timeout: Duration) -> std::result::Result<Result<T>, Self> {
-        let deadline = Instant::now() + timeout;
-        {
-            let mut s = self.task.status.lock();
-            while !s.resolved {
-                if self.task.done.wait_until(&mut s, deadline).timed_out() && !s.resolved {
-                    drop(s);
-                    return Err(self);
-                }
-            }
+        if self.wait_for(timeout).is_none() {
+            return Err(self);
         }
         Ok(self.take())
     }

@@ -50,8 +50,12 @@
 //!
 //! # A service author's API
 //! [`TaskHandle`] is a [`Future`](std::future::Future) (no executor assumed) beside the blocking
-//! [`wait`](TaskHandle::wait); the closure's error is its own type (any
-//! `std::error::Error + Send + Sync`, kept as the source of [`Error::TaskFailed`]);
+//! [`wait`](TaskHandle::wait), and serves other languages' futures: completion callbacks
+//! ([`on_complete`](TaskHandle::on_complete)), polling without consuming the handle
+//! ([`wait_for`](TaskHandle::wait_for), [`is_done`](TaskHandle::is_done)) and taking the
+//! result once ([`take_result`](TaskHandle::take_result)). The closure's error is its own type
+//! (any `std::error::Error + Send + Sync`, kept as the source of [`Error::TaskFailed`] and
+//! given back by value by [`Error::into_task_source`]);
 //! [`Scheduler::task_stats`], [`Scheduler::stats`] and [`Scheduler::metrics`] (the Prometheus
 //! text format, per task and per partition); graceful [`Scheduler::shutdown`] with a deadline.
 //!

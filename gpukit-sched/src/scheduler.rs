@@ -139,6 +139,8 @@ pub(crate) struct Inner {
     pub layout: SmLayout,
     pub mechanism: String,
     pub kernels_total: AtomicU64,
+    /// Completion callbacks (and wakers) that panicked; each was contained.
+    pub callback_panics: AtomicU64,
     next_id: AtomicU64,
     pub handoff: Handoff,
 }
@@ -338,6 +340,7 @@ impl Scheduler {
             layout,
             mechanism,
             kernels_total: AtomicU64::new(0),
+            callback_panics: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
             handoff: Handoff::new(),
         });
@@ -616,7 +619,16 @@ impl Inner {
         drop(st);
         self.handoff.send(out);
         for t in notify {
-            t.notify();
+            self.notify(&t);
+        }
+    }
+
+    /// Wakes a task's waiters and runs its completion callbacks (no lock held), counting the
+    /// callbacks that panicked.
+    pub(crate) fn notify(&self, task: &Task) {
+        let panics = task.notify();
+        if panics > 0 {
+            self.callback_panics.fetch_add(panics, Ordering::Relaxed);
         }
     }
 

@@ -112,6 +112,9 @@ pub struct SchedulerStats {
     pub green_contexts_created: u64,
     /// Idle lanes cached now.
     pub lanes_cached: usize,
+    /// Completion callbacks ([`TaskHandle::on_complete`](crate::TaskHandle::on_complete)) and
+    /// future wakers that panicked (each panic was contained).
+    pub callback_panics: u64,
 }
 
 impl SchedulerStats {
@@ -301,7 +304,13 @@ impl SchedulerStats {
                 *n as f64,
             );
         }
-        let totals: [(&str, &str, &str, f64); 5] = [
+        let totals: [(&str, &str, &str, f64); 6] = [
+            (
+                "gpukit_sched_callback_panics_total",
+                "counter",
+                "Completion callbacks and future wakers that panicked (contained).",
+                self.callback_panics as f64,
+            ),
             (
                 "gpukit_sched_tasks_detached",
                 "gauge",
@@ -454,6 +463,7 @@ impl Inner {
             kernels_launched: self.kernels_total.load(Ordering::Relaxed),
             green_contexts_created: self.lanes.created(),
             lanes_cached: self.lanes.cached(),
+            callback_panics: self.callback_panics.load(Ordering::Relaxed),
         }
     }
 }

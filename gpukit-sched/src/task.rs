@@ -143,6 +143,17 @@ pub(crate) struct Status {
     /// Resolved while its closure still ran (a stop past its grace).
     pub detached: bool,
     pub waker: Option<Waker>,
+    /// Completion callbacks ([`TaskHandle::on_complete`](crate::TaskHandle::on_complete)),
+    /// run once by [`Task::notify`].
+    pub callbacks: Vec<Callback>,
+}
+
+/// A completion callback: called once with the task's final state.
+pub(crate) type Callback = Box<dyn FnOnce(TaskState) + Send + 'static>;
+
+/// Runs `f(state)`, containing a panic; true when it panicked.
+pub(crate) fn run_callback(f: Callback, state: TaskState) -> bool {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(state))).is_err()
 }
 
 /// A task as the scheduler keeps it.
@@ -187,6 +198,7 @@ impl Task {
                 taken: false,
                 detached: false,
                 waker: None,
+                callbacks: Vec::new(),
             }),
             done: Condvar::new(),
             usable: Mutex::new((GroupSet::EMPTY, GroupSet::EMPTY)),
@@ -229,13 +241,24 @@ impl Task {
         true
     }
 
-    /// Wakes whoever waits for the outcome (blocking waiters and the future's waker).
-    pub(crate) fn notify(&self) {
-        let waker = self.status.lock().waker.take();
+    /// Wakes whoever waits for the outcome (blocking waiters and the future's waker) and runs
+    /// the completion callbacks registered so far, each once, on this thread, each inside
+    /// `catch_unwind`. Returns how many callbacks panicked (contained).
+    pub(crate) fn notify(&self) -> u64 {
+        let (waker, callbacks, state) = {
+            let mut s = self.status.lock();
+            (s.waker.take(), std::mem::take(&mut s.callbacks), s.state)
+        };
         self.done.notify_all();
+        let mut panics = 0;
         if let Some(w) = waker {
-            w.wake();
+            // A waker is executor code: contained like a callback.
+            panics += run_callback(Box::new(move |_| w.wake()), state) as u64;
         }
+        for f in callbacks {
+            panics += run_callback(f, state) as u64;
+        }
+        panics
     }
 
     /// The state and error a stop gives the task.

@@ -219,7 +219,7 @@ impl Inner {
                 )),
                 false,
             );
-            task.notify();
+            self.notify(&task);
         }
     }
 

@@ -4,8 +4,8 @@
 //! charge path (the one gpukit-core's allocator calls), so the memory rules are tested here too.
 
 use gpukit_sched::{
-    Admission, CancelReason, Error, MemoryReservation, PanicPoint, Partition, Resource, Scheduler,
-    SchedulerConfig, SmLayout, TaskContext, TaskHandle, TaskSpec, TaskState,
+    Admission, CancelReason, Error, MemoryReservation, PanicPoint, Partition, Resource,
+    TaskContext, TaskSpec, TaskState,
 };
 use std::future::Future;
 use std::pin::Pin;
@@ -14,70 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-type R<T> = gpukit_sched::Result<T>;
-
-const GRACE: Duration = Duration::from_millis(150);
-/// Slack for a loaded 2-core build machine on every time bound below.
-const SLACK: Duration = Duration::from_millis(250);
-
-fn layout() -> SmLayout {
-    SmLayout::with_groups(132, 8, 15, true).unwrap()
-}
-
-fn cfg() -> SchedulerConfig {
-    SchedulerConfig::default()
-        .workers(3)
-        .stop_grace(GRACE)
-        .shutdown_timeout(Duration::from_millis(200))
-}
-
-fn sched_with(capacity: u64, cfg: SchedulerConfig) -> Scheduler {
-    Scheduler::cpu_only(layout(), capacity, cfg).unwrap()
-}
-
-fn sched(spin: Duration) -> Scheduler {
-    sched_with(1 << 30, cfg().worker_spin(spin))
-}
-
-fn spec() -> TaskSpec {
-    TaskSpec::new("t")
-        .memory("1MiB", "1MiB")
-        .compute(0.25, 0.25)
-}
-
-fn gate() -> Arc<AtomicBool> {
-    Arc::new(AtomicBool::new(false))
-}
-
-/// A task body that holds its worker until `g` opens.
-fn hold(g: &Arc<AtomicBool>) -> impl FnOnce(&mut TaskContext) -> R<()> + Send + 'static {
-    let g = g.clone();
-    move |_: &mut TaskContext| {
-        while !g.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        Ok(())
-    }
-}
-
-/// Polls `f` every millisecond until it holds; false when `timeout` passed first.
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + timeout;
-    while !f() {
-        if Instant::now() > end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    true
-}
-
-fn finish<T>(h: TaskHandle<T>, bound: Duration) -> R<T> {
-    match h.wait_timeout(bound) {
-        Ok(r) => r,
-        Err(h) => panic!("task {} had no outcome within {bound:?}", h.id()),
-    }
-}
+mod common;
+use common::*;
 
 #[test]
 fn every_task_runs_once_with_and_without_polling() {

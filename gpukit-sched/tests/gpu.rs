@@ -139,6 +139,89 @@ fn confinement_by_smid() {
     );
 }
 
+/// Inside a task, the device's current stream is the task's home stream: gpukit-core
+/// operations (here a user `ElementwiseKernel`, compiled and launched by gpukit-core) and a
+/// user's JIT kernel launched on `Device::stream()` run on the task's SMs only, exactly where
+/// `TaskContext::launch` runs.
+#[test]
+fn core_ops_and_current_stream_kernels_run_on_the_task_partition() {
+    let Some((_g, dev, k)) = setup("core_ops_and_current_stream_kernels_run_on_the_task_partition")
+    else {
+        return;
+    };
+    let sched = Scheduler::new(dev.clone(), SchedulerConfig::default()).unwrap();
+    let l = sched.layout();
+    let smid_op = gpukit_core::custom::ElementwiseKernel::new(
+        "uint32 x",
+        "uint32 z",
+        "z = gpukit_smid();",
+        "gpukit_sched_smid_op",
+    )
+    .unwrap()
+    .with_preamble(
+        "__device__ unsigned int gpukit_smid() { unsigned int s; \
+         asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(s)); return s; }",
+    );
+    let h = sched
+        .submit(
+            move |ctx: &mut TaskContext| -> gpukit_sched::Result<_> {
+                let dev = ctx.device()?.clone();
+                let same_stream = dev.stream() == *ctx.stream()?;
+                // The task's SMs, as TaskContext::launch uses them.
+                let launched = smids(ctx, &k, 4096)?;
+                // A user's JIT kernel on the device's current stream.
+                let blocks = 4096u32;
+                let out = gpukit_core::GpuArray::<u32>::full(&dev, &[blocks as usize], u32::MAX)?;
+                let current = dev.stream();
+                // SAFETY: `out` holds `blocks` u32 on this device and lives until the
+                // synchronize below; the kernel writes one u32 per block.
+                unsafe {
+                    k.record_smid.launch_unchecked(
+                        current.cuda(),
+                        LaunchConfig::new((blocks, 1, 1), (128, 1, 1)),
+                        &[
+                            out.as_kernel_arg(),
+                            KernelArg::I32(blocks as i32),
+                            KernelArg::I64(20_000),
+                        ],
+                    )?
+                };
+                let user: BTreeSet<u32> = out.to_vec()?.into_iter().collect();
+                // A gpukit-core operation: a user ElementwiseKernel over 4M elements.
+                let x = gpukit_core::GpuArray::<u32>::zeros(&dev, &[4 << 20])?;
+                let z: gpukit_core::GpuArray<u32> =
+                    smid_op.call1(&[gpukit_core::custom::KArg::from(&x)])?;
+                let core: BTreeSet<u32> = z.to_vec()?.into_iter().collect();
+                Ok((same_stream, launched, user, core, ctx.compute().sms))
+            },
+            TaskSpec::new("current-stream")
+                .memory("256MiB", "256MiB")
+                .compute(0.25, 0.25),
+        )
+        .unwrap();
+    let (same_stream, launched, user, core, sms) = finish(h, "current-stream task").unwrap();
+    println!(
+        "task SMs {sms}: TaskContext::launch touched {}, a kernel on Device::stream() {}, \
+         a core ElementwiseKernel {} (of {} on the GPU)",
+        launched.len(),
+        user.len(),
+        core.len(),
+        l.total_sms
+    );
+    assert!(same_stream, "Device::stream() is not the task's stream");
+    assert_eq!(sms, l.sms(l.groups_for_share(0.25)));
+    assert_eq!(launched.len() as u32, sms);
+    assert!(!user.contains(&u32::MAX), "a block did not record its SM");
+    assert_eq!(
+        user, launched,
+        "a kernel on Device::stream() left the task's SMs"
+    );
+    assert!(
+        !core.is_empty() && core.is_subset(&launched),
+        "a core op left the task's SMs: {core:?}"
+    );
+}
+
 #[test]
 fn panics_and_errors_release_everything() {
     let Some((_g, dev, k)) = setup("panics_and_errors_release_everything") else {
@@ -989,7 +1072,7 @@ fn share_below_one_group_is_paced() {
         )
         .unwrap();
     assert!(
-        wait_until(Duration::from_secs(60), || paced.is_finished()),
+        wait_until(Duration::from_secs(60), || paced.is_done()),
         "the paced task did not finish within 60 s"
     );
     let throttles = paced.stats().throttles;
