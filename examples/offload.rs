@@ -6,74 +6,16 @@
 //! cargo run --release --example offload -- run python3 script.py   # under the LD_PRELOAD shim
 //! cargo run --release --example offload -- explain      # crossover sizes from the profile
 //! ```
+//!
+//! Without arguments it runs the demo below; everything else is the crate's command line
+//! (`gpukit_offload::cli`, feature `cli`), which the Python package's console script runs too.
 
-use clap::{Parser, Subcommand};
-use gpukit_offload::calibrate::{calibrate, python_libraries, CalibrateOptions, StartupFigures};
-use gpukit_offload::cpu::{CpuBackend, CPU_LIB_ENV};
-use gpukit_offload::model::required_speedup;
 use gpukit_offload::output;
-use gpukit_offload::profile::Profile;
-use gpukit_offload::{c64, Config, Dispatcher, Offload, OpKind, Outcome, SvdJob, Trans, Uplo};
+use gpukit_offload::{c64, Config, Offload, Outcome, SvdJob, Trans, Uplo};
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
-#[derive(Parser)]
-#[command(
-    name = "offload",
-    about = "Calibrated BLAS/LAPACK offload: CPU or GPU, whichever is faster here"
-)]
-struct Cli {
-    #[command(subcommand)]
-    cmd: Option<Cmd>,
-}
-
-#[derive(Subcommand)]
-enum Cmd {
-    /// Measure this machine (the GPU, and each CPU library found: the system one and those of
-    /// python3's numpy and scipy) and write the profile (user config dir or
-    /// GPUKIT_OFFLOAD_PROFILE).
-    Calibrate {
-        /// Smaller grids and a time budget (default 150 s).
-        #[arg(long)]
-        quick: bool,
-        /// Write the profile here instead.
-        #[arg(long)]
-        output: Option<PathBuf>,
-        /// Stop measuring larger CPU sizes after this many seconds (default: 150 quick, 1500
-        /// full); the rest are extrapolated.
-        #[arg(long)]
-        budget: Option<f64>,
-        /// The Python whose numpy and scipy libraries are measured.
-        #[arg(long, default_value = "python3")]
-        python: String,
-        /// Measure only these library files (repeatable) instead of searching.
-        #[arg(long = "library")]
-        libraries: Vec<String>,
-        /// Measure the CPU libraries only, adding their curves to this profile of this machine
-        /// (its GPU curves, copy and start-up figures are kept; no GPU needed).
-        #[arg(long = "cpu-only", value_name = "PROFILE")]
-        cpu_only: Option<PathBuf>,
-        /// Measure only these op kinds, comma-separated model keys (`syev,syev+v`: a routine's
-        /// stem, `+v` with vectors, `+a` for a full SVD); with --cpu-only the profile's curves of
-        /// the other kinds are kept.
-        #[arg(long, value_name = "KINDS")]
-        only: Option<String>,
-    },
-    /// Run a program under the LD_PRELOAD shim (CUDA starts at once in the background; prints
-    /// the per-routine summary at exit; keeps the program's exit status).
-    Run {
-        /// The command and its arguments.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
-        cmd: Vec<String>,
-    },
-    /// Print the crossover sizes per routine, precision and CPU library from the profile.
-    Explain,
-}
-
-/// Writes a line to stdout; a closed stdout (`offload explain | head`) ends the program
-/// quietly instead of panicking.
+/// Writes a line to stdout; a closed stdout ends the demo quietly instead of panicking.
 fn say(text: &str) {
     let mut out = std::io::stdout().lock();
     if writeln!(out, "{text}").and_then(|_| out.flush()).is_err() {
@@ -82,275 +24,20 @@ fn say(text: &str) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let r = match cli.cmd {
-        None => match demo() {
-            Ok(true) => Ok(()),
-            Ok(false) => return ExitCode::FAILURE,
-            Err(e) => Err(e),
-        },
-        Some(Cmd::Calibrate {
-            quick,
-            output,
-            budget,
-            python,
-            libraries,
-            cpu_only,
-            only,
-        }) => parse_only(only.as_deref()).and_then(|only| {
-            run_calibrate(quick, output, budget, &python, &libraries, cpu_only, only)
-        }),
-        Some(Cmd::Run { cmd }) => return run_shim(&cmd),
-        Some(Cmd::Explain) => explain(),
-    };
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
+    if std::env::args_os().len() > 1 {
+        // calibrate / run / explain / --help: the crate's command line; the shim is the one
+        // built beside this executable
+        let code = gpukit_offload::cli::main_with_args(std::env::args_os(), None);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
+    match demo() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             output::line(&format!("offload: {e}"));
             ExitCode::FAILURE
         }
     }
-}
-
-/// The whole calibration: the GPU (started here, its start-up timed by phase) and `libs`.
-fn calibrate_all(libs: &[&CpuBackend], opts: &CalibrateOptions) -> gpukit_offload::Result<Profile> {
-    let t = Instant::now();
-    let gpu = gpukit_offload::gpu::GpuBackend::start()?;
-    let start_s = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    gpu.load_solver().map_err(|e| gpukit_offload::Error::Gpu {
-        what: "loading cuSOLVER",
-        detail: e.to_string(),
-    })?;
-    let solver_s = t.elapsed().as_secs_f64();
-    output::line(&format!(
-        "offload: GPU {} started in {start_s:.3}s, cuSOLVER in {solver_s:.3}s ({})",
-        gpu.name(),
-        gpu.startup_report()
-    ));
-    calibrate(libs, &gpu, StartupFigures { start_s, solver_s }, opts)
-}
-
-/// The CPU libraries to calibrate: `--library` files, else GPUKIT_OFFLOAD_CPU_LIB alone (an
-/// error if it cannot be used), else the system library and those python's numpy and scipy
-/// load (each file once); the embedded backend when there is none.
-fn find_libraries(python: &str, named: &[String]) -> gpukit_offload::Result<Vec<CpuBackend>> {
-    if !named.is_empty() {
-        return named
-            .iter()
-            .map(|p| CpuBackend::open(&[p.as_str()]))
-            .collect();
-    }
-    if std::env::var_os(CPU_LIB_ENV).is_some_and(|v| !v.is_empty()) {
-        return Ok(vec![CpuBackend::discover()?]);
-    }
-    let mut libs = Vec::new();
-    if let Ok(b) = CpuBackend::system() {
-        libs.push(b);
-    }
-    for path in python_libraries(python) {
-        match CpuBackend::open(&[path.as_str()]) {
-            Ok(b)
-                if !libs
-                    .iter()
-                    .any(|l: &CpuBackend| l.lib().key() == b.lib().key()) =>
-            {
-                libs.push(b)
-            }
-            _ => {}
-        }
-    }
-    if libs.is_empty() {
-        libs.push(CpuBackend::embedded());
-    }
-    Ok(libs)
-}
-
-/// `--only`'s kinds (empty without the option); a key the model does not know is an error.
-fn parse_only(only: Option<&str>) -> gpukit_offload::Result<Vec<OpKind>> {
-    let Some(list) = only else {
-        return Ok(Vec::new());
-    };
-    let kinds: Vec<OpKind> = list
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|key| {
-            OpKind::parse_key(key).ok_or_else(|| gpukit_offload::Error::Config {
-                name: "--only",
-                value: key.to_string(),
-                msg:
-                    "not an op kind: use a routine's stem (gemm, syev, potrf), with +v for vectors \
-                      (syev+v) or +a for a full SVD (gesdd+a)"
-                        .into(),
-            })
-        })
-        .collect::<gpukit_offload::Result<_>>()?;
-    if kinds.is_empty() {
-        return Err(gpukit_offload::Error::Config {
-            name: "--only",
-            value: list.to_string(),
-            msg: "names no op kind".into(),
-        });
-    }
-    Ok(kinds)
-}
-
-fn run_calibrate(
-    quick: bool,
-    output: Option<PathBuf>,
-    budget: Option<f64>,
-    python: &str,
-    named: &[String],
-    cpu_only: Option<PathBuf>,
-    only: Vec<OpKind>,
-) -> gpukit_offload::Result<()> {
-    let t0 = Instant::now();
-    let libs = find_libraries(python, named)?;
-    for l in &libs {
-        output::line(&format!("offload: CPU library {}", l.describe()));
-    }
-    let mut opts = CalibrateOptions::new(quick);
-    opts.only = only;
-    // a log (not a terminal) gets one line per grid point instead of the progress bar
-    opts.log_points = !std::io::IsTerminal::is_terminal(&std::io::stderr());
-    opts.progress = !opts.log_points;
-    if let Some(b) = budget.filter(|b| b.is_finite() && *b > 0.0) {
-        opts.budget = std::time::Duration::from_secs_f64(b);
-    }
-    let refs: Vec<&CpuBackend> = libs.iter().collect();
-    let profile = match cpu_only {
-        Some(base) => {
-            let base = Profile::load(&base)?;
-            gpukit_offload::calibrate::calibrate_cpu(&refs, &base, &opts)?
-        }
-        None => calibrate_all(&refs, &opts)?,
-    };
-    let path =
-        output
-            .or_else(Profile::default_path)
-            .ok_or_else(|| gpukit_offload::Error::Config {
-                name: "profile path",
-                value: String::new(),
-                msg: "no config directory; pass --output".into(),
-            })?;
-    profile.save(&path)?;
-    say(&format!(
-        "offload: calibrated {} curves for {} CPU libraries in {:.1}s (total {:.1}s); copies {:.1} GB/s in, {:.1} GB/s out; profile written to {}",
-        profile.curves.len(),
-        libs.len(),
-        profile.calibration_s,
-        t0.elapsed().as_secs_f64(),
-        profile.copy.h2d_bytes_per_s / 1e9,
-        profile.copy.d2h_bytes_per_s / 1e9,
-        path.display()
-    ));
-    Ok(())
-}
-
-fn run_shim(cmd: &[String]) -> ExitCode {
-    let exe = std::env::current_exe().unwrap_or_default();
-    let shim = exe.with_file_name("liboffload_preload.so");
-    if !shim.exists() {
-        output::line(&format!(
-            "offload: the shim {} is missing; build it with `cargo build --release --examples`",
-            shim.display()
-        ));
-        return ExitCode::FAILURE;
-    }
-    let mut preload = shim.display().to_string();
-    if let Ok(old) = std::env::var("LD_PRELOAD") {
-        if !old.is_empty() {
-            preload = format!("{preload}:{old}");
-        }
-    }
-    let mut c = std::process::Command::new(&cmd[0]);
-    c.args(&cmd[1..]).env("LD_PRELOAD", preload);
-    if std::env::var_os("GPUKIT_OFFLOAD_LOG").is_none() {
-        c.env("GPUKIT_OFFLOAD_LOG", "summary");
-    }
-    // the user asked for offload: CUDA starts at once, in the background (a process without a
-    // usable GPU finds that out at load time and never tries)
-    if std::env::var_os("GPUKIT_OFFLOAD_START").is_none() {
-        c.env("GPUKIT_OFFLOAD_START", "eager");
-    }
-    match c.status() {
-        Ok(s) => {
-            use std::os::unix::process::ExitStatusExt;
-            match (s.code(), s.signal()) {
-                (Some(code), _) => ExitCode::from(code.clamp(0, 255) as u8),
-                // as a shell reports it: 128 + the signal
-                (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
-                (None, None) => ExitCode::FAILURE,
-            }
-        }
-        Err(e) => {
-            output::line(&format!("offload: cannot run {}: {e}", cmd[0]));
-            ExitCode::from(127)
-        }
-    }
-}
-
-fn explain() -> gpukit_offload::Result<()> {
-    let d = Dispatcher::global();
-    for w in d.warnings().iter().chain(d.notices()) {
-        output::line(&format!("offload: {w}"));
-    }
-    let level = d.config().level;
-    say(&format!(
-        "profile: {}; level {level} (offload when predicted >= {:.2}x faster)",
-        d.profile_path()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|| "built-in default".into()),
-        required_speedup(level)
-    ));
-    let m = d.model();
-    let libs = m.libraries();
-    if libs.is_empty() {
-        say("no CPU curves for this machine: CPU times are learned from a program's own calls");
-    }
-    say(&format!(
-        "{:<10} {:>4} {:<18} {:>12} {:>8} {:>8} {:>8}",
-        "op", "prec", "CPU library", "crossover n", "x@1024", "x@4096", "x@8192"
-    ));
-    for lib in libs {
-        for kind in OpKind::all() {
-            for &p in kind.routine.precisions() {
-                let sp = |x: f64| {
-                    let x2 = if kind.routine.one_feature() || kind.routine.aspect_feature() {
-                        1.0
-                    } else {
-                        x
-                    };
-                    m.estimate(kind, p, kind.canonical_shape(x, x2), lib)
-                        .filter(|e| e.cpu_known)
-                        .map(|e| e.speedup())
-                };
-                let cross = (0..=48)
-                    .map(|e| 32.0 * 2f64.powf(e as f64 / 6.0))
-                    .find(|&x| sp(x).is_some_and(|s| s >= required_speedup(level)))
-                    .map(|x| (x.round() as u64).to_string())
-                    .unwrap_or_else(|| "never".into());
-                let f = |x: f64| {
-                    sp(x)
-                        .map(|s| format!("{s:.2}"))
-                        .unwrap_or_else(|| "-".into())
-                };
-                say(&format!(
-                    "{:<10} {:>4} {:<18} {:>12} {:>8} {:>8} {:>8}",
-                    kind.key(),
-                    p.letter(),
-                    lib.as_str(),
-                    cross,
-                    f(1024.0),
-                    f(4096.0),
-                    f(8192.0)
-                ));
-            }
-        }
-    }
-    say("(square calls; solves with nrhs = n; x@n = predicted GPU speedup, copies included)");
-    Ok(())
 }
 
 fn fill(n: usize, seed: u64) -> Vec<f64> {

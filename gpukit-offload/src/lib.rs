@@ -21,6 +21,8 @@
 //!   lane of streams and handles.
 //! * [`api`]: the typed API on host slices ([`Offload`]).
 //! * [`interpose`]: the LD_PRELOAD shim's machinery and [`export_blas_symbols!`].
+//! * `cli` (feature `cli`): the `offload` command line (`calibrate`, `run`, `explain`) as a
+//!   function, for the `offload` example and the Python package's console script.
 //!
 //! ```no_run
 //! use gpukit_offload::{Offload, Trans};
@@ -48,6 +50,8 @@
 pub mod api;
 pub mod calibrate;
 pub mod call;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod cpu;
 pub mod dispatch;
 pub mod embedded;
