@@ -124,7 +124,7 @@ float_dtype!(
     "bf16",
     f32,
     |x| x.to_f64(),
-    |v| { bf16::from_f64(v) }
+    |v| bf16::from_f64(v)
 );
 
 macro_rules! int_dtype {

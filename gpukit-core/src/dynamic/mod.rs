@@ -31,6 +31,7 @@
 //! ```
 
 pub mod element;
+pub mod index;
 pub mod ops;
 pub mod reduce;
 
