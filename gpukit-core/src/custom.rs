@@ -173,6 +173,34 @@ impl Binding {
     }
 }
 
+/// The C types of `outputs` for a call with `args`: placeholders bound by the array arguments
+/// of `inputs` (as a call binds them), concrete types as declared.
+fn output_ctypes(
+    op: &str,
+    inputs: &[(String, String)],
+    outputs: &[(String, String)],
+    args: &[KArg<'_>],
+) -> Result<Vec<&'static str>> {
+    if args.len() != inputs.len() {
+        return Err(Error::invalid(
+            op,
+            format!("takes {} input(s), got {}", inputs.len(), args.len()),
+        ));
+    }
+    let mut bind = Binding {
+        placeholders: Vec::new(),
+    };
+    for ((ty, name), a) in inputs.iter().zip(args) {
+        if let KArg::Array(x) = a {
+            bind.resolve(ty, Some(x.ctype()), &format!("{op}: input `{name}`"))?;
+        }
+    }
+    outputs
+        .iter()
+        .map(|(ty, name)| bind.resolve(ty, None, &format!("{op}: output `{name}`")))
+        .collect()
+}
+
 /// The parts every generated kernel call shares: device, output shape, launch of the arrays.
 fn common_device<'a>(op: &str, arrays: &[&'a dyn AnyArray]) -> Result<&'a Device> {
     let first = arrays.first().ok_or_else(|| {
@@ -240,6 +268,17 @@ impl ElementwiseKernel {
     pub fn with_preamble(mut self, code: &str) -> Self {
         self.preamble = code.to_string();
         self
+    }
+
+    /// The C element types of the outputs for a call with `args` (for callers that choose the
+    /// output arrays' types at run time).
+    pub fn output_ctypes(&self, args: &[KArg<'_>]) -> Result<Vec<&'static str>> {
+        output_ctypes(
+            &format!("ElementwiseKernel `{}`", self.name),
+            &self.inputs,
+            &self.outputs,
+            args,
+        )
     }
 
     /// Runs the kernel on `args` and returns its single output, allocated with the broadcast
@@ -507,6 +546,15 @@ impl ReductionKernel {
     pub fn with_preamble(mut self, code: &str) -> Self {
         self.preamble = code.to_string();
         self
+    }
+
+    /// The C element type of the output for a call with `args`.
+    pub fn output_ctype(&self, args: &[KArg<'_>]) -> Result<&'static str> {
+        let op = format!("ReductionKernel `{}`", self.name);
+        let outs = output_ctypes(&op, &self.inputs, std::slice::from_ref(&self.output), args)?;
+        outs.first()
+            .copied()
+            .ok_or_else(|| Error::invalid(op, "has no output"))
     }
 
     /// Reduces over `axes` of the inputs' broadcast shape (`None`: all), keeping them as

@@ -30,6 +30,7 @@
 //! # Ok::<(), gpukit_core::Error>(())
 //! ```
 
+pub mod custom;
 pub mod element;
 pub mod index;
 pub mod ops;
@@ -247,6 +248,17 @@ impl DynArray {
     /// Whether this array and `other` share device memory.
     pub fn overlaps(&self, other: &DynArray) -> bool {
         gpukit_jit::typed::ranges_overlap(&self.byte_range(), &other.byte_range())
+    }
+
+    /// The array as a read-only argument of a checked kernel launch (gpukit-jit's typed
+    /// launch checks its element type against the kernel's parameter).
+    pub fn as_arg(&self) -> gpukit_jit::Arg<'_> {
+        with!(self, a => gpukit_jit::Arg::from(a))
+    }
+
+    /// The array as a written argument of a checked kernel launch.
+    pub fn as_arg_mut(&mut self) -> gpukit_jit::Arg<'_> {
+        with!(self, a => gpukit_jit::Arg::from(a))
     }
 
     /// An uninitialised array.
