@@ -25,11 +25,12 @@
 //! code: it must only use the values it is given (it never sees the raw pointers).
 
 use crate::codegen::{self, Param, Role};
-use crate::device::{Device, Stream};
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
 use crate::shape;
+use crate::stream::Stream;
 use crate::GpuArray;
 use gpukit_jit::{CompileOptions, KernelArg, LaunchConfig, ProgramSpec};
 use std::borrow::Cow;

@@ -1,4 +1,4 @@
-//! Devices, streams and events.
+//! Devices (streams and events are [`crate::stream`]'s).
 //!
 //! A [`Device`] is opened once per ordinal per process ([`Device::open`] returns the same shared
 //! state each time) and owns the primary CUDA context, a compute stream (non-blocking, not the
@@ -10,11 +10,11 @@ use crate::alloc::Allocator;
 use crate::attributes::DeviceAttributes;
 use crate::error::{DriverContext, Error, Result};
 use crate::pinned::PinnedPool;
+use crate::stream::{self, Stream};
 use crate::transfer::Transfers;
-use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
+use cudarc::driver::CudaContext;
 use gpukit_jit::{Arch, CompileOptions, Kernel, KernelSet};
 use parking_lot::Mutex;
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
@@ -25,145 +25,6 @@ pub(crate) fn ensure_driver() -> Result<()> {
     }
     static INIT: OnceLock<std::result::Result<(), cudarc::driver::DriverError>> = OnceLock::new();
     (*INIT.get_or_init(cudarc::driver::result::init)).ctx("initialising the CUDA driver (cuInit)")
-}
-
-/// A CUDA stream with its priority. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct Stream {
-    inner: Arc<CudaStream>,
-    priority: i32,
-}
-
-impl PartialEq for Stream {
-    fn eq(&self, other: &Self) -> bool {
-        self.inner.cu_stream() == other.inner.cu_stream()
-    }
-}
-impl Eq for Stream {}
-
-impl Stream {
-    /// Wraps a cudarc stream (for example one made by another library or a green context).
-    pub fn from_cuda(stream: Arc<CudaStream>) -> Stream {
-        let mut priority = 0i32;
-        // SAFETY: the stream is live (the Arc keeps it), and the out-pointer is valid; on
-        // failure priority stays 0.
-        let status = unsafe { sys::cuStreamGetPriority(stream.cu_stream(), &mut priority) };
-        if status != sys::CUresult::CUDA_SUCCESS {
-            priority = 0;
-        }
-        Stream {
-            inner: stream,
-            priority,
-        }
-    }
-
-    /// Wraps a cudarc stream without asking the driver for its priority (recorded as 0): for
-    /// identity and ordering only.
-    pub(crate) fn wrap(stream: Arc<CudaStream>) -> Stream {
-        Stream {
-            inner: stream,
-            priority: 0,
-        }
-    }
-
-    /// The cudarc stream.
-    pub fn cuda(&self) -> &Arc<CudaStream> {
-        &self.inner
-    }
-
-    /// How many clones of this stream (and of its cudarc stream) exist.
-    pub(crate) fn holders(&self) -> usize {
-        Arc::strong_count(&self.inner)
-    }
-
-    /// A key identifying the stream (its handle).
-    pub(crate) fn key(&self) -> u64 {
-        self.inner.cu_stream() as u64
-    }
-
-    /// Blocks until all work queued on the stream has finished.
-    pub fn synchronize(&self) -> Result<()> {
-        self.inner.synchronize().ctx("synchronizing a stream")
-    }
-
-    /// Records a timing event (CU_EVENT_DEFAULT) at the current end of the stream.
-    pub fn record(&self) -> Result<Event> {
-        let ev = self
-            .inner
-            .context()
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .ctx("creating an event")?;
-        ev.record(&self.inner).ctx("recording an event")?;
-        Ok(Event {
-            inner: Arc::new(ev),
-        })
-    }
-
-    /// Records an ordering-only event (no timing: cheaper) at the current end of the stream,
-    /// e.g. for [`PinnedBuffer::set_ready`](crate::pinned::PinnedBuffer::set_ready).
-    pub fn record_marker(&self) -> Result<Event> {
-        let ev = self
-            .inner
-            .context()
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-            .ctx("creating an event")?;
-        ev.record(&self.inner).ctx("recording an event")?;
-        Ok(Event {
-            inner: Arc::new(ev),
-        })
-    }
-
-    /// Makes future work on this stream wait for `event` (does not block the host).
-    pub fn wait(&self, event: &Event) -> Result<()> {
-        self.inner
-            .wait(&event.inner)
-            .ctx("making a stream wait for an event")
-    }
-
-    /// Orders this stream after everything queued on `other` so far.
-    pub fn wait_stream(&self, other: &Stream) -> Result<()> {
-        if self == other {
-            return Ok(());
-        }
-        let ev = other.record_marker()?;
-        self.wait(&ev)
-    }
-
-    /// The stream's priority (lower numbers run first; see [`Device::stream_priority_range`]).
-    pub fn priority(&self) -> i32 {
-        self.priority
-    }
-}
-
-/// A CUDA event, for ordering and timing. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct Event {
-    inner: Arc<CudaEvent>,
-}
-
-impl Event {
-    /// Milliseconds between this event and `later` (both must have completed or will be waited
-    /// for). Both must be timing events (made by [`Stream::record`]).
-    pub fn elapsed_ms(&self, later: &Event) -> Result<f32> {
-        self.inner
-            .elapsed_ms(&later.inner)
-            .ctx("reading the time between two events")
-    }
-
-    /// Blocks until the event has completed.
-    pub fn synchronize(&self) -> Result<()> {
-        self.inner.synchronize().ctx("waiting for an event")
-    }
-
-    /// True when the work before the event has completed.
-    pub fn is_complete(&self) -> Result<bool> {
-        self.inner.try_is_complete().ctx("querying an event")
-    }
-
-    /// The cudarc event.
-    pub fn cuda(&self) -> &CudaEvent {
-        &self.inner
-    }
 }
 
 pub(crate) struct DeviceInner {
@@ -206,11 +67,6 @@ fn registry() -> &'static Mutex<HashMap<usize, Device>> {
     DEVICES.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-thread_local! {
-    /// The stream scopes of this thread: (context handle, stream), innermost last.
-    static SCOPES: RefCell<Vec<(usize, Stream)>> = const { RefCell::new(Vec::new()) };
-}
-
 impl Device {
     /// Number of CUDA devices; `Err(Error::NoDriver)` without a driver.
     pub fn count() -> Result<usize> {
@@ -237,15 +93,12 @@ impl Device {
             .ctx("reading the stream priority range")?;
         let mk = |p: i32| -> Result<Stream> {
             let s = ctx.new_stream_with_priority(p).ctx("creating a stream")?;
-            Ok(Stream {
-                inner: s,
-                priority: p,
-            })
+            Ok(Stream::with_priority(s, p))
         };
         let compute = mk(least)?;
         let h2d = mk(least)?;
         let d2h = mk(least)?;
-        let allocator = Allocator::new(ctx.clone(), ordinal);
+        let allocator = Allocator::new(ctx.clone(), ordinal, compute.clone());
         let kernels = KernelSet::of(&ctx)?;
         let pinned = PinnedPool::new(ctx.clone());
         let dev = Device {
@@ -320,15 +173,7 @@ impl Device {
     /// The thread's current stream on this device: the innermost
     /// [`with_stream`](Self::with_stream) scope's, else the device's compute stream.
     pub fn stream(&self) -> Stream {
-        let key = self.inner.ctx.cu_ctx() as usize;
-        SCOPES
-            .with(|s| {
-                s.borrow()
-                    .iter()
-                    .rev()
-                    .find(|(k, _)| *k == key)
-                    .map(|(_, st)| st.clone())
-            })
+        stream::scoped(self.inner.ctx.cu_ctx() as usize)
             .unwrap_or_else(|| self.inner.compute.clone())
     }
 
@@ -352,28 +197,14 @@ impl Device {
             .ctx
             .new_stream_with_priority(p)
             .ctx("creating a stream")?;
-        Ok(Stream {
-            inner: s,
-            priority: p,
-        })
+        Ok(Stream::with_priority(s, p))
     }
 
     /// Runs `f` with `s` as this thread's current stream of this device: gpukit-core operations
     /// inside `f` queue their work on `s`. Scopes nest; the previous stream is restored when `f`
     /// returns or panics. A stream of another device is ignored by this device's operations.
     pub fn with_stream<R>(&self, s: &Stream, f: impl FnOnce() -> R) -> R {
-        let key = s.inner.context().cu_ctx() as usize;
-        SCOPES.with(|sc| sc.borrow_mut().push((key, s.clone())));
-        struct Pop;
-        impl Drop for Pop {
-            fn drop(&mut self) {
-                SCOPES.with(|sc| {
-                    sc.borrow_mut().pop();
-                });
-            }
-        }
-        let _pop = Pop;
-        f()
+        stream::with_scope(s, f)
     }
 
     /// The device's caching allocator.
@@ -408,4 +239,103 @@ impl Device {
     pub(crate) fn inner(&self) -> &DeviceInner {
         &self.inner
     }
+}
+
+impl crate::alloc::DeviceBuffer {
+    /// Wraps `bytes` bytes of device memory at `ptr` that another library owns (a DLPack
+    /// capsule's tensor, an object with `__cuda_array_interface__`): gpukit never frees it and
+    /// charges it to no owner or quota. `keep_alive` (the owner's handle: a capsule, a tensor
+    /// reference) is released when the buffer is dropped, after the host has waited for the
+    /// work queued on the memory through gpukit (an event on every stream that used it); should
+    /// that wait fail, `keep_alive` is leaked instead, so the memory is never returned to its
+    /// owner while gpukit's work may use it.
+    ///
+    /// The buffer starts out used on the thread's current stream of `dev`: order it after the
+    /// foreign producer first ([`Stream::wait_raw_stream`]), and make a foreign consumer wait
+    /// for gpukit's work ([`GpuArray::make_ready_on_raw`](crate::GpuArray::make_ready_on_raw)).
+    /// Foreign buffers of a device share one stream order (they may overlap each other).
+    /// Views: [`GpuArray::from_buffer`](crate::GpuArray::from_buffer).
+    ///
+    /// Checked here: the address range does not wrap, a non-empty buffer has a non-null address
+    /// that the driver knows as memory of `dev`, lying inside one allocation where the driver
+    /// reports the allocation's range.
+    ///
+    /// # Safety
+    /// While `keep_alive` lives, `[ptr, ptr + bytes)` must stay allocated device memory usable
+    /// from `dev`'s primary context (device memory of `dev`, or memory mapped for it), and must
+    /// not be freed or reused by its owner. Work of other libraries on the memory must be
+    /// ordered with gpukit's through the stream handshakes above (or host synchronisation).
+    pub unsafe fn from_foreign(
+        dev: &Device,
+        ptr: u64,
+        bytes: usize,
+        keep_alive: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Result<crate::alloc::DeviceBuffer> {
+        let invalid = |reason: String| Error::invalid("DeviceBuffer::from_foreign", reason);
+        if ptr.checked_add(bytes as u64).is_none() {
+            return Err(invalid(format!(
+                "{bytes} bytes at {ptr:#x} pass the end of the address space"
+            )));
+        }
+        if bytes > 0 {
+            if ptr == 0 {
+                return Err(invalid(format!("a null pointer for {bytes} bytes")));
+            }
+            check_foreign_range(dev, ptr, bytes)?;
+        }
+        let stream = dev.stream();
+        // SAFETY: forwarded from the caller; the range was checked above.
+        Ok(unsafe {
+            dev.allocator()
+                .wrap_foreign(ptr, bytes, keep_alive, &stream)
+        })
+    }
+}
+
+/// Checks with the driver that `[ptr, ptr + bytes)` is memory of `dev` inside one allocation.
+fn check_foreign_range(dev: &Device, ptr: u64, bytes: usize) -> Result<()> {
+    use cudarc::driver::sys::{self, CUpointer_attribute as A};
+    dev.context().bind_to_thread().ctx("binding the context")?;
+    let invalid = |reason: String| Error::invalid("DeviceBuffer::from_foreign", reason);
+    let mut ordinal: std::ffi::c_int = -1;
+    // SAFETY: the out-pointer holds the int this attribute writes; any address may be queried.
+    let status = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut ordinal as *mut std::ffi::c_int).cast(),
+            A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            ptr,
+        )
+    };
+    if status != sys::CUresult::CUDA_SUCCESS {
+        return Err(invalid(format!(
+            "{ptr:#x} is not memory the CUDA driver knows ({status:?}); pass a device pointer"
+        )));
+    }
+    if ordinal as usize != dev.ordinal() {
+        return Err(invalid(format!(
+            "{ptr:#x} is memory of device {ordinal}, not of device {}",
+            dev.ordinal()
+        )));
+    }
+    let (mut start, mut size): (u64, usize) = (0, 0);
+    // SAFETY: as above, with the u64 / size_t these attributes write.
+    let ranged = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut start as *mut u64).cast(),
+            A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            ptr,
+        ) == sys::CUresult::CUDA_SUCCESS
+            && sys::cuPointerGetAttribute(
+                (&mut size as *mut usize).cast(),
+                A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                ptr,
+            ) == sys::CUresult::CUDA_SUCCESS
+    };
+    if ranged && size > 0 && (ptr < start || ptr - start + bytes as u64 > size as u64) {
+        return Err(invalid(format!(
+            "{bytes} bytes at {ptr:#x} pass the end of their allocation ({size} bytes at \
+             {start:#x})"
+        )));
+    }
+    Ok(())
 }

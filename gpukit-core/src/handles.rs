@@ -24,8 +24,9 @@
 //! library cannot be loaded, gpukit returns [`Error::Jit`] with `LibraryMissing` instead.
 
 use crate::alloc::{current_owner, Allocator, DeviceBuffer};
-use crate::device::{Device, Stream};
+use crate::device::Device;
 use crate::error::{DriverContext, Error, Result};
+use crate::stream::Stream;
 use cudarc::cublas::{result as cb, sys as cbsys};
 use cudarc::cusolver::{result as cs, sys as cssys};
 use parking_lot::Mutex;

@@ -3,9 +3,10 @@
 //! type as an NVRTC name expression, loaded into the device's
 //! [`KernelSet`](gpukit_jit::KernelSet) under the id `gpukit-core/<program>`.
 
-use crate::device::{Device, Stream};
+use crate::device::Device;
 use crate::dtype::{kind_of, DTypeKind, ALL_DTYPE_NAMES};
 use crate::error::Result;
+use crate::stream::Stream;
 use gpukit_jit::{CompileOptions, Kernel, KernelArg, LaunchConfig};
 use std::collections::HashMap;
 use std::sync::OnceLock;

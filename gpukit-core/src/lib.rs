@@ -1,6 +1,6 @@
 //! # gpukit-core
 //!
-//! Devices, streams and events; `GpuArray<T>` with NumPy-like operations; a caching device
+//! Devices, [`stream`]s and events; `GpuArray<T>` with NumPy-like operations; a caching device
 //! allocator with per-owner accounting and quotas; pinned, stream-ordered transfers. GEMM lives
 //! in [`gemm`].
 //!
@@ -49,6 +49,7 @@ pub mod pinned;
 pub mod random;
 pub mod shape;
 pub mod slice;
+pub mod stream;
 mod transfer;
 
 pub use alloc::{
@@ -60,7 +61,7 @@ pub use array::{
     where_, BinaryOp, CompareOp, Expr, GpuArray, LogicalOp, Predicate, ReduceOp, ScanOp, UnaryOp,
 };
 pub use attributes::DeviceAttributes;
-pub use device::{Device, Event, Stream};
+pub use device::Device;
 pub use dtype::{DType, DTypeKind};
 pub use error::{Error, Result};
 pub use gpukit_jit::{Arch, CompileOptions, Kernel, KernelArg, LaunchConfig};
@@ -69,3 +70,4 @@ pub use handles::{BlasHandle, SolverHandle};
 pub use pinned::{PinnedBuffer, PinnedKind, PinnedPool};
 pub use random::Generator;
 pub use slice::{Ellipsis, Index, NewAxis};
+pub use stream::{Event, ForeignStream, Stream};

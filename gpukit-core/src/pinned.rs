@@ -14,8 +14,8 @@
 //! [`PinnedBuffer::as_mut_slice`]) wait for it first, and the pool never hands the buffer out
 //! again before it has completed, so safe code cannot race a DMA transfer.
 
-use crate::device::Event;
 use crate::error::{DriverContext, Result};
+use crate::stream::Event;
 use cudarc::driver::{sys, CudaContext};
 use parking_lot::Mutex;
 use std::sync::Arc;

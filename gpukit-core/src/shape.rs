@@ -5,16 +5,23 @@ use crate::error::{Error, Result};
 /// The most dimensions a strided kernel launch takes (after merging contiguous dimensions).
 pub const MAX_DIMS: usize = 8;
 
-/// Number of elements of `shape`; an error when the product overflows.
+/// Number of elements of `shape`; an error when it passes `isize::MAX` (the most elements an
+/// array may have: strides, offsets and the kernels' 64-bit indices are signed).
 pub fn numel(op: &str, shape: &[usize]) -> Result<usize> {
-    shape.iter().try_fold(1usize, |acc, &d| {
-        acc.checked_mul(d).ok_or_else(|| {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| n <= isize::MAX as usize)
+        .or_else(|| shape.contains(&0).then_some(0))
+        .ok_or_else(|| {
             Error::invalid(
                 op,
-                format!("shape {shape:?} has more elements than fit in usize"),
+                format!(
+                    "shape {shape:?} has more elements than an array can hold ({})",
+                    isize::MAX
+                ),
             )
         })
-    })
 }
 
 /// Row-major (C order) element strides of `shape`.
@@ -47,7 +54,8 @@ pub fn is_contiguous(shape: &[usize], strides: &[isize]) -> bool {
 }
 
 /// The broadcast shape of `a` and `b` under NumPy rules (align right; each pair of extents must
-/// be equal or one of them 1). The error names both shapes.
+/// be equal or one of them 1). The error names both shapes; a result with more elements than an
+/// array can hold ([`numel`]) is an error too.
 pub fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     let n = a.len().max(b.len());
     let mut out = vec![0usize; n];
@@ -70,6 +78,7 @@ pub fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>
             return Err(Error::shape(op, a, b));
         };
     }
+    numel(op, &out)?;
     Ok(out)
 }
 
@@ -243,6 +252,82 @@ pub fn extent(shape: &[usize], strides: &[isize], offset: usize) -> Option<(usiz
         }
     }
     Some((lo.max(0) as usize, hi.max(0) as usize))
+}
+
+/// Checks that a view of `shape` / `strides` (elements) starting at element `offset` of a
+/// buffer of `buf_bytes` bytes, with elements of `elem_size` bytes, lies inside the buffer and
+/// has no element reached by two indices except through broadcasting (an axis of stride 0):
+/// what every view gpukit-core makes satisfies and its kernels rely on. Sufficient layouts for
+/// the second rule: the axes sorted by stride, each stride longer than the span of the axes
+/// below it (every dense, sliced, transposed or broadcast layout). Also checks that the element
+/// count fits in `isize` (see [`numel`]).
+pub fn check_view(
+    op: &str,
+    shape: &[usize],
+    strides: &[isize],
+    offset: usize,
+    elem_size: usize,
+    buf_bytes: usize,
+) -> Result<()> {
+    if shape.len() != strides.len() {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "shape {shape:?} has {} axes but strides {strides:?} have {}",
+                shape.len(),
+                strides.len()
+            ),
+        ));
+    }
+    numel(op, shape)?;
+    let elems = (buf_bytes / elem_size.max(1)) as i128;
+    if shape.contains(&0) {
+        if offset as i128 > elems {
+            return Err(Error::invalid(
+                op,
+                format!("offset {offset} lies past the buffer's {elems} elements"),
+            ));
+        }
+        return Ok(());
+    }
+    // The lowest and highest element reached, exactly (i128: no wrapping).
+    let (mut lo, mut hi) = (offset as i128, offset as i128);
+    for (&d, &s) in shape.iter().zip(strides) {
+        let span = (d as i128 - 1) * s as i128;
+        if span < 0 {
+            lo += span;
+        } else {
+            hi += span;
+        }
+    }
+    if lo < 0 || hi >= elems {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "the view (shape {shape:?}, strides {strides:?}, offset {offset}) reaches elements                  {lo}..={hi}, outside the buffer's {elems} elements of {elem_size} bytes"
+            ),
+        ));
+    }
+    let mut axes: Vec<(u128, usize)> = shape
+        .iter()
+        .zip(strides)
+        .filter(|(&d, &s)| d > 1 && s != 0)
+        .map(|(&d, &s)| (s.unsigned_abs() as u128, d))
+        .collect();
+    axes.sort_unstable();
+    let mut span: u128 = 0;
+    for (s, d) in axes {
+        if s <= span {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "the view (shape {shape:?}, strides {strides:?}) reaches some elements through                      two indices; only broadcasting (stride 0) may repeat elements"
+                ),
+            ));
+        }
+        span += s * (d as u128 - 1);
+    }
+    Ok(())
 }
 
 /// True when two different indices of a view of `shape` / `strides` reach the same element (a
@@ -461,6 +546,57 @@ mod tests {
         assert!(numel("x", &[usize::MAX, 2]).is_err());
     }
 
+    #[test]
+    fn element_counts_past_isize_are_refused() {
+        // Each product wrapped or passed isize::MAX before: len() of a broadcast view of such a
+        // shape wrapped in release builds.
+        assert!(numel("x", &[1 << 32, 1 << 32]).is_err());
+        assert!(
+            numel("x", &[1 << 62, 2]).is_err(),
+            "2^63 elements do not fit in isize"
+        );
+        assert_eq!(numel("x", &[1 << 62]).unwrap(), 1 << 62);
+        assert_eq!(
+            numel("x", &[usize::MAX, 2, 0]).unwrap(),
+            0,
+            "empty whatever the rest"
+        );
+        let e = broadcast_shapes("add", &[1, 1 << 40], &[1 << 40, 1])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more elements"), "{e}");
+        assert!(broadcast_shapes("add", &[1, 1 << 20], &[1 << 20, 1]).is_ok());
+    }
+
+    #[test]
+    fn views_must_lie_inside_their_buffer_and_not_repeat_elements() {
+        // A 4 x 6 f32 buffer (96 bytes).
+        let ok = |shape: &[usize], strides: &[isize], offset: usize| {
+            check_view("v", shape, strides, offset, 4, 96)
+        };
+        ok(&[4, 6], &[6, 1], 0).unwrap();
+        ok(&[6, 4], &[1, 6], 0).unwrap(); // transposed
+        ok(&[2, 3], &[12, 2], 1).unwrap(); // every other row and column from (0, 1)
+        ok(&[4, 6], &[6, -1], 5).unwrap(); // columns reversed
+        ok(&[3, 4, 6], &[0, 6, 1], 0).unwrap(); // broadcast axis
+        ok(&[0, 6], &[6, 1], 24).unwrap(); // empty, offset at the end
+        ok(&[1], &[1], 23).unwrap();
+        let err = |shape: &[usize], strides: &[isize], offset: usize| {
+            check_view("v", shape, strides, offset, 4, 96)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(&[1], &[1], 24).contains("outside"));
+        assert!(err(&[4, 7], &[6, 1], 0).contains("outside"));
+        assert!(err(&[4, 6], &[6, -1], 0).contains("outside"), "negative");
+        assert!(err(&[2], &[isize::MAX], 0).contains("outside"), "no wrap");
+        assert!(err(&[3, 3], &[1, 1], 0).contains("two indices"));
+        assert!(err(&[2, 4], &[2, 1], 0).contains("two indices"));
+        assert!(err(&[4, 6], &[6], 0).contains("axes"));
+        assert!(err(&[0], &[1], 25).contains("past"));
+        assert!(err(&[1 << 62, 4], &[0, 0], 0).contains("more elements"));
+    }
+
     fn cpu_offsets(shape: &[usize], strides: &[isize]) -> Vec<isize> {
         let n: usize = shape.iter().product();
         (0..n)
@@ -514,6 +650,56 @@ mod tests {
             let (cs, cst) = coalesce(&shape, &[a.clone(), b.clone()]);
             prop_assert_eq!(cpu_offsets(&shape, &a), cpu_offsets(&cs, &cst[0]));
             prop_assert_eq!(cpu_offsets(&shape, &b), cpu_offsets(&cs, &cst[1]));
+        }
+
+        #[test]
+        fn every_sliced_view_passes_and_its_elements_are_distinct(
+            shape in prop::collection::vec(1usize..5, 1..4),
+            seed in any::<u64>(),
+        ) {
+            // Slices with steps and reversals of a contiguous buffer, some axes transposed.
+            let strides = contiguous_strides(&shape);
+            let mut idx = Vec::new();
+            for (i, &d) in shape.iter().enumerate() {
+                let step = [1isize, 2, -1, -3][((seed >> (4 * i)) & 3) as usize];
+                let start = ((seed >> (4 * i + 2)) as usize % d) as isize;
+                idx.push(crate::slice::Index::numpy(Some(start), None, step));
+            }
+            let n: usize = shape.iter().product();
+            let v = crate::slice::resolve("t", &shape, &strides, 0, &idx).unwrap();
+            let (mut vs, mut vst) = (v.shape.clone(), v.strides.clone());
+            if seed & 1 == 1 {
+                vs.reverse();
+                vst.reverse();
+            }
+            prop_assert!(check_view("t", &vs, &vst, v.offset, 8, n * 8).is_ok());
+            let offs = cpu_offsets(&vs, &vst);
+            let mut seen: Vec<isize> = offs.iter().map(|o| o + v.offset as isize).collect();
+            prop_assert!(seen.iter().all(|&o| o >= 0 && (o as usize) < n));
+            seen.sort_unstable();
+            seen.dedup();
+            prop_assert_eq!(seen.len(), offs.len());
+        }
+
+        #[test]
+        fn check_view_never_accepts_a_view_that_leaves_the_buffer_or_repeats(
+            shape in prop::collection::vec(1usize..4, 1..4),
+            strides in prop::collection::vec(-7isize..8, 3),
+            offset in 0usize..40,
+            elems in 1usize..40,
+        ) {
+            let strides = &strides[..shape.len()];
+            if check_view("t", &shape, strides, offset, 2, elems * 2).is_ok() {
+                let offs = cpu_offsets(&shape, strides);
+                let abs: Vec<isize> = offs.iter().map(|o| o + offset as isize).collect();
+                prop_assert!(abs.iter().all(|&o| o >= 0 && (o as usize) < elems), "{:?}", abs);
+                if !has_repeated_elements(&shape, strides) {
+                    let mut u = abs.clone();
+                    u.sort_unstable();
+                    u.dedup();
+                    prop_assert_eq!(u.len(), abs.len());
+                }
+            }
         }
 
         #[test]

@@ -9,9 +9,9 @@
 //! write-combined: fast for the CPU to read) pinned buffers and are copied out while the next
 //! chunk is in flight.
 
-use crate::device::Stream;
 use crate::error::{DriverContext, Result};
 use crate::pinned::{PinnedBuffer, PinnedKind, PinnedPool};
+use crate::stream::Stream;
 use cudarc::driver::sys;
 use std::collections::VecDeque;
 

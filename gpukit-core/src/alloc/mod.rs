@@ -15,18 +15,30 @@
 //!   concurrent allocations and keeps counting buffers that outlive whoever allocated them.
 //! - When the driver is out of memory, cached segments are released and the allocation is
 //!   retried once; then it fails with [`Error::OutOfMemory`]. Nothing panics.
+//! - Uses of a buffer on different streams are ordered ([`access`]): work queued through
+//!   [`DeviceBuffer::use_on`] (every gpukit-core operation does) on another stream than the
+//!   buffer's latest user first waits for that stream.
+//! - Memory of another library ([`DeviceBuffer::from_foreign`]) is wrapped, never freed and
+//!   never charged: dropping the buffer waits for the work queued on it, then releases the
+//!   foreign owner's keep-alive handle.
+//!
+//! The allocator stands on [`crate::stream`] only: it is given the device's default stream when
+//! it is made and reads the thread's current stream from the stream scopes.
 
+pub(crate) mod access;
 pub mod pool;
 
-use crate::device::Stream;
 use crate::error::{DriverContext, Error, Result};
+use crate::stream::{self, Event, Stream};
+use access::Access;
 use cudarc::driver::{sys, CudaContext, DriverError};
 use parking_lot::{Mutex, RwLock};
 use pool::{is_small, round_size, segment_size, Pool, StreamKey};
+use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The tag an allocation is charged to. Cheap to clone.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -119,6 +131,9 @@ pub struct AllocStats {
     pub driver_frees: u64,
     /// Allocations that failed with [`Error::OutOfMemory`].
     pub oom_errors: u64,
+    /// Freed blocks kept out of reuse for good because a stream that used them could be neither
+    /// ordered nor waited for (a broken context): never handed out while work may use them.
+    pub leaked_blocks: u64,
 }
 
 /// The hook called before every allocation with the owner and the rounded size; an `Err`
@@ -147,7 +162,7 @@ struct Charge {
 
 struct Pending {
     addr: u64,
-    events: Vec<crate::device::Event>,
+    events: Vec<Event>,
 }
 
 struct State {
@@ -162,6 +177,11 @@ struct State {
 pub(crate) struct AllocInner {
     ctx: Arc<CudaContext>,
     ordinal: usize,
+    /// The device's default stream (the current stream outside any stream scope).
+    default_stream: Stream,
+    /// The stream order shared by every foreign buffer of the device (foreign buffers may
+    /// overlap each other, so they share one latest user).
+    foreign_access: OnceLock<Arc<Access>>,
     state: Mutex<State>,
     hook: RwLock<Option<AllocHook>>,
     ledger: RwLock<Option<Arc<dyn AllocLedger>>>,
@@ -183,11 +203,13 @@ impl fmt::Debug for Allocator {
 }
 
 impl Allocator {
-    pub(crate) fn new(ctx: Arc<CudaContext>, ordinal: usize) -> Self {
+    pub(crate) fn new(ctx: Arc<CudaContext>, ordinal: usize, default_stream: Stream) -> Self {
         Allocator {
             inner: Arc::new(AllocInner {
                 ctx,
                 ordinal,
+                default_stream,
+                foreign_access: OnceLock::new(),
                 state: Mutex::new(State {
                     pool: Pool::new(),
                     owners: HashMap::new(),
@@ -204,12 +226,15 @@ impl Allocator {
     /// Allocates `bytes` for the thread's current owner, ordered on the device's current
     /// stream of this thread.
     pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {
-        let stream = self.current_stream()?;
+        let stream = self.current_stream();
         self.alloc_for(&current_owner(), bytes, &stream)
     }
 
-    fn current_stream(&self) -> Result<Stream> {
-        Ok(crate::Device::open(self.inner.ordinal)?.stream())
+    /// The thread's current stream of this device (see
+    /// [`Device::stream`](crate::Device::stream)).
+    fn current_stream(&self) -> Stream {
+        stream::scoped(self.inner.ctx.cu_ctx() as usize)
+            .unwrap_or_else(|| self.inner.default_stream.clone())
     }
 
     /// Allocates `bytes` charged to `owner`, for use on `stream` (the block may be reused by
@@ -221,17 +246,15 @@ impl Allocator {
         stream: &Stream,
     ) -> Result<DeviceBuffer> {
         if bytes == 0 {
-            return Ok(DeviceBuffer {
-                ptr: 0,
-                len: 0,
-                size: 0,
-                charged: 0,
-                owner: owner.clone(),
-                stream: stream.clone(),
-                alloc: self.inner.clone(),
-                used_on: Mutex::new(Vec::new()),
-                charge: None,
-            });
+            return Ok(DeviceBuffer::pooled(
+                0,
+                0,
+                0,
+                0,
+                owner.clone(),
+                stream,
+                self.inner.clone(),
+            ));
         }
         let rounded = round_size(bytes);
         if let Some(hook) = self.inner.hook.read().clone() {
@@ -250,7 +273,9 @@ impl Allocator {
         };
         match self.take_block(owner, bytes, rounded, stream) {
             Ok(mut buf) => {
-                buf.charge = charge;
+                if let Origin::Pool { charge: slot, .. } = &mut buf.origin {
+                    *slot = charge;
+                }
                 Ok(buf)
             }
             Err(e) => {
@@ -298,17 +323,15 @@ impl Allocator {
         usage.in_use += rounded;
         usage.peak = usage.peak.max(usage.in_use);
         usage.allocations += 1;
-        Ok(DeviceBuffer {
-            ptr: addr,
-            len: bytes,
+        Ok(DeviceBuffer::pooled(
+            addr,
+            bytes,
             size,
-            charged: rounded,
-            owner: owner.clone(),
-            stream: stream.clone(),
-            alloc: self.inner.clone(),
-            used_on: Mutex::new(Vec::new()),
-            charge: None,
-        })
+            rounded,
+            owner.clone(),
+            stream,
+            self.inner.clone(),
+        ))
     }
 
     fn alloc_slow(&self, st: &mut State, stream: &Stream, rounded: usize) -> Result<u64> {
@@ -334,10 +357,7 @@ impl Allocator {
         let base = match self.driver_alloc(seg) {
             Ok(p) => p,
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-                self.inner
-                    .ctx
-                    .synchronize()
-                    .ctx("synchronizing before releasing the cache")?;
+                self.quiesce(st)?;
                 Self::drain_pending(st, true)?;
                 self.release_segments(st)?;
                 match self.driver_alloc(seg) {
@@ -535,30 +555,118 @@ impl Allocator {
     /// Waits for pending frees and releases every cached (wholly free) segment to the driver.
     pub fn empty_cache(&self) -> Result<()> {
         self.inner.ctx.bind_to_thread().ctx("binding the context")?;
+        let mut st = self.inner.state.lock();
+        self.quiesce(&st)?;
+        Self::drain_pending(&mut st, true)?;
+        self.release_segments(&mut st)
+    }
+
+    /// Waits until no queued work can use a cached block: the primary context, and every stream
+    /// that has segments, whatever its context (streams of green contexts are not synchronised
+    /// by the primary context's `cuCtxSynchronize`). Called with the state locked, so no block
+    /// is freed meanwhile: every free happened before, after the work that used the block was
+    /// queued.
+    fn quiesce(&self, st: &State) -> Result<()> {
         self.inner
             .ctx
             .synchronize()
             .ctx("synchronizing before releasing the cache")?;
-        let mut st = self.inner.state.lock();
-        Self::drain_pending(&mut st, true)?;
-        self.release_segments(&mut st)
+        for s in st.streams.values() {
+            s.synchronize()?;
+        }
+        Ok(())
     }
 }
 
-/// A block of device memory from the [`Allocator`]; returned to the cache when dropped.
+impl Allocator {
+    /// Wraps foreign device memory (see [`DeviceBuffer::from_foreign`], which checks the
+    /// pointer first), first used on `stream`.
+    ///
+    /// # Safety
+    /// As for [`DeviceBuffer::from_foreign`].
+    pub(crate) unsafe fn wrap_foreign(
+        &self,
+        ptr: u64,
+        bytes: usize,
+        keep_alive: Box<dyn Any + Send + Sync>,
+        stream: &Stream,
+    ) -> DeviceBuffer {
+        let access = self
+            .inner
+            .foreign_access
+            .get_or_init(|| Arc::new(Access::new(stream)))
+            .clone();
+        // The buffer's first use is on `stream`: order it after the foreign buffers' latest use
+        // (they may share memory with this one).
+        access.enter(stream);
+        DeviceBuffer {
+            ptr,
+            len: bytes,
+            size: bytes,
+            owner: OwnerId::new(FOREIGN_OWNER),
+            stream: stream.clone(),
+            used_on: Mutex::new(Vec::new()),
+            access: Tracker::Shared(access),
+            origin: Origin::Foreign {
+                keep_alive: Some(keep_alive),
+                ordinal: self.inner.ordinal,
+            },
+        }
+    }
+}
+
+/// The [`OwnerId`] a foreign buffer reports (it is charged to nobody).
+pub const FOREIGN_OWNER: &str = "foreign";
+
+/// The stream order of a buffer: its own, or the one every foreign buffer of the device shares.
+enum Tracker {
+    Own(Access),
+    Shared(Arc<Access>),
+}
+
+impl std::ops::Deref for Tracker {
+    type Target = Access;
+    fn deref(&self) -> &Access {
+        match self {
+            Tracker::Own(a) => a,
+            Tracker::Shared(a) => a,
+        }
+    }
+}
+
+/// Where a buffer's memory comes from.
+enum Origin {
+    /// A block of the allocator's pool, returned to it on drop.
+    Pool {
+        alloc: Arc<AllocInner>,
+        /// Bytes charged to the owner: the request in the allocator's size class, whatever
+        /// block served it (a larger cached block must not charge more, nor let usage pass the
+        /// quota that was checked against the request).
+        charged: usize,
+        charge: Option<Charge>,
+    },
+    /// Memory of another library: never freed here; its owner's handle is released on drop,
+    /// after the work queued on the memory has finished.
+    Foreign {
+        keep_alive: Option<Box<dyn Any + Send + Sync>>,
+        ordinal: usize,
+    },
+}
+
+/// A block of device memory from the [`Allocator`] (returned to the cache when dropped), or
+/// memory of another library wrapped by [`DeviceBuffer::from_foreign`].
 pub struct DeviceBuffer {
     ptr: u64,
     len: usize,
     size: usize,
-    /// Bytes charged to the owner: the request in the allocator's size class, whatever block
-    /// served it (a larger cached block must not charge more, nor let usage pass the quota
-    /// that was checked against the request).
-    charged: usize,
     owner: OwnerId,
+    /// The stream the block is ordered on in the pool (for a foreign buffer: its first user).
     stream: Stream,
-    alloc: Arc<AllocInner>,
+    /// Streams other than `stream` that used the buffer (waited for before the block is
+    /// reused or the foreign handle released).
     used_on: Mutex<Vec<Stream>>,
-    charge: Option<Charge>,
+    access: Tracker,
+    origin: Origin,
 }
 
 impl fmt::Debug for DeviceBuffer {
@@ -567,11 +675,37 @@ impl fmt::Debug for DeviceBuffer {
             .field("ptr", &format_args!("{:#x}", self.ptr))
             .field("len_bytes", &self.len)
             .field("owner", &self.owner)
+            .field("foreign", &self.is_foreign())
             .finish()
     }
 }
 
 impl DeviceBuffer {
+    fn pooled(
+        ptr: u64,
+        len: usize,
+        size: usize,
+        charged: usize,
+        owner: OwnerId,
+        stream: &Stream,
+        alloc: Arc<AllocInner>,
+    ) -> DeviceBuffer {
+        DeviceBuffer {
+            ptr,
+            len,
+            size,
+            owner,
+            stream: stream.clone(),
+            used_on: Mutex::new(Vec::new()),
+            access: Tracker::Own(Access::new(stream)),
+            origin: Origin::Pool {
+                alloc,
+                charged,
+                charge: None,
+            },
+        }
+    }
+
     /// The device address (0 for an empty buffer).
     pub fn ptr(&self) -> u64 {
         self.ptr
@@ -580,7 +714,8 @@ impl DeviceBuffer {
     pub fn len_bytes(&self) -> usize {
         self.len
     }
-    /// Bytes held (the request rounded to the allocator's granularity).
+    /// Bytes held (the request rounded to the allocator's granularity; a foreign buffer's
+    /// length).
     pub fn capacity_bytes(&self) -> usize {
         self.size
     }
@@ -588,21 +723,33 @@ impl DeviceBuffer {
     pub fn range(&self) -> std::ops::Range<u64> {
         self.ptr..self.ptr + self.len as u64
     }
-    /// Whether the two buffers share a byte (blocks of the allocator never do, so this is
-    /// true only for one buffer compared with itself, unless it is empty).
+    /// Whether the two buffers share a byte (blocks of the allocator never do; foreign buffers
+    /// may overlap each other).
     pub fn overlaps(&self, other: &DeviceBuffer) -> bool {
         gpukit_jit::typed::ranges_overlap(&self.range(), &other.range())
     }
-    /// The owner charged.
+    /// The owner charged ([`FOREIGN_OWNER`] for a foreign buffer, which is charged nothing).
     pub fn owner(&self) -> &OwnerId {
         &self.owner
+    }
+    /// The ordinal of the device the memory belongs to.
+    pub fn device_ordinal(&self) -> usize {
+        match &self.origin {
+            Origin::Pool { alloc, .. } => alloc.ordinal,
+            Origin::Foreign { ordinal, .. } => *ordinal,
+        }
+    }
+    /// Whether the memory belongs to another library ([`DeviceBuffer::from_foreign`]).
+    pub fn is_foreign(&self) -> bool {
+        matches!(self.origin, Origin::Foreign { .. })
     }
     /// The stream the buffer is ordered on.
     pub fn stream(&self) -> &Stream {
         &self.stream
     }
     /// Declares that work on `stream` (other than the buffer's own) uses the buffer, so that
-    /// its memory is reused only after that work has finished.
+    /// its memory is reused only after that work has finished. Does not order `stream` with
+    /// other uses: see [`use_on`](Self::use_on).
     pub fn record_stream(&self, stream: &Stream) {
         if *stream == self.stream || self.size == 0 {
             return;
@@ -612,6 +759,72 @@ impl DeviceBuffer {
             u.push(stream.clone());
         }
     }
+    /// Declares that work about to be queued on `stream` reads or writes the buffer: `stream`
+    /// is first ordered after every use queued so far on other streams (see
+    /// [`access`](self::access)), and the memory is reused (or a foreign handle released) only
+    /// after that work has finished. Call it before queueing the work.
+    pub fn use_on(&self, stream: &Stream) {
+        if self.size == 0 {
+            return;
+        }
+        if self.access.enter(stream) {
+            self.record_stream(stream);
+        }
+    }
+    /// The stream that used the buffer last ([`use_on`](Self::use_on)): its queue ends after
+    /// every use queued so far.
+    pub fn last_user(&self) -> Stream {
+        self.access.last()
+    }
+}
+
+/// How a stream that used a freed buffer was ordered before the memory goes back.
+#[derive(Debug)]
+enum Ordered<E> {
+    /// An event at the end of its work.
+    Event(E),
+    /// The host waited for it (no event could be made).
+    Waited,
+    /// Neither worked: the memory may still be in use.
+    Failed,
+}
+
+/// What happens to the memory of a dropped buffer.
+#[derive(Debug, PartialEq, Eq)]
+enum Release<E> {
+    /// Back at once (nothing else is pending).
+    Now,
+    /// Back once these events have completed.
+    After(Vec<E>),
+    /// Never: a stream that used it could not be ordered (the context is broken), so the
+    /// memory is kept out of reuse for the rest of the process rather than handed out while
+    /// work may still use it.
+    Never,
+}
+
+fn release_plan<E>(ordered: impl IntoIterator<Item = Ordered<E>>) -> Release<E> {
+    let mut events = Vec::new();
+    for o in ordered {
+        match o {
+            Ordered::Event(e) => events.push(e),
+            Ordered::Waited => {}
+            Ordered::Failed => return Release::Never,
+        }
+    }
+    if events.is_empty() {
+        Release::Now
+    } else {
+        Release::After(events)
+    }
+}
+
+/// Orders the end of `s`'s queued work: an event, else a host wait.
+fn order(s: &Stream) -> Ordered<Event> {
+    match s.record_marker() {
+        Ok(e) => Ordered::Event(e),
+        Err(_) if s.synchronize().is_ok() => Ordered::Waited,
+        Err(_) => Ordered::Failed,
+    }
 }
 
 impl Drop for DeviceBuffer {
@@ -619,31 +832,75 @@ impl Drop for DeviceBuffer {
         if self.size == 0 {
             return;
         }
-        let used_on = std::mem::take(&mut *self.used_on.lock());
-        let mut events = Vec::new();
-        for s in &used_on {
-            // If recording fails the context is broken; waiting on what we could record is
-            // the best we can do, and the block is still returned (never leaked).
-            if let Ok(e) = s.record_marker() {
-                events.push(e);
+        let mut streams = std::mem::take(&mut *self.used_on.lock());
+        match &mut self.origin {
+            Origin::Pool {
+                alloc,
+                charged,
+                charge,
+            } => {
+                let plan = release_plan(streams.iter().map(order));
+                let mut st = alloc.state.lock();
+                if let Some(u) = st.owners.get_mut(&self.owner) {
+                    u.in_use = u.in_use.saturating_sub(*charged);
+                    u.allocations = u.allocations.saturating_sub(1);
+                }
+                match plan {
+                    Release::Now => {
+                        st.pool.free(self.ptr);
+                    }
+                    Release::After(events) => st.pending.push(Pending {
+                        addr: self.ptr,
+                        events,
+                    }),
+                    Release::Never => st.stats.leaked_blocks += 1,
+                }
+                drop(st);
+                if let Some(c) = charge.take() {
+                    c.ledger.release(&self.owner, c.bytes);
+                }
+            }
+            Origin::Foreign { keep_alive, .. } => {
+                // The foreign owner may reuse the memory as soon as its handle is released:
+                // wait (on the host) for every stream that used it first.
+                let last = self.access.last();
+                if !streams.contains(&last) {
+                    streams.push(last);
+                }
+                let plan = release_plan(streams.iter().map(order));
+                let done = match plan {
+                    Release::Now => true,
+                    Release::After(events) => events.iter().all(|e| e.synchronize().is_ok()),
+                    Release::Never => false,
+                };
+                match keep_alive.take() {
+                    Some(k) if done => drop(k),
+                    // Work may still use the memory: keep the foreign owner's handle forever
+                    // rather than let it free memory in use.
+                    Some(k) => std::mem::forget(k),
+                    None => {}
+                }
             }
         }
-        let mut st = self.alloc.state.lock();
-        if let Some(u) = st.owners.get_mut(&self.owner) {
-            u.in_use = u.in_use.saturating_sub(self.charged);
-            u.allocations = u.allocations.saturating_sub(1);
-        }
-        if events.is_empty() {
-            st.pool.free(self.ptr);
-        } else {
-            st.pending.push(Pending {
-                addr: self.ptr,
-                events,
-            });
-        }
-        drop(st);
-        if let Some(c) = self.charge.take() {
-            c.ledger.release(&self.owner, c.bytes);
-        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{release_plan, Ordered, Release};
+
+    #[test]
+    fn a_stream_that_cannot_be_ordered_keeps_the_memory_out_of_reuse() {
+        use Ordered::*;
+        assert_eq!(release_plan::<u8>([]), Release::Now);
+        assert_eq!(release_plan::<u8>([Waited, Waited]), Release::Now);
+        assert_eq!(
+            release_plan([Event(1u8), Waited, Event(2)]),
+            Release::After(vec![1, 2])
+        );
+        // One stream neither recorded an event nor could be waited for: never released, even
+        // when the others were ordered (the old code freed the block at once).
+        assert_eq!(release_plan([Event(1u8), Failed, Event(2)]), Release::Never);
+        assert_eq!(release_plan::<u8>([Failed]), Release::Never);
     }
 }

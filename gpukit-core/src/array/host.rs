@@ -25,10 +25,11 @@
 
 use super::ops::same_device;
 use super::GpuArray;
-use crate::device::{Device, Stream};
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{DriverContext, Error, Result};
 use crate::pinned::{PinnedBuffer, PinnedKind};
+use crate::stream::Stream;
 use cudarc::driver::sys;
 use std::marker::PhantomData;
 

@@ -33,11 +33,12 @@ pub use reduce::ReduceOp;
 pub use scan::ScanOp;
 
 use crate::alloc::{current_owner, DeviceBuffer};
-use crate::device::{Device, Stream};
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{DriverContext, Error, Result};
 use crate::kernels::{self, KernelFile};
 use crate::shape;
+use crate::stream::Stream;
 use gpukit_jit::KernelArg;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -212,8 +213,63 @@ impl<T: DType> GpuArray<T> {
         Self::from_slice(dev, &data, shape)
     }
 
-    /// The elements in row-major order. Waits for the work queued on the current stream and on
-    /// the stream the array was made on, so it always sees finished results.
+    /// A view of `buf` (device memory of this crate's allocator or of another library,
+    /// [`DeviceBuffer::from_foreign`]): `shape`, element `strides` (negative and zero allowed)
+    /// and the element `offset` of element `[0, 0, ...]`.
+    ///
+    /// Checked, as for every view the crate makes: the view lies inside the buffer (what the
+    /// kernels rely on), element `[0, ...]` is aligned for `T`, and no element is reached by two
+    /// indices except through broadcasting (stride 0; such a view cannot be written into):
+    /// layouts where each stride is longer than the span of the smaller ones, which covers
+    /// dense, sliced, transposed and broadcast layouts (see [`shape::check_view`]).
+    pub fn from_buffer(
+        buf: Arc<DeviceBuffer>,
+        shape: &[usize],
+        strides: &[isize],
+        offset: usize,
+    ) -> Result<Self> {
+        let size = std::mem::size_of::<T>();
+        shape::check_view("from_buffer", shape, strides, offset, size, buf.len_bytes())?;
+        let first = buf.ptr() as u128 + offset as u128 * size as u128;
+        if !shape.contains(&0) && !first.is_multiple_of(std::mem::align_of::<T>() as u128) {
+            return Err(Error::invalid(
+                "from_buffer",
+                format!(
+                    "element [0, ...] at {first:#x} is not aligned for {} ({} bytes)",
+                    T::RUST_NAME,
+                    std::mem::align_of::<T>()
+                ),
+            ));
+        }
+        let dev = Device::open(buf.device_ordinal())?;
+        Ok(GpuArray {
+            dev,
+            buf,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            offset,
+            _t: PhantomData,
+        })
+    }
+
+    /// Makes future work on the foreign stream `foreign` wait for every use of this array's
+    /// memory queued so far through gpukit, on any stream (reads and writes alike: each use
+    /// waits for the one before, so waiting for the latest waits for all). The host does not
+    /// block. For DLPack's `__dlpack__(stream=...)` and the CUDA array interface's `stream`
+    /// key: `1` is the legacy default stream, `2` the per-thread default stream, `0` is refused
+    /// as ambiguous ([`crate::stream::ForeignStream`]).
+    ///
+    /// # Safety
+    /// `foreign`, unless 1 or 2, must be a live stream of a context of this array's device.
+    pub unsafe fn make_ready_on_raw(&self, foreign: u64) -> Result<()> {
+        let last = self.buf.last_user();
+        // SAFETY: forwarded from the caller.
+        unsafe { last.make_raw_stream_wait(foreign) }
+    }
+
+    /// The elements in row-major order. Waits for the work queued on the current stream and for
+    /// every use of the array's memory queued so far, on any stream, so it always sees finished
+    /// results.
     pub fn to_vec(&self) -> Result<Vec<T>> {
         // Zeroed allocation: a large one is fresh mmap'd memory whose pages are not touched yet,
         // so asking for huge pages now makes the copy fault 2 MiB at a time instead of 4 KiB
@@ -232,18 +288,17 @@ impl<T: DType> GpuArray<T> {
             return Err(Error::shape("copy_to_host", &[out.len()], &self.shape));
         }
         let current = self.dev.stream();
-        if !self.is_contiguous() && self.buf.stream() != &current {
-            // The gathering copy runs on the current stream: order it after the producer.
-            current.wait_stream(self.buf.stream())?;
-        }
+        // A non-contiguous array is first gathered on the current stream (ordered after its
+        // latest use by `astype`).
         let a = self.contiguous()?;
         if !out.is_empty() {
             let inner = a.dev.inner();
-            // Wait for the current stream and for the stream the data was produced on.
+            // Wait for the current stream and for the latest use of the memory (whose queue
+            // ends after every earlier use).
             inner.transfers.download(
                 bytemuck::cast_slice_mut(out),
                 a.device_ptr(),
-                &[&current, a.buf.stream(), self.buf.stream()],
+                &[&current, &a.buf.last_user()],
                 &inner.d2h,
             )?;
         }
@@ -272,7 +327,7 @@ impl<T: DType> GpuArray<T> {
     pub fn strides(&self) -> &[isize] {
         &self.strides
     }
-    /// Number of elements.
+    /// Number of elements (every constructor checks that it fits in `isize`).
     pub fn len(&self) -> usize {
         self.shape.iter().product()
     }
@@ -296,6 +351,15 @@ impl<T: DType> GpuArray<T> {
     pub fn buffer(&self) -> &DeviceBuffer {
         &self.buf
     }
+    /// The underlying buffer as a shared handle (for [`from_buffer`](Self::from_buffer) views
+    /// of another element type or layout).
+    pub fn buffer_arc(&self) -> &Arc<DeviceBuffer> {
+        &self.buf
+    }
+    /// The element offset of element `[0, 0, ...]` in the buffer.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
     /// Device address of element `[0, 0, ...]` (offset applied).
     pub fn device_ptr(&self) -> u64 {
         self.buf.ptr() + (self.offset * std::mem::size_of::<T>()) as u64
@@ -312,9 +376,11 @@ impl<T: DType> GpuArray<T> {
         kernels::get(&self.dev, file, T::NAME, expr)
     }
 
-    /// Declares use on `stream` (so the memory is not reused under a running kernel).
+    /// Declares that work about to be queued on `stream` reads or writes this array: `stream`
+    /// is ordered after every earlier use of the buffer on other streams, and the memory is not
+    /// reused under a running kernel ([`DeviceBuffer::use_on`]). Call it before queueing.
     pub(crate) fn used_on(&self, stream: &Stream) {
-        self.buf.record_stream(stream);
+        self.buf.use_on(stream);
     }
 
     /// A view of the same buffer. Callers guarantee the view lies inside the buffer.
@@ -463,11 +529,13 @@ impl<T: DType> GpuArray<T> {
     }
 }
 
-// SAFETY: the buffer is a live allocation of the array's device (the array holds an Arc of it);
-// the view lies inside it (every view constructor checks its bounds), so byte_range is inside
-// the allocation; is_dense is true only for contiguous views, whose elements are exactly the
-// range starting at device_ptr. read_on / write_on record the use on the stream, so the
-// allocator does not reuse the block before the work queued there has completed.
+// SAFETY: the buffer is a live allocation of the array's device (the array holds an Arc of it;
+// a foreign buffer's memory stays valid while it lives, by from_foreign's contract); the view
+// lies inside it (every view constructor checks its bounds), so byte_range is inside the
+// allocation; is_dense is true only for contiguous views, whose elements are exactly the range
+// starting at device_ptr. read_on / write_on enter the stream into the buffer's stream order
+// (use_on), so the memory is neither reused nor handed back before the work queued there has
+// completed, and that work is ordered after earlier uses on other streams.
 unsafe impl<T: DType> gpukit_jit::DeviceMemory for GpuArray<T> {
     fn elem_type(&self) -> gpukit_jit::ElemType {
         <T as gpukit_jit::Element>::ELEM
@@ -485,14 +553,14 @@ unsafe impl<T: DType> gpukit_jit::DeviceMemory for GpuArray<T> {
         &'s self,
         stream: &'s Arc<cudarc::driver::CudaStream>,
     ) -> (u64, gpukit_jit::UseGuard<'s>) {
-        self.buf.record_stream(&Stream::wrap(stream.clone()));
+        self.buf.use_on(&Stream::wrap(stream.clone()));
         (self.device_ptr(), gpukit_jit::UseGuard::none())
     }
     fn write_on<'s>(
         &'s mut self,
         stream: &'s Arc<cudarc::driver::CudaStream>,
     ) -> (u64, gpukit_jit::UseGuard<'s>) {
-        self.buf.record_stream(&Stream::wrap(stream.clone()));
+        self.buf.use_on(&Stream::wrap(stream.clone()));
         (self.device_ptr(), gpukit_jit::UseGuard::none())
     }
 }

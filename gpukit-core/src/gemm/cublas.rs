@@ -3,9 +3,9 @@
 //! cached handle from gpukit-core's handle cache ([`crate::handles::BlasHandle`]).
 
 use super::desc::{RawGemm, Transpose};
-use crate::device::Stream;
 use crate::error::{Error, Result};
 use crate::handles::BlasHandle;
+use crate::stream::Stream;
 use cudarc::cublas::sys as cublas_sys;
 
 /// Element types cuBLAS computes for [`cublas_gemm`].

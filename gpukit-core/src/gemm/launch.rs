@@ -15,8 +15,9 @@ use super::plan::{self, Family, Operands, Plan, Problem, Source, TileConfig};
 use super::tma::{self, Rounding};
 use crate::alloc::current_owner;
 use crate::attributes::DeviceAttributes;
-use crate::device::{Device, Stream};
+use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::stream::Stream;
 use gpukit_jit::{KernelArg, LaunchConfig};
 
 /// Grouped tile order of every kernel: GROUP_M tile rows per group (L2 reuse).

@@ -356,10 +356,15 @@ pub fn gemm_with<T: DType>(
     };
     let dev = c.device().clone();
     let stream = dev.stream();
+    // Before anything is queued: `stream` is ordered after earlier uses of the operands on other
+    // streams, and their memory is not reused before the work queued below has run (even when
+    // a launch fails part-way, after some of it was queued).
+    oa.array.used_on(&stream);
+    ob.array.used_on(&stream);
+    c.used_on(&stream);
     // SAFETY: the pointers come from live arrays of this device whose shapes and strides were
     // checked above (RawGemm::validate re-checks leading dimensions and batch strides); the
-    // arrays are marked as used on `stream` below, so their memory is not reused before the
-    // enqueued work has run.
+    // arrays were marked as used on `stream` above.
     unsafe {
         match T::RUST_NAME {
             "f32" => launch::sgemm(&stream, precision, &g),
@@ -371,11 +376,7 @@ pub fn gemm_with<T: DType>(
                 dtype: other_static(other),
             }),
         }
-    }?;
-    oa.array.used_on(&stream);
-    ob.array.used_on(&stream);
-    c.used_on(&stream);
-    Ok(())
+    }
 }
 
 #[cfg(test)]

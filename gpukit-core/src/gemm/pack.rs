@@ -9,8 +9,9 @@ use super::kernels;
 use super::operand::OperandView;
 use super::plan::TileConfig;
 use crate::alloc::{current_owner, DeviceBuffer};
-use crate::device::{Device, Stream};
+use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::stream::Stream;
 use gpukit_jit::{KernelArg, LaunchConfig};
 
 /// Rows of an operand one pack block covers (the pack kernel's block tile is 64 rows x 32 k).

@@ -2,6 +2,8 @@
 //! and tolerances.
 #![allow(dead_code)]
 
+pub mod slow;
+
 use gpukit_core::{bf16, f16, DType, DTypeKind, Device};
 pub use proptest::prelude::*;
 

@@ -1,0 +1,105 @@
+//! Stream order of the uses of one array's memory (issue 21, "Ordering"): an array written on
+//! one stream and read on another, copies that wait for the latest writer rather than for the
+//! allocating stream, and the gather of a non-contiguous download. Each test queues a write that
+//! is still running (a kernel that spins first) when the next use is queued: without ordering
+//! the next use reads the old values. Skips without a GPU.
+
+mod common;
+
+use common::slow::slow_fill;
+use gpukit_core::{s, GpuArray, PinnedArray, PinnedKind};
+
+const N: usize = 1 << 20;
+
+#[test]
+fn written_on_one_stream_read_on_another() {
+    let Some(dev) = common::device("written_on_one_stream_read_on_another") else {
+        return;
+    };
+    let (s1, s2) = (dev.new_stream(0).unwrap(), dev.new_stream(0).unwrap());
+    let mut x = GpuArray::<f32>::zeros(&dev, &[N]).unwrap();
+    dev.synchronize().unwrap();
+    slow_fill(&dev, &mut x, 3.0, &s1);
+    // Read on s2 (a scope of another thread's stream, as a Python thread sharing x would).
+    let y = dev.with_stream(&s2, || x.mul_scalar(2.0)).unwrap();
+    let got = dev.with_stream(&s2, || y.to_vec()).unwrap();
+    assert!(
+        got.iter().all(|&v| v == 6.0),
+        "read before the write: {}",
+        got[0]
+    );
+    // And the other way round: a write on s2 after a slow write on s1 lands last.
+    slow_fill(&dev, &mut x, 5.0, &s1);
+    dev.with_stream(&s2, || x.fill(7.0)).unwrap();
+    dev.synchronize().unwrap();
+    assert!(
+        x.to_vec().unwrap().iter().all(|&v| v == 7.0),
+        "writes out of order"
+    );
+}
+
+#[test]
+fn copy_to_host_waits_for_the_latest_writer_not_the_allocating_stream() {
+    let Some(dev) =
+        common::device("copy_to_host_waits_for_the_latest_writer_not_the_allocating_stream")
+    else {
+        return;
+    };
+    let s1 = dev.new_stream(0).unwrap();
+    // Allocated on the device's compute stream, written on s1.
+    let mut x = GpuArray::<f32>::zeros(&dev, &[N]).unwrap();
+    dev.synchronize().unwrap();
+    slow_fill(&dev, &mut x, 4.0, &s1);
+    let mut out = vec![0.0f32; N];
+    x.copy_to_host(&mut out).unwrap();
+    assert!(
+        out.iter().all(|&v| v == 4.0),
+        "copied before the write: {}",
+        out[0]
+    );
+    // A strided view goes through a gather first.
+    slow_fill(&dev, &mut x, 9.0, &s1);
+    let v = x.reshape(&[1024, 1024]).unwrap().transpose();
+    assert!(v.to_vec().unwrap().iter().all(|&e| e == 9.0));
+}
+
+#[test]
+fn non_contiguous_download_async_waits_for_its_gather() {
+    let Some(dev) = common::device("non_contiguous_download_async_waits_for_its_gather") else {
+        return;
+    };
+    let s2 = dev.new_stream(0).unwrap();
+    let compute = dev.compute_stream().clone();
+    let mut x = GpuArray::<f32>::zeros(&dev, &[1024, 1024]).unwrap();
+    // Poison the block the gather will get from the pool.
+    drop(GpuArray::<f32>::full(&dev, &[1024, 1024], -1.0).unwrap());
+    slow_fill(&dev, &mut x, 2.0, &compute);
+    // The gather runs on the current (compute) stream behind the slow fill; the copy on s2.
+    let view = x.slice(&s![..;-1, ..]).unwrap();
+    let mut host = PinnedArray::<f32>::zeros(&dev, N, PinnedKind::Cached).unwrap();
+    view.download_async_on(&mut host, &s2).unwrap();
+    let got = host.as_slice().unwrap();
+    assert!(
+        got.iter().all(|&v| v == 2.0),
+        "copied before the gather: {}",
+        got[0]
+    );
+}
+
+#[test]
+fn gemm_marks_its_operands_before_launching() {
+    let Some(dev) = common::device("gemm_marks_its_operands_before_launching") else {
+        return;
+    };
+    if !gpukit_jit::testing::cublas("gemm_marks_its_operands_before_launching") {
+        return;
+    }
+    // A written on s1 (slowly), multiplied on the compute stream: the product must see A.
+    let s1 = dev.new_stream(0).unwrap();
+    let mut a = GpuArray::<f32>::zeros(&dev, &[256, 256]).unwrap();
+    let b = GpuArray::<f32>::ones(&dev, &[256, 256]).unwrap();
+    dev.synchronize().unwrap();
+    slow_fill(&dev, &mut a, 1.0, &s1);
+    let c = gpukit_core::gemm::matmul(&a, &b).unwrap();
+    assert!(c.to_vec().unwrap().iter().all(|&v| v == 256.0));
+}
