@@ -92,10 +92,13 @@ pub fn upload(
     macro_rules! go {
         ($T:ty) => {{
             let typed = arr.cast::<PyArrayDyn<$T>>()?.readonly();
-            let data = typed.as_slice().map_err(|e| PyValueError::new_err(e.to_string()))?;
+            let data = typed
+                .as_slice()
+                .map_err(|e| PyValueError::new_err(e.to_string()))?;
             let bytes: &[u8] = bytes_of(data);
             let dev = dev.clone();
-            py.detach(move || DynArray::from_bytes(&dev, bytes, &shape, t)).py()
+            py.detach(move || DynArray::from_bytes(&dev, bytes, &shape, t))
+                .py()
         }};
     }
     match t {
@@ -329,7 +332,11 @@ impl Array {
     #[pyo3(signature = (dtype, copy=true))]
     fn astype(&self, dtype: &Bound<'_, PyAny>, copy: bool) -> PyResult<Array> {
         let t = convert::element_type(Some(dtype), self.a.dtype())?;
-        let r = if copy { self.a.astype(t) } else { self.a.to_type(t) };
+        let r = if copy {
+            self.a.astype(t)
+        } else {
+            self.a.to_type(t)
+        };
         Ok(Array::new(r.py()?))
     }
 
@@ -356,11 +363,12 @@ impl Array {
         if axes.is_empty() {
             return Ok(Array::new(self.a.transpose()));
         }
-        let list: Vec<isize> = if axes.len() == 1 && !axes.get_item(0)?.is_instance_of::<pyo3::types::PyInt>() {
-            axes.get_item(0)?.extract()?
-        } else {
-            axes.extract()?
-        };
+        let list: Vec<isize> =
+            if axes.len() == 1 && !axes.get_item(0)?.is_instance_of::<pyo3::types::PyInt>() {
+                axes.get_item(0)?.extract()?
+            } else {
+                axes.extract()?
+            };
         let nd = self.a.ndim() as isize;
         let perm: Vec<usize> = list
             .iter()
@@ -393,74 +401,131 @@ impl Array {
 
     /// Fills the array with ``value``.
     fn fill(&self, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let s = convert::scalar(value)?
-            .ok_or_else(|| PyTypeError::new_err("fill takes a number"))?;
+        let s =
+            convert::scalar(value)?.ok_or_else(|| PyTypeError::new_err("fill takes a number"))?;
         self.a.fill(&s).py()
     }
 
     /// Sum over ``axis`` (None: all); integers widen to 64 bits.
     #[pyo3(signature = (axis=None, keepdims=false))]
-    fn sum(&self, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<Py<PyAny>> {
+    fn sum(
+        &self,
+        py: Python<'_>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<Py<PyAny>> {
         self.reduce(py, ReduceOp::Sum, axis, keepdims, 0)
     }
 
     /// Product over ``axis``.
     #[pyo3(signature = (axis=None, keepdims=false))]
-    fn prod(&self, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<Py<PyAny>> {
+    fn prod(
+        &self,
+        py: Python<'_>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<Py<PyAny>> {
         self.reduce(py, ReduceOp::Prod, axis, keepdims, 0)
     }
 
     /// Mean over ``axis`` (float64 for integers).
     #[pyo3(signature = (axis=None, keepdims=false))]
-    fn mean(&self, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<Py<PyAny>> {
+    fn mean(
+        &self,
+        py: Python<'_>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<Py<PyAny>> {
         self.reduce(py, ReduceOp::Mean, axis, keepdims, 0)
     }
 
     /// Maximum over ``axis`` (NaN propagates).
     #[pyo3(signature = (axis=None, keepdims=false))]
-    fn max(&self, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<Py<PyAny>> {
+    fn max(
+        &self,
+        py: Python<'_>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<Py<PyAny>> {
         self.reduce(py, ReduceOp::Max, axis, keepdims, 0)
     }
 
     /// Minimum over ``axis`` (NaN propagates).
     #[pyo3(signature = (axis=None, keepdims=false))]
-    fn min(&self, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<Py<PyAny>> {
+    fn min(
+        &self,
+        py: Python<'_>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<Py<PyAny>> {
         self.reduce(py, ReduceOp::Min, axis, keepdims, 0)
     }
 
     /// Whether any element is nonzero.
     #[pyo3(signature = (axis=None, keepdims=false))]
-    fn any(&self, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<Py<PyAny>> {
+    fn any(
+        &self,
+        py: Python<'_>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<Py<PyAny>> {
         self.reduce(py, ReduceOp::Any, axis, keepdims, 0)
     }
 
     /// Whether every element is nonzero.
     #[pyo3(signature = (axis=None, keepdims=false))]
-    fn all(&self, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<Py<PyAny>> {
+    fn all(
+        &self,
+        py: Python<'_>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<Py<PyAny>> {
         self.reduce(py, ReduceOp::All, axis, keepdims, 0)
     }
 
     /// Variance over ``axis`` with ``ddof`` delta degrees of freedom.
     #[pyo3(signature = (axis=None, keepdims=false, ddof=0))]
-    fn var(&self, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool, ddof: usize) -> PyResult<Py<PyAny>> {
+    fn var(
+        &self,
+        py: Python<'_>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        ddof: usize,
+    ) -> PyResult<Py<PyAny>> {
         self.reduce(py, ReduceOp::Var, axis, keepdims, ddof)
     }
 
     /// Standard deviation over ``axis``.
     #[pyo3(signature = (axis=None, keepdims=false, ddof=0))]
-    fn std(&self, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool, ddof: usize) -> PyResult<Py<PyAny>> {
+    fn std(
+        &self,
+        py: Python<'_>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        ddof: usize,
+    ) -> PyResult<Py<PyAny>> {
         self.reduce(py, ReduceOp::Std, axis, keepdims, ddof)
     }
 
     /// Index of the maximum (flat without ``axis``).
     #[pyo3(signature = (axis=None, keepdims=false))]
-    fn argmax(&self, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<Py<PyAny>> {
+    fn argmax(
+        &self,
+        py: Python<'_>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<Py<PyAny>> {
         self.reduce(py, ReduceOp::ArgMax, axis, keepdims, 0)
     }
 
     /// Index of the minimum (flat without ``axis``).
     #[pyo3(signature = (axis=None, keepdims=false))]
-    fn argmin(&self, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<Py<PyAny>> {
+    fn argmin(
+        &self,
+        py: Python<'_>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<Py<PyAny>> {
         self.reduce(py, ReduceOp::ArgMin, axis, keepdims, 0)
     }
 
@@ -478,7 +543,11 @@ impl Array {
 
     /// Values limited to ``[min, max]`` (either may be None).
     #[pyo3(signature = (min=None, max=None))]
-    fn clip(&self, min: Option<&Bound<'_, PyAny>>, max: Option<&Bound<'_, PyAny>>) -> PyResult<Array> {
+    fn clip(
+        &self,
+        min: Option<&Bound<'_, PyAny>>,
+        max: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Array> {
         let bound = |o: Option<&Bound<'_, PyAny>>| -> PyResult<Option<Scalar>> {
             match o {
                 None => Ok(None),
@@ -501,12 +570,16 @@ impl Array {
     }
 
     fn __setitem__(&self, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let v = convert::required_operand(value, "setitem")
-            .or_else(|_| -> PyResult<Operand> {
-                let np = value.py().import("numpy")?;
-                let host = np.call_method1("asarray", (value,))?;
-                Ok(Operand::Array(upload(value.py(), &host, self.a.device(), Some(self.a.dtype()))?))
-            })?;
+        let v = convert::required_operand(value, "setitem").or_else(|_| -> PyResult<Operand> {
+            let np = value.py().import("numpy")?;
+            let host = np.call_method1("asarray", (value,))?;
+            Ok(Operand::Array(upload(
+                value.py(),
+                &host,
+                self.a.device(),
+                Some(self.a.dtype()),
+            )?))
+        })?;
         match convert::key(key, self.a.device())? {
             Key::Basic(idx) => {
                 let view = self.a.slice(&idx).map_err(index_err)?;
@@ -522,7 +595,8 @@ impl Array {
             Key::Advanced(Advanced::Take(i)) => match v {
                 Operand::Array(src) => self.a.put(&i, &src).py(),
                 Operand::Scalar(s) => {
-                    let src = DynArray::full(self.a.device(), i.shape(), self.a.dtype(), &s).py()?;
+                    let src =
+                        DynArray::full(self.a.device(), i.shape(), self.a.dtype(), &s).py()?;
                     self.a.put(&i, &src).py()
                 }
             },
@@ -540,7 +614,12 @@ impl Array {
     fn __iter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let n = slf.get().__len__()?;
         let items = (0..n)
-            .map(|i| slf.get().a.slice(&[gpukit_core::slice::Index::At(i as isize)]).map(Array::new))
+            .map(|i| {
+                slf.get()
+                    .a
+                    .slice(&[gpukit_core::slice::Index::At(i as isize)])
+                    .map(Array::new)
+            })
             .collect::<gpukit_core::Result<Vec<Array>>>()
             .py()?;
         let list = pyo3::types::PyList::new(slf.py(), items)?;
@@ -568,7 +647,9 @@ impl Array {
 
     fn __index__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         if !(self.a.dtype().is_integer() || self.a.dtype() == ElementType::Bool) {
-            return Err(PyTypeError::new_err("only integer arrays with one element can be used as an index"));
+            return Err(PyTypeError::new_err(
+                "only integer arrays with one element can be used as an index",
+            ));
         }
         self.__int__(py)
     }
@@ -576,7 +657,10 @@ impl Array {
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let host = download(py, &self.a)?;
         let body: String = host.repr()?.extract()?;
-        let inner = body.strip_prefix("array(").and_then(|b| b.strip_suffix(')')).unwrap_or(&body);
+        let inner = body
+            .strip_prefix("array(")
+            .and_then(|b| b.strip_suffix(')'))
+            .unwrap_or(&body);
         Ok(format!("gpukit.Array({inner})"))
     }
 
@@ -624,15 +708,27 @@ impl Array {
     fn __rmod__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         py_arith(slf.py(), Arith::Remainder, other, slf.as_any())
     }
-    fn __pow__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>, modulo: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+    fn __pow__(
+        slf: &Bound<'_, Self>,
+        other: &Bound<'_, PyAny>,
+        modulo: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
         if modulo.is_some_and(|m| !m.is_none()) {
-            return Err(PyTypeError::new_err("pow() with a modulus is not supported"));
+            return Err(PyTypeError::new_err(
+                "pow() with a modulus is not supported",
+            ));
         }
         py_arith(slf.py(), Arith::Power, slf.as_any(), other)
     }
-    fn __rpow__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>, modulo: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+    fn __rpow__(
+        slf: &Bound<'_, Self>,
+        other: &Bound<'_, PyAny>,
+        modulo: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
         if modulo.is_some_and(|m| !m.is_none()) {
-            return Err(PyTypeError::new_err("pow() with a modulus is not supported"));
+            return Err(PyTypeError::new_err(
+                "pow() with a modulus is not supported",
+            ));
         }
         py_arith(slf.py(), Arith::Power, other, slf.as_any())
     }
@@ -693,7 +789,11 @@ impl Array {
     fn __imod__(&self, other: &Bound<'_, PyAny>) -> PyResult<()> {
         self.inplace(Arith::Remainder, other)
     }
-    fn __ipow__(&self, other: &Bound<'_, PyAny>, _modulo: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn __ipow__(
+        &self,
+        other: &Bound<'_, PyAny>,
+        _modulo: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         self.inplace(Arith::Power, other)
     }
     fn __iand__(&self, other: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -706,7 +806,11 @@ impl Array {
         self.inplace(Arith::BitXor, other)
     }
 
-    fn __richcmp__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>, op: PyCompareOp) -> PyResult<Py<PyAny>> {
+    fn __richcmp__(
+        slf: &Bound<'_, Self>,
+        other: &Bound<'_, PyAny>,
+        op: PyCompareOp,
+    ) -> PyResult<Py<PyAny>> {
         let op = match op {
             PyCompareOp::Lt => CompareOp::Lt,
             PyCompareOp::Le => CompareOp::Le,
@@ -751,7 +855,10 @@ impl Array {
 
     /// The CUDA array interface (version 3) describing this array's memory.
     #[getter]
-    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    fn __cuda_array_interface__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         crate::interop::cuda_array_interface(py, &self.a)
     }
 }
@@ -796,66 +903,119 @@ mod functions {
 
     /// ``x1 + x2``.
     #[pyfunction]
-    pub fn add(py: Python<'_>, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn add(
+        py: Python<'_>,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         arith2(py, Arith::Add, x1, x2)
     }
     /// ``x1 - x2``.
     #[pyfunction]
-    pub fn subtract(py: Python<'_>, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn subtract(
+        py: Python<'_>,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         arith2(py, Arith::Sub, x1, x2)
     }
     /// ``x1 * x2``.
     #[pyfunction]
-    pub fn multiply(py: Python<'_>, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn multiply(
+        py: Python<'_>,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         arith2(py, Arith::Mul, x1, x2)
     }
     /// ``x1 / x2`` (integers give float64).
     #[pyfunction]
-    pub fn divide(py: Python<'_>, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn divide(
+        py: Python<'_>,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         arith2(py, Arith::TrueDivide, x1, x2)
     }
     /// ``x1 // x2``.
     #[pyfunction]
-    pub fn floor_divide(py: Python<'_>, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn floor_divide(
+        py: Python<'_>,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         arith2(py, Arith::FloorDivide, x1, x2)
     }
     /// ``x1 % x2`` (the sign of ``x2``).
     #[pyfunction]
-    pub fn remainder(py: Python<'_>, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn remainder(
+        py: Python<'_>,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         arith2(py, Arith::Remainder, x1, x2)
     }
     /// ``x1 ** x2``.
     #[pyfunction]
-    pub fn power(py: Python<'_>, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn power(
+        py: Python<'_>,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         arith2(py, Arith::Power, x1, x2)
     }
     /// Elementwise maximum (NaN propagates).
     #[pyfunction]
-    pub fn maximum(py: Python<'_>, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn maximum(
+        py: Python<'_>,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         arith2(py, Arith::Maximum, x1, x2)
     }
     /// Elementwise minimum (NaN propagates).
     #[pyfunction]
-    pub fn minimum(py: Python<'_>, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn minimum(
+        py: Python<'_>,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         arith2(py, Arith::Minimum, x1, x2)
     }
     /// Bitwise (logical for bool) and.
     #[pyfunction]
-    pub fn bitwise_and(py: Python<'_>, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn bitwise_and(
+        py: Python<'_>,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         arith2(py, Arith::BitAnd, x1, x2)
     }
     /// Bitwise (logical for bool) or.
     #[pyfunction]
-    pub fn bitwise_or(py: Python<'_>, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn bitwise_or(
+        py: Python<'_>,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         arith2(py, Arith::BitOr, x1, x2)
     }
     /// Bitwise (logical for bool) xor.
     #[pyfunction]
-    pub fn bitwise_xor(py: Python<'_>, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn bitwise_xor(
+        py: Python<'_>,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         arith2(py, Arith::BitXor, x1, x2)
     }
 
-    fn arith2(py: Python<'_>, op: Arith, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    fn arith2(
+        py: Python<'_>,
+        op: Arith,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         let a = convert::required_operand(x1, op.name())?;
         let b = convert::required_operand(x2, op.name())?;
         out(py, dops::arith(op, a.as_ref(), b.as_ref()))
@@ -863,7 +1023,12 @@ mod functions {
 
     /// Compares elementwise: ``op`` is one of ``"eq" "ne" "lt" "le" "gt" "ge"``.
     #[pyfunction]
-    pub fn compare(py: Python<'_>, op: &str, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn compare(
+        py: Python<'_>,
+        op: &str,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         let op = match op {
             "eq" => CompareOp::Eq,
             "ne" => CompareOp::Ne,
@@ -871,7 +1036,11 @@ mod functions {
             "le" => CompareOp::Le,
             "gt" => CompareOp::Gt,
             "ge" => CompareOp::Ge,
-            other => return Err(PyValueError::new_err(format!("unknown comparison {other:?}"))),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown comparison {other:?}"
+                )))
+            }
         };
         let a = convert::required_operand(x1, op.name())?;
         let b = convert::required_operand(x2, op.name())?;
@@ -880,12 +1049,21 @@ mod functions {
 
     /// Logical ``op`` (``"and" "or" "xor"``) of truth values.
     #[pyfunction]
-    pub fn logical(py: Python<'_>, op: &str, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn logical(
+        py: Python<'_>,
+        op: &str,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         let op = match op {
             "and" => LogicalOp::And,
             "or" => LogicalOp::Or,
             "xor" => LogicalOp::Xor,
-            other => return Err(PyValueError::new_err(format!("unknown logical operation {other:?}"))),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown logical operation {other:?}"
+                )))
+            }
         };
         let a = convert::required_operand(x1, op.name())?;
         let b = convert::required_operand(x2, op.name())?;
@@ -929,7 +1107,11 @@ mod functions {
 
     /// ``x1 @ x2`` (NumPy's matmul: 1-D operands and batches broadcast; float types).
     #[pyfunction]
-    pub fn matmul(py: Python<'_>, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn matmul(
+        py: Python<'_>,
+        x1: &Bound<'_, PyAny>,
+        x2: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         let a = convert::array(x1, "matmul")?;
         let b = convert::array(x2, "matmul")?;
         if a.ndim() == 0 || b.ndim() == 0 {
@@ -947,7 +1129,12 @@ mod functions {
     /// ``numpy.where(condition, x, y)``.
     #[pyfunction]
     #[pyo3(name = "where")]
-    pub fn where_(py: Python<'_>, condition: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>, y: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub fn where_(
+        py: Python<'_>,
+        condition: &Bound<'_, PyAny>,
+        x: &Bound<'_, PyAny>,
+        y: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
         let c = convert::array(condition, "where")?;
         let a = convert::required_operand(x, "where")?;
         let b = convert::required_operand(y, "where")?;
@@ -958,7 +1145,12 @@ mod functions {
     /// the value: bool, int64 or float64).
     #[pyfunction]
     #[pyo3(signature = (shape, fill_value, dtype=None, device=None))]
-    pub fn full(shape: &Bound<'_, PyAny>, fill_value: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>, device: Option<usize>) -> PyResult<Array> {
+    pub fn full(
+        shape: &Bound<'_, PyAny>,
+        fill_value: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        device: Option<usize>,
+    ) -> PyResult<Array> {
         let s = convert::scalar(fill_value)?
             .ok_or_else(|| PyTypeError::new_err("fill_value must be a number"))?;
         let default = s.dtype.unwrap_or(match s.value {
@@ -968,42 +1160,68 @@ mod functions {
         });
         let t = convert::element_type(dtype, default)?;
         let dev = super::device(device)?;
-        Ok(Array::new(DynArray::full(&dev, &convert::shape(shape, false)?, t, &s).py()?))
+        Ok(Array::new(
+            DynArray::full(&dev, &convert::shape(shape, false)?, t, &s).py()?,
+        ))
     }
 
     /// An array of zeros (``dtype`` default float64).
     #[pyfunction]
     #[pyo3(signature = (shape, dtype=None, device=None))]
-    pub fn zeros(shape: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>, device: Option<usize>) -> PyResult<Array> {
+    pub fn zeros(
+        shape: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        device: Option<usize>,
+    ) -> PyResult<Array> {
         let t = convert::element_type(dtype, ElementType::F64)?;
         let dev = super::device(device)?;
-        Ok(Array::new(DynArray::zeros(&dev, &convert::shape(shape, false)?, t).py()?))
+        Ok(Array::new(
+            DynArray::zeros(&dev, &convert::shape(shape, false)?, t).py()?,
+        ))
     }
 
     /// An array of ones (``dtype`` default float64).
     #[pyfunction]
     #[pyo3(signature = (shape, dtype=None, device=None))]
-    pub fn ones(shape: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>, device: Option<usize>) -> PyResult<Array> {
+    pub fn ones(
+        shape: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        device: Option<usize>,
+    ) -> PyResult<Array> {
         let t = convert::element_type(dtype, ElementType::F64)?;
         let dev = super::device(device)?;
-        Ok(Array::new(DynArray::ones(&dev, &convert::shape(shape, false)?, t).py()?))
+        Ok(Array::new(
+            DynArray::ones(&dev, &convert::shape(shape, false)?, t).py()?,
+        ))
     }
 
     /// An uninitialised array (``dtype`` default float64): every element must be written
     /// before it is read.
     #[pyfunction]
     #[pyo3(signature = (shape, dtype=None, device=None))]
-    pub fn empty(shape: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>, device: Option<usize>) -> PyResult<Array> {
+    pub fn empty(
+        shape: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        device: Option<usize>,
+    ) -> PyResult<Array> {
         let t = convert::element_type(dtype, ElementType::F64)?;
         let dev = super::device(device)?;
-        Ok(Array::new(DynArray::empty(&dev, &convert::shape(shape, false)?, t).py()?))
+        Ok(Array::new(
+            DynArray::empty(&dev, &convert::shape(shape, false)?, t).py()?,
+        ))
     }
 
     /// ``numpy.arange``: ``arange(stop)``, ``arange(start, stop[, step])``; ``dtype`` None:
     /// int64 for integer arguments, float64 otherwise.
     #[pyfunction]
     #[pyo3(signature = (start, stop=None, step=None, dtype=None, device=None))]
-    pub fn arange(start: &Bound<'_, PyAny>, stop: Option<&Bound<'_, PyAny>>, step: Option<&Bound<'_, PyAny>>, dtype: Option<&Bound<'_, PyAny>>, device: Option<usize>) -> PyResult<Array> {
+    pub fn arange(
+        start: &Bound<'_, PyAny>,
+        stop: Option<&Bound<'_, PyAny>>,
+        step: Option<&Bound<'_, PyAny>>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        device: Option<usize>,
+    ) -> PyResult<Array> {
         let (b, e) = match stop {
             Some(s) if !s.is_none() => (start.clone(), s.clone()),
             _ => (0i64.into_pyobject(start.py())?.into_any(), start.clone()),
@@ -1012,18 +1230,31 @@ mod functions {
             Some(s) if !s.is_none() => s.clone(),
             _ => 1i64.into_pyobject(start.py())?.into_any(),
         };
-        let all_int = [&b, &e, &st].iter().all(|v| v.is_instance_of::<pyo3::types::PyInt>());
-        let default = if all_int { ElementType::I64 } else { ElementType::F64 };
+        let all_int = [&b, &e, &st]
+            .iter()
+            .all(|v| v.is_instance_of::<pyo3::types::PyInt>());
+        let default = if all_int {
+            ElementType::I64
+        } else {
+            ElementType::F64
+        };
         let t = convert::element_type(dtype, default)?;
         let f = |v: &Bound<'_, PyAny>| -> PyResult<f64> { v.extract() };
         let dev = super::device(device)?;
-        Ok(Array::new(DynArray::arange(&dev, f(&b)?, f(&e)?, f(&st)?, t).py()?))
+        Ok(Array::new(
+            DynArray::arange(&dev, f(&b)?, f(&e)?, f(&st)?, t).py()?,
+        ))
     }
 
     /// A GPU copy of a host array (NumPy array or anything ``numpy.asarray`` takes).
     #[pyfunction]
     #[pyo3(signature = (array, dtype=None, device=None))]
-    pub fn from_numpy(py: Python<'_>, array: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>, device: Option<usize>) -> PyResult<Array> {
+    pub fn from_numpy(
+        py: Python<'_>,
+        array: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        device: Option<usize>,
+    ) -> PyResult<Array> {
         let t = match dtype {
             Some(d) if !d.is_none() => Some(convert::element_type(Some(d), ElementType::F64)?),
             _ => None,
@@ -1037,7 +1268,12 @@ mod functions {
     /// or host data (copied).
     #[pyfunction]
     #[pyo3(signature = (obj, dtype=None, device=None))]
-    pub fn asarray(py: Python<'_>, obj: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>, device: Option<usize>) -> PyResult<Py<PyAny>> {
+    pub fn asarray(
+        py: Python<'_>,
+        obj: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        device: Option<usize>,
+    ) -> PyResult<Py<PyAny>> {
         let t = match dtype {
             Some(d) if !d.is_none() => Some(convert::element_type(Some(d), ElementType::F64)?),
             _ => None,

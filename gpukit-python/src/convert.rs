@@ -27,9 +27,12 @@ pub fn element_type(obj: Option<&Bound<'_, PyAny>>, default: ElementType) -> PyR
     }
     // anything else through NumPy's own dtype parsing (type objects, numpy dtypes, 'f4', ...)
     let np = obj.py().import("numpy")?;
-    let dt = np
-        .call_method1("dtype", (obj,))
-        .map_err(|_| PyTypeError::new_err(format!("{} is not a data type", obj.repr().map(|r| r.to_string()).unwrap_or_default())))?;
+    let dt = np.call_method1("dtype", (obj,)).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{} is not a data type",
+            obj.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })?;
     let name: String = dt.getattr("name")?.extract()?;
     ElementType::parse(&name).ok_or_else(|| unsupported(&name))
 }
@@ -49,7 +52,9 @@ pub fn scalar(obj: &Bound<'_, PyAny>) -> PyResult<Option<Scalar>> {
     }
     if obj.is_instance_of::<PyInt>() {
         let v: i128 = obj.extract().map_err(|_| {
-            PyOverflowError::new_err(format!("Python integer {obj} is out of bounds for every gpukit type"))
+            PyOverflowError::new_err(format!(
+                "Python integer {obj} is out of bounds for every gpukit type"
+            ))
         })?;
         return Ok(Some(Scalar::int(v)));
     }
@@ -71,7 +76,9 @@ pub fn scalar(obj: &Bound<'_, PyAny>) -> PyResult<Option<Scalar>> {
         return Ok(Some(s.typed(t)));
     }
     if obj.hasattr("__complex__")? && !obj.hasattr("__float__")? {
-        return Err(PyTypeError::new_err("complex numbers are not supported by gpukit"));
+        return Err(PyTypeError::new_err(
+            "complex numbers are not supported by gpukit",
+        ));
     }
     Ok(None)
 }
@@ -124,7 +131,10 @@ pub fn required_operand(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Operand>
     operand(obj)?.ok_or_else(|| {
         PyTypeError::new_err(format!(
             "{what}: unsupported operand type {}",
-            obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
         ))
     })
 }
@@ -241,11 +251,11 @@ pub fn key(obj: &Bound<'_, PyAny>, dev: &gpukit_core::Device) -> PyResult<Key> {
             return Err(PyIndexError::new_err(
                 "a bool scalar is not a valid index; index with a boolean array instead",
             ));
-        } else if it.is_instance_of::<PyInt>() || it.hasattr("__index__")? && scalar(it)?.is_some() {
+        } else if it.is_instance_of::<PyInt>() || it.hasattr("__index__")? && scalar(it)?.is_some()
+        {
             let v: i128 = it.call_method0("__index__")?.extract()?;
-            let v = isize::try_from(v).map_err(|_| {
-                PyIndexError::new_err(format!("index {v} is out of bounds"))
-            })?;
+            let v = isize::try_from(v)
+                .map_err(|_| PyIndexError::new_err(format!("index {v} is out of bounds")))?;
             out.push(Index::At(v));
         } else {
             if items.len() != 1 {

@@ -37,8 +37,9 @@ fn raise(name: &'static str, msg: String) -> PyErr {
 }
 
 /// What to install when the driver is missing.
-const NO_DRIVER_HINT: &str = "gpukit needs an NVIDIA GPU with its driver (libcuda.so.1, from the \
-    NVIDIA driver package) for GPU work";
+const NO_DRIVER_HINT: &str =
+    "Install the NVIDIA driver (it provides libcuda.so.1) on a machine with an \
+    NVIDIA GPU";
 
 /// The Python exception for an error of gpukit-core.
 pub fn core_err(e: gpukit_core::Error) -> PyErr {
@@ -67,10 +68,13 @@ pub fn jit_err(e: gpukit_jit::Error) -> PyErr {
     use gpukit_jit::Error as E;
     let msg = e.to_string();
     match e {
-        E::LibraryMissing { .. } => raise("CudaUnavailable", format!(
+        E::LibraryMissing { .. } => raise(
+            "CudaUnavailable",
+            format!(
             "{msg}. Kernels are compiled with NVRTC: `pip install nvidia-cuda-nvrtc` (CUDA 13) \
              or install the CUDA toolkit; GPU work also needs the NVIDIA driver"
-        )),
+        ),
+        ),
         E::Compile { .. } | E::Nvrtc { .. } => raise("CompileError", msg),
         E::KernelNotFound { .. } | E::InvalidInput { .. } => PyValueError::new_err(msg),
         E::ArgumentMismatch { .. } | E::Aliasing { .. } => PyTypeError::new_err(msg),

@@ -242,7 +242,11 @@ unsafe impl dlpark::python::DlpackStream for ConsumerStream {
         ))
     }
 
-    unsafe fn wait_for_producer(&self, _device: DLDevice, producer: *mut std::ffi::c_void) -> PyResult<bool> {
+    unsafe fn wait_for_producer(
+        &self,
+        _device: DLDevice,
+        producer: *mut std::ffi::c_void,
+    ) -> PyResult<bool> {
         // SAFETY: `producer` is the live stream the producer's C exchange API reported for
         // this device (the caller's contract).
         unsafe { self.dev.stream().wait_raw_stream(producer as u64) }.py()?;
@@ -343,12 +347,16 @@ fn from_cai(obj: &Bound<'_, PyAny>) -> PyResult<DynArray> {
     let shape: Vec<usize> = get("shape")?.extract()?;
     let ts: String = get("typestr")?.extract()?;
     let t = ElementType::parse(&ts).ok_or_else(|| {
-        PyTypeError::new_err(format!("the CUDA array interface type {ts:?} has no gpukit element type"))
+        PyTypeError::new_err(format!(
+            "the CUDA array interface type {ts:?} has no gpukit element type"
+        ))
     })?;
     let (ptr, read_only): (u64, bool) = get("data")?.extract()?;
     if let Some(mask) = d.get_item("mask")? {
         if !mask.is_none() {
-            return Err(PyValueError::new_err("masked CUDA arrays are not supported"));
+            return Err(PyValueError::new_err(
+                "masked CUDA arrays are not supported",
+            ));
         }
     }
     let strides: Vec<isize> = match d.get_item("strides")? {

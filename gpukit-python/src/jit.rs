@@ -42,7 +42,12 @@ pub struct PyKernel {
 /// ``ValueError`` naming it; compilation happens at the first call (or :meth:`Kernel.compile`).
 #[pyfunction]
 #[pyo3(signature = (src, func, options=None, block_size=256))]
-pub fn jit(src: &str, func: &str, options: Option<Vec<String>>, block_size: u32) -> PyResult<PyKernel> {
+pub fn jit(
+    src: &str,
+    func: &str,
+    options: Option<Vec<String>>,
+    block_size: u32,
+) -> PyResult<PyKernel> {
     if block_size == 0 || block_size > 1024 {
         return Err(PyValueError::new_err(format!(
             "block_size must be between 1 and 1024 threads, got {block_size}"
@@ -56,7 +61,11 @@ pub fn jit(src: &str, func: &str, options: Option<Vec<String>>, block_size: u32)
             let names: Vec<&str> = sigs.iter().map(|s| s.name.as_str()).collect();
             return Err(PyValueError::new_err(format!(
                 "function {func:?} is not a __global__ function of the source (it defines: {})",
-                if names.is_empty() { "none".to_string() } else { names.join(", ") }
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
             )));
         }
         [one] => {
@@ -96,12 +105,21 @@ impl PyKernel {
     }
 
     /// The compiled kernel for `dev` (compiling and loading on first use).
-    fn kernel_for(&self, py: Python<'_>, dev: &gpukit_core::Device) -> PyResult<gpukit_jit::Kernel> {
+    fn kernel_for(
+        &self,
+        py: Python<'_>,
+        dev: &gpukit_core::Device,
+    ) -> PyResult<gpukit_jit::Kernel> {
         if let Some(k) = self.compiled.lock().get(&dev.ordinal()) {
             return Ok(k.clone());
         }
         let opts = self.compile_options()?;
-        let program = self.name.split('<').next().unwrap_or(&self.name).to_string();
+        let program = self
+            .name
+            .split('<')
+            .next()
+            .unwrap_or(&self.name)
+            .to_string();
         let (src, name, dev2) = (self.source.clone(), self.name.clone(), dev.clone());
         let k = py
             .detach(move || dev2.load_kernel(&src, &program, &opts, &name))
@@ -118,7 +136,10 @@ fn scalar_arg<'a>(param: &gpukit_jit::signature::Param, v: &Bound<'_, PyAny>) ->
             "parameter `{}` ({}) takes a number, got {}",
             param.name,
             param.ty,
-            v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            v.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
         ))
     })?;
     let wrong = |what: &str| {
@@ -132,7 +153,9 @@ fn scalar_arg<'a>(param: &gpukit_jit::signature::Param, v: &Bound<'_, PyAny>) ->
         ParamKind::Float(bits) => {
             if let Some(t) = s.dtype {
                 if !t.is_float() || t.itemsize() * 8 != *bits as usize {
-                    return Err(wrong(&format!("a {t} scalar (a {bits}-bit float is needed)")));
+                    return Err(wrong(&format!(
+                        "a {t} scalar (a {bits}-bit float is needed)"
+                    )));
                 }
             }
             let x = match s.value {
@@ -155,8 +178,11 @@ fn scalar_arg<'a>(param: &gpukit_jit::signature::Param, v: &Bound<'_, PyAny>) ->
             };
             let unsigned = ty.contains("unsigned") || ty.starts_with('u') || ty == "size_t";
             if let Some(t) = s.dtype {
-                if !(t.is_integer() || t == ElementType::Bool) || t.itemsize() * 8 != *bits as usize {
-                    return Err(wrong(&format!("a {t} scalar (a {bits}-bit integer is needed)")));
+                if !(t.is_integer() || t == ElementType::Bool) || t.itemsize() * 8 != *bits as usize
+                {
+                    return Err(wrong(&format!(
+                        "a {t} scalar (a {bits}-bit integer is needed)"
+                    )));
                 }
             }
             let range_err = || {
@@ -197,7 +223,9 @@ fn dims(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(u32, u32, u32)>> {
         [x] => Ok(Some((*x, 1, 1))),
         [x, y] => Ok(Some((*x, *y, 1))),
         [x, y, z] => Ok(Some((*x, *y, *z))),
-        _ => Err(PyValueError::new_err("grid and block take 1 to 3 dimensions")),
+        _ => Err(PyValueError::new_err(
+            "grid and block take 1 to 3 dimensions",
+        )),
     }
 }
 
@@ -319,7 +347,9 @@ impl PyKernel {
         let mut dev: Option<gpukit_core::Device> = None;
         let mut largest = 0usize;
         for (p, g) in params.iter().zip(&given) {
-            let v = g.as_ref().ok_or_else(|| PyTypeError::new_err("missing argument"))?;
+            let v = g
+                .as_ref()
+                .ok_or_else(|| PyTypeError::new_err("missing argument"))?;
             if matches!(p.kind, ParamKind::Pointer { .. }) {
                 let a = convert::array(v, &format!("{} parameter `{}`", self.name, p.name))?;
                 if let Some(d) = &dev {
@@ -349,10 +379,16 @@ impl PyKernel {
         for ((p, g), a) in params.iter().zip(&given).zip(arrays.iter_mut()) {
             match (a, &p.kind) {
                 (Some(arr), ParamKind::Pointer { writable, .. }) => {
-                    launch_args.push(if *writable { arr.as_arg_mut() } else { arr.as_arg() });
+                    launch_args.push(if *writable {
+                        arr.as_arg_mut()
+                    } else {
+                        arr.as_arg()
+                    });
                 }
                 _ => {
-                    let v = g.as_ref().ok_or_else(|| PyTypeError::new_err("missing argument"))?;
+                    let v = g
+                        .as_ref()
+                        .ok_or_else(|| PyTypeError::new_err("missing argument"))?;
                     launch_args.push(scalar_arg(p, v)?);
                 }
             }
@@ -364,7 +400,9 @@ impl PyKernel {
                 let threads = block.0 as usize * block.1 as usize * block.2 as usize;
                 let blocks = largest.div_ceil(threads.max(1)).max(1);
                 let blocks = u32::try_from(blocks).map_err(|_| {
-                    PyValueError::new_err("the array is too large for a one-dimensional grid; pass grid=")
+                    PyValueError::new_err(
+                        "the array is too large for a one-dimensional grid; pass grid=",
+                    )
                 })?;
                 (blocks, 1, 1)
             }
@@ -385,7 +423,13 @@ pub struct PyElementwiseKernel(custom::ElementwiseKernel);
 impl PyElementwiseKernel {
     #[new]
     #[pyo3(signature = (in_params, out_params, operation, name, preamble=""))]
-    fn py_new(in_params: &str, out_params: &str, operation: &str, name: &str, preamble: &str) -> PyResult<Self> {
+    fn py_new(
+        in_params: &str,
+        out_params: &str,
+        operation: &str,
+        name: &str,
+        preamble: &str,
+    ) -> PyResult<Self> {
         let k = custom::ElementwiseKernel::new(in_params, out_params, operation, name)
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(PyElementwiseKernel(k.with_preamble(preamble)))
@@ -397,7 +441,10 @@ impl PyElementwiseKernel {
         let dargs = dyn_args(&owned);
         let outs = call_elementwise(&self.0, &dargs).py()?;
         if outs.len() == 1 {
-            let one = outs.into_iter().next().ok_or_else(|| PyValueError::new_err("no output"))?;
+            let one = outs
+                .into_iter()
+                .next()
+                .ok_or_else(|| PyValueError::new_err("no output"))?;
             return Ok(Py::new(py, Array::new(one))?.into_any());
         }
         let items = outs.into_iter().map(Array::new).collect::<Vec<_>>();
@@ -442,11 +489,18 @@ impl PyReductionKernel {
     }
 
     #[pyo3(signature = (*args, axis=None, keepdims=false))]
-    fn __call__(&self, args: &Bound<'_, PyTuple>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<Array> {
+    fn __call__(
+        &self,
+        args: &Bound<'_, PyTuple>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<Array> {
         let owned = owned_args(args)?;
         let dargs = dyn_args(&owned);
         let axes = convert::axes(axis)?;
-        Ok(Array::new(call_reduction(&self.0, &dargs, axes.as_deref(), keepdims).py()?))
+        Ok(Array::new(
+            call_reduction(&self.0, &dargs, axes.as_deref(), keepdims).py()?,
+        ))
     }
 }
 
@@ -458,14 +512,16 @@ enum Owned {
 
 fn owned_args(args: &Bound<'_, PyTuple>) -> PyResult<Vec<Owned>> {
     args.iter()
-        .map(|a| match convert::required_operand(&a, "kernel argument")? {
-            convert::Operand::Array(x) => Ok(Owned::Array(x)),
-            convert::Operand::Scalar(s) => Ok(match s.value {
-                ScalarValue::Float(f) => Owned::Scalar(f, f as i64),
-                ScalarValue::Int(i) => Owned::Scalar(i as f64, i as i64),
-                ScalarValue::Bool(b) => Owned::Scalar(b as u8 as f64, b as i64),
-            }),
-        })
+        .map(
+            |a| match convert::required_operand(&a, "kernel argument")? {
+                convert::Operand::Array(x) => Ok(Owned::Array(x)),
+                convert::Operand::Scalar(s) => Ok(match s.value {
+                    ScalarValue::Float(f) => Owned::Scalar(f, f as i64),
+                    ScalarValue::Int(i) => Owned::Scalar(i as f64, i as i64),
+                    ScalarValue::Bool(b) => Owned::Scalar(b as u8 as f64, b as i64),
+                }),
+            },
+        )
         .collect()
 }
 

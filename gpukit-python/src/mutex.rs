@@ -165,7 +165,9 @@ pub fn acquire(
             }
             Err(crossbeam::channel::RecvTimeoutError::Disconnected) => {
                 let _ = waiter.join();
-                return Err(PyRuntimeError::new_err("the waiting thread ended without an answer"));
+                return Err(PyRuntimeError::new_err(
+                    "the waiting thread ended without an answer",
+                ));
             }
         }
     }
@@ -182,7 +184,11 @@ pub fn gpumutex_main(py: Python<'_>, argv: Vec<OsString>) -> i32 {
 /// shim library's path. Returns the exit status.
 #[pyfunction]
 #[pyo3(signature = (argv, preload=None))]
-pub fn offload_main(py: Python<'_>, argv: Vec<OsString>, preload: Option<std::path::PathBuf>) -> i32 {
+pub fn offload_main(
+    py: Python<'_>,
+    argv: Vec<OsString>,
+    preload: Option<std::path::PathBuf>,
+) -> i32 {
     py.detach(move || gpukit_offload::cli::main_with_args(argv, preload))
 }
 

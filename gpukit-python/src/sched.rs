@@ -33,22 +33,24 @@ fn sched_err(e: gpukit_sched::Error) -> PyErr {
             let kind = match &e {
                 gpukit_sched::Error::Cancelled { .. } => "TaskCancelled",
                 gpukit_sched::Error::TimedOut { .. } => "TaskTimedOut",
-                gpukit_sched::Error::Rejected { .. } | gpukit_sched::Error::DeadlineExpired { .. } => {
-                    "TaskRejected"
-                }
+                gpukit_sched::Error::Rejected { .. }
+                | gpukit_sched::Error::DeadlineExpired { .. } => "TaskRejected",
                 gpukit_sched::Error::Preempted { .. } => "TaskPreempted",
-                gpukit_sched::Error::InvalidSpec { .. } | gpukit_sched::Error::UnknownPartition { .. } => {
+                gpukit_sched::Error::InvalidSpec { .. }
+                | gpukit_sched::Error::UnknownPartition { .. } => {
                     return PyValueError::new_err(e.to_string())
                 }
                 _ => "SchedulerError",
             };
-            Python::attach(|py| match py.import("gpukit._errors").and_then(|m| m.getattr(kind)) {
-                Ok(cls) => match cls.cast_into::<pyo3::types::PyType>() {
-                    Ok(t) => PyErr::from_type(t, e.to_string()),
-                    Err(_) => cuda_error(e.to_string()),
+            Python::attach(
+                |py| match py.import("gpukit._errors").and_then(|m| m.getattr(kind)) {
+                    Ok(cls) => match cls.cast_into::<pyo3::types::PyType>() {
+                        Ok(t) => PyErr::from_type(t, e.to_string()),
+                        Err(_) => cuda_error(e.to_string()),
+                    },
+                    Err(err) => err,
                 },
-                Err(err) => err,
-            })
+            )
         }
     }
 }
@@ -194,7 +196,10 @@ fn stats_dict<'py>(py: Python<'py>, s: &TaskStats) -> PyResult<Bound<'py, PyDict
     d.set_item("memory_limit", s.memory_limit)?;
     let share = s.compute.as_ref().map(|c| c.granted_share);
     d.set_item("bandwidth", share)?;
-    d.set_item("bandwidth_requested", s.compute.as_ref().map(|c| c.requested_share))?;
+    d.set_item(
+        "bandwidth_requested",
+        s.compute.as_ref().map(|c| c.requested_share),
+    )?;
     d.set_item("sms", s.granted_sms)?;
     d.set_item("sms_usable", s.usable_sms)?;
     d.set_item("sms_in_use", s.sms_in_use)?;
@@ -302,7 +307,9 @@ fn bytes(v: &Bound<'_, PyAny>) -> PyResult<ByteSize> {
         gpukit_sched::parse_bytes(&s).map_err(|e| PyValueError::new_err(e.to_string()))?;
         return Ok(ByteSize::from(s));
     }
-    Err(PyTypeError::new_err("memory must be a number of bytes or a string such as \"1GB\""))
+    Err(PyTypeError::new_err(
+        "memory must be a number of bytes or a string such as \"1GB\"",
+    ))
 }
 
 /// The scheduler (native part of ``gpukit.Scheduler``).
@@ -351,7 +358,9 @@ impl PyScheduler {
         if let Some(q) = max_queue {
             cfg = cfg.max_queue(q);
         }
-        let s = py.detach(move || Scheduler::new(dev, cfg)).map_err(sched_err)?;
+        let s = py
+            .detach(move || Scheduler::new(dev, cfg))
+            .map_err(sched_err)?;
         Ok(PyScheduler {
             s: Mutex::new(Some(Arc::new(s))),
         })
@@ -402,8 +411,10 @@ impl PyScheduler {
         match qos {
             Some(QosClass::Guaranteed) => {
                 // request = limit, as Kubernetes' Guaranteed
-                let m = mem.ok_or_else(|| PyValueError::new_err("a guaranteed task needs memory="))?;
-                let b = bandwidth.ok_or_else(|| PyValueError::new_err("a guaranteed task needs bandwidth="))?;
+                let m =
+                    mem.ok_or_else(|| PyValueError::new_err("a guaranteed task needs memory="))?;
+                let b = bandwidth
+                    .ok_or_else(|| PyValueError::new_err("a guaranteed task needs bandwidth="))?;
                 if mem_limit.is_some() || bandwidth_limit.is_some() {
                     return Err(PyValueError::new_err(
                         "a guaranteed task's limits equal its requests: drop memory_limit / bandwidth_limit",
@@ -469,7 +480,9 @@ impl PyScheduler {
     /// Statistics of one task (live or recently ended) as a dict, or None.
     fn stats<'py>(&self, py: Python<'py>, task_id: u64) -> PyResult<Option<Bound<'py, PyDict>>> {
         let s = self.get()?;
-        s.task_stats(task_id).map(|t| stats_dict(py, &t)).transpose()
+        s.task_stats(task_id)
+            .map(|t| stats_dict(py, &t))
+            .transpose()
     }
 
     /// Scheduler-wide statistics as a dict.

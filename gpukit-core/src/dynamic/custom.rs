@@ -47,9 +47,8 @@ pub fn call_elementwise(k: &ElementwiseKernel, args: &[DynKArg<'_>]) -> Result<V
             dev = Some(x.device().clone());
         }
     }
-    let dev = dev.ok_or_else(|| {
-        Error::invalid("ElementwiseKernel", "needs at least one array argument")
-    })?;
+    let dev = dev
+        .ok_or_else(|| Error::invalid("ElementwiseKernel", "needs at least one array argument"))?;
     let mut outs = types
         .iter()
         .map(|c| element_of(c).and_then(|t| DynArray::empty(&dev, &shape, t)))

@@ -62,7 +62,9 @@ impl DynArray {
         let v = values.to_type(self.dtype())?.ravel()?;
         let mut dst = self.clone();
         match (&mut dst, &v) {
-            (DynArray::Bool(d), DynArray::Bool(s)) | (DynArray::U8(d), DynArray::U8(s)) => d.masked_assign(m, s),
+            (DynArray::Bool(d), DynArray::Bool(s)) | (DynArray::U8(d), DynArray::U8(s)) => {
+                d.masked_assign(m, s)
+            }
             (DynArray::I32(d), DynArray::I32(s)) => d.masked_assign(m, s),
             (DynArray::U32(d), DynArray::U32(s)) => d.masked_assign(m, s),
             (DynArray::I64(d), DynArray::I64(s)) => d.masked_assign(m, s),
@@ -93,13 +95,18 @@ impl DynArray {
     /// `a[idx] = values` along the first axis (`values` broadcast).
     pub fn put(&self, idx: &DynArray, values: &DynArray) -> Result<()> {
         if self.ndim() == 0 {
-            return Err(Error::invalid("put", "a 0-dimensional array has no axis to index"));
+            return Err(Error::invalid(
+                "put",
+                "a 0-dimensional array has no axis to index",
+            ));
         }
         let flat = idx.positions("put", self.shape()[0])?;
         let v = values.to_type(self.dtype())?;
         let mut dst = self.clone();
         match (&mut dst, &v) {
-            (DynArray::Bool(d), DynArray::Bool(s)) | (DynArray::U8(d), DynArray::U8(s)) => d.put(0, &flat, s),
+            (DynArray::Bool(d), DynArray::Bool(s)) | (DynArray::U8(d), DynArray::U8(s)) => {
+                d.put(0, &flat, s)
+            }
             (DynArray::I32(d), DynArray::I32(s)) => d.put(0, &flat, s),
             (DynArray::U32(d), DynArray::U32(s)) => d.put(0, &flat, s),
             (DynArray::I64(d), DynArray::I64(s)) => d.put(0, &flat, s),

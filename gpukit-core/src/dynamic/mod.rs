@@ -32,6 +32,7 @@
 
 pub mod custom;
 pub mod element;
+pub mod foreign;
 pub mod index;
 pub mod ops;
 pub mod reduce;
