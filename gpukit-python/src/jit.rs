@@ -279,6 +279,22 @@ impl PyKernel {
         self.kernel_for(py, &dev).map(|_| ())
     }
 
+    /// The PTX NVRTC makes of the kernel for ``arch`` (``"sm_80"``, ``"sm_90a"``, ...), without
+    /// a GPU (NVRTC only); a compile error raises ``CompileError`` with the log.
+    #[pyo3(signature = (arch="sm_90"))]
+    fn ptx(&self, py: Python<'_>, arch: &str) -> PyResult<String> {
+        let target: gpukit_jit::Arch = arch
+            .parse()
+            .map_err(|e: gpukit_jit::Error| PyValueError::new_err(e.to_string()))?;
+        let opts = self.compile_options()?.output(gpukit_jit::Output::Ptx);
+        let program = self.name.split('<').next().unwrap_or(&self.name).to_string();
+        let src = self.source.clone();
+        let m = py
+            .detach(move || gpukit_jit::compile(&src, &program, target, &opts))
+            .py()?;
+        String::from_utf8(m.image.clone()).map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "gpukit.Kernel({:?}, block_size={}, options={:?})",
