@@ -496,7 +496,10 @@ impl Dispatcher {
             warned: Lock::new(Vec::new()),
             forked: AtomicBool::new(false),
         };
-        if d.config.gpu != GpuMode::Off && !gpukit_jit::libs::driver_present() {
+        if d.config.gpu != GpuMode::Off
+            && d.config.inject != Inject::StartPanic
+            && !gpukit_jit::libs::driver_present()
+        {
             let _ = d
                 .gpu
                 .set(Err("no CUDA driver (libcuda) on this machine".into()));
@@ -563,7 +566,11 @@ impl Dispatcher {
     }
 
     fn compute_thresholds(&self) {
-        let never = self.config.gpu != GpuMode::Off && self.core.get() == FAILED;
+        // (a forked child keeps the model's thresholds: its calls that would pay on the GPU
+        // are counted as `forked`, not as small)
+        let never = self.config.gpu != GpuMode::Off
+            && self.core.get() == FAILED
+            && !self.forked.load(Relaxed);
         for r in Routine::ALL {
             for p in Precision::ALL {
                 let t = if never {
@@ -704,8 +711,34 @@ impl Dispatcher {
 
     /// The start itself (the phase is STARTING, owned by this thread): the backend, then for
     /// the calls missed so far their kernels (cuSOLVER with them if one was a LAPACK call) and
-    /// buffers. Returns what was reserved.
+    /// buffers. Returns what was reserved. A panic anywhere in it ends the phase (FAILED, or
+    /// READY when the backend was already published) and wakes every waiter: a phase left
+    /// STARTING would make every later call wait (with `GPUKIT_OFFLOAD_GPU=always`, for ever).
     fn run_start(&self) -> Option<Presized> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_start_steps())) {
+            Ok(p) => p,
+            Err(payload) => {
+                let what = panic_text(payload.as_ref());
+                let _ = self.gpu.set(Err(format!(
+                    "the GPU start-up failed with an internal error: {what}"
+                )));
+                let ok = self.gpu().is_some();
+                self.core
+                    .state
+                    .store(if ok { READY } else { FAILED }, Relaxed);
+                if !ok {
+                    self.compute_thresholds();
+                }
+                self.notify();
+                None
+            }
+        }
+    }
+
+    fn run_start_steps(&self) -> Option<Presized> {
+        if self.config.inject == Inject::StartPanic {
+            panic!("injected panic in the GPU start-up");
+        }
         let t0 = Instant::now();
         let r = GpuBackend::start().map(Arc::new).map_err(|e| e.to_string());
         let mut presized = None;
@@ -794,7 +827,11 @@ impl Dispatcher {
         let me = Arc::clone(self);
         let run = move || {
             let t0 = Instant::now();
-            let ok = me.gpu().is_some_and(|g| g.load_solver().is_ok());
+            // a panic while loading counts as a failed load (never a phase left STARTING)
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                me.gpu().is_some_and(|g| g.load_solver().is_ok())
+            }))
+            .unwrap_or(false);
             me.solver
                 .state
                 .store(if ok { READY } else { FAILED }, Relaxed);
@@ -900,6 +937,22 @@ impl Dispatcher {
         req: &Request,
         cpu: &mut dyn FnMut() -> Result<i64>,
     ) -> Result<Outcome> {
+        // SAFETY: forwarded.
+        unsafe { self.execute_gated(req, cpu, &mut || true) }
+    }
+
+    /// [`Dispatcher::execute`] with a last check before a call goes to the GPU: `gpu_ok`
+    /// returning false runs it on the CPU instead (reason `workspace-short`; the shim's check
+    /// that the caller's LAPACK workspace is one its library accepts without question).
+    ///
+    /// # Safety
+    /// As for [`Dispatcher::execute`].
+    pub unsafe fn execute_gated(
+        self: &Arc<Self>,
+        req: &Request,
+        cpu: &mut dyn FnMut() -> Result<i64>,
+        gpu_ok: &mut dyn FnMut() -> bool,
+    ) -> Result<Outcome> {
         let s = req.slot;
         let quick = |reason: Reason, cpu: &mut dyn FnMut() -> Result<i64>| {
             self.untimed_cpu(s, reason, None, cpu)
@@ -933,6 +986,9 @@ impl Dispatcher {
         }
         match plan {
             Plan::Gpu => {
+                if !gpu_ok() {
+                    return self.timed_cpu(req, Reason::WorkspaceShort, est, cpu);
+                }
                 if let (Some(gpu), Some(e)) = (self.gpu(), est) {
                     // SAFETY: forwarded from the caller; check() passed; gpu::unsupported()
                     // is None.
@@ -944,9 +1000,9 @@ impl Dispatcher {
                             // after `Lost` the caller's in-place operands are partly
                             // overwritten: the CPU must not run on them
                             let Some(reason) = f.kind.fallback_reason() else {
-                                return Err(Error::Gpu {
-                                    what: "copying results to the caller",
-                                    detail: f.to_string(),
+                                return Err(Error::GpuLost {
+                                    routine: req.name(),
+                                    detail: f.detail,
                                 });
                             };
                             if self.config.log == LogMode::Calls {
@@ -1063,6 +1119,9 @@ impl Dispatcher {
         }
         if crate::gpu::unsupported(&req.call).is_some() {
             return Plan::Cpu(Reason::Unsupported);
+        }
+        if self.forked.load(Relaxed) {
+            return Plan::Cpu(Reason::Forked);
         }
         let lapack = crate::gpu::needs_solver(&req.call.op);
         if self.config.gpu == GpuMode::Always {
@@ -1276,16 +1335,29 @@ impl Dispatcher {
 
     /// Fork handler (child, after the hold was dropped): the child's own bookkeeping (see
     /// [`crate::fork`]).
-    pub(crate) fn forked_child(&self) {
-        self.forked.store(true, Relaxed);
+    ///
+    /// `cuda_at_fork`: the parent had loaded the CUDA driver when it forked. Such a child can
+    /// never use CUDA (its calls are counted as `forked` and the summary says why); a child of
+    /// a parent that had not (a worker pool forked before any heavy call) is a process of its
+    /// own: it starts CUDA when its own calls pay for it.
+    pub(crate) fn forked_child(&self, cuda_at_fork: bool) {
         self.stats.reset();
         self.learner.forked_child();
         self.missed_ns.store(0, Relaxed);
         self.missed_calls.lock().clear();
-        if self.config.gpu != GpuMode::Off {
+        // a parent whose start failed (no driver) leaves the child as it is: no GPU, `no-gpu`
+        let parent_started = matches!(self.core.get(), STARTING | READY);
+        if self.config.gpu != GpuMode::Off && (cuda_at_fork || parent_started) {
+            self.forked.store(true, Relaxed);
             self.core.state.store(FAILED, Relaxed);
+            self.solver.state.store(FAILED, Relaxed);
             self.compute_thresholds();
         }
+    }
+
+    /// True in a `fork()` child that may not use CUDA (see [`Dispatcher::forked_child`]).
+    pub fn is_forked_child(&self) -> bool {
+        self.forked.load(Relaxed)
     }
 
     /// Merges what this process learned into the profile file it loaded (see
@@ -1311,6 +1383,11 @@ impl Dispatcher {
             for n in &self.notices {
                 self.warn_once(n);
             }
+            if self.is_forked_child() && self.stats().reason_count(Reason::Forked) > 0 {
+                self.warn_once(
+                    "this process is a fork() child of a process that had loaded CUDA, which a child cannot use: its calls that would pay on the GPU ran on the CPU (reason `forked`); start workers with spawn / forkserver to let them use the GPU",
+                );
+            }
             output::emit(&self.stats().summary());
         }
         if let Err(e) = self.save_learned() {
@@ -1319,6 +1396,15 @@ impl Dispatcher {
             ));
         }
     }
+}
+
+/// The message of a caught panic's payload.
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
 }
 
 fn run_cpu_nested(cpu: &mut dyn FnMut() -> Result<i64>) -> Result<i64> {
@@ -1662,6 +1748,93 @@ mod tests {
         assert_eq!(q.extra.get("note"), Some(&serde_json::Value::from("mine")));
         // nothing new learned: nothing written
         assert_eq!(off.dispatcher().save_learned().unwrap(), None);
+    }
+
+    fn gemm_outcome(off: &Offload, n: usize) -> Outcome {
+        let a = vec![1.0f64; n * n];
+        let mut c = vec![0.0; n * n];
+        let o = off
+            .gemm(
+                Trans::No,
+                Trans::No,
+                n,
+                n,
+                n,
+                1.0,
+                &a,
+                n,
+                &a,
+                n,
+                0.0,
+                &mut c,
+                n,
+            )
+            .unwrap();
+        assert!(c.iter().all(|v| *v == n as f64));
+        o
+    }
+
+    /// A panic in the GPU start-up ends the phase FAILED: with the GPU forced every later call
+    /// runs on the CPU at once (it waited for ever while the phase stayed "starting").
+    #[test]
+    fn a_panic_in_the_start_up_fails_the_phase_and_nobody_waits() {
+        let off = Offload::with_config(Config {
+            inject: Inject::StartPanic,
+            ..cfg(8, GpuMode::Always)
+        });
+        let d = off.dispatcher();
+        assert_eq!(d.core.get(), NOT_STARTED);
+        // on a background thread, as `offload run` starts it
+        d.start_background();
+        assert!(d.wait_for(|d| d.core.get() != STARTING, Some(Duration::from_secs(20))));
+        assert_eq!(d.core.get(), FAILED);
+        assert!(
+            d.gpu_error().unwrap().contains("internal error"),
+            "{:?}",
+            d.gpu_error()
+        );
+        for _ in 0..2 {
+            let o = gemm_outcome(&off, 64);
+            assert_eq!(o.reason, Some(Reason::NoGpu), "{o:?}");
+        }
+        // and on the calling thread (GPU forced, nothing started yet)
+        let off = Offload::with_config(Config {
+            inject: Inject::StartPanic,
+            ..cfg(8, GpuMode::Always)
+        });
+        let o = gemm_outcome(&off, 64);
+        assert_eq!(o.reason, Some(Reason::NoGpu), "{o:?}");
+        assert_eq!(off.dispatcher().core.get(), FAILED);
+    }
+
+    /// A fork() child of a process that had loaded CUDA runs its calls on the CPU and says
+    /// why (`forked`, not `small`); a child of one that had not may start CUDA itself.
+    #[test]
+    fn a_forked_child_says_why_its_calls_stay_on_the_cpu() {
+        let off = Offload::with_config(cfg(8, GpuMode::Auto));
+        let d = off.dispatcher();
+        // pretend the parent had started (or was starting) CUDA
+        d.core.state.store(STARTING, Relaxed);
+        d.forked_child(false);
+        assert!(d.is_forked_child());
+        let o = gemm_outcome(&off, 200);
+        assert_eq!(o.reason, Some(Reason::Forked), "{o:?}");
+        assert_eq!(d.stats().reason_count(Reason::Forked), 1);
+        // its fast-path thresholds are the model's, not "never": large calls are counted
+        // as forked, not small
+        assert!(d.threshold(Routine::Gemm, Precision::D) < u64::MAX);
+        // the driver loaded in the parent: forked too
+        let off = Offload::with_config(cfg(8, GpuMode::Auto));
+        off.dispatcher().forked_child(true);
+        assert!(off.dispatcher().is_forked_child());
+        // neither: a process of its own
+        let off = Offload::with_config(cfg(8, GpuMode::Auto));
+        let d = off.dispatcher();
+        let before = d.core.get();
+        d.forked_child(false);
+        assert!(!d.is_forked_child());
+        assert_eq!(d.core.get(), before);
+        assert_ne!(gemm_outcome(&off, 200).reason, Some(Reason::Forked));
     }
 
     proptest! {

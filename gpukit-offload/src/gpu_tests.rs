@@ -2541,6 +2541,50 @@ fn injected_failures_fall_back_to_cpu_body() {
     );
 }
 
+/// The device failing while the results are copied out (injected after the first in-place
+/// operand is written): the call ends in `Error::GpuLost`, the CPU never re-runs it on the
+/// partly overwritten operands, and the next call works.
+#[test]
+fn a_copy_out_failure_is_reported_never_rerun() {
+    big_stack(copy_out_failure_body);
+}
+
+fn copy_out_failure_body() {
+    if backends("a_copy_out_failure_is_reported_never_rerun").is_none() {
+        return;
+    }
+    let off = Offload::with_config(Config {
+        gpu: crate::GpuMode::Always,
+        persist: false,
+        ..Config::default()
+    });
+    let d = off.dispatcher();
+    let g = d.start_solver().unwrap();
+    let n = 1200;
+    let mut rng = Rng::new(98);
+    let spd: Vec<f64> = Mat::hermitian(Precision::D, n, n as f64, &mut rng)
+        .dense()
+        .into_iter()
+        .map(|v| v.0)
+        .collect();
+    g.set_inject(Inject::Lost);
+    let mut x = spd.clone();
+    let e = off.potrf(Uplo::Lower, n, &mut x, n).unwrap_err();
+    g.set_inject(Inject::None);
+    assert!(matches!(e, crate::Error::GpuLost { .. }), "{e}");
+    let row = d.stats();
+    let row = row.get("dpotrf").unwrap();
+    assert!(
+        !row.reasons
+            .iter()
+            .any(|(r, _)| *r == Reason::FallbackInjected),
+        "the CPU re-ran a lost call: {row:?}"
+    );
+    let mut y = spd.clone();
+    let o = off.potrf(Uplo::Lower, n, &mut y, n).unwrap();
+    assert_eq!(o.backend, Backend::Gpu);
+}
+
 /// Several threads offload at once, each on its own lane; results match the CPU.
 #[test]
 fn concurrent_calls_from_several_threads() {
