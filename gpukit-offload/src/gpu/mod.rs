@@ -100,11 +100,10 @@ pub fn unsupported(call: &Call) -> Option<&'static str> {
     None
 }
 
-/// An SVD job's destinations, for tests: columns of U written to `u`, rows of VT written to
-/// `vt`, and what A receives (`'U'`: U's first columns, `'V'`: VT's first rows, `'D'`: A as the
-/// reduction destroyed it).
-#[cfg(test)]
-pub(crate) fn svd_plan(
+/// An SVD job's destinations (what the GPU path writes where; the GPU tests check every job
+/// against it): columns of U written to `u`, rows of VT written to `vt`, and what A receives
+/// (`'U'`: U's first columns, `'V'`: VT's first rows, `'D'`: A as the reduction destroyed it).
+pub fn svd_plan(
     routine: crate::ops::Routine,
     jobu: crate::ops::SvdJob,
     jobvt: crate::ops::SvdJob,
@@ -120,8 +119,9 @@ pub(crate) fn svd_plan(
     (p.u_cols, p.vt_rows, a)
 }
 
-#[cfg(test)]
-pub(crate) use lstsq::rank_and_scale as gelsd_rank;
+/// LAPACK's rank rule for gelsd (`dlalsd`), as the GPU path applies it: the effective rank,
+/// the threshold, and the factors that scale `U^H B`.
+pub use lstsq::rank_and_scale as gelsd_rank;
 
 /// Whether a call needs cuSOLVER (every LAPACK routine but trtrs, which is a cuBLAS trsm).
 pub(crate) fn needs_solver(op: &Op) -> bool {
