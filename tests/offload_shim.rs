@@ -695,3 +695,99 @@ print("ok")
         );
     }
 }
+
+/// The start policy of each process in a tree, from the `calls` log's first line per process.
+fn policies(err: &str) -> Vec<&str> {
+    err.lines()
+        .filter(|l| l.contains(") start policy "))
+        .filter_map(|l| l.rsplit(' ').next())
+        .collect()
+}
+
+/// A shell script that starts many short Python processes under `offload run`: only the
+/// process `offload run` starts (the shell) is eager; every Python child starts CUDA only when
+/// its own calls pay for it (`savings`), runs, and prints its own summary.
+#[test]
+fn a_shell_script_of_short_processes_starts_cuda_only_where_it_pays() {
+    if !have(
+        "a_shell_script_of_short_processes_starts_cuda_only_where_it_pays",
+        "numpy",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "for i in 1 2 3 4 5 6; do {} -c 'import numpy as np; a = np.random.rand(200, 200); print(float((a @ a).sum()) > 0)' || exit 1; done",
+        python()
+    );
+    let mut c = Command::new(offload());
+    c.args(["run", "sh", "-c", &script])
+        .env("GPUKIT_OFFLOAD_LOG", "calls")
+        .env_remove("GPUKIT_OFFLOAD_START");
+    isolated(&mut c, &dir);
+    c.env_remove("GPUKIT_OFFLOAD_GPU");
+    let o = run(&mut c);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).matches("True").count(),
+        6
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    let p = policies(&err);
+    assert_eq!(p.len(), 7, "{err}");
+    assert_eq!(p.iter().filter(|s| **s == "eager").count(), 1, "{p:?}");
+    assert_eq!(p.iter().filter(|s| **s == "savings").count(), 6, "{p:?}");
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.starts_with("gpukit-offload: dgemm calls=1 "))
+            .count(),
+        6,
+        "{err}"
+    );
+}
+
+/// Python's multiprocessing with spawn under `offload run`: the main process is eager, each
+/// worker (and multiprocessing's helper process) starts CUDA only when its calls pay, and every
+/// result is right. (Pool workers leave through `os._exit`, which runs no exit hook: they print
+/// no summary.)
+#[test]
+fn multiprocessing_spawn_workers_start_cuda_only_where_it_pays() {
+    if !have(
+        "multiprocessing_spawn_workers_start_cuda_only_where_it_pays",
+        "numpy",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("pool.py");
+    std::fs::write(
+        &prog,
+        r#"
+import multiprocessing as mp, numpy as np
+def work(i):
+    a = np.random.default_rng(i).standard_normal((150, 150))
+    return float(np.linalg.solve(a @ a.T + 150 * np.eye(150), np.ones(150)).sum())
+if __name__ == "__main__":
+    with mp.get_context("spawn").Pool(3) as pool:
+        r = pool.map(work, range(12))
+    assert len(r) == 12 and all(np.isfinite(r))
+    print("pool ok")
+"#,
+    )
+    .unwrap();
+    let mut c = Command::new("timeout");
+    c.args(["300"])
+        .arg(offload())
+        .args(["run", &python()])
+        .arg(&prog)
+        .env("GPUKIT_OFFLOAD_LOG", "calls")
+        .env_remove("GPUKIT_OFFLOAD_START");
+    isolated(&mut c, &dir);
+    c.env_remove("GPUKIT_OFFLOAD_GPU");
+    let o = run(&mut c);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("pool ok"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let p = policies(&err);
+    assert!(p.len() >= 4, "{err}");
+    assert_eq!(p.iter().filter(|s| **s == "eager").count(), 1, "{p:?}");
+    assert!(p.iter().skip(1).all(|s| *s == "savings"), "{p:?}");
+}

@@ -455,6 +455,15 @@ pub unsafe fn init() {
         }
         // SAFETY: registers a plain extern "C" function that never unwinds.
         unsafe { libc::atexit(at_exit) };
+        if d.config().log == crate::dispatch::LogMode::Calls {
+            // SAFETY: getppid has no preconditions.
+            let ppid = unsafe { libc::getppid() };
+            crate::output::line(&format!(
+                "gpukit-offload: process {} (parent {ppid}) start policy {}",
+                std::process::id(),
+                d.config().start.as_str()
+            ));
+        }
         d.start_if_eager();
     });
 }

@@ -6,6 +6,25 @@ use crate::gpu::Inject;
 use crate::model::DEFAULT_LEVEL;
 use std::path::PathBuf;
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `offload run`'s eager start-up reaches the process it starts, not its descendants; an
+    /// eager setting of the user's own (no parent named) applies everywhere.
+    #[test]
+    fn eager_start_is_for_the_root_process_only() {
+        use StartPolicy::*;
+        assert_eq!(start_for(Eager, Some("4242"), 4242), Eager);
+        assert_eq!(start_for(Eager, Some("4242"), 5151), Savings);
+        assert_eq!(start_for(Eager, None, 5151), Eager);
+        assert_eq!(start_for(Lazy, Some("4242"), 5151), Lazy);
+        assert_eq!(start_for(Savings, Some("4242"), 4242), Savings);
+        // an unreadable mark changes nothing
+        assert_eq!(start_for(Eager, Some("x"), 5151), Eager);
+    }
+}
+
 /// Whether the GPU may be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GpuMode {
@@ -53,6 +72,23 @@ impl StartPolicy {
     }
 }
 
+/// Set by `offload run` to its own process id: `eager` start-up applies to the process whose
+/// parent that is, not to its descendants (see [`Config::from_env`]).
+pub const EAGER_PARENT_ENV: &str = "GPUKIT_OFFLOAD_EAGER_PARENT";
+
+/// The start policy of a process with parent `ppid`, given the configured one and
+/// [`EAGER_PARENT_ENV`]: `eager` stays eager only in the direct child of the named process (or
+/// when nothing is named: the user asked for it everywhere); elsewhere it becomes `savings`.
+pub fn start_for(configured: StartPolicy, eager_parent: Option<&str>, ppid: u32) -> StartPolicy {
+    match (
+        configured,
+        eager_parent.and_then(|p| p.trim().parse::<u32>().ok()),
+    ) {
+        (StartPolicy::Eager, Some(root_parent)) if root_parent != ppid => StartPolicy::Savings,
+        (s, _) => s,
+    }
+}
+
 /// Dispatcher settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -90,8 +126,20 @@ impl Config {
     /// Reads `GPUKIT_OFFLOAD_LEVEL` (1-10), `GPUKIT_OFFLOAD_GPU` (`auto`|`off`|`always`),
     /// `GPUKIT_OFFLOAD_LOG` (`off`|`summary`|`calls`), `GPUKIT_OFFLOAD_PROFILE` and
     /// `GPUKIT_OFFLOAD_PERSIST` (`1`|`0`). A bad value keeps the default and yields a message.
+    ///
+    /// `eager` applies only to the process `offload run` started (whose parent is the one named
+    /// by [`EAGER_PARENT_ENV`]): its descendants (shell scripts, worker pools, build tools) start
+    /// CUDA by [`StartPolicy::Savings`], when their own calls pay for it.
     pub fn from_env() -> (Config, Vec<Error>) {
-        Self::from_vars(|k| std::env::var(k).ok())
+        let (mut c, errs) = Self::from_vars(|k| std::env::var(k).ok());
+        // SAFETY: getppid has no preconditions.
+        let ppid = unsafe { libc::getppid() } as u32;
+        c.start = start_for(
+            c.start,
+            std::env::var(EAGER_PARENT_ENV).ok().as_deref(),
+            ppid,
+        );
+        (c, errs)
     }
 
     /// [`from_env`](Self::from_env) with a custom variable source (for tests and embedders).

@@ -44,10 +44,11 @@ mod config;
 mod decide;
 mod estimate;
 mod fork;
+pub mod load;
 mod persist;
 mod startup;
 
-pub use config::{Config, GpuMode, LogMode, StartPolicy};
+pub use config::{start_for, Config, GpuMode, LogMode, StartPolicy, EAGER_PARENT_ENV};
 use decide::Plan;
 use estimate::{MemoEntry, MEMO_SLOTS};
 pub(crate) use fork::ForkHold;
@@ -123,6 +124,8 @@ pub struct Dispatcher {
     warned: Lock<Vec<String>>,
     /// This is a forked child of the process that created the dispatcher.
     forked: AtomicBool,
+    /// This process's calls in flight and its slot on the GPU's load board.
+    load: load::Load,
 }
 
 static GLOBAL: OnceLock<Arc<Dispatcher>> = OnceLock::new();
@@ -213,6 +216,7 @@ impl Dispatcher {
             notices,
             warned: Lock::new(Vec::new()),
             forked: AtomicBool::new(false),
+            load: load::Load::default(),
         };
         if d.config.gpu != GpuMode::Off
             && d.config.inject != Inject::StartPanic
@@ -371,7 +375,18 @@ impl Dispatcher {
             return quick(Reason::InvalidArgs, cpu);
         }
         let t0 = Instant::now();
-        let est = self.estimate(req);
+        let raw = self.estimate(req);
+        // the decision prices the machine as it is now (see `load`); learning uses the
+        // uncontended estimate, and only from calls that ran alone (`learn`: None otherwise)
+        let now = self.load.snapshot();
+        let est = raw.map(|mut e| {
+            let (c, g) = load::price(e.cpu_s, e.gpu_s, &now, self.load.cores());
+            e.cpu_s = c;
+            e.gpu_s = g;
+            e
+        });
+        // Some(the uncontended estimate) when the machine was quiet, None under contention
+        let learn = now.quiet().then_some(raw);
         let mut plan = self.decide(req, est.as_ref());
         if let Plan::Wait(limit) = plan {
             let lapack = crate::gpu::needs_solver(&req.call.op);
@@ -391,15 +406,20 @@ impl Dispatcher {
         match plan {
             Plan::Gpu => {
                 if !gpu_ok() {
-                    return self.timed_cpu(req, Reason::WorkspaceShort, est, cpu);
+                    return self.timed_cpu(req, Reason::WorkspaceShort, est, learn, cpu);
                 }
                 if let (Some(gpu), Some(e)) = (self.gpu(), est) {
-                    // SAFETY: forwarded from the caller; check() passed; gpu::unsupported()
-                    // is None.
-                    let r = unsafe { gpu.run(&req.call) };
+                    let r = {
+                        let _queued = self.load.gpu_turn(e.compute_s, load_board);
+                        // SAFETY: forwarded from the caller; check() passed;
+                        // gpu::unsupported() is None.
+                        unsafe { gpu.run(&req.call) }
+                    };
                     let secs = t0.elapsed().as_secs_f64();
+                    // alone before and still alone after: the time is the machine's
+                    let learn = learn.filter(|_| self.load.snapshot().quiet());
                     match r {
-                        Ok(()) => return Ok(self.gpu_done(req, e, secs)),
+                        Ok(()) => return Ok(self.gpu_done(req, e, learn.flatten(), secs)),
                         Err(f) => {
                             // after `Lost` the caller's in-place operands are partly
                             // overwritten: the CPU must not run on them
@@ -415,25 +435,27 @@ impl Dispatcher {
                                     req.name()
                                 ));
                             }
-                            return self.timed_cpu(req, reason, est, cpu);
+                            return self.timed_cpu(req, reason, est, learn, cpu);
                         }
                     }
                 }
-                self.timed_cpu(req, Reason::NoGpu, est, cpu)
+                self.timed_cpu(req, Reason::NoGpu, est, learn, cpu)
             }
-            Plan::Cpu(reason) => self.timed_cpu(req, reason, est, cpu),
-            Plan::Wait(_) => self.timed_cpu(req, Reason::GpuStarting, est, cpu),
+            Plan::Cpu(reason) => self.timed_cpu(req, reason, est, learn, cpu),
+            Plan::Wait(_) => self.timed_cpu(req, Reason::GpuStarting, est, learn, cpu),
         }
     }
 
     /// Learning and statistics of a call the GPU ran in `secs`.
-    fn gpu_done(&self, req: &Request, e: Estimate, secs: f64) -> Outcome {
+    fn gpu_done(&self, req: &Request, e: Estimate, learn: Option<Estimate>, secs: f64) -> Outcome {
         let lib = req.lib.key_id();
-        self.learner.observe(
-            CorrKey::new(req.kind, req.prec(), Backend::Gpu, lib, req.features),
-            e.gpu_s,
-            secs,
-        );
+        if let Some(l) = learn {
+            self.learner.observe(
+                CorrKey::new(req.kind, req.prec(), Backend::Gpu, lib, req.features),
+                l.gpu_s,
+                secs,
+            );
+        }
         let measured = self
             .learner
             .cpu_known(lib, req.kind, req.prec(), req.features, req.flops)
@@ -461,7 +483,10 @@ impl Dispatcher {
         est: Option<Estimate>,
         cpu: &mut dyn FnMut() -> Result<i64>,
     ) -> Result<Outcome> {
-        let info = run_cpu_nested(cpu)?;
+        let info = {
+            let _turn = self.load.cpu_turn();
+            run_cpu_nested(cpu)?
+        };
         self.stats.record_cpu(s, reason, None);
         Ok(Outcome {
             backend: Backend::Cpu,
@@ -477,6 +502,7 @@ impl Dispatcher {
         req: &Request,
         reason: Reason,
         est: Option<Estimate>,
+        learn: Option<Option<Estimate>>,
         cpu: &mut dyn FnMut() -> Result<i64>,
     ) -> Result<Outcome> {
         // (with per-call logging on, every call is timed: the log is for reading them all)
@@ -491,11 +517,16 @@ impl Dispatcher {
             return self.untimed_cpu(req.slot, reason, est, cpu);
         }
         let t0 = Instant::now();
-        let info = run_cpu_nested(cpu)?;
+        let info = {
+            let _turn = self.load.cpu_turn();
+            run_cpu_nested(cpu)?
+        };
         let secs = t0.elapsed().as_secs_f64();
         let lib = req.lib.key_id();
-        if info == 0 {
-            if let Some(e) = est.filter(|e| e.cpu_known) {
+        // alone before and still alone after: the time is the machine's
+        let learn = learn.filter(|_| self.load.snapshot().quiet());
+        if let (0, Some(raw)) = (info, learn) {
+            if let Some(e) = raw.filter(|e| e.cpu_known) {
                 self.learner.observe(
                     CorrKey::new(req.kind, req.prec(), Backend::Cpu, lib, req.features),
                     e.cpu_s,
@@ -569,6 +600,23 @@ impl Dispatcher {
         }
     }
 }
+
+/// The load board of the GPU this process uses (`None` where there is no `/dev/shm`, or
+/// `GPUKIT_OFFLOAD_LOAD_BOARD=off`; `GPUKIT_OFFLOAD_LOAD_BOARD=DIR` puts it in DIR).
+fn load_board() -> Option<load::Board> {
+    let dir = match std::env::var_os(LOAD_BOARD_ENV) {
+        Some(v) if v == "off" => return None,
+        Some(v) if !v.is_empty() => PathBuf::from(v),
+        _ => PathBuf::from("/dev/shm"),
+    };
+    if !dir.is_dir() {
+        return None;
+    }
+    load::Board::open(&load::board_path(&dir, &load::device_key()))
+}
+
+/// Where the GPU load board lives (`off`: no board).
+pub const LOAD_BOARD_ENV: &str = "GPUKIT_OFFLOAD_LOAD_BOARD";
 
 /// The message of a caught panic's payload.
 pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
@@ -1008,6 +1056,82 @@ mod tests {
         assert!(!d.is_forked_child());
         assert_eq!(d.core.get(), before);
         assert_ne!(gemm_outcome(&off, 200).reason, Some(Reason::Forked));
+    }
+
+    /// A pool of four threads in CPU-library calls (real threads, held inside their calls): a
+    /// decision made meanwhile prices the CPU at its share of the cores, and none of those
+    /// contended calls is learned from; a call made alone afterwards is.
+    #[test]
+    fn concurrent_cpu_callers_are_priced_and_not_learned_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.json");
+        let mut p = Profile::embedded();
+        p.machine.cpu = crate::profile::Machine::local_cpu();
+        p.save(&path).unwrap();
+        let off = Offload::with_config(Config {
+            profile_path: Some(path),
+            ..cfg(8, GpuMode::Auto)
+        });
+        let d = off.dispatcher().clone();
+        if d.cpu_backend().is_err() {
+            eprintln!(
+                "SKIPPED concurrent_cpu_callers_are_priced_and_not_learned_from: no CPU library"
+            );
+            return;
+        }
+        let n = 400;
+        let quiet = gemm_outcome(&off, n).estimate;
+        // what the lone call taught is not what this test looks at
+        d.learner.mark_saved();
+        let pool = 4;
+        let inside = Arc::new(std::sync::Barrier::new(pool + 1));
+        let release = Arc::new(std::sync::Barrier::new(pool + 1));
+        let lib = d.cpu_backend().unwrap().lib();
+        let hs: Vec<_> = (0..pool)
+            .map(|_| {
+                let (d, inside, release) = (d.clone(), inside.clone(), release.clone());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0.0f64; 16];
+                    let req = Request::new(gemm(n, n, n, &mut buf), lib);
+                    let mut cpu = || {
+                        inside.wait();
+                        release.wait();
+                        Ok(0)
+                    };
+                    // SAFETY: the closure stands in for the library: no pointer is read.
+                    unsafe { d.execute(&req, &mut cpu) }.unwrap()
+                })
+            })
+            .collect();
+        inside.wait();
+        assert_eq!(d.load.snapshot().cpu_others, pool as u32);
+        let busy = gemm_outcome(&off, n).estimate;
+        release.wait();
+        for h in hs {
+            let o = h.join().unwrap();
+            assert_eq!(o.backend, Backend::Cpu);
+        }
+        let (q, b) = (quiet.unwrap(), busy.unwrap());
+        {
+            if q.cpu_known {
+                let k = (1 + pool).min(d.load.cores()) as f64;
+                assert!(
+                    (b.cpu_s / q.cpu_s - k).abs() < 1e-6 * k,
+                    "busy {} quiet {} k {k}",
+                    b.cpu_s,
+                    q.cpu_s
+                );
+                assert_eq!(b.gpu_s, q.gpu_s);
+            }
+        }
+        assert!(
+            !d.learner.dirty(),
+            "a call measured under contention was learned from"
+        );
+        assert_eq!(d.load.snapshot(), load::Snapshot::default());
+        // alone again: learned (a call above the cheap-call sampling)
+        gemm_outcome(&off, 700);
+        assert!(d.learner.dirty(), "a quiet call was not learned from");
     }
 
     proptest! {

@@ -71,6 +71,7 @@ impl Dispatcher {
     /// The end-of-run work: prints the summary (per the log mode) and persists what was
     /// learned. Never panics; problems are printed.
     pub fn finish(&self) {
+        self.load.leave_board();
         if self.config.log != LogMode::Off {
             for n in &self.notices {
                 self.warn_once(n);
