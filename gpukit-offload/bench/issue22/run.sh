@@ -12,7 +12,9 @@
 #   BUNDLE=.gpu-bundle OUT=$OUT bash gpukit-offload/bench/issue22/run.sh
 #
 # BUNDLE: a folder with examples/offload and examples/liboffload_preload.so (release build),
-#   and for RUN_TESTS=1 tests/gpu-* and tests/offload_shim-* (as /work/shared/gpu/pack makes).
+#   examples/fixed_cost if present (`cargo build --release -p gpukit-offload --example
+#   fixed_cost`; FIXED_COST=PATH names it elsewhere), and for RUN_TESTS=1 tests/gpu-* and
+#   tests/offload_shim-* (as /work/shared/gpu/pack makes).
 # PYTHON (default python3). OUT: logs (default /tmp/issue22-out); the summary is
 # $OUT/issue22.log. PROGRAMS: which programs (default "small pool njobs short").
 # Exit status: 0 when every run finished (a step over its limit or the budget counts as failed).
@@ -85,6 +87,14 @@ say ""
 say "| program | plain s | offload run s | forced s |"
 say "| --- | --- | --- | --- |"
 for r in "${ROWS[@]}"; do say "$r"; done
+
+FC=${FIXED_COST:-$B/examples/fixed_cost}
+if [ -x "$FC" ] && [ "$(left)" -gt 60 ]; then
+  say ""
+  say "== fixed cost of one GPU call (examples/fixed_cost: ours beside cuBLAS/cuSOLVER's own)"
+  timeout 60 "$FC" 300 > "$OUT/fixed_cost.log" 2>&1 || status=1
+  sed 's/^/  /' "$OUT/fixed_cost.log" | tee -a "$SUM"
+fi
 
 say ""
 say "== numpy.linalg test suite, GPU forced, 8 workers"
