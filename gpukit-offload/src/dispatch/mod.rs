@@ -46,6 +46,7 @@ mod estimate;
 mod fork;
 pub mod load;
 mod persist;
+pub mod placement;
 mod startup;
 
 pub use config::{start_for, Config, GpuMode, LogMode, StartPolicy, EAGER_PARENT_ENV};
