@@ -590,3 +590,204 @@ fn learning_keeps_unknown_profile_fields() {
         "nothing learned was written"
     );
 }
+
+/// A panic in the GPU start-up (injected; runs even without a driver) with the GPU forced:
+/// the program neither hangs (the phase ends FAILED and calls run on the CPU) nor gets the
+/// panic's message in the file it opened on descriptor 2 (the shim's panic hook writes to its
+/// private stderr).
+#[test]
+fn a_start_up_panic_neither_hangs_nor_writes_to_a_reused_fd_2() {
+    if !have(
+        "a_start_up_panic_neither_hangs_nor_writes_to_a_reused_fd_2",
+        "numpy",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data.txt");
+    let script = format!(
+        "import os, time, numpy as np\nos.close(2)\nfd = os.open({:?}, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)\nassert fd == 2, fd\ntime.sleep(0.3)\na = np.random.rand(300, 300)\nfor _ in range(3):\n    b = a @ a\nos.write(fd, b'data')\nprint('done')\n",
+        data.display().to_string()
+    );
+    let mut c = Command::new("timeout");
+    c.args(["60", &python(), "-c", &script])
+        .env("LD_PRELOAD", examples_dir().join("liboffload_preload.so"))
+        .env("GPUKIT_OFFLOAD_LOG", "summary")
+        .env("GPUKIT_OFFLOAD_START", "eager")
+        .env("GPUKIT_OFFLOAD_INJECT_FAILURE", "start-panic");
+    isolated(&mut c, &dir);
+    c.env("GPUKIT_OFFLOAD_GPU", "always");
+    let o = c.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "(124: hung)\n{err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "done");
+    assert_eq!(std::fs::read_to_string(&data).unwrap(), "data");
+    assert!(
+        err.contains("gpukit-offload: internal error") && err.contains("injected panic"),
+        "{err}"
+    );
+    // (once the GPU is known to be unusable the fast path keeps every call: `small`)
+    let (line, calls) = summary_line(&err, "dgemm");
+    assert_eq!(calls, 3, "{line}");
+    assert!(line.contains(" gpu=0 "), "{line}");
+}
+
+/// getri through scipy's own LAPACK symbol with the GPU forced: a workspace below the
+/// library's minimum gets LAPACK's `info = -6` (it ran on the library), and the optimum the
+/// inverse with `WORK(1)` = the optimum, on either backend.
+#[test]
+fn getri_honours_lwork_and_sets_work1_with_the_gpu_forced() {
+    if !have(
+        "getri_honours_lwork_and_sets_work1_with_the_gpu_forced",
+        "numpy, scipy.linalg",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"
+import ctypes, numpy as np, scipy.linalg
+lib = ctypes.CDLL(None)
+f = lib.scipy_dgetri_
+n = 600
+rng = np.random.default_rng(3)
+a0 = rng.standard_normal((n, n)) + n * np.eye(n)
+lu, piv = scipy.linalg.lu_factor(a0)
+I = ctypes.c_int32
+def getri(lwork, work_len):
+    a = np.asfortranarray(lu.copy())
+    p = (piv + 1).astype(np.int32)
+    work = np.zeros(max(work_len, 1))
+    info = I(99)
+    f(ctypes.byref(I(n)), a.ctypes.data_as(ctypes.c_void_p), ctypes.byref(I(n)),
+      p.ctypes.data_as(ctypes.c_void_p), work.ctypes.data_as(ctypes.c_void_p),
+      ctypes.byref(I(lwork)), ctypes.byref(info))
+    return a, work, info.value
+_, w, info = getri(-1, 1)
+assert info == 0, info
+opt = int(w[0])
+assert opt >= n, opt
+_, _, info = getri(n - 1, n - 1)
+assert info == -6, info
+a, w, info = getri(opt, opt)
+assert info == 0, info
+assert w[0] == opt, (w[0], opt)
+assert np.allclose(a @ a0, np.eye(n), atol=1e-8)
+print("ok")
+"#;
+    let mut c = Command::new("timeout");
+    c.args(["120", &python(), "-c", script])
+        .env("LD_PRELOAD", examples_dir().join("liboffload_preload.so"))
+        .env("GPUKIT_OFFLOAD_LOG", "summary");
+    isolated(&mut c, &dir);
+    c.env("GPUKIT_OFFLOAD_GPU", "always");
+    let o = run(&mut c);
+    // (the library's XERBLA prints its own message for the short workspace first)
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.lines().last(), Some("ok"), "{out}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let (line, _) = summary_line(&err, "dgetri");
+    // on a GPU host the query and the optimum ran on the GPU and the short workspace on the
+    // library (`workspace-short`); without a GPU every call stays on the CPU
+    if std::env::var("GPUKIT_REQUIRE_GPU").is_ok_and(|v| v == "1") || !line.contains(" gpu=0 ") {
+        assert!(
+            line.contains("workspace-short:1") && line.contains(" gpu=1 "),
+            "{line}"
+        );
+    }
+}
+
+/// The start policy of each process in a tree, from the `calls` log's first line per process.
+fn policies(err: &str) -> Vec<&str> {
+    err.lines()
+        .filter(|l| l.contains(") start policy "))
+        .filter_map(|l| l.rsplit(' ').next())
+        .collect()
+}
+
+/// A shell script that starts many short Python processes under `offload run`: only the
+/// process `offload run` starts (the shell) is eager; every Python child starts CUDA only when
+/// its own calls pay for it (`savings`), runs, and prints its own summary.
+#[test]
+fn a_shell_script_of_short_processes_starts_cuda_only_where_it_pays() {
+    if !have(
+        "a_shell_script_of_short_processes_starts_cuda_only_where_it_pays",
+        "numpy",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "for i in 1 2 3 4 5 6; do {} -c 'import numpy as np; a = np.random.rand(200, 200); print(float((a @ a).sum()) > 0)' || exit 1; done",
+        python()
+    );
+    let mut c = Command::new(offload());
+    c.args(["run", "sh", "-c", &script])
+        .env("GPUKIT_OFFLOAD_LOG", "calls")
+        .env_remove("GPUKIT_OFFLOAD_START");
+    isolated(&mut c, &dir);
+    c.env_remove("GPUKIT_OFFLOAD_GPU");
+    let o = run(&mut c);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).matches("True").count(),
+        6
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    let p = policies(&err);
+    assert_eq!(p.len(), 7, "{err}");
+    assert_eq!(p.iter().filter(|s| **s == "eager").count(), 1, "{p:?}");
+    assert_eq!(p.iter().filter(|s| **s == "savings").count(), 6, "{p:?}");
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.starts_with("gpukit-offload: dgemm calls=1 "))
+            .count(),
+        6,
+        "{err}"
+    );
+}
+
+/// Python's multiprocessing with spawn under `offload run`: the main process is eager, each
+/// worker (and multiprocessing's helper process) starts CUDA only when its calls pay, and every
+/// result is right. (Pool workers leave through `os._exit`, which runs no exit hook: they print
+/// no summary.)
+#[test]
+fn multiprocessing_spawn_workers_start_cuda_only_where_it_pays() {
+    if !have(
+        "multiprocessing_spawn_workers_start_cuda_only_where_it_pays",
+        "numpy",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("pool.py");
+    std::fs::write(
+        &prog,
+        r#"
+import multiprocessing as mp, numpy as np
+def work(i):
+    a = np.random.default_rng(i).standard_normal((150, 150))
+    return float(np.linalg.solve(a @ a.T + 150 * np.eye(150), np.ones(150)).sum())
+if __name__ == "__main__":
+    with mp.get_context("spawn").Pool(3) as pool:
+        r = pool.map(work, range(12))
+    assert len(r) == 12 and all(np.isfinite(r))
+    print("pool ok")
+"#,
+    )
+    .unwrap();
+    let mut c = Command::new("timeout");
+    c.args(["300"])
+        .arg(offload())
+        .args(["run", &python()])
+        .arg(&prog)
+        .env("GPUKIT_OFFLOAD_LOG", "calls")
+        .env_remove("GPUKIT_OFFLOAD_START");
+    isolated(&mut c, &dir);
+    c.env_remove("GPUKIT_OFFLOAD_GPU");
+    let o = run(&mut c);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("pool ok"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let p = policies(&err);
+    assert!(p.len() >= 4, "{err}");
+    assert_eq!(p.iter().filter(|s| **s == "eager").count(), 1, "{p:?}");
+    assert!(p.iter().skip(1).all(|s| *s == "savings"), "{p:?}");
+}

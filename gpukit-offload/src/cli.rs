@@ -300,8 +300,13 @@ fn run_shim(cmd: &[OsString], preload: Option<PathBuf>) -> i32 {
     }
     // the user asked for offload: CUDA starts at once, in the background (a process without a
     // usable GPU finds that out at load time and never tries)
+    // in the process this command starts; its descendants start CUDA when their own calls pay
+    // for it (crate::dispatch::start_for)
     if std::env::var_os("GPUKIT_OFFLOAD_START").is_none() {
-        c.env("GPUKIT_OFFLOAD_START", "eager");
+        c.env("GPUKIT_OFFLOAD_START", "eager").env(
+            crate::dispatch::EAGER_PARENT_ENV,
+            std::process::id().to_string(),
+        );
     }
     match c.status() {
         Ok(s) => {

@@ -51,6 +51,17 @@ pub enum Error {
         /// The library's error.
         detail: String,
     },
+    /// The device failed while a call's results were being copied into the caller's buffers:
+    /// some operands are already overwritten, so the call can be neither re-run on the CPU nor
+    /// trusted. The shim reports it as LAPACK reports an error (see
+    /// [`crate::interpose`]); the typed API returns it.
+    #[error("{routine}: the GPU failed while the results were copied out ({detail}); some outputs are already overwritten, so the call was not re-run: treat its results as invalid")]
+    GpuLost {
+        /// LAPACK name of the routine.
+        routine: String,
+        /// The device's error.
+        detail: String,
+    },
     /// The profile file could not be read, parsed or written.
     #[error("offload profile {path}: {msg}")]
     Profile {

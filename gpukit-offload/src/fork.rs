@@ -7,11 +7,14 @@
 //! them) and release them after it, in the parent and in the child (the locks are `std`'s, which
 //! a child can release: see [`crate::sync`]). The child then starts its own bookkeeping: its
 //! statistics from zero (one summary per process, with its own counts), only what it learns
-//! itself to save, and the GPU unusable (a CUDA context does not survive `fork`; the child runs
-//! everything on the CPU).
+//! itself to save. When the parent had loaded the CUDA driver the GPU is unusable in the child
+//! (a CUDA context does not survive `fork`): it runs everything on the CPU and its summary says
+//! why (reason `forked`); a child of a parent that had not is a process of its own and starts
+//! CUDA when its own calls pay for it.
 
 use crate::dispatch::{Dispatcher, ForkHold};
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Once;
 
 static INSTALL: Once = Once::new();
@@ -29,9 +32,32 @@ pub(crate) fn install() {
     });
 }
 
+/// Whether the CUDA driver was loaded in the process when it forked (read in `prepare`).
+static CUDA_AT_FORK: AtomicBool = AtomicBool::new(false);
+
+/// True when `libcuda.so.1` is loaded in this process (whoever loaded it: a CUDA context may
+/// exist, and a forked child cannot use CUDA then).
+pub(crate) fn cuda_driver_loaded() -> bool {
+    // SAFETY: RTLD_NOLOAD only returns a handle when the object is already loaded; the handle
+    // is closed at once (the object stays loaded as it was).
+    unsafe {
+        let h = libc::dlopen(
+            c"libcuda.so.1".as_ptr(),
+            libc::RTLD_NOLOAD | libc::RTLD_LAZY,
+        );
+        if h.is_null() {
+            false
+        } else {
+            libc::dlclose(h);
+            true
+        }
+    }
+}
+
 extern "C" fn prepare() {
     let _ = std::panic::catch_unwind(|| {
         if let Some(d) = Dispatcher::global_if_created() {
+            CUDA_AT_FORK.store(cuda_driver_loaded(), Relaxed);
             let hold = d.fork_hold();
             HOLD.with(|h| *h.borrow_mut() = Some(hold));
         }
@@ -46,7 +72,7 @@ extern "C" fn child() {
     let _ = std::panic::catch_unwind(|| {
         HOLD.with(|h| h.borrow_mut().take());
         if let Some(d) = Dispatcher::global_if_created() {
-            d.forked_child();
+            d.forked_child(CUDA_AT_FORK.load(Relaxed));
         }
     });
 }

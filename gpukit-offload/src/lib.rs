@@ -70,9 +70,6 @@ pub mod request;
 pub mod stats;
 mod sync;
 
-#[cfg(test)]
-mod gpu_tests;
-
 pub use api::{c32, c64, Complex, Element, Offload};
 pub use dispatch::{Config, Dispatcher, GpuMode, LogMode, Outcome, StartPolicy};
 pub use error::{Error, Result};

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// The profile format version this crate reads and writes.
 pub const PROFILE_VERSION: u32 = 1;
@@ -247,7 +248,7 @@ impl Profile {
                     .map_err(|e| err(format!("cannot create directory: {e}")))?;
             }
         }
-        let _lock = lock(path)?;
+        let _lock = lock(path, SAVE_LOCK_WAIT)?;
         let mut out = self.clone();
         if let Ok(text) = std::fs::read_to_string(path) {
             if let Ok(Value::Object(old)) = serde_json::from_str::<Value>(&text) {
@@ -342,9 +343,16 @@ impl Profile {
     }
 }
 
+/// How long [`Profile::save`] (a calibration's result) waits for the profile's lock.
+pub const SAVE_LOCK_WAIT: Duration = Duration::from_secs(60);
+/// How long [`merge_learned`] (a process's exit) waits for the profile's lock: a process must
+/// never hang at exit because another one holds the file (a stopped process, a network file
+/// system); what it learned is then not saved, and it says so.
+pub const MERGE_LOCK_WAIT: Duration = Duration::from_secs(2);
+
 /// Takes the profile's write lock (`<profile>.lock`, flock), held until the returned file is
-/// dropped.
-fn lock(path: &Path) -> Result<std::fs::File> {
+/// dropped; gives up after `wait` with an error naming the lock file.
+fn lock(path: &Path, wait: Duration) -> Result<std::fs::File> {
     let lp = path.with_extension("json.lock");
     let f = std::fs::OpenOptions::new()
         .create(true)
@@ -355,11 +363,33 @@ fn lock(path: &Path) -> Result<std::fs::File> {
             what: format!("opening the profile lock {}", lp.display()),
             source: e,
         })?;
-    f.lock().map_err(|e| Error::Io {
-        what: format!("locking {}", lp.display()),
-        source: e,
-    })?;
-    Ok(f)
+    let deadline = Instant::now() + wait;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Ok(f),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::Profile {
+                    path: path.to_path_buf(),
+                    msg: format!(
+                        "another process held the lock {} for {:.1}s; not written",
+                        lp.display(),
+                        wait.as_secs_f64()
+                    ),
+                })
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(Error::Io {
+                    what: format!("locking {}", lp.display()),
+                    source: e,
+                })
+            }
+        }
+    }
 }
 
 fn write_atomic(path: &Path, text: &str) -> std::result::Result<(), String> {
@@ -398,7 +428,7 @@ pub fn merge_learned(path: &Path, loaded_created_unix: u64, learned: &Learned) -
         path: path.to_path_buf(),
         msg,
     };
-    let _lock = lock(path)?;
+    let _lock = lock(path, MERGE_LOCK_WAIT)?;
     let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
     if Profile::parse(&text).is_err() {
         return Ok(false);
@@ -585,5 +615,35 @@ mod tests {
         assert!(merge_learned(&path, p.created_unix, &a).unwrap());
         let s = Profile::load(&path).unwrap();
         assert!(!s.corrections.contains_key(&key), "{:?}", s.corrections);
+    }
+
+    /// A lock another process keeps (a stopped process): the exit merge gives up after its
+    /// wait with an error naming the lock, the file unchanged; once released it merges.
+    #[test]
+    fn a_held_lock_makes_the_merge_give_up_instead_of_hanging() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.json");
+        let p = Profile::embedded();
+        p.save(&path).unwrap();
+        let before = std::fs::read_to_string(&path).unwrap();
+        // a second open file description: flock conflicts with it as with another process
+        let holder = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path.with_extension("json.lock"))
+            .unwrap();
+        holder.lock().unwrap();
+        let mut l = Learned::default();
+        l.corrections
+            .insert("gemm/d/gpu/-/20/20".into(), (1.0, 2.0));
+        let e = merge_learned(&path, p.created_unix, &l)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("held the lock") && e.contains("p.json.lock"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
+        holder.unlock().unwrap();
+        assert!(merge_learned(&path, p.created_unix, &l).unwrap());
     }
 }

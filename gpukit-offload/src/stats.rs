@@ -49,11 +49,20 @@ pub enum Reason {
     CpuUnmeasured,
     /// The model has no GPU curve for this kind (not calibrated).
     NoModel,
+    /// This process is a `fork()` child of a process that had loaded the CUDA driver: CUDA
+    /// cannot be used in such a child, so its calls run on the CPU.
+    Forked,
+    /// The caller's LAPACK workspace (`lwork`, `lrwork`, `liwork`) is smaller than its library's
+    /// optimum: the library runs the call, and reports an undersized one as LAPACK does.
+    WorkspaceShort,
+    /// The integer width of the library behind an unsuffixed symbol could not be determined
+    /// (no probe symbol): the call is passed through untouched.
+    IntWidthUnknown,
 }
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 22] = [
         Reason::BelowThreshold,
         Reason::CpuFaster,
         Reason::StartupNotPaid,
@@ -73,6 +82,9 @@ impl Reason {
         Reason::FallbackNonFinite,
         Reason::CpuUnmeasured,
         Reason::NoModel,
+        Reason::Forked,
+        Reason::WorkspaceShort,
+        Reason::IntWidthUnknown,
     ];
 
     /// A short kebab-case name.
@@ -97,6 +109,9 @@ impl Reason {
             Reason::FallbackNonFinite => "fallback-nonfinite",
             Reason::CpuUnmeasured => "cpu-unmeasured",
             Reason::NoModel => "no-model",
+            Reason::Forked => "forked",
+            Reason::WorkspaceShort => "workspace-short",
+            Reason::IntWidthUnknown => "int-width-unknown",
         }
     }
 
@@ -299,6 +314,16 @@ impl StatsSnapshot {
     /// The row of a routine name (`dgemm`).
     pub fn get(&self, name: &str) -> Option<&RoutineStats> {
         self.rows.iter().find(|r| r.name == name)
+    }
+
+    /// Calls of every routine kept on the CPU for `reason`.
+    pub fn reason_count(&self, reason: Reason) -> u64 {
+        self.rows
+            .iter()
+            .flat_map(|r| r.reasons.iter())
+            .filter(|(x, _)| *x == reason)
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// The exit summary: one line per routine called,

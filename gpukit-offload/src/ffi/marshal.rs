@@ -38,6 +38,14 @@ pub trait Marshal: Prototype {
         [std::ptr::null_mut(); 3]
     }
 
+    /// The workspace arguments, mutable: arrays (`work`, `rwork`, `iwork`), their length
+    /// arguments (`lwork`, `lrwork`, `liwork`; `None` where the routine has none, or where
+    /// the array's length is fixed by the dimensions) and `info` (the shim's workspace query
+    /// on the caller's behalf redirects them).
+    fn workspace_mut(&mut self) -> Option<WsMut<'_>> {
+        None
+    }
+
     /// Answers a workspace query with the minimum (1 element of each array): used where no
     /// library can answer it and the call will run with workspace of its own.
     ///
@@ -62,6 +70,17 @@ pub trait Marshal: Prototype {
             }
         }
     }
+}
+
+/// A routine's workspace arguments (see [`Marshal::workspace_mut`]).
+pub struct WsMut<'a> {
+    /// `work`, `rwork`, `iwork` (a field that is null in this call, such as a real call's
+    /// `rwork`, stays null).
+    pub arrays: [Option<&'a mut P>; 3],
+    /// `lwork`, `lrwork`, `liwork`.
+    pub lens: [Option<&'a mut P>; 3],
+    /// `info`.
+    pub info: &'a mut P,
 }
 
 #[inline(always)]
@@ -604,6 +623,13 @@ impl Marshal for args::Getri {
             })
         }
     }
+    fn workspace_mut(&mut self) -> Option<WsMut<'_>> {
+        Some(WsMut {
+            arrays: [Some(&mut self.work), None, None],
+            lens: [Some(&mut self.lwork), None, None],
+            info: &mut self.info,
+        })
+    }
     fn workspace(&self) -> [P; 3] {
         [self.work, std::ptr::null_mut(), std::ptr::null_mut()]
     }
@@ -857,6 +883,13 @@ impl Marshal for args::Syev {
             )
         }
     }
+    fn workspace_mut(&mut self) -> Option<WsMut<'_>> {
+        Some(WsMut {
+            arrays: [Some(&mut self.work), Some(&mut self.rwork), None],
+            lens: [Some(&mut self.lwork), None, None],
+            info: &mut self.info,
+        })
+    }
     fn workspace(&self) -> [P; 3] {
         [self.work, self.rwork, std::ptr::null_mut()]
     }
@@ -923,6 +956,21 @@ impl Marshal for args::Syevd {
                 self.w,
             )
         }
+    }
+    fn workspace_mut(&mut self) -> Option<WsMut<'_>> {
+        Some(WsMut {
+            arrays: [
+                Some(&mut self.work),
+                Some(&mut self.rwork),
+                Some(&mut self.iwork),
+            ],
+            lens: [
+                Some(&mut self.lwork),
+                Some(&mut self.lrwork),
+                Some(&mut self.liwork),
+            ],
+            info: &mut self.info,
+        })
     }
     fn workspace(&self) -> [P; 3] {
         [self.work, self.rwork, self.iwork]
@@ -1019,6 +1067,21 @@ impl Marshal for args::Syevr {
                 isuppz: ints::<I>(self.isuppz),
             })
         }
+    }
+    fn workspace_mut(&mut self) -> Option<WsMut<'_>> {
+        Some(WsMut {
+            arrays: [
+                Some(&mut self.work),
+                Some(&mut self.rwork),
+                Some(&mut self.iwork),
+            ],
+            lens: [
+                Some(&mut self.lwork),
+                Some(&mut self.lrwork),
+                Some(&mut self.liwork),
+            ],
+            info: &mut self.info,
+        })
     }
     fn workspace(&self) -> [P; 3] {
         [self.work, self.rwork, self.iwork]
@@ -1153,6 +1216,17 @@ impl Marshal for args::Gesdd {
             })
         }
     }
+    fn workspace_mut(&mut self) -> Option<WsMut<'_>> {
+        Some(WsMut {
+            arrays: [
+                Some(&mut self.work),
+                Some(&mut self.rwork),
+                Some(&mut self.iwork),
+            ],
+            lens: [Some(&mut self.lwork), None, None],
+            info: &mut self.info,
+        })
+    }
     fn workspace(&self) -> [P; 3] {
         [self.work, std::ptr::null_mut(), std::ptr::null_mut()]
     }
@@ -1236,6 +1310,13 @@ impl Marshal for args::Gesvd {
                 vt,
             })
         }
+    }
+    fn workspace_mut(&mut self) -> Option<WsMut<'_>> {
+        Some(WsMut {
+            arrays: [Some(&mut self.work), Some(&mut self.rwork), None],
+            lens: [Some(&mut self.lwork), None, None],
+            info: &mut self.info,
+        })
     }
     fn workspace(&self) -> [P; 3] {
         [self.work, std::ptr::null_mut(), std::ptr::null_mut()]
@@ -1323,6 +1404,17 @@ impl Marshal for args::Gelsd {
             })
         }
     }
+    fn workspace_mut(&mut self) -> Option<WsMut<'_>> {
+        Some(WsMut {
+            arrays: [
+                Some(&mut self.work),
+                Some(&mut self.rwork),
+                Some(&mut self.iwork),
+            ],
+            lens: [Some(&mut self.lwork), None, None],
+            info: &mut self.info,
+        })
+    }
     fn workspace(&self) -> [P; 3] {
         [self.work, self.rwork, self.iwork]
     }
@@ -1391,6 +1483,13 @@ impl Marshal for args::Geqrf {
             })
         }
     }
+    fn workspace_mut(&mut self) -> Option<WsMut<'_>> {
+        Some(WsMut {
+            arrays: [Some(&mut self.work), None, None],
+            lens: [Some(&mut self.lwork), None, None],
+            info: &mut self.info,
+        })
+    }
     fn workspace(&self) -> [P; 3] {
         [self.work, std::ptr::null_mut(), std::ptr::null_mut()]
     }
@@ -1434,6 +1533,13 @@ impl Marshal for args::Orgqr {
                 tau: self.tau as *mut u8,
             })
         }
+    }
+    fn workspace_mut(&mut self) -> Option<WsMut<'_>> {
+        Some(WsMut {
+            arrays: [Some(&mut self.work), None, None],
+            lens: [Some(&mut self.lwork), None, None],
+            info: &mut self.info,
+        })
     }
     fn workspace(&self) -> [P; 3] {
         [self.work, std::ptr::null_mut(), std::ptr::null_mut()]

@@ -22,7 +22,7 @@ pub mod cblas;
 pub mod marshal;
 mod store;
 
-pub use marshal::Marshal;
+pub use marshal::{Marshal, WsMut};
 pub use store::{Mode, Store};
 
 use crate::ops::Routine;
@@ -35,6 +35,10 @@ pub type P = *mut c_void;
 pub trait Prototype: Copy {
     /// The routine.
     const ROUTINE: Routine;
+    /// The number of (non-hidden) arguments of the real prototype and of the complex one:
+    /// a LAPACK routine's `INFO` is the last of them (XERBLA's position for an error that is
+    /// about no single argument, see [`crate::interpose`]).
+    const NARGS: [usize; 2];
     /// Every pointer null and every hidden length 1 (the start of [`Marshal::fill`]).
     fn blank() -> Self;
     /// Calls `f`, a function of this routine's prototype (the complex one when `complex`),
@@ -50,6 +54,14 @@ pub trait Prototype: Copy {
 macro_rules! __offload_p {
     ($x:ident) => {
         *mut ::std::ffi::c_void
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __offload_one {
+    ($x:ident) => {
+        1usize
     };
 }
 
@@ -147,6 +159,11 @@ macro_rules! define_args {
 
                 impl Prototype for $R {
                     const ROUTINE: Routine = Routine::$R;
+                    const NARGS: [usize; 2] = [
+                        0 $(+ $crate::__offload_one!($h))* $(+ $crate::__offload_one!($t))*,
+                        0 $(+ $crate::__offload_one!($h))* $(+ $crate::__offload_one!($c))*
+                            $(+ $crate::__offload_one!($t))*,
+                    ];
 
                     fn blank() -> Self {
                         $R {

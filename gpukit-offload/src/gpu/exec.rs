@@ -358,6 +358,16 @@ impl<'a> Exec<'a> {
                     Ok(())
                 }
             };
+            let r = r.and_then(|()| {
+                if touched && self.backend.injected() == Inject::Lost {
+                    Err(fail(
+                        GpuFailKind::Injected,
+                        "injected failure of the copy out",
+                    ))
+                } else {
+                    Ok(())
+                }
+            });
             if let Err(e) = r {
                 return Err(if touched { lost(e) } else { e });
             }

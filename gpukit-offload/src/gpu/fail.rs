@@ -109,15 +109,23 @@ pub enum Inject {
     Error = 2,
     /// Pretend the solver returned `info = 1`.
     Info = 3,
+    /// Fail the copy out after the first in-place operand was written ([`GpuFailKind::Lost`]).
+    Lost = 4,
+    /// Panic in the dispatcher's GPU start-up (before the backend starts; also where no driver
+    /// is installed, so the start-up's panic handling can be tested anywhere).
+    StartPanic = 5,
 }
 
 impl Inject {
-    /// Parses `oom`, `error`, `info`, `none` or the empty string; anything else is `None`.
+    /// Parses `oom`, `error`, `info`, `lost`, `start-panic`, `none` or the empty string;
+    /// anything else is `None`.
     pub fn parse(s: &str) -> Option<Inject> {
         match s.trim() {
             "oom" => Some(Inject::OutOfMemory),
             "error" => Some(Inject::Error),
             "info" => Some(Inject::Info),
+            "lost" => Some(Inject::Lost),
+            "start-panic" => Some(Inject::StartPanic),
             "" | "none" => Some(Inject::None),
             _ => None,
         }
@@ -128,6 +136,8 @@ impl Inject {
             1 => Inject::OutOfMemory,
             2 => Inject::Error,
             3 => Inject::Info,
+            4 => Inject::Lost,
+            5 => Inject::StartPanic,
             _ => Inject::None,
         }
     }
@@ -162,10 +172,14 @@ mod tests {
             Inject::OutOfMemory,
             Inject::Error,
             Inject::Info,
+            Inject::Lost,
+            Inject::StartPanic,
         ] {
             assert_eq!(Inject::from_u8(i as u8), i);
         }
         assert_eq!(Inject::parse(" oom "), Some(Inject::OutOfMemory));
+        assert_eq!(Inject::parse("lost"), Some(Inject::Lost));
+        assert_eq!(Inject::parse("start-panic"), Some(Inject::StartPanic));
         assert_eq!(Inject::parse(""), Some(Inject::None));
         assert_eq!(Inject::parse("garbage"), None);
     }

@@ -34,7 +34,7 @@ use std::ffi::c_void;
 
 /// LAPACK's rank rule (`dlalsd`): the effective rank, the threshold, and the factors that
 /// scale `U^H B` (`1 / s_i` for the singular values above the threshold, 0 for the others).
-pub(crate) fn rank_and_scale(s: &[f64], rcond: f64, p: Precision) -> (usize, f64, Vec<f64>) {
+pub fn rank_and_scale(s: &[f64], rcond: f64, p: Precision) -> (usize, f64, Vec<f64>) {
     // dlamch('E'): the unit roundoff
     let eps = if p.real_size() == 4 {
         f32::EPSILON as f64 / 2.0

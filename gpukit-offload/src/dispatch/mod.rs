@@ -15,13 +15,18 @@
 //!    start-up time still needed plus its GPU time beats the CPU by the required speedup, and
 //!    runs on the CPU otherwise;
 //! 4. re-checks keep the model honest both ways (see [`crate::learn`]).
+//!
+//! One module per concept: `config` (settings and their environment variables), `startup` (the
+//! start-up state machine), `decide` (where a call goes), `estimate` (the model's estimate with
+//! learned corrections), `fork` (the dispatcher across `fork()`), `persist` (messages, the exit
+//! summary, learning merged into the profile); this file runs a call and records it.
 use crate::call::Call;
 use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuBackend, Inject, Presized};
 use crate::learn::{CorrKey, Learner};
 use crate::library::{LibId, LibKey};
-use crate::model::{required_speedup, Backend, Estimate, Model, DEFAULT_LEVEL};
+use crate::model::{required_speedup, Backend, Estimate, Model};
 use crate::ops::{OpKind, Precision, Routine, Shape};
 use crate::output;
 use crate::profile::Profile;
@@ -35,183 +40,22 @@ use std::sync::Condvar;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Whether the GPU may be used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GpuMode {
-    /// Use the GPU when the model says it pays.
-    Auto,
-    /// Never use the GPU (calls are still timed and counted: this measures the CPU-only run).
-    Off,
-    /// Run every call the GPU backend supports on the GPU, whatever the model predicts (for
-    /// measuring the GPU side and for tests); failures still fall back to the CPU.
-    Always,
-}
+mod config;
+mod decide;
+mod estimate;
+mod fork;
+pub mod load;
+mod persist;
+pub mod placement;
+mod startup;
 
-/// What is printed to stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogMode {
-    /// Nothing.
-    Off,
-    /// One line per routine at exit.
-    Summary,
-    /// One line per timed call, and the summary at exit.
-    Calls,
-}
-
-/// When CUDA is started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StartPolicy {
-    /// At once, on a background thread, when the dispatcher is created (`offload run`'s
-    /// default: the user asked for offload, and a one-shot program's heavy calls come early).
-    Eager,
-    /// On a background thread at the first call the model would send to the GPU.
-    Lazy,
-    /// On a background thread once the savings missed by calls kept on the CPU would have paid
-    /// for the start-up (the library default: a program that never needs the GPU never pays).
-    Savings,
-}
-
-impl StartPolicy {
-    /// `eager`, `lazy` or `savings`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StartPolicy::Eager => "eager",
-            StartPolicy::Lazy => "lazy",
-            StartPolicy::Savings => "savings",
-        }
-    }
-}
-
-/// Dispatcher settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Config {
-    /// Decision level 1..=10 (see [`crate::model::LEVEL_SPEEDUP`]).
-    pub level: u8,
-    /// GPU use.
-    pub gpu: GpuMode,
-    /// Logging.
-    pub log: LogMode,
-    /// Profile file (`None`: [`Profile::default_path`]).
-    pub profile_path: Option<PathBuf>,
-    /// Write learned corrections back into the profile file at exit / on [`Dispatcher::save_learned`].
-    pub persist: bool,
-    /// When CUDA starts.
-    pub start: StartPolicy,
-    /// A GPU failure injected into every GPU call (tests).
-    pub inject: Inject,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            level: DEFAULT_LEVEL,
-            gpu: GpuMode::Auto,
-            log: LogMode::Off,
-            profile_path: None,
-            persist: true,
-            start: StartPolicy::Savings,
-            inject: Inject::None,
-        }
-    }
-}
-
-impl Config {
-    /// Reads `GPUKIT_OFFLOAD_LEVEL` (1-10), `GPUKIT_OFFLOAD_GPU` (`auto`|`off`|`always`),
-    /// `GPUKIT_OFFLOAD_LOG` (`off`|`summary`|`calls`), `GPUKIT_OFFLOAD_PROFILE` and
-    /// `GPUKIT_OFFLOAD_PERSIST` (`1`|`0`). A bad value keeps the default and yields a message.
-    pub fn from_env() -> (Config, Vec<Error>) {
-        Self::from_vars(|k| std::env::var(k).ok())
-    }
-
-    /// [`from_env`](Self::from_env) with a custom variable source (for tests and embedders).
-    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> (Config, Vec<Error>) {
-        let mut c = Config::default();
-        let mut errs = Vec::new();
-        let get = |k: &str| {
-            var(k)
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-        };
-        if let Some(v) = get("GPUKIT_OFFLOAD_LEVEL") {
-            match v.parse::<u8>() {
-                Ok(l) if (1..=10).contains(&l) => c.level = l,
-                _ => errs.push(Error::Config {
-                    name: "GPUKIT_OFFLOAD_LEVEL",
-                    value: v,
-                    msg: format!("must be an integer from 1 to 10; using {DEFAULT_LEVEL}"),
-                }),
-            }
-        }
-        if let Some(v) = get("GPUKIT_OFFLOAD_GPU") {
-            match v.to_ascii_lowercase().as_str() {
-                "auto" | "on" | "1" => c.gpu = GpuMode::Auto,
-                "off" | "0" => c.gpu = GpuMode::Off,
-                "always" => c.gpu = GpuMode::Always,
-                _ => errs.push(Error::Config {
-                    name: "GPUKIT_OFFLOAD_GPU",
-                    value: v,
-                    msg: "must be auto, off or always; using auto".into(),
-                }),
-            }
-        }
-        if let Some(v) = get("GPUKIT_OFFLOAD_LOG") {
-            match v.to_ascii_lowercase().as_str() {
-                "off" | "none" | "0" => c.log = LogMode::Off,
-                "summary" | "1" => c.log = LogMode::Summary,
-                "calls" | "debug" => c.log = LogMode::Calls,
-                _ => errs.push(Error::Config {
-                    name: "GPUKIT_OFFLOAD_LOG",
-                    value: v,
-                    msg: "must be summary, calls or off; using off".into(),
-                }),
-            }
-        }
-        if let Some(v) = get("GPUKIT_OFFLOAD_PERSIST") {
-            match v.as_str() {
-                "1" | "on" | "yes" => c.persist = true,
-                "0" | "off" | "no" => c.persist = false,
-                _ => errs.push(Error::Config {
-                    name: "GPUKIT_OFFLOAD_PERSIST",
-                    value: v,
-                    msg: "must be 1 or 0; using 1".into(),
-                }),
-            }
-        }
-        if let Some(v) = get("GPUKIT_OFFLOAD_START") {
-            match v.to_ascii_lowercase().as_str() {
-                "eager" => c.start = StartPolicy::Eager,
-                "lazy" => c.start = StartPolicy::Lazy,
-                "savings" => c.start = StartPolicy::Savings,
-                _ => errs.push(Error::Config {
-                    name: "GPUKIT_OFFLOAD_START",
-                    value: v,
-                    msg: "must be eager, lazy or savings; using savings".into(),
-                }),
-            }
-        }
-        if let Some(v) = get("GPUKIT_OFFLOAD_INJECT_FAILURE") {
-            match Inject::parse(&v) {
-                Some(i) => c.inject = i,
-                None => errs.push(Error::Config {
-                    name: "GPUKIT_OFFLOAD_INJECT_FAILURE",
-                    value: v,
-                    msg: "must be oom, error, info or none (tests only); injecting nothing".into(),
-                }),
-            }
-        }
-        if let Some(v) = get(crate::cpu::CPU_LIB_ENV) {
-            if let Err(e) = CpuBackend::open(&[v.as_str()]) {
-                errs.push(Error::Config {
-                    name: crate::cpu::CPU_LIB_ENV,
-                    value: v,
-                    msg: format!("{e}; the typed API and calibration refuse it, the shim runs the program's own library"),
-                });
-            }
-        }
-        c.profile_path = get(crate::profile::PROFILE_ENV).map(PathBuf::from);
-        (c, errs)
-    }
-}
+pub use config::{start_for, Config, GpuMode, LogMode, StartPolicy, EAGER_PARENT_ENV};
+use decide::Plan;
+use estimate::{MemoEntry, MEMO_SLOTS};
+pub(crate) use fork::ForkHold;
+pub use persist::WARNED_ENV;
+pub use startup::PRESIZE_CALLS;
+use startup::{Phase, ShapeOnly, FAILED, NOT_STARTED, READY, STARTING, WAIT_SLACK};
 
 /// Where a call ran and why.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -228,53 +72,6 @@ pub struct Outcome {
     pub info: i64,
 }
 
-const NOT_STARTED: u8 = 0;
-const STARTING: u8 = 1;
-const READY: u8 = 2;
-const FAILED: u8 = 3;
-
-/// How many of the largest missed calls the start-up thread sizes the GPU buffers for.
-pub const PRESIZE_CALLS: usize = 4;
-
-/// A call without its data ([`Call::without_data`]): only its dimensions are kept.
-#[derive(Debug, Clone, Copy)]
-struct ShapeOnly(Call);
-
-// SAFETY: every pointer in the call is null (made by `Call::without_data`); it is only read for
-// its dimensions, from any thread.
-unsafe impl Send for ShapeOnly {}
-// SAFETY: as above.
-unsafe impl Sync for ShapeOnly {}
-
-/// Adds `call` to `kept`, the (at most `cap`) largest calls by [`Call::footprint`] with distinct
-/// routine, precision and shape; returns whether it was kept.
-fn keep_largest(kept: &mut Vec<ShapeOnly>, call: &Call, cap: usize) -> bool {
-    let same =
-        |c: &Call| c.kind() == call.kind() && c.prec == call.prec && c.shape() == call.shape();
-    if cap == 0 || kept.iter().any(|k| same(&k.0)) {
-        return false;
-    }
-    let f = call.footprint();
-    if kept.len() < cap {
-        kept.push(ShapeOnly(call.without_data()));
-        return true;
-    }
-    let Some((i, smallest)) = kept
-        .iter()
-        .enumerate()
-        .map(|(i, k)| (i, k.0.footprint()))
-        .min_by_key(|&(_, f)| f)
-    else {
-        return false;
-    };
-    if f > smallest {
-        kept[i] = ShapeOnly(call.without_data());
-        true
-    } else {
-        false
-    }
-}
-
 thread_local! {
     static DEPTH: Cell<u32> = const { Cell::new(0) };
     /// Per-thread memo of the model's *uncorrected* estimate of recent shapes: the model never
@@ -287,14 +84,6 @@ thread_local! {
     static CHEAP_UNTIMED: Cell<u32> = const { Cell::new(0) };
 }
 
-const MEMO_SLOTS: usize = 64;
-
-#[derive(Clone, Copy)]
-struct MemoEntry {
-    key: (u64, OpKind, Precision, Shape, LibKey),
-    estimate: Option<Estimate>,
-}
-
 /// A CPU-kept call predicted shorter than this is timed (and learned from) only once in
 /// [`CHEAP_SAMPLE`] calls per thread (unless every call is logged): two clock reads and a
 /// learner update would otherwise be a visible share of such a call, and the learner needs only
@@ -303,76 +92,7 @@ const CHEAP_CPU_S: f64 = 1e-3;
 /// See [`CHEAP_CPU_S`].
 const CHEAP_SAMPLE: u32 = 16;
 
-/// When a start-up phase runs longer than the profile says, the rest of it is guessed as this
-/// share of the expected time.
-const OVERRUN_SHARE: f64 = 0.25;
-/// A wait for the GPU gives up this long after the expected end (the call then runs on the CPU).
-const WAIT_SLACK: Duration = Duration::from_millis(100);
-
 static NEXT_DISPATCHER_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Marks the configuration warnings a parent process printed (see
-/// [`Dispatcher::report_warnings_once`]).
-pub const WARNED_ENV: &str = "GPUKIT_OFFLOAD_WARNED";
-
-/// Sets an environment variable.
-///
-/// # Safety
-/// No other thread may read or write the environment at the same time.
-unsafe fn set_env(name: &str, value: &str) {
-    // SAFETY: forwarded.
-    unsafe { std::env::set_var(name, value) };
-}
-
-/// One phase of GPU start-up (the backend, then cuSOLVER): its state and since when it runs.
-struct Phase {
-    state: AtomicU8,
-    /// Nanoseconds after the dispatcher's creation at which the phase began (0: not begun).
-    since_ns: AtomicU64,
-}
-
-impl Phase {
-    const fn new() -> Phase {
-        Phase {
-            state: AtomicU8::new(NOT_STARTED),
-            since_ns: AtomicU64::new(0),
-        }
-    }
-
-    fn get(&self) -> u8 {
-        self.state.load(Relaxed)
-    }
-
-    /// NOT_STARTED -> STARTING; true when this caller made the transition.
-    fn begin(&self, now_ns: u64) -> bool {
-        let won = self
-            .state
-            .compare_exchange(NOT_STARTED, STARTING, Relaxed, Relaxed)
-            .is_ok();
-        if won {
-            self.since_ns.store(now_ns.max(1), Relaxed);
-        }
-        won
-    }
-}
-
-/// The dispatcher's locks, held across `fork()` ([`Dispatcher::fork_hold`]).
-pub(crate) struct ForkHold<'a> {
-    _warned: std::sync::MutexGuard<'a, Vec<String>>,
-    _missed: std::sync::MutexGuard<'a, Vec<ShapeOnly>>,
-    _wake: std::sync::MutexGuard<'a, ()>,
-    _learner: std::sync::MutexGuard<'a, crate::learn::State>,
-    _libs: std::sync::MutexGuard<'static, ()>,
-}
-
-/// What to do with a call.
-enum Plan {
-    Gpu,
-    Cpu(Reason),
-    /// Wait for the GPU (start-up, or cuSOLVER's load) up to this long, then run there; run on
-    /// the CPU if it is not ready by then.
-    Wait(Duration),
-}
 
 /// The dispatcher. One per process is usual ([`Dispatcher::global`]); tests make their own.
 pub struct Dispatcher {
@@ -405,6 +125,8 @@ pub struct Dispatcher {
     warned: Lock<Vec<String>>,
     /// This is a forked child of the process that created the dispatcher.
     forked: AtomicBool,
+    /// This process's calls in flight and its slot on the GPU's load board.
+    load: load::Load,
 }
 
 static GLOBAL: OnceLock<Arc<Dispatcher>> = OnceLock::new();
@@ -495,8 +217,12 @@ impl Dispatcher {
             notices,
             warned: Lock::new(Vec::new()),
             forked: AtomicBool::new(false),
+            load: load::Load::default(),
         };
-        if d.config.gpu != GpuMode::Off && !gpukit_jit::libs::driver_present() {
+        if d.config.gpu != GpuMode::Off
+            && d.config.inject != Inject::StartPanic
+            && !gpukit_jit::libs::driver_present()
+        {
             let _ = d
                 .gpu
                 .set(Err("no CUDA driver (libcuda) on this machine".into()));
@@ -563,7 +289,11 @@ impl Dispatcher {
     }
 
     fn compute_thresholds(&self) {
-        let never = self.config.gpu != GpuMode::Off && self.core.get() == FAILED;
+        // (a forked child keeps the model's thresholds: its calls that would pay on the GPU
+        // are counted as `forked`, not as small)
+        let never = self.config.gpu != GpuMode::Off
+            && self.core.get() == FAILED
+            && !self.forked.load(Relaxed);
         for r in Routine::ALL {
             for p in Precision::ALL {
                 let t = if never {
@@ -604,290 +334,6 @@ impl Dispatcher {
         self.thresholds[slot(r, p)].load(Relaxed)
     }
 
-    /// The started GPU backend, if started.
-    pub fn gpu(&self) -> Option<&Arc<GpuBackend>> {
-        match self.gpu.get() {
-            Some(Ok(g)) => Some(g),
-            _ => None,
-        }
-    }
-
-    /// Why the GPU is unusable, once that is known.
-    pub fn gpu_error(&self) -> Option<&str> {
-        match self.gpu.get() {
-            Some(Err(e)) => Some(e),
-            _ => None,
-        }
-    }
-
-    /// Starts the GPU backend now and waits for it. Used by calibration, tests and
-    /// `GPUKIT_OFFLOAD_GPU=always`; otherwise the start policy decides.
-    pub fn start_gpu(&self) -> Result<&Arc<GpuBackend>> {
-        self.start_blocking();
-        match self.gpu.get() {
-            Some(Ok(g)) => Ok(g),
-            Some(Err(e)) => Err(Error::GpuUnavailable(e.clone())),
-            None => Err(Error::GpuUnavailable("GPU start-up did not finish".into())),
-        }
-    }
-
-    /// [`Dispatcher::start_gpu`], then loads cuSOLVER now (on this thread, or waits for the
-    /// load in progress), so that LAPACK calls that follow are never decided while cuSOLVER
-    /// is still loading. Used by tests and calibration; the dispatcher itself loads cuSOLVER
-    /// in the background at the first LAPACK call.
-    pub fn start_solver(&self) -> Result<&Arc<GpuBackend>> {
-        let g = self.start_gpu()?;
-        if self.solver.begin(self.now_ns()) {
-            let r = g.load_solver();
-            self.solver
-                .state
-                .store(if r.is_ok() { READY } else { FAILED }, Relaxed);
-            self.notify();
-            if let Err(f) = r {
-                return Err(Error::GpuUnavailable(format!(
-                    "cuSOLVER could not be loaded: {f}"
-                )));
-            }
-        } else {
-            self.wait_for(|d| d.solver.get() != STARTING, None);
-        }
-        match self.solver.get() {
-            READY => Ok(g),
-            _ => Err(Error::GpuUnavailable(
-                "cuSOLVER could not be loaded (see the start-up log)".into(),
-            )),
-        }
-    }
-
-    /// Starts the GPU on this thread if nobody did, else waits for the start in progress.
-    fn start_blocking(&self) {
-        if self.forked.load(Relaxed) || self.config.gpu == GpuMode::Off {
-            return;
-        }
-        if self.core.begin(self.now_ns()) {
-            self.run_start();
-        } else {
-            self.wait_for(|d| d.core.get() != STARTING, None);
-        }
-    }
-
-    fn notify(&self) {
-        let _g = self.wake.0.lock();
-        self.wake.1.notify_all();
-    }
-
-    /// Waits until `done` holds (checked on every phase change), at most `limit`; true when it
-    /// holds.
-    fn wait_for(&self, done: impl Fn(&Self) -> bool, limit: Option<Duration>) -> bool {
-        let deadline = limit.map(|l| Instant::now() + l);
-        let mut g = self.wake.0.lock();
-        loop {
-            if done(self) {
-                return true;
-            }
-            let step = match deadline {
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return done(self);
-                    }
-                    d - now
-                }
-                None => Duration::from_millis(200),
-            };
-            g = match self.wake.1.wait_timeout(g, step) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
-        }
-    }
-
-    /// The start itself (the phase is STARTING, owned by this thread): the backend, then for
-    /// the calls missed so far their kernels (cuSOLVER with them if one was a LAPACK call) and
-    /// buffers. Returns what was reserved.
-    fn run_start(&self) -> Option<Presized> {
-        let t0 = Instant::now();
-        let r = GpuBackend::start().map(Arc::new).map_err(|e| e.to_string());
-        let mut presized = None;
-        if let Ok(g) = &r {
-            if self.config.inject != Inject::None {
-                g.set_inject(self.config.inject);
-            }
-            let calls: Vec<Call> = self.missed_calls.lock().iter().map(|c| c.0).collect();
-            // warm-up and sizing for what this process called only (so cuSOLVER is loaded
-            // here only if a LAPACK call came)
-            let mut kinds: Vec<(OpKind, Precision)> =
-                calls.iter().map(|c| (c.kind(), c.prec)).collect();
-            kinds.sort();
-            kinds.dedup();
-            if !kinds.is_empty() {
-                g.warm_up(&kinds);
-            }
-            if calls.iter().any(|c| crate::gpu::needs_solver(&c.op)) && g.solver_loaded() {
-                self.solver.state.store(READY, Relaxed);
-            }
-            if !calls.is_empty() {
-                presized = g.presize(&calls).ok();
-            }
-            if !self.profile_machine.gpu.is_empty() && self.profile_machine.gpu != g.name() {
-                self.warn_once(&format!(
-                    "the profile's GPU figures were measured on {}, this GPU is {}; they are corrected from this process's calls",
-                    self.profile_machine.gpu,
-                    g.name()
-                ));
-            }
-        }
-        let ok = r.is_ok();
-        let _ = self.gpu.set(r);
-        self.core
-            .state
-            .store(if ok { READY } else { FAILED }, Relaxed);
-        if !ok {
-            self.compute_thresholds();
-        }
-        self.notify();
-        if self.config.log == LogMode::Calls {
-            let mib = |b: usize| b >> 20;
-            let p = presized.unwrap_or_default();
-            output::line(&format!(
-                "gpukit-offload: GPU start {} in {:.3}s ({}); reserved for missed calls: device {} MiB (need {}), pinned {} MiB (need {})",
-                if ok { "ready" } else { "failed" },
-                t0.elapsed().as_secs_f64(),
-                self.gpu()
-                    .map(|g| g.startup_report().to_string())
-                    .unwrap_or_else(|| self.gpu_error().unwrap_or("").to_string()),
-                mib(p.dev),
-                mib(p.need_dev),
-                mib(p.pinned),
-                mib(p.need_pinned),
-            ));
-        }
-        presized
-    }
-
-    /// Starts the GPU on a background thread (once).
-    fn start_background(self: &Arc<Self>) {
-        if self.forked.load(Relaxed)
-            || self.config.gpu == GpuMode::Off
-            || !self.core.begin(self.now_ns())
-        {
-            return;
-        }
-        let me = Arc::clone(self);
-        // Normal priority on purpose: at nice 19 (a variant measured on the H200) start-up took
-        // 4.6 s instead of 1.3 s, because OpenBLAS's spinning workers keep every core busy.
-        let spawned = std::thread::Builder::new()
-            .name("gpukit-offload-start".into())
-            .spawn(move || {
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| me.run_start()));
-            });
-        if spawned.is_err() {
-            self.run_start();
-        }
-    }
-
-    /// Loads cuSOLVER on a background thread (once), for the first LAPACK call.
-    fn load_solver_background(self: &Arc<Self>) {
-        if !self.solver.begin(self.now_ns()) {
-            return;
-        }
-        let me = Arc::clone(self);
-        let run = move || {
-            let t0 = Instant::now();
-            let ok = me.gpu().is_some_and(|g| g.load_solver().is_ok());
-            me.solver
-                .state
-                .store(if ok { READY } else { FAILED }, Relaxed);
-            me.notify();
-            if me.config.log == LogMode::Calls {
-                output::line(&format!(
-                    "gpukit-offload: cuSOLVER {} in {:.3}s (first LAPACK call)",
-                    if ok { "loaded" } else { "failed" },
-                    t0.elapsed().as_secs_f64()
-                ));
-            }
-        };
-        let spawned = std::thread::Builder::new()
-            .name("gpukit-offload-solver".into())
-            .spawn(move || {
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
-            });
-        if spawned.is_err() {
-            self.solver.state.store(FAILED, Relaxed);
-        }
-    }
-
-    /// Seconds a phase still needs: what the profile says it takes minus what has passed
-    /// (a share of the expected time when it runs over).
-    fn remaining(&self, phase: &Phase, expected_s: f64) -> f64 {
-        let since = phase.since_ns.load(Relaxed);
-        let elapsed = self.now_ns().saturating_sub(since) as f64 * 1e-9;
-        (expected_s - elapsed).max(OVERRUN_SHARE * expected_s)
-    }
-
-    /// Starts CUDA in the background now when the policy is [`StartPolicy::Eager`] and a GPU
-    /// may be used.
-    pub fn start_if_eager(self: &Arc<Self>) {
-        if self.config.start == StartPolicy::Eager {
-            self.start_background();
-        }
-    }
-
-    /// Injects a GPU failure into the following calls (tests); starts nothing.
-    pub fn inject_failure(&self, i: Inject) {
-        if let Some(g) = self.gpu() {
-            g.set_inject(i);
-        }
-    }
-
-    /// The estimate for a request with learned corrections applied; a library without curves
-    /// gets its CPU time from the rates measured so far (`cpu_known` false when none was).
-    pub fn estimate(&self, req: &Request) -> Option<Estimate> {
-        let lib = req.lib.key_id();
-        let mut e = self.model_estimate(req, lib)?;
-        let (fc, fg) = self.learner.factors(
-            CorrKey::new(req.kind, req.prec(), Backend::Cpu, lib, req.features),
-            CorrKey::new(req.kind, req.prec(), Backend::Gpu, lib, req.features),
-        );
-        e.gpu_s *= fg;
-        if e.cpu_known {
-            e.cpu_s *= fc;
-        } else if let Some(k) =
-            self.learner
-                .cpu_known(lib, req.kind, req.prec(), req.features, req.flops)
-        {
-            e.cpu_s = k.seconds;
-            e.cpu_known = true;
-        }
-        Some(e)
-    }
-
-    /// The model's uncorrected estimate of a request, through the per-thread memo.
-    fn model_estimate(&self, req: &Request, lib: LibKey) -> Option<Estimate> {
-        let (kind, prec, shape) = (req.kind, req.prec(), req.shape);
-        let key = (self.id, kind, prec, shape, lib);
-        let h = (shape.m ^ shape.n.rotate_left(21) ^ shape.k.rotate_left(42) ^ self.id)
-            .wrapping_add(
-                ((kind.routine as u64) << 3)
-                    ^ ((kind.variant as u64) << 1)
-                    ^ prec as u64
-                    ^ ((lib.0 as u64) << 40),
-            )
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let slot = (h >> 58) as usize % MEMO_SLOTS;
-        let hit = MEMO.with(|m| {
-            m.borrow()[slot]
-                .filter(|e| e.key == key)
-                .map(|e| e.estimate)
-        });
-        if let Some(v) = hit {
-            return v;
-        }
-        let estimate = self.model.estimate(kind, prec, shape, lib);
-        MEMO.with(|m| m.borrow_mut()[slot] = Some(MemoEntry { key, estimate }));
-        estimate
-    }
-
     /// Runs a request where it is fastest. `cpu` runs it on the CPU and returns LAPACK's info;
     /// it is called at most once (on the GPU path's failure, the CPU runs on the untouched
     /// inputs).
@@ -899,6 +345,22 @@ impl Dispatcher {
         self: &Arc<Self>,
         req: &Request,
         cpu: &mut dyn FnMut() -> Result<i64>,
+    ) -> Result<Outcome> {
+        // SAFETY: forwarded.
+        unsafe { self.execute_gated(req, cpu, &mut || true) }
+    }
+
+    /// [`Dispatcher::execute`] with a last check before a call goes to the GPU: `gpu_ok`
+    /// returning false runs it on the CPU instead (reason `workspace-short`; the shim's check
+    /// that the caller's LAPACK workspace is one its library accepts without question).
+    ///
+    /// # Safety
+    /// As for [`Dispatcher::execute`].
+    pub unsafe fn execute_gated(
+        self: &Arc<Self>,
+        req: &Request,
+        cpu: &mut dyn FnMut() -> Result<i64>,
+        gpu_ok: &mut dyn FnMut() -> bool,
     ) -> Result<Outcome> {
         let s = req.slot;
         let quick = |reason: Reason, cpu: &mut dyn FnMut() -> Result<i64>| {
@@ -914,7 +376,18 @@ impl Dispatcher {
             return quick(Reason::InvalidArgs, cpu);
         }
         let t0 = Instant::now();
-        let est = self.estimate(req);
+        let raw = self.estimate(req);
+        // the decision prices the machine as it is now (see `load`); learning uses the
+        // uncontended estimate, and only from calls that ran alone (`learn`: None otherwise)
+        let now = self.load.snapshot();
+        let est = raw.map(|mut e| {
+            let (c, g) = load::price(e.cpu_s, e.gpu_s, &now, self.load.cores());
+            e.cpu_s = c;
+            e.gpu_s = g;
+            e
+        });
+        // Some(the uncontended estimate) when the machine was quiet, None under contention
+        let learn = now.quiet().then_some(raw);
         let mut plan = self.decide(req, est.as_ref());
         if let Plan::Wait(limit) = plan {
             let lapack = crate::gpu::needs_solver(&req.call.op);
@@ -933,20 +406,28 @@ impl Dispatcher {
         }
         match plan {
             Plan::Gpu => {
+                if !gpu_ok() {
+                    return self.timed_cpu(req, Reason::WorkspaceShort, est, learn, cpu);
+                }
                 if let (Some(gpu), Some(e)) = (self.gpu(), est) {
-                    // SAFETY: forwarded from the caller; check() passed; gpu::unsupported()
-                    // is None.
-                    let r = unsafe { gpu.run(&req.call) };
+                    let r = {
+                        let _queued = self.load.gpu_turn(e.compute_s, load_board);
+                        // SAFETY: forwarded from the caller; check() passed;
+                        // gpu::unsupported() is None.
+                        unsafe { gpu.run(&req.call) }
+                    };
                     let secs = t0.elapsed().as_secs_f64();
+                    // alone before and still alone after: the time is the machine's
+                    let learn = learn.filter(|_| self.load.snapshot().quiet());
                     match r {
-                        Ok(()) => return Ok(self.gpu_done(req, e, secs)),
+                        Ok(()) => return Ok(self.gpu_done(req, e, learn.flatten(), secs)),
                         Err(f) => {
                             // after `Lost` the caller's in-place operands are partly
                             // overwritten: the CPU must not run on them
                             let Some(reason) = f.kind.fallback_reason() else {
-                                return Err(Error::Gpu {
-                                    what: "copying results to the caller",
-                                    detail: f.to_string(),
+                                return Err(Error::GpuLost {
+                                    routine: req.name(),
+                                    detail: f.detail,
                                 });
                             };
                             if self.config.log == LogMode::Calls {
@@ -955,25 +436,27 @@ impl Dispatcher {
                                     req.name()
                                 ));
                             }
-                            return self.timed_cpu(req, reason, est, cpu);
+                            return self.timed_cpu(req, reason, est, learn, cpu);
                         }
                     }
                 }
-                self.timed_cpu(req, Reason::NoGpu, est, cpu)
+                self.timed_cpu(req, Reason::NoGpu, est, learn, cpu)
             }
-            Plan::Cpu(reason) => self.timed_cpu(req, reason, est, cpu),
-            Plan::Wait(_) => self.timed_cpu(req, Reason::GpuStarting, est, cpu),
+            Plan::Cpu(reason) => self.timed_cpu(req, reason, est, learn, cpu),
+            Plan::Wait(_) => self.timed_cpu(req, Reason::GpuStarting, est, learn, cpu),
         }
     }
 
     /// Learning and statistics of a call the GPU ran in `secs`.
-    fn gpu_done(&self, req: &Request, e: Estimate, secs: f64) -> Outcome {
+    fn gpu_done(&self, req: &Request, e: Estimate, learn: Option<Estimate>, secs: f64) -> Outcome {
         let lib = req.lib.key_id();
-        self.learner.observe(
-            CorrKey::new(req.kind, req.prec(), Backend::Gpu, lib, req.features),
-            e.gpu_s,
-            secs,
-        );
+        if let Some(l) = learn {
+            self.learner.observe(
+                CorrKey::new(req.kind, req.prec(), Backend::Gpu, lib, req.features),
+                l.gpu_s,
+                secs,
+            );
+        }
         let measured = self
             .learner
             .cpu_known(lib, req.kind, req.prec(), req.features, req.flops)
@@ -1001,7 +484,10 @@ impl Dispatcher {
         est: Option<Estimate>,
         cpu: &mut dyn FnMut() -> Result<i64>,
     ) -> Result<Outcome> {
-        let info = run_cpu_nested(cpu)?;
+        let info = {
+            let _turn = self.load.cpu_turn();
+            run_cpu_nested(cpu)?
+        };
         self.stats.record_cpu(s, reason, None);
         Ok(Outcome {
             backend: Backend::Cpu,
@@ -1017,6 +503,7 @@ impl Dispatcher {
         req: &Request,
         reason: Reason,
         est: Option<Estimate>,
+        learn: Option<Option<Estimate>>,
         cpu: &mut dyn FnMut() -> Result<i64>,
     ) -> Result<Outcome> {
         // (with per-call logging on, every call is timed: the log is for reading them all)
@@ -1031,11 +518,16 @@ impl Dispatcher {
             return self.untimed_cpu(req.slot, reason, est, cpu);
         }
         let t0 = Instant::now();
-        let info = run_cpu_nested(cpu)?;
+        let info = {
+            let _turn = self.load.cpu_turn();
+            run_cpu_nested(cpu)?
+        };
         let secs = t0.elapsed().as_secs_f64();
         let lib = req.lib.key_id();
-        if info == 0 {
-            if let Some(e) = est.filter(|e| e.cpu_known) {
+        // alone before and still alone after: the time is the machine's
+        let learn = learn.filter(|_| self.load.snapshot().quiet());
+        if let (0, Some(raw)) = (info, learn) {
+            if let Some(e) = raw.filter(|e| e.cpu_known) {
                 self.learner.observe(
                     CorrKey::new(req.kind, req.prec(), Backend::Cpu, lib, req.features),
                     e.cpu_s,
@@ -1054,124 +546,6 @@ impl Dispatcher {
             estimate: est,
             info,
         })
-    }
-
-    /// Where a call goes (see the module docs).
-    fn decide(self: &Arc<Self>, req: &Request, est: Option<&Estimate>) -> Plan {
-        if self.config.gpu == GpuMode::Off {
-            return Plan::Cpu(Reason::Disabled);
-        }
-        if crate::gpu::unsupported(&req.call).is_some() {
-            return Plan::Cpu(Reason::Unsupported);
-        }
-        let lapack = crate::gpu::needs_solver(&req.call.op);
-        if self.config.gpu == GpuMode::Always {
-            self.start_blocking();
-            if self.core.get() != READY {
-                return Plan::Cpu(Reason::NoGpu);
-            }
-            return Plan::Gpu;
-        }
-        let Some(e) = est else {
-            return Plan::Cpu(Reason::NoModel);
-        };
-        if !e.cpu_known {
-            return Plan::Cpu(Reason::CpuUnmeasured);
-        }
-        let need = required_speedup(self.config.level);
-        if e.cpu_s < need * e.gpu_s {
-            // a GPU correction may have become too pessimistic (a slow first call): when the
-            // uncorrected GPU figure says it wins, re-measure it now and then
-            let raw_gpu = self
-                .model_estimate(req, req.lib.key_id())
-                .map(|r| r.gpu_s)
-                .unwrap_or(f64::INFINITY);
-            if self.core.get() == READY
-                && (!lapack || self.solver.get() == READY)
-                && e.cpu_s >= need * raw_gpu
-                && self
-                    .learner
-                    .take_recheck(req.kind, req.prec(), req.features, Backend::Gpu)
-            {
-                return Plan::Gpu;
-            }
-            return Plan::Cpu(Reason::CpuFaster);
-        }
-        match self.core.get() {
-            FAILED => return Plan::Cpu(Reason::NoGpu),
-            NOT_STARTED => {
-                self.note_missed(&req.call);
-                match self.config.start {
-                    StartPolicy::Savings => {
-                        // the savings this call misses are added up; once they would have paid
-                        // for start-up, CUDA starts on a background thread while this call runs
-                        // on the CPU
-                        let gain = (e.cpu_s - e.gpu_s).max(0.0);
-                        let missed = self.missed_ns.fetch_add((gain * 1e9) as u64, Relaxed) as f64
-                            * 1e-9
-                            + gain;
-                        if missed > self.model.startup.start_s {
-                            self.start_background();
-                        }
-                        return Plan::Cpu(Reason::StartupNotPaid);
-                    }
-                    StartPolicy::Lazy | StartPolicy::Eager => {
-                        self.start_background();
-                        return self.wait_or_cpu(req, e, need, lapack);
-                    }
-                }
-            }
-            STARTING => {
-                self.note_missed(&req.call);
-                return self.wait_or_cpu(req, e, need, lapack);
-            }
-            _ => {}
-        }
-        if lapack && self.solver.get() != READY {
-            if self.solver.get() == FAILED {
-                return Plan::Cpu(Reason::NoGpu);
-            }
-            self.load_solver_background();
-            return self.wait_or_cpu(req, e, need, lapack);
-        }
-        if e.speedup() < 2.0 * need
-            && self
-                .learner
-                .take_recheck(req.kind, req.prec(), req.features, Backend::Cpu)
-        {
-            return Plan::Cpu(Reason::Recheck);
-        }
-        Plan::Gpu
-    }
-
-    /// A GPU-bound call while the GPU (or cuSOLVER) is starting: wait when the start-up still
-    /// needed plus the GPU time beats the CPU by the required speedup, else run on the CPU.
-    fn wait_or_cpu(&self, req: &Request, e: &Estimate, need: f64, lapack: bool) -> Plan {
-        let st = &self.model.startup;
-        let mut remaining = match self.core.get() {
-            STARTING => self.remaining(&self.core, st.start_s),
-            READY => 0.0,
-            _ => return Plan::Cpu(Reason::NoGpu),
-        };
-        if lapack {
-            remaining += match self.solver.get() {
-                STARTING => self.remaining(&self.solver, st.solver_s),
-                READY => 0.0,
-                _ => st.solver_s,
-            };
-        }
-        if e.cpu_s >= need * (remaining + e.gpu_s) {
-            Plan::Wait(Duration::from_secs_f64(remaining) + WAIT_SLACK)
-        } else {
-            self.note_missed(&req.call);
-            Plan::Cpu(Reason::GpuStarting)
-        }
-    }
-
-    /// Remembers a call that would have gone to the GPU had it been started (its dimensions
-    /// only), for the start-up thread's buffer sizing.
-    fn note_missed(&self, call: &Call) {
-        keep_largest(&mut self.missed_calls.lock(), call, PRESIZE_CALLS);
     }
 
     fn log_call(
@@ -1226,99 +600,32 @@ impl Dispatcher {
             }),
         }
     }
+}
 
-    /// Prints a message once per dispatcher (`gpukit-offload: ` is prepended).
-    pub fn warn_once(&self, msg: &str) {
-        let mut w = self.warned.lock();
-        if w.iter().any(|m| m == msg) {
-            return;
-        }
-        w.push(msg.to_string());
-        drop(w);
-        output::line(&format!("gpukit-offload: {msg}"));
+/// The load board of the GPU this process uses (`None` where there is no `/dev/shm`, or
+/// `GPUKIT_OFFLOAD_LOAD_BOARD=off`; `GPUKIT_OFFLOAD_LOAD_BOARD=DIR` puts it in DIR).
+fn load_board() -> Option<load::Board> {
+    let dir = match std::env::var_os(LOAD_BOARD_ENV) {
+        Some(v) if v == "off" => return None,
+        Some(v) if !v.is_empty() => PathBuf::from(v),
+        _ => PathBuf::from("/dev/shm"),
+    };
+    if !dir.is_dir() {
+        return None;
     }
+    load::Board::open(&load::board_path(&dir, &load::device_key()))
+}
 
-    /// Prints [`Dispatcher::warnings`] unless this process was started by a process that
-    /// printed the same ones (the shim marks them in `GPUKIT_OFFLOAD_WARNED`, which child
-    /// processes inherit), so a bad setting is named once per process tree.
-    ///
-    /// # Safety
-    /// Sets an environment variable: no other thread may read or write the environment
-    /// meanwhile (the shim calls it from its constructor, before the program's threads).
-    pub unsafe fn report_warnings_once(&self) {
-        if self.warnings.is_empty() {
-            return;
-        }
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        std::hash::Hash::hash(&self.warnings, &mut h);
-        let mark = format!("{:016x}", std::hash::Hasher::finish(&h));
-        if std::env::var(WARNED_ENV).is_ok_and(|v| v == mark) {
-            return;
-        }
-        for w in &self.warnings {
-            self.warn_once(w);
-        }
-        // SAFETY: this function's contract (no concurrent use of the environment).
-        unsafe { set_env(WARNED_ENV, &mark) };
-    }
+/// Where the GPU load board lives (`off`: no board).
+pub const LOAD_BOARD_ENV: &str = "GPUKIT_OFFLOAD_LOAD_BOARD";
 
-    /// Fork handler (before): every lock a call can take, taken in one order and held across
-    /// `fork()`; dropping the hold releases them (in the parent and in the child).
-    pub(crate) fn fork_hold(&self) -> ForkHold<'_> {
-        ForkHold {
-            _warned: self.warned.lock(),
-            _missed: self.missed_calls.lock(),
-            _wake: self.wake.0.lock(),
-            _learner: self.learner.fork_hold(),
-            _libs: LibId::fork_hold(),
-        }
-    }
-
-    /// Fork handler (child, after the hold was dropped): the child's own bookkeeping (see
-    /// [`crate::fork`]).
-    pub(crate) fn forked_child(&self) {
-        self.forked.store(true, Relaxed);
-        self.stats.reset();
-        self.learner.forked_child();
-        self.missed_ns.store(0, Relaxed);
-        self.missed_calls.lock().clear();
-        if self.config.gpu != GpuMode::Off {
-            self.core.state.store(FAILED, Relaxed);
-            self.compute_thresholds();
-        }
-    }
-
-    /// Merges what this process learned into the profile file it loaded (see
-    /// [`crate::profile::merge_learned`]): only a file that exists, only when persisting is on
-    /// and the file was not corrupt. Returns the path written.
-    pub fn save_learned(&self) -> Result<Option<PathBuf>> {
-        if !self.config.persist || self.profile_error.is_some() || !self.learner.dirty() {
-            return Ok(None);
-        }
-        let Some(path) = self.profile_path.clone() else {
-            return Ok(None);
-        };
-        let learned = self.learner.learned();
-        let wrote = crate::profile::merge_learned(&path, self.profile_created, &learned)?;
-        self.learner.mark_saved();
-        Ok(wrote.then_some(path))
-    }
-
-    /// The end-of-run work: prints the summary (per the log mode) and persists what was
-    /// learned. Never panics; problems are printed.
-    pub fn finish(&self) {
-        if self.config.log != LogMode::Off {
-            for n in &self.notices {
-                self.warn_once(n);
-            }
-            output::emit(&self.stats().summary());
-        }
-        if let Err(e) = self.save_learned() {
-            output::line(&format!(
-                "gpukit-offload: could not save what was learned: {e}"
-            ));
-        }
-    }
+/// The message of a caught panic's payload.
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
 }
 
 fn run_cpu_nested(cpu: &mut dyn FnMut() -> Result<i64>) -> Result<i64> {
@@ -1335,6 +642,7 @@ fn run_cpu_nested(cpu: &mut dyn FnMut() -> Result<i64>) -> Result<i64> {
 
 #[cfg(test)]
 mod tests {
+    use super::startup::keep_largest;
     use super::*;
     use crate::api::Offload;
     use crate::library::LibId;
@@ -1662,6 +970,169 @@ mod tests {
         assert_eq!(q.extra.get("note"), Some(&serde_json::Value::from("mine")));
         // nothing new learned: nothing written
         assert_eq!(off.dispatcher().save_learned().unwrap(), None);
+    }
+
+    fn gemm_outcome(off: &Offload, n: usize) -> Outcome {
+        let a = vec![1.0f64; n * n];
+        let mut c = vec![0.0; n * n];
+        let o = off
+            .gemm(
+                Trans::No,
+                Trans::No,
+                n,
+                n,
+                n,
+                1.0,
+                &a,
+                n,
+                &a,
+                n,
+                0.0,
+                &mut c,
+                n,
+            )
+            .unwrap();
+        assert!(c.iter().all(|v| *v == n as f64));
+        o
+    }
+
+    /// A panic in the GPU start-up ends the phase FAILED: with the GPU forced every later call
+    /// runs on the CPU at once (it waited for ever while the phase stayed "starting").
+    #[test]
+    fn a_panic_in_the_start_up_fails_the_phase_and_nobody_waits() {
+        let off = Offload::with_config(Config {
+            inject: Inject::StartPanic,
+            ..cfg(8, GpuMode::Always)
+        });
+        let d = off.dispatcher();
+        assert_eq!(d.core.get(), NOT_STARTED);
+        // on a background thread, as `offload run` starts it
+        d.start_background();
+        assert!(d.wait_for(|d| d.core.get() != STARTING, Some(Duration::from_secs(20))));
+        assert_eq!(d.core.get(), FAILED);
+        assert!(
+            d.gpu_error().unwrap().contains("internal error"),
+            "{:?}",
+            d.gpu_error()
+        );
+        for _ in 0..2 {
+            let o = gemm_outcome(&off, 64);
+            assert_eq!(o.reason, Some(Reason::NoGpu), "{o:?}");
+        }
+        // and on the calling thread (GPU forced, nothing started yet)
+        let off = Offload::with_config(Config {
+            inject: Inject::StartPanic,
+            ..cfg(8, GpuMode::Always)
+        });
+        let o = gemm_outcome(&off, 64);
+        assert_eq!(o.reason, Some(Reason::NoGpu), "{o:?}");
+        assert_eq!(off.dispatcher().core.get(), FAILED);
+    }
+
+    /// A fork() child of a process that had loaded CUDA runs its calls on the CPU and says
+    /// why (`forked`, not `small`); a child of one that had not may start CUDA itself.
+    #[test]
+    fn a_forked_child_says_why_its_calls_stay_on_the_cpu() {
+        let off = Offload::with_config(cfg(8, GpuMode::Auto));
+        let d = off.dispatcher();
+        // pretend the parent had started (or was starting) CUDA
+        d.core.state.store(STARTING, Relaxed);
+        d.forked_child(false);
+        assert!(d.is_forked_child());
+        let o = gemm_outcome(&off, 200);
+        assert_eq!(o.reason, Some(Reason::Forked), "{o:?}");
+        assert_eq!(d.stats().reason_count(Reason::Forked), 1);
+        // its fast-path thresholds are the model's, not "never": large calls are counted
+        // as forked, not small
+        assert!(d.threshold(Routine::Gemm, Precision::D) < u64::MAX);
+        // the driver loaded in the parent: forked too
+        let off = Offload::with_config(cfg(8, GpuMode::Auto));
+        off.dispatcher().forked_child(true);
+        assert!(off.dispatcher().is_forked_child());
+        // neither: a process of its own
+        let off = Offload::with_config(cfg(8, GpuMode::Auto));
+        let d = off.dispatcher();
+        let before = d.core.get();
+        d.forked_child(false);
+        assert!(!d.is_forked_child());
+        assert_eq!(d.core.get(), before);
+        assert_ne!(gemm_outcome(&off, 200).reason, Some(Reason::Forked));
+    }
+
+    /// A pool of four threads in CPU-library calls (real threads, held inside their calls): a
+    /// decision made meanwhile prices the CPU at its share of the cores, and none of those
+    /// contended calls is learned from; a call made alone afterwards is.
+    #[test]
+    fn concurrent_cpu_callers_are_priced_and_not_learned_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.json");
+        let mut p = Profile::embedded();
+        p.machine.cpu = crate::profile::Machine::local_cpu();
+        p.save(&path).unwrap();
+        let off = Offload::with_config(Config {
+            profile_path: Some(path),
+            ..cfg(8, GpuMode::Auto)
+        });
+        let d = off.dispatcher().clone();
+        if d.cpu_backend().is_err() {
+            eprintln!(
+                "SKIPPED concurrent_cpu_callers_are_priced_and_not_learned_from: no CPU library"
+            );
+            return;
+        }
+        let n = 400;
+        let quiet = gemm_outcome(&off, n).estimate;
+        // what the lone call taught is not what this test looks at
+        d.learner.mark_saved();
+        let pool = 4;
+        let inside = Arc::new(std::sync::Barrier::new(pool + 1));
+        let release = Arc::new(std::sync::Barrier::new(pool + 1));
+        let lib = d.cpu_backend().unwrap().lib();
+        let hs: Vec<_> = (0..pool)
+            .map(|_| {
+                let (d, inside, release) = (d.clone(), inside.clone(), release.clone());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0.0f64; 16];
+                    let req = Request::new(gemm(n, n, n, &mut buf), lib);
+                    let mut cpu = || {
+                        inside.wait();
+                        release.wait();
+                        Ok(0)
+                    };
+                    // SAFETY: the closure stands in for the library: no pointer is read.
+                    unsafe { d.execute(&req, &mut cpu) }.unwrap()
+                })
+            })
+            .collect();
+        inside.wait();
+        assert_eq!(d.load.snapshot().cpu_others, pool as u32);
+        let busy = gemm_outcome(&off, n).estimate;
+        release.wait();
+        for h in hs {
+            let o = h.join().unwrap();
+            assert_eq!(o.backend, Backend::Cpu);
+        }
+        let (q, b) = (quiet.unwrap(), busy.unwrap());
+        {
+            if q.cpu_known {
+                let k = (1 + pool).min(d.load.cores()) as f64;
+                assert!(
+                    (b.cpu_s / q.cpu_s - k).abs() < 1e-6 * k,
+                    "busy {} quiet {} k {k}",
+                    b.cpu_s,
+                    q.cpu_s
+                );
+                assert_eq!(b.gpu_s, q.gpu_s);
+            }
+        }
+        assert!(
+            !d.learner.dirty(),
+            "a call measured under contention was learned from"
+        );
+        assert_eq!(d.load.snapshot(), load::Snapshot::default());
+        // alone again: learned (a call above the cheap-call sampling)
+        gemm_outcome(&off, 700);
+        assert!(d.learner.dirty(), "a quiet call was not learned from");
     }
 
     proptest! {

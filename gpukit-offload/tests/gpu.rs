@@ -10,14 +10,14 @@
 //! owner and refused by its quota, start-up laziness, several calls in flight from several
 //! threads, pipelined and strided large calls, the dispatcher's lazy start and presizing.
 
-use crate::call::{Call, HostMat, Op, Piv, Scalar};
-use crate::cpu::CpuBackend;
-use crate::dispatch::Config;
-use crate::gpu::{GpuBackend, GpuFailKind, Inject, Step};
-use crate::model::Backend;
-use crate::ops::{Diag, EigRange, Precision, Routine, Side, SvdJob, Trans, Uplo};
-use crate::stats::Reason;
-use crate::Offload;
+use gpukit_offload::call::{Call, HostMat, Op, Piv, Scalar};
+use gpukit_offload::cpu::CpuBackend;
+use gpukit_offload::dispatch::Config;
+use gpukit_offload::gpu::{GpuBackend, GpuFailKind, Inject, Step};
+use gpukit_offload::model::Backend;
+use gpukit_offload::ops::{Diag, EigRange, Precision, Routine, Side, SvdJob, Trans, Uplo};
+use gpukit_offload::stats::Reason;
+use gpukit_offload::Offload;
 use std::sync::{Arc, OnceLock};
 
 type Cx = (f64, f64);
@@ -44,7 +44,7 @@ fn backends(test: &str) -> Option<(&'static CpuBackend, &'static GpuBackend)> {
             .or_else(|_| numpy_openblas().ok_or(()))
             .expect("a CPU BLAS/LAPACK (system OpenBLAS or numpy's) is needed for the GPU tests");
         // the dispatchers the tests create find the same library
-        std::env::set_var(crate::cpu::CPU_LIB_ENV, cpu.path());
+        std::env::set_var(gpukit_offload::cpu::CPU_LIB_ENV, cpu.path());
         (cpu, GpuBackend::start().expect("GPU backend start"))
     });
     Some((&b.0, &b.1))
@@ -384,12 +384,12 @@ fn on_cpu(cpu: &CpuBackend, c: &Call) -> Result<i64, String> {
 }
 
 /// Runs `c` on the GPU.
-fn on_gpu(gpu: &GpuBackend, c: &Call) -> Result<(), crate::gpu::GpuFail> {
+fn on_gpu(gpu: &GpuBackend, c: &Call) -> Result<(), gpukit_offload::gpu::GpuFail> {
     assert!(
-        crate::gpu::unsupported(c).is_none(),
+        gpukit_offload::gpu::unsupported(c).is_none(),
         "{}: {:?}",
         c.name(),
-        crate::gpu::unsupported(c)
+        gpukit_offload::gpu::unsupported(c)
     );
     // SAFETY: as in on_cpu.
     unsafe { gpu.run(c) }
@@ -795,7 +795,7 @@ fn blas3_body() {
                 c: c.host(),
             },
         );
-        f.check(crate::gpu::unsupported(&z).is_some(), || {
+        f.check(gpukit_offload::gpu::unsupported(&z).is_some(), || {
             format!("{}gemm alpha = 0 offered to the GPU", p.letter())
         });
     }
@@ -1510,7 +1510,7 @@ fn svd_body() {
                     ju.to_char() as char,
                     jv.to_char() as char
                 );
-                let plan = crate::gpu::svd_plan(routine, ju, jv, m, n);
+                let plan = gpukit_offload::gpu::svd_plan(routine, ju, jv, m, n);
                 let (ucols, vtrows) = (plan.0.max(1), plan.1.max(1));
                 let (mut a1, mut a2) = (a0.clone(), a0.clone());
                 let mut s1 = Mat::vector(rp, k);
@@ -1694,7 +1694,7 @@ fn gelsd_body() {
                     continue;
                 }
                 let sv = s1.reals();
-                let (rank_ref, _, scale) = crate::gpu::gelsd_rank(&sv, rcond, p);
+                let (rank_ref, _, scale) = gpukit_offload::gpu::gelsd_rank(&sv, rcond, p);
                 let bm: Vec<Cx> = (0..nrhs)
                     .flat_map(|j| (0..m).map(move |i| (i, j)))
                     .map(|(i, j)| b0.get(i, j))
@@ -2169,12 +2169,12 @@ fn non_finite_body() {
     }
     // the dispatcher, GPU forced: gesdd of a matrix holding NaN fails as LAPACK does
     let forced = Offload::with_config(Config {
-        gpu: crate::GpuMode::Always,
+        gpu: gpukit_offload::GpuMode::Always,
         persist: false,
         ..Config::default()
     });
     let plain = Offload::with_config(Config {
-        gpu: crate::GpuMode::Off,
+        gpu: gpukit_offload::GpuMode::Off,
         persist: false,
         ..Config::default()
     });
@@ -2263,7 +2263,7 @@ fn owner_body() {
     let owner = gpukit_core::OwnerId::new("offload-gpu-test-owner");
     let mut a = spd.clone();
     let r = alloc.with_owner(&owner, || {
-        assert_eq!(crate::gpu::memory_owner(), owner);
+        assert_eq!(gpukit_offload::gpu::memory_owner(), owner);
         on_gpu(
             gpu,
             &call(
@@ -2389,7 +2389,10 @@ fn startup_body() {
     eprintln!("after a LAPACK call: {r}");
     assert!(r.of(&Step::SolverLibrary).is_some() && r.of(&Step::SolverHandle).is_some());
     assert!(r.later_time() > std::time::Duration::ZERO);
-    gpu.warm_up(&[(crate::ops::OpKind::plain(Routine::Getrf), Precision::D)]);
+    gpu.warm_up(&[(
+        gpukit_offload::ops::OpKind::plain(Routine::Getrf),
+        Precision::D,
+    )]);
     assert!(gpu
         .startup_report()
         .of(&Step::WarmUp("dgetrf".into()))
@@ -2541,6 +2544,50 @@ fn injected_failures_fall_back_to_cpu_body() {
     );
 }
 
+/// The device failing while the results are copied out (injected after the first in-place
+/// operand is written): the call ends in `Error::GpuLost`, the CPU never re-runs it on the
+/// partly overwritten operands, and the next call works.
+#[test]
+fn a_copy_out_failure_is_reported_never_rerun() {
+    big_stack(copy_out_failure_body);
+}
+
+fn copy_out_failure_body() {
+    if backends("a_copy_out_failure_is_reported_never_rerun").is_none() {
+        return;
+    }
+    let off = Offload::with_config(Config {
+        gpu: gpukit_offload::GpuMode::Always,
+        persist: false,
+        ..Config::default()
+    });
+    let d = off.dispatcher();
+    let g = d.start_solver().unwrap();
+    let n = 1200;
+    let mut rng = Rng::new(98);
+    let spd: Vec<f64> = Mat::hermitian(Precision::D, n, n as f64, &mut rng)
+        .dense()
+        .into_iter()
+        .map(|v| v.0)
+        .collect();
+    g.set_inject(Inject::Lost);
+    let mut x = spd.clone();
+    let e = off.potrf(Uplo::Lower, n, &mut x, n).unwrap_err();
+    g.set_inject(Inject::None);
+    assert!(matches!(e, gpukit_offload::Error::GpuLost { .. }), "{e}");
+    let row = d.stats();
+    let row = row.get("dpotrf").unwrap();
+    assert!(
+        !row.reasons
+            .iter()
+            .any(|(r, _)| *r == Reason::FallbackInjected),
+        "the CPU re-ran a lost call: {row:?}"
+    );
+    let mut y = spd.clone();
+    let o = off.potrf(Uplo::Lower, n, &mut y, n).unwrap();
+    assert_eq!(o.backend, Backend::Gpu);
+}
+
 /// Several threads offload at once, each on its own lane; results match the CPU.
 #[test]
 fn concurrent_calls_from_several_threads() {
@@ -2554,7 +2601,7 @@ fn concurrent_calls_from_several_threads_body() {
     // Forced onto the GPU: this test is about concurrency, not decisions.
     let off = Offload::with_config(Config {
         level: 10,
-        gpu: crate::GpuMode::Always,
+        gpu: gpukit_offload::GpuMode::Always,
         persist: false,
         ..Config::default()
     });
@@ -2564,7 +2611,7 @@ fn concurrent_calls_from_several_threads_body() {
     let b: Vec<f64> = (0..n * n).map(|i| ((i * 17) % 89) as f64 / 89.0).collect();
     let mut want = vec![0.0; n * n];
     let cpu = Offload::with_config(Config {
-        gpu: crate::GpuMode::Off,
+        gpu: gpukit_offload::GpuMode::Off,
         persist: false,
         ..Config::default()
     });

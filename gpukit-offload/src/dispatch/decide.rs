@@ -1,0 +1,130 @@
+//! Where a call goes: the decision (see the module docs of [`crate::dispatch`]) and the wait
+//! for a GPU that is still starting.
+
+use super::*;
+
+/// What to do with a call.
+pub(super) enum Plan {
+    Gpu,
+    Cpu(Reason),
+    /// Wait for the GPU (start-up, or cuSOLVER's load) up to this long, then run there; run on
+    /// the CPU if it is not ready by then.
+    Wait(Duration),
+}
+
+impl Dispatcher {
+    /// Where a call goes (see the module docs).
+    pub(super) fn decide(self: &Arc<Self>, req: &Request, est: Option<&Estimate>) -> Plan {
+        if self.config.gpu == GpuMode::Off {
+            return Plan::Cpu(Reason::Disabled);
+        }
+        if crate::gpu::unsupported(&req.call).is_some() {
+            return Plan::Cpu(Reason::Unsupported);
+        }
+        if self.forked.load(Relaxed) {
+            return Plan::Cpu(Reason::Forked);
+        }
+        let lapack = crate::gpu::needs_solver(&req.call.op);
+        if self.config.gpu == GpuMode::Always {
+            self.start_blocking();
+            if self.core.get() != READY {
+                return Plan::Cpu(Reason::NoGpu);
+            }
+            return Plan::Gpu;
+        }
+        let Some(e) = est else {
+            return Plan::Cpu(Reason::NoModel);
+        };
+        if !e.cpu_known {
+            return Plan::Cpu(Reason::CpuUnmeasured);
+        }
+        let need = required_speedup(self.config.level);
+        if e.cpu_s < need * e.gpu_s {
+            // a GPU correction may have become too pessimistic (a slow first call): when the
+            // uncorrected GPU figure says it wins, re-measure it now and then
+            let raw_gpu = self
+                .model_estimate(req, req.lib.key_id())
+                .map(|r| r.gpu_s)
+                .unwrap_or(f64::INFINITY);
+            if self.core.get() == READY
+                && (!lapack || self.solver.get() == READY)
+                && e.cpu_s >= need * raw_gpu
+                && self
+                    .learner
+                    .take_recheck(req.kind, req.prec(), req.features, Backend::Gpu)
+            {
+                return Plan::Gpu;
+            }
+            return Plan::Cpu(Reason::CpuFaster);
+        }
+        match self.core.get() {
+            FAILED => return Plan::Cpu(Reason::NoGpu),
+            NOT_STARTED => {
+                self.note_missed(&req.call);
+                match self.config.start {
+                    StartPolicy::Savings => {
+                        // the savings this call misses are added up; once they would have paid
+                        // for start-up, CUDA starts on a background thread while this call runs
+                        // on the CPU
+                        let gain = (e.cpu_s - e.gpu_s).max(0.0);
+                        let missed = self.missed_ns.fetch_add((gain * 1e9) as u64, Relaxed) as f64
+                            * 1e-9
+                            + gain;
+                        if missed > self.model.startup.start_s {
+                            self.start_background();
+                        }
+                        return Plan::Cpu(Reason::StartupNotPaid);
+                    }
+                    StartPolicy::Lazy | StartPolicy::Eager => {
+                        self.start_background();
+                        return self.wait_or_cpu(req, e, need, lapack);
+                    }
+                }
+            }
+            STARTING => {
+                self.note_missed(&req.call);
+                return self.wait_or_cpu(req, e, need, lapack);
+            }
+            _ => {}
+        }
+        if lapack && self.solver.get() != READY {
+            if self.solver.get() == FAILED {
+                return Plan::Cpu(Reason::NoGpu);
+            }
+            self.load_solver_background();
+            return self.wait_or_cpu(req, e, need, lapack);
+        }
+        if e.speedup() < 2.0 * need
+            && self
+                .learner
+                .take_recheck(req.kind, req.prec(), req.features, Backend::Cpu)
+        {
+            return Plan::Cpu(Reason::Recheck);
+        }
+        Plan::Gpu
+    }
+
+    /// A GPU-bound call while the GPU (or cuSOLVER) is starting: wait when the start-up still
+    /// needed plus the GPU time beats the CPU by the required speedup, else run on the CPU.
+    pub(super) fn wait_or_cpu(&self, req: &Request, e: &Estimate, need: f64, lapack: bool) -> Plan {
+        let st = &self.model.startup;
+        let mut remaining = match self.core.get() {
+            STARTING => self.remaining(&self.core, st.start_s),
+            READY => 0.0,
+            _ => return Plan::Cpu(Reason::NoGpu),
+        };
+        if lapack {
+            remaining += match self.solver.get() {
+                STARTING => self.remaining(&self.solver, st.solver_s),
+                READY => 0.0,
+                _ => st.solver_s,
+            };
+        }
+        if e.cpu_s >= need * (remaining + e.gpu_s) {
+            Plan::Wait(Duration::from_secs_f64(remaining) + WAIT_SLACK)
+        } else {
+            self.note_missed(&req.call);
+            Plan::Cpu(Reason::GpuStarting)
+        }
+    }
+}

@@ -1,0 +1,400 @@
+//! The machine as it is at the moment of a decision: how many CPU-library calls of this process
+//! are in flight beside the one being decided, and how much GPU work is queued ahead of it, in
+//! this process and in the other processes that offload to the same GPU (a small shared load
+//! board, [`Board`]). The calibrated profile prices each call as if it had the machine to
+//! itself; [`price`] turns that estimate into the present one:
+//!
+//! * CPU: `k` CPU-library calls running at once (this one included) share the cores, each at
+//!   about `1/k` of its calibrated speed (the library's threads are spread over all cores), so
+//!   the CPU time is multiplied by `k`, at most by the number of cores;
+//! * GPU: the call starts after the compute queued ahead of it (the GPU runs concurrent large
+//!   calls side by side, but each of them alone fills it), so the queued seconds are added.
+//!
+//! Learning from times measured under contention would write the contention into the profile
+//! as if it were the machine's speed (and every process merges its learning at exit,
+//! compounding): a call measured while others were in flight is not learned from.
+//!
+//! The board: one file per user and GPU under `/dev/shm`, 64 slots of 32 bytes (process id,
+//! queued GPU nanoseconds, the time of the last update), mapped shared. A process claims a slot
+//! at its first GPU call (a free one, or one whose process is gone), adds and subtracts the
+//! predicted compute time of its calls around each GPU run, and clears the slot at exit. Readers
+//! sum the other live slots; an entry not updated for longer than what it claims plus
+//! [`BOARD_STALE`] is ignored (a process killed mid-call). Processes of other users, and GPU work
+//! that does not go through gpukit-offload, are not seen.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// Slots on a board.
+pub const BOARD_SLOTS: usize = 64;
+const SLOT_BYTES: usize = 32;
+const BOARD_BYTES: usize = BOARD_SLOTS * SLOT_BYTES;
+/// An entry older than what it claims plus this is ignored.
+pub const BOARD_STALE: Duration = Duration::from_secs(2);
+
+/// The load seen by one decision.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Snapshot {
+    /// Other CPU-library calls of this process in flight.
+    pub cpu_others: u32,
+    /// GPU compute seconds queued by this process's calls in flight.
+    pub gpu_queued_s: f64,
+    /// GPU compute seconds queued by other processes on the same GPU (the board).
+    pub gpu_others_s: f64,
+}
+
+impl Snapshot {
+    /// True when nothing else runs: what is measured now is the machine's own speed.
+    pub fn quiet(&self) -> bool {
+        self.cpu_others == 0 && self.gpu_queued_s <= 0.0 && self.gpu_others_s <= 0.0
+    }
+}
+
+/// The present times of an estimate: `(cpu_s, gpu_s)` under `load` on a machine with `cores`
+/// cores (see the module docs).
+pub fn price(cpu_s: f64, gpu_s: f64, load: &Snapshot, cores: usize) -> (f64, f64) {
+    let k = (1 + load.cpu_others as usize).min(cores.max(1)) as f64;
+    (
+        cpu_s * k,
+        gpu_s + load.gpu_queued_s.max(0.0) + load.gpu_others_s.max(0.0),
+    )
+}
+
+/// This process's load counters and its slot on the GPU's board.
+#[derive(Default)]
+pub struct Load {
+    cpu_inflight: AtomicU32,
+    gpu_queued_ns: AtomicI64,
+    board: std::sync::OnceLock<Option<Board>>,
+    cores: std::sync::OnceLock<usize>,
+}
+
+/// Counts a CPU-library call in flight while it lives.
+pub struct CpuTurn<'a>(&'a Load);
+
+impl Drop for CpuTurn<'_> {
+    fn drop(&mut self) {
+        self.0.cpu_inflight.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Counts a GPU call's predicted compute as queued while it lives (and publishes it).
+pub struct GpuTurn<'a> {
+    load: &'a Load,
+    ns: i64,
+}
+
+impl Drop for GpuTurn<'_> {
+    fn drop(&mut self) {
+        let now = self.load.gpu_queued_ns.fetch_sub(self.ns, Relaxed) - self.ns;
+        if let Some(Some(b)) = self.load.board.get() {
+            b.publish(now.max(0) as u64);
+        }
+    }
+}
+
+impl Load {
+    /// The cores CPU calls share (the process's affinity mask).
+    pub fn cores(&self) -> usize {
+        *self
+            .cores
+            .get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// The load a decision made now sees (the board is read once the GPU is in use).
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            cpu_others: self.cpu_inflight.load(Relaxed),
+            gpu_queued_s: self.gpu_queued_ns.load(Relaxed).max(0) as f64 * 1e-9,
+            gpu_others_s: match self.board.get() {
+                Some(Some(b)) => b.others_s(),
+                _ => 0.0,
+            },
+        }
+    }
+
+    /// A CPU-library call starts.
+    pub fn cpu_turn(&self) -> CpuTurn<'_> {
+        self.cpu_inflight.fetch_add(1, Relaxed);
+        CpuTurn(self)
+    }
+
+    /// A GPU call predicted to compute for `compute_s` starts; `board` opens the GPU's board
+    /// at the first call (`None`: none).
+    pub fn gpu_turn(&self, compute_s: f64, board: impl FnOnce() -> Option<Board>) -> GpuTurn<'_> {
+        let ns = (compute_s.max(0.0) * 1e9) as i64;
+        let now = self.gpu_queued_ns.fetch_add(ns, Relaxed) + ns;
+        if let Some(b) = self.board.get_or_init(board) {
+            b.publish(now.max(0) as u64);
+        }
+        GpuTurn { load: self, ns }
+    }
+
+    /// Clears this process's board slot (exit).
+    pub fn leave_board(&self) {
+        if let Some(Some(b)) = self.board.get() {
+            b.leave();
+        }
+    }
+}
+
+/// The board file of a GPU for this user: `dir/gpukit-offload-load-UID-DEVICE`.
+pub fn board_path(dir: &Path, device: &str) -> PathBuf {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let dev: String = device
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    dir.join(format!("gpukit-offload-load-{uid}-{dev}"))
+}
+
+/// The board key of the GPU a process uses: the first entry of `CUDA_VISIBLE_DEVICES` (its
+/// ordinal 0), else "0".
+pub fn device_key() -> String {
+    std::env::var("CUDA_VISIBLE_DEVICES")
+        .ok()
+        .and_then(|v| v.split(',').next().map(|s| s.trim().to_string()))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "0".into())
+}
+
+/// A shared load board (see the module docs), mapped.
+pub struct Board {
+    base: *mut u8,
+    slot: usize,
+    pid: u32,
+}
+
+// SAFETY: the mapping is only accessed through atomics; it lives as long as the Board.
+unsafe impl Send for Board {}
+// SAFETY: as above.
+unsafe impl Sync for Board {}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    pid != 0
+        && (unsafe { libc::kill(pid as i32, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+impl Board {
+    /// Opens (creating, mode 0600) the board at `path` and claims a slot for this process;
+    /// `None` when the file cannot be used or every slot belongs to a live process.
+    pub fn open(path: &Path) -> Option<Board> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .ok()?;
+        if f.metadata().ok()?.len() < BOARD_BYTES as u64 {
+            f.set_len(BOARD_BYTES as u64).ok()?;
+        }
+        // SAFETY: a shared read-write mapping of the file's first BOARD_BYTES bytes (the file
+        // was sized above); the descriptor may be closed afterwards.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                BOARD_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return None;
+        }
+        let mut b = Board {
+            base: base as *mut u8,
+            slot: usize::MAX,
+            pid: std::process::id(),
+        };
+        for s in 0..BOARD_SLOTS {
+            let (pid, _, _) = b.slot(s);
+            let cur = pid.load(Relaxed);
+            let free = cur == 0 || (cur != b.pid && !alive(cur));
+            if free && pid.compare_exchange(cur, b.pid, Relaxed, Relaxed).is_ok() {
+                b.slot = s;
+                break;
+            }
+            if cur == b.pid {
+                b.slot = s;
+                break;
+            }
+        }
+        if b.slot == usize::MAX {
+            return None;
+        }
+        b.publish(0);
+        Some(b)
+    }
+
+    fn slot(&self, s: usize) -> (&AtomicU32, &AtomicU64, &AtomicU64) {
+        // SAFETY: slot `s` < BOARD_SLOTS lies in the mapping; its fields are 4-, 8- and
+        // 8-byte aligned (the mapping is page aligned, slots are 32 bytes) and only accessed
+        // atomically by every process.
+        unsafe {
+            let p = self.base.add(s * SLOT_BYTES);
+            (
+                &*(p as *const AtomicU32),
+                &*(p.add(8) as *const AtomicU64),
+                &*(p.add(16) as *const AtomicU64),
+            )
+        }
+    }
+
+    fn publish(&self, queued_ns: u64) {
+        let (_, q, t) = self.slot(self.slot);
+        q.store(queued_ns, Relaxed);
+        t.store(monotonic_ns(), Relaxed);
+    }
+
+    /// Seconds of GPU compute the other live entries have queued.
+    pub fn others_s(&self) -> f64 {
+        let now = monotonic_ns();
+        let stale = BOARD_STALE.as_nanos() as u64;
+        let mut sum = 0u64;
+        for s in 0..BOARD_SLOTS {
+            if s == self.slot {
+                continue;
+            }
+            let (pid, q, t) = self.slot(s);
+            if pid.load(Relaxed) == 0 {
+                continue;
+            }
+            let queued = q.load(Relaxed);
+            if queued > 0 && now.saturating_sub(t.load(Relaxed)) <= queued.saturating_add(stale) {
+                sum = sum.saturating_add(queued);
+            }
+        }
+        sum as f64 * 1e-9
+    }
+
+    fn leave(&self) {
+        let (pid, q, _) = self.slot(self.slot);
+        q.store(0, Relaxed);
+        let _ = pid.compare_exchange(self.pid, 0, Relaxed, Relaxed);
+    }
+}
+
+impl Drop for Board {
+    fn drop(&mut self) {
+        self.leave();
+        // SAFETY: unmaps the mapping made in `open`; no reference into it outlives `self`.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, BOARD_BYTES) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(cpu_others: u32, mine: f64, others: f64) -> Snapshot {
+        Snapshot {
+            cpu_others,
+            gpu_queued_s: mine,
+            gpu_others_s: others,
+        }
+    }
+
+    /// Four concurrent CPU callers on 16 cores: each call at a quarter of its speed; the GPU
+    /// behind 0.3 s of queued work; alone, the calibrated figures.
+    #[test]
+    fn price_follows_the_simulated_load() {
+        assert_eq!(price(1.0, 0.2, &Snapshot::default(), 16), (1.0, 0.2));
+        assert!(Snapshot::default().quiet());
+        let (c, g) = price(1.0, 0.2, &snap(3, 0.0, 0.0), 16);
+        assert_eq!((c, g), (4.0, 0.2));
+        // never more than the cores
+        assert_eq!(price(1.0, 0.2, &snap(40, 0.0, 0.0), 8).0, 8.0);
+        let (c, g) = price(1.0, 0.2, &snap(0, 0.1, 0.2), 16);
+        assert!((c - 1.0).abs() < 1e-12 && (g - 0.5).abs() < 1e-12, "{g}");
+        assert!(!snap(0, 0.0, 0.1).quiet());
+    }
+
+    /// The counters follow calls in flight from real threads (CPU turns and GPU turns).
+    #[test]
+    fn turns_count_calls_in_flight_from_threads() {
+        let load = std::sync::Arc::new(Load::default());
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(5));
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let (l, b) = (load.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let _t = l.cpu_turn();
+                    b.wait(); // all four in flight
+                    b.wait(); // the main thread has looked
+                })
+            })
+            .collect();
+        barrier.wait();
+        assert_eq!(load.snapshot().cpu_others, 4);
+        barrier.wait();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(load.snapshot().cpu_others, 0);
+        {
+            let _a = load.gpu_turn(0.25, || None);
+            let _b = load.gpu_turn(0.5, || None);
+            assert!((load.snapshot().gpu_queued_s - 0.75).abs() < 1e-9);
+        }
+        assert_eq!(load.snapshot().gpu_queued_s, 0.0);
+    }
+
+    /// Two processes' boards (two mappings of one file): each sees the other's queued work,
+    /// not its own; a cleared or stale entry is not counted; a dead process's slot is reused.
+    #[test]
+    fn the_board_shows_other_processes_queues() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = board_path(dir.path(), "GPU-1234/abc");
+        assert!(path
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .ends_with("GPU_1234_abc"));
+        let a = Board::open(&path).unwrap();
+        // a second "process": same pid here, so fake another live one (our parent)
+        let mut b = Board::open(&path).unwrap();
+        assert_eq!(a.slot, b.slot, "one slot per process");
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u32;
+        b.slot = (a.slot + 1) % BOARD_SLOTS;
+        b.pid = parent;
+        b.slot(b.slot).0.store(parent, Relaxed);
+        b.publish(300_000_000);
+        assert!((a.others_s() - 0.3).abs() < 1e-9, "{}", a.others_s());
+        a.publish(100_000_000);
+        assert!((b.others_s() - 0.1).abs() < 1e-9);
+        // stale: not updated for longer than it claims plus BOARD_STALE
+        let (_, _, t) = b.slot(b.slot);
+        t.store(monotonic_ns() - 10_000_000_000, Relaxed);
+        assert_eq!(a.others_s(), 0.0);
+        b.publish(0);
+        assert_eq!(a.others_s(), 0.0);
+        // a slot of a process that is gone is claimed again
+        let (pid, _, _) = b.slot(b.slot);
+        pid.store(0x7fff_fff0, Relaxed); // no such process
+        b.slot(a.slot).0.store(0x7fff_fff1, Relaxed);
+        let c = Board::open(&path).unwrap();
+        assert!(c.slot == a.slot || c.slot == b.slot, "{}", c.slot);
+        std::mem::forget(b);
+    }
+}
