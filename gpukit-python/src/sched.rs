@@ -107,9 +107,10 @@ impl CurrentTask {
         with_current(|c| c.check())?.map_err(sched_err)
     }
 
-    /// Waits for the task's GPU work (a safe point).
-    fn synchronize(&self) -> PyResult<()> {
-        with_current(|c| c.synchronize())?.map_err(sched_err)
+    /// Waits for the task's GPU work (a safe point), with the GIL released.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| with_current(|c| c.synchronize()))?
+            .map_err(sched_err)
     }
 }
 
