@@ -230,7 +230,7 @@ impl LeafMode {
                     LeafMode::Dense
                 } else if d == 1 && m % v == 0 {
                     LeafMode::Repeat { m }
-                } else if d > 1 && d % v == 0 {
+                } else if d > 1 && d.is_multiple_of(v) {
                     LeafMode::Splat { d, m }
                 } else {
                     return None;
@@ -631,7 +631,7 @@ impl<T: DType> Expr<T> {
         out: &GpuArray<T>,
     ) -> Result<Option<Vec<LeafMode>>> {
         let v = 16 / std::mem::size_of::<T>();
-        let aligned = |p: u64| p % 16 == 0;
+        let aligned = |p: u64| p.is_multiple_of(16);
         if !out.is_contiguous() || !aligned(out.device_ptr()) {
             return Ok(None);
         }
