@@ -207,7 +207,6 @@ unsafe fn tune_class(
     model: Plan,
     key: PlanKey,
 ) -> Result<Plan> {
-    let (_, _, problem, paths, _) = key;
     let untuned = |final_: bool| {
         tune::count_untuned();
         if final_ {
@@ -226,20 +225,103 @@ unsafe fn tune_class(
         // Not now (no host waits inside a capture); the next call outside one tunes.
         return untuned(false);
     }
+    // SAFETY: forwarded from the caller.
+    match unsafe { measure_class(stream, dev, precision, g, model, key) }? {
+        Some(report) => Ok(report.chosen),
+        None => untuned(true),
+    }
+}
+
+/// What one measurement of a product's class found ([`tune_now`]).
+#[derive(Debug, Clone)]
+pub struct TuneReport {
+    /// The plan chosen (now the class's plan).
+    pub chosen: Plan,
+    /// The model's plan.
+    pub model: Plan,
+    /// Every candidate timed, with its microseconds per product (infinite: it failed to run).
+    pub timed: Vec<(Plan, f64)>,
+}
+
+/// Measures the shape class of `g` now on `stream`, whatever is known of it already, and makes
+/// the result the class's plan (in memory, and on disk where the kernel cache has a directory):
+/// what [`sgemm`] does on a class's first product, without the product itself and without the
+/// limits that keep the first product cheap ([`tune::MAX_TUNED_US`]). For benches and tests.
+/// An error when the stream is being captured, or when no candidate could run (no scratch C).
+///
+/// # Safety
+/// As for [`sgemm`], except that C is neither read nor written.
+pub unsafe fn tune_now(stream: &Stream, precision: Precision, g: &RawGemm) -> Result<TuneReport> {
+    g.validate()?;
+    let dev = device_of(stream)?;
+    let paths = paths_for(&dev)?;
+    let problem = Problem::of(g);
+    let key: PlanKey = (
+        dev.ordinal(),
+        precision,
+        problem,
+        paths,
+        TuneMode::from_env()?,
+    );
+    let model = plan_with_paths(dev.attributes(), &paths, precision, g)?;
+    if g.m == 0 || g.n == 0 || g.batch == 0 || g.k == 0 || g.alpha == 0.0 {
+        return Err(Error::invalid(
+            "gemm tuning",
+            "the product is empty (nothing to time)",
+        ));
+    }
+    if stream_is_capturing(stream) {
+        return Err(Error::invalid(
+            "gemm tuning",
+            "the stream is being captured into a graph; tune outside the capture",
+        ));
+    }
+    // SAFETY: forwarded from the caller (C is replaced by the tuner's scratch).
+    unsafe { measure_class(stream, &dev, precision, g, model, key) }?.ok_or_else(|| {
+        Error::invalid(
+            "gemm tuning",
+            "no candidate plan ran (the scratch C could not be allocated, or every candidate \
+             failed)",
+        )
+    })
+}
+
+/// Times the candidates of `g`'s product on `stream` with a scratch C and records the choice
+/// (memory, disk, the plan cache). `None` when the scratch could not be had or nothing ran.
+///
+/// # Safety
+/// As for [`sgemm`] (C is not touched); `g` is validated and describes a non-empty product.
+unsafe fn measure_class(
+    stream: &Stream,
+    dev: &Device,
+    precision: Precision,
+    g: &RawGemm,
+    model: Plan,
+    key: PlanKey,
+) -> Result<Option<TuneReport>> {
+    let (_, _, problem, paths, _) = key;
     let all = plan::enumerate(precision, &problem, dev.attributes(), &paths)?;
     let class = class_key(dev, precision, &problem, &paths);
-    let dir = tune::disk_dir();
+    let dir = if key.4 == TuneMode::Off {
+        None
+    } else {
+        tune::disk_dir()
+    };
     if all.len() <= 1 {
         tune::store(&class, tune::Choice::of(&model), &[], dir.as_deref());
         cache(key, model, Chosen::Final);
-        return Ok(model);
+        return Ok(Some(TuneReport {
+            chosen: model,
+            model,
+            timed: Vec::new(),
+        }));
     }
     let (_, _, lc) = g.required_len();
     let Ok(scratch) = dev
         .allocator()
         .alloc_for(&current_owner(), lc.max(1) * 4, stream)
     else {
-        return untuned(true);
+        return Ok(None);
     };
     // SAFETY: `scratch` is this call's allocation of lc * 4 bytes, ordered on `stream`.
     let zeroed = unsafe {
@@ -251,7 +333,7 @@ unsafe fn tune_class(
         )
     };
     if zeroed.is_err() {
-        return untuned(true);
+        return Ok(None);
     }
     let mut timer = GpuTimer {
         stream,
@@ -261,15 +343,19 @@ unsafe fn tune_class(
             ..*g
         },
     };
-    let (plan, times) = tune::tune(&model, &all, &mut timer);
+    let (chosen, timed) = tune::tune(&model, &all, &mut timer);
     // The scratch returns to the allocator in stream order, after the timed runs.
     drop(scratch);
-    if times.iter().all(|(_, t)| !t.is_finite()) {
-        return untuned(true);
+    if timed.iter().all(|(_, t)| !t.is_finite()) {
+        return Ok(None);
     }
-    tune::store(&class, tune::Choice::of(&plan), &times, dir.as_deref());
-    cache(key, plan, Chosen::Final);
-    Ok(plan)
+    tune::store(&class, tune::Choice::of(&chosen), &timed, dir.as_deref());
+    cache(key, chosen, Chosen::Final);
+    Ok(Some(TuneReport {
+        chosen,
+        model,
+        timed,
+    }))
 }
 
 /// Whether `stream` is being captured into a CUDA graph (where the tuner cannot wait for
