@@ -1,9 +1,13 @@
 //! Tables: elementwise add / mul / exp and sum on 1 GiB of f32 against a device-to-device copy
-//! of the same bytes in the same process, the cached allocate+free latency, host transfers,
-//! and every array operation (elementwise, reductions, scans, random numbers, softmax, layer
-//! norm) at 1 MiB and 1 GiB per input, in the form `tools/gpu/core_torch.py` times the same
-//! operations in torch (written as tab-separated rows to `$CORE_BENCH_TSV` when set, joined by
-//! `tools/gpu/core_join.py` into the table with ratios and targets).
+//! of the same bytes in the same process, the operator forms (`&a + &b`, `&a * 2.0`, ...)
+//! beside the functions they stand for, a fused 4-operation expression beside the same
+//! operations one by one, the cached allocate+free latency, host transfers, and every array
+//! operation (elementwise, reductions, scans, random numbers, softmax, layer norm; the
+//! operators `op_*`, broadcast rows and columns, fused expressions of 2-4 operations
+//! `fusedN_*` beside the same operations one by one `chainN_*`) at 1 MiB and 1 GiB per input,
+//! in the form `tools/gpu/core_torch.py` times the same operations in torch (written as
+//! tab-separated rows to `$CORE_BENCH_TSV` when set, joined by `tools/gpu/core_join.py` into
+//! the table with ratios and targets).
 //!
 //! Method: CUDA events on the compute stream around `REPS` back-to-back operations after a
 //! warm-up, median of `TRIALS` trials; random inputs (1 GiB each, far beyond the 60 MB L2, so no
@@ -183,6 +187,37 @@ fn run() -> Result<()> {
             2.0,
             time_ms(&dev, || (&a * 2.0).eval().map(drop))?,
         ),
+        (
+            "mul_scalar(2.0) (function)",
+            2.0,
+            time_ms(&dev, || a.mul_scalar(2.0).map(drop))?,
+        ),
+        (
+            "sub (&a - &b)",
+            3.0,
+            time_ms(&dev, || (&a - &b).eval().map(drop))?,
+        ),
+        (
+            "div (&a / &b)",
+            3.0,
+            time_ms(&dev, || (&a / &b).eval().map(drop))?,
+        ),
+        ("neg (-&a)", 2.0, time_ms(&dev, || (-&a).eval().map(drop))?),
+        (
+            "exp (a.expr().exp())",
+            2.0,
+            time_ms(&dev, || a.expr().exp().eval().map(drop))?,
+        ),
+        (
+            "fused 4 ops: ((&a * &b + &a) / &b).exp()",
+            3.0,
+            time_ms(&dev, || ((&a * &b + &a) / &b).exp().eval().map(drop))?,
+        ),
+        (
+            "the same 4 ops one by one (functions)",
+            3.0,
+            time_ms(&dev, || a.mul(&b)?.add(&a)?.div(&b)?.exp().map(drop))?,
+        ),
     ];
 
     // Cached allocate + free (host time, includes the owner/quota bookkeeping).
@@ -315,6 +350,26 @@ fn run() -> Result<()> {
         alloc_ns / 1e3,
         if alloc_ns < 1000.0 { "met" } else { "MISSED" }
     );
+    // Operators against the functions they stand for (issue 23: the same bandwidth), and a
+    // fused expression against the same operations one by one (faster).
+    let ms = |name: &str| rows.iter().find(|r| r.0 == name).map_or(f64::NAN, |r| r.2);
+    for (op, func) in [
+        ("add (&a + &b)", "add"),
+        ("mul scalar (&a * 2.0)", "mul_scalar(2.0) (function)"),
+    ] {
+        let r = ms(func) / ms(op);
+        println!(
+            "targets: {op} at {:.2}x the function's speed (>= 0.95: {})",
+            r,
+            if r >= 0.95 { "met" } else { "MISSED" }
+        );
+    }
+    let r = ms("the same 4 ops one by one (functions)")
+        / ms("fused 4 ops: ((&a * &b + &a) / &b).exp()");
+    println!(
+        "targets: the fused 4-op expression {r:.2}x faster than its operations one by one (> 1: {})",
+        if r > 1.0 { "met" } else { "MISSED" }
+    );
     drop((a, b, dst, ha, hb, hback, reused));
     operations(&dev)
 }
@@ -424,6 +479,62 @@ fn operations(dev: &Device) -> Result<()> {
         row!("bitwise_and_i32", 3.0, |k| x.ia[k].bitwise_and(&x.ib[k]));
         row!("cast_f16", 1.5, |k| x.a[k].astype::<f16>());
         row!("expr_2a_plus_b", 3.0, |k| (2.0 * &x.a[k] + &x.b[k]).eval());
+        // The operator forms of the rows above (issue 23: the same speed as the functions).
+        row!("op_add", 3.0, |k| (&x.a[k] + &x.b[k]).eval());
+        row!("op_sub", 3.0, |k| (&x.a[k] - &x.b[k]).eval());
+        row!("op_mul", 3.0, |k| (&x.a[k] * &x.b[k]).eval());
+        row!("op_div", 3.0, |k| (&x.a[k] / &x.b[k]).eval());
+        row!("op_mul_scalar", 2.0, |k| (&x.a[k] * 2.0).eval());
+        row!("op_rsub_scalar", 2.0, |k| (1.0 - &x.a[k]).eval());
+        row!("op_neg", 2.0, |k| (-&x.a[k]).eval());
+        row!("op_exp", 2.0, |k| x.a[k].expr().exp().eval());
+        row!("op_maximum", 3.0, |k| x.a[k].expr().maximum(&x.b[k]).eval());
+        // A bias row broadcast over rows of 1024, and a column over the same rows.
+        let bias = x.b[0].slice(&gpukit_core::s![0..1024])?;
+        let colv = x.b[0]
+            .slice(&gpukit_core::s![0..n / 1024])?
+            .reshape(&[n / 1024, 1])?;
+        row!("op_add_row_bias", 2.0, |k| (&x.a[k]
+            .reshape(&[n / 1024, 1024])?
+            + &bias)
+            .eval());
+        row!("add_row_bias", 2.0, |k| x.a[k]
+            .reshape(&[n / 1024, 1024])?
+            .add(&bias));
+        row!("op_mul_column", 2.0, |k| (&x.a[k]
+            .reshape(&[n / 1024, 1024])?
+            * &colv)
+            .eval());
+        row!("mul_column", 2.0, |k| x.a[k]
+            .reshape(&[n / 1024, 1024])?
+            .mul(&colv));
+        // Fused expressions of 2, 3 and 4 operations against the same operations one by one
+        // (named functions: one kernel and one pass over memory each). Bytes moved: what the
+        // fused kernel must move (two inputs read, one output written).
+        row!("fused2_2a_plus_b", 3.0, |k| (2.0 * &x.a[k] + &x.b[k])
+            .eval());
+        row!("chain2_2a_plus_b", 3.0, |k| x.a[k]
+            .mul_scalar(2.0)?
+            .add(&x.b[k]));
+        row!("fused3_amb_times_a_plus_1", 3.0, |k| ((&x.a[k] - &x.b[k])
+            * &x.a[k]
+            + 1.0)
+            .eval());
+        row!("chain3_amb_times_a_plus_1", 3.0, |k| x.a[k]
+            .sub(&x.b[k])?
+            .mul(&x.a[k])?
+            .add_scalar(1.0));
+        row!("fused4_exp_ab_plus_a_over_b", 3.0, |k| ((&x.a[k]
+            * &x.b[k]
+            + &x.a[k])
+            / &x.b[k])
+            .exp()
+            .eval());
+        row!("chain4_exp_ab_plus_a_over_b", 3.0, |k| x.a[k]
+            .mul(&x.b[k])?
+            .add(&x.a[k])?
+            .div(&x.b[k])?
+            .exp());
         row!("sum", 1.0, |k| x.a[k].sum());
         row!("mean", 1.0, |k| x.a[k].mean());
         row!("max", 1.0, |k| x.a[k].max());

@@ -13,6 +13,9 @@ use std::sync::OnceLock;
 
 /// The shared header of the built-in kernels.
 pub const COMMON_H: &str = include_str!("../kernels/common.cuh");
+/// The elementwise operations shared by `binary.cu`, `unary.cu` and the kernels generated for
+/// fused expressions ([`crate::Expr`]): one definition of each operation's arithmetic.
+pub const ELEMENTWISE_H: &str = include_str!("../kernels/elementwise.cuh");
 
 /// One built-in kernel file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -220,6 +223,9 @@ impl KernelFile {
     /// Compile options for element type `dtype` (target left to the loader).
     pub fn options(self, dtype: &str) -> CompileOptions {
         let mut o = CompileOptions::new().header("common.cuh", COMMON_H);
+        if matches!(self, KernelFile::Binary | KernelFile::Unary) {
+            o = o.header("elementwise.cuh", ELEMENTWISE_H);
+        }
         for e in self.name_expressions(dtype) {
             o = o.name_expression(e);
         }

@@ -1077,3 +1077,96 @@ proptest! {
         }
     }
 }
+
+/// The autotuner on the GPU: a measurement of a product's class times at most 12 candidates of
+/// the plan space, picks the fastest (the model's plan kept within 1 %), never touches the
+/// caller's C, and becomes the plan `plan_for` and `sgemm` use for every product of the class;
+/// the product then meets the accuracy gates; the class's file (where the kernel cache has a
+/// directory) holds the choice.
+#[test]
+fn autotuner_measures_a_class_once_and_its_choice_runs_correctly() {
+    if !gpukit_jit::testing::cublas("autotuner_measures_a_class_once_and_its_choice_runs_correctly")
+    {
+        return;
+    }
+    use gpukit_core::gemm::tune::{self, Choice, STAGE_ONE, STAGE_TWO};
+    use gpukit_core::gemm::tune_now;
+    for (case, p) in [
+        (Case::square(1111, 2222, 333), Precision::Tf32),
+        (
+            Case {
+                ta: true,
+                tb: true,
+                ..Case::square(700, 900, 3000)
+            },
+            Precision::Fp32,
+        ),
+        (Case::square(96, 80, 30_000), Precision::Tf32),
+    ] {
+        let (a_host, b_host, c_init) = inputs(&case, 11);
+        let (a, b, c) = (upload(&a_host), upload(&b_host), upload(&c_init));
+        let g = case.raw(ptr(&a), ptr(&b), ptr(&c));
+        // SAFETY: buffers sized by required_len of this layout, on this stream.
+        let report = unsafe { tune_now(&gpu().stream, p, &g) }.unwrap();
+        assert!(
+            !report.timed.is_empty() && report.timed.len() <= STAGE_ONE + STAGE_TWO,
+            "{case:?}: {} candidates",
+            report.timed.len()
+        );
+        let space: Vec<Choice> = plan::enumerate(
+            p,
+            &case.problem(),
+            gpu().dev.attributes(),
+            &paths_for(&gpu().dev).unwrap(),
+        )
+        .unwrap()
+        .iter()
+        .map(Choice::of)
+        .collect();
+        let best = report
+            .timed
+            .iter()
+            .map(|x| x.1)
+            .fold(f64::INFINITY, f64::min);
+        let chosen_time = report
+            .timed
+            .iter()
+            .find(|x| Choice::of(&x.0) == Choice::of(&report.chosen))
+            .map(|x| x.1)
+            .unwrap();
+        println!(
+            "tuned {case:?} {p:?}: model {} chose {} ({chosen_time:.1} us, best {best:.1} us of {})",
+            plan_name(&report.model),
+            plan_name(&report.chosen),
+            report.timed.len()
+        );
+        assert!(space.contains(&Choice::of(&report.chosen)));
+        assert!(
+            chosen_time <= best * (1.0 + tune::KEEP_MARGIN) * 1.02,
+            "{case:?}: chose {chosen_time} us, best {best} us"
+        );
+        // The caller's C was not touched (the tuner writes a scratch C).
+        assert_eq!(download(&c), c_init, "{case:?}: tuning wrote C");
+        // The class's plan is now the measured one, for this product and another of the class.
+        let now = plan_for(&gpu().dev, p, &g).unwrap();
+        assert_eq!(Choice::of(&now), Choice::of(&report.chosen), "{case:?}");
+        // (Dimensions 4 and 8 smaller: the same quarter-octave buckets and 16-byte alignment.)
+        let sibling = Case {
+            m: case.m - 4,
+            n: case.n - 8,
+            ..case
+        };
+        let gs = sibling.raw(ptr(&a), ptr(&b), ptr(&c));
+        assert_eq!(
+            plan_for(&gpu().dev, p, &gs).unwrap().config.name,
+            report.chosen.config.name
+        );
+        if let Some(dir) = tune::disk_dir() {
+            let files = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+            assert!(files > 0, "no tuning file in {}", dir.display());
+        }
+        // sgemm runs the class's plan, and it is right.
+        check(&case, p, None, 12);
+        check(&sibling, p, None, 13);
+    }
+}

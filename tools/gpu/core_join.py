@@ -4,6 +4,8 @@ torch / gpukit (above 1: gpukit is faster) and the issue's target for the row, m
 
 Targets (issue 15): every elementwise operation and reduction >= 0.95 at 1 GiB and >= 0.8 at
 1 MiB; random generation >= 0.9; softmax and layer norm (rows of 4096 and 32768) >= 1.0.
+Issue 23: the operator rows (op_*) likewise; and every fused expression (fusedN_*) faster than
+gpukit's own same operations one by one (chainN_*), in a second table.
 
 Usage: core_join.py GPUKIT.tsv TORCH.tsv   (exit status 1 when a row misses its target)
 """
@@ -46,6 +48,20 @@ def main():
         met += ok
         missed += not ok
         print(f"| {op} | {size} | {g:.4f} | {t:.4f} | {ratio:.2f} | >= {tgt:.2f} | {'met' if ok else 'MISSED'} |")
+    # Issue 23: a fused expression (one kernel) is faster than its operations one by one.
+    fused = [k for k in ours if k[0].startswith("fused")]
+    if fused:
+        print("\n| fused expression | size | fused ms | one by one ms | speed-up | target | |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+    for op, size in fused:
+        chain = ours.get(("chain" + op[len("fused"):], size))
+        if chain is None:
+            continue
+        f = ours[(op, size)]
+        ok = chain > f
+        met += ok
+        missed += not ok
+        print(f"| {op} | {size} | {f:.4f} | {chain:.4f} | {chain / f:.2f} | > 1.00 | {'met' if ok else 'MISSED'} |")
     print(f"\nratios met: {met}, missed: {missed}")
     sys.exit(1 if missed else 0)
 

@@ -13,6 +13,7 @@ use super::pack;
 use super::path::{self, Paths};
 use super::plan::{self, Family, Operands, Plan, Problem, Source, TileConfig};
 use super::tma::{self, Rounding};
+use super::tune::{self, TuneMode};
 use crate::alloc::current_owner;
 use crate::attributes::DeviceAttributes;
 use crate::device::Device;
@@ -44,37 +45,122 @@ pub fn paths_for(dev: &Device) -> Result<Paths> {
 }
 
 /// What a plan depends on: the device (its attributes are fixed per ordinal), the precision, the
-/// product's shape and layout facts, and the paths.
-type PlanKey = (usize, Precision, Problem, Paths);
+/// product's shape and layout facts, the paths and the autotuner's mode.
+type PlanKey = (usize, Precision, Problem, Paths, TuneMode);
 
-/// Plans already chosen in this process ([`plan_for`]): the planner is pure, and a program calls
-/// a few shapes many times, so each call after the first skips the few microseconds of
-/// planning. Bounded: cleared when it holds [`PLAN_CACHE_ENTRIES`] plans.
-static PLANS: std::sync::Mutex<Option<std::collections::HashMap<PlanKey, Plan>>> =
+/// How a cached plan was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chosen {
+    /// The model's plan: [`sgemm`] tunes the class on its next call (unless tuning is off).
+    Model,
+    /// A measured choice (or the model's plan where tuning is off or did not apply).
+    Final,
+}
+
+/// Plans already chosen in this process ([`plan_for`], [`sgemm`]): a program calls a few shapes
+/// many times, so each call after the first skips planning and the tuner's lookups. Bounded:
+/// cleared when it holds [`PLAN_CACHE_ENTRIES`] plans.
+static PLANS: std::sync::Mutex<Option<std::collections::HashMap<PlanKey, (Plan, Chosen)>>> =
     std::sync::Mutex::new(None);
 /// Most plans [`PLANS`] keeps before it starts over.
 const PLAN_CACHE_ENTRIES: usize = 4096;
 
-/// The plan [`sgemm`] uses for `g` on `dev` (the paths of [`paths_for`] included), from this
-/// process's plan cache after the first call for the same device, precision, problem and paths.
-pub fn plan_for(dev: &Device, precision: Precision, g: &RawGemm) -> Result<Plan> {
-    let paths = paths_for(dev)?;
-    let key: PlanKey = (dev.ordinal(), precision, Problem::of(g), paths);
+fn cached(key: &PlanKey) -> Option<(Plan, Chosen)> {
     // A poisoned lock (a panic while holding it) only skips the cache.
-    if let Ok(guard) = PLANS.lock() {
-        if let Some(p) = guard.as_ref().and_then(|m| m.get(&key)) {
-            return Ok(*p);
-        }
-    }
-    let plan = plan_with_paths(dev.attributes(), &paths, precision, g)?;
+    PLANS
+        .lock()
+        .ok()
+        .and_then(|g| g.as_ref().and_then(|m| m.get(key).copied()))
+}
+
+fn cache(key: PlanKey, plan: Plan, chosen: Chosen) {
     if let Ok(mut guard) = PLANS.lock() {
         let m = guard.get_or_insert_with(std::collections::HashMap::new);
         if m.len() >= PLAN_CACHE_ENTRIES {
             m.clear();
         }
-        m.insert(key, plan);
+        m.insert(key, (plan, chosen));
     }
-    Ok(plan)
+}
+
+/// Forgets the plans of this process: the plan cache and the tuner's choices in memory (benches
+/// that measure the tuner anew; the tuning files stay).
+pub fn forget_plans() {
+    if let Ok(mut guard) = PLANS.lock() {
+        *guard = None;
+    }
+    tune::forget_memory();
+}
+
+/// The `cuDriverGetVersion` of this process's driver (0 if it cannot be read).
+fn driver_version() -> i32 {
+    static V: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        let mut v = 0;
+        // SAFETY: a Device exists, so the driver library is loaded; the call writes one int.
+        let status = unsafe { gpukit_jit::cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+        if status == gpukit_jit::cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            v
+        } else {
+            0
+        }
+    })
+}
+
+/// The autotuner's class of a product on `dev` ([`tune::ClassKey`]).
+fn class_key(dev: &Device, precision: Precision, p: &Problem, paths: &Paths) -> tune::ClassKey {
+    let device = tune::DeviceKey::new(
+        dev.attributes(),
+        driver_version(),
+        gpukit_jit::nvrtc_version().unwrap_or((0, 0)),
+    );
+    tune::ClassKey::new(device, precision, p, paths)
+}
+
+/// The plan and how it was chosen, from the cache or: a measured choice of the product's class
+/// (in memory or on disk, [`tune::lookup`]), else the model's plan.
+fn chosen_plan(dev: &Device, precision: Precision, g: &RawGemm) -> Result<(Plan, Chosen, PlanKey)> {
+    let paths = paths_for(dev)?;
+    let mode = TuneMode::from_env()?;
+    let problem = Problem::of(g);
+    let key: PlanKey = (dev.ordinal(), precision, problem, paths, mode);
+    if let Some((p, c)) = cached(&key) {
+        return Ok((p, c, key));
+    }
+    let measured = if mode == TuneMode::Off {
+        None
+    } else {
+        tune::lookup(
+            &class_key(dev, precision, &problem, &paths),
+            mode,
+            tune::disk_dir().as_deref(),
+            &problem,
+            dev.attributes(),
+        )
+    };
+    let (plan, chosen) = match measured {
+        Some(p) => (p, Chosen::Final),
+        None => {
+            let model = plan_with_paths(dev.attributes(), &paths, precision, g)?;
+            let chosen = if mode == TuneMode::Off {
+                Chosen::Final
+            } else {
+                Chosen::Model
+            };
+            (model, chosen)
+        }
+    };
+    cache(key, plan, chosen);
+    Ok((plan, chosen, key))
+}
+
+/// The plan [`sgemm`] uses for `g` on `dev` now: a measured choice of its shape class where the
+/// autotuner has one (this process, or its file on disk: [`super::tune`]), else the model's plan
+/// ([`plan_with_paths`] with the paths of [`paths_for`]); cached per device, precision, problem,
+/// paths and tuning mode. Never measures (no stream): [`sgemm`] does, on its first call of a
+/// class.
+pub fn plan_for(dev: &Device, precision: Precision, g: &RawGemm) -> Result<Plan> {
+    Ok(chosen_plan(dev, precision, g)?.0)
 }
 
 /// The plan for `g` on a device with attributes `dev` under `paths` (no GPU needed: the
@@ -88,7 +174,9 @@ pub fn plan_with_paths(
     plan::choose(precision, &Problem::of(g), dev, paths)
 }
 
-/// Single-precision GEMM with our kernels; the plan is chosen per shape and device.
+/// Single-precision GEMM with our kernels; the plan is chosen per shape and device: on the first
+/// product of a shape class the autotuner times the model's best candidates on this stream
+/// (scratch C, the caller's A and B; see [`super::tune`]) unless `GPUKIT_GEMM_TUNE=off`.
 ///
 /// # Safety
 /// `g.a`, `g.b` and `g.c` must be device addresses in the context of `stream`, valid for
@@ -97,9 +185,217 @@ pub fn plan_with_paths(
 pub unsafe fn sgemm(stream: &Stream, precision: Precision, g: &RawGemm) -> Result<()> {
     g.validate()?;
     let dev = device_of(stream)?;
-    let plan = plan_for(&dev, precision, g)?;
+    let (mut plan, chosen, key) = chosen_plan(&dev, precision, g)?;
+    if chosen == Chosen::Model {
+        // SAFETY: forwarded from the caller (the tuner reads A and B within their spans and
+        // writes only its own scratch C).
+        plan = unsafe { tune_class(stream, &dev, precision, g, plan, key) }?;
+    }
     // SAFETY: forwarded from the caller.
     unsafe { run(stream, &dev, g, &plan) }
+}
+
+/// Times the product's candidates on `stream` ([`tune::tune`]) and records the choice; the
+/// model's plan where the product is not tuned (see [`super::tune`]).
+///
+/// # Safety
+/// As for [`sgemm`]; `g` is validated.
+unsafe fn tune_class(
+    stream: &Stream,
+    dev: &Device,
+    precision: Precision,
+    g: &RawGemm,
+    model: Plan,
+    key: PlanKey,
+) -> Result<Plan> {
+    let untuned = |final_: bool| {
+        tune::count_untuned();
+        if final_ {
+            cache(key, model, Chosen::Final);
+        }
+        Ok(model)
+    };
+    if g.m == 0 || g.n == 0 || g.batch == 0 || g.k == 0 || g.alpha == 0.0 {
+        // No product to time: C = beta * C.
+        return Ok(model);
+    }
+    if model.estimate_us > tune::MAX_TUNED_US {
+        return untuned(true);
+    }
+    if stream_is_capturing(stream) {
+        // Not now (no host waits inside a capture); the next call outside one tunes.
+        return untuned(false);
+    }
+    // SAFETY: forwarded from the caller.
+    match unsafe { measure_class(stream, dev, precision, g, model, key) }? {
+        Some(report) => Ok(report.chosen),
+        None => untuned(true),
+    }
+}
+
+/// What one measurement of a product's class found ([`tune_now`]).
+#[derive(Debug, Clone)]
+pub struct TuneReport {
+    /// The plan chosen (now the class's plan).
+    pub chosen: Plan,
+    /// The model's plan.
+    pub model: Plan,
+    /// Every candidate timed, with its microseconds per product (infinite: it failed to run).
+    pub timed: Vec<(Plan, f64)>,
+}
+
+/// Measures the shape class of `g` now on `stream`, whatever is known of it already, and makes
+/// the result the class's plan (in memory, and on disk where the kernel cache has a directory):
+/// what [`sgemm`] does on a class's first product, without the product itself and without the
+/// limits that keep the first product cheap ([`tune::MAX_TUNED_US`]). For benches and tests.
+/// An error when the stream is being captured, or when no candidate could run (no scratch C).
+///
+/// # Safety
+/// As for [`sgemm`], except that C is neither read nor written.
+pub unsafe fn tune_now(stream: &Stream, precision: Precision, g: &RawGemm) -> Result<TuneReport> {
+    g.validate()?;
+    let dev = device_of(stream)?;
+    let paths = paths_for(&dev)?;
+    let problem = Problem::of(g);
+    let key: PlanKey = (
+        dev.ordinal(),
+        precision,
+        problem,
+        paths,
+        TuneMode::from_env()?,
+    );
+    let model = plan_with_paths(dev.attributes(), &paths, precision, g)?;
+    if g.m == 0 || g.n == 0 || g.batch == 0 || g.k == 0 || g.alpha == 0.0 {
+        return Err(Error::invalid(
+            "gemm tuning",
+            "the product is empty (nothing to time)",
+        ));
+    }
+    if stream_is_capturing(stream) {
+        return Err(Error::invalid(
+            "gemm tuning",
+            "the stream is being captured into a graph; tune outside the capture",
+        ));
+    }
+    // SAFETY: forwarded from the caller (C is replaced by the tuner's scratch).
+    unsafe { measure_class(stream, &dev, precision, g, model, key) }?.ok_or_else(|| {
+        Error::invalid(
+            "gemm tuning",
+            "no candidate plan ran (the scratch C could not be allocated, or every candidate \
+             failed)",
+        )
+    })
+}
+
+/// Times the candidates of `g`'s product on `stream` with a scratch C and records the choice
+/// (memory, disk, the plan cache). `None` when the scratch could not be had or nothing ran.
+///
+/// # Safety
+/// As for [`sgemm`] (C is not touched); `g` is validated and describes a non-empty product.
+unsafe fn measure_class(
+    stream: &Stream,
+    dev: &Device,
+    precision: Precision,
+    g: &RawGemm,
+    model: Plan,
+    key: PlanKey,
+) -> Result<Option<TuneReport>> {
+    let (_, _, problem, paths, _) = key;
+    let all = plan::enumerate(precision, &problem, dev.attributes(), &paths)?;
+    let class = class_key(dev, precision, &problem, &paths);
+    let dir = if key.4 == TuneMode::Off {
+        None
+    } else {
+        tune::disk_dir()
+    };
+    if all.len() <= 1 {
+        tune::store(&class, tune::Choice::of(&model), &[], dir.as_deref());
+        cache(key, model, Chosen::Final);
+        return Ok(Some(TuneReport {
+            chosen: model,
+            model,
+            timed: Vec::new(),
+        }));
+    }
+    let (_, _, lc) = g.required_len();
+    let Ok(scratch) = dev
+        .allocator()
+        .alloc_for(&current_owner(), lc.max(1) * 4, stream)
+    else {
+        return Ok(None);
+    };
+    // SAFETY: `scratch` is this call's allocation of lc * 4 bytes, ordered on `stream`.
+    let zeroed = unsafe {
+        gpukit_jit::cudarc::driver::result::memset_d8_async(
+            scratch.ptr(),
+            0,
+            lc.max(1) * 4,
+            stream.cuda().cu_stream(),
+        )
+    };
+    if zeroed.is_err() {
+        return Ok(None);
+    }
+    let mut timer = GpuTimer {
+        stream,
+        dev,
+        g: RawGemm {
+            c: scratch.ptr(),
+            ..*g
+        },
+    };
+    let (chosen, timed) = tune::tune(&model, &all, &mut timer);
+    // The scratch returns to the allocator in stream order, after the timed runs.
+    drop(scratch);
+    if timed.iter().all(|(_, t)| !t.is_finite()) {
+        return Ok(None);
+    }
+    tune::store(&class, tune::Choice::of(&chosen), &timed, dir.as_deref());
+    cache(key, chosen, Chosen::Final);
+    Ok(Some(TuneReport {
+        chosen,
+        model,
+        timed,
+    }))
+}
+
+/// Whether `stream` is being captured into a CUDA graph (where the tuner cannot wait for
+/// events); a failed query counts as captured.
+fn stream_is_capturing(stream: &Stream) -> bool {
+    use gpukit_jit::cudarc::driver::sys;
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the stream handle is live (we hold its Arc); the call writes one status.
+    let r = unsafe { sys::cuStreamIsCapturing(stream.cuda().cu_stream(), &mut status) };
+    r != sys::CUresult::CUDA_SUCCESS
+        || status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+}
+
+/// The tuner's GPU timer: runs plans of one product (the caller's A and B, a scratch C) on the
+/// caller's stream between CUDA events.
+struct GpuTimer<'a> {
+    stream: &'a Stream,
+    dev: &'a Device,
+    /// The product with C replaced by the scratch buffer (validated; A and B the caller's).
+    g: RawGemm,
+}
+
+impl tune::Timer for GpuTimer<'_> {
+    fn warm(&mut self, plan: &Plan) -> Result<()> {
+        // SAFETY: A and B as the caller of `sgemm` guarantees; C is the tuner's scratch of
+        // required_len elements (this RawGemm's own layout), live until after these runs.
+        unsafe { run(self.stream, self.dev, &self.g, plan) }
+    }
+
+    fn time_us(&mut self, plan: &Plan, reps: u32) -> Result<f64> {
+        let e0 = self.stream.record()?;
+        for _ in 0..reps.max(1) {
+            // SAFETY: as in `warm`.
+            unsafe { run(self.stream, self.dev, &self.g, plan) }?;
+        }
+        let e1 = self.stream.record()?;
+        e1.synchronize()?;
+        Ok(e0.elapsed_ms(&e1)? as f64 * 1e3 / reps.max(1) as f64)
+    }
 }
 
 /// Single-precision GEMM with a given plan (its configuration decides the arithmetic). A plan

@@ -42,6 +42,8 @@
 //! - [`desc`]: [`RawGemm`], a GEMM on raw device pointers, and its validation;
 //! - [`plan`]: tile configurations and the per-shape, per-device plan;
 //! - [`path`]: the environment overrides of the kernel path;
+//! - [`tune`]: the autotuner (a measured plan on first use of a shape class, cached in memory
+//!   and beside the kernel cache on disk; `GPUKIT_GEMM_TUNE`);
 //! - [`launch`]: [`sgemm`] / [`sgemm_with_plan`] run a plan (split-K workspace included);
 //! - [`kernels`]: the CUDA sources, their instantiations and loading (the device's kernel
 //!   registry); `operand`, `pack` and [`tma`] feed the Hopper kernels (the latter also probes
@@ -68,10 +70,14 @@ mod pack;
 pub mod path;
 pub mod plan;
 pub mod tma;
+pub mod tune;
 
 pub use cublas::{cublas_gemm, BlasType};
 pub use desc::{Precision, RawGemm, Transpose};
-pub use launch::{pack_only, paths_for, plan_for, plan_with_paths, sgemm, sgemm_with_plan};
+pub use launch::{
+    forget_plans, pack_only, paths_for, plan_for, plan_with_paths, sgemm, sgemm_with_plan,
+    tune_now, TuneReport,
+};
 pub use tma::{tensor_copies_round, TmaRounding};
 
 use crate::dtype::DType;

@@ -922,6 +922,85 @@ pub fn choose(
     }
 }
 
+/// The kernel families [`choose`] may use for `precision` on `dev` under `paths` (the same rules:
+/// the `wgmma` families only on compute capability 9.0, 3xTF32 for [`Precision::Fp32`] only where
+/// [`fp32_prefers_tf32x3`]; a forced Hopper path on another device is the same error).
+pub fn families(
+    precision: Precision,
+    p: &Problem,
+    dev: &DeviceAttributes,
+    paths: &Paths,
+) -> Result<Vec<Family>> {
+    let hopper = dev.supports_wgmma();
+    Ok(match precision {
+        Precision::Tf32 => match paths.tf32 {
+            Tf32Path::Mma => vec![Family::Tf32],
+            Tf32Path::Wgmma if !hopper => {
+                return Err(wgmma_unsupported(dev, super::path::TF32_PATH_ENV))
+            }
+            Tf32Path::Wgmma => vec![Family::Wgmma],
+            Tf32Path::Auto if hopper => vec![Family::Tf32, Family::Wgmma],
+            Tf32Path::Auto => vec![Family::Tf32],
+        },
+        Precision::Fp32 => match paths.fp32 {
+            Fp32Path::Simt => vec![Family::Sgemm],
+            Fp32Path::Tf32x3 if !hopper => {
+                return Err(wgmma_unsupported(dev, super::path::FP32_PATH_ENV))
+            }
+            Fp32Path::Tf32x3 => vec![Family::Wgmma3],
+            Fp32Path::Auto if hopper && fp32_prefers_tf32x3(dev.compute_capability, p.k) => {
+                vec![Family::Sgemm, Family::Wgmma3]
+            }
+            Fp32Path::Auto => vec![Family::Sgemm],
+        },
+        Precision::Tf32x3 if hopper => vec![Family::Wgmma3],
+        Precision::Tf32x3 => vec![Family::Sgemm],
+    })
+}
+
+/// Every plan the planner weighs for `precision` (each family of [`families`], configuration
+/// that fits `dev`, split factor and operand layout that [`plan`] considers, with the grid
+/// [`persistent_blocks`] gives), with the model's estimate, cheapest first (ties in the order
+/// [`plan`] meets them). The plan space the autotuner ([`super::tune`]) and `gemm_bench` choose
+/// from; [`choose`]'s plan is one of them.
+pub fn enumerate(
+    precision: Precision,
+    p: &Problem,
+    dev: &DeviceAttributes,
+    paths: &Paths,
+) -> Result<Vec<Plan>> {
+    let mut v = Vec::new();
+    for family in families(precision, p, dev, paths)? {
+        let choices = operand_choices(family, p, paths);
+        for config in configs(family) {
+            for &want in &SPLIT_CANDIDATES {
+                if want > 1 && (p.k / want < MIN_K_PER_SPLIT || p.batch > 1) {
+                    continue;
+                }
+                let (splits, per) = normalize_split(config, p.k, want);
+                if want > 1 && splits != want {
+                    continue;
+                }
+                for ops in &choices {
+                    let t = estimate(config, p, splits, ops, dev);
+                    if t.is_finite() {
+                        v.push(Plan {
+                            config: *config,
+                            splits,
+                            k_per_split: per,
+                            operands: *ops,
+                            max_blocks: persistent_blocks(config, p, splits, ops, dev),
+                            estimate_us: t * 1e6,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    v.sort_by(|a, b| a.estimate_us.total_cmp(&b.estimate_us));
+    Ok(v)
+}
+
 /// A plan for a fixed configuration and split factor (benches and tests that sweep them), with
 /// the operand layout that packs the least under [`Paths::default`] (the first of
 /// [`operand_choices`]) and one block per work unit; [`Plan::with`] changes either.
