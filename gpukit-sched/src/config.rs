@@ -71,6 +71,9 @@ pub enum PanicPoint {
     BeforeClosure,
     /// After its closure returned, where the task's GPU time is read.
     AfterClosure,
+    /// On the timer thread, when the task's timeout fires (the stop it would request is
+    /// lost; the timer thread goes on).
+    Timer,
 }
 
 impl Default for SchedulerConfig {

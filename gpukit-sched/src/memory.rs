@@ -63,12 +63,12 @@ impl Memory {
 
     /// Waits until `owner`'s starting task fits beside the others, asking `evict` to stop
     /// the victims the ledger names (called without the ledger's lock). Gives up at
-    /// `deadline` with the bytes still missing and who holds them, or at once (with nothing
+    /// `deadline` (`None`: no bound) with the bytes still missing and who holds them, or at once (with nothing
     /// missing) when `stopped` says the starting task itself was asked to stop.
     pub fn make_room(
         &self,
         owner: &OwnerId,
-        deadline: Instant,
+        deadline: Option<Instant>,
         mut evict: impl FnMut(&[TaskId]),
         stopped: impl Fn() -> bool,
     ) -> Result<(), (u64, Vec<TaskId>)> {
@@ -89,12 +89,13 @@ impl Memory {
                 asked.extend(victims);
             }
             let now = Instant::now();
-            if now >= deadline {
+            if deadline.is_some_and(|d| now >= d) {
                 return Err((short, asked));
             }
             // Re-check at least every 10 ms: a release may land between the check and the wait.
             let mut l = self.ledger.lock();
-            let until = deadline.min(now + Duration::from_millis(10));
+            let tick = now + Duration::from_millis(10);
+            let until = deadline.map_or(tick, |d| d.min(tick));
             self.freed.wait_until(&mut l, until);
         }
     }

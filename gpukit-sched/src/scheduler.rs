@@ -141,6 +141,8 @@ pub(crate) struct Inner {
     pub kernels_total: AtomicU64,
     /// Completion callbacks (and wakers) that panicked; each was contained.
     pub callback_panics: AtomicU64,
+    /// Timer passes that panicked (contained; the timer thread lives on).
+    pub timer_panics: AtomicU64,
     next_id: AtomicU64,
     pub handoff: Handoff,
 }
@@ -341,6 +343,7 @@ impl Scheduler {
             mechanism,
             kernels_total: AtomicU64::new(0),
             callback_panics: AtomicU64::new(0),
+            timer_panics: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
             handoff: Handoff::new(),
         });
@@ -535,15 +538,14 @@ impl Scheduler {
             inner.release(st);
         }
         inner.handoff.close();
-        let deadline = t0 + timeout;
-        inner.wait_until_idle(deadline);
+        inner.wait_until_idle(t0.checked_add(timeout));
         let stop_at = Instant::now();
         let stopping: Vec<Arc<Task>> = inner.state.lock().live.values().cloned().collect();
         report.finished = running_at_start - stopping.len();
         for t in &stopping {
             inner.cancel(t, Stop::Cancel(CancelReason::Shutdown));
         }
-        inner.wait_until_idle(stop_at + grace);
+        inner.wait_until_idle(stop_at.checked_add(grace));
         {
             // Whatever reached no safe point is detached now (the timer may have done so).
             let mut st = inner.state.lock();
@@ -642,12 +644,17 @@ impl Inner {
         }
     }
 
-    /// Waits until no task holds resources, or `deadline`.
-    fn wait_until_idle(&self, deadline: Instant) {
+    /// Waits until no task holds resources, or `deadline` (`None`: no bound).
+    fn wait_until_idle(&self, deadline: Option<Instant>) {
         let mut st = self.state.lock();
         while !st.live.is_empty() {
-            if self.idle.wait_until(&mut st, deadline).timed_out() {
-                break;
+            match deadline {
+                Some(d) => {
+                    if self.idle.wait_until(&mut st, d).timed_out() {
+                        break;
+                    }
+                }
+                None => self.idle.wait(&mut st),
             }
         }
     }
@@ -816,8 +823,7 @@ impl Inner {
             return false;
         }
         self.memory.with(|l| l.stop(&task.owner));
-        let at = Instant::now() + self.cfg.stop_grace;
-        st.timers.entry(task.id).or_default().grace_at = Some(at);
+        st.timers.entry(task.id).or_default().grace_at = crate::timer::after(self.cfg.stop_grace);
         self.arm_timer(st);
         true
     }

@@ -115,6 +115,8 @@ pub struct SchedulerStats {
     /// Completion callbacks ([`TaskHandle::on_complete`](crate::TaskHandle::on_complete)) and
     /// future wakers that panicked (each panic was contained).
     pub callback_panics: u64,
+    /// Timer passes that panicked (a bug, contained: the timer thread lives on).
+    pub timer_panics: u64,
 }
 
 impl SchedulerStats {
@@ -304,7 +306,13 @@ impl SchedulerStats {
                 *n as f64,
             );
         }
-        let totals: [(&str, &str, &str, f64); 6] = [
+        let totals: [(&str, &str, &str, f64); 7] = [
+            (
+                "gpukit_sched_timer_panics_total",
+                "counter",
+                "Timer passes that panicked (contained; the timer thread lives on).",
+                self.timer_panics as f64,
+            ),
             (
                 "gpukit_sched_callback_panics_total",
                 "counter",
@@ -464,6 +472,7 @@ impl Inner {
             green_contexts_created: self.lanes.created(),
             lanes_cached: self.lanes.cached(),
             callback_panics: self.callback_panics.load(Ordering::Relaxed),
+            timer_panics: self.timer_panics.load(Ordering::Relaxed),
         }
     }
 }

@@ -229,7 +229,7 @@ impl Inner {
         let grace = self.cfg.stop_grace;
         let room = self.memory.make_room(
             &task.owner,
-            Instant::now() + grace,
+            crate::timer::after(grace),
             |victims| self.evict(&task, victims),
             || task.stop.requested(),
         );
@@ -271,7 +271,7 @@ impl Inner {
         task.set_state(TaskState::Running);
         if let Some(timeout) = task.spec.timeout {
             let mut st = self.state.lock();
-            st.timers.entry(task.id).or_default().timeout_at = Some(Instant::now() + timeout);
+            st.timers.entry(task.id).or_default().timeout_at = crate::timer::after(timeout);
             self.arm_timer(&mut st);
         }
         let mut ctx = TaskContext {
@@ -297,7 +297,7 @@ impl Inner {
         }
     }
 
-    fn injected(&self, at: PanicPoint, task: &Task) {
+    pub(crate) fn injected(&self, at: PanicPoint, task: &Task) {
         if let Some((point, name)) = &self.cfg.inject_panic {
             if *point == at && *name == task.spec.name {
                 panic!("injected panic ({at:?}) in the scheduler for task `{name}`");

@@ -1167,3 +1167,115 @@ fn cancelling_a_starting_task_ends_its_wait() {
     release.store(true, Ordering::Release);
     let _ = finish(victim, Duration::from_secs(6));
 }
+
+/// Any duration is accepted and none panics: `Duration::MAX` as a timeout, a deadline, a stop
+/// grace period (also inside `cancel` and on the timer thread) and a shutdown timeout; the
+/// timer keeps firing afterwards.
+#[test]
+fn huge_durations_never_panic_and_the_timer_survives() {
+    let huge = Duration::MAX;
+    let s = sched_with(1 << 30, cfg().stop_grace(huge).shutdown_timeout(huge));
+    // A run-time limit and a deadline that never come.
+    let h = s
+        .submit(
+            |_: &mut TaskContext| Ok::<_, Error>(1),
+            spec().timeout(huge).deadline(huge),
+        )
+        .unwrap();
+    assert_eq!(finish(h, SLACK).unwrap(), 1);
+    // A stop with an unbounded grace period: from cancel() and from the timer (a timeout).
+    let started = gate();
+    let st2 = started.clone();
+    let h = s
+        .submit(
+            move |ctx: &mut TaskContext| -> R<()> {
+                st2.store(true, Ordering::Release);
+                loop {
+                    ctx.check()?;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            },
+            spec(),
+        )
+        .unwrap();
+    assert!(wait_until(SLACK, || started.load(Ordering::Acquire)));
+    assert!(h.cancel());
+    assert!(matches!(finish(h, SLACK), Err(Error::Cancelled { .. })));
+    let t = Instant::now();
+    let h = s
+        .submit(
+            |ctx: &mut TaskContext| -> R<()> {
+                loop {
+                    ctx.check()?;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            },
+            spec().timeout(Duration::from_millis(30)),
+        )
+        .unwrap();
+    assert!(matches!(finish(h, SLACK), Err(Error::TimedOut { .. })));
+    assert!(t.elapsed() < SLACK);
+    // The timer still fires: a queued task's deadline expires on time.
+    let g = gate();
+    let blockers: Vec<_> = (0..3)
+        .map(|_| s.submit(hold(&g), spec()).unwrap())
+        .collect();
+    let t = Instant::now();
+    let late = s
+        .submit(
+            |_: &mut TaskContext| Ok::<_, Error>(()),
+            spec().deadline(Duration::from_millis(40)),
+        )
+        .unwrap();
+    assert!(matches!(
+        finish(late, SLACK),
+        Err(Error::DeadlineExpired { .. })
+    ));
+    assert!(t.elapsed() < Duration::from_millis(40) + SLACK);
+    g.store(true, Ordering::Release);
+    // Waiting without a bound.
+    for b in blockers {
+        assert!(b.wait_timeout(huge).is_ok());
+    }
+    // Shutdown with an unbounded timeout returns once nothing runs.
+    let t = Instant::now();
+    let report = s.shutdown(huge);
+    assert_eq!(report.detached, 0);
+    assert!(t.elapsed() < SLACK, "{:?}", t.elapsed());
+    // And Drop with an unbounded shutdown_timeout.
+    let s = sched_with(1 << 30, cfg().stop_grace(huge).shutdown_timeout(huge));
+    let t = Instant::now();
+    drop(s);
+    assert!(t.elapsed() < SLACK, "{:?}", t.elapsed());
+}
+
+/// A panic on the timer thread (injected where a timeout fires) is contained: later
+/// deadlines, timeouts and grace periods still fire.
+#[test]
+fn the_timer_survives_a_panic() {
+    let s = sched_with(1 << 30, cfg().inject_panic(PanicPoint::Timer, "doomed"));
+    let release = gate();
+    let doomed = s
+        .submit(
+            hold(&release),
+            TaskSpec::new("doomed").timeout(Duration::from_millis(20)),
+        )
+        .unwrap();
+    assert!(wait_until(SLACK, || s.stats().timer_panics == 1));
+    let t = Instant::now();
+    let h = s
+        .submit(
+            |ctx: &mut TaskContext| -> R<()> {
+                loop {
+                    ctx.check()?;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            },
+            spec().timeout(Duration::from_millis(30)),
+        )
+        .unwrap();
+    assert!(matches!(finish(h, SLACK), Err(Error::TimedOut { .. })));
+    assert!(t.elapsed() < SLACK);
+    release.store(true, Ordering::Release);
+    let _ = finish(doomed, SLACK);
+}
