@@ -715,6 +715,23 @@ impl Planner {
         }
     }
 
+    /// Removes every queued task at once, starting none (a shutdown: cancelling queued tasks
+    /// one by one would start the tasks behind each). Returns their ids in submission order.
+    pub fn drain_queue(&mut self) -> Vec<TaskId> {
+        let mut ids: Vec<(u64, TaskId)> = self
+            .tasks
+            .iter()
+            .filter(|(_, e)| matches!(e.phase, Phase::Queued { .. }))
+            .map(|(&id, e)| (e.seq, id))
+            .collect();
+        ids.sort_unstable();
+        for &(_, id) in &ids {
+            self.remove(id);
+        }
+        self.next_deadline = u64::MAX;
+        ids.into_iter().map(|(_, id)| id).collect()
+    }
+
     /// Whether the task is running, and its own + lent groups.
     pub fn running_groups(&self, id: TaskId) -> Option<(GroupSet, GroupSet)> {
         match self.tasks.get(&id)?.phase {

@@ -516,11 +516,10 @@ impl Scheduler {
         {
             let mut st = inner.state.lock();
             st.shutting_down = true;
-            let queued: Vec<TaskId> = st.queued_jobs.keys().copied().collect();
-            let now = inner.now();
-            for id in queued {
+            // All queued tasks leave the queue at once, so that none starts behind another's
+            // cancellation (a starving task's cancellation would start the tasks it blocked).
+            for id in st.planner.drain_queue() {
                 if let Some(p) = st.queued_jobs.remove(&id) {
-                    let (_, events) = st.planner.cancel(id, now);
                     st.live.remove(&id);
                     let e = Error::Cancelled {
                         task: p.task.spec.name.clone(),
@@ -528,12 +527,10 @@ impl Scheduler {
                     };
                     inner.conclude(&mut st, &p.task, TaskState::Cancelled, Some(e), false);
                     push_finished(&mut st, p.task.clone());
-                    inner.apply_events(&mut st, events);
                     report.cancelled_queued += 1;
                 }
             }
-            // Nothing new starts: drop what the cancellations would have started.
-            st.outbox.clear();
+            debug_assert!(st.outbox.is_empty() && st.queued_jobs.is_empty());
             running_at_start = st.live.len();
             inner.release(st);
         }

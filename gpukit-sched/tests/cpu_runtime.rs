@@ -1279,3 +1279,74 @@ fn the_timer_survives_a_panic() {
     release.store(true, Ordering::Release);
     let _ = finish(doomed, SLACK);
 }
+
+/// Shutdown cancels every queued task, including those that cancelling a starving task
+/// would have started: none is left Starting with its memory open, none is reported detached,
+/// and shutdown does not wait its timeout for them.
+#[test]
+fn shutdown_cancels_every_queued_task_even_behind_a_starving_one() {
+    let s = sched_with(
+        2000,
+        cfg().workers(8).stop_grace(Duration::from_millis(100)),
+    );
+    let g = gate();
+    let big = s
+        .submit(hold(&g), TaskSpec::new("big").memory(1500u64, 1500u64))
+        .unwrap();
+    // `starving` does not fit beside `big`; four small tasks jump it, then it blocks the rest.
+    let starving = s
+        .submit(hold(&g), TaskSpec::new("starving").memory(1000u64, 1000u64))
+        .unwrap();
+    let mut small = Vec::new();
+    for i in 0..4 {
+        let h = s
+            .submit(
+                hold(&g),
+                TaskSpec::new(format!("jump{i}")).memory(50u64, 50u64),
+            )
+            .unwrap();
+        assert!(matches!(h.admission(), Admission::Admitted(_)));
+        small.push(h);
+    }
+    let mut blocked = Vec::new();
+    for i in 0..4 {
+        let h = s
+            .submit(
+                hold(&g),
+                TaskSpec::new(format!("blocked{i}")).memory(50u64, 50u64),
+            )
+            .unwrap();
+        assert!(
+            matches!(h.admission(), Admission::Queued { .. }),
+            "behind the starving task: {:?}",
+            h.admission()
+        );
+        blocked.push(h);
+    }
+    g.store(true, Ordering::Release);
+    let t = Instant::now();
+    let report = s.shutdown(Duration::from_secs(3));
+    let took = t.elapsed();
+    assert_eq!(
+        (report.cancelled_queued, report.detached),
+        (5, 0),
+        "{report:?}"
+    );
+    assert!(
+        took < SLACK,
+        "shutdown waited for tasks that never ran: {took:?}"
+    );
+    for h in std::iter::once(starving).chain(blocked) {
+        assert!(matches!(
+            h.wait(),
+            Err(Error::Cancelled {
+                reason: CancelReason::Shutdown,
+                ..
+            })
+        ));
+    }
+    big.wait().unwrap();
+    for h in small {
+        h.wait().unwrap();
+    }
+}
