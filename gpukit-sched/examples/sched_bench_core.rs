@@ -7,7 +7,6 @@
 
 use gpukit_core::{Device, Stream};
 use gpukit_jit::{KernelArg, LaunchConfig};
-use gpukit_sched::kernels::TestKernels;
 use gpukit_sched::{
     format_bytes, CancelReason, Error, Mechanism, PanicPoint, QosClass, Scheduler, SchedulerConfig,
     TaskContext, TaskHandle, TaskSpec, TaskState,
@@ -16,6 +15,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
+
+#[path = "../tests/common/kernels.rs"]
+#[allow(dead_code)] // shared with the tests: the bench uses some of the kernels
+mod kernels;
+use kernels::TestKernels;
 
 struct Counting;
 static HEAP: AtomicI64 = AtomicI64::new(0);
@@ -820,7 +824,7 @@ fn overheads(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
     let (ctx_us, raw_us) = sched
         .submit(
             move |ctx: &mut TaskContext| -> gpukit_sched::Result<(f64, f64)> {
-                let (raw, cu) = ctx.raw_stream()?;
+                let (raw, _) = ctx.raw_stream()?;
                 let n = 2000;
                 let (mut a, mut b) = (Vec::new(), Vec::new());
                 for _ in 0..10 {
@@ -834,7 +838,7 @@ fn overheads(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
                     }
                     a.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
                     ctx.synchronize()?;
-                    gpukit_sched::green::GreenContext::make_current_raw(cu)?;
+                    ctx.make_current()?;
                     let t = Instant::now();
                     for _ in 0..n {
                         // SAFETY: live stream of the current context; no pointer arguments.
@@ -1096,7 +1100,7 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
             baseline: "before: cudarc panics at the first call (worker dies)".into(),
             target: "pacing with the reason, task ok, GPU time from v1".into(),
             pass: degraded
-                && timing == Some(gpukit_sched::entry::Timing::V1)
+                && timing == Some(gpukit_sched::Timing::V1)
                 && r.is_ok()
                 && gpu_ms.is_some_and(|m| m > 0.0),
         });

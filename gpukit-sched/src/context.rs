@@ -145,10 +145,19 @@ impl TaskContext {
     pub fn stream(&self) -> Result<&Stream> {
         Ok(&self.gpu()?.home.stream)
     }
-    /// The raw home stream and its context, for raw driver or library calls.
+    /// The raw home stream and its context, for raw driver or library calls (both live while
+    /// the task runs; make the context current with [`make_current`](Self::make_current)).
     pub fn raw_stream(&self) -> Result<(sys::CUstream, sys::CUcontext)> {
         let g = self.gpu()?;
         Ok((g.home.raw(), g.home.ctx))
+    }
+
+    /// Makes the home stream's context (the task's green context, or the primary context)
+    /// current on this thread, for raw launches on [`raw_stream`](Self::raw_stream).
+    pub fn make_current(&self) -> Result<()> {
+        let g = self.gpu()?;
+        // SAFETY: the home lane keeps its context alive while the task holds it.
+        unsafe { make_current(g.home.ctx) }
     }
 
     /// A safe point (and, when paced, a pacing point): `Err` once the task is asked to stop.
@@ -227,7 +236,8 @@ impl TaskContext {
                 None
             } else {
                 let stream = g.home.stream.clone();
-                make_current(g.home.ctx)?;
+                // SAFETY: the home lane keeps its context alive while the task holds it.
+                unsafe { make_current(g.home.ctx) }?;
                 Some(
                     g.dev
                         .allocator()
@@ -370,7 +380,8 @@ impl TaskContext {
             _ => &*home,
         };
         let go = || -> Result<()> {
-            make_current(lane.ctx)?;
+            // SAFETY: `lane` (borrowed from the task's context) keeps its context alive.
+            unsafe { make_current(lane.ctx) }?;
             // SAFETY: the lane's stream is a live stream of context `lane.ctx`, now current;
             // gpukit-jit kernels are context-independent (cuLibrary); argument pointers are
             // the caller's device memory, checked against the signature by launch_raw.

@@ -17,10 +17,10 @@
 //! - **Without green contexts** (an older driver, a failed split, or `green_contexts(false)`
 //!   in [`SchedulerConfig`]) the groups are virtual shares of GPU time,
 //!   admitted and lent by the same rules, and launches are paced by measured GPU time
-//!   ([`pacer`]): a BestEffort task alone on an idle GPU is lent everything and not slowed,
+//!   (module `pacer`): a BestEffort task alone on an idle GPU is lent everything and not slowed,
 //!   each Guaranteed task keeps its share. [`Scheduler::mechanism`] says which is in force and
 //!   why.
-//! - **Memory** is a ledger ([`ledger`]) installed in gpukit-core's allocator: every allocation
+//! - **Memory** is a ledger (module `ledger`) installed in gpukit-core's allocator: every allocation
 //!   is checked and charged in one step (concurrent allocations cannot overrun it), buffers a
 //!   task returns stay charged until freed, requests are committed at admission (a Guaranteed
 //!   task's allocations never fail), limits are hard, memory above requests is shared, and
@@ -36,7 +36,7 @@
 //! - A panic in the closure ([`Error::Panicked`]) or anywhere in the scheduler's own handling
 //!   of the task ([`Error::Internal`]) ends that task with everything it held released; the
 //!   worker takes the next task.
-//! - Driver entry points that older drivers lack are looked up before use ([`entry`]); the
+//! - Driver entry points that older drivers lack are looked up before use (module `entry`, [`EntryPoints`]); the
 //!   scheduler degrades (pacing fallback, older timing call) and says why.
 //! - A stop — [`TaskHandle::cancel`], a timeout, an eviction, [`Scheduler::shutdown`] — takes
 //!   effect at the task's next *safe point* (launch, allocation, [`TaskContext::check`],
@@ -60,12 +60,13 @@
 //! text format, per task and per partition); graceful [`Scheduler::shutdown`] with a deadline.
 //!
 //! # Layout
-//! Pure, deterministic logic tested without a GPU: [`plan`] (admission, queue, groups,
-//! lending), [`ledger`] (memory), [`pacer`] (budgets), [`entry`] (which driver calls exist).
-//! The running scheduler: `scheduler` (state, submit, stops, stats, shutdown), `workers` (a
-//! task's run, panic containment), `timer`, `task` (one outcome per task), `handle`, `context`,
-//! `lanes` (bounded pool of green-context streams), `memory` (the allocation hook and
-//! eviction), `stats`; [`green`] wraps the driver's green-context calls.
+//! Pure, deterministic logic tested without a GPU (private modules, tested by their unit
+//! tests): `plan` (admission, queue, groups, lending), `ledger` (memory), `pacer` (budgets),
+//! `entry` (which driver calls exist). The running scheduler: `scheduler` (state, submit,
+//! stops, stats, shutdown), `workers` (a task's run, panic containment), `timer`, `task` (one
+//! outcome per task), `handle`, `context`, `lanes` (bounded pool of green-context streams),
+//! `memory` (the allocation hook and eviction), `stats`; `green` wraps the driver's
+//! green-context calls.
 //!
 //! # What to know when using it
 //! - On the H200 (driver 580) the split gives **15 groups of 8 SMs and 12 floor SMs** (not
@@ -100,17 +101,16 @@
 mod bytes;
 mod config;
 mod context;
-pub mod entry;
+mod entry;
 mod error;
-pub mod green;
+mod green;
 mod handle;
-pub mod kernels;
 mod lanes;
-pub mod ledger;
+mod ledger;
 mod memory;
-pub mod pacer;
+mod pacer;
 mod partitions;
-pub mod plan;
+mod plan;
 mod scheduler;
 mod sm;
 mod spec;
@@ -122,6 +122,7 @@ mod workers;
 pub use bytes::{format_bytes, parse_bytes, ByteSize};
 pub use config::{PanicPoint, SchedulerConfig};
 pub use context::{MemoryReservation, TaskContext};
+pub use entry::{EntryPoints, Timing};
 pub use error::{CancelReason, Error, Resource, Result};
 pub use handle::TaskHandle;
 pub use ledger::PoolMemory;

@@ -45,6 +45,7 @@ impl Budget {
     }
 
     /// The duty.
+    #[cfg(test)]
     pub fn duty(&self) -> f64 {
         self.duty
     }
@@ -77,18 +78,6 @@ impl Budget {
     }
 
     /// How long the next pacing point must wait at `now` (zero when within budget).
-    ///
-    /// ```
-    /// use gpukit_sched::pacer::Budget;
-    /// use std::time::{Duration, Instant};
-    /// let t0 = Instant::now();
-    /// let mut b = Budget::new(0.25, t0);
-    /// b.charge(52.0, t0 + Duration::from_millis(100));
-    /// // 52 ms busy at a quarter duty needs (52 - 2) / 0.25 = 200 ms of wall time.
-    /// let w = b.wait(t0 + Duration::from_millis(100));
-    /// assert!((w.as_secs_f64() * 1e3 - 100.0).abs() < 1e-6);
-    /// assert_eq!(b.wait(t0 + Duration::from_millis(200)), Duration::ZERO);
-    /// ```
     pub fn wait(&self, now: Instant) -> Duration {
         if self.unlimited() {
             return Duration::ZERO;
@@ -212,6 +201,17 @@ impl Pacer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quarter_duty_waits_for_four_times_its_busy_time() {
+        let t0 = Instant::now();
+        let mut b = Budget::new(0.25, t0);
+        b.charge(52.0, t0 + Duration::from_millis(100));
+        // 52 ms busy at a quarter duty needs (52 - 2) / 0.25 = 200 ms of wall time.
+        let w = b.wait(t0 + Duration::from_millis(100));
+        assert!((w.as_secs_f64() * 1e3 - 100.0).abs() < 1e-6);
+        assert_eq!(b.wait(t0 + Duration::from_millis(200)), Duration::ZERO);
+    }
 
     #[test]
     fn duty_changes_start_a_new_window() {

@@ -231,25 +231,22 @@ impl Scheduler {
                     })
                 }
                 Err(why) => fallback(why.clone())?,
-                Ok(()) => match SmSplit::with_options(
-                    &dev,
-                    cfg.group_size,
-                    &entry,
-                    cfg.ignore_split_remainder,
-                ) {
-                    Ok(s) => {
-                        let l = s.layout();
-                        let m = format!(
+                Ok(()) => {
+                    match SmSplit::new(&dev, cfg.group_size, &entry, cfg.ignore_split_remainder) {
+                        Ok(s) => {
+                            let l = s.layout();
+                            let m = format!(
                             "green contexts: {} SMs split once into {} groups of {} + {} floor SMs (driver {}.{})",
                             l.total_sms, l.groups, l.group_size, l.remainder_sms,
                             entry.driver_version / 1000, entry.driver_version % 1000 / 10
                         );
-                        (Some(s), l, m)
+                            (Some(s), l, m)
+                        }
+                        Err(e @ Error::InvalidSpec { .. }) => return Err(e),
+                        Err(e) if cfg.require_green_contexts => return Err(e),
+                        Err(e) => fallback(format!("the green-context split failed: {e}"))?,
                     }
-                    Err(e @ Error::InvalidSpec { .. }) => return Err(e),
-                    Err(e) if cfg.require_green_contexts => return Err(e),
-                    Err(e) => fallback(format!("the green-context split failed: {e}"))?,
-                },
+                }
             }
         };
         Scheduler::start(
@@ -266,7 +263,6 @@ impl Scheduler {
     /// `memory_capacity` given instead of probed. Tasks get a context without streams:
     /// [`TaskContext::device`] and [`TaskContext::alloc`] return [`Error::NoDevice`], while
     /// [`TaskContext::reserve_memory`] charges the ledger as on a GPU.
-    #[doc(hidden)]
     pub fn cpu_only(
         layout: SmLayout,
         memory_capacity: u64,

@@ -6,7 +6,6 @@ use gpukit_core::handles::BlasHandle;
 use gpukit_core::Device;
 use gpukit_core::DeviceBuffer;
 use gpukit_jit::{KernelArg, LaunchConfig};
-use gpukit_sched::kernels::TestKernels;
 use gpukit_sched::{
     Admission, Error, GroupSet, Mechanism, Partition, QosClass, Resource, Scheduler,
     SchedulerConfig, TaskContext, TaskHandle, TaskSpec, TaskState,
@@ -15,6 +14,9 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::kernels::TestKernels;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -1339,10 +1341,7 @@ fn missing_entry_points_degrade_with_a_reason() {
         SchedulerConfig::default().hide_entry_points(["cuEventElapsedTime_v2"]),
     )
     .unwrap();
-    assert_eq!(
-        s.entry_points().unwrap().timing,
-        gpukit_sched::entry::Timing::V1
-    );
+    assert_eq!(s.entry_points().unwrap().timing, gpukit_sched::Timing::V1);
     let ms = run(&s);
     println!("GPU time with cuEventElapsedTime (v1): {ms:?} ms");
     assert!(ms.is_some_and(|ms| ms > 0.0));

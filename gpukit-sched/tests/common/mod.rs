@@ -71,3 +71,4 @@ pub fn finish<T>(h: TaskHandle<T>, bound: Duration) -> R<T> {
         Err(h) => panic!("task {} had no outcome within {bound:?}", h.id()),
     }
 }
+pub mod kernels;

@@ -1,12 +1,12 @@
-//! The memory ledger's rules, against a model: charges and releases in any order never take a
-//! task past its limit or the device past its capacity, allocations within a request always
-//! pass, eviction plans make room with the fewest victims in the Kubernetes order and never
-//! touch Guaranteed tasks or Burstable tasks within their request, ended tasks' buffers stay
-//! charged until released, and the ledger stays consistent under concurrent use.
+// The memory ledger's rules, against a model: charges and releases in any order never take a
+// task past its limit or the device past its capacity, allocations within a request always
+// pass, eviction plans make room with the fewest victims in the Kubernetes order and never
+// touch Guaranteed tasks or Burstable tasks within their request, ended tasks' buffers stay
+// charged until released, and the ledger stays consistent under concurrent use.
 
+use super::{EntrySpec, Ledger, Refusal};
+use crate::QosClass;
 use gpukit_core::OwnerId;
-use gpukit_sched::ledger::{EntrySpec, Ledger, Refusal};
-use gpukit_sched::QosClass;
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -341,4 +341,19 @@ fn concurrent_charges_never_overrun() {
     );
     assert!(peak.load(Ordering::SeqCst) as u64 <= CAP);
     assert_eq!(ledger.lock().unwrap().pool(&None).in_use, 0);
+}
+
+#[test]
+fn committed_memory_always_passes_and_bursts_share_the_rest() -> crate::Result<()> {
+    let mut l = Ledger::new(1000);
+    l.open(&owner(1), spec(1, QosClass::Guaranteed, 0, 600, 600))?;
+    l.open(&owner(2), spec(2, QosClass::BestEffort, 0, 0, 1000))?;
+    assert!(l.charge(&owner(2), 400).is_ok());
+    assert!(matches!(
+        l.charge(&owner(2), 1),
+        Err(Refusal::Pressure { available: 0, .. })
+    ));
+    assert!(l.charge(&owner(1), 600).is_ok(), "committed: always");
+    assert!(matches!(l.charge(&owner(1), 1), Err(Refusal::Quota { .. })));
+    Ok(())
 }

@@ -22,23 +22,6 @@
 //!   priority, then the most memory above request, then the latest start), taken from its own
 //!   pool for a pool shortfall and from *any* pool for a device shortfall (pools above their own
 //!   quota first, which is where a partition created over lent memory finds it).
-//!
-//! ```
-//! use gpukit_sched::ledger::{Ledger, EntrySpec, Refusal};
-//! use gpukit_sched::QosClass;
-//! let mut l = Ledger::new(1000);
-//! let g = EntrySpec { id: 1, name: "g".into(), pool: None, qos: QosClass::Guaranteed,
-//!                     priority: 0, started: 1, request: 600, limit: 600 };
-//! let be = EntrySpec { id: 2, name: "be".into(), pool: None, qos: QosClass::BestEffort,
-//!                      priority: 0, started: 2, request: 0, limit: 1000 };
-//! l.open(&"g".into(), g)?;
-//! l.open(&"be".into(), be)?;
-//! assert!(l.charge(&"be".into(), 400).is_ok());
-//! assert!(matches!(l.charge(&"be".into(), 1), Err(Refusal::Pressure { available: 0, .. })));
-//! assert!(l.charge(&"g".into(), 600).is_ok());           // committed: always
-//! assert!(matches!(l.charge(&"g".into(), 1), Err(Refusal::Quota { .. })));
-//! # Ok::<(), gpukit_sched::Error>(())
-//! ```
 
 use crate::error::{Error, Result};
 use crate::plan::TaskId;
@@ -184,6 +167,7 @@ impl Ledger {
     }
 
     /// The device capacity (the sum of the pools' quotas).
+    #[cfg(test)]
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
@@ -451,6 +435,7 @@ impl Ledger {
     /// The second holds as long as admission keeps each pool's commitments within its quota
     /// and a starting task allocates only once its [`shortfall`](Self::shortfall) is zero (the
     /// scheduler's rules). Returns the first violation.
+    #[cfg(test)]
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         for (o, e) in &self.entries {
             if e.running && e.in_use > e.spec.limit {
@@ -467,3 +452,6 @@ impl Ledger {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

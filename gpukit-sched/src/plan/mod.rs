@@ -145,6 +145,7 @@ enum Phase {
     Running {
         own: GroupSet,
         lent: GroupSet,
+        #[cfg_attr(not(test), allow(dead_code))] // read by the tests (Planner::grant)
         grant: Grant,
     },
 }
@@ -174,23 +175,6 @@ struct Pool {
 }
 
 /// The deterministic core of the scheduler. See the module docs for the rules.
-///
-/// ```
-/// use gpukit_sched::plan::{Admission, Planner, PlannerConfig};
-/// use gpukit_sched::{SmLayout, TaskSpec};
-/// let cfg = PlannerConfig { memory_capacity: 10 << 30, layout: SmLayout::new(132, 8, true)?,
-///                           max_running: 8, max_queue: 64, max_bypass: 4 };
-/// let mut p = Planner::new(cfg);
-/// let g = TaskSpec::new("g").memory("4GiB", "4GiB").compute(0.25, 0.25).resolve()?;
-/// let (Admission::Admitted(grant), _) = p.submit(1, g.clone(), 0)? else { panic!() };
-/// assert_eq!((grant.compute.groups.len(), grant.compute.sms), (4, 32));
-/// // Requests, not usage: a third 4 GiB request does not fit in 10 GiB.
-/// p.submit(2, g.clone(), 0)?;
-/// assert_eq!(p.submit(3, g, 0)?.0, Admission::Queued { position: 0 });
-/// let started = p.finish(1, 1);
-/// assert!(matches!(started[0], gpukit_sched::plan::Event::Started(3, _)));
-/// # Ok::<(), gpukit_sched::Error>(())
-/// ```
 #[derive(Debug, Clone)]
 pub struct Planner {
     cfg: PlannerConfig,
@@ -741,6 +725,7 @@ impl Planner {
     }
 
     /// The grant of a running task.
+    #[cfg(test)]
     pub fn grant(&self, id: TaskId) -> Option<Grant> {
         match self.tasks.get(&id)?.phase {
             Phase::Running { grant, .. } => Some(grant),
@@ -756,6 +741,7 @@ impl Planner {
     }
 
     /// How often a queued task has been jumped.
+    #[cfg(test)]
     pub fn bypassed(&self, id: TaskId) -> Option<u32> {
         match self.tasks.get(&id)?.phase {
             Phase::Queued { bypassed } => Some(bypassed),
@@ -764,6 +750,7 @@ impl Planner {
     }
 
     /// Tasks running now.
+    #[cfg(test)]
     pub fn running_tasks(&self) -> Vec<TaskId> {
         self.tasks
             .iter()
@@ -773,6 +760,7 @@ impl Planner {
     }
 
     /// Tasks queued now.
+    #[cfg(test)]
     pub fn queued_tasks(&self) -> Vec<TaskId> {
         self.tasks
             .iter()
@@ -782,6 +770,7 @@ impl Planner {
     }
 
     /// The spec of a known task.
+    #[cfg(test)]
     pub fn spec(&self, id: TaskId) -> Option<&ResolvedSpec> {
         self.tasks.get(&id).map(|e| &e.spec)
     }
@@ -929,3 +918,6 @@ fn reverse_take(bits: u64, n: u32) -> u64 {
     }
     out
 }
+
+#[cfg(test)]
+mod tests;
