@@ -1173,7 +1173,7 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
                 "victim {} after {:.0} ms, starter {} after {:.0} ms; {} held until it returned; retry {} in {t_again:.0} ms",
                 if matches!(rv, Err(Error::Preempted { .. })) { "Preempted" } else { "WRONG" },
                 ms(tv),
-                if matches!(rg, Err(Error::PreemptionTimeout { .. })) { "PreemptionTimeout" } else { "WRONG" },
+                if matches!(rg, Err(Error::MemoryUnavailable { .. })) { "MemoryUnavailable" } else { "WRONG" },
                 ms(tg),
                 format_bytes(in_use_before),
                 if matches!(r2, Ok(4)) { "ok" } else { "FAILED" },
@@ -1181,7 +1181,7 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
             baseline: "before: the start blocked a worker for 30 s, then failed as Rejected".into(),
             target: format!("both in [{}, {}] ms; retry ok < 200 ms", grace.as_millis(), bound.as_millis()),
             pass: matches!(rv, Err(Error::Preempted { .. }))
-                && matches!(rg, Err(Error::PreemptionTimeout { .. }))
+                && matches!(rg, Err(Error::MemoryUnavailable { .. }))
                 && [tv, tg].iter().all(|t| *t >= grace && *t <= bound)
                 && matches!(r2, Ok(4))
                 && t_again < 200.0,

@@ -45,7 +45,9 @@
 //!   completes with the stop's outcome at that bound while its thread and resources stay taken
 //!   (and reported) until it returns. A closure that returns `Ok` first keeps its result.
 //! - A starting task waits at most the grace period for evicted tasks to free its memory, then
-//!   fails with [`Error::PreemptionTimeout`] naming them. Queued deadlines expire on a timer
+//!   fails with [`Error::MemoryUnavailable`] naming what holds it. An evicted task cannot keep
+//!   that memory by returning it in an `Ok` result: the result is dropped and the task ends
+//!   [`TaskState::Preempted`]. Queued deadlines expire on a timer
 //!   ([`Error::DeadlineExpired`]).
 //!
 //! # A service author's API
@@ -123,7 +125,7 @@ pub use bytes::{format_bytes, parse_bytes, ByteSize};
 pub use config::{PanicPoint, SchedulerConfig};
 pub use context::{MemoryReservation, TaskContext};
 pub use entry::{EntryPoints, Timing};
-pub use error::{CancelReason, Error, Resource, Result};
+pub use error::{CancelReason, Error, HolderKind, MemoryHolder, Resource, Result};
 pub use handle::TaskHandle;
 pub use ledger::PoolMemory;
 pub use partitions::Partition;

@@ -2,7 +2,7 @@
 //! gpukit-core's [`AllocLedger`] (each allocation is checked and charged in one call, each
 //! free is credited), and a starting task's wait for evicted tasks to release memory.
 
-use crate::error::Error;
+use crate::error::{Error, MemoryHolder};
 use crate::ledger::{EntrySpec, Ledger, PoolMemory, Refusal};
 use crate::plan::TaskId;
 use gpukit_core::alloc::AllocLedger;
@@ -63,19 +63,19 @@ impl Memory {
 
     /// Waits until `owner`'s starting task fits beside the others, asking `evict` to stop
     /// the victims the ledger names (called without the ledger's lock). Gives up at
-    /// `deadline` (`None`: no bound) with the bytes still missing and who holds them, or at once (with nothing
-    /// missing) when `stopped` says the starting task itself was asked to stop.
+    /// `deadline` (`None`: no bound) with the bytes still missing and who holds them, or at
+    /// once (with nothing missing) when `stopped` says the starting task itself was asked to
+    /// stop.
     pub fn make_room(
         &self,
         owner: &OwnerId,
         deadline: Option<Instant>,
         mut evict: impl FnMut(&[TaskId]),
         stopped: impl Fn() -> bool,
-    ) -> Result<(), (u64, Vec<TaskId>)> {
-        let mut asked: Vec<TaskId> = Vec::new();
+    ) -> Result<(), (u64, Vec<MemoryHolder>)> {
         loop {
             if stopped() {
-                return Err((0, asked));
+                return Err((0, Vec::new()));
             }
             let (short, victims) = {
                 let l = self.ledger.lock();
@@ -86,11 +86,11 @@ impl Memory {
             }
             if !victims.is_empty() {
                 evict(&victims);
-                asked.extend(victims);
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                return Err((short, asked));
+                let l = self.ledger.lock();
+                return Err((l.shortfall(owner), l.holders(owner)));
             }
             // Re-check at least every 10 ms: a release may land between the check and the wait.
             let mut l = self.ledger.lock();

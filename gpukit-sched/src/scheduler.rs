@@ -399,6 +399,8 @@ impl Scheduler {
         let shared = Arc::new(Task::new(id, spec.clone(), owner_of(id)));
         let value: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));
         let slot = value.clone();
+        let dropped = value.clone();
+        let discard: crate::workers::Discard = Box::new(move || drop(dropped.lock().take()));
         let job: crate::workers::Job = Box::new(move |ctx: &mut TaskContext| {
             match catch_unwind(AssertUnwindSafe(|| task(ctx))) {
                 Ok(Ok(v)) => {
@@ -419,6 +421,7 @@ impl Scheduler {
         let pending = Pending {
             task: shared.clone(),
             job,
+            discard,
         };
         match &admission {
             Admission::Admitted(g) => {

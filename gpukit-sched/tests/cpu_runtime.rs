@@ -4,7 +4,7 @@
 //! charge path (the one gpukit-core's allocator calls), so the memory rules are tested here too.
 
 use gpukit_sched::{
-    Admission, CancelReason, Error, MemoryReservation, PanicPoint, Partition, Resource,
+    Admission, CancelReason, Error, HolderKind, MemoryReservation, PanicPoint, Partition, Resource,
     TaskContext, TaskSpec, TaskState,
 };
 use std::future::Future;
@@ -524,7 +524,7 @@ fn preemption_in_kubernetes_order_and_guaranteed_never_fails() {
 }
 
 /// A victim that never reaches a safe point: at the grace period its handle completes
-/// Preempted (detached), and the starter fails with PreemptionTimeout naming it — both
+/// Preempted (detached), and the starter fails with MemoryUnavailable naming it — both
 /// within the bound; once the victim returns, its memory comes back.
 #[test]
 fn preemption_of_a_task_that_never_yields() {
@@ -550,7 +550,9 @@ fn preemption_of_a_task_that_never_yields() {
     let starter_took = t.elapsed();
     assert!(matches!(rv, Err(Error::Preempted { .. })), "{rv:?}");
     assert!(
-        matches!(&rg, Err(Error::PreemptionTimeout { victims, requested: 400, .. }) if victims == &["stuck".to_string()]),
+        matches!(&rg, Err(Error::MemoryUnavailable { holders, missing: 400, .. })
+            if holders.len() == 1 && holders[0].task.as_deref() == Some("stuck")
+                && holders[0].kind == HolderKind::Stopping && holders[0].bytes == 900),
         "{rg:?}"
     );
     for took in [victim_took, starter_took] {
@@ -1349,4 +1351,113 @@ fn shutdown_cancels_every_queued_task_even_behind_a_starving_one() {
     for h in small {
         h.wait().unwrap();
     }
+}
+
+/// An evicted task that returns its memory in an `Ok` result before any safe point: its
+/// result cannot keep memory the evicting Guaranteed task needs. The result is dropped (the
+/// memory goes back), the task ends Preempted saying so, and the Guaranteed task gets every
+/// byte.
+#[test]
+fn an_evicted_task_cannot_keep_memory_in_its_result() {
+    let s = sched_with(1000, cfg().workers(2).stop_grace(Duration::from_secs(5)));
+    let filled = gate();
+    let f2 = filled.clone();
+    let evicted = gate();
+    let e2 = evicted.clone();
+    let victim = s
+        .submit(
+            move |ctx: &mut TaskContext| -> R<MemoryReservation> {
+                let held = ctx.reserve_memory(900)?;
+                f2.store(true, Ordering::Release);
+                // No safe point: returns its memory as soon as it is asked to stop.
+                while !e2.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(held)
+            },
+            TaskSpec::new("hoarder"),
+        )
+        .unwrap();
+    let vid = victim.id();
+    assert!(wait_until(SLACK, || filled.load(Ordering::Acquire)));
+    let t = Instant::now();
+    let g = s
+        .submit(
+            |ctx: &mut TaskContext| -> R<u64> { Ok(ctx.reserve_memory(500)?.bytes()) },
+            TaskSpec::new("g")
+                .memory(500u64, 500u64)
+                .compute(0.25, 0.25),
+        )
+        .unwrap();
+    assert!(wait_until(SLACK, || s.task_stats(vid).unwrap().preempted));
+    evicted.store(true, Ordering::Release);
+    assert_eq!(
+        finish(g, SLACK).unwrap(),
+        500,
+        "the Guaranteed task got its memory"
+    );
+    assert!(t.elapsed() < SLACK, "{:?}", t.elapsed());
+    let r = finish(victim, SLACK);
+    assert!(
+        matches!(&r, Err(Error::Preempted { task, reason, .. }) if task == "hoarder" && reason.contains("900 bytes")),
+        "{r:?}"
+    );
+    assert_eq!(s.task_stats(vid).unwrap().state, TaskState::Preempted);
+    assert_eq!(s.stats().partitions[0].memory.in_use, 0);
+}
+
+/// Memory no running task can give back (buffers an ended task returned, here): the waiting
+/// Guaranteed task fails at the grace period with an error naming who holds it and how much.
+#[test]
+fn a_guaranteed_task_that_cannot_get_its_memory_names_who_holds_it() {
+    let s = sched_with(1000, cfg().workers(2));
+    let kept = s
+        .submit(
+            |ctx: &mut TaskContext| -> R<MemoryReservation> { ctx.reserve_memory(900) },
+            TaskSpec::new("keeper"),
+        )
+        .unwrap();
+    let kid = kept.id();
+    let kept = finish(kept, SLACK).unwrap();
+    let t = Instant::now();
+    let g = s
+        .submit(
+            |ctx: &mut TaskContext| -> R<u64> { Ok(ctx.reserve_memory(500)?.bytes()) },
+            TaskSpec::new("g")
+                .memory(500u64, 500u64)
+                .compute(0.25, 0.25),
+        )
+        .unwrap();
+    let r = finish(g, GRACE + SLACK);
+    let took = t.elapsed();
+    assert!(took >= GRACE && took < GRACE + SLACK, "{took:?}");
+    match &r {
+        Err(Error::MemoryUnavailable {
+            task,
+            missing,
+            holders,
+            ..
+        }) => {
+            assert_eq!((task.as_str(), *missing), ("g", 400));
+            assert_eq!(holders.len(), 1, "{holders:?}");
+            let h = &holders[0];
+            assert_eq!(
+                (h.task.as_deref(), h.id, h.bytes, h.kind),
+                (Some("keeper"), Some(kid), 900, HolderKind::Ended)
+            );
+            let text = r.as_ref().unwrap_err().to_string();
+            assert!(text.contains("keeper") && text.contains("900"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(kept);
+    let g = s
+        .submit(
+            |ctx: &mut TaskContext| -> R<u64> { Ok(ctx.reserve_memory(500)?.bytes()) },
+            TaskSpec::new("g2")
+                .memory(500u64, 500u64)
+                .compute(0.25, 0.25),
+        )
+        .unwrap();
+    assert_eq!(finish(g, SLACK).unwrap(), 500);
 }

@@ -23,7 +23,7 @@
 //!   pool for a pool shortfall and from *any* pool for a device shortfall (pools above their own
 //!   quota first, which is where a partition created over lent memory finds it).
 
-use crate::error::{Error, Result};
+use crate::error::{Error, HolderKind, MemoryHolder, Result};
 use crate::plan::TaskId;
 use crate::spec::QosClass;
 use gpukit_core::OwnerId;
@@ -372,6 +372,43 @@ impl Ledger {
             .saturating_sub(self.pool_cap(pool));
         let on_device = self.device_footprint().saturating_sub(self.capacity);
         in_pool.max(on_device)
+    }
+
+    /// Who holds the memory `owner`'s starting task lacks: every other charge in its pool (and,
+    /// when the device is short, in every pool), with its bytes (a running task's footprint,
+    /// an ended task's returned buffers, allocations outside tasks), largest first.
+    pub fn holders(&self, owner: &OwnerId) -> Vec<MemoryHolder> {
+        let Some(me) = self.entries.get(owner) else {
+            return Vec::new();
+        };
+        let pool = &me.spec.pool;
+        let device_short = self.device_footprint() > self.capacity;
+        let mut out: Vec<MemoryHolder> = self
+            .entries
+            .iter()
+            .filter(|(o, e)| *o != owner && (device_short || &e.spec.pool == pool))
+            .filter(|(_, e)| e.footprint() > 0)
+            .map(|(_, e)| MemoryHolder {
+                task: Some(e.spec.name.clone()),
+                id: Some(e.spec.id),
+                bytes: e.footprint(),
+                kind: match (e.running, e.stopped) {
+                    (false, _) => HolderKind::Ended,
+                    (true, true) => HolderKind::Stopping,
+                    (true, false) => HolderKind::Running,
+                },
+            })
+            .collect();
+        if self.outside > 0 && (device_short || pool.is_none()) {
+            out.push(MemoryHolder {
+                task: None,
+                id: None,
+                bytes: self.outside,
+                kind: HolderKind::OutsideTasks,
+            });
+        }
+        out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.id.cmp(&b.id)));
+        out
     }
 
     /// The fewest further victims whose eviction removes `owner`'s shortfall (tasks already

@@ -357,3 +357,37 @@ fn committed_memory_always_passes_and_bursts_share_the_rest() -> crate::Result<(
     assert!(matches!(l.charge(&owner(1), 1), Err(Refusal::Quota { .. })));
     Ok(())
 }
+
+#[test]
+fn holders_name_everything_the_starter_lacks_largest_first() {
+    use crate::error::HolderKind;
+    let mut l = Ledger::new(1000);
+    l.open(&owner(1), spec(1, QosClass::BestEffort, 0, 0, 1000))
+        .unwrap();
+    l.charge(&owner(1), 300).unwrap();
+    l.open(&owner(2), spec(2, QosClass::BestEffort, 0, 0, 1000))
+        .unwrap();
+    l.charge(&owner(2), 400).unwrap();
+    l.close(&owner(2)); // ended, its 400 returned in its result
+    l.open(&owner(3), spec(3, QosClass::Burstable, 0, 100, 1000))
+        .unwrap();
+    l.stop(&owner(3));
+    l.charge(&"outside".into(), 50).unwrap();
+    l.open(&owner(9), spec(9, QosClass::Guaranteed, 0, 500, 500))
+        .unwrap();
+    assert_eq!(l.shortfall(&owner(9)), 350);
+    let h: Vec<(Option<u64>, u64, HolderKind)> = l
+        .holders(&owner(9))
+        .into_iter()
+        .map(|h| (h.id, h.bytes, h.kind))
+        .collect();
+    assert_eq!(
+        h,
+        [
+            (Some(2), 400, HolderKind::Ended),
+            (Some(1), 300, HolderKind::Running),
+            (Some(3), 100, HolderKind::Stopping),
+            (None, 50, HolderKind::OutsideTasks),
+        ]
+    );
+}
