@@ -33,6 +33,9 @@ pub enum CancelReason {
     Requested,
     /// The scheduler shut down (queued tasks at once, running ones at the shutdown deadline).
     Shutdown,
+    /// Its [`TaskHandle`](crate::TaskHandle) was dropped before the task ended (and was not
+    /// [`detach`](crate::TaskHandle::detach)ed).
+    HandleDropped,
 }
 
 impl std::fmt::Display for CancelReason {
@@ -40,6 +43,7 @@ impl std::fmt::Display for CancelReason {
         f.write_str(match self {
             CancelReason::Requested => "through its handle",
             CancelReason::Shutdown => "by the scheduler's shutdown",
+            CancelReason::HandleDropped => "because its handle was dropped",
         })
     }
 }

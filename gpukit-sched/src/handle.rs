@@ -15,7 +15,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-/// The handle of a submitted task. Dropping it does not stop the task.
+/// The handle of a submitted task.
+///
+/// **Dropping a handle cancels its task** (as [`cancel`](Self::cancel) does, with
+/// [`CancelReason::HandleDropped`]) unless the task has ended: a service that gives up on a
+/// task — a timeout around the future, an early return — leaks no GPU work. For
+/// fire-and-forget, [`detach`](Self::detach) the handle: the task runs to its end and its
+/// value is dropped then. [`wait`](Self::wait) and awaiting the future consume the outcome,
+/// after which dropping the handle changes nothing.
 ///
 /// ```no_run
 /// # async fn doc(sched: &gpukit_sched::Scheduler) -> gpukit_sched::Result<()> {
@@ -29,6 +36,17 @@ pub struct TaskHandle<T> {
     pub(crate) value: Arc<Mutex<Option<T>>>,
     pub(crate) admission: Admission,
     pub(crate) inner: Arc<Inner>,
+    /// Set by [`detach`](Self::detach): dropping does not cancel.
+    pub(crate) detached: bool,
+}
+
+impl<T> Drop for TaskHandle<T> {
+    fn drop(&mut self) {
+        if !self.detached && !self.task.status.lock().resolved {
+            self.inner
+                .cancel(&self.task, Stop::Cancel(CancelReason::HandleDropped));
+        }
+    }
 }
 
 impl<T> std::fmt::Debug for TaskHandle<T> {
@@ -121,6 +139,12 @@ impl<T> TaskHandle<T> {
             return None;
         }
         Some(self.take())
+    }
+
+    /// Lets the task run to its end without a handle (fire-and-forget): dropping a handle
+    /// otherwise cancels its task. The task's value, if any, is dropped when it ends.
+    pub fn detach(mut self) {
+        self.detached = true;
     }
 
     /// Cancels the task. A queued task ends [`TaskState::Cancelled`] at once; a running one

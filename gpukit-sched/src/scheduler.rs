@@ -103,6 +103,10 @@ pub(crate) struct State {
     pub evictions_total: u64,
     pub pool_evictions: BTreeMap<Option<String>, u64>,
     pub outbox: Vec<Pending>,
+    /// Jobs of tasks that ended before they ran: dropped once the lock is released (a
+    /// closure's captures are user code; a dropped [`TaskHandle`] among them cancels its
+    /// task, which takes this lock).
+    pub dropped: Vec<Pending>,
     pub submitted: u64,
     pub ended: [u64; 7],
     pub shutting_down: bool,
@@ -322,6 +326,7 @@ impl Scheduler {
                 evictions_total: 0,
                 pool_evictions: BTreeMap::new(),
                 outbox: Vec::new(),
+                dropped: Vec::new(),
                 submitted: 0,
                 ended: [0; 7],
                 shutting_down: false,
@@ -456,6 +461,7 @@ impl Scheduler {
             value,
             admission,
             inner: self.inner.clone(),
+            detached: false,
         })
     }
 
@@ -526,6 +532,7 @@ impl Scheduler {
                     };
                     inner.conclude(&mut st, &p.task, TaskState::Cancelled, Some(e), false);
                     push_finished(&mut st, p.task.clone());
+                    st.dropped.push(p);
                     report.cancelled_queued += 1;
                 }
             }
@@ -614,8 +621,10 @@ impl Inner {
     pub(crate) fn release(&self, mut st: parking_lot::MutexGuard<'_, State>) {
         let out = std::mem::take(&mut st.outbox);
         let notify = std::mem::take(&mut st.notify);
+        let dropped = std::mem::take(&mut st.dropped);
         drop(st);
         self.handoff.send(out);
+        drop(dropped);
         for t in notify {
             self.notify(&t);
         }
@@ -746,6 +755,7 @@ impl Inner {
                         };
                         self.conclude(st, &p.task, state, Some(e), false);
                         push_finished(st, p.task.clone());
+                        st.dropped.push(p);
                     }
                 }
             }
@@ -799,7 +809,9 @@ impl Inner {
         }
         let (removed, events) = st.planner.cancel(task.id, now);
         if removed {
-            st.queued_jobs.remove(&task.id);
+            if let Some(p) = st.queued_jobs.remove(&task.id) {
+                st.dropped.push(p);
+            }
             st.live.remove(&task.id);
             let (state, e) = task.stop_outcome(&stop);
             self.conclude(&mut st, task, state, Some(e), false);

@@ -94,7 +94,7 @@ impl Inner {
                     }
                 }
             }
-            if !st.outbox.is_empty() || !st.notify.is_empty() {
+            if !st.outbox.is_empty() || !st.notify.is_empty() || !st.dropped.is_empty() {
                 self.release(st);
                 st = self.state.lock();
                 continue;
