@@ -133,5 +133,5 @@ pub use plan::{Admission, Grant, PoolInfo, TaskId};
 pub use scheduler::{Scheduler, ShutdownReport};
 pub use sm::{ComputeGrant, GroupSet, Mechanism, SmLayout};
 pub use spec::{QosClass, ResolvedSpec, TaskSpec};
-pub use stats::{PartitionStats, SchedulerStats, TaskStats};
+pub use stats::{Histogram, PartitionStats, SchedulerStats, TaskStats, TIME_BUCKETS};
 pub use task::TaskState;

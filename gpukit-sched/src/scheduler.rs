@@ -15,7 +15,7 @@ use crate::memory::{Hook, Memory};
 use crate::plan::{Admission, Event, Grant, Planner, PlannerConfig, Rejection, TaskId};
 use crate::sm::{GroupSet, Mechanism, SmLayout};
 use crate::spec::{QosClass, TaskSpec};
-use crate::stats::{SchedulerStats, TaskStats};
+use crate::stats::{qos_index, Histogram, SchedulerStats, TaskStats};
 use crate::task::{panic_message, Ended, Stop, Task, TaskState};
 use crate::workers::{Handoff, Pending, Workers};
 use gpukit_core::alloc::AllocLedger;
@@ -117,6 +117,10 @@ pub(crate) struct State {
     /// Tasks that got their outcome under the lock: their waiters are woken once it is
     /// released ([`Inner::release`]).
     pub notify: Vec<Arc<Task>>,
+    /// Queue wait, run time and GPU seconds by QoS class (see [`crate::stats::QOS_ORDER`]).
+    pub queue_wait: [Histogram; 3],
+    pub run_time: [Histogram; 3],
+    pub gpu_seconds: [f64; 3],
 }
 
 /// The device side of a scheduler.
@@ -334,6 +338,9 @@ impl Scheduler {
                 timer_next: None,
                 timer_exit: false,
                 notify: Vec::new(),
+                queue_wait: Default::default(),
+                run_time: Default::default(),
+                gpu_seconds: [0.0; 3],
             }),
             timer_wake: Condvar::new(),
             idle: Condvar::new(),
@@ -685,6 +692,7 @@ impl Inner {
 
     /// Marks a task started: its grant, its ledger entry, and on its way to a worker.
     fn dispatch(&self, st: &mut State, p: Pending, g: Grant) {
+        st.queue_wait[qos_index(p.task.spec.qos)].observe(p.task.submitted.elapsed().as_secs_f64());
         st.started_seq += 1;
         st.start_order.insert(p.task.id, st.started_seq);
         {

@@ -117,9 +117,105 @@ pub struct SchedulerStats {
     pub callback_panics: u64,
     /// Timer passes that panicked (a bug, contained: the timer thread lives on).
     pub timer_panics: u64,
+    /// Queue wait (submission to start) of the tasks that started, by QoS class.
+    pub queue_wait: Vec<(QosClass, Histogram)>,
+    /// Run time (start of the closure to the release of its resources) of the tasks that ran,
+    /// by QoS class.
+    pub run_time: Vec<(QosClass, Histogram)>,
+    /// GPU seconds of the tasks that ended, by QoS class.
+    pub gpu_seconds: Vec<(QosClass, f64)>,
+}
+
+impl TaskStats {
+    /// Whether the task holds scheduler resources now (starting, running, or detached until
+    /// its closure returns): the tasks that have series of their own in the metrics.
+    pub fn holds_resources(&self) -> bool {
+        self.detached || matches!(self.state, TaskState::Starting | TaskState::Running)
+    }
+}
+
+/// Upper bounds (seconds) of the time histograms' buckets (`+Inf` follows).
+pub const TIME_BUCKETS: [f64; 19] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+/// A histogram of durations in seconds over [`TIME_BUCKETS`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Histogram {
+    /// Observations per bucket (not cumulative): `counts[i]` are those `<= TIME_BUCKETS[i]`
+    /// and above the bucket before; the last entry counts those above every bound.
+    pub counts: [u64; TIME_BUCKETS.len() + 1],
+    /// Sum of the observations.
+    pub sum: f64,
+    /// Number of observations.
+    pub count: u64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            counts: [0; TIME_BUCKETS.len() + 1],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+}
+
+impl Histogram {
+    /// Records one observation of `seconds`.
+    pub fn observe(&mut self, seconds: f64) {
+        let i = TIME_BUCKETS
+            .iter()
+            .position(|b| seconds <= *b)
+            .unwrap_or(TIME_BUCKETS.len());
+        self.counts[i] += 1;
+        self.sum += seconds;
+        self.count += 1;
+    }
+}
+
+/// QoS classes in the order of the per-class aggregates.
+pub(crate) const QOS_ORDER: [QosClass; 3] = [
+    QosClass::Guaranteed,
+    QosClass::Burstable,
+    QosClass::BestEffort,
+];
+
+pub(crate) fn qos_index(q: QosClass) -> usize {
+    match q {
+        QosClass::Guaranteed => 0,
+        QosClass::Burstable => 1,
+        QosClass::BestEffort => 2,
+    }
 }
 
 impl SchedulerStats {
+    /// Live tasks by state: queued, starting, running, detached (its outcome decided while its
+    /// closure still runs); each once, zeros included.
+    pub fn live_by_state(&self) -> [(&'static str, u64); 4] {
+        let mut n = [
+            ("queued", 0),
+            ("starting", 0),
+            ("running", 0),
+            ("detached", 0),
+        ];
+        for t in &self.tasks {
+            let i = if t.detached {
+                3
+            } else {
+                match t.state {
+                    TaskState::Queued => 0,
+                    TaskState::Starting => 1,
+                    TaskState::Running => 2,
+                    _ => continue,
+                }
+            };
+            n[i].1 += 1;
+        }
+        n
+    }
+
     /// Tasks that ended in `state`.
     pub fn count(&self, state: TaskState) -> u64 {
         self.ended
@@ -128,11 +224,21 @@ impl SchedulerStats {
             .map_or(0, |(_, n)| *n)
     }
 
-    /// The metrics snapshot in the Prometheus text exposition format (version 0.0.4): per
-    /// task (labels `id`, `task`, `qos`, `partition`, `state`) memory, granted and used SMs,
-    /// GPU time, kernels, throttles and eviction; per partition (label `partition`, empty for
-    /// the default pool) quota, commitments, memory in use and held by ended tasks, SMs,
-    /// running tasks, queue length and evictions; and scheduler totals.
+    /// The metrics snapshot in the Prometheus text exposition format (version 0.0.4).
+    ///
+    /// Label sets are bounded, so the number of series does not grow with the tasks run:
+    /// - per task, only while it holds resources (starting, running, or detached / quarantined
+    ///   until it lets go; labels `id`, `task`, `qos`, `partition`): memory, granted and used
+    ///   SMs, kernels, throttles and eviction. A task's series end with it; what it did is
+    ///   aggregated below.
+    /// - tasks by state (`gpukit_sched_tasks{state}`: queued, starting, running, detached,
+    ///   quarantined) and ended tasks by final state (counter);
+    /// - histograms by QoS class (label `qos`): queue wait (submission to start) and run time
+    ///   (start of the closure to the release of its resources), in seconds; GPU seconds of
+    ///   ended tasks (counter);
+    /// - per partition (label `partition`, empty for the default pool): quota, commitments,
+    ///   memory in use and held by ended tasks, SMs, running tasks, queue length, evictions;
+    /// - scheduler totals and health.
     pub fn to_prometheus(&self) -> String {
         let mut out = Prometheus::default();
         let task_labels = |t: &TaskStats| {
@@ -141,11 +247,11 @@ impl SchedulerStats {
                 ("task", t.name.clone()),
                 ("qos", t.qos.to_string()),
                 ("partition", t.partition.clone().unwrap_or_default()),
-                ("state", t.state.name().to_string()),
             ]
         };
+        let holding: Vec<&TaskStats> = self.tasks.iter().filter(|t| t.holds_resources()).collect();
         type TaskMetric<'a> = (&'a str, &'a str, &'a str, fn(&TaskStats) -> Option<f64>);
-        let task_metrics: [TaskMetric; 10] = [
+        let task_metrics: [TaskMetric; 9] = [
             (
                 "gpukit_sched_task_memory_bytes",
                 "gauge",
@@ -177,12 +283,6 @@ impl SchedulerStats {
                 |t| Some(t.sms_in_use as f64),
             ),
             (
-                "gpukit_sched_task_gpu_seconds",
-                "gauge",
-                "GPU time of the task (events on its home stream), once it ended.",
-                |t| t.gpu_time_ms.map(|m| m / 1e3),
-            ),
-            (
                 "gpukit_sched_task_kernels_total",
                 "counter",
                 "Kernels launched through the task's context.",
@@ -209,11 +309,52 @@ impl SchedulerStats {
         ];
         for (name, kind, help, value) in task_metrics {
             out.family(name, kind, help);
-            for t in &self.tasks {
+            for t in &holding {
                 if let Some(v) = value(t) {
                     out.sample(name, &task_labels(t), v);
                 }
             }
+        }
+        out.family(
+            "gpukit_sched_tasks",
+            "gauge",
+            "Live tasks by state (detached: outcome decided while the closure still runs).",
+        );
+        for (state, n) in self.live_by_state() {
+            out.sample(
+                "gpukit_sched_tasks",
+                &[("state", state.to_string())],
+                n as f64,
+            );
+        }
+        for (name, help, hists) in [
+            (
+                "gpukit_sched_queue_wait_seconds",
+                "Time from submission to start (leaving the queue), by QoS class.",
+                &self.queue_wait,
+            ),
+            (
+                "gpukit_sched_run_seconds",
+                "Time from the start of the closure to the release of its resources, by QoS class.",
+                &self.run_time,
+            ),
+        ] {
+            out.family(name, "histogram", help);
+            for (qos, h) in hists {
+                out.histogram(name, &[("qos", qos.to_string())], h);
+            }
+        }
+        out.family(
+            "gpukit_sched_gpu_seconds_total",
+            "counter",
+            "GPU time of ended tasks (events on their home streams), by QoS class.",
+        );
+        for (qos, s) in &self.gpu_seconds {
+            out.sample(
+                "gpukit_sched_gpu_seconds_total",
+                &[("qos", qos.to_string())],
+                *s,
+            );
         }
         let pool_label =
             |p: &PartitionStats| vec![("partition", p.pool.name.clone().unwrap_or_default())];
@@ -473,6 +614,18 @@ impl Inner {
             lanes_cached: self.lanes.cached(),
             callback_panics: self.callback_panics.load(Ordering::Relaxed),
             timer_panics: self.timer_panics.load(Ordering::Relaxed),
+            queue_wait: QOS_ORDER
+                .iter()
+                .map(|q| (*q, st.queue_wait[qos_index(*q)].clone()))
+                .collect(),
+            run_time: QOS_ORDER
+                .iter()
+                .map(|q| (*q, st.run_time[qos_index(*q)].clone()))
+                .collect(),
+            gpu_seconds: QOS_ORDER
+                .iter()
+                .map(|q| (*q, st.gpu_seconds[qos_index(*q)]))
+                .collect(),
         }
     }
 }
@@ -486,6 +639,23 @@ impl Prometheus {
     fn family(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.text, "# HELP {name} {}", escape_help(help));
         let _ = writeln!(self.text, "# TYPE {name} {kind}");
+    }
+
+    /// A histogram's samples: cumulative `_bucket`s with `le` (`+Inf` last), `_sum`, `_count`.
+    fn histogram(&mut self, name: &str, labels: &[(&str, String)], h: &Histogram) {
+        let bucket = format!("{name}_bucket");
+        let mut cumulative = 0;
+        for (i, n) in h.counts.iter().enumerate() {
+            cumulative += n;
+            let le = TIME_BUCKETS
+                .get(i)
+                .map_or_else(|| "+Inf".to_string(), |b| format_value(*b));
+            let mut l = labels.to_vec();
+            l.push(("le", le));
+            self.sample(&bucket, &l, cumulative as f64);
+        }
+        self.sample(&format!("{name}_sum"), labels, h.sum);
+        self.sample(&format!("{name}_count"), labels, h.count as f64);
     }
 
     fn sample(&mut self, name: &str, labels: &[(&str, String)], value: f64) {

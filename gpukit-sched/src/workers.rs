@@ -355,18 +355,26 @@ impl Inner {
         let (_, peak) = self.memory.usage(&task.owner);
         self.memory.close(&task.owner);
         let (state, err) = task.outcome_of(ended);
-        {
+        let ran = {
             let mut s = task.status.lock();
             s.gpu_ms = gpu_ms;
             s.mem_peak = peak;
-            s.released_at = Some(Instant::now());
-        }
+            let now = Instant::now();
+            s.released_at = Some(now);
+            s.started
+                .map(|t| now.saturating_duration_since(t).as_secs_f64())
+        };
         let now = self.now();
         let out = {
             let mut st = self.state.lock();
             st.live.remove(&task.id);
             st.start_order.remove(&task.id);
             st.timers.remove(&task.id);
+            let q = crate::stats::qos_index(task.spec.qos);
+            if let Some(secs) = ran {
+                st.run_time[q].observe(secs);
+            }
+            st.gpu_seconds[q] += gpu_ms.unwrap_or(0.0) / 1e3;
             let events = st.planner.finish(task.id, now);
             self.conclude(&mut st, task, state, err, false);
             push_finished(&mut st, task.clone());

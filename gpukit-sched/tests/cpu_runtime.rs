@@ -4,8 +4,8 @@
 //! charge path (the one gpukit-core's allocator calls), so the memory rules are tested here too.
 
 use gpukit_sched::{
-    Admission, CancelReason, Error, HolderKind, MemoryReservation, PanicPoint, Partition, Resource,
-    TaskContext, TaskSpec, TaskState,
+    Admission, CancelReason, Error, HolderKind, MemoryReservation, PanicPoint, Partition, QosClass,
+    Resource, TaskContext, TaskSpec, TaskState,
 };
 use std::future::Future;
 use std::pin::Pin;
@@ -1038,9 +1038,13 @@ fn task_stats_and_prometheus_metrics() {
         Some(512.0)
     );
     assert_eq!(
-        find("gpukit_sched_task_granted_sms", "state=\"running\""),
+        find(
+            "gpukit_sched_task_granted_sms",
+            &format!("id=\"{}\"", h.id())
+        ),
         Some(32.0)
     );
+    assert_eq!(find("gpukit_sched_tasks", "state=\"running\""), Some(1.0));
     assert_eq!(
         find(
             "gpukit_sched_partition_memory_bytes",
@@ -1073,6 +1077,7 @@ fn parse_prometheus(text: &str) -> Vec<(String, String, f64)> {
             })
     };
     let mut typed = std::collections::HashSet::new();
+    let mut histograms = std::collections::HashSet::new();
     let mut helped = std::collections::HashSet::new();
     let mut out = Vec::new();
     for line in text.lines() {
@@ -1086,7 +1091,10 @@ fn parse_prometheus(text: &str) -> Vec<(String, String, f64)> {
             let mut it = rest.split(' ');
             let name = it.next().unwrap();
             let kind = it.next().unwrap();
-            assert!(["gauge", "counter"].contains(&kind), "{line}");
+            assert!(["gauge", "counter", "histogram"].contains(&kind), "{line}");
+            if kind == "histogram" {
+                histograms.insert(name.to_string());
+            }
             assert!(helped.contains(name), "TYPE before HELP: {line}");
             assert!(typed.insert(name.to_string()), "second TYPE: {line}");
             continue;
@@ -1096,8 +1104,15 @@ fn parse_prometheus(text: &str) -> Vec<(String, String, f64)> {
             Some(i) => line.split_at(i),
             None => panic!("no value: {line}"),
         };
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| {
+                name.strip_suffix(suffix)
+                    .filter(|base| histograms.contains(*base))
+            })
+            .unwrap_or(name);
         assert!(
-            valid_name(name) && typed.contains(name),
+            valid_name(name) && typed.contains(family),
             "untyped or bad name: {line}"
         );
         let (labels, value) = if let Some(r) = rest.strip_prefix('{') {
@@ -1460,4 +1475,89 @@ fn a_guaranteed_task_that_cannot_get_its_memory_names_who_holds_it() {
         )
         .unwrap();
     assert_eq!(finish(g, SLACK).unwrap(), 500);
+}
+
+/// The metrics' label sets are bounded: finished tasks have no series of their own (they are
+/// aggregated into counters and histograms), so the snapshot does not grow with the tasks run;
+/// queue wait and run time are Prometheus histograms (cumulative buckets, `+Inf` = count).
+#[test]
+fn metrics_are_bounded_and_have_histograms() {
+    let s = sched(Duration::ZERO);
+    let run = |n: usize| {
+        for _ in 0..n {
+            let h = s
+                .submit(
+                    |_: &mut TaskContext| -> R<()> {
+                        std::thread::sleep(Duration::from_micros(200));
+                        Ok(())
+                    },
+                    spec(),
+                )
+                .unwrap();
+            finish(h, SLACK).unwrap();
+        }
+    };
+    run(150);
+    let first = s.metrics();
+    run(150);
+    let second = s.metrics();
+    let series = |t: &str| t.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(
+        series(&first),
+        series(&second),
+        "series grew with finished tasks"
+    );
+    let samples = parse_prometheus(&second);
+    assert!(
+        !samples
+            .iter()
+            .any(|(n, _, _)| n.starts_with("gpukit_sched_task_")),
+        "a finished task kept its series"
+    );
+    for family in [
+        "gpukit_sched_queue_wait_seconds",
+        "gpukit_sched_run_seconds",
+    ] {
+        let label = "qos=\"Guaranteed\"";
+        let buckets: Vec<(String, f64)> = samples
+            .iter()
+            .filter(|(n, l, _)| *n == format!("{family}_bucket") && l.contains(label))
+            .map(|(_, l, v)| (l.clone(), *v))
+            .collect();
+        assert!(buckets.len() > 5, "{family}: {buckets:?}");
+        assert!(
+            buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+            "{family}: not cumulative"
+        );
+        let (last_label, inf) = buckets.last().unwrap();
+        assert!(last_label.contains("le=\"+Inf\""), "{last_label}");
+        let count = samples
+            .iter()
+            .find(|(n, l, _)| *n == format!("{family}_count") && l.contains(label))
+            .unwrap()
+            .2;
+        let sum = samples
+            .iter()
+            .find(|(n, l, _)| *n == format!("{family}_sum") && l.contains(label))
+            .unwrap()
+            .2;
+        assert_eq!((*inf, count), (300.0, 300.0), "{family}");
+        assert!(sum > 0.0, "{family}");
+    }
+    // Run time: each task slept 200 us, so no observation falls in a bucket below it.
+    let below = samples
+        .iter()
+        .find(|(n, l, _)| n == "gpukit_sched_run_seconds_bucket" && l.contains("le=\"0.0001\""))
+        .unwrap()
+        .2;
+    assert_eq!(below, 0.0);
+    let st = s.stats();
+    let g = &st
+        .run_time
+        .iter()
+        .find(|(q, _)| *q == QosClass::Guaranteed)
+        .unwrap()
+        .1;
+    assert_eq!(g.count, 300);
+    assert!(g.sum >= 300.0 * 200e-6, "{}", g.sum);
 }
