@@ -76,21 +76,29 @@ fn fma_task(
 ) -> impl FnOnce(&mut TaskContext) -> gpukit_sched::Result<(u64, f64, u32)> + Send {
     move |ctx: &mut TaskContext| {
         let out = ctx.alloc(BLOCKS as usize * 256 * 4)?;
-        ctx.launch(
-            &k.fma_spin,
-            fma_cfg(),
-            &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-        )?;
+        // SAFETY: any pointer is a live allocation of this task, large enough for the
+        // kernel, kept until the kernel completes.
+        unsafe {
+            ctx.launch_unchecked(
+                &k.fma_spin,
+                fma_cfg(),
+                &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+            )?
+        };
         ctx.synchronize()?;
         start.wait();
         let t = Instant::now();
         let mut n = 0u64;
         while !stop.load(Ordering::Relaxed) {
-            ctx.launch(
-                &k.fma_spin,
-                fma_cfg(),
-                &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-            )?;
+            // SAFETY: any pointer is a live allocation of this task, large enough for the
+            // kernel, kept until the kernel completes.
+            unsafe {
+                ctx.launch_unchecked(
+                    &k.fma_spin,
+                    fma_cfg(),
+                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                )?
+            };
             ctx.synchronize()?;
             n += 1;
         }
@@ -318,7 +326,9 @@ fn isolation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
     let probe = sched.submit(
         move |ctx: &mut TaskContext| -> gpukit_sched::Result<(f64, u32)> {
             for _ in 0..5 {
-                ctx.launch(&k1.spin_cycles, probe_cfg, &probe_args)?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe { ctx.launch_unchecked(&k1.spin_cycles, probe_cfg, &probe_args)? };
             }
             ctx.synchronize()?;
             b1.wait();
@@ -327,7 +337,9 @@ fn isolation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
             let mut v = Vec::new();
             for _ in 0..50 {
                 let e0 = s.record()?;
-                ctx.launch(&k1.spin_cycles, probe_cfg, &probe_args)?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe { ctx.launch_unchecked(&k1.spin_cycles, probe_cfg, &probe_args)? };
                 let e1 = s.record()?;
                 e1.synchronize()?;
                 v.push(e0.elapsed_ms(&e1)? as f64);
@@ -347,7 +359,9 @@ fn isolation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
             let mut sms = 0;
             while !s2.load(Ordering::Relaxed) {
                 for _ in 0..4 {
-                    ctx.launch(&k2.spin_cycles, hog_cfg, &hog_args)?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe { ctx.launch_unchecked(&k2.spin_cycles, hog_cfg, &hog_args)? };
                 }
                 if first {
                     sms = ctx.current_sms()?;
@@ -402,11 +416,15 @@ fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()
             let s = ctx.stream()?.clone();
             // Warm up (the lent-groups lane is created at the first launch).
             for _ in 0..3 {
-                ctx.launch(
-                    &kb.fma_spin,
-                    fma_cfg(),
-                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &kb.fma_spin,
+                        fma_cfg(),
+                        &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                    )?
+                };
                 ctx.synchronize()?;
             }
             let t = Instant::now();
@@ -414,11 +432,15 @@ fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()
             let mut times = Vec::new();
             while t.elapsed() < Duration::from_millis(600) {
                 let e0 = s.record()?;
-                ctx.launch(
-                    &kb.fma_spin,
-                    fma_cfg(),
-                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &kb.fma_spin,
+                        fma_cfg(),
+                        &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                    )?
+                };
                 let e1 = s.record()?;
                 e1.synchronize()?;
                 times.push(e0.elapsed_ms(&e1)? as f64);
@@ -432,11 +454,15 @@ fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()
             bsa.store(ctx.current_sms()? as u64, Ordering::Relaxed);
             ph.store(1, Ordering::Release);
             while !sb.load(Ordering::Relaxed) {
-                ctx.launch(
-                    &kb.fma_spin,
-                    fma_cfg(),
-                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &kb.fma_spin,
+                        fma_cfg(),
+                        &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                    )?
+                };
                 ctx.synchronize()?;
                 bsb.fetch_min(ctx.current_sms()? as u64, Ordering::Relaxed);
             }
@@ -461,11 +487,15 @@ fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()
             let mut times = Vec::new();
             for _ in 0..12 {
                 let e0 = s.record()?;
-                ctx.launch(
-                    &kg.fma_spin,
-                    fma_cfg(),
-                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &kg.fma_spin,
+                        fma_cfg(),
+                        &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                    )?
+                };
                 let e1 = s.record()?;
                 e1.synchronize()?;
                 times.push(e0.elapsed_ms(&e1)? as f64);
@@ -488,20 +518,28 @@ fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()
     let r = sched.submit(
         move |ctx: &mut TaskContext| -> gpukit_sched::Result<f64> {
             let out = ctx.alloc(BLOCKS as usize * 256 * 4)?;
-            ctx.launch(
-                &kr.fma_spin,
-                fma_cfg(),
-                &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-            )?;
+            // SAFETY: any pointer is a live allocation of this task, large enough for the
+            // kernel, kept until the kernel completes.
+            unsafe {
+                ctx.launch_unchecked(
+                    &kr.fma_spin,
+                    fma_cfg(),
+                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                )?
+            };
             ctx.synchronize()?;
             let t = Instant::now();
             let mut n = 0;
             while t.elapsed() < Duration::from_millis(400) {
-                ctx.launch(
-                    &kr.fma_spin,
-                    fma_cfg(),
-                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &kr.fma_spin,
+                        fma_cfg(),
+                        &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                    )?
+                };
                 ctx.synchronize()?;
                 n += 1;
             }
@@ -830,11 +868,15 @@ fn overheads(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
                 for _ in 0..10 {
                     let t = Instant::now();
                     for _ in 0..n {
-                        ctx.launch(
-                            &kk.noop,
-                            LaunchConfig::new((1, 1, 1), (32, 1, 1)),
-                            &[KernelArg::I32(1)],
-                        )?;
+                        // SAFETY: any pointer is a live allocation of this task, large enough for the
+                        // kernel, kept until the kernel completes.
+                        unsafe {
+                            ctx.launch_unchecked(
+                                &kk.noop,
+                                LaunchConfig::new((1, 1, 1), (32, 1, 1)),
+                                &[KernelArg::I32(1)],
+                            )?
+                        };
                     }
                     a.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
                     ctx.synchronize()?;
@@ -887,12 +929,16 @@ fn fma_for(
     move |ctx: &mut TaskContext| {
         let out = ctx.alloc(BLOCKS as usize * 256 * 4)?;
         let args = [KernelArg::Ptr(out.ptr()), ITERS.into()];
-        ctx.launch(&k.fma_spin, fma_cfg(), &args)?;
+        // SAFETY: any pointer is a live allocation of this task, large enough for the
+        // kernel, kept until the kernel completes.
+        unsafe { ctx.launch_unchecked(&k.fma_spin, fma_cfg(), &args)? };
         ctx.synchronize()?;
         let t = Instant::now();
         let mut n = 0u64;
         while t.elapsed() < dur {
-            ctx.launch(&k.fma_spin, fma_cfg(), &args)?;
+            // SAFETY: any pointer is a live allocation of this task, large enough for the
+            // kernel, kept until the kernel completes.
+            unsafe { ctx.launch_unchecked(&k.fma_spin, fma_cfg(), &args)? };
             ctx.synchronize()?;
             n += 1;
         }
@@ -935,7 +981,9 @@ fn fallback_tiers(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
             let args = [KernelArg::Ptr(out.ptr()), ITERS.into()];
             let mut n = 0;
             while !st.load(Ordering::Relaxed) {
-                ctx.launch(&kh.fma_spin, fma_cfg(), &args)?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe { ctx.launch_unchecked(&kh.fma_spin, fma_cfg(), &args)? };
                 ctx.synchronize()?;
                 n += 1;
             }
@@ -1011,7 +1059,9 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
             let h = sched.submit(
                 move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
                     let _b = ctx.alloc(GIB)?;
-                    ctx.launch(&kk.noop, noop_cfg, &[KernelArg::I32(1)])?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe { ctx.launch_unchecked(&kk.noop, noop_cfg, &[KernelArg::I32(1)])? };
                     ctx.synchronize()?;
                     if ctx.name() == "closure" {
                         panic!("injected panic in the task's closure");
@@ -1035,7 +1085,9 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
         let next = sched
             .submit(
                 move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
-                    ctx.launch(&kk.noop, noop_cfg, &[KernelArg::I32(1)])?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe { ctx.launch_unchecked(&kk.noop, noop_cfg, &[KernelArg::I32(1)])? };
                     ctx.synchronize()
                 },
                 TaskSpec::new("next")
@@ -1074,11 +1126,15 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
         let kk = k.clone();
         let h = sched.submit(
             move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
-                ctx.launch(
-                    &kk.spin_cycles,
-                    noop_cfg,
-                    &[KernelArg::Ptr(0), KernelArg::I64(2_000_000)],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &kk.spin_cycles,
+                        noop_cfg,
+                        &[KernelArg::Ptr(0), KernelArg::I64(2_000_000)],
+                    )?
+                };
                 ctx.synchronize()
             },
             TaskSpec::new("spin")
@@ -1197,7 +1253,9 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
                     .collect::<gpukit_sched::Result<_>>()?;
                 h2.store(true, Ordering::Release);
                 loop {
-                    ctx.launch(&kk.noop, noop_cfg, &[KernelArg::I32(1)])?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe { ctx.launch_unchecked(&kk.noop, noop_cfg, &[KernelArg::I32(1)])? };
                     ctx.synchronize()?;
                 }
             },
@@ -1278,11 +1336,15 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
             move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
                 let out = ctx.alloc(BLOCKS as usize * 256 * 4)?;
                 loop {
-                    ctx.launch(
-                        &kk.fma_spin,
-                        fma_cfg(),
-                        &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-                    )?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe {
+                        ctx.launch_unchecked(
+                            &kk.fma_spin,
+                            fma_cfg(),
+                            &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                        )?
+                    };
                     ctx.synchronize()?;
                 }
             },
@@ -1339,7 +1401,9 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
         let short = sched.submit(
             move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
                 for _ in 0..20 {
-                    ctx.launch(&kk.noop, noop_cfg, &[KernelArg::I32(1)])?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe { ctx.launch_unchecked(&kk.noop, noop_cfg, &[KernelArg::I32(1)])? };
                     ctx.synchronize()?;
                     std::thread::sleep(Duration::from_millis(2));
                 }
@@ -1353,7 +1417,9 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
         let yields = sched.submit(
             move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
                 loop {
-                    ctx.launch(&kk.noop, noop_cfg, &[KernelArg::I32(1)])?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe { ctx.launch_unchecked(&kk.noop, noop_cfg, &[KernelArg::I32(1)])? };
                     ctx.synchronize()?;
                 }
             },

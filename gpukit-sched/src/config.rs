@@ -25,7 +25,7 @@ pub struct SchedulerConfig {
     pub memory_capacity: Option<ByteSize>,
     /// Queue length before submissions are rejected. Default 1024.
     pub max_queue: usize,
-    /// Jumps a queued task tolerates (see [`crate::plan`]). Default 4.
+    /// Jumps a queued task tolerates (see the crate docs: a starving task blocks later ones). Default 4.
     pub max_bypass: u32,
     /// Use green contexts when the GPU has them (false: the pacing fallback). Default true.
     pub green_contexts: bool,

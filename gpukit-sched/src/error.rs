@@ -280,6 +280,15 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
+    /// The scheduler's device context is unusable: a task hit a sticky CUDA error (an illegal
+    /// address, a trap, an uncorrectable ECC error ...), after which every call in the context
+    /// fails. Queued tasks fail with this error and new submissions are refused; only a new
+    /// process gets a working context.
+    #[error("the scheduler's CUDA context is unusable since {cause}; no task can run in it any more: restart the process")]
+    Unhealthy {
+        /// The task and the sticky error that corrupted the context.
+        cause: String,
+    },
     /// The scheduler has no device (a CPU-only scheduler, for benches and tests).
     #[error("this scheduler has no device (Scheduler::cpu_only)")]
     NoDevice,

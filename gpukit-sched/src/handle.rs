@@ -94,8 +94,8 @@ impl<T> TaskHandle<T> {
     ///   channel): a worker runs it before it takes its next task.
     ///
     /// Callbacks run in the order they were registered, after blocking waiters were woken.
-    /// The outcome is still there for [`wait`](Self::wait) or [`take_result`]
-    /// (Self::take_result). A panic in `f` is contained (caught, counted in
+    /// The outcome is still there for [`wait`](Self::wait) or
+    /// [`take_result`](Self::take_result). A panic in `f` is contained (caught, counted in
     /// [`SchedulerStats::callback_panics`](crate::SchedulerStats::callback_panics)); it never
     /// reaches the scheduler thread's other work, nor the caller when `f` runs at once.
     pub fn on_complete(&self, f: impl FnOnce(TaskState) + Send + 'static) {
@@ -132,8 +132,8 @@ impl<T> TaskHandle<T> {
     }
 
     /// The outcome, moved out, once the task has it: `None` while it has none;
-    /// `Some(Err(Error::ResultTaken))` when it was already taken (by this, [`wait`]
-    /// (Self::wait) or the future).
+    /// `Some(Err(Error::ResultTaken))` when it was already taken (by this,
+    /// [`wait`](Self::wait) or the future).
     pub fn take_result(&self) -> Option<Result<T>> {
         if !self.is_done() {
             return None;
@@ -148,8 +148,9 @@ impl<T> TaskHandle<T> {
     }
 
     /// Cancels the task. A queued task ends [`TaskState::Cancelled`] at once; a running one
-    /// at its next safe point (allocation, launch, [`TaskContext::check`]
-    /// (crate::TaskContext::check)), or — if it reaches none — when the stop grace period
+    /// at its next safe point (allocation, launch,
+    /// [`TaskContext::check`](crate::TaskContext::check)), or — if it reaches none — when the
+    /// stop grace period
     /// ([`SchedulerConfig::stop_grace`](crate::SchedulerConfig::stop_grace)) has passed
     /// (detached). A closure that returns `Ok` before seeing the cancellation keeps its
     /// result. Returns false when the task had already ended or was already asked to stop.

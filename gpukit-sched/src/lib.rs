@@ -36,8 +36,9 @@
 //! - A panic in the closure ([`Error::Panicked`]) or anywhere in the scheduler's own handling
 //!   of the task ([`Error::Internal`]) ends that task with everything it held released; the
 //!   worker takes the next task.
-//! - Driver entry points that older drivers lack are looked up before use (module `entry`, [`EntryPoints`]); the
-//!   scheduler degrades (pacing fallback, older timing call) and says why.
+//! - Driver entry points that older drivers lack are looked up before use (module `entry`,
+//!   [`EntryPoints`]); the scheduler degrades (pacing fallback, older timing call) and says
+//!   why.
 //! - A stop — [`TaskHandle::cancel`], a timeout, an eviction, [`Scheduler::shutdown`] — takes
 //!   effect at the task's next *safe point* (launch, allocation, [`TaskContext::check`],
 //!   [`TaskContext::synchronize`]): the task ends in that stop's state. A closure that reaches
@@ -48,7 +49,24 @@
 //!   fails with [`Error::MemoryUnavailable`] naming what holds it. An evicted task cannot keep
 //!   that memory by returning it in an `Ok` result: the result is dropped and the task ends
 //!   [`TaskState::Preempted`]. Queued deadlines expire on a timer
-//!   ([`Error::DeadlineExpired`]).
+//!   ([`Error::DeadlineExpired`]). Any duration is accepted (one too large for the clock
+//!   never comes), and the timer thread survives a panic of its own.
+//! - **A kernel that never ends** blocks nothing: the scheduler never waits in the driver
+//!   without a bound (it polls; [`TaskContext::synchronize`] is a safe point while it waits,
+//!   the pacing token is polled too). Once the task has been asked to stop and the grace
+//!   period is over, its work is taken for hung: the task gets the stop's outcome, its worker
+//!   is free, and its lanes are *quarantined* — their memory is never given to another stream,
+//!   the task keeps its SM groups (and lent groups its work may occupy) and its memory
+//!   commitment, and gives up the pacing token. [`TaskStats::quarantined`] and the metrics
+//!   say so; if the work ends after all, everything comes back. A wait inside the closure that
+//!   the scheduler does not see (a driver `synchronize`) makes the task *detached* instead.
+//! - **A sticky CUDA error** (an illegal address, a trap, an uncorrectable ECC error ...)
+//!   corrupts the context for good: the first one a task ends with makes the scheduler
+//!   unhealthy — queued tasks fail and submissions are refused with [`Error::Unhealthy`]
+//!   naming the task and the error ([`SchedulerStats::unhealthy`], metric
+//!   `gpukit_sched_healthy`). Restart the process.
+//! - Dropping a [`TaskHandle`] cancels its task (a service that gives up leaks no GPU work);
+//!   [`TaskHandle::detach`] is fire-and-forget.
 //!
 //! # A service author's API
 //! [`TaskHandle`] is a [`Future`](std::future::Future) (no executor assumed) beside the blocking
@@ -107,12 +125,14 @@ mod entry;
 mod error;
 mod green;
 mod handle;
+mod health;
 mod lanes;
 mod ledger;
 mod memory;
 mod pacer;
 mod partitions;
 mod plan;
+mod quarantine;
 mod scheduler;
 mod sm;
 mod spec;

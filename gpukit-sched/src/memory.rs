@@ -47,6 +47,17 @@ impl Memory {
         self.freed.notify_all();
     }
 
+    /// See [`Ledger::bind_lane`].
+    pub fn bind_lane(&self, lane: &OwnerId, task: &OwnerId) -> Result<(), Refusal> {
+        self.ledger.lock().bind_lane(lane, task)
+    }
+
+    /// See [`Ledger::unbind_lane`].
+    pub fn unbind_lane(&self, lane: &OwnerId) {
+        self.ledger.lock().unbind_lane(lane);
+        self.freed.notify_all();
+    }
+
     pub fn usage(&self, owner: &OwnerId) -> (u64, u64) {
         self.ledger.lock().usage(owner).unwrap_or((0, 0))
     }

@@ -151,6 +151,12 @@ pub(crate) struct Inner {
     pub callback_panics: AtomicU64,
     /// Timer passes that panicked (contained; the timer thread lives on).
     pub timer_panics: AtomicU64,
+    /// Tasks whose GPU work did not end (see [`crate::quarantine`]).
+    pub quarantine: Mutex<IdMap<crate::quarantine::Quarantined>>,
+    /// Why the context is unusable, once a sticky error was seen (see [`crate::health`]).
+    pub health: Mutex<Option<String>>,
+    /// False once `health` is set (read on every submit).
+    pub healthy: std::sync::atomic::AtomicBool,
     next_id: AtomicU64,
     pub handoff: Handoff,
 }
@@ -167,6 +173,9 @@ pub struct ShutdownReport {
     /// Running tasks that reached no safe point: their handles completed (Cancelled), their
     /// threads still run and their resources stay taken (the GPU streams are then kept).
     pub detached: usize,
+    /// Tasks whose GPU work had not ended (quarantined: see the crate docs); their streams
+    /// are left to the driver.
+    pub quarantined: usize,
     /// Time the shutdown took.
     pub elapsed: Duration,
 }
@@ -352,6 +361,9 @@ impl Scheduler {
             kernels_total: AtomicU64::new(0),
             callback_panics: AtomicU64::new(0),
             timer_panics: AtomicU64::new(0),
+            quarantine: Mutex::new(IdMap::default()),
+            health: Mutex::new(None),
+            healthy: std::sync::atomic::AtomicBool::new(true),
             next_id: AtomicU64::new(1),
             handoff: Handoff::new(),
         });
@@ -406,6 +418,9 @@ impl Scheduler {
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
         F: FnOnce(&mut TaskContext) -> std::result::Result<T, E> + Send + 'static,
     {
+        if let Some(cause) = self.inner.unhealthy() {
+            return Err(Error::Unhealthy { cause });
+        }
         let spec = spec.resolve()?;
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(Task::new(id, spec.clone(), owner_of(id)));
@@ -544,14 +559,25 @@ impl Scheduler {
                 }
             }
             debug_assert!(st.outbox.is_empty() && st.queued_jobs.is_empty());
-            running_at_start = st.live.len();
+            running_at_start = st
+                .live
+                .values()
+                .filter(|t| !t.status.lock().quarantined)
+                .count();
             inner.release(st);
         }
         inner.handoff.close();
         inner.wait_until_idle(t0.checked_add(timeout));
         let stop_at = Instant::now();
-        let stopping: Vec<Arc<Task>> = inner.state.lock().live.values().cloned().collect();
-        report.finished = running_at_start - stopping.len();
+        let stopping: Vec<Arc<Task>> = inner
+            .state
+            .lock()
+            .live
+            .values()
+            .filter(|t| !t.status.lock().quarantined)
+            .cloned()
+            .collect();
+        report.finished = running_at_start.saturating_sub(stopping.len());
         for t in &stopping {
             inner.cancel(t, Stop::Cancel(CancelReason::Shutdown));
         }
@@ -559,7 +585,12 @@ impl Scheduler {
         {
             // Whatever reached no safe point is detached now (the timer may have done so).
             let mut st = inner.state.lock();
-            let left: Vec<Arc<Task>> = st.live.values().cloned().collect();
+            let (quarantined, left): (Vec<Arc<Task>>, Vec<Arc<Task>>) = st
+                .live
+                .values()
+                .cloned()
+                .partition(|t| t.status.lock().quarantined);
+            report.quarantined = quarantined.len();
             for t in &left {
                 if let Some((stop, _)) = t.stop.get() {
                     let (state, e) = t.stop_outcome(&stop);
@@ -567,7 +598,7 @@ impl Scheduler {
                 }
             }
             report.detached = left.len();
-            report.stopped = stopping.len() - left.len();
+            report.stopped = stopping.len().saturating_sub(left.len());
             st.timer_exit = true;
             inner.release(st);
         }
@@ -656,10 +687,11 @@ impl Inner {
         }
     }
 
-    /// Waits until no task holds resources, or `deadline` (`None`: no bound).
+    /// Waits until no task holds resources but quarantined ones (whose work may never end),
+    /// or `deadline` (`None`: no bound).
     fn wait_until_idle(&self, deadline: Option<Instant>) {
         let mut st = self.state.lock();
-        while !st.live.is_empty() {
+        while st.live.values().any(|t| !t.status.lock().quarantined) {
             match deadline {
                 Some(d) => {
                     if self.idle.wait_until(&mut st, d).timed_out() {

@@ -67,6 +67,10 @@ pub struct TaskStats {
     pub run_ms: f64,
     /// Its error, when it ended with one.
     pub error: Option<String>,
+    /// Its closure returned but its GPU work did not end within the stop's grace period: its
+    /// lanes, SM groups and memory commitment stay taken until the work ends (see the crate
+    /// docs, "quarantine").
+    pub quarantined: bool,
 }
 
 /// Partition (or default pool) statistics.
@@ -102,6 +106,11 @@ pub struct SchedulerStats {
     pub ended: [(TaskState, u64); 7],
     /// Tasks whose outcome was decided while their closure still runs.
     pub detached_running: u64,
+    /// Tasks whose closure returned while their GPU work did not end (quarantined).
+    pub quarantined: u64,
+    /// Why the device context is unusable (a sticky error: the task and the error), or
+    /// `None` while it is healthy. Submissions are refused once it is set.
+    pub unhealthy: Option<String>,
     /// The last evictions (at most 256), oldest first: (id, name, class).
     pub evictions: Vec<(TaskId, String, QosClass)>,
     /// Evictions since the start.
@@ -112,6 +121,12 @@ pub struct SchedulerStats {
     pub green_contexts_created: u64,
     /// Idle lanes cached now.
     pub lanes_cached: usize,
+    /// Lanes destroyed (past
+    /// [`SchedulerConfig::max_cached_lanes`](crate::SchedulerConfig::max_cached_lanes)).
+    pub lanes_destroyed: u64,
+    /// Lanes past the bound kept because something still references their stream (a clone of
+    /// a task's stream, a buffer ordered on it, a cached library handle).
+    pub lanes_held: usize,
     /// Completion callbacks ([`TaskHandle::on_complete`](crate::TaskHandle::on_complete)) and
     /// future wakers that panicked (each panic was contained).
     pub callback_panics: u64,
@@ -130,7 +145,9 @@ impl TaskStats {
     /// Whether the task holds scheduler resources now (starting, running, or detached until
     /// its closure returns): the tasks that have series of their own in the metrics.
     pub fn holds_resources(&self) -> bool {
-        self.detached || matches!(self.state, TaskState::Starting | TaskState::Running)
+        self.detached
+            || self.quarantined
+            || matches!(self.state, TaskState::Starting | TaskState::Running)
     }
 }
 
@@ -192,16 +209,19 @@ pub(crate) fn qos_index(q: QosClass) -> usize {
 
 impl SchedulerStats {
     /// Live tasks by state: queued, starting, running, detached (its outcome decided while its
-    /// closure still runs); each once, zeros included.
-    pub fn live_by_state(&self) -> [(&'static str, u64); 4] {
+    /// closure still runs), quarantined (its GPU work did not end); each once, zeros included.
+    pub fn live_by_state(&self) -> [(&'static str, u64); 5] {
         let mut n = [
             ("queued", 0),
             ("starting", 0),
             ("running", 0),
             ("detached", 0),
+            ("quarantined", 0),
         ];
         for t in &self.tasks {
-            let i = if t.detached {
+            let i = if t.quarantined {
+                4
+            } else if t.detached {
                 3
             } else {
                 match t.state {
@@ -447,7 +467,13 @@ impl SchedulerStats {
                 *n as f64,
             );
         }
-        let totals: [(&str, &str, &str, f64); 7] = [
+        let totals: [(&str, &str, &str, f64); 8] = [
+            (
+                "gpukit_sched_healthy",
+                "gauge",
+                "1 while the device context is usable; 0 after a sticky CUDA error (see the stats' unhealthy cause).",
+                self.unhealthy.is_none() as u8 as f64,
+            ),
             (
                 "gpukit_sched_timer_panics_total",
                 "counter",
@@ -512,7 +538,7 @@ impl Inner {
         let (own, lent) = *t.usable.lock();
         let live = st.live.contains_key(&t.id) && s.released_at.is_none();
         let running = live && matches!(s.state, TaskState::Running | TaskState::Starting);
-        let usable_sms = if running || (live && s.detached) {
+        let usable_sms = if running || (live && s.detached && !s.quarantined) {
             match s.grant.map(|g| g.compute.mechanism) {
                 Some(Mechanism::GreenContext) => self.layout.sms(own.union(lent).len()),
                 Some(Mechanism::Floor) => self.layout.sms(lent.len()) + self.layout.remainder_sms,
@@ -530,7 +556,7 @@ impl Inner {
             qos: t.spec.qos,
             partition: t.spec.partition.clone(),
             state: s.state,
-            detached: s.detached && s.released_at.is_none(),
+            detached: s.detached && s.released_at.is_none() && !s.quarantined,
             queue_position: if s.state == TaskState::Queued {
                 st.planner.queue_position(t.id)
             } else {
@@ -566,6 +592,7 @@ impl Inner {
                 .map(|x| end.saturating_duration_since(x).as_secs_f64() * 1e3)
                 .unwrap_or(0.0),
             error: s.error_text.clone(),
+            quarantined: s.quarantined,
         }
     }
 
@@ -592,11 +619,13 @@ impl Inner {
         for (i, s) in FINAL_STATES.iter().enumerate() {
             ended[i] = (*s, st.ended[i]);
         }
-        let detached_running = st
-            .live
-            .values()
-            .filter(|t| t.status.lock().detached)
-            .count() as u64;
+        let (detached_running, quarantined) = st.live.values().fold((0, 0), |(d, q), t| {
+            let s = t.status.lock();
+            (
+                d + (s.detached && !s.quarantined) as u64,
+                q + s.quarantined as u64,
+            )
+        });
         SchedulerStats {
             mechanism: self.mechanism.clone(),
             layout: self.layout,
@@ -607,11 +636,15 @@ impl Inner {
             submitted: st.submitted,
             ended,
             detached_running,
+            quarantined,
+            unhealthy: self.unhealthy(),
             evictions: st.evictions.iter().cloned().collect(),
             evictions_total: st.evictions_total,
             kernels_launched: self.kernels_total.load(Ordering::Relaxed),
             green_contexts_created: self.lanes.created(),
             lanes_cached: self.lanes.cached(),
+            lanes_destroyed: self.lanes.destroyed(),
+            lanes_held: self.lanes.held(),
             callback_panics: self.callback_panics.load(Ordering::Relaxed),
             timer_panics: self.timer_panics.load(Ordering::Relaxed),
             queue_wait: QOS_ORDER

@@ -147,6 +147,8 @@ pub(crate) struct Status {
     pub taken: bool,
     /// Resolved while its closure still ran (a stop past its grace).
     pub detached: bool,
+    /// Its closure returned, its GPU work did not end: its lanes are quarantined.
+    pub quarantined: bool,
     pub waker: Option<Waker>,
     /// Completion callbacks ([`TaskHandle::on_complete`](crate::TaskHandle::on_complete)),
     /// run once by [`Task::notify`].
@@ -202,6 +204,7 @@ impl Task {
                 resolved: false,
                 taken: false,
                 detached: false,
+                quarantined: false,
                 waker: None,
                 callbacks: Vec::new(),
             }),

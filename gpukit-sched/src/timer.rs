@@ -40,8 +40,10 @@ impl Inner {
 
     /// Runs timer passes until `timer_exit`.
     fn timer_passes(&self) {
-        let mut st = self.state.lock();
         loop {
+            // Quarantined work that has ended (no lock held: it gives lanes back).
+            self.recover_quarantined();
+            let mut st = self.state.lock();
             if st.timer_exit {
                 return;
             }
@@ -96,14 +98,16 @@ impl Inner {
             }
             if !st.outbox.is_empty() || !st.notify.is_empty() || !st.dropped.is_empty() {
                 self.release(st);
-                st = self.state.lock();
                 continue;
             }
             st.timer_next = None;
             self.arm_timer(&mut st);
-            let next = st
+            let mut next = st
                 .timer_next
                 .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            if !self.quarantine.lock().is_empty() {
+                next = next.min(Instant::now() + crate::quarantine::POLL);
+            }
             self.timer_wake.wait_until(&mut st, next);
         }
     }

@@ -287,7 +287,11 @@ impl Inner {
             _ => job(&mut ctx),
         };
         self.injected(PanicPoint::AfterClosure, task);
-        match (ended, ctx.finish()) {
+        let finished = ctx.finish();
+        if let Err(e) = &finished {
+            self.observe_error(task, e);
+        }
+        match (ended, finished) {
             (Ended::Ok, Err(e)) => (Ended::Err(e), None),
             (ended, Ok(ms)) => (ended, ms),
             (ended, Err(_)) => (ended, None),
@@ -330,7 +334,9 @@ impl Inner {
             seen_generation: u64::MAX,
             pacer,
             blas: None,
+            lane_bound: false,
             t0: Some(t0),
+            settled: false,
         }))
     }
 
@@ -341,6 +347,12 @@ impl Inner {
     /// result holds buffers) cannot keep it: the result is dropped here, which frees the
     /// memory for the task that evicted it, and the task ends Preempted.
     fn end_task(&self, task: &Arc<Task>, ended: Ended, gpu_ms: Option<f64>, discard: Discard) {
+        // A sticky error first: queued tasks then fail instead of starting below.
+        if let Ended::Err(e) = &ended {
+            self.observe_error(task, e);
+        }
+        // Its GPU work did not end: resources stay taken until it does (see `quarantine`).
+        let quarantined = self.is_quarantined(task.id);
         let evicted = matches!(task.stop.get(), Some((Stop::Preempt(_), _)));
         let ended = match ended {
             Ended::Ok if evicted => match self.memory.usage(&task.owner).0 {
@@ -353,32 +365,41 @@ impl Inner {
             e => e,
         };
         let (_, peak) = self.memory.usage(&task.owner);
-        self.memory.close(&task.owner);
+        if quarantined.is_none() {
+            self.memory.close(&task.owner);
+        }
         let (state, err) = task.outcome_of(ended);
         let ran = {
             let mut s = task.status.lock();
             s.gpu_ms = gpu_ms;
             s.mem_peak = peak;
             let now = Instant::now();
-            s.released_at = Some(now);
+            if quarantined.is_none() {
+                s.released_at = Some(now);
+            }
             s.started
                 .map(|t| now.saturating_duration_since(t).as_secs_f64())
         };
         let now = self.now();
         let out = {
             let mut st = self.state.lock();
-            st.live.remove(&task.id);
-            st.start_order.remove(&task.id);
             st.timers.remove(&task.id);
+            let planned = match quarantined {
+                Some(groups) => st.planner.quarantine(task.id, groups, now).1,
+                None => {
+                    st.live.remove(&task.id);
+                    st.start_order.remove(&task.id);
+                    st.planner.finish(task.id, now)
+                }
+            };
             let q = crate::stats::qos_index(task.spec.qos);
             if let Some(secs) = ran {
                 st.run_time[q].observe(secs);
             }
             st.gpu_seconds[q] += gpu_ms.unwrap_or(0.0) / 1e3;
-            let events = st.planner.finish(task.id, now);
             self.conclude(&mut st, task, state, err, false);
             push_finished(&mut st, task.clone());
-            self.apply_events(&mut st, events);
+            self.apply_events(&mut st, planned);
             if st.shutting_down {
                 self.idle.notify_all();
             }

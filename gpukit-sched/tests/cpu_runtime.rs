@@ -1561,3 +1561,78 @@ fn metrics_are_bounded_and_have_histograms() {
     assert_eq!(g.count, 300);
     assert!(g.sum >= 300.0 * 200e-6, "{}", g.sum);
 }
+
+/// The error an illegal address gives every later call in the context, wrapped in a task's
+/// own error (whose text needs no driver: formatting a `DriverError` asks the driver).
+#[derive(Debug, thiserror::Error)]
+#[error("the kernel failed")]
+struct KernelFailed(#[source] cudarc::driver::DriverError);
+
+fn driver_error(code: cudarc::driver::sys::CUresult) -> KernelFailed {
+    KernelFailed(cudarc::driver::DriverError(code))
+}
+
+/// A task that ends with a sticky CUDA error (simulated here: the error an illegal address
+/// gives every later call) makes the scheduler unhealthy: queued tasks fail and submissions
+/// are refused with a typed error naming the task and the error; stats and metrics say so.
+#[test]
+fn a_sticky_error_makes_the_scheduler_unhealthy() {
+    use cudarc::driver::sys::CUresult;
+    let s = sched_with(1 << 30, cfg().workers(1));
+    let g = gate();
+    let g2 = g.clone();
+    let poisoner = s
+        .submit(
+            move |_: &mut TaskContext| -> Result<(), KernelFailed> {
+                while !g2.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(driver_error(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS))
+            },
+            spec(),
+        )
+        .unwrap();
+    let queued = s
+        .submit(
+            |_: &mut TaskContext| Ok::<_, Error>(()),
+            TaskSpec::new("queued"),
+        )
+        .unwrap();
+    assert!(matches!(queued.admission(), Admission::Queued { .. }));
+    assert!(s.stats().unhealthy.is_none());
+    assert!(s.metrics().contains("gpukit_sched_healthy 1"));
+    g.store(true, Ordering::Release);
+    assert!(matches!(
+        finish(poisoner, SLACK),
+        Err(Error::TaskFailed { .. })
+    ));
+    let cause = |e: &Error| match e {
+        Error::Unhealthy { cause } => cause.clone(),
+        other => panic!("{other:?}"),
+    };
+    let c = cause(&finish(queued, SLACK).unwrap_err());
+    assert!(
+        c.contains("task `t`") && c.contains("CUDA_ERROR_ILLEGAL_ADDRESS"),
+        "{c}"
+    );
+    let refused = s
+        .submit(|_: &mut TaskContext| Ok::<_, Error>(()), spec())
+        .unwrap_err();
+    assert_eq!(cause(&refused), c);
+    let st = s.stats();
+    assert_eq!(st.unhealthy.as_deref(), Some(c.as_str()));
+    assert_eq!(st.count(TaskState::Failed), 2);
+    assert!(s.metrics().contains("gpukit_sched_healthy 0"));
+    // An ordinary error does not: a fresh scheduler stays healthy.
+    let s = sched(Duration::ZERO);
+    let h = s
+        .submit(
+            |_: &mut TaskContext| -> Result<(), KernelFailed> {
+                Err(driver_error(CUresult::CUDA_ERROR_OUT_OF_MEMORY))
+            },
+            spec(),
+        )
+        .unwrap();
+    assert!(finish(h, SLACK).is_err());
+    assert!(s.stats().unhealthy.is_none());
+}

@@ -153,6 +153,15 @@ pub struct Ledger {
     pools: BTreeMap<Option<String>, u64>,
     entries: HashMap<OwnerId, Entry>,
     outside: u64,
+    /// Lane owners (a lane's cuBLAS workspace): bytes held, and the task they are charged to
+    /// while it uses the lane (else they count outside tasks).
+    lanes: HashMap<OwnerId, LaneCharge>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct LaneCharge {
+    bytes: u64,
+    bound: Option<OwnerId>,
 }
 
 impl Ledger {
@@ -163,6 +172,7 @@ impl Ledger {
             pools: BTreeMap::from([(None, capacity)]),
             entries: HashMap::new(),
             outside: 0,
+            lanes: HashMap::new(),
         }
     }
 
@@ -264,6 +274,15 @@ impl Ledger {
     /// Reserves `bytes` for `owner`, or refuses (nothing is charged then). Owners that are no
     /// task are charged in the default pool and refused only under pressure.
     pub fn charge(&mut self, owner: &OwnerId, bytes: u64) -> std::result::Result<(), Refusal> {
+        if let Some(lane) = self.lanes.get(owner) {
+            if let Some(task) = lane.bound.clone() {
+                self.charge(&task, bytes)?;
+                if let Some(l) = self.lanes.get_mut(owner) {
+                    l.bytes += bytes;
+                }
+                return Ok(());
+            }
+        }
         let Some(e) = self.entries.get(owner) else {
             let available = self.available(&None);
             if bytes > available {
@@ -273,6 +292,9 @@ impl Ledger {
                 });
             }
             self.outside += bytes;
+            if let Some(l) = self.lanes.get_mut(owner) {
+                l.bytes += bytes;
+            }
             return Ok(());
         };
         let refusal = if !e.running {
@@ -315,6 +337,18 @@ impl Ledger {
     /// Returns `bytes` an earlier [`charge`](Self::charge) reserved for `owner`. An ended
     /// task's entry goes once nothing is left.
     pub fn release(&mut self, owner: &OwnerId, bytes: u64) {
+        if let Some(l) = self.lanes.get_mut(owner) {
+            l.bytes = l.bytes.saturating_sub(bytes);
+            let bound = l.bound.clone();
+            if l.bytes == 0 && bound.is_none() {
+                self.lanes.remove(owner);
+            }
+            match bound {
+                Some(task) => self.release(&task, bytes),
+                None => self.outside = self.outside.saturating_sub(bytes),
+            }
+            return;
+        }
         match self.entries.get_mut(owner) {
             Some(e) => {
                 e.in_use = e.in_use.saturating_sub(bytes);
@@ -323,6 +357,58 @@ impl Ledger {
                 }
             }
             None => self.outside = self.outside.saturating_sub(bytes),
+        }
+    }
+
+    /// Charges lane `lane`'s memory (its cuBLAS workspace, allocated under the lane's owner)
+    /// to `task` while the task uses it: what the lane holds now moves from outside tasks to
+    /// the task, checked like an allocation of the task (refused: nothing changes), and the
+    /// lane's later allocations and frees go to the task until [`unbind_lane`]
+    /// (Self::unbind_lane).
+    pub fn bind_lane(
+        &mut self,
+        lane: &OwnerId,
+        task: &OwnerId,
+    ) -> std::result::Result<(), Refusal> {
+        let l = self.lanes.entry(lane.clone()).or_default();
+        match &l.bound {
+            Some(t) if t == task => return Ok(()),
+            Some(_) => {
+                return Err(Refusal::Pressure {
+                    requested: l.bytes,
+                    available: 0,
+                })
+            }
+            None => {}
+        }
+        let bytes = l.bytes;
+        self.outside = self.outside.saturating_sub(bytes);
+        if let Err(r) = self.charge(task, bytes) {
+            self.outside += bytes;
+            if bytes == 0 {
+                self.lanes.remove(lane);
+            }
+            return Err(r);
+        }
+        if let Some(l) = self.lanes.get_mut(lane) {
+            l.bound = Some(task.clone());
+        }
+        Ok(())
+    }
+
+    /// The task using lane `lane` is done with it: the lane's memory moves back from the task
+    /// to outside tasks.
+    pub fn unbind_lane(&mut self, lane: &OwnerId) {
+        let Some(l) = self.lanes.get_mut(lane) else {
+            return;
+        };
+        let (bytes, bound) = (l.bytes, l.bound.take());
+        if bytes == 0 {
+            self.lanes.remove(lane);
+        }
+        if let Some(task) = bound {
+            self.release(&task, bytes);
+            self.outside += bytes;
         }
     }
 

@@ -391,3 +391,41 @@ fn holders_name_everything_the_starter_lacks_largest_first() {
         ]
     );
 }
+
+/// A lane's memory (its cuBLAS workspace) is charged to the task using the lane, limits
+/// included, and counts outside tasks while the lane is idle; the total never changes.
+#[test]
+fn lane_memory_follows_the_task_that_uses_the_lane() {
+    let lane: OwnerId = "sched-lane-1".into();
+    let mut l = Ledger::new(1000);
+    l.open(&owner(1), spec(1, QosClass::Guaranteed, 0, 500, 500))
+        .unwrap();
+    // Bound: the workspace allocation is the task's (within its request: it always passes).
+    l.bind_lane(&lane, &owner(1)).unwrap();
+    l.charge(&lane, 300).unwrap();
+    assert_eq!((l.usage(&owner(1)).unwrap().0, l.outside()), (300, 0));
+    // Past the task's limit: refused as the task's quota.
+    assert!(matches!(l.charge(&lane, 300), Err(Refusal::Quota { .. })));
+    // The task is done: the lane's 300 count outside tasks; the task's entry goes.
+    l.unbind_lane(&lane);
+    l.close(&owner(1));
+    assert_eq!((l.usage(&owner(1)), l.outside()), (None, 300));
+    // A task with a limit below the workspace cannot take the lane's memory: nothing moves.
+    l.open(&owner(2), spec(2, QosClass::Burstable, 0, 0, 100))
+        .unwrap();
+    assert!(matches!(
+        l.bind_lane(&lane, &owner(2)),
+        Err(Refusal::Quota { .. })
+    ));
+    assert_eq!((l.usage(&owner(2)).unwrap().0, l.outside()), (0, 300));
+    // One that can: the bytes move to it; freeing the workspace while bound credits it.
+    l.open(&owner(3), spec(3, QosClass::Burstable, 0, 0, 1000))
+        .unwrap();
+    l.bind_lane(&lane, &owner(3)).unwrap();
+    assert_eq!((l.usage(&owner(3)).unwrap().0, l.outside()), (300, 0));
+    l.release(&lane, 300);
+    assert_eq!((l.usage(&owner(3)).unwrap().0, l.outside()), (0, 0));
+    l.unbind_lane(&lane);
+    assert_eq!(l.outside(), 0);
+    l.check_invariants().unwrap();
+}

@@ -148,6 +148,13 @@ enum Phase {
         #[cfg_attr(not(test), allow(dead_code))] // read by the tests (Planner::grant)
         grant: Grant,
     },
+    /// Its closure has returned but its GPU work has not ended (a kernel that does not end):
+    /// it keeps its own groups, the lent groups its work may still occupy (`held`) and its
+    /// memory commitment, but no worker slot, and it borrows nothing.
+    Quarantined {
+        own: GroupSet,
+        held: GroupSet,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -675,6 +682,10 @@ impl Planner {
                 self.running -= 1;
                 self.borrowers -= (e.spec.qos != QosClass::Guaranteed) as usize;
             }
+            Phase::Quarantined { own, held } => {
+                pool.assigned = pool.assigned.minus(own.union(held));
+                pool.committed -= e.spec.memory_request;
+            }
         }
         Some(e)
     }
@@ -697,6 +708,29 @@ impl Planner {
             }
             _ => (false, Vec::new()),
         }
+    }
+
+    /// A running task's closure returned while its GPU work goes on (see `Phase::Quarantined`):
+    /// its worker slot is freed (queued tasks may start), its own groups and memory stay taken,
+    /// and so do the groups in `occupied` (lent to it, its work may still run there) that no
+    /// other task owns now. [`finish`](Self::finish) releases everything once the work ends.
+    /// False (nothing changes) when the task is not running.
+    pub fn quarantine(&mut self, id: TaskId, occupied: GroupSet, now: u64) -> (bool, Vec<Event>) {
+        let Some(e) = self.tasks.get_mut(&id) else {
+            return (false, Vec::new());
+        };
+        let Phase::Running { own, .. } = e.phase else {
+            return (false, Vec::new());
+        };
+        let borrower = e.spec.qos != QosClass::Guaranteed;
+        let pool = self.pools.get_mut(&e.pool).expect("pool exists");
+        let held = occupied.intersect(pool.groups).minus(pool.assigned);
+        pool.assigned = pool.assigned.union(held);
+        e.phase = Phase::Quarantined { own, held };
+        self.running -= 1;
+        self.borrowers -= borrower as usize;
+        // Groups now held are no longer lendable: lending is recomputed by the pass.
+        (true, self.schedule(now))
     }
 
     /// Removes every queued task at once, starting none (a shutdown: cancelling queued tasks

@@ -611,3 +611,52 @@ fn drain_queue_starts_nothing() {
     assert!(p.take_lend_changes().iter().all(|(id, _)| *id != 2));
     assert_eq!(p.running_tasks(), vec![1, 3]);
 }
+
+/// A quarantined task frees its worker slot but keeps its groups, the lent groups its work
+/// may occupy and its memory commitment, and lends nothing; finishing it releases them.
+#[test]
+fn quarantine_keeps_groups_and_memory_but_frees_the_slot() {
+    let mut c = cfg();
+    c.max_running = 1;
+    let mut p = Planner::new(c);
+    let (d, _) = p.submit(1, g("hung", 40 * GIB, 0.25), 0).unwrap();
+    let Admission::Admitted(grant) = d else {
+        panic!("{d:?}")
+    };
+    let own = grant.compute.groups;
+    // A second task waits for the only worker slot.
+    assert_eq!(
+        p.submit(2, g("next", 40 * GIB, 0.25), 0).unwrap().0,
+        Admission::Queued { position: 0 }
+    );
+    // Its work also occupies two idle groups (lent to it before).
+    let occupied = own.union(GroupSet(0b11 << 8));
+    let (ok, events) = p.quarantine(1, occupied, 1);
+    assert!(ok);
+    let started: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Started(id, g) => Some((*id, g.compute.groups)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started.len(), 1, "the freed slot starts the next task");
+    let (_, next_groups) = started[0];
+    assert!(
+        next_groups.intersect(occupied).is_empty(),
+        "put on hung SMs"
+    );
+    let pool = &p.pools()[0];
+    assert_eq!(pool.memory_committed, 80 * GIB);
+    assert!(pool.groups_assigned.contains(occupied));
+    // Quarantined twice, or a queued task: nothing happens.
+    assert!(!p.quarantine(1, occupied, 2).0);
+    // A third task needing everything waits until the work ends.
+    assert!(matches!(
+        p.submit(3, g("all", 10 * GIB, 1.0), 2).unwrap().0,
+        Admission::Queued { .. }
+    ));
+    assert!(p.finish(2, 3).is_empty(), "still quarantined");
+    let started = p.finish(1, 4);
+    assert!(matches!(started[..], [Event::Started(3, _)]), "{started:?}");
+}
