@@ -133,6 +133,8 @@ pub(crate) struct Gpu {
 
 pub(crate) struct Inner {
     pub gpu: Option<Gpu>,
+    /// The device's ordinal (a CPU-only scheduler's simulated one).
+    pub ordinal: usize,
     pub cfg: SchedulerConfig,
     epoch: Instant,
     pub state: Mutex<State>,
@@ -266,8 +268,10 @@ impl Scheduler {
                 }
             }
         };
+        let ordinal = dev.ordinal();
         Scheduler::start(
             Some((dev, split, entry)),
+            ordinal,
             cfg,
             memory_capacity,
             layout,
@@ -285,13 +289,25 @@ impl Scheduler {
         memory_capacity: u64,
         cfg: SchedulerConfig,
     ) -> Result<Scheduler> {
+        Scheduler::simulated(0, layout, memory_capacity, cfg)
+    }
+
+    /// [`cpu_only`](Self::cpu_only) standing for device `ordinal` (simulated devices of a
+    /// [`MultiScheduler`](crate::MultiScheduler)).
+    pub(crate) fn simulated(
+        ordinal: usize,
+        layout: SmLayout,
+        memory_capacity: u64,
+        cfg: SchedulerConfig,
+    ) -> Result<Scheduler> {
         cfg.validate()?;
         let mechanism = "none: CPU-only scheduler (no device; benches and tests)".to_string();
-        Scheduler::start(None, cfg, memory_capacity, layout, mechanism)
+        Scheduler::start(None, ordinal, cfg, memory_capacity, layout, mechanism)
     }
 
     fn start(
         gpu: Option<(Device, Option<SmSplit>, EntryPoints)>,
+        ordinal: usize,
         cfg: SchedulerConfig,
         memory_capacity: u64,
         layout: SmLayout,
@@ -326,6 +342,7 @@ impl Scheduler {
         let lane_alloc = gpu.as_ref().map(|g| g.dev.allocator().clone());
         let inner = Arc::new(Inner {
             gpu,
+            ordinal,
             cfg: cfg.clone(),
             epoch: Instant::now(),
             state: Mutex::new(State {
@@ -385,6 +402,36 @@ impl Scheduler {
         self.inner.dev()
     }
 
+    /// The device's ordinal (for a CPU-only scheduler: 0, or the simulated device's number).
+    pub fn ordinal(&self) -> usize {
+        self.inner.ordinal
+    }
+
+    /// What placement over several devices needs to know about this one, for `partition`.
+    pub(crate) fn load(&self, partition: &Option<String>) -> crate::placement::DeviceLoad {
+        let st = self.inner.state.lock();
+        let pool = st
+            .planner
+            .pools()
+            .into_iter()
+            .find(|p| &p.name == partition)
+            .map(|p| crate::placement::PoolLoad {
+                memory_quota: p.memory_quota,
+                memory_committed: p.memory_committed,
+                groups: p.groups.len(),
+                groups_free: p.groups.minus(p.groups_assigned).len(),
+                queued: p.queued,
+            });
+        crate::placement::DeviceLoad {
+            ordinal: self.inner.ordinal,
+            healthy: self.inner.healthy.load(Ordering::Acquire),
+            pool,
+            running: st.planner.running_count(),
+            max_running: st.planner.config().max_running,
+            layout: self.inner.layout,
+        }
+    }
+
     /// The SM layout in force.
     pub fn layout(&self) -> SmLayout {
         self.inner.layout
@@ -422,6 +469,16 @@ impl Scheduler {
             return Err(Error::Unhealthy { cause });
         }
         let spec = spec.resolve()?;
+        if let Some(d) = spec.device.filter(|d| *d != self.inner.ordinal) {
+            return Err(Error::invalid(
+                "device",
+                d,
+                format!(
+                    "this scheduler runs device {} (a MultiScheduler places tasks on several)",
+                    self.inner.ordinal
+                ),
+            ));
+        }
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(Task::new(id, spec.clone(), owner_of(id)));
         let value: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));

@@ -89,6 +89,8 @@ pub struct PartitionStats {
 pub struct SchedulerStats {
     /// The enforcement mechanism in force for compute and why.
     pub mechanism: String,
+    /// The device's ordinal.
+    pub device: usize,
     /// The SM layout.
     pub layout: SmLayout,
     /// Admission memory capacity.
@@ -260,6 +262,23 @@ impl SchedulerStats {
     ///   memory in use and held by ended tasks, SMs, running tasks, queue length, evictions;
     /// - scheduler totals and health.
     pub fn to_prometheus(&self) -> String {
+        render(&[(None, self)])
+    }
+
+    /// The metrics of several devices' schedulers in one snapshot (a
+    /// [`MultiScheduler`](crate::MultiScheduler)): the families of
+    /// [`to_prometheus`](Self::to_prometheus), each sample with a `device` label (the
+    /// ordinal).
+    pub fn to_prometheus_devices(stats: &[SchedulerStats]) -> String {
+        let all: Vec<(Option<usize>, &SchedulerStats)> =
+            stats.iter().map(|s| (Some(s.device), s)).collect();
+        render(&all)
+    }
+}
+
+/// The text of the metrics of `all` (with a `device` label where one is given).
+fn render(all: &[(Option<usize>, &SchedulerStats)]) -> String {
+    {
         let mut out = Prometheus::default();
         let task_labels = |t: &TaskStats| {
             vec![
@@ -269,7 +288,6 @@ impl SchedulerStats {
                 ("partition", t.partition.clone().unwrap_or_default()),
             ]
         };
-        let holding: Vec<&TaskStats> = self.tasks.iter().filter(|t| t.holds_resources()).collect();
         type TaskMetric<'a> = (&'a str, &'a str, &'a str, fn(&TaskStats) -> Option<f64>);
         let task_metrics: [TaskMetric; 9] = [
             (
@@ -329,9 +347,12 @@ impl SchedulerStats {
         ];
         for (name, kind, help, value) in task_metrics {
             out.family(name, kind, help);
-            for t in &holding {
-                if let Some(v) = value(t) {
-                    out.sample(name, &task_labels(t), v);
+            for (dev, st) in all {
+                out.device = *dev;
+                for t in st.tasks.iter().filter(|t| t.holds_resources()) {
+                    if let Some(v) = value(t) {
+                        out.sample(name, &task_labels(t), v);
+                    }
                 }
             }
         }
@@ -340,28 +361,36 @@ impl SchedulerStats {
             "gauge",
             "Live tasks by state (detached: outcome decided while the closure still runs).",
         );
-        for (state, n) in self.live_by_state() {
-            out.sample(
-                "gpukit_sched_tasks",
-                &[("state", state.to_string())],
-                n as f64,
-            );
+        for (dev, st) in all {
+            out.device = *dev;
+            for (state, n) in st.live_by_state() {
+                out.sample(
+                    "gpukit_sched_tasks",
+                    &[("state", state.to_string())],
+                    n as f64,
+                );
+            }
         }
-        for (name, help, hists) in [
+        type Hists = fn(&SchedulerStats) -> &Vec<(QosClass, Histogram)>;
+        let hist_families: [(&str, &str, Hists); 2] = [
             (
                 "gpukit_sched_queue_wait_seconds",
                 "Time from submission to start (leaving the queue), by QoS class.",
-                &self.queue_wait,
+                |s| &s.queue_wait,
             ),
             (
                 "gpukit_sched_run_seconds",
                 "Time from the start of the closure to the release of its resources, by QoS class.",
-                &self.run_time,
+                |s| &s.run_time,
             ),
-        ] {
+        ];
+        for (name, help, hists) in hist_families {
             out.family(name, "histogram", help);
-            for (qos, h) in hists {
-                out.histogram(name, &[("qos", qos.to_string())], h);
+            for (dev, st) in all {
+                out.device = *dev;
+                for (qos, h) in hists(st) {
+                    out.histogram(name, &[("qos", qos.to_string())], h);
+                }
             }
         }
         out.family(
@@ -369,12 +398,15 @@ impl SchedulerStats {
             "counter",
             "GPU time of ended tasks (events on their home streams), by QoS class.",
         );
-        for (qos, s) in &self.gpu_seconds {
-            out.sample(
-                "gpukit_sched_gpu_seconds_total",
-                &[("qos", qos.to_string())],
-                *s,
-            );
+        for (dev, st) in all {
+            out.device = *dev;
+            for (qos, s) in &st.gpu_seconds {
+                out.sample(
+                    "gpukit_sched_gpu_seconds_total",
+                    &[("qos", qos.to_string())],
+                    *s,
+                );
+            }
         }
         let pool_label =
             |p: &PartitionStats| vec![("partition", p.pool.name.clone().unwrap_or_default())];
@@ -441,8 +473,11 @@ impl SchedulerStats {
         ];
         for (name, kind, help, value) in pool_metrics {
             out.family(name, kind, help);
-            for p in &self.partitions {
-                out.sample(name, &pool_label(p), value(p));
+            for (dev, st) in all {
+                out.device = *dev;
+                for p in &st.partitions {
+                    out.sample(name, &pool_label(p), value(p));
+                }
             }
         }
         out.family(
@@ -450,76 +485,86 @@ impl SchedulerStats {
             "counter",
             "Tasks submitted.",
         );
-        out.sample(
-            "gpukit_sched_tasks_submitted_total",
-            &[],
-            self.submitted as f64,
-        );
+        for (dev, st) in all {
+            out.device = *dev;
+            out.sample(
+                "gpukit_sched_tasks_submitted_total",
+                &[],
+                st.submitted as f64,
+            );
+        }
         out.family(
             "gpukit_sched_tasks_ended_total",
             "counter",
             "Tasks that ended, by final state.",
         );
-        for (state, n) in &self.ended {
-            out.sample(
-                "gpukit_sched_tasks_ended_total",
-                &[("state", state.name().to_string())],
-                *n as f64,
-            );
+        for (dev, st) in all {
+            out.device = *dev;
+            for (state, n) in &st.ended {
+                out.sample(
+                    "gpukit_sched_tasks_ended_total",
+                    &[("state", state.name().to_string())],
+                    *n as f64,
+                );
+            }
         }
-        let totals: [(&str, &str, &str, f64); 8] = [
+        type Total<'a> = (&'a str, &'a str, &'a str, fn(&SchedulerStats) -> f64);
+        let totals: [Total; 8] = [
             (
                 "gpukit_sched_healthy",
                 "gauge",
                 "1 while the device context is usable; 0 after a sticky CUDA error (see the stats' unhealthy cause).",
-                self.unhealthy.is_none() as u8 as f64,
+                |s| s.unhealthy.is_none() as u8 as f64,
             ),
             (
                 "gpukit_sched_timer_panics_total",
                 "counter",
                 "Timer passes that panicked (contained; the timer thread lives on).",
-                self.timer_panics as f64,
+                |s| s.timer_panics as f64,
             ),
             (
                 "gpukit_sched_callback_panics_total",
                 "counter",
                 "Completion callbacks and future wakers that panicked (contained).",
-                self.callback_panics as f64,
+                |s| s.callback_panics as f64,
             ),
             (
                 "gpukit_sched_tasks_detached",
                 "gauge",
                 "Tasks whose outcome was decided while their closure still runs.",
-                self.detached_running as f64,
+                |s| s.detached_running as f64,
             ),
             (
                 "gpukit_sched_evictions_total",
                 "counter",
                 "Evictions under memory pressure.",
-                self.evictions_total as f64,
+                |s| s.evictions_total as f64,
             ),
             (
                 "gpukit_sched_memory_capacity_bytes",
                 "gauge",
                 "Memory that requests may sum to.",
-                self.memory_capacity as f64,
+                |s| s.memory_capacity as f64,
             ),
             (
                 "gpukit_sched_memory_outside_tasks_bytes",
                 "gauge",
                 "Memory allocated outside tasks while the scheduler runs.",
-                self.memory_outside_tasks as f64,
+                |s| s.memory_outside_tasks as f64,
             ),
             (
                 "gpukit_sched_green_contexts_created_total",
                 "counter",
                 "Green contexts created.",
-                self.green_contexts_created as f64,
+                |s| s.green_contexts_created as f64,
             ),
         ];
         for (name, kind, help, v) in totals {
             out.family(name, kind, help);
-            out.sample(name, &[], v);
+            for (dev, st) in all {
+                out.device = *dev;
+                out.sample(name, &[], v(st));
+            }
         }
         out.text
     }
@@ -628,6 +673,7 @@ impl Inner {
         });
         SchedulerStats {
             mechanism: self.mechanism.clone(),
+            device: self.ordinal,
             layout: self.layout,
             memory_capacity: st.planner.config().memory_capacity,
             memory_outside_tasks: self.memory.with(|l| l.outside()),
@@ -666,6 +712,8 @@ impl Inner {
 #[derive(Default)]
 struct Prometheus {
     text: String,
+    /// The `device` label of the samples written now (several devices in one snapshot).
+    device: Option<usize>,
 }
 
 impl Prometheus {
@@ -693,9 +741,11 @@ impl Prometheus {
 
     fn sample(&mut self, name: &str, labels: &[(&str, String)], value: f64) {
         self.text.push_str(name);
+        let device = self.device.map(|d| ("device", d.to_string()));
+        let labels: Vec<&(&str, String)> = device.iter().chain(labels).collect();
         if !labels.is_empty() {
             self.text.push('{');
-            for (i, (k, v)) in labels.iter().enumerate() {
+            for (i, (k, v)) in labels.into_iter().enumerate() {
                 if i > 0 {
                     self.text.push(',');
                 }

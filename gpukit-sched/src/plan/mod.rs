@@ -231,6 +231,11 @@ impl Planner {
         &self.cfg
     }
 
+    /// Tasks holding a worker slot now.
+    pub fn running_count(&self) -> usize {
+        self.running
+    }
+
     fn pool_names(&self) -> Vec<String> {
         self.pools.keys().flatten().cloned().collect()
     }
