@@ -79,7 +79,7 @@ fn unused<H: Cached>(h: &H) -> bool {
 /// Looks `stream` up in `cache`, or creates its handle with `make` and caches it, first dropping
 /// entries nobody else uses any more (the allocator then releases their streams' segments).
 fn cached<H: Cached>(
-    cache: &Mutex<HashMap<Key, Arc<H>>>,
+    cache: &Cache<H>,
     stream: &Stream,
     make: impl FnOnce() -> Result<H>,
 ) -> Result<Arc<H>> {
@@ -105,6 +105,45 @@ fn cached<H: Cached>(
         let _ = alloc.release_stream(&s);
     }
     Ok(out)
+}
+
+type Cache<H> = Mutex<HashMap<Key, Arc<H>>>;
+
+fn blas_cache() -> &'static Cache<BlasHandle> {
+    static CACHE: OnceLock<Cache<BlasHandle>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn solver_cache() -> &'static Cache<SolverHandle> {
+    static CACHE: OnceLock<Cache<SolverHandle>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Drops the cached handle of `stream` from `cache` unless someone else holds it; true when
+/// none is cached for it any more.
+fn release<H>(cache: &Cache<H>, stream: &Stream) -> bool {
+    let k = key(stream);
+    let dead = {
+        let mut map = cache.lock();
+        match map.get(&k) {
+            None => return true,
+            Some(h) if Arc::strong_count(h) > 1 => return false,
+            Some(_) => map.remove(&k),
+        }
+    };
+    // Destroyed outside the lock (its workspace goes back to the allocator).
+    drop(dead);
+    true
+}
+
+/// Drops the cached cuBLAS and cuSOLVER handles of `stream` that nobody else holds, so that
+/// the stream can be destroyed (their workspaces go back to the allocator, and no later
+/// stream that gets the same handle value finds a handle bound to the destroyed one). Returns
+/// whether none is cached for it any more; `false` means someone still holds one (keep the
+/// stream alive).
+pub fn release_stream(stream: &Stream) -> bool {
+    let blas = release(blas_cache(), stream);
+    release(solver_cache(), stream) && blas
 }
 
 /// The raw cuBLAS handle, owned.
@@ -157,9 +196,7 @@ fn cublas_err(action: &str) -> impl FnOnce(cb::CublasError) -> Error + '_ {
 impl BlasHandle {
     /// The cached handle of `stream` (created on first use).
     pub fn for_stream(stream: &Stream) -> Result<Arc<BlasHandle>> {
-        static CACHE: OnceLock<Mutex<HashMap<Key, Arc<BlasHandle>>>> = OnceLock::new();
-        let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-        cached(cache, stream, || BlasHandle::create(stream))
+        cached(blas_cache(), stream, || BlasHandle::create(stream))
     }
 
     /// A new handle bound to `stream` (not cached: most callers want
@@ -283,9 +320,7 @@ fn cusolver_err(action: &str) -> impl FnOnce(cs::CusolverError) -> Error + '_ {
 impl SolverHandle {
     /// The cached handle of `stream` (created on first use: loads cuSOLVER then).
     pub fn for_stream(stream: &Stream) -> Result<Arc<SolverHandle>> {
-        static CACHE: OnceLock<Mutex<HashMap<Key, Arc<SolverHandle>>>> = OnceLock::new();
-        let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-        cached(cache, stream, || SolverHandle::create(stream))
+        cached(solver_cache(), stream, || SolverHandle::create(stream))
     }
 
     /// A new handle bound to `stream` (not cached).

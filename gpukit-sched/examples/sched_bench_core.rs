@@ -7,7 +7,6 @@
 
 use gpukit_core::{Device, Stream};
 use gpukit_jit::{KernelArg, LaunchConfig};
-use gpukit_sched::kernels::TestKernels;
 use gpukit_sched::{
     format_bytes, CancelReason, Error, Mechanism, PanicPoint, QosClass, Scheduler, SchedulerConfig,
     TaskContext, TaskHandle, TaskSpec, TaskState,
@@ -16,6 +15,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
+
+#[path = "../tests/common/kernels.rs"]
+#[allow(dead_code)] // shared with the tests: the bench uses some of the kernels
+mod kernels;
+use kernels::TestKernels;
 
 struct Counting;
 static HEAP: AtomicI64 = AtomicI64::new(0);
@@ -72,21 +76,29 @@ fn fma_task(
 ) -> impl FnOnce(&mut TaskContext) -> gpukit_sched::Result<(u64, f64, u32)> + Send {
     move |ctx: &mut TaskContext| {
         let out = ctx.alloc(BLOCKS as usize * 256 * 4)?;
-        ctx.launch(
-            &k.fma_spin,
-            fma_cfg(),
-            &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-        )?;
+        // SAFETY: any pointer is a live allocation of this task, large enough for the
+        // kernel, kept until the kernel completes.
+        unsafe {
+            ctx.launch_unchecked(
+                &k.fma_spin,
+                fma_cfg(),
+                &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+            )?
+        };
         ctx.synchronize()?;
         start.wait();
         let t = Instant::now();
         let mut n = 0u64;
         while !stop.load(Ordering::Relaxed) {
-            ctx.launch(
-                &k.fma_spin,
-                fma_cfg(),
-                &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-            )?;
+            // SAFETY: any pointer is a live allocation of this task, large enough for the
+            // kernel, kept until the kernel completes.
+            unsafe {
+                ctx.launch_unchecked(
+                    &k.fma_spin,
+                    fma_cfg(),
+                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                )?
+            };
             ctx.synchronize()?;
             n += 1;
         }
@@ -314,7 +326,9 @@ fn isolation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
     let probe = sched.submit(
         move |ctx: &mut TaskContext| -> gpukit_sched::Result<(f64, u32)> {
             for _ in 0..5 {
-                ctx.launch(&k1.spin_cycles, probe_cfg, &probe_args)?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe { ctx.launch_unchecked(&k1.spin_cycles, probe_cfg, &probe_args)? };
             }
             ctx.synchronize()?;
             b1.wait();
@@ -323,7 +337,9 @@ fn isolation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
             let mut v = Vec::new();
             for _ in 0..50 {
                 let e0 = s.record()?;
-                ctx.launch(&k1.spin_cycles, probe_cfg, &probe_args)?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe { ctx.launch_unchecked(&k1.spin_cycles, probe_cfg, &probe_args)? };
                 let e1 = s.record()?;
                 e1.synchronize()?;
                 v.push(e0.elapsed_ms(&e1)? as f64);
@@ -343,7 +359,9 @@ fn isolation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
             let mut sms = 0;
             while !s2.load(Ordering::Relaxed) {
                 for _ in 0..4 {
-                    ctx.launch(&k2.spin_cycles, hog_cfg, &hog_args)?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe { ctx.launch_unchecked(&k2.spin_cycles, hog_cfg, &hog_args)? };
                 }
                 if first {
                     sms = ctx.current_sms()?;
@@ -398,11 +416,15 @@ fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()
             let s = ctx.stream()?.clone();
             // Warm up (the lent-groups lane is created at the first launch).
             for _ in 0..3 {
-                ctx.launch(
-                    &kb.fma_spin,
-                    fma_cfg(),
-                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &kb.fma_spin,
+                        fma_cfg(),
+                        &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                    )?
+                };
                 ctx.synchronize()?;
             }
             let t = Instant::now();
@@ -410,11 +432,15 @@ fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()
             let mut times = Vec::new();
             while t.elapsed() < Duration::from_millis(600) {
                 let e0 = s.record()?;
-                ctx.launch(
-                    &kb.fma_spin,
-                    fma_cfg(),
-                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &kb.fma_spin,
+                        fma_cfg(),
+                        &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                    )?
+                };
                 let e1 = s.record()?;
                 e1.synchronize()?;
                 times.push(e0.elapsed_ms(&e1)? as f64);
@@ -428,11 +454,15 @@ fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()
             bsa.store(ctx.current_sms()? as u64, Ordering::Relaxed);
             ph.store(1, Ordering::Release);
             while !sb.load(Ordering::Relaxed) {
-                ctx.launch(
-                    &kb.fma_spin,
-                    fma_cfg(),
-                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &kb.fma_spin,
+                        fma_cfg(),
+                        &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                    )?
+                };
                 ctx.synchronize()?;
                 bsb.fetch_min(ctx.current_sms()? as u64, Ordering::Relaxed);
             }
@@ -457,11 +487,15 @@ fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()
             let mut times = Vec::new();
             for _ in 0..12 {
                 let e0 = s.record()?;
-                ctx.launch(
-                    &kg.fma_spin,
-                    fma_cfg(),
-                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &kg.fma_spin,
+                        fma_cfg(),
+                        &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                    )?
+                };
                 let e1 = s.record()?;
                 e1.synchronize()?;
                 times.push(e0.elapsed_ms(&e1)? as f64);
@@ -484,20 +518,28 @@ fn work_conservation(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()
     let r = sched.submit(
         move |ctx: &mut TaskContext| -> gpukit_sched::Result<f64> {
             let out = ctx.alloc(BLOCKS as usize * 256 * 4)?;
-            ctx.launch(
-                &kr.fma_spin,
-                fma_cfg(),
-                &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-            )?;
+            // SAFETY: any pointer is a live allocation of this task, large enough for the
+            // kernel, kept until the kernel completes.
+            unsafe {
+                ctx.launch_unchecked(
+                    &kr.fma_spin,
+                    fma_cfg(),
+                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                )?
+            };
             ctx.synchronize()?;
             let t = Instant::now();
             let mut n = 0;
             while t.elapsed() < Duration::from_millis(400) {
-                ctx.launch(
-                    &kr.fma_spin,
-                    fma_cfg(),
-                    &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &kr.fma_spin,
+                        fma_cfg(),
+                        &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                    )?
+                };
                 ctx.synchronize()?;
                 n += 1;
             }
@@ -820,21 +862,25 @@ fn overheads(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
     let (ctx_us, raw_us) = sched
         .submit(
             move |ctx: &mut TaskContext| -> gpukit_sched::Result<(f64, f64)> {
-                let (raw, cu) = ctx.raw_stream()?;
+                let (raw, _) = ctx.raw_stream()?;
                 let n = 2000;
                 let (mut a, mut b) = (Vec::new(), Vec::new());
                 for _ in 0..10 {
                     let t = Instant::now();
                     for _ in 0..n {
-                        ctx.launch(
-                            &kk.noop,
-                            LaunchConfig::new((1, 1, 1), (32, 1, 1)),
-                            &[KernelArg::I32(1)],
-                        )?;
+                        // SAFETY: any pointer is a live allocation of this task, large enough for the
+                        // kernel, kept until the kernel completes.
+                        unsafe {
+                            ctx.launch_unchecked(
+                                &kk.noop,
+                                LaunchConfig::new((1, 1, 1), (32, 1, 1)),
+                                &[KernelArg::I32(1)],
+                            )?
+                        };
                     }
                     a.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
                     ctx.synchronize()?;
-                    gpukit_sched::green::GreenContext::make_current_raw(cu)?;
+                    ctx.make_current()?;
                     let t = Instant::now();
                     for _ in 0..n {
                         // SAFETY: live stream of the current context; no pointer arguments.
@@ -883,12 +929,16 @@ fn fma_for(
     move |ctx: &mut TaskContext| {
         let out = ctx.alloc(BLOCKS as usize * 256 * 4)?;
         let args = [KernelArg::Ptr(out.ptr()), ITERS.into()];
-        ctx.launch(&k.fma_spin, fma_cfg(), &args)?;
+        // SAFETY: any pointer is a live allocation of this task, large enough for the
+        // kernel, kept until the kernel completes.
+        unsafe { ctx.launch_unchecked(&k.fma_spin, fma_cfg(), &args)? };
         ctx.synchronize()?;
         let t = Instant::now();
         let mut n = 0u64;
         while t.elapsed() < dur {
-            ctx.launch(&k.fma_spin, fma_cfg(), &args)?;
+            // SAFETY: any pointer is a live allocation of this task, large enough for the
+            // kernel, kept until the kernel completes.
+            unsafe { ctx.launch_unchecked(&k.fma_spin, fma_cfg(), &args)? };
             ctx.synchronize()?;
             n += 1;
         }
@@ -931,7 +981,9 @@ fn fallback_tiers(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
             let args = [KernelArg::Ptr(out.ptr()), ITERS.into()];
             let mut n = 0;
             while !st.load(Ordering::Relaxed) {
-                ctx.launch(&kh.fma_spin, fma_cfg(), &args)?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe { ctx.launch_unchecked(&kh.fma_spin, fma_cfg(), &args)? };
                 ctx.synchronize()?;
                 n += 1;
             }
@@ -1007,7 +1059,9 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
             let h = sched.submit(
                 move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
                     let _b = ctx.alloc(GIB)?;
-                    ctx.launch(&kk.noop, noop_cfg, &[KernelArg::I32(1)])?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe { ctx.launch_unchecked(&kk.noop, noop_cfg, &[KernelArg::I32(1)])? };
                     ctx.synchronize()?;
                     if ctx.name() == "closure" {
                         panic!("injected panic in the task's closure");
@@ -1031,7 +1085,9 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
         let next = sched
             .submit(
                 move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
-                    ctx.launch(&kk.noop, noop_cfg, &[KernelArg::I32(1)])?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe { ctx.launch_unchecked(&kk.noop, noop_cfg, &[KernelArg::I32(1)])? };
                     ctx.synchronize()
                 },
                 TaskSpec::new("next")
@@ -1070,11 +1126,15 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
         let kk = k.clone();
         let h = sched.submit(
             move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
-                ctx.launch(
-                    &kk.spin_cycles,
-                    noop_cfg,
-                    &[KernelArg::Ptr(0), KernelArg::I64(2_000_000)],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &kk.spin_cycles,
+                        noop_cfg,
+                        &[KernelArg::Ptr(0), KernelArg::I64(2_000_000)],
+                    )?
+                };
                 ctx.synchronize()
             },
             TaskSpec::new("spin")
@@ -1096,7 +1156,7 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
             baseline: "before: cudarc panics at the first call (worker dies)".into(),
             target: "pacing with the reason, task ok, GPU time from v1".into(),
             pass: degraded
-                && timing == Some(gpukit_sched::entry::Timing::V1)
+                && timing == Some(gpukit_sched::Timing::V1)
                 && r.is_ok()
                 && gpu_ms.is_some_and(|m| m > 0.0),
         });
@@ -1169,7 +1229,7 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
                 "victim {} after {:.0} ms, starter {} after {:.0} ms; {} held until it returned; retry {} in {t_again:.0} ms",
                 if matches!(rv, Err(Error::Preempted { .. })) { "Preempted" } else { "WRONG" },
                 ms(tv),
-                if matches!(rg, Err(Error::PreemptionTimeout { .. })) { "PreemptionTimeout" } else { "WRONG" },
+                if matches!(rg, Err(Error::MemoryUnavailable { .. })) { "MemoryUnavailable" } else { "WRONG" },
                 ms(tg),
                 format_bytes(in_use_before),
                 if matches!(r2, Ok(4)) { "ok" } else { "FAILED" },
@@ -1177,7 +1237,7 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
             baseline: "before: the start blocked a worker for 30 s, then failed as Rejected".into(),
             target: format!("both in [{}, {}] ms; retry ok < 200 ms", grace.as_millis(), bound.as_millis()),
             pass: matches!(rv, Err(Error::Preempted { .. }))
-                && matches!(rg, Err(Error::PreemptionTimeout { .. }))
+                && matches!(rg, Err(Error::MemoryUnavailable { .. }))
                 && [tv, tg].iter().all(|t| *t >= grace && *t <= bound)
                 && matches!(r2, Ok(4))
                 && t_again < 200.0,
@@ -1193,7 +1253,9 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
                     .collect::<gpukit_sched::Result<_>>()?;
                 h2.store(true, Ordering::Release);
                 loop {
-                    ctx.launch(&kk.noop, noop_cfg, &[KernelArg::I32(1)])?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe { ctx.launch_unchecked(&kk.noop, noop_cfg, &[KernelArg::I32(1)])? };
                     ctx.synchronize()?;
                 }
             },
@@ -1274,11 +1336,15 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
             move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
                 let out = ctx.alloc(BLOCKS as usize * 256 * 4)?;
                 loop {
-                    ctx.launch(
-                        &kk.fma_spin,
-                        fma_cfg(),
-                        &[KernelArg::Ptr(out.ptr()), ITERS.into()],
-                    )?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe {
+                        ctx.launch_unchecked(
+                            &kk.fma_spin,
+                            fma_cfg(),
+                            &[KernelArg::Ptr(out.ptr()), ITERS.into()],
+                        )?
+                    };
                     ctx.synchronize()?;
                 }
             },
@@ -1335,7 +1401,9 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
         let short = sched.submit(
             move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
                 for _ in 0..20 {
-                    ctx.launch(&kk.noop, noop_cfg, &[KernelArg::I32(1)])?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe { ctx.launch_unchecked(&kk.noop, noop_cfg, &[KernelArg::I32(1)])? };
                     ctx.synchronize()?;
                     std::thread::sleep(Duration::from_millis(2));
                 }
@@ -1349,7 +1417,9 @@ fn failures(dev: &Device, k: &TestKernels, rows: &mut Vec<Row>) -> R<()> {
         let yields = sched.submit(
             move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
                 loop {
-                    ctx.launch(&kk.noop, noop_cfg, &[KernelArg::I32(1)])?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe { ctx.launch_unchecked(&kk.noop, noop_cfg, &[KernelArg::I32(1)])? };
                     ctx.synchronize()?;
                 }
             },

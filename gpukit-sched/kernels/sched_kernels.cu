@@ -46,3 +46,20 @@ extern "C" __global__ void noop(int x) {
         asm volatile("trap;");
     }
 }
+
+// Runs until the host sets `*flag` (a kernel that "never ends" until released): one thread
+// polls, with a short sleep between reads.
+extern "C" __global__ void wait_flag(const volatile unsigned int* flag) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        while (*flag == 0) {
+            __nanosleep(1000);
+        }
+    }
+}
+
+// Stores `v` at `p`: with an address outside every allocation, an illegal address on purpose.
+extern "C" __global__ void poke(unsigned int* p, unsigned int v) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        *p = v;
+    }
+}

@@ -25,7 +25,7 @@ pub struct SchedulerConfig {
     pub memory_capacity: Option<ByteSize>,
     /// Queue length before submissions are rejected. Default 1024.
     pub max_queue: usize,
-    /// Jumps a queued task tolerates (see [`crate::plan`]). Default 4.
+    /// Jumps a queued task tolerates (see the crate docs: a starving task blocks later ones). Default 4.
     pub max_bypass: u32,
     /// Use green contexts when the GPU has them (false: the pacing fallback). Default true.
     pub green_contexts: bool,
@@ -49,28 +49,28 @@ pub struct SchedulerConfig {
     pub shutdown_timeout: Duration,
     /// Idle green-context lanes kept for reuse (creating one costs about 1 ms). Default 32.
     pub max_cached_lanes: usize,
-    /// Driver entry points to treat as missing (a simulation of an older driver, for tests
-    /// and the bench's missing-entry-point row).
-    #[doc(hidden)]
+    /// Fault injection: driver entry points to treat as missing (a simulation of an older
+    /// driver, for tests and the bench's missing-entry-point row). Default: none.
     pub hide_entry_points: BTreeSet<String>,
-    /// Ignore the SMs the split leaves over, as on a GPU whose split has no remainder (for the
-    /// test that BestEffort work stays off task SMs then).
-    #[doc(hidden)]
+    /// Fault injection: ignore the SMs the split leaves over, as on a GPU whose split has no
+    /// remainder (for the test that BestEffort work stays off task SMs then). Default false.
     pub ignore_split_remainder: bool,
-    /// A panic injected into the scheduler's own code for tasks of this name (for tests and
-    /// the bench's failure rows: what a missing driver symbol does inside cudarc).
-    #[doc(hidden)]
+    /// Fault injection: a panic in the scheduler's own code for tasks of this name (for tests
+    /// and the bench's failure rows: what a missing driver symbol does inside cudarc).
+    /// Default: none.
     pub inject_panic: Option<(PanicPoint, String)>,
 }
 
-/// Where [`SchedulerConfig::inject_panic`] panics.
-#[doc(hidden)]
+/// Where [`SchedulerConfig::inject_panic`] panics (fault injection for tests and benches).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PanicPoint {
     /// After the task's streams are set up, before its closure runs.
     BeforeClosure,
     /// After its closure returned, where the task's GPU time is read.
     AfterClosure,
+    /// On the timer thread, when the task's timeout fires (the stop it would request is
+    /// lost; the timer thread goes on).
+    Timer,
 }
 
 impl Default for SchedulerConfig {
@@ -151,8 +151,8 @@ impl SchedulerConfig {
         self.max_cached_lanes = n;
         self
     }
-    /// Treats these driver entry points as missing (simulates an older driver).
-    #[doc(hidden)]
+    /// Treats these driver entry points as missing (fault injection: simulates an older
+    /// driver).
     pub fn hide_entry_points<S: Into<String>>(
         mut self,
         names: impl IntoIterator<Item = S>,
@@ -161,8 +161,7 @@ impl SchedulerConfig {
         self
     }
 
-    /// Injects a panic into the scheduler's own code for tasks named `task`.
-    #[doc(hidden)]
+    /// Injects a panic into the scheduler's own code for tasks named `task` (fault injection).
     pub fn inject_panic(mut self, at: PanicPoint, task: impl Into<String>) -> Self {
         self.inject_panic = Some((at, task.into()));
         self

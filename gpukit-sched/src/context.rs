@@ -13,7 +13,7 @@ use crate::task::Task;
 use cudarc::driver::sys;
 use gpukit_core::handles::BlasHandle;
 use gpukit_core::{Device, DeviceBuffer, Event, Stream};
-use gpukit_jit::{Kernel, KernelArg, LaunchConfig};
+use gpukit_jit::{Arg, Kernel, KernelArg, LaunchConfig};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,10 +26,70 @@ pub(crate) struct TaskGpu {
     pub on_lent: bool,
     pub seen_generation: u64,
     pub pacer: Option<Pacer>,
-    /// The task's own cuBLAS handle (its workspace charged to the task); dropped before the
-    /// lanes are returned.
-    pub blas: Option<BlasHandle>,
+    /// The home lane's cuBLAS handle, from gpukit-core's shared cache (one per stream, kept
+    /// with the lane); the lane's memory is charged to the task while it is bound
+    /// ([`lane_bound`](Self::lane_bound)).
+    pub blas: Option<Arc<BlasHandle>>,
+    /// The home lane's memory (its cuBLAS workspace) is charged to this task.
+    pub lane_bound: bool,
     pub t0: Option<Event>,
+    /// The lanes' queued work has finished (set by [`TaskContext::finish`]): they go back to
+    /// the pool without waiting.
+    pub settled: bool,
+}
+
+/// Polling with a growing pause: spins for the first 100 us, yields until 2 ms, then sleeps
+/// 50 us between polls (a driver wait would block without end on a kernel that never ends;
+/// polling lets the caller give up).
+pub(crate) struct Backoff {
+    start: Instant,
+}
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Backoff {
+            start: Instant::now(),
+        }
+    }
+
+    /// Pauses before the next poll.
+    pub(crate) fn pause(&mut self) {
+        let e = self.start.elapsed();
+        if e < Duration::from_micros(100) {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+        } else if e < Duration::from_millis(2) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// Polls until every event has completed (`Ok(true)`), or `give_up` says to stop waiting
+/// (`Ok(false)`), or `give_up` or a query fails (its error).
+pub(crate) fn wait_events(
+    events: &[Event],
+    mut give_up: impl FnMut() -> Result<bool>,
+) -> Result<bool> {
+    let mut poll = Backoff::new();
+    loop {
+        let mut done = true;
+        for e in events {
+            if !e.is_complete()? {
+                done = false;
+                break;
+            }
+        }
+        if done {
+            return Ok(true);
+        }
+        if give_up()? {
+            return Ok(false);
+        }
+        poll.pause();
+    }
 }
 
 /// What a task's closure gets: its streams (on its green context), an allocator charged to
@@ -145,10 +205,19 @@ impl TaskContext {
     pub fn stream(&self) -> Result<&Stream> {
         Ok(&self.gpu()?.home.stream)
     }
-    /// The raw home stream and its context, for raw driver or library calls.
+    /// The raw home stream and its context, for raw driver or library calls (both live while
+    /// the task runs; make the context current with [`make_current`](Self::make_current)).
     pub fn raw_stream(&self) -> Result<(sys::CUstream, sys::CUcontext)> {
         let g = self.gpu()?;
         Ok((g.home.raw(), g.home.ctx))
+    }
+
+    /// Makes the home stream's context (the task's green context, or the primary context)
+    /// current on this thread, for raw launches on [`raw_stream`](Self::raw_stream).
+    pub fn make_current(&self) -> Result<()> {
+        let g = self.gpu()?;
+        // SAFETY: the home lane keeps its context alive while the task holds it.
+        unsafe { make_current(g.home.ctx) }
     }
 
     /// A safe point (and, when paced, a pacing point): `Err` once the task is asked to stop.
@@ -214,28 +283,35 @@ impl TaskContext {
         self.task.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// A cuBLAS handle (gpukit-core's [`BlasHandle`]) bound to the home stream, so cuBLAS
-    /// kernels run on the task's SMs; its workspace is an allocation charged to the task (past
-    /// the task's limit this is [`Error::QuotaExceeded`]). The handle is the task's own and is
-    /// destroyed when the task ends. A safe point and a pacing point.
+    /// The cuBLAS handle of the home stream (gpukit-core's shared cache: one
+    /// [`BlasHandle`] per stream, kept with the scheduler's lane and reused by the tasks that
+    /// run on it), so cuBLAS kernels run on the task's SMs. From the first call to the task's
+    /// end the lane's memory (the handle's workspace) is charged to the task like an
+    /// allocation (past the task's limit this is [`Error::QuotaExceeded`]); while no task uses
+    /// the lane it counts as memory outside tasks. A safe point and a pacing point.
     pub fn cublas(&mut self) -> Result<&BlasHandle> {
         self.check()?;
-        let owner = self.task.owner.clone();
-        let made = {
-            let g = self.gpu.as_ref().ok_or(Error::NoDevice)?;
-            if g.blas.is_some() {
-                None
-            } else {
-                let stream = g.home.stream.clone();
-                make_current(g.home.ctx)?;
-                Some(
-                    g.dev
-                        .allocator()
-                        .with_owner(&owner, || BlasHandle::create(&stream)),
-                )
-            }
+        let (bound, has) = {
+            let g = self.gpu()?;
+            (g.lane_bound, g.blas.is_some())
         };
-        if let Some(made) = made {
+        if !bound {
+            let lane = self.gpu()?.home.owner.clone();
+            self.inner
+                .memory
+                .bind_lane(&lane, &self.task.owner)
+                .map_err(|r| crate::memory::refusal_error(&self.task.spec.name, r))?;
+            if let Some(g) = self.gpu.as_mut() {
+                g.lane_bound = true;
+            }
+        }
+        if !has {
+            let made = {
+                let g = self.gpu()?;
+                g.dev
+                    .allocator()
+                    .with_owner(&g.home.owner, || BlasHandle::for_stream(&g.home.stream))
+            };
             let h = made.map_err(|e| self.refused(e))?;
             if let Some(g) = self.gpu.as_mut() {
                 g.blas = Some(h);
@@ -243,18 +319,24 @@ impl TaskContext {
         }
         self.gpu
             .as_ref()
-            .and_then(|g| g.blas.as_ref())
-            .ok_or_else(|| Error::internal("creating a cuBLAS handle", "handle missing"))
+            .and_then(|g| g.blas.as_deref())
+            .ok_or_else(|| Error::internal("taking the lane's cuBLAS handle", "handle missing"))
     }
 
-    /// Blocks until the task's queued work is done. A safe point and a pacing point.
+    /// Waits until the task's queued work is done. A safe point and a pacing point, also
+    /// while it waits: a stop request (cancellation, timeout, eviction, shutdown) ends the
+    /// wait with the stop's error, even when a kernel never ends. (A driver wait such as
+    /// gpukit-core's `Stream::synchronize` cannot be interrupted: prefer this one in a task.)
     pub fn synchronize(&mut self) -> Result<()> {
         self.check()?;
         let g = self.gpu()?;
+        let mut events = Vec::with_capacity(2);
         if let Some(l) = &g.lent {
-            l.stream.synchronize()?;
+            events.push(l.stream.record_marker()?);
         }
-        g.home.stream.synchronize()?;
+        events.push(g.home.stream.record_marker()?);
+        let task = &self.task;
+        wait_events(&events, || task.safe_point().map(|()| false))?;
         Ok(())
     }
 
@@ -312,7 +394,7 @@ impl TaskContext {
         let (Some(entry), task) = (self.inner.entry(), &self.task) else {
             return Ok(());
         };
-        p.harvest(entry)?;
+        p.harvest(entry, task)?;
         let mut waited = Duration::ZERO;
         loop {
             let w = p.budget.wait(Instant::now());
@@ -323,7 +405,7 @@ impl TaskContext {
             std::thread::sleep(slice);
             waited += slice;
             task.safe_point()?;
-            p.harvest(entry)?;
+            p.harvest(entry, task)?;
         }
         if !waited.is_zero() {
             task.throttles.fetch_add(1, Ordering::Relaxed);
@@ -344,10 +426,49 @@ impl TaskContext {
         Ok(())
     }
 
-    /// Launches `kernel` at a kernel boundary of the task: a safe point, moves onto or off
-    /// lent SM groups if the scheduler changed them, paces the launch when pacing is in force,
-    /// and counts it.
-    pub fn launch(&mut self, kernel: &Kernel, cfg: LaunchConfig, args: &[KernelArg]) -> Result<()> {
+    /// Launches `kernel` with typed arguments — device memory as `&array` (read) or
+    /// `&mut array` (written), scalars by value (gpukit-jit's [`Arg`]) — checked against the
+    /// kernel's signature as [`Kernel::launch`] checks them (nothing is queued when a check
+    /// fails), at a kernel boundary of the task: a safe point, moves onto or off lent SM groups
+    /// if the scheduler changed them, paces the launch when pacing is in force, and counts it.
+    pub fn launch<'a>(
+        &mut self,
+        kernel: &Kernel,
+        cfg: LaunchConfig,
+        mut args: impl AsMut<[Arg<'a>]>,
+    ) -> Result<()> {
+        let args = args.as_mut();
+        self.launch_on_lane(|lane| Ok(kernel.launch(lane.stream.cuda(), cfg, &mut *args)?))
+    }
+
+    /// [`launch`](Self::launch) with raw arguments (device addresses as
+    /// [`KernelArg::Ptr`]), checked for count, kinds and widths only.
+    ///
+    /// # Safety
+    /// The contract of gpukit-jit's [`Kernel::launch_unchecked`]: every device address must be
+    /// memory of the task's device valid for every access the kernel makes through it, stay
+    /// allocated until the kernel has completed (memory of the task's own allocations stays
+    /// until they are dropped; the task's end waits for its kernels), hold values of the types
+    /// the kernel reads, and memory it writes must not be used by concurrent work.
+    pub unsafe fn launch_unchecked(
+        &mut self,
+        kernel: &Kernel,
+        cfg: LaunchConfig,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        self.launch_on_lane(|lane| {
+            // SAFETY: `lane` (borrowed from the task's context) keeps its context alive.
+            unsafe { make_current(lane.ctx) }?;
+            // SAFETY: the lane's stream is a live stream of context `lane.ctx`, now current;
+            // gpukit-jit kernels are context-independent (cuLibrary); the arguments carry the
+            // caller's guarantee (this function's contract).
+            unsafe { kernel.launch_raw(lane.raw(), cfg, args)? };
+            Ok(())
+        })
+    }
+
+    /// The launch path: safe point, lending, pacing; `go` queues the kernel on the lane.
+    fn launch_on_lane(&mut self, go: impl FnOnce(&Lane) -> Result<()>) -> Result<()> {
         self.task.safe_point()?;
         self.refresh()?;
         self.throttle()?;
@@ -369,16 +490,9 @@ impl TaskContext {
             }
             _ => &*home,
         };
-        let go = || -> Result<()> {
-            make_current(lane.ctx)?;
-            // SAFETY: the lane's stream is a live stream of context `lane.ctx`, now current;
-            // gpukit-jit kernels are context-independent (cuLibrary); argument pointers are
-            // the caller's device memory, checked against the signature by launch_raw.
-            unsafe { kernel.launch_raw(lane.raw(), cfg, args)? };
-            Ok(())
-        };
+        let go = || go(lane);
         match pacer.as_mut().filter(|p| p.active()) {
-            Some(p) => p.launch(&home.stream, &inner.token, go)?,
+            Some(p) => p.launch(&home.stream, &inner.token, &self.task, go)?,
             None => go()?,
         }
         if *on_lent {
@@ -392,9 +506,15 @@ impl TaskContext {
         Ok(())
     }
 
-    /// At the end of the task: back on the home stream, and its GPU time.
+    /// At the end of the task: back on the home stream, waits for the task's queued work, and
+    /// its GPU time. The wait ends when the work does; once the task is asked to stop (its
+    /// timeout, a cancellation, an eviction, shutdown), at most until the stop's grace period
+    /// is over: then the work is taken for hung (a kernel that does not end), the stop's
+    /// error is returned, and the lanes are quarantined when the context is dropped.
     pub(crate) fn finish(&mut self) -> Result<Option<f64>> {
         let entry = self.inner.entry();
+        let grace = self.inner.cfg.stop_grace;
+        let task = self.task.clone();
         let Some(g) = self.gpu.as_mut() else {
             return Ok(None);
         };
@@ -402,11 +522,21 @@ impl TaskContext {
         if g.on_lent {
             switch_to_home(g)?;
         }
+        let t1 = g.home.stream.record()?;
+        let done = wait_events(std::slice::from_ref(&t1), || {
+            Ok(stop_grace_over(&task, grace))
+        })?;
+        if !done {
+            // Hung: the outcome is the stop's (the closure's Ok does not stand without its work).
+            return Err(task
+                .safe_point()
+                .err()
+                .unwrap_or_else(|| Error::internal("ending the task", "gave up without a stop")));
+        }
+        g.settled = true;
         let Some(t0) = g.t0.take() else {
             return Ok(None);
         };
-        let t1 = g.home.stream.record()?;
-        t1.synchronize()?;
         match entry {
             Some(e) if e.timing != crate::entry::Timing::Missing => {
                 Ok(Some(e.elapsed_ms(&t0, &t1)? as f64))
@@ -414,6 +544,15 @@ impl TaskContext {
             _ => Ok(None),
         }
     }
+}
+
+/// Whether a stop was requested and its grace period is over (the end of waiting for a
+/// task's GPU work).
+fn stop_grace_over(task: &Task, grace: Duration) -> bool {
+    task.stop.get().is_some_and(|(_, at)| {
+        at.checked_add(grace)
+            .is_some_and(|end| Instant::now() >= end)
+    })
 }
 
 fn switch_to_lent(g: &mut TaskGpu) -> Result<()> {
@@ -434,18 +573,82 @@ fn switch_to_home(g: &mut TaskGpu) -> Result<()> {
     Ok(())
 }
 
-impl Drop for TaskContext {
-    fn drop(&mut self) {
-        if let Some(mut g) = self.gpu.take() {
-            g.blas = None;
+/// Where a task's lanes stand at its end.
+enum Settled {
+    /// Their queued work has finished.
+    Idle,
+    /// It has not, within the stop's grace period: `pending` completes when it does.
+    Hung(Event),
+    /// The driver did not answer (a sticky error).
+    Broken(Error),
+}
+
+impl TaskContext {
+    /// Waits for the lanes' queued work (home after lent: one event), at most until the
+    /// stop's grace period is over, or the grace period from now when no stop comes.
+    fn settle(&self, g: &TaskGpu) -> Settled {
+        if g.settled {
+            return Settled::Idle;
+        }
+        let grace = self.inner.cfg.stop_grace;
+        let marker = (|| -> Result<Event> {
             if let Some(l) = &g.lent {
-                let _ = l.stream.synchronize();
+                g.home.stream.wait_stream(&l.stream)?;
             }
-            let _ = g.home.stream.synchronize();
-            if let Some(l) = g.lent.take() {
-                self.inner.checkin(l);
+            Ok(g.home.stream.record_marker()?)
+        })();
+        let pending = match marker {
+            Ok(e) => e,
+            Err(e) => return Settled::Broken(e),
+        };
+        let bound = crate::timer::after(grace);
+        let task = &self.task;
+        let finished = wait_events(std::slice::from_ref(&pending), || {
+            Ok(stop_grace_over(task, grace) || bound.is_some_and(|b| Instant::now() >= b))
+        });
+        match finished {
+            Ok(true) => Settled::Idle,
+            Ok(false) => Settled::Hung(pending),
+            Err(e) => Settled::Broken(e),
+        }
+    }
+}
+
+impl Drop for TaskContext {
+    /// Returns the lanes: to the pool once their queued work has finished, or — when it does
+    /// not finish within the stop's grace period (or the grace period from now, on a path
+    /// without a stop) — to quarantine, where they stay until it does.
+    fn drop(&mut self) {
+        let Some(mut g) = self.gpu.take() else {
+            return;
+        };
+        g.blas = None;
+        let settled = self.settle(&g);
+        let lane_owner = g.home.owner.clone();
+        let lanes: Vec<Lane> = std::iter::once(g.home).chain(g.lent).collect();
+        match settled {
+            Settled::Idle => {
+                if g.lane_bound {
+                    self.inner.memory.unbind_lane(&lane_owner);
+                }
+                for l in lanes {
+                    self.inner.checkin(l);
+                }
             }
-            self.inner.checkin(g.home);
+            Settled::Hung(pending) => {
+                let bound = g.lane_bound.then_some(lane_owner);
+                self.inner
+                    .quarantine_lanes(&self.task, lanes, pending, bound);
+            }
+            Settled::Broken(e) => {
+                // The context no longer answers: the lanes are not reused (nor destroyed: that
+                // would wait on the driver).
+                self.inner.observe_error(&self.task, &e);
+                if g.lane_bound {
+                    self.inner.memory.unbind_lane(&lane_owner);
+                }
+                std::mem::forget(lanes);
+            }
         }
     }
 }

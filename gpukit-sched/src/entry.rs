@@ -107,20 +107,7 @@ fn version_text(v: i32) -> String {
 
 impl EntryPoints {
     /// Decides from the driver's version and exported symbols.
-    ///
-    /// ```
-    /// use gpukit_sched::entry::{EntryPoints, SymbolTable, Timing};
-    /// struct Cuda12_4;
-    /// impl SymbolTable for Cuda12_4 {
-    ///     fn has(&self, name: &str) -> bool {
-    ///         name != "cuGreenCtxStreamCreate" && name != "cuEventElapsedTime_v2"
-    ///     }
-    /// }
-    /// let e = EntryPoints::detect(12040, &Cuda12_4);
-    /// assert!(e.green.unwrap_err().contains("cuGreenCtxStreamCreate"));
-    /// assert_eq!(e.timing, Timing::V1);
-    /// ```
-    pub fn detect(driver_version: i32, table: &dyn SymbolTable) -> EntryPoints {
+    pub(crate) fn detect(driver_version: i32, table: &dyn SymbolTable) -> EntryPoints {
         let missing: Vec<&str> = GREEN_CONTEXT
             .iter()
             .copied()
@@ -153,7 +140,7 @@ impl EntryPoints {
     /// Reads the loaded driver's version and symbols (`table`: [`LoadedDriver`], or a
     /// [`Without`] for simulations). [`Error::NoDevice`]-free: fails only when the driver
     /// cannot report its version.
-    pub fn probe(table: &dyn SymbolTable) -> Result<EntryPoints> {
+    pub(crate) fn probe(table: &dyn SymbolTable) -> Result<EntryPoints> {
         if !gpukit_jit::libs::driver_present() {
             return Err(Error::Unsupported {
                 what: "the CUDA driver".into(),
@@ -176,7 +163,11 @@ impl EntryPoints {
 
     /// Milliseconds from `start` to `end` (both recorded; waits for them), with the entry
     /// point this driver has.
-    pub fn elapsed_ms(&self, start: &gpukit_core::Event, end: &gpukit_core::Event) -> Result<f32> {
+    pub(crate) fn elapsed_ms(
+        &self,
+        start: &gpukit_core::Event,
+        end: &gpukit_core::Event,
+    ) -> Result<f32> {
         match self.timing {
             Timing::V2 => Ok(start.elapsed_ms(end)?),
             Timing::V1 => {

@@ -33,6 +33,9 @@ pub enum CancelReason {
     Requested,
     /// The scheduler shut down (queued tasks at once, running ones at the shutdown deadline).
     Shutdown,
+    /// Its [`TaskHandle`](crate::TaskHandle) was dropped before the task ended (and was not
+    /// [`detach`](crate::TaskHandle::detach)ed).
+    HandleDropped,
 }
 
 impl std::fmt::Display for CancelReason {
@@ -40,8 +43,63 @@ impl std::fmt::Display for CancelReason {
         f.write_str(match self {
             CancelReason::Requested => "through its handle",
             CancelReason::Shutdown => "by the scheduler's shutdown",
+            CancelReason::HandleDropped => "because its handle was dropped",
         })
     }
+}
+
+/// What holds memory a starting task needs ([`Error::MemoryUnavailable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HolderKind {
+    /// A running task (its commitment, or what it uses above it).
+    Running,
+    /// A running task asked to stop (evicted, cancelled, timed out) that has not reached a
+    /// safe point yet.
+    Stopping,
+    /// A task that has ended: buffers it returned in its result, charged until they are
+    /// dropped.
+    Ended,
+    /// Allocations made outside any task while the scheduler runs.
+    OutsideTasks,
+}
+
+/// One holder of memory a starting task needs ([`Error::MemoryUnavailable`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryHolder {
+    /// The task's name (`None` for allocations outside tasks).
+    pub task: Option<String>,
+    /// The task's id.
+    pub id: Option<u64>,
+    /// Bytes it holds (a running task's commitment counts).
+    pub bytes: u64,
+    /// What it is.
+    pub kind: HolderKind,
+}
+
+impl std::fmt::Display for MemoryHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.kind {
+            HolderKind::Running => "running",
+            HolderKind::Stopping => "asked to stop, no safe point reached",
+            HolderKind::Ended => "ended; buffers it returned",
+            HolderKind::OutsideTasks => "allocations outside tasks",
+        };
+        match (&self.task, self.id) {
+            (Some(t), Some(id)) => write!(f, "task `{t}` (id {id}, {what}): {} bytes", self.bytes),
+            _ => write!(f, "{what}: {} bytes", self.bytes),
+        }
+    }
+}
+
+fn holders_text(holders: &[MemoryHolder]) -> String {
+    if holders.is_empty() {
+        return "nothing the scheduler can name (freed since)".into();
+    }
+    holders
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Everything that can go wrong in gpukit-sched.
@@ -155,20 +213,22 @@ pub enum Error {
         /// How much its pool can ever give.
         available: u64,
     },
-    /// The task was admitted, but tasks evicted to make room for its memory request did not
-    /// release their memory within the stop grace period
-    /// ([`SchedulerConfig::stop_grace`](crate::SchedulerConfig::stop_grace)): they never
-    /// reached a safe point. Everything it held was released; submit it again later.
-    #[error("task `{task}`: {requested} bytes of its memory request were not released within {grace:?} by the evicted task(s) {victims:?} (they reached no safe point)")]
-    PreemptionTimeout {
+    /// The task was admitted, but the memory it was promised did not become free within the
+    /// stop grace period ([`SchedulerConfig::stop_grace`](crate::SchedulerConfig::stop_grace)):
+    /// tasks evicted for it reached no safe point, or the memory is held by what cannot be
+    /// evicted (buffers that ended tasks returned, allocations outside tasks). `holders` names
+    /// each, with its bytes, largest first. Everything the task held was released; submit it
+    /// again once they are freed.
+    #[error("task `{task}`: {missing} bytes of its memory request were not free after waiting {waited:?}; held by {}", holders_text(holders))]
+    MemoryUnavailable {
         /// The task.
         task: String,
         /// Bytes still missing.
-        requested: u64,
-        /// The grace period.
-        grace: Duration,
-        /// Names of the tasks that did not release memory.
-        victims: Vec<String>,
+        missing: u64,
+        /// How long it waited (the grace period).
+        waited: Duration,
+        /// Who holds the memory it needs, largest first.
+        holders: Vec<MemoryHolder>,
     },
     /// The task's closure panicked; everything it held was released.
     #[error("task `{task}` panicked: {message}")]
@@ -219,6 +279,15 @@ pub enum Error {
         action: String,
         /// What went wrong.
         message: String,
+    },
+    /// The scheduler's device context is unusable: a task hit a sticky CUDA error (an illegal
+    /// address, a trap, an uncorrectable ECC error ...), after which every call in the context
+    /// fails. Queued tasks fail with this error and new submissions are refused; only a new
+    /// process gets a working context.
+    #[error("the scheduler's CUDA context is unusable since {cause}; no task can run in it any more: restart the process")]
+    Unhealthy {
+        /// The task and the sticky error that corrupted the context.
+        cause: String,
     },
     /// The scheduler has no device (a CPU-only scheduler, for benches and tests).
     #[error("this scheduler has no device (Scheduler::cpu_only)")]

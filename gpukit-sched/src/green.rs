@@ -9,20 +9,6 @@
 //! Every entry point here is one that older drivers lack; callers pass the
 //! [`EntryPoints`] found for the loaded driver, and nothing here is called unless it says green
 //! contexts are there (cudarc would panic on a missing symbol).
-//!
-//! ```no_run
-//! use gpukit_sched::entry::{EntryPoints, LoadedDriver};
-//! use gpukit_sched::green::{probe, SmSplit};
-//! let dev = gpukit_core::Device::open(0)?;
-//! let entry = EntryPoints::probe(&LoadedDriver)?;
-//! let support = probe(&dev, &entry);
-//! println!("{support:?}");
-//! let split = SmSplit::new(&dev, None, &entry)?;    // H200: 15 groups of 8 + 12 floor SMs
-//! let ctx = split.create(gpukit_sched::GroupSet::first(4), false)?; // 32 SMs
-//! let stream = ctx.create_stream(0)?;
-//! assert_eq!(ctx.sms(), 32);
-//! # Ok::<(), gpukit_sched::Error>(())
-//! ```
 
 use crate::entry::EntryPoints;
 use crate::error::{Error, Result};
@@ -59,12 +45,18 @@ pub struct GreenSupport {
     pub alignment: u32,
 }
 
-fn sm_resource(device: sys::CUdevice) -> Result<sys::CUdevResource> {
+/// The SM resource of `device`.
+///
+/// # Safety
+/// `device` must be the device of a live context of this process (the driver is initialised
+/// for it), and the green-context entry points must exist in the loaded driver
+/// ([`EntryPoints::green`] is `Ok`): cudarc panics on a missing symbol.
+unsafe fn sm_resource(device: sys::CUdevice) -> Result<sys::CUdevResource> {
     // SAFETY: CUdevResource is plain data (an enum tag, padding and a union of plain structs);
     // all-zero is a valid (INVALID-typed) value that the driver overwrites.
     let mut res: sys::CUdevResource = unsafe { std::mem::zeroed() };
-    // SAFETY: `device` came from a live context; `res` is a valid out-pointer. Only called
-    // after the entry points were found in the driver (EntryPoints::green).
+    // SAFETY: `device` is a live context's device and the entry point exists (the caller's
+    // contract); `res` is a valid out-pointer.
     let status = unsafe {
         sys::cuDeviceGetDevResource(
             device,
@@ -103,7 +95,9 @@ pub fn probe(dev: &gpukit_core::Device, entry: &EntryPoints) -> GreenSupport {
         s.reason = why.clone();
         return s;
     }
-    match sm_resource(dev.context().cu_device()) {
+    // SAFETY: the device of the device's primary context (live while `dev` is); the entry
+    // points exist (checked above).
+    match unsafe { sm_resource(dev.context().cu_device()) } {
         Ok(r) => {
             let (count, min, align) = sm_fields(&r);
             s.total_sms = count;
@@ -143,21 +137,11 @@ impl std::fmt::Debug for SmSplit {
 
 impl SmSplit {
     /// Splits `dev`'s SMs into groups of `group_size` SMs (default: the driver's minimum
-    /// partition size, 8 on Hopper) with `cuDevSmResourceSplitByCount`. A group size the
-    /// driver does not allow is [`Error::InvalidSpec`]; missing green contexts are
-    /// [`Error::Unsupported`].
+    /// partition size, 8 on Hopper) with `cuDevSmResourceSplitByCount`, optionally ignoring
+    /// the SMs the split leaves over (as on a GPU whose split has none: the last group becomes
+    /// the floor). A group size the driver does not allow is [`Error::InvalidSpec`]; missing
+    /// green contexts are [`Error::Unsupported`].
     pub fn new(
-        dev: &gpukit_core::Device,
-        group_size: Option<u32>,
-        entry: &EntryPoints,
-    ) -> Result<SmSplit> {
-        SmSplit::with_options(dev, group_size, entry, false)
-    }
-
-    /// [`new`](Self::new), optionally ignoring the SMs the split leaves over (as on a GPU
-    /// whose split has none: the last group becomes the floor).
-    #[doc(hidden)]
-    pub fn with_options(
         dev: &gpukit_core::Device,
         group_size: Option<u32>,
         entry: &EntryPoints,
@@ -177,7 +161,9 @@ impl SmSplit {
             source: e,
         })?;
         let device = primary.cu_device();
-        let input = sm_resource(device)?;
+        // SAFETY: the primary context's device (bound above); the entry points exist
+        // (`support.available` is only true when EntryPoints::green is Ok).
+        let input = unsafe { sm_resource(device) }?;
         let min = support.min_partition.max(1);
         let size = group_size.unwrap_or(min);
         if size < min || !size.is_multiple_of(support.alignment.max(1)) {
@@ -409,27 +395,9 @@ impl GreenContext {
     pub fn sms(&self) -> u32 {
         self.sms
     }
-    /// Its groups.
-    pub fn groups(&self) -> GroupSet {
-        self.groups
-    }
-    /// Whether it includes the remainder SMs.
-    pub fn with_remainder(&self) -> bool {
-        self.with_remainder
-    }
     /// The `CUcontext` handle representing it (for raw driver calls).
     pub fn cu_ctx(&self) -> sys::CUcontext {
         self.inner.cu_ctx
-    }
-
-    /// Makes it current on this thread (raw launches and event creation need that).
-    pub fn make_current(&self) -> Result<()> {
-        make_current(self.inner.cu_ctx)
-    }
-
-    /// Makes the context `ctx` (from [`GreenStream::cu_ctx`]) current on this thread.
-    pub fn make_current_raw(ctx: sys::CUcontext) -> Result<()> {
-        make_current(ctx)
     }
 
     /// A new non-blocking stream of this green context with `priority` (lower runs first).
@@ -455,19 +423,25 @@ impl GreenContext {
         Ok(GreenStream {
             raw,
             cuda,
-            green: self.inner.clone(),
+            _green: self.inner.clone(),
         })
     }
 }
 
-pub(crate) fn make_current(ctx: sys::CUcontext) -> Result<()> {
+/// Makes `ctx` this thread's current context (no driver call when it already is).
+///
+/// # Safety
+/// `ctx` must be a live context of this process (a green context or a primary context that
+/// the caller keeps alive at least until it stops using it on this thread): a destroyed
+/// handle made current is undefined behaviour in the driver.
+pub(crate) unsafe fn make_current(ctx: sys::CUcontext) -> Result<()> {
     let mut cur: sys::CUcontext = std::ptr::null_mut();
     // SAFETY: valid out-pointer.
     check("cuCtxGetCurrent", "reading the current context", unsafe {
         sys::cuCtxGetCurrent(&mut cur)
     })?;
     if cur != ctx {
-        // SAFETY: `ctx` is a live context handle (a green context held by the caller).
+        // SAFETY: `ctx` is a live context (the caller's contract).
         let status = unsafe { sys::cuCtxSetCurrent(ctx) };
         check("cuCtxSetCurrent", "making a green context current", status)?;
     }
@@ -481,7 +455,8 @@ pub(crate) fn make_current(ctx: sys::CUcontext) -> Result<()> {
 pub struct GreenStream {
     raw: sys::CUstream,
     cuda: Arc<CudaStream>,
-    green: Arc<GreenInner>,
+    /// Keeps the green context alive until the stream is destroyed.
+    _green: Arc<GreenInner>,
 }
 
 // SAFETY: CUDA streams may be used from any thread; the green context is kept alive.
@@ -496,28 +471,10 @@ impl std::fmt::Debug for GreenStream {
 }
 
 impl GreenStream {
-    /// The raw handle.
-    pub fn raw(&self) -> sys::CUstream {
-        self.raw
-    }
     /// A cudarc wrapper (whose context is the device's primary context, as gpukit-core's
-    /// stream scopes expect).
+    /// stream scopes expect). It does not own the stream: see the type's docs.
     pub fn cuda(&self) -> &Arc<CudaStream> {
         &self.cuda
-    }
-    /// The green context's `CUcontext`.
-    pub fn cu_ctx(&self) -> sys::CUcontext {
-        self.green.cu_ctx
-    }
-    /// Blocks until the stream's work is done.
-    pub fn synchronize(&self) -> Result<()> {
-        // SAFETY: live stream.
-        let status = unsafe { sys::cuStreamSynchronize(self.raw) };
-        check(
-            "cuStreamSynchronize",
-            "synchronizing a green-context stream",
-            status,
-        )
     }
 }
 

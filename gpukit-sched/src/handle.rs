@@ -15,7 +15,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-/// The handle of a submitted task. Dropping it does not stop the task.
+/// The handle of a submitted task.
+///
+/// **Dropping a handle cancels its task** (as [`cancel`](Self::cancel) does, with
+/// [`CancelReason::HandleDropped`]) unless the task has ended: a service that gives up on a
+/// task — a timeout around the future, an early return — leaks no GPU work. For
+/// fire-and-forget, [`detach`](Self::detach) the handle: the task runs to its end and its
+/// value is dropped then. [`wait`](Self::wait) and awaiting the future consume the outcome,
+/// after which dropping the handle changes nothing.
 ///
 /// ```no_run
 /// # async fn doc(sched: &gpukit_sched::Scheduler) -> gpukit_sched::Result<()> {
@@ -29,6 +36,17 @@ pub struct TaskHandle<T> {
     pub(crate) value: Arc<Mutex<Option<T>>>,
     pub(crate) admission: Admission,
     pub(crate) inner: Arc<Inner>,
+    /// Set by [`detach`](Self::detach): dropping does not cancel.
+    pub(crate) detached: bool,
+}
+
+impl<T> Drop for TaskHandle<T> {
+    fn drop(&mut self) {
+        if !self.detached && !self.task.status.lock().resolved {
+            self.inner
+                .cancel(&self.task, Stop::Cancel(CancelReason::HandleDropped));
+        }
+    }
 }
 
 impl<T> std::fmt::Debug for TaskHandle<T> {
@@ -76,8 +94,8 @@ impl<T> TaskHandle<T> {
     ///   channel): a worker runs it before it takes its next task.
     ///
     /// Callbacks run in the order they were registered, after blocking waiters were woken.
-    /// The outcome is still there for [`wait`](Self::wait) or [`take_result`]
-    /// (Self::take_result). A panic in `f` is contained (caught, counted in
+    /// The outcome is still there for [`wait`](Self::wait) or
+    /// [`take_result`](Self::take_result). A panic in `f` is contained (caught, counted in
     /// [`SchedulerStats::callback_panics`](crate::SchedulerStats::callback_panics)); it never
     /// reaches the scheduler thread's other work, nor the caller when `f` runs at once.
     pub fn on_complete(&self, f: impl FnOnce(TaskState) + Send + 'static) {
@@ -114,8 +132,8 @@ impl<T> TaskHandle<T> {
     }
 
     /// The outcome, moved out, once the task has it: `None` while it has none;
-    /// `Some(Err(Error::ResultTaken))` when it was already taken (by this, [`wait`]
-    /// (Self::wait) or the future).
+    /// `Some(Err(Error::ResultTaken))` when it was already taken (by this,
+    /// [`wait`](Self::wait) or the future).
     pub fn take_result(&self) -> Option<Result<T>> {
         if !self.is_done() {
             return None;
@@ -123,9 +141,16 @@ impl<T> TaskHandle<T> {
         Some(self.take())
     }
 
+    /// Lets the task run to its end without a handle (fire-and-forget): dropping a handle
+    /// otherwise cancels its task. The task's value, if any, is dropped when it ends.
+    pub fn detach(mut self) {
+        self.detached = true;
+    }
+
     /// Cancels the task. A queued task ends [`TaskState::Cancelled`] at once; a running one
-    /// at its next safe point (allocation, launch, [`TaskContext::check`]
-    /// (crate::TaskContext::check)), or — if it reaches none — when the stop grace period
+    /// at its next safe point (allocation, launch,
+    /// [`TaskContext::check`](crate::TaskContext::check)), or — if it reaches none — when the
+    /// stop grace period
     /// ([`SchedulerConfig::stop_grace`](crate::SchedulerConfig::stop_grace)) has passed
     /// (detached). A closure that returns `Ok` before seeing the cancellation keeps its
     /// result. Returns false when the task had already ended or was already asked to stop.

@@ -1,25 +1,45 @@
 //! Lanes: the streams tasks run on (a green-context stream over a set of SM groups, or a
 //! plain stream of the primary context in the pacing fallback), pooled because a green
-//! context costs about 1 ms to create. The pool is bounded: past
+//! context costs about 1 ms to create. Each lane has an allocation owner of its own for its
+//! cuBLAS workspace (the shared handle of its stream), charged to the task that uses it.
+//!
+//! # A lane is destroyed only when nothing else can use its stream
+//! A green-context stream is destroyed with its lane, and every clone of its
+//! [`Stream`](gpukit_core::Stream) — [`TaskContext::stream`](crate::TaskContext::stream),
+//! buffers ordered on it (`used_on`), gpukit-core's allocator and handle cache — is a clone of
+//! the same `Arc<CudaStream>`. The pool is bounded: past
 //! [`SchedulerConfig::max_cached_lanes`](crate::SchedulerConfig::max_cached_lanes) idle lanes
-//! the least recently used one is destroyed, once gpukit-core's allocator has let go of its
-//! stream ([`gpukit_core::Allocator::release_stream`]); a lane whose stream still orders live
-//! buffers is kept aside until they are freed.
+//! the least recently used one is destroyed once (1) the handle cache has dropped the
+//! stream's handles, (2) the allocator has let go of the stream, and (3) no other clone of
+//! the stream exists. Until then it is kept aside and retried; when the scheduler goes, the
+//! lanes still referenced move to a process-wide list that is retried the same way. A
+//! quarantined lane (its work never ended) is never destroyed (that would wait for the work).
 
 use crate::error::Result;
 use crate::green::{GreenContext, GreenStream, SmSplit};
 use crate::sm::GroupSet;
 use cudarc::driver::sys;
-use gpukit_core::{Allocator, Device, Stream};
+use gpukit_core::{Allocator, Device, OwnerId, Stream};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Which lane: a green context over groups (and the floor SMs), or the primary context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum LaneKey {
     Green(GroupSet, bool),
     Primary,
+}
+
+impl LaneKey {
+    /// The SM groups the lane's work runs on (none for the primary context's lanes).
+    pub fn groups(self) -> GroupSet {
+        match self {
+            LaneKey::Green(g, _) => g,
+            LaneKey::Primary => GroupSet::EMPTY,
+        }
+    }
 }
 
 /// A stream a task can run on.
@@ -33,6 +53,8 @@ pub(crate) struct Lane {
     /// SMs the stream's kernels may run on.
     pub sms: u32,
     pub key: LaneKey,
+    /// The allocation owner of the lane's cuBLAS workspace.
+    pub owner: OwnerId,
     _green: Option<(GreenStream, GreenContext)>,
 }
 
@@ -41,6 +63,14 @@ pub(crate) struct Lane {
 unsafe impl Send for Lane {}
 // SAFETY: as above; a Lane is used by one task at a time and only read through `&`.
 unsafe impl Sync for Lane {}
+
+fn lane_owner() -> OwnerId {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    OwnerId::new(&format!(
+        "sched-lane-{}",
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
 
 impl Lane {
     /// The raw stream handle.
@@ -57,6 +87,7 @@ impl Lane {
             ctx: gc.cu_ctx(),
             sms: gc.sms(),
             key: LaneKey::Green(groups, floor),
+            owner: lane_owner(),
             _green: Some((gs, gc)),
         })
     }
@@ -68,8 +99,23 @@ impl Lane {
             ctx: dev.context().cu_ctx(),
             sms: dev.multiprocessor_count(),
             key: LaneKey::Primary,
+            owner: lane_owner(),
             _green: None,
         })
+    }
+
+    /// Whether destroying the lane leaves no clone of its stream behind. A green lane's
+    /// stream is borrowed by cudarc (the lane destroys it): only the lane's own two
+    /// references may remain (the green stream's and `stream`'s). A primary-context lane's
+    /// stream is owned by cudarc and lives as long as any clone: always true.
+    fn unreferenced(&self) -> bool {
+        match &self._green {
+            None => true,
+            Some(_) => {
+                let s = self.stream.cuda();
+                Arc::strong_count(s) == 2 && Arc::weak_count(s) == 0
+            }
+        }
     }
 }
 
@@ -77,8 +123,43 @@ impl Lane {
 struct Cache {
     /// Idle lanes, least recently used first.
     idle: VecDeque<Lane>,
-    /// Evicted lanes whose streams still order live buffers.
+    /// Lanes past the bound that could not be destroyed yet (see the module docs).
     held: Vec<Lane>,
+}
+
+/// Lanes of schedulers that have gone but whose streams were still referenced.
+static ORPHANS: Mutex<Vec<(Lane, Option<Allocator>)>> = Mutex::new(Vec::new());
+
+/// Destroys `lane` if nothing else can use its stream (see the module docs); gives it back
+/// otherwise.
+fn try_destroy(lane: Lane, alloc: Option<&Allocator>) -> std::result::Result<(), Lane> {
+    if !gpukit_core::handles::release_stream(&lane.stream) {
+        return Err(lane);
+    }
+    if let Some(a) = alloc {
+        if !matches!(a.release_stream(&lane.stream), Ok(true)) {
+            return Err(lane);
+        }
+    }
+    if !lane.unreferenced() {
+        return Err(lane);
+    }
+    drop(lane);
+    Ok(())
+}
+
+/// Retries the orphaned lanes of earlier schedulers.
+fn sweep_orphans() {
+    let mut orphans = ORPHANS.lock();
+    if orphans.is_empty() {
+        return;
+    }
+    let all = std::mem::take(&mut *orphans);
+    for (lane, alloc) in all {
+        if let Err(lane) = try_destroy(lane, alloc.as_ref()) {
+            orphans.push((lane, alloc));
+        }
+    }
 }
 
 /// The bounded pool of idle lanes.
@@ -86,6 +167,7 @@ pub(crate) struct Lanes {
     cache: Mutex<Cache>,
     cap: usize,
     created: AtomicU64,
+    destroyed: AtomicU64,
     /// The device's allocator (None without a device): streams are destroyed only once it has
     /// let go of them.
     alloc: Option<Allocator>,
@@ -97,6 +179,7 @@ impl Lanes {
             cache: Mutex::new(Cache::default()),
             cap,
             created: AtomicU64::new(0),
+            destroyed: AtomicU64::new(0),
             alloc,
         }
     }
@@ -116,12 +199,10 @@ impl Lanes {
         Ok(lane)
     }
 
-    /// Returns a lane; past the cap the least recently used idle lanes go (see the module
-    /// docs). Lanes are dropped outside the pool's lock (destroying one waits for its stream).
+    /// Returns a lane whose queued work has finished; past the cap the least recently used
+    /// idle lanes go (see the module docs). Lanes are destroyed outside the pool's lock.
     pub fn checkin(&self, lane: Lane) {
-        let alloc = self.alloc.as_ref();
-        let mut drop_now = Vec::new();
-        {
+        let candidates = {
             let mut c = self.cache.lock();
             c.idle.push_back(lane);
             while c.idle.len() > self.cap {
@@ -130,17 +211,22 @@ impl Lanes {
                 };
                 c.held.push(old);
             }
-            if let Some(a) = alloc {
-                let held = std::mem::take(&mut c.held);
-                for l in held {
-                    match a.release_stream(&l.stream) {
-                        Ok(true) => drop_now.push(l),
-                        _ => c.held.push(l),
-                    }
+            std::mem::take(&mut c.held)
+        };
+        if candidates.is_empty() {
+            return;
+        }
+        let mut kept = Vec::new();
+        for l in candidates {
+            match try_destroy(l, self.alloc.as_ref()) {
+                Ok(()) => {
+                    self.destroyed.fetch_add(1, Ordering::Relaxed);
                 }
+                Err(l) => kept.push(l),
             }
         }
-        drop(drop_now);
+        self.cache.lock().held.extend(kept);
+        sweep_orphans();
     }
 
     /// Lanes created so far.
@@ -148,15 +234,24 @@ impl Lanes {
         self.created.load(Ordering::Relaxed)
     }
 
+    /// Lanes destroyed so far.
+    pub fn destroyed(&self) -> u64 {
+        self.destroyed.load(Ordering::Relaxed)
+    }
+
     /// Idle lanes cached now.
     pub fn cached(&self) -> usize {
         self.cache.lock().idle.len()
     }
 
-    /// Destroys every idle lane the allocator lets go of; the others are leaked on purpose (a
-    /// buffer still alive is ordered on their streams, and the allocator may order a later
-    /// allocation after them). Returns how many were kept. Lanes checked out (a detached
-    /// task's) are not touched; they come back to the pool, and are drained with it on drop.
+    /// Lanes past the bound kept because their streams are still referenced.
+    pub fn held(&self) -> usize {
+        self.cache.lock().held.len()
+    }
+
+    /// Destroys every idle lane nothing else references; the others become orphans, retried
+    /// by later schedulers' pools (see the module docs). Lanes checked out (a detached task's)
+    /// are not touched. Returns how many were kept.
     pub fn drain(&self) -> usize {
         let lanes: Vec<Lane> = {
             let mut c = self.cache.lock();
@@ -165,17 +260,17 @@ impl Lanes {
         };
         let mut kept = 0;
         for l in lanes {
-            let released = self
-                .alloc
-                .as_ref()
-                .is_none_or(|a| matches!(a.release_stream(&l.stream), Ok(true)));
-            if released {
-                drop(l);
-            } else {
-                kept += 1;
-                std::mem::forget(l);
+            match try_destroy(l, self.alloc.as_ref()) {
+                Ok(()) => {
+                    self.destroyed.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(l) => {
+                    kept += 1;
+                    ORPHANS.lock().push((l, self.alloc.clone()));
+                }
             }
         }
+        sweep_orphans();
         kept
     }
 }

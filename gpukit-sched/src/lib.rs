@@ -17,10 +17,10 @@
 //! - **Without green contexts** (an older driver, a failed split, or `green_contexts(false)`
 //!   in [`SchedulerConfig`]) the groups are virtual shares of GPU time,
 //!   admitted and lent by the same rules, and launches are paced by measured GPU time
-//!   ([`pacer`]): a BestEffort task alone on an idle GPU is lent everything and not slowed,
+//!   (module `pacer`): a BestEffort task alone on an idle GPU is lent everything and not slowed,
 //!   each Guaranteed task keeps its share. [`Scheduler::mechanism`] says which is in force and
 //!   why.
-//! - **Memory** is a ledger ([`ledger`]) installed in gpukit-core's allocator: every allocation
+//! - **Memory** is a ledger (module `ledger`) installed in gpukit-core's allocator: every allocation
 //!   is checked and charged in one step (concurrent allocations cannot overrun it), buffers a
 //!   task returns stay charged until freed, requests are committed at admission (a Guaranteed
 //!   task's allocations never fail), limits are hard, memory above requests is shared, and
@@ -36,8 +36,9 @@
 //! - A panic in the closure ([`Error::Panicked`]) or anywhere in the scheduler's own handling
 //!   of the task ([`Error::Internal`]) ends that task with everything it held released; the
 //!   worker takes the next task.
-//! - Driver entry points that older drivers lack are looked up before use ([`entry`]); the
-//!   scheduler degrades (pacing fallback, older timing call) and says why.
+//! - Driver entry points that older drivers lack are looked up before use (module `entry`,
+//!   [`EntryPoints`]); the scheduler degrades (pacing fallback, older timing call) and says
+//!   why.
 //! - A stop — [`TaskHandle::cancel`], a timeout, an eviction, [`Scheduler::shutdown`] — takes
 //!   effect at the task's next *safe point* (launch, allocation, [`TaskContext::check`],
 //!   [`TaskContext::synchronize`]): the task ends in that stop's state. A closure that reaches
@@ -45,8 +46,27 @@
 //!   completes with the stop's outcome at that bound while its thread and resources stay taken
 //!   (and reported) until it returns. A closure that returns `Ok` first keeps its result.
 //! - A starting task waits at most the grace period for evicted tasks to free its memory, then
-//!   fails with [`Error::PreemptionTimeout`] naming them. Queued deadlines expire on a timer
-//!   ([`Error::DeadlineExpired`]).
+//!   fails with [`Error::MemoryUnavailable`] naming what holds it. An evicted task cannot keep
+//!   that memory by returning it in an `Ok` result: the result is dropped and the task ends
+//!   [`TaskState::Preempted`]. Queued deadlines expire on a timer
+//!   ([`Error::DeadlineExpired`]). Any duration is accepted (one too large for the clock
+//!   never comes), and the timer thread survives a panic of its own.
+//! - **A kernel that never ends** blocks nothing: the scheduler never waits in the driver
+//!   without a bound (it polls; [`TaskContext::synchronize`] is a safe point while it waits,
+//!   the pacing token is polled too). Once the task has been asked to stop and the grace
+//!   period is over, its work is taken for hung: the task gets the stop's outcome, its worker
+//!   is free, and its lanes are *quarantined* — their memory is never given to another stream,
+//!   the task keeps its SM groups (and lent groups its work may occupy) and its memory
+//!   commitment, and gives up the pacing token. [`TaskStats::quarantined`] and the metrics
+//!   say so; if the work ends after all, everything comes back. A wait inside the closure that
+//!   the scheduler does not see (a driver `synchronize`) makes the task *detached* instead.
+//! - **A sticky CUDA error** (an illegal address, a trap, an uncorrectable ECC error ...)
+//!   corrupts the context for good: the first one a task ends with makes the scheduler
+//!   unhealthy — queued tasks fail and submissions are refused with [`Error::Unhealthy`]
+//!   naming the task and the error ([`SchedulerStats::unhealthy`], metric
+//!   `gpukit_sched_healthy`). Restart the process.
+//! - Dropping a [`TaskHandle`] cancels its task (a service that gives up leaks no GPU work);
+//!   [`TaskHandle::detach`] is fire-and-forget.
 //!
 //! # A service author's API
 //! [`TaskHandle`] is a [`Future`](std::future::Future) (no executor assumed) beside the blocking
@@ -60,12 +80,13 @@
 //! text format, per task and per partition); graceful [`Scheduler::shutdown`] with a deadline.
 //!
 //! # Layout
-//! Pure, deterministic logic tested without a GPU: [`plan`] (admission, queue, groups,
-//! lending), [`ledger`] (memory), [`pacer`] (budgets), [`entry`] (which driver calls exist).
-//! The running scheduler: `scheduler` (state, submit, stops, stats, shutdown), `workers` (a
-//! task's run, panic containment), `timer`, `task` (one outcome per task), `handle`, `context`,
-//! `lanes` (bounded pool of green-context streams), `memory` (the allocation hook and
-//! eviction), `stats`; [`green`] wraps the driver's green-context calls.
+//! Pure, deterministic logic tested without a GPU (private modules, tested by their unit
+//! tests): `plan` (admission, queue, groups, lending), `ledger` (memory), `pacer` (budgets),
+//! `entry` (which driver calls exist). The running scheduler: `scheduler` (state, submit,
+//! stops, stats, shutdown), `workers` (a task's run, panic containment), `timer`, `task` (one
+//! outcome per task), `handle`, `context`, `lanes` (bounded pool of green-context streams),
+//! `memory` (the allocation hook and eviction), `stats`; `green` wraps the driver's
+//! green-context calls.
 //!
 //! # What to know when using it
 //! - On the H200 (driver 580) the split gives **15 groups of 8 SMs and 12 floor SMs** (not
@@ -100,17 +121,20 @@
 mod bytes;
 mod config;
 mod context;
-pub mod entry;
+mod entry;
 mod error;
-pub mod green;
+mod green;
 mod handle;
-pub mod kernels;
+mod health;
 mod lanes;
-pub mod ledger;
+mod ledger;
 mod memory;
-pub mod pacer;
+mod multi;
+mod pacer;
 mod partitions;
-pub mod plan;
+mod placement;
+mod plan;
+mod quarantine;
 mod scheduler;
 mod sm;
 mod spec;
@@ -122,13 +146,15 @@ mod workers;
 pub use bytes::{format_bytes, parse_bytes, ByteSize};
 pub use config::{PanicPoint, SchedulerConfig};
 pub use context::{MemoryReservation, TaskContext};
-pub use error::{CancelReason, Error, Resource, Result};
+pub use entry::{EntryPoints, Timing};
+pub use error::{CancelReason, Error, HolderKind, MemoryHolder, Resource, Result};
 pub use handle::TaskHandle;
 pub use ledger::PoolMemory;
+pub use multi::MultiScheduler;
 pub use partitions::Partition;
 pub use plan::{Admission, Grant, PoolInfo, TaskId};
 pub use scheduler::{Scheduler, ShutdownReport};
 pub use sm::{ComputeGrant, GroupSet, Mechanism, SmLayout};
 pub use spec::{QosClass, ResolvedSpec, TaskSpec};
-pub use stats::{PartitionStats, SchedulerStats, TaskStats};
+pub use stats::{Histogram, PartitionStats, SchedulerStats, TaskStats, TIME_BUCKETS};
 pub use task::TaskState;

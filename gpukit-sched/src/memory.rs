@@ -2,7 +2,7 @@
 //! gpukit-core's [`AllocLedger`] (each allocation is checked and charged in one call, each
 //! free is credited), and a starting task's wait for evicted tasks to release memory.
 
-use crate::error::Error;
+use crate::error::{Error, MemoryHolder};
 use crate::ledger::{EntrySpec, Ledger, PoolMemory, Refusal};
 use crate::plan::TaskId;
 use gpukit_core::alloc::AllocLedger;
@@ -47,6 +47,17 @@ impl Memory {
         self.freed.notify_all();
     }
 
+    /// See [`Ledger::bind_lane`].
+    pub fn bind_lane(&self, lane: &OwnerId, task: &OwnerId) -> Result<(), Refusal> {
+        self.ledger.lock().bind_lane(lane, task)
+    }
+
+    /// See [`Ledger::unbind_lane`].
+    pub fn unbind_lane(&self, lane: &OwnerId) {
+        self.ledger.lock().unbind_lane(lane);
+        self.freed.notify_all();
+    }
+
     pub fn usage(&self, owner: &OwnerId) -> (u64, u64) {
         self.ledger.lock().usage(owner).unwrap_or((0, 0))
     }
@@ -63,19 +74,19 @@ impl Memory {
 
     /// Waits until `owner`'s starting task fits beside the others, asking `evict` to stop
     /// the victims the ledger names (called without the ledger's lock). Gives up at
-    /// `deadline` with the bytes still missing and who holds them, or at once (with nothing
-    /// missing) when `stopped` says the starting task itself was asked to stop.
+    /// `deadline` (`None`: no bound) with the bytes still missing and who holds them, or at
+    /// once (with nothing missing) when `stopped` says the starting task itself was asked to
+    /// stop.
     pub fn make_room(
         &self,
         owner: &OwnerId,
-        deadline: Instant,
+        deadline: Option<Instant>,
         mut evict: impl FnMut(&[TaskId]),
         stopped: impl Fn() -> bool,
-    ) -> Result<(), (u64, Vec<TaskId>)> {
-        let mut asked: Vec<TaskId> = Vec::new();
+    ) -> Result<(), (u64, Vec<MemoryHolder>)> {
         loop {
             if stopped() {
-                return Err((0, asked));
+                return Err((0, Vec::new()));
             }
             let (short, victims) = {
                 let l = self.ledger.lock();
@@ -86,15 +97,16 @@ impl Memory {
             }
             if !victims.is_empty() {
                 evict(&victims);
-                asked.extend(victims);
             }
             let now = Instant::now();
-            if now >= deadline {
-                return Err((short, asked));
+            if deadline.is_some_and(|d| now >= d) {
+                let l = self.ledger.lock();
+                return Err((l.shortfall(owner), l.holders(owner)));
             }
             // Re-check at least every 10 ms: a release may land between the check and the wait.
             let mut l = self.ledger.lock();
-            let until = deadline.min(now + Duration::from_millis(10));
+            let tick = now + Duration::from_millis(10);
+            let until = deadline.map_or(tick, |d| d.min(tick));
             self.freed.wait_until(&mut l, until);
         }
     }

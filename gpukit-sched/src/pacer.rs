@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 const BURST_MS: f64 = 2.0;
 /// The window halves once it is this long (ms).
 const WINDOW_MS: f64 = 1000.0;
+/// Intervals pending (not complete) before a pacing point waits for the oldest.
+const MAX_PENDING: usize = 32;
 
 /// The budget of one paced task: pure arithmetic over measured GPU time and wall time.
 #[derive(Debug, Clone)]
@@ -45,6 +47,7 @@ impl Budget {
     }
 
     /// The duty.
+    #[cfg(test)]
     pub fn duty(&self) -> f64 {
         self.duty
     }
@@ -77,18 +80,6 @@ impl Budget {
     }
 
     /// How long the next pacing point must wait at `now` (zero when within budget).
-    ///
-    /// ```
-    /// use gpukit_sched::pacer::Budget;
-    /// use std::time::{Duration, Instant};
-    /// let t0 = Instant::now();
-    /// let mut b = Budget::new(0.25, t0);
-    /// b.charge(52.0, t0 + Duration::from_millis(100));
-    /// // 52 ms busy at a quarter duty needs (52 - 2) / 0.25 = 200 ms of wall time.
-    /// let w = b.wait(t0 + Duration::from_millis(100));
-    /// assert!((w.as_secs_f64() * 1e3 - 100.0).abs() < 1e-6);
-    /// assert_eq!(b.wait(t0 + Duration::from_millis(200)), Duration::ZERO);
-    /// ```
     pub fn wait(&self, now: Instant) -> Duration {
         if self.unlimited() {
             return Duration::ZERO;
@@ -111,10 +102,23 @@ fn clamp(duty: f64) -> f64 {
     }
 }
 
-/// Serializes paced kernels on a device: holds the end event of the last one.
+/// Serializes paced kernels on a device: holds the end event of the last one, and whose it
+/// is. A launch waits for it by polling (a stop request ends the wait); a task whose work is
+/// quarantined (its kernel does not end) gives the token up ([`abandon`](Self::abandon)), so
+/// no other task waits for that kernel.
 #[derive(Default)]
 pub(crate) struct Token {
-    last: parking_lot::Mutex<Option<gpukit_core::Event>>,
+    last: parking_lot::Mutex<Option<(crate::plan::TaskId, gpukit_core::Event)>>,
+}
+
+impl Token {
+    /// Forgets the last paced kernel if it is `task`'s.
+    pub(crate) fn abandon(&self, task: crate::plan::TaskId) {
+        let mut last = self.last.lock();
+        if last.as_ref().is_some_and(|(t, _)| *t == task) {
+            *last = None;
+        }
+    }
 }
 
 /// Events of a task's pacing points, harvested into its [`Budget`].
@@ -143,10 +147,23 @@ impl Pacer {
         !self.budget.unlimited()
     }
 
-    /// Charges every completed interval (waiting for the oldest when many are pending).
-    pub(crate) fn harvest(&mut self, entry: &crate::entry::EntryPoints) -> crate::Result<()> {
+    /// Charges every completed interval; with [`MAX_PENDING`] intervals pending, first waits
+    /// for the oldest (a task cannot run far ahead of what it has been charged). The wait
+    /// polls and is a safe point of `task`: a stop ends it, even when a kernel never ends.
+    pub(crate) fn harvest(
+        &mut self,
+        entry: &crate::entry::EntryPoints,
+        task: &crate::task::Task,
+    ) -> crate::Result<()> {
+        if self.pairs.len() >= MAX_PENDING {
+            if let Some((_, b)) = self.pairs.front() {
+                crate::context::wait_events(std::slice::from_ref(b), || {
+                    task.safe_point().map(|()| false)
+                })?;
+            }
+        }
         while let Some((a, b)) = self.pairs.front() {
-            if !b.is_complete()? && self.pairs.len() < 32 {
+            if !b.is_complete()? {
                 break;
             }
             let ms = entry.elapsed_ms(a, b)? as f64;
@@ -174,19 +191,31 @@ impl Pacer {
     }
 
     /// Runs `launch` bracketed by events (and, serialized, after the previous paced kernel of
-    /// any task has finished).
+    /// any task has finished: polled, so that a stop request of `task` ends the wait, and a
+    /// kernel that never ends stops being waited for once its task is quarantined).
     pub(crate) fn launch(
         &mut self,
         stream: &gpukit_core::Stream,
         token: &Token,
+        task: &crate::task::Task,
         launch: impl FnOnce() -> crate::Result<()>,
     ) -> crate::Result<()> {
         let mut held = if self.serialize {
-            let mut t = token.last.lock();
-            if let Some(prev) = t.take() {
-                prev.synchronize()?;
+            let mut poll = crate::context::Backoff::new();
+            loop {
+                let mut t = token.last.lock();
+                let free = match &*t {
+                    None => true,
+                    Some((_, prev)) => prev.is_complete()?,
+                };
+                if free {
+                    *t = None;
+                    break Some(t);
+                }
+                drop(t);
+                task.safe_point()?;
+                poll.pause();
             }
-            Some(t)
         } else {
             None
         };
@@ -200,7 +229,7 @@ impl Pacer {
         launch()?;
         let end = stream.record()?;
         if let Some(t) = held.as_mut() {
-            **t = Some(end.clone());
+            **t = Some((task.id, end.clone()));
         }
         drop(held);
         self.pairs.push_back((begin, end.clone()));
@@ -212,6 +241,17 @@ impl Pacer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quarter_duty_waits_for_four_times_its_busy_time() {
+        let t0 = Instant::now();
+        let mut b = Budget::new(0.25, t0);
+        b.charge(52.0, t0 + Duration::from_millis(100));
+        // 52 ms busy at a quarter duty needs (52 - 2) / 0.25 = 200 ms of wall time.
+        let w = b.wait(t0 + Duration::from_millis(100));
+        assert!((w.as_secs_f64() * 1e3 - 100.0).abs() < 1e-6);
+        assert_eq!(b.wait(t0 + Duration::from_millis(200)), Duration::ZERO);
+    }
 
     #[test]
     fn duty_changes_start_a_new_window() {

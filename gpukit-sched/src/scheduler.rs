@@ -15,7 +15,7 @@ use crate::memory::{Hook, Memory};
 use crate::plan::{Admission, Event, Grant, Planner, PlannerConfig, Rejection, TaskId};
 use crate::sm::{GroupSet, Mechanism, SmLayout};
 use crate::spec::{QosClass, TaskSpec};
-use crate::stats::{SchedulerStats, TaskStats};
+use crate::stats::{qos_index, Histogram, SchedulerStats, TaskStats};
 use crate::task::{panic_message, Ended, Stop, Task, TaskState};
 use crate::workers::{Handoff, Pending, Workers};
 use gpukit_core::alloc::AllocLedger;
@@ -103,6 +103,10 @@ pub(crate) struct State {
     pub evictions_total: u64,
     pub pool_evictions: BTreeMap<Option<String>, u64>,
     pub outbox: Vec<Pending>,
+    /// Jobs of tasks that ended before they ran: dropped once the lock is released (a
+    /// closure's captures are user code; a dropped [`TaskHandle`] among them cancels its
+    /// task, which takes this lock).
+    pub dropped: Vec<Pending>,
     pub submitted: u64,
     pub ended: [u64; 7],
     pub shutting_down: bool,
@@ -113,6 +117,10 @@ pub(crate) struct State {
     /// Tasks that got their outcome under the lock: their waiters are woken once it is
     /// released ([`Inner::release`]).
     pub notify: Vec<Arc<Task>>,
+    /// Queue wait, run time and GPU seconds by QoS class (see [`crate::stats::QOS_ORDER`]).
+    pub queue_wait: [Histogram; 3],
+    pub run_time: [Histogram; 3],
+    pub gpu_seconds: [f64; 3],
 }
 
 /// The device side of a scheduler.
@@ -125,6 +133,8 @@ pub(crate) struct Gpu {
 
 pub(crate) struct Inner {
     pub gpu: Option<Gpu>,
+    /// The device's ordinal (a CPU-only scheduler's simulated one).
+    pub ordinal: usize,
     pub cfg: SchedulerConfig,
     epoch: Instant,
     pub state: Mutex<State>,
@@ -141,6 +151,14 @@ pub(crate) struct Inner {
     pub kernels_total: AtomicU64,
     /// Completion callbacks (and wakers) that panicked; each was contained.
     pub callback_panics: AtomicU64,
+    /// Timer passes that panicked (contained; the timer thread lives on).
+    pub timer_panics: AtomicU64,
+    /// Tasks whose GPU work did not end (see [`crate::quarantine`]).
+    pub quarantine: Mutex<IdMap<crate::quarantine::Quarantined>>,
+    /// Why the context is unusable, once a sticky error was seen (see [`crate::health`]).
+    pub health: Mutex<Option<String>>,
+    /// False once `health` is set (read on every submit).
+    pub healthy: std::sync::atomic::AtomicBool,
     next_id: AtomicU64,
     pub handoff: Handoff,
 }
@@ -157,6 +175,9 @@ pub struct ShutdownReport {
     /// Running tasks that reached no safe point: their handles completed (Cancelled), their
     /// threads still run and their resources stay taken (the GPU streams are then kept).
     pub detached: usize,
+    /// Tasks whose GPU work had not ended (quarantined: see the crate docs); their streams
+    /// are left to the driver.
+    pub quarantined: usize,
     /// Time the shutdown took.
     pub elapsed: Duration,
 }
@@ -229,29 +250,28 @@ impl Scheduler {
                     })
                 }
                 Err(why) => fallback(why.clone())?,
-                Ok(()) => match SmSplit::with_options(
-                    &dev,
-                    cfg.group_size,
-                    &entry,
-                    cfg.ignore_split_remainder,
-                ) {
-                    Ok(s) => {
-                        let l = s.layout();
-                        let m = format!(
+                Ok(()) => {
+                    match SmSplit::new(&dev, cfg.group_size, &entry, cfg.ignore_split_remainder) {
+                        Ok(s) => {
+                            let l = s.layout();
+                            let m = format!(
                             "green contexts: {} SMs split once into {} groups of {} + {} floor SMs (driver {}.{})",
                             l.total_sms, l.groups, l.group_size, l.remainder_sms,
                             entry.driver_version / 1000, entry.driver_version % 1000 / 10
                         );
-                        (Some(s), l, m)
+                            (Some(s), l, m)
+                        }
+                        Err(e @ Error::InvalidSpec { .. }) => return Err(e),
+                        Err(e) if cfg.require_green_contexts => return Err(e),
+                        Err(e) => fallback(format!("the green-context split failed: {e}"))?,
                     }
-                    Err(e @ Error::InvalidSpec { .. }) => return Err(e),
-                    Err(e) if cfg.require_green_contexts => return Err(e),
-                    Err(e) => fallback(format!("the green-context split failed: {e}"))?,
-                },
+                }
             }
         };
+        let ordinal = dev.ordinal();
         Scheduler::start(
             Some((dev, split, entry)),
+            ordinal,
             cfg,
             memory_capacity,
             layout,
@@ -264,19 +284,30 @@ impl Scheduler {
     /// `memory_capacity` given instead of probed. Tasks get a context without streams:
     /// [`TaskContext::device`] and [`TaskContext::alloc`] return [`Error::NoDevice`], while
     /// [`TaskContext::reserve_memory`] charges the ledger as on a GPU.
-    #[doc(hidden)]
     pub fn cpu_only(
+        layout: SmLayout,
+        memory_capacity: u64,
+        cfg: SchedulerConfig,
+    ) -> Result<Scheduler> {
+        Scheduler::simulated(0, layout, memory_capacity, cfg)
+    }
+
+    /// [`cpu_only`](Self::cpu_only) standing for device `ordinal` (simulated devices of a
+    /// [`MultiScheduler`](crate::MultiScheduler)).
+    pub(crate) fn simulated(
+        ordinal: usize,
         layout: SmLayout,
         memory_capacity: u64,
         cfg: SchedulerConfig,
     ) -> Result<Scheduler> {
         cfg.validate()?;
         let mechanism = "none: CPU-only scheduler (no device; benches and tests)".to_string();
-        Scheduler::start(None, cfg, memory_capacity, layout, mechanism)
+        Scheduler::start(None, ordinal, cfg, memory_capacity, layout, mechanism)
     }
 
     fn start(
         gpu: Option<(Device, Option<SmSplit>, EntryPoints)>,
+        ordinal: usize,
         cfg: SchedulerConfig,
         memory_capacity: u64,
         layout: SmLayout,
@@ -311,6 +342,7 @@ impl Scheduler {
         let lane_alloc = gpu.as_ref().map(|g| g.dev.allocator().clone());
         let inner = Arc::new(Inner {
             gpu,
+            ordinal,
             cfg: cfg.clone(),
             epoch: Instant::now(),
             state: Mutex::new(State {
@@ -324,6 +356,7 @@ impl Scheduler {
                 evictions_total: 0,
                 pool_evictions: BTreeMap::new(),
                 outbox: Vec::new(),
+                dropped: Vec::new(),
                 submitted: 0,
                 ended: [0; 7],
                 shutting_down: false,
@@ -331,6 +364,9 @@ impl Scheduler {
                 timer_next: None,
                 timer_exit: false,
                 notify: Vec::new(),
+                queue_wait: Default::default(),
+                run_time: Default::default(),
+                gpu_seconds: [0.0; 3],
             }),
             timer_wake: Condvar::new(),
             idle: Condvar::new(),
@@ -341,6 +377,10 @@ impl Scheduler {
             mechanism,
             kernels_total: AtomicU64::new(0),
             callback_panics: AtomicU64::new(0),
+            timer_panics: AtomicU64::new(0),
+            quarantine: Mutex::new(IdMap::default()),
+            health: Mutex::new(None),
+            healthy: std::sync::atomic::AtomicBool::new(true),
             next_id: AtomicU64::new(1),
             handoff: Handoff::new(),
         });
@@ -360,6 +400,36 @@ impl Scheduler {
     /// The device; [`Error::NoDevice`] for a CPU-only scheduler ([`Scheduler::cpu_only`]).
     pub fn device(&self) -> Result<&Device> {
         self.inner.dev()
+    }
+
+    /// The device's ordinal (for a CPU-only scheduler: 0, or the simulated device's number).
+    pub fn ordinal(&self) -> usize {
+        self.inner.ordinal
+    }
+
+    /// What placement over several devices needs to know about this one, for `partition`.
+    pub(crate) fn load(&self, partition: &Option<String>) -> crate::placement::DeviceLoad {
+        let st = self.inner.state.lock();
+        let pool = st
+            .planner
+            .pools()
+            .into_iter()
+            .find(|p| &p.name == partition)
+            .map(|p| crate::placement::PoolLoad {
+                memory_quota: p.memory_quota,
+                memory_committed: p.memory_committed,
+                groups: p.groups.len(),
+                groups_free: p.groups.minus(p.groups_assigned).len(),
+                queued: p.queued,
+            });
+        crate::placement::DeviceLoad {
+            ordinal: self.inner.ordinal,
+            healthy: self.inner.healthy.load(Ordering::Acquire),
+            pool,
+            running: st.planner.running_count(),
+            max_running: st.planner.config().max_running,
+            layout: self.inner.layout,
+        }
     }
 
     /// The SM layout in force.
@@ -395,11 +465,26 @@ impl Scheduler {
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
         F: FnOnce(&mut TaskContext) -> std::result::Result<T, E> + Send + 'static,
     {
+        if let Some(cause) = self.inner.unhealthy() {
+            return Err(Error::Unhealthy { cause });
+        }
         let spec = spec.resolve()?;
+        if let Some(d) = spec.device.filter(|d| *d != self.inner.ordinal) {
+            return Err(Error::invalid(
+                "device",
+                d,
+                format!(
+                    "this scheduler runs device {} (a MultiScheduler places tasks on several)",
+                    self.inner.ordinal
+                ),
+            ));
+        }
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(Task::new(id, spec.clone(), owner_of(id)));
         let value: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));
         let slot = value.clone();
+        let dropped = value.clone();
+        let discard: crate::workers::Discard = Box::new(move || drop(dropped.lock().take()));
         let job: crate::workers::Job = Box::new(move |ctx: &mut TaskContext| {
             match catch_unwind(AssertUnwindSafe(|| task(ctx))) {
                 Ok(Ok(v)) => {
@@ -420,6 +505,7 @@ impl Scheduler {
         let pending = Pending {
             task: shared.clone(),
             job,
+            discard,
         };
         match &admission {
             Admission::Admitted(g) => {
@@ -454,6 +540,7 @@ impl Scheduler {
             value,
             admission,
             inner: self.inner.clone(),
+            detached: false,
         })
     }
 
@@ -513,11 +600,10 @@ impl Scheduler {
         {
             let mut st = inner.state.lock();
             st.shutting_down = true;
-            let queued: Vec<TaskId> = st.queued_jobs.keys().copied().collect();
-            let now = inner.now();
-            for id in queued {
+            // All queued tasks leave the queue at once, so that none starts behind another's
+            // cancellation (a starving task's cancellation would start the tasks it blocked).
+            for id in st.planner.drain_queue() {
                 if let Some(p) = st.queued_jobs.remove(&id) {
-                    let (_, events) = st.planner.cancel(id, now);
                     st.live.remove(&id);
                     let e = Error::Cancelled {
                         task: p.task.spec.name.clone(),
@@ -525,29 +611,43 @@ impl Scheduler {
                     };
                     inner.conclude(&mut st, &p.task, TaskState::Cancelled, Some(e), false);
                     push_finished(&mut st, p.task.clone());
-                    inner.apply_events(&mut st, events);
+                    st.dropped.push(p);
                     report.cancelled_queued += 1;
                 }
             }
-            // Nothing new starts: drop what the cancellations would have started.
-            st.outbox.clear();
-            running_at_start = st.live.len();
+            debug_assert!(st.outbox.is_empty() && st.queued_jobs.is_empty());
+            running_at_start = st
+                .live
+                .values()
+                .filter(|t| !t.status.lock().quarantined)
+                .count();
             inner.release(st);
         }
         inner.handoff.close();
-        let deadline = t0 + timeout;
-        inner.wait_until_idle(deadline);
+        inner.wait_until_idle(t0.checked_add(timeout));
         let stop_at = Instant::now();
-        let stopping: Vec<Arc<Task>> = inner.state.lock().live.values().cloned().collect();
-        report.finished = running_at_start - stopping.len();
+        let stopping: Vec<Arc<Task>> = inner
+            .state
+            .lock()
+            .live
+            .values()
+            .filter(|t| !t.status.lock().quarantined)
+            .cloned()
+            .collect();
+        report.finished = running_at_start.saturating_sub(stopping.len());
         for t in &stopping {
             inner.cancel(t, Stop::Cancel(CancelReason::Shutdown));
         }
-        inner.wait_until_idle(stop_at + grace);
+        inner.wait_until_idle(stop_at.checked_add(grace));
         {
             // Whatever reached no safe point is detached now (the timer may have done so).
             let mut st = inner.state.lock();
-            let left: Vec<Arc<Task>> = st.live.values().cloned().collect();
+            let (quarantined, left): (Vec<Arc<Task>>, Vec<Arc<Task>>) = st
+                .live
+                .values()
+                .cloned()
+                .partition(|t| t.status.lock().quarantined);
+            report.quarantined = quarantined.len();
             for t in &left {
                 if let Some((stop, _)) = t.stop.get() {
                     let (state, e) = t.stop_outcome(&stop);
@@ -555,7 +655,7 @@ impl Scheduler {
                 }
             }
             report.detached = left.len();
-            report.stopped = stopping.len() - left.len();
+            report.stopped = stopping.len().saturating_sub(left.len());
             st.timer_exit = true;
             inner.release(st);
         }
@@ -616,8 +716,10 @@ impl Inner {
     pub(crate) fn release(&self, mut st: parking_lot::MutexGuard<'_, State>) {
         let out = std::mem::take(&mut st.outbox);
         let notify = std::mem::take(&mut st.notify);
+        let dropped = std::mem::take(&mut st.dropped);
         drop(st);
         self.handoff.send(out);
+        drop(dropped);
         for t in notify {
             self.notify(&t);
         }
@@ -642,12 +744,18 @@ impl Inner {
         }
     }
 
-    /// Waits until no task holds resources, or `deadline`.
-    fn wait_until_idle(&self, deadline: Instant) {
+    /// Waits until no task holds resources but quarantined ones (whose work may never end),
+    /// or `deadline` (`None`: no bound).
+    fn wait_until_idle(&self, deadline: Option<Instant>) {
         let mut st = self.state.lock();
-        while !st.live.is_empty() {
-            if self.idle.wait_until(&mut st, deadline).timed_out() {
-                break;
+        while st.live.values().any(|t| !t.status.lock().quarantined) {
+            match deadline {
+                Some(d) => {
+                    if self.idle.wait_until(&mut st, d).timed_out() {
+                        break;
+                    }
+                }
+                None => self.idle.wait(&mut st),
             }
         }
     }
@@ -673,6 +781,7 @@ impl Inner {
 
     /// Marks a task started: its grant, its ledger entry, and on its way to a worker.
     fn dispatch(&self, st: &mut State, p: Pending, g: Grant) {
+        st.queue_wait[qos_index(p.task.spec.qos)].observe(p.task.submitted.elapsed().as_secs_f64());
         st.started_seq += 1;
         st.start_order.insert(p.task.id, st.started_seq);
         {
@@ -743,6 +852,7 @@ impl Inner {
                         };
                         self.conclude(st, &p.task, state, Some(e), false);
                         push_finished(st, p.task.clone());
+                        st.dropped.push(p);
                     }
                 }
             }
@@ -796,7 +906,9 @@ impl Inner {
         }
         let (removed, events) = st.planner.cancel(task.id, now);
         if removed {
-            st.queued_jobs.remove(&task.id);
+            if let Some(p) = st.queued_jobs.remove(&task.id) {
+                st.dropped.push(p);
+            }
             st.live.remove(&task.id);
             let (state, e) = task.stop_outcome(&stop);
             self.conclude(&mut st, task, state, Some(e), false);
@@ -816,8 +928,7 @@ impl Inner {
             return false;
         }
         self.memory.with(|l| l.stop(&task.owner));
-        let at = Instant::now() + self.cfg.stop_grace;
-        st.timers.entry(task.id).or_default().grace_at = Some(at);
+        st.timers.entry(task.id).or_default().grace_at = crate::timer::after(self.cfg.stop_grace);
         self.arm_timer(st);
         true
     }

@@ -136,8 +136,8 @@ impl SmLayout {
         }
     }
 
-    /// Groups a task with compute request `share` owns: [`groups_for_share`]
-    /// (Self::groups_for_share), but at least one for any positive share, so that a share
+    /// Groups a task with compute request `share` owns:
+    /// [`groups_for_share`](Self::groups_for_share), but at least one for any positive share, so that a share
     /// below one group is admitted with a whole group of its own (and paced within it to its
     /// limit), never left without SMs of its own.
     ///

@@ -89,6 +89,10 @@ pub struct TaskSpec {
     pub qos: Option<QosClass>,
     /// Bytes the task reports moving per run, for achieved-bandwidth stats (optional).
     pub reported_bytes: Option<u64>,
+    /// The device (CUDA ordinal) the task must run on; `None`: where placement puts it
+    /// ([`MultiScheduler`](crate::MultiScheduler)). A single-device
+    /// [`Scheduler`](crate::Scheduler) accepts only its own ordinal.
+    pub device: Option<usize>,
 }
 
 impl TaskSpec {
@@ -159,6 +163,11 @@ impl TaskSpec {
     /// Bytes the task moves (for the achieved-bandwidth figure in its stats).
     pub fn reports_bytes(mut self, bytes: u64) -> Self {
         self.reported_bytes = Some(bytes);
+        self
+    }
+    /// Pins the task to device `ordinal` (see [`TaskSpec::device`](Self#structfield.device)).
+    pub fn device(mut self, ordinal: usize) -> Self {
+        self.device = Some(ordinal);
         self
     }
 
@@ -270,6 +279,7 @@ impl TaskSpec {
             timeout: self.timeout,
             partition: self.partition.clone(),
             reported_bytes: self.reported_bytes,
+            device: self.device,
         })
     }
 }
@@ -299,6 +309,8 @@ pub struct ResolvedSpec {
     pub partition: Option<String>,
     /// Bytes moved per run, when reported.
     pub reported_bytes: Option<u64>,
+    /// The device it is pinned to.
+    pub device: Option<usize>,
 }
 
 #[cfg(test)]

@@ -67,6 +67,10 @@ pub struct TaskStats {
     pub run_ms: f64,
     /// Its error, when it ended with one.
     pub error: Option<String>,
+    /// Its closure returned but its GPU work did not end within the stop's grace period: its
+    /// lanes, SM groups and memory commitment stay taken until the work ends (see the crate
+    /// docs, "quarantine").
+    pub quarantined: bool,
 }
 
 /// Partition (or default pool) statistics.
@@ -85,6 +89,8 @@ pub struct PartitionStats {
 pub struct SchedulerStats {
     /// The enforcement mechanism in force for compute and why.
     pub mechanism: String,
+    /// The device's ordinal.
+    pub device: usize,
     /// The SM layout.
     pub layout: SmLayout,
     /// Admission memory capacity.
@@ -102,6 +108,11 @@ pub struct SchedulerStats {
     pub ended: [(TaskState, u64); 7],
     /// Tasks whose outcome was decided while their closure still runs.
     pub detached_running: u64,
+    /// Tasks whose closure returned while their GPU work did not end (quarantined).
+    pub quarantined: u64,
+    /// Why the device context is unusable (a sticky error: the task and the error), or
+    /// `None` while it is healthy. Submissions are refused once it is set.
+    pub unhealthy: Option<String>,
     /// The last evictions (at most 256), oldest first: (id, name, class).
     pub evictions: Vec<(TaskId, String, QosClass)>,
     /// Evictions since the start.
@@ -112,12 +123,121 @@ pub struct SchedulerStats {
     pub green_contexts_created: u64,
     /// Idle lanes cached now.
     pub lanes_cached: usize,
+    /// Lanes destroyed (past
+    /// [`SchedulerConfig::max_cached_lanes`](crate::SchedulerConfig::max_cached_lanes)).
+    pub lanes_destroyed: u64,
+    /// Lanes past the bound kept because something still references their stream (a clone of
+    /// a task's stream, a buffer ordered on it, a cached library handle).
+    pub lanes_held: usize,
     /// Completion callbacks ([`TaskHandle::on_complete`](crate::TaskHandle::on_complete)) and
     /// future wakers that panicked (each panic was contained).
     pub callback_panics: u64,
+    /// Timer passes that panicked (a bug, contained: the timer thread lives on).
+    pub timer_panics: u64,
+    /// Queue wait (submission to start) of the tasks that started, by QoS class.
+    pub queue_wait: Vec<(QosClass, Histogram)>,
+    /// Run time (start of the closure to the release of its resources) of the tasks that ran,
+    /// by QoS class.
+    pub run_time: Vec<(QosClass, Histogram)>,
+    /// GPU seconds of the tasks that ended, by QoS class.
+    pub gpu_seconds: Vec<(QosClass, f64)>,
+}
+
+impl TaskStats {
+    /// Whether the task holds scheduler resources now (starting, running, or detached until
+    /// its closure returns): the tasks that have series of their own in the metrics.
+    pub fn holds_resources(&self) -> bool {
+        self.detached
+            || self.quarantined
+            || matches!(self.state, TaskState::Starting | TaskState::Running)
+    }
+}
+
+/// Upper bounds (seconds) of the time histograms' buckets (`+Inf` follows).
+pub const TIME_BUCKETS: [f64; 19] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+/// A histogram of durations in seconds over [`TIME_BUCKETS`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Histogram {
+    /// Observations per bucket (not cumulative): `counts[i]` are those `<= TIME_BUCKETS[i]`
+    /// and above the bucket before; the last entry counts those above every bound.
+    pub counts: [u64; TIME_BUCKETS.len() + 1],
+    /// Sum of the observations.
+    pub sum: f64,
+    /// Number of observations.
+    pub count: u64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            counts: [0; TIME_BUCKETS.len() + 1],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+}
+
+impl Histogram {
+    /// Records one observation of `seconds`.
+    pub fn observe(&mut self, seconds: f64) {
+        let i = TIME_BUCKETS
+            .iter()
+            .position(|b| seconds <= *b)
+            .unwrap_or(TIME_BUCKETS.len());
+        self.counts[i] += 1;
+        self.sum += seconds;
+        self.count += 1;
+    }
+}
+
+/// QoS classes in the order of the per-class aggregates.
+pub(crate) const QOS_ORDER: [QosClass; 3] = [
+    QosClass::Guaranteed,
+    QosClass::Burstable,
+    QosClass::BestEffort,
+];
+
+pub(crate) fn qos_index(q: QosClass) -> usize {
+    match q {
+        QosClass::Guaranteed => 0,
+        QosClass::Burstable => 1,
+        QosClass::BestEffort => 2,
+    }
 }
 
 impl SchedulerStats {
+    /// Live tasks by state: queued, starting, running, detached (its outcome decided while its
+    /// closure still runs), quarantined (its GPU work did not end); each once, zeros included.
+    pub fn live_by_state(&self) -> [(&'static str, u64); 5] {
+        let mut n = [
+            ("queued", 0),
+            ("starting", 0),
+            ("running", 0),
+            ("detached", 0),
+            ("quarantined", 0),
+        ];
+        for t in &self.tasks {
+            let i = if t.quarantined {
+                4
+            } else if t.detached {
+                3
+            } else {
+                match t.state {
+                    TaskState::Queued => 0,
+                    TaskState::Starting => 1,
+                    TaskState::Running => 2,
+                    _ => continue,
+                }
+            };
+            n[i].1 += 1;
+        }
+        n
+    }
+
     /// Tasks that ended in `state`.
     pub fn count(&self, state: TaskState) -> u64 {
         self.ended
@@ -126,12 +246,39 @@ impl SchedulerStats {
             .map_or(0, |(_, n)| *n)
     }
 
-    /// The metrics snapshot in the Prometheus text exposition format (version 0.0.4): per
-    /// task (labels `id`, `task`, `qos`, `partition`, `state`) memory, granted and used SMs,
-    /// GPU time, kernels, throttles and eviction; per partition (label `partition`, empty for
-    /// the default pool) quota, commitments, memory in use and held by ended tasks, SMs,
-    /// running tasks, queue length and evictions; and scheduler totals.
+    /// The metrics snapshot in the Prometheus text exposition format (version 0.0.4).
+    ///
+    /// Label sets are bounded, so the number of series does not grow with the tasks run:
+    /// - per task, only while it holds resources (starting, running, or detached / quarantined
+    ///   until it lets go; labels `id`, `task`, `qos`, `partition`): memory, granted and used
+    ///   SMs, kernels, throttles and eviction. A task's series end with it; what it did is
+    ///   aggregated below.
+    /// - tasks by state (`gpukit_sched_tasks{state}`: queued, starting, running, detached,
+    ///   quarantined) and ended tasks by final state (counter);
+    /// - histograms by QoS class (label `qos`): queue wait (submission to start) and run time
+    ///   (start of the closure to the release of its resources), in seconds; GPU seconds of
+    ///   ended tasks (counter);
+    /// - per partition (label `partition`, empty for the default pool): quota, commitments,
+    ///   memory in use and held by ended tasks, SMs, running tasks, queue length, evictions;
+    /// - scheduler totals and health.
     pub fn to_prometheus(&self) -> String {
+        render(&[(None, self)])
+    }
+
+    /// The metrics of several devices' schedulers in one snapshot (a
+    /// [`MultiScheduler`](crate::MultiScheduler)): the families of
+    /// [`to_prometheus`](Self::to_prometheus), each sample with a `device` label (the
+    /// ordinal).
+    pub fn to_prometheus_devices(stats: &[SchedulerStats]) -> String {
+        let all: Vec<(Option<usize>, &SchedulerStats)> =
+            stats.iter().map(|s| (Some(s.device), s)).collect();
+        render(&all)
+    }
+}
+
+/// The text of the metrics of `all` (with a `device` label where one is given).
+fn render(all: &[(Option<usize>, &SchedulerStats)]) -> String {
+    {
         let mut out = Prometheus::default();
         let task_labels = |t: &TaskStats| {
             vec![
@@ -139,11 +286,10 @@ impl SchedulerStats {
                 ("task", t.name.clone()),
                 ("qos", t.qos.to_string()),
                 ("partition", t.partition.clone().unwrap_or_default()),
-                ("state", t.state.name().to_string()),
             ]
         };
         type TaskMetric<'a> = (&'a str, &'a str, &'a str, fn(&TaskStats) -> Option<f64>);
-        let task_metrics: [TaskMetric; 10] = [
+        let task_metrics: [TaskMetric; 9] = [
             (
                 "gpukit_sched_task_memory_bytes",
                 "gauge",
@@ -175,12 +321,6 @@ impl SchedulerStats {
                 |t| Some(t.sms_in_use as f64),
             ),
             (
-                "gpukit_sched_task_gpu_seconds",
-                "gauge",
-                "GPU time of the task (events on its home stream), once it ended.",
-                |t| t.gpu_time_ms.map(|m| m / 1e3),
-            ),
-            (
                 "gpukit_sched_task_kernels_total",
                 "counter",
                 "Kernels launched through the task's context.",
@@ -207,10 +347,65 @@ impl SchedulerStats {
         ];
         for (name, kind, help, value) in task_metrics {
             out.family(name, kind, help);
-            for t in &self.tasks {
-                if let Some(v) = value(t) {
-                    out.sample(name, &task_labels(t), v);
+            for (dev, st) in all {
+                out.device = *dev;
+                for t in st.tasks.iter().filter(|t| t.holds_resources()) {
+                    if let Some(v) = value(t) {
+                        out.sample(name, &task_labels(t), v);
+                    }
                 }
+            }
+        }
+        out.family(
+            "gpukit_sched_tasks",
+            "gauge",
+            "Live tasks by state (detached: outcome decided while the closure still runs).",
+        );
+        for (dev, st) in all {
+            out.device = *dev;
+            for (state, n) in st.live_by_state() {
+                out.sample(
+                    "gpukit_sched_tasks",
+                    &[("state", state.to_string())],
+                    n as f64,
+                );
+            }
+        }
+        type Hists = fn(&SchedulerStats) -> &Vec<(QosClass, Histogram)>;
+        let hist_families: [(&str, &str, Hists); 2] = [
+            (
+                "gpukit_sched_queue_wait_seconds",
+                "Time from submission to start (leaving the queue), by QoS class.",
+                |s| &s.queue_wait,
+            ),
+            (
+                "gpukit_sched_run_seconds",
+                "Time from the start of the closure to the release of its resources, by QoS class.",
+                |s| &s.run_time,
+            ),
+        ];
+        for (name, help, hists) in hist_families {
+            out.family(name, "histogram", help);
+            for (dev, st) in all {
+                out.device = *dev;
+                for (qos, h) in hists(st) {
+                    out.histogram(name, &[("qos", qos.to_string())], h);
+                }
+            }
+        }
+        out.family(
+            "gpukit_sched_gpu_seconds_total",
+            "counter",
+            "GPU time of ended tasks (events on their home streams), by QoS class.",
+        );
+        for (dev, st) in all {
+            out.device = *dev;
+            for (qos, s) in &st.gpu_seconds {
+                out.sample(
+                    "gpukit_sched_gpu_seconds_total",
+                    &[("qos", qos.to_string())],
+                    *s,
+                );
             }
         }
         let pool_label =
@@ -278,8 +473,11 @@ impl SchedulerStats {
         ];
         for (name, kind, help, value) in pool_metrics {
             out.family(name, kind, help);
-            for p in &self.partitions {
-                out.sample(name, &pool_label(p), value(p));
+            for (dev, st) in all {
+                out.device = *dev;
+                for p in &st.partitions {
+                    out.sample(name, &pool_label(p), value(p));
+                }
             }
         }
         out.family(
@@ -287,64 +485,86 @@ impl SchedulerStats {
             "counter",
             "Tasks submitted.",
         );
-        out.sample(
-            "gpukit_sched_tasks_submitted_total",
-            &[],
-            self.submitted as f64,
-        );
+        for (dev, st) in all {
+            out.device = *dev;
+            out.sample(
+                "gpukit_sched_tasks_submitted_total",
+                &[],
+                st.submitted as f64,
+            );
+        }
         out.family(
             "gpukit_sched_tasks_ended_total",
             "counter",
             "Tasks that ended, by final state.",
         );
-        for (state, n) in &self.ended {
-            out.sample(
-                "gpukit_sched_tasks_ended_total",
-                &[("state", state.name().to_string())],
-                *n as f64,
-            );
+        for (dev, st) in all {
+            out.device = *dev;
+            for (state, n) in &st.ended {
+                out.sample(
+                    "gpukit_sched_tasks_ended_total",
+                    &[("state", state.name().to_string())],
+                    *n as f64,
+                );
+            }
         }
-        let totals: [(&str, &str, &str, f64); 6] = [
+        type Total<'a> = (&'a str, &'a str, &'a str, fn(&SchedulerStats) -> f64);
+        let totals: [Total; 8] = [
+            (
+                "gpukit_sched_healthy",
+                "gauge",
+                "1 while the device context is usable; 0 after a sticky CUDA error (see the stats' unhealthy cause).",
+                |s| s.unhealthy.is_none() as u8 as f64,
+            ),
+            (
+                "gpukit_sched_timer_panics_total",
+                "counter",
+                "Timer passes that panicked (contained; the timer thread lives on).",
+                |s| s.timer_panics as f64,
+            ),
             (
                 "gpukit_sched_callback_panics_total",
                 "counter",
                 "Completion callbacks and future wakers that panicked (contained).",
-                self.callback_panics as f64,
+                |s| s.callback_panics as f64,
             ),
             (
                 "gpukit_sched_tasks_detached",
                 "gauge",
                 "Tasks whose outcome was decided while their closure still runs.",
-                self.detached_running as f64,
+                |s| s.detached_running as f64,
             ),
             (
                 "gpukit_sched_evictions_total",
                 "counter",
                 "Evictions under memory pressure.",
-                self.evictions_total as f64,
+                |s| s.evictions_total as f64,
             ),
             (
                 "gpukit_sched_memory_capacity_bytes",
                 "gauge",
                 "Memory that requests may sum to.",
-                self.memory_capacity as f64,
+                |s| s.memory_capacity as f64,
             ),
             (
                 "gpukit_sched_memory_outside_tasks_bytes",
                 "gauge",
                 "Memory allocated outside tasks while the scheduler runs.",
-                self.memory_outside_tasks as f64,
+                |s| s.memory_outside_tasks as f64,
             ),
             (
                 "gpukit_sched_green_contexts_created_total",
                 "counter",
                 "Green contexts created.",
-                self.green_contexts_created as f64,
+                |s| s.green_contexts_created as f64,
             ),
         ];
         for (name, kind, help, v) in totals {
             out.family(name, kind, help);
-            out.sample(name, &[], v);
+            for (dev, st) in all {
+                out.device = *dev;
+                out.sample(name, &[], v(st));
+            }
         }
         out.text
     }
@@ -363,7 +583,7 @@ impl Inner {
         let (own, lent) = *t.usable.lock();
         let live = st.live.contains_key(&t.id) && s.released_at.is_none();
         let running = live && matches!(s.state, TaskState::Running | TaskState::Starting);
-        let usable_sms = if running || (live && s.detached) {
+        let usable_sms = if running || (live && s.detached && !s.quarantined) {
             match s.grant.map(|g| g.compute.mechanism) {
                 Some(Mechanism::GreenContext) => self.layout.sms(own.union(lent).len()),
                 Some(Mechanism::Floor) => self.layout.sms(lent.len()) + self.layout.remainder_sms,
@@ -381,7 +601,7 @@ impl Inner {
             qos: t.spec.qos,
             partition: t.spec.partition.clone(),
             state: s.state,
-            detached: s.detached && s.released_at.is_none(),
+            detached: s.detached && s.released_at.is_none() && !s.quarantined,
             queue_position: if s.state == TaskState::Queued {
                 st.planner.queue_position(t.id)
             } else {
@@ -417,6 +637,7 @@ impl Inner {
                 .map(|x| end.saturating_duration_since(x).as_secs_f64() * 1e3)
                 .unwrap_or(0.0),
             error: s.error_text.clone(),
+            quarantined: s.quarantined,
         }
     }
 
@@ -443,13 +664,16 @@ impl Inner {
         for (i, s) in FINAL_STATES.iter().enumerate() {
             ended[i] = (*s, st.ended[i]);
         }
-        let detached_running = st
-            .live
-            .values()
-            .filter(|t| t.status.lock().detached)
-            .count() as u64;
+        let (detached_running, quarantined) = st.live.values().fold((0, 0), |(d, q), t| {
+            let s = t.status.lock();
+            (
+                d + (s.detached && !s.quarantined) as u64,
+                q + s.quarantined as u64,
+            )
+        });
         SchedulerStats {
             mechanism: self.mechanism.clone(),
+            device: self.ordinal,
             layout: self.layout,
             memory_capacity: st.planner.config().memory_capacity,
             memory_outside_tasks: self.memory.with(|l| l.outside()),
@@ -458,12 +682,29 @@ impl Inner {
             submitted: st.submitted,
             ended,
             detached_running,
+            quarantined,
+            unhealthy: self.unhealthy(),
             evictions: st.evictions.iter().cloned().collect(),
             evictions_total: st.evictions_total,
             kernels_launched: self.kernels_total.load(Ordering::Relaxed),
             green_contexts_created: self.lanes.created(),
             lanes_cached: self.lanes.cached(),
+            lanes_destroyed: self.lanes.destroyed(),
+            lanes_held: self.lanes.held(),
             callback_panics: self.callback_panics.load(Ordering::Relaxed),
+            timer_panics: self.timer_panics.load(Ordering::Relaxed),
+            queue_wait: QOS_ORDER
+                .iter()
+                .map(|q| (*q, st.queue_wait[qos_index(*q)].clone()))
+                .collect(),
+            run_time: QOS_ORDER
+                .iter()
+                .map(|q| (*q, st.run_time[qos_index(*q)].clone()))
+                .collect(),
+            gpu_seconds: QOS_ORDER
+                .iter()
+                .map(|q| (*q, st.gpu_seconds[qos_index(*q)]))
+                .collect(),
         }
     }
 }
@@ -471,6 +712,8 @@ impl Inner {
 #[derive(Default)]
 struct Prometheus {
     text: String,
+    /// The `device` label of the samples written now (several devices in one snapshot).
+    device: Option<usize>,
 }
 
 impl Prometheus {
@@ -479,11 +722,30 @@ impl Prometheus {
         let _ = writeln!(self.text, "# TYPE {name} {kind}");
     }
 
+    /// A histogram's samples: cumulative `_bucket`s with `le` (`+Inf` last), `_sum`, `_count`.
+    fn histogram(&mut self, name: &str, labels: &[(&str, String)], h: &Histogram) {
+        let bucket = format!("{name}_bucket");
+        let mut cumulative = 0;
+        for (i, n) in h.counts.iter().enumerate() {
+            cumulative += n;
+            let le = TIME_BUCKETS
+                .get(i)
+                .map_or_else(|| "+Inf".to_string(), |b| format_value(*b));
+            let mut l = labels.to_vec();
+            l.push(("le", le));
+            self.sample(&bucket, &l, cumulative as f64);
+        }
+        self.sample(&format!("{name}_sum"), labels, h.sum);
+        self.sample(&format!("{name}_count"), labels, h.count as f64);
+    }
+
     fn sample(&mut self, name: &str, labels: &[(&str, String)], value: f64) {
         self.text.push_str(name);
+        let device = self.device.map(|d| ("device", d.to_string()));
+        let labels: Vec<&(&str, String)> = device.iter().chain(labels).collect();
         if !labels.is_empty() {
             self.text.push('{');
-            for (i, (k, v)) in labels.iter().enumerate() {
+            for (i, (k, v)) in labels.into_iter().enumerate() {
                 if i > 0 {
                     self.text.push(',');
                 }

@@ -124,6 +124,11 @@ pub(crate) enum Ended {
     Ok,
     Err(Error),
     Panicked(String),
+    /// Evicted for memory, it returned `Ok` still holding `bytes` of device memory: its value
+    /// was dropped to free them.
+    Discarded {
+        bytes: u64,
+    },
 }
 
 pub(crate) struct Status {
@@ -142,6 +147,8 @@ pub(crate) struct Status {
     pub taken: bool,
     /// Resolved while its closure still ran (a stop past its grace).
     pub detached: bool,
+    /// Its closure returned, its GPU work did not end: its lanes are quarantined.
+    pub quarantined: bool,
     pub waker: Option<Waker>,
     /// Completion callbacks ([`TaskHandle::on_complete`](crate::TaskHandle::on_complete)),
     /// run once by [`Task::notify`].
@@ -197,6 +204,7 @@ impl Task {
                 resolved: false,
                 taken: false,
                 detached: false,
+                quarantined: false,
                 waker: None,
                 callbacks: Vec::new(),
             }),
@@ -315,6 +323,23 @@ impl Task {
                     message,
                 }),
             ),
+            Ended::Discarded { bytes } => {
+                let reason = match self.stop.get() {
+                    Some((Stop::Preempt(r), _)) => r,
+                    _ => "evicted under memory pressure".into(),
+                };
+                (
+                    TaskState::Preempted,
+                    Some(Error::Preempted {
+                        task: self.spec.name.clone(),
+                        qos: self.spec.qos.to_string(),
+                        reason: format!(
+                            "{reason}; it returned holding {bytes} bytes of device memory, so its \
+                             result was dropped to give them back"
+                        ),
+                    }),
+                )
+            }
             Ended::Err(e) => match self.stop.get() {
                 Some((stop, _)) if self.stop.seen() => {
                     let (state, err) = self.stop_outcome(&stop);

@@ -11,12 +11,39 @@
 
 use crate::scheduler::Inner;
 use crate::task::{Stop, TaskState};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
+/// `d` from now, or `None` when that is past what the clock can represent: any duration is
+/// accepted, and one that large never comes (no deadline, no timeout, no grace limit).
+pub(crate) fn after(d: Duration) -> Option<Instant> {
+    Instant::now().checked_add(d)
+}
+
 impl Inner {
+    /// The timer thread's body: passes until the scheduler stops. A panic inside a pass (a
+    /// bug) is contained and counted, and the next pass runs: no deadline, timeout or grace
+    /// period is ever lost with the thread.
     pub(crate) fn timer_loop(&self) {
-        let mut st = self.state.lock();
         loop {
+            match catch_unwind(AssertUnwindSafe(|| self.timer_passes())) {
+                Ok(()) => return,
+                Err(_) => {
+                    self.timer_panics
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    // Whatever the pass had armed is recomputed from the state.
+                    self.state.lock().timer_next = None;
+                }
+            }
+        }
+    }
+
+    /// Runs timer passes until `timer_exit`.
+    fn timer_passes(&self) {
+        loop {
+            // Quarantined work that has ended (no lock held: it gives lanes back).
+            self.recover_quarantined();
+            let mut st = self.state.lock();
             if st.timer_exit {
                 return;
             }
@@ -53,6 +80,7 @@ impl Inner {
                     if let Some(t) = st.timers.get_mut(&id) {
                         t.timeout_at = None;
                     }
+                    self.injected(crate::config::PanicPoint::Timer, &task);
                     if let Some(timeout) = task.spec.timeout {
                         self.request_stop(&mut st, &task, Stop::Timeout(timeout));
                     }
@@ -68,16 +96,18 @@ impl Inner {
                     }
                 }
             }
-            if !st.outbox.is_empty() || !st.notify.is_empty() {
+            if !st.outbox.is_empty() || !st.notify.is_empty() || !st.dropped.is_empty() {
                 self.release(st);
-                st = self.state.lock();
                 continue;
             }
             st.timer_next = None;
             self.arm_timer(&mut st);
-            let next = st
+            let mut next = st
                 .timer_next
                 .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            if !self.quarantine.lock().is_empty() {
+                next = next.min(Instant::now() + crate::quarantine::POLL);
+            }
             self.timer_wake.wait_until(&mut st, next);
         }
     }

@@ -9,7 +9,7 @@ use crate::context::{home_key, TaskContext, TaskGpu};
 use crate::error::{Error, Result};
 use crate::pacer::Pacer;
 use crate::scheduler::{push_finished, Inner};
-use crate::task::{panic_message, Ended, Task, TaskState};
+use crate::task::{panic_message, Ended, Stop, Task, TaskState};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -20,10 +20,14 @@ use std::time::{Duration, Instant};
 /// A task's closure, type-erased: runs it, stores its value, reports how it ended.
 pub(crate) type Job = Box<dyn FnOnce(&mut TaskContext) -> Ended + Send>;
 
+/// Drops the value a task's closure returned (it stays in the handle's slot otherwise).
+pub(crate) type Discard = Box<dyn FnOnce() + Send>;
+
 /// A started task on its way to a worker.
 pub(crate) struct Pending {
     pub task: Arc<Task>,
     pub job: Job,
+    pub discard: Discard,
 }
 
 /// Started tasks on their way to the workers. A worker that just finished a task polls
@@ -197,8 +201,8 @@ impl Workers {
 impl Inner {
     /// Runs one started task to its end. Never panics, never skips the release.
     pub(crate) fn run_task(self: &Arc<Self>, p: Pending) {
-        let task = p.task.clone();
-        let (ended, gpu_ms) = match catch_unwind(AssertUnwindSafe(|| self.execute(p))) {
+        let Pending { task, job, discard } = p;
+        let (ended, gpu_ms) = match catch_unwind(AssertUnwindSafe(|| self.execute(&task, job))) {
             Ok(r) => r,
             Err(payload) => (
                 Ended::Err(Error::internal(
@@ -208,8 +212,9 @@ impl Inner {
                 None,
             ),
         };
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.end_task(&task, ended, gpu_ms)))
-        {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| {
+            self.end_task(&task, ended, gpu_ms, discard)
+        })) {
             // A bug in the release itself: still give the task its outcome.
             task.resolve(
                 TaskState::Failed,
@@ -224,33 +229,25 @@ impl Inner {
     }
 
     /// From the start to the closure's return: room in memory, lanes, the closure, timing.
-    fn execute(self: &Arc<Self>, p: Pending) -> (Ended, Option<f64>) {
-        let task = p.task;
+    fn execute(self: &Arc<Self>, task: &Arc<Task>, job: Job) -> (Ended, Option<f64>) {
         let grace = self.cfg.stop_grace;
         let room = self.memory.make_room(
             &task.owner,
-            Instant::now() + grace,
-            |victims| self.evict(&task, victims),
+            crate::timer::after(grace),
+            |victims| self.evict(task, victims),
             || task.stop.requested(),
         );
         if let Err(e) = task.safe_point() {
             // Stopped while starting (cancelled, shut down): the stop's outcome.
             return (Ended::Err(e), None);
         }
-        if let Err((missing, victims)) = room {
-            let names = {
-                let st = self.state.lock();
-                victims
-                    .iter()
-                    .filter_map(|v| st.live.get(v).map(|t| t.spec.name.clone()))
-                    .collect()
-            };
+        if let Err((missing, holders)) = room {
             return (
-                Ended::Err(Error::PreemptionTimeout {
+                Ended::Err(Error::MemoryUnavailable {
                     task: task.spec.name.clone(),
-                    requested: missing,
-                    grace,
-                    victims: names,
+                    missing,
+                    waited: grace,
+                    holders,
                 }),
                 None,
             );
@@ -264,14 +261,14 @@ impl Inner {
                 None,
             );
         };
-        let gpu = match self.task_gpu(&task, &grant) {
+        let gpu = match self.task_gpu(task, &grant) {
             Ok(g) => g,
             Err(e) => return (Ended::Err(e), None),
         };
         task.set_state(TaskState::Running);
         if let Some(timeout) = task.spec.timeout {
             let mut st = self.state.lock();
-            st.timers.entry(task.id).or_default().timeout_at = Some(Instant::now() + timeout);
+            st.timers.entry(task.id).or_default().timeout_at = crate::timer::after(timeout);
             self.arm_timer(&mut st);
         }
         let mut ctx = TaskContext {
@@ -280,24 +277,28 @@ impl Inner {
             grant,
             gpu,
         };
-        self.injected(PanicPoint::BeforeClosure, &task);
+        self.injected(PanicPoint::BeforeClosure, task);
         let ended = match (&self.gpu, ctx.gpu.as_ref().map(|g| g.home.stream.clone())) {
             (Some(gpu), Some(home)) => gpu.dev.with_stream(&home, || {
                 gpu.dev
                     .allocator()
-                    .with_owner(&task.owner, || (p.job)(&mut ctx))
+                    .with_owner(&task.owner, || job(&mut ctx))
             }),
-            _ => (p.job)(&mut ctx),
+            _ => job(&mut ctx),
         };
-        self.injected(PanicPoint::AfterClosure, &task);
-        match (ended, ctx.finish()) {
+        self.injected(PanicPoint::AfterClosure, task);
+        let finished = ctx.finish();
+        if let Err(e) = &finished {
+            self.observe_error(task, e);
+        }
+        match (ended, finished) {
             (Ended::Ok, Err(e)) => (Ended::Err(e), None),
             (ended, Ok(ms)) => (ended, ms),
             (ended, Err(_)) => (ended, None),
         }
     }
 
-    fn injected(&self, at: PanicPoint, task: &Task) {
+    pub(crate) fn injected(&self, at: PanicPoint, task: &Task) {
         if let Some((point, name)) = &self.cfg.inject_panic {
             if *point == at && *name == task.spec.name {
                 panic!("injected panic ({at:?}) in the scheduler for task `{name}`");
@@ -333,32 +334,72 @@ impl Inner {
             seen_generation: u64::MAX,
             pacer,
             blas: None,
+            lane_bound: false,
             t0: Some(t0),
+            settled: false,
         }))
     }
 
     /// The closure has returned (or never ran): release everything, decide the outcome (unless
     /// a stop past its grace already did), start what can start.
-    fn end_task(&self, task: &Arc<Task>, ended: Ended, gpu_ms: Option<f64>) {
+    ///
+    /// A task evicted for memory that returned `Ok` while still holding device memory (its
+    /// result holds buffers) cannot keep it: the result is dropped here, which frees the
+    /// memory for the task that evicted it, and the task ends Preempted.
+    fn end_task(&self, task: &Arc<Task>, ended: Ended, gpu_ms: Option<f64>, discard: Discard) {
+        // A sticky error first: queued tasks then fail instead of starting below.
+        if let Ended::Err(e) = &ended {
+            self.observe_error(task, e);
+        }
+        // Its GPU work did not end: resources stay taken until it does (see `quarantine`).
+        let quarantined = self.is_quarantined(task.id);
+        let evicted = matches!(task.stop.get(), Some((Stop::Preempt(_), _)));
+        let ended = match ended {
+            Ended::Ok if evicted => match self.memory.usage(&task.owner).0 {
+                0 => Ended::Ok,
+                bytes => {
+                    discard();
+                    Ended::Discarded { bytes }
+                }
+            },
+            e => e,
+        };
         let (_, peak) = self.memory.usage(&task.owner);
-        self.memory.close(&task.owner);
+        if quarantined.is_none() {
+            self.memory.close(&task.owner);
+        }
         let (state, err) = task.outcome_of(ended);
-        {
+        let ran = {
             let mut s = task.status.lock();
             s.gpu_ms = gpu_ms;
             s.mem_peak = peak;
-            s.released_at = Some(Instant::now());
-        }
+            let now = Instant::now();
+            if quarantined.is_none() {
+                s.released_at = Some(now);
+            }
+            s.started
+                .map(|t| now.saturating_duration_since(t).as_secs_f64())
+        };
         let now = self.now();
         let out = {
             let mut st = self.state.lock();
-            st.live.remove(&task.id);
-            st.start_order.remove(&task.id);
             st.timers.remove(&task.id);
-            let events = st.planner.finish(task.id, now);
+            let planned = match quarantined {
+                Some(groups) => st.planner.quarantine(task.id, groups, now).1,
+                None => {
+                    st.live.remove(&task.id);
+                    st.start_order.remove(&task.id);
+                    st.planner.finish(task.id, now)
+                }
+            };
+            let q = crate::stats::qos_index(task.spec.qos);
+            if let Some(secs) = ran {
+                st.run_time[q].observe(secs);
+            }
+            st.gpu_seconds[q] += gpu_ms.unwrap_or(0.0) / 1e3;
             self.conclude(&mut st, task, state, err, false);
             push_finished(&mut st, task.clone());
-            self.apply_events(&mut st, events);
+            self.apply_events(&mut st, planned);
             if st.shutting_down {
                 self.idle.notify_all();
             }

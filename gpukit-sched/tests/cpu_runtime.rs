@@ -4,8 +4,8 @@
 //! charge path (the one gpukit-core's allocator calls), so the memory rules are tested here too.
 
 use gpukit_sched::{
-    Admission, CancelReason, Error, MemoryReservation, PanicPoint, Partition, Resource,
-    TaskContext, TaskSpec, TaskState,
+    Admission, CancelReason, Error, HolderKind, MemoryReservation, PanicPoint, Partition, QosClass,
+    Resource, TaskContext, TaskSpec, TaskState,
 };
 use std::future::Future;
 use std::pin::Pin;
@@ -524,7 +524,7 @@ fn preemption_in_kubernetes_order_and_guaranteed_never_fails() {
 }
 
 /// A victim that never reaches a safe point: at the grace period its handle completes
-/// Preempted (detached), and the starter fails with PreemptionTimeout naming it — both
+/// Preempted (detached), and the starter fails with MemoryUnavailable naming it — both
 /// within the bound; once the victim returns, its memory comes back.
 #[test]
 fn preemption_of_a_task_that_never_yields() {
@@ -550,7 +550,9 @@ fn preemption_of_a_task_that_never_yields() {
     let starter_took = t.elapsed();
     assert!(matches!(rv, Err(Error::Preempted { .. })), "{rv:?}");
     assert!(
-        matches!(&rg, Err(Error::PreemptionTimeout { victims, requested: 400, .. }) if victims == &["stuck".to_string()]),
+        matches!(&rg, Err(Error::MemoryUnavailable { holders, missing: 400, .. })
+            if holders.len() == 1 && holders[0].task.as_deref() == Some("stuck")
+                && holders[0].kind == HolderKind::Stopping && holders[0].bytes == 900),
         "{rg:?}"
     );
     for took in [victim_took, starter_took] {
@@ -1036,9 +1038,13 @@ fn task_stats_and_prometheus_metrics() {
         Some(512.0)
     );
     assert_eq!(
-        find("gpukit_sched_task_granted_sms", "state=\"running\""),
+        find(
+            "gpukit_sched_task_granted_sms",
+            &format!("id=\"{}\"", h.id())
+        ),
         Some(32.0)
     );
+    assert_eq!(find("gpukit_sched_tasks", "state=\"running\""), Some(1.0));
     assert_eq!(
         find(
             "gpukit_sched_partition_memory_bytes",
@@ -1059,83 +1065,6 @@ fn task_stats_and_prometheus_metrics() {
         .any(|(n, l, v)| n == "gpukit_sched_tasks_ended_total"
             && l.contains("succeeded")
             && *v == 1.0));
-}
-
-/// A strict reader of the text format: returns (name, labels text, value) per sample and
-/// fails on anything malformed.
-fn parse_prometheus(text: &str) -> Vec<(String, String, f64)> {
-    let valid_name = |n: &str| {
-        !n.is_empty()
-            && n.chars().enumerate().all(|(i, c)| {
-                c == '_' || c == ':' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit())
-            })
-    };
-    let mut typed = std::collections::HashSet::new();
-    let mut helped = std::collections::HashSet::new();
-    let mut out = Vec::new();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            let name = rest.split(' ').next().unwrap();
-            assert!(valid_name(name), "{line}");
-            assert!(helped.insert(name.to_string()), "second HELP: {line}");
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let mut it = rest.split(' ');
-            let name = it.next().unwrap();
-            let kind = it.next().unwrap();
-            assert!(["gauge", "counter"].contains(&kind), "{line}");
-            assert!(helped.contains(name), "TYPE before HELP: {line}");
-            assert!(typed.insert(name.to_string()), "second TYPE: {line}");
-            continue;
-        }
-        assert!(!line.starts_with('#'), "{line}");
-        let (name, rest) = match line.find(['{', ' ']) {
-            Some(i) => line.split_at(i),
-            None => panic!("no value: {line}"),
-        };
-        assert!(
-            valid_name(name) && typed.contains(name),
-            "untyped or bad name: {line}"
-        );
-        let (labels, value) = if let Some(r) = rest.strip_prefix('{') {
-            // Labels: k="v" pairs, values with \\ \" \n escapes only.
-            let mut chars = r.char_indices();
-            let mut end = None;
-            let mut in_value = false;
-            while let Some((i, c)) = chars.next() {
-                match (in_value, c) {
-                    (true, '\\') => {
-                        let (_, e) = chars.next().expect("escape at end");
-                        assert!(['\\', '"', 'n'].contains(&e), "bad escape in {line}");
-                    }
-                    (true, '"') => in_value = false,
-                    (false, '"') => in_value = true,
-                    (false, '}') => {
-                        end = Some(i);
-                        break;
-                    }
-                    (false, c) => assert!(
-                        c == '=' || c == ',' || c == '_' || c.is_ascii_alphanumeric(),
-                        "{line}"
-                    ),
-                    _ => {}
-                }
-            }
-            let end = end.expect("unclosed labels");
-            (r[..end].to_string(), r[end + 1..].trim_start())
-        } else {
-            (String::new(), rest.trim_start())
-        };
-        let v: f64 = match value {
-            "+Inf" => f64::INFINITY,
-            "-Inf" => f64::NEG_INFINITY,
-            v => v.parse().unwrap_or_else(|_| panic!("bad value in {line}")),
-        };
-        out.push((name.to_string(), labels, v));
-    }
-    assert!(!out.is_empty());
-    out
 }
 
 /// A task cancelled while it waits for evicted memory ends Cancelled at once, not at the end
@@ -1166,4 +1095,456 @@ fn cancelling_a_starting_task_ends_its_wait() {
     assert!(t.elapsed() < SLACK, "{:?}", t.elapsed());
     release.store(true, Ordering::Release);
     let _ = finish(victim, Duration::from_secs(6));
+}
+
+/// Any duration is accepted and none panics: `Duration::MAX` as a timeout, a deadline, a stop
+/// grace period (also inside `cancel` and on the timer thread) and a shutdown timeout; the
+/// timer keeps firing afterwards.
+#[test]
+fn huge_durations_never_panic_and_the_timer_survives() {
+    let huge = Duration::MAX;
+    let s = sched_with(1 << 30, cfg().stop_grace(huge).shutdown_timeout(huge));
+    // A run-time limit and a deadline that never come.
+    let h = s
+        .submit(
+            |_: &mut TaskContext| Ok::<_, Error>(1),
+            spec().timeout(huge).deadline(huge),
+        )
+        .unwrap();
+    assert_eq!(finish(h, SLACK).unwrap(), 1);
+    // A stop with an unbounded grace period: from cancel() and from the timer (a timeout).
+    let started = gate();
+    let st2 = started.clone();
+    let h = s
+        .submit(
+            move |ctx: &mut TaskContext| -> R<()> {
+                st2.store(true, Ordering::Release);
+                loop {
+                    ctx.check()?;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            },
+            spec(),
+        )
+        .unwrap();
+    assert!(wait_until(SLACK, || started.load(Ordering::Acquire)));
+    assert!(h.cancel());
+    assert!(matches!(finish(h, SLACK), Err(Error::Cancelled { .. })));
+    let t = Instant::now();
+    let h = s
+        .submit(
+            |ctx: &mut TaskContext| -> R<()> {
+                loop {
+                    ctx.check()?;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            },
+            spec().timeout(Duration::from_millis(30)),
+        )
+        .unwrap();
+    assert!(matches!(finish(h, SLACK), Err(Error::TimedOut { .. })));
+    assert!(t.elapsed() < SLACK);
+    // The timer still fires: a queued task's deadline expires on time.
+    let g = gate();
+    let blockers: Vec<_> = (0..3)
+        .map(|_| s.submit(hold(&g), spec()).unwrap())
+        .collect();
+    let t = Instant::now();
+    let late = s
+        .submit(
+            |_: &mut TaskContext| Ok::<_, Error>(()),
+            spec().deadline(Duration::from_millis(40)),
+        )
+        .unwrap();
+    assert!(matches!(
+        finish(late, SLACK),
+        Err(Error::DeadlineExpired { .. })
+    ));
+    assert!(t.elapsed() < Duration::from_millis(40) + SLACK);
+    g.store(true, Ordering::Release);
+    // Waiting without a bound.
+    for b in blockers {
+        assert!(b.wait_timeout(huge).is_ok());
+    }
+    // Shutdown with an unbounded timeout returns once nothing runs.
+    let t = Instant::now();
+    let report = s.shutdown(huge);
+    assert_eq!(report.detached, 0);
+    assert!(t.elapsed() < SLACK, "{:?}", t.elapsed());
+    // And Drop with an unbounded shutdown_timeout.
+    let s = sched_with(1 << 30, cfg().stop_grace(huge).shutdown_timeout(huge));
+    let t = Instant::now();
+    drop(s);
+    assert!(t.elapsed() < SLACK, "{:?}", t.elapsed());
+}
+
+/// A panic on the timer thread (injected where a timeout fires) is contained: later
+/// deadlines, timeouts and grace periods still fire.
+#[test]
+fn the_timer_survives_a_panic() {
+    let s = sched_with(1 << 30, cfg().inject_panic(PanicPoint::Timer, "doomed"));
+    let release = gate();
+    let doomed = s
+        .submit(
+            hold(&release),
+            TaskSpec::new("doomed").timeout(Duration::from_millis(20)),
+        )
+        .unwrap();
+    assert!(wait_until(SLACK, || s.stats().timer_panics == 1));
+    let t = Instant::now();
+    let h = s
+        .submit(
+            |ctx: &mut TaskContext| -> R<()> {
+                loop {
+                    ctx.check()?;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            },
+            spec().timeout(Duration::from_millis(30)),
+        )
+        .unwrap();
+    assert!(matches!(finish(h, SLACK), Err(Error::TimedOut { .. })));
+    assert!(t.elapsed() < SLACK);
+    release.store(true, Ordering::Release);
+    let _ = finish(doomed, SLACK);
+}
+
+/// Shutdown cancels every queued task, including those that cancelling a starving task
+/// would have started: none is left Starting with its memory open, none is reported detached,
+/// and shutdown does not wait its timeout for them.
+#[test]
+fn shutdown_cancels_every_queued_task_even_behind_a_starving_one() {
+    let s = sched_with(
+        2000,
+        cfg().workers(8).stop_grace(Duration::from_millis(100)),
+    );
+    let g = gate();
+    let big = s
+        .submit(hold(&g), TaskSpec::new("big").memory(1500u64, 1500u64))
+        .unwrap();
+    // `starving` does not fit beside `big`; four small tasks jump it, then it blocks the rest.
+    let starving = s
+        .submit(hold(&g), TaskSpec::new("starving").memory(1000u64, 1000u64))
+        .unwrap();
+    let mut small = Vec::new();
+    for i in 0..4 {
+        let h = s
+            .submit(
+                hold(&g),
+                TaskSpec::new(format!("jump{i}")).memory(50u64, 50u64),
+            )
+            .unwrap();
+        assert!(matches!(h.admission(), Admission::Admitted(_)));
+        small.push(h);
+    }
+    let mut blocked = Vec::new();
+    for i in 0..4 {
+        let h = s
+            .submit(
+                hold(&g),
+                TaskSpec::new(format!("blocked{i}")).memory(50u64, 50u64),
+            )
+            .unwrap();
+        assert!(
+            matches!(h.admission(), Admission::Queued { .. }),
+            "behind the starving task: {:?}",
+            h.admission()
+        );
+        blocked.push(h);
+    }
+    g.store(true, Ordering::Release);
+    let t = Instant::now();
+    let report = s.shutdown(Duration::from_secs(3));
+    let took = t.elapsed();
+    assert_eq!(
+        (report.cancelled_queued, report.detached),
+        (5, 0),
+        "{report:?}"
+    );
+    assert!(
+        took < SLACK,
+        "shutdown waited for tasks that never ran: {took:?}"
+    );
+    for h in std::iter::once(starving).chain(blocked) {
+        assert!(matches!(
+            h.wait(),
+            Err(Error::Cancelled {
+                reason: CancelReason::Shutdown,
+                ..
+            })
+        ));
+    }
+    big.wait().unwrap();
+    for h in small {
+        h.wait().unwrap();
+    }
+}
+
+/// An evicted task that returns its memory in an `Ok` result before any safe point: its
+/// result cannot keep memory the evicting Guaranteed task needs. The result is dropped (the
+/// memory goes back), the task ends Preempted saying so, and the Guaranteed task gets every
+/// byte.
+#[test]
+fn an_evicted_task_cannot_keep_memory_in_its_result() {
+    let s = sched_with(1000, cfg().workers(2).stop_grace(Duration::from_secs(5)));
+    let filled = gate();
+    let f2 = filled.clone();
+    let evicted = gate();
+    let e2 = evicted.clone();
+    let victim = s
+        .submit(
+            move |ctx: &mut TaskContext| -> R<MemoryReservation> {
+                let held = ctx.reserve_memory(900)?;
+                f2.store(true, Ordering::Release);
+                // No safe point: returns its memory as soon as it is asked to stop.
+                while !e2.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(held)
+            },
+            TaskSpec::new("hoarder"),
+        )
+        .unwrap();
+    let vid = victim.id();
+    assert!(wait_until(SLACK, || filled.load(Ordering::Acquire)));
+    let t = Instant::now();
+    let g = s
+        .submit(
+            |ctx: &mut TaskContext| -> R<u64> { Ok(ctx.reserve_memory(500)?.bytes()) },
+            TaskSpec::new("g")
+                .memory(500u64, 500u64)
+                .compute(0.25, 0.25),
+        )
+        .unwrap();
+    assert!(wait_until(SLACK, || s.task_stats(vid).unwrap().preempted));
+    evicted.store(true, Ordering::Release);
+    assert_eq!(
+        finish(g, SLACK).unwrap(),
+        500,
+        "the Guaranteed task got its memory"
+    );
+    assert!(t.elapsed() < SLACK, "{:?}", t.elapsed());
+    let r = finish(victim, SLACK);
+    assert!(
+        matches!(&r, Err(Error::Preempted { task, reason, .. }) if task == "hoarder" && reason.contains("900 bytes")),
+        "{r:?}"
+    );
+    assert_eq!(s.task_stats(vid).unwrap().state, TaskState::Preempted);
+    assert_eq!(s.stats().partitions[0].memory.in_use, 0);
+}
+
+/// Memory no running task can give back (buffers an ended task returned, here): the waiting
+/// Guaranteed task fails at the grace period with an error naming who holds it and how much.
+#[test]
+fn a_guaranteed_task_that_cannot_get_its_memory_names_who_holds_it() {
+    let s = sched_with(1000, cfg().workers(2));
+    let kept = s
+        .submit(
+            |ctx: &mut TaskContext| -> R<MemoryReservation> { ctx.reserve_memory(900) },
+            TaskSpec::new("keeper"),
+        )
+        .unwrap();
+    let kid = kept.id();
+    let kept = finish(kept, SLACK).unwrap();
+    let t = Instant::now();
+    let g = s
+        .submit(
+            |ctx: &mut TaskContext| -> R<u64> { Ok(ctx.reserve_memory(500)?.bytes()) },
+            TaskSpec::new("g")
+                .memory(500u64, 500u64)
+                .compute(0.25, 0.25),
+        )
+        .unwrap();
+    let r = finish(g, GRACE + SLACK);
+    let took = t.elapsed();
+    assert!(took >= GRACE && took < GRACE + SLACK, "{took:?}");
+    match &r {
+        Err(Error::MemoryUnavailable {
+            task,
+            missing,
+            holders,
+            ..
+        }) => {
+            assert_eq!((task.as_str(), *missing), ("g", 400));
+            assert_eq!(holders.len(), 1, "{holders:?}");
+            let h = &holders[0];
+            assert_eq!(
+                (h.task.as_deref(), h.id, h.bytes, h.kind),
+                (Some("keeper"), Some(kid), 900, HolderKind::Ended)
+            );
+            let text = r.as_ref().unwrap_err().to_string();
+            assert!(text.contains("keeper") && text.contains("900"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(kept);
+    let g = s
+        .submit(
+            |ctx: &mut TaskContext| -> R<u64> { Ok(ctx.reserve_memory(500)?.bytes()) },
+            TaskSpec::new("g2")
+                .memory(500u64, 500u64)
+                .compute(0.25, 0.25),
+        )
+        .unwrap();
+    assert_eq!(finish(g, SLACK).unwrap(), 500);
+}
+
+/// The metrics' label sets are bounded: finished tasks have no series of their own (they are
+/// aggregated into counters and histograms), so the snapshot does not grow with the tasks run;
+/// queue wait and run time are Prometheus histograms (cumulative buckets, `+Inf` = count).
+#[test]
+fn metrics_are_bounded_and_have_histograms() {
+    let s = sched(Duration::ZERO);
+    let run = |n: usize| {
+        for _ in 0..n {
+            let h = s
+                .submit(
+                    |_: &mut TaskContext| -> R<()> {
+                        std::thread::sleep(Duration::from_micros(200));
+                        Ok(())
+                    },
+                    spec(),
+                )
+                .unwrap();
+            finish(h, SLACK).unwrap();
+        }
+    };
+    run(150);
+    let first = s.metrics();
+    run(150);
+    let second = s.metrics();
+    let series = |t: &str| t.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(
+        series(&first),
+        series(&second),
+        "series grew with finished tasks"
+    );
+    let samples = parse_prometheus(&second);
+    assert!(
+        !samples
+            .iter()
+            .any(|(n, _, _)| n.starts_with("gpukit_sched_task_")),
+        "a finished task kept its series"
+    );
+    for family in [
+        "gpukit_sched_queue_wait_seconds",
+        "gpukit_sched_run_seconds",
+    ] {
+        let label = "qos=\"Guaranteed\"";
+        let buckets: Vec<(String, f64)> = samples
+            .iter()
+            .filter(|(n, l, _)| *n == format!("{family}_bucket") && l.contains(label))
+            .map(|(_, l, v)| (l.clone(), *v))
+            .collect();
+        assert!(buckets.len() > 5, "{family}: {buckets:?}");
+        assert!(
+            buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+            "{family}: not cumulative"
+        );
+        let (last_label, inf) = buckets.last().unwrap();
+        assert!(last_label.contains("le=\"+Inf\""), "{last_label}");
+        let count = samples
+            .iter()
+            .find(|(n, l, _)| *n == format!("{family}_count") && l.contains(label))
+            .unwrap()
+            .2;
+        let sum = samples
+            .iter()
+            .find(|(n, l, _)| *n == format!("{family}_sum") && l.contains(label))
+            .unwrap()
+            .2;
+        assert_eq!((*inf, count), (300.0, 300.0), "{family}");
+        assert!(sum > 0.0, "{family}");
+    }
+    // Run time: each task slept 200 us, so no observation falls in a bucket below it.
+    let below = samples
+        .iter()
+        .find(|(n, l, _)| n == "gpukit_sched_run_seconds_bucket" && l.contains("le=\"0.0001\""))
+        .unwrap()
+        .2;
+    assert_eq!(below, 0.0);
+    let st = s.stats();
+    let g = &st
+        .run_time
+        .iter()
+        .find(|(q, _)| *q == QosClass::Guaranteed)
+        .unwrap()
+        .1;
+    assert_eq!(g.count, 300);
+    assert!(g.sum >= 300.0 * 200e-6, "{}", g.sum);
+}
+
+/// The error an illegal address gives every later call in the context, wrapped in a task's
+/// own error (whose text needs no driver: formatting a `DriverError` asks the driver).
+#[derive(Debug, thiserror::Error)]
+#[error("the kernel failed")]
+struct KernelFailed(#[source] cudarc::driver::DriverError);
+
+fn driver_error(code: cudarc::driver::sys::CUresult) -> KernelFailed {
+    KernelFailed(cudarc::driver::DriverError(code))
+}
+
+/// A task that ends with a sticky CUDA error (simulated here: the error an illegal address
+/// gives every later call) makes the scheduler unhealthy: queued tasks fail and submissions
+/// are refused with a typed error naming the task and the error; stats and metrics say so.
+#[test]
+fn a_sticky_error_makes_the_scheduler_unhealthy() {
+    use cudarc::driver::sys::CUresult;
+    let s = sched_with(1 << 30, cfg().workers(1));
+    let g = gate();
+    let g2 = g.clone();
+    let poisoner = s
+        .submit(
+            move |_: &mut TaskContext| -> Result<(), KernelFailed> {
+                while !g2.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(driver_error(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS))
+            },
+            spec(),
+        )
+        .unwrap();
+    let queued = s
+        .submit(
+            |_: &mut TaskContext| Ok::<_, Error>(()),
+            TaskSpec::new("queued"),
+        )
+        .unwrap();
+    assert!(matches!(queued.admission(), Admission::Queued { .. }));
+    assert!(s.stats().unhealthy.is_none());
+    assert!(s.metrics().contains("gpukit_sched_healthy 1"));
+    g.store(true, Ordering::Release);
+    assert!(matches!(
+        finish(poisoner, SLACK),
+        Err(Error::TaskFailed { .. })
+    ));
+    let cause = |e: &Error| match e {
+        Error::Unhealthy { cause } => cause.clone(),
+        other => panic!("{other:?}"),
+    };
+    let c = cause(&finish(queued, SLACK).unwrap_err());
+    assert!(
+        c.contains("task `t`") && c.contains("CUDA_ERROR_ILLEGAL_ADDRESS"),
+        "{c}"
+    );
+    let refused = s
+        .submit(|_: &mut TaskContext| Ok::<_, Error>(()), spec())
+        .unwrap_err();
+    assert_eq!(cause(&refused), c);
+    let st = s.stats();
+    assert_eq!(st.unhealthy.as_deref(), Some(c.as_str()));
+    assert_eq!(st.count(TaskState::Failed), 2);
+    assert!(s.metrics().contains("gpukit_sched_healthy 0"));
+    // An ordinary error does not: a fresh scheduler stays healthy.
+    let s = sched(Duration::ZERO);
+    let h = s
+        .submit(
+            |_: &mut TaskContext| -> Result<(), KernelFailed> {
+                Err(driver_error(CUresult::CUDA_ERROR_OUT_OF_MEMORY))
+            },
+            spec(),
+        )
+        .unwrap();
+    assert!(finish(h, SLACK).is_err());
+    assert!(s.stats().unhealthy.is_none());
 }

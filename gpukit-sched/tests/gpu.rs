@@ -6,7 +6,6 @@ use gpukit_core::handles::BlasHandle;
 use gpukit_core::Device;
 use gpukit_core::DeviceBuffer;
 use gpukit_jit::{KernelArg, LaunchConfig};
-use gpukit_sched::kernels::TestKernels;
 use gpukit_sched::{
     Admission, Error, GroupSet, Mechanism, Partition, QosClass, Resource, Scheduler,
     SchedulerConfig, TaskContext, TaskHandle, TaskSpec, TaskState,
@@ -15,6 +14,9 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::kernels::TestKernels;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -44,15 +46,19 @@ fn smids(
         action: "poisoning".into(),
         source: e,
     })?;
-    ctx.launch(
-        &k.record_smid,
-        LaunchConfig::new((blocks, 1, 1), (128, 1, 1)),
-        &[
-            KernelArg::Ptr(buf.ptr()),
-            KernelArg::I32(blocks as i32),
-            KernelArg::I64(20_000),
-        ],
-    )?;
+    // SAFETY: any pointer is a live allocation of this task, large enough for the
+    // kernel, kept until the kernel completes.
+    unsafe {
+        ctx.launch_unchecked(
+            &k.record_smid,
+            LaunchConfig::new((blocks, 1, 1), (128, 1, 1)),
+            &[
+                KernelArg::Ptr(buf.ptr()),
+                KernelArg::I32(blocks as i32),
+                KernelArg::I64(20_000),
+            ],
+        )?
+    };
     ctx.synchronize()?;
     let mut host = vec![0u32; blocks as usize];
     // SAFETY: copies `blocks` u32 from a live device buffer into `host`; the stream is idle.
@@ -268,11 +274,15 @@ fn panics_and_errors_release_everything() {
             {
                 let k = k.clone();
                 move |ctx: &mut TaskContext| -> gpukit_sched::Result<u32> {
-                    ctx.launch(
-                        &k.noop,
-                        LaunchConfig::new((1, 1, 1), (32, 1, 1)),
-                        &[KernelArg::I32(1)],
-                    )?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe {
+                        ctx.launch_unchecked(
+                            &k.noop,
+                            LaunchConfig::new((1, 1, 1), (32, 1, 1)),
+                            &[KernelArg::I32(1)],
+                        )?
+                    };
                     ctx.synchronize()?;
                     Ok(ctx.compute().sms)
                 }
@@ -323,11 +333,15 @@ fn cancel_running_task_at_safe_point() {
             move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
                 s2.store(true, Ordering::Release);
                 loop {
-                    ctx.launch(
-                        &k.noop,
-                        LaunchConfig::new((1, 1, 1), (32, 1, 1)),
-                        &[KernelArg::I32(1)],
-                    )?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe {
+                        ctx.launch_unchecked(
+                            &k.noop,
+                            LaunchConfig::new((1, 1, 1), (32, 1, 1)),
+                            &[KernelArg::I32(1)],
+                        )?
+                    };
                     std::thread::sleep(Duration::from_millis(1));
                 }
             },
@@ -432,11 +446,15 @@ fn shares_and_isolation_loose() {
             let t = Instant::now();
             let mut n = 0;
             while !stop.load(Ordering::Relaxed) {
-                ctx.launch(
-                    &k.fma_spin,
-                    cfg,
-                    &[KernelArg::Ptr(out.ptr()), KernelArg::I32(2000)],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &k.fma_spin,
+                        cfg,
+                        &[KernelArg::Ptr(out.ptr()), KernelArg::I32(2000)],
+                    )?
+                };
                 ctx.synchronize()?;
                 n += 1;
             }
@@ -1038,11 +1056,15 @@ fn share_below_one_group_is_paced() {
             let t = Instant::now();
             let mut n = 0u32;
             while t.elapsed() < Duration::from_millis(700) {
-                ctx.launch(
-                    &k.fma_spin,
-                    cfg,
-                    &[KernelArg::Ptr(out.ptr()), KernelArg::I32(500)],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &k.fma_spin,
+                        cfg,
+                        &[KernelArg::Ptr(out.ptr()), KernelArg::I32(500)],
+                    )?
+                };
                 ctx.synchronize()?;
                 n += 1;
             }
@@ -1130,12 +1152,16 @@ fn fma_task(
         let out = ctx.alloc(FMA_BLOCKS as usize * 256 * 4)?;
         let cfg = LaunchConfig::new((FMA_BLOCKS, 1, 1), (256, 1, 1));
         let args = [KernelArg::Ptr(out.ptr()), KernelArg::I32(500)];
-        ctx.launch(&k.fma_spin, cfg, &args)?;
+        // SAFETY: any pointer is a live allocation of this task, large enough for the
+        // kernel, kept until the kernel completes.
+        unsafe { ctx.launch_unchecked(&k.fma_spin, cfg, &args)? };
         ctx.synchronize()?;
         let t = Instant::now();
         let mut n = 0u32;
         while t.elapsed() < dur {
-            ctx.launch(&k.fma_spin, cfg, &args)?;
+            // SAFETY: any pointer is a live allocation of this task, large enough for the
+            // kernel, kept until the kernel completes.
+            unsafe { ctx.launch_unchecked(&k.fma_spin, cfg, &args)? };
             ctx.synchronize()?;
             n += 1;
         }
@@ -1305,11 +1331,15 @@ fn missing_entry_points_degrade_with_a_reason() {
         let h = sched
             .submit(
                 move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
-                    ctx.launch(
-                        &k.spin_cycles,
-                        LaunchConfig::new((1, 1, 1), (32, 1, 1)),
-                        &[KernelArg::Ptr(0), KernelArg::I64(2_000_000)],
-                    )?;
+                    // SAFETY: any pointer is a live allocation of this task, large enough for the
+                    // kernel, kept until the kernel completes.
+                    unsafe {
+                        ctx.launch_unchecked(
+                            &k.spin_cycles,
+                            LaunchConfig::new((1, 1, 1), (32, 1, 1)),
+                            &[KernelArg::Ptr(0), KernelArg::I64(2_000_000)],
+                        )?
+                    };
                     ctx.synchronize()
                 },
                 TaskSpec::new("spin")
@@ -1339,10 +1369,7 @@ fn missing_entry_points_degrade_with_a_reason() {
         SchedulerConfig::default().hide_entry_points(["cuEventElapsedTime_v2"]),
     )
     .unwrap();
-    assert_eq!(
-        s.entry_points().unwrap().timing,
-        gpukit_sched::entry::Timing::V1
-    );
+    assert_eq!(s.entry_points().unwrap().timing, gpukit_sched::Timing::V1);
     let ms = run(&s);
     println!("GPU time with cuEventElapsedTime (v1): {ms:?} ms");
     assert!(ms.is_some_and(|ms| ms > 0.0));
@@ -1426,11 +1453,15 @@ fn injected_panics_on_the_device_release_everything() {
         .submit(
             move |ctx: &mut TaskContext| -> gpukit_sched::Result<()> {
                 let _b = ctx.alloc(256 << 20)?;
-                ctx.launch(
-                    &kk.noop,
-                    LaunchConfig::new((1, 1, 1), (32, 1, 1)),
-                    &[KernelArg::I32(1)],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &kk.noop,
+                        LaunchConfig::new((1, 1, 1), (32, 1, 1)),
+                        &[KernelArg::I32(1)],
+                    )?
+                };
                 Ok(())
             },
             TaskSpec::new("victim")
@@ -1451,11 +1482,15 @@ fn injected_panics_on_the_device_release_everything() {
     let h = sched
         .submit(
             move |ctx: &mut TaskContext| -> gpukit_sched::Result<u32> {
-                ctx.launch(
-                    &k.noop,
-                    LaunchConfig::new((1, 1, 1), (32, 1, 1)),
-                    &[KernelArg::I32(1)],
-                )?;
+                // SAFETY: any pointer is a live allocation of this task, large enough for the
+                // kernel, kept until the kernel completes.
+                unsafe {
+                    ctx.launch_unchecked(
+                        &k.noop,
+                        LaunchConfig::new((1, 1, 1), (32, 1, 1)),
+                        &[KernelArg::I32(1)],
+                    )?
+                };
                 ctx.synchronize()?;
                 Ok(ctx.compute().sms)
             },
@@ -1483,4 +1518,107 @@ fn lane_cache_is_bounded() {
     );
     assert_eq!(st.green_contexts_created, 6);
     assert!(st.lanes_cached <= 2, "{}", st.lanes_cached);
+}
+
+/// `TaskContext::cublas` takes the lane's handle from gpukit-core's shared cache (one per
+/// stream): two tasks on the same lane get the same handle, each is charged its workspace
+/// while it uses it, and the idle lane's workspace counts outside tasks.
+#[test]
+fn cublas_handles_come_from_the_shared_cache() {
+    let Some((_g, dev, _k)) = setup("cublas_handles_come_from_the_shared_cache") else {
+        return;
+    };
+    let ws = gpukit_core::handles::blas_workspace_bytes(dev.compute_capability()) as u64;
+    let sched = Scheduler::new(dev, SchedulerConfig::default()).unwrap();
+    let run = || {
+        let h = sched
+            .submit(
+                |ctx: &mut TaskContext| -> gpukit_sched::Result<(usize, bool, u64)> {
+                    let mine = ctx.cublas()? as *const BlasHandle as usize;
+                    let cached = BlasHandle::for_stream(ctx.stream()?)?;
+                    let same = Arc::as_ptr(&cached) as usize == mine;
+                    Ok((mine, same, ctx.memory_in_use()))
+                },
+                TaskSpec::new("blas")
+                    .memory("128MiB", "128MiB")
+                    .compute(1.0, 1.0),
+            )
+            .unwrap();
+        finish(h, "blas task").unwrap()
+    };
+    let (first, same1, used1) = run();
+    let (second, same2, used2) = run();
+    println!("handles {first:#x} / {second:#x}, charged {used1} / {used2} B (workspace {ws} B)");
+    assert!(same1 && same2, "not the shared cache's handle");
+    assert_eq!(
+        first, second,
+        "the second task on the lane made a new handle"
+    );
+    assert!(
+        used1 >= ws && used2 >= ws,
+        "the workspace was not charged to the task"
+    );
+    assert!(sched.stats().memory_outside_tasks >= ws);
+}
+
+/// A clone of a task's stream (or a buffer ordered on it) outliving the task keeps the
+/// task's lane — its green context and stream — alive: the stream still works, and the lane
+/// is destroyed only once the clone is gone.
+#[test]
+fn a_stream_clone_keeps_its_lane_alive() {
+    let Some((_g, dev, _k)) = setup("a_stream_clone_keeps_its_lane_alive") else {
+        return;
+    };
+    // No idle lane is kept: each lane is destroyed when its task ends, if it can be.
+    let sched =
+        Scheduler::new(dev.clone(), SchedulerConfig::default().max_cached_lanes(0)).unwrap();
+    assert!(
+        sched.mechanism().starts_with("green contexts"),
+        "{}",
+        sched.mechanism()
+    );
+    let h = sched
+        .submit(
+            |ctx: &mut TaskContext| -> gpukit_sched::Result<(gpukit_core::Stream, DeviceBuffer)> {
+                Ok((ctx.stream()?.clone(), ctx.alloc(1 << 20)?))
+            },
+            TaskSpec::new("leaks-its-stream")
+                .memory("64MiB", "64MiB")
+                .compute(0.25, 0.25),
+        )
+        .unwrap();
+    let (stream, buf) = finish(h, "task").unwrap();
+    let st = sched.stats();
+    println!(
+        "after the task: destroyed {}, held {}",
+        st.lanes_destroyed, st.lanes_held
+    );
+    assert_eq!((st.lanes_destroyed, st.lanes_held), (0, 1));
+    // The stream still works: an operation on it, and its result.
+    let v = dev
+        .with_stream(&stream, || {
+            gpukit_core::GpuArray::<f32>::full(&dev, &[1024], 2.5)?.to_vec()
+        })
+        .unwrap();
+    assert!(v.iter().all(|&x| x == 2.5));
+    stream.synchronize().unwrap();
+    drop(buf);
+    drop(stream);
+    // The next lane returned retries the held one.
+    let h = sched
+        .submit(
+            |_: &mut TaskContext| Ok::<_, Error>(()),
+            TaskSpec::new("next")
+                .memory("16MiB", "16MiB")
+                .compute(0.25, 0.25),
+        )
+        .unwrap();
+    finish(h, "next").unwrap();
+    let st = sched.stats();
+    println!(
+        "after the clone was dropped: destroyed {}, held {}",
+        st.lanes_destroyed, st.lanes_held
+    );
+    assert_eq!(st.lanes_held, 0);
+    assert!(st.lanes_destroyed >= 1);
 }

@@ -3,7 +3,8 @@
 //! the handle, taking the result once, and the closure's own error recovered by value.
 
 use gpukit_sched::{Error, TaskContext, TaskState};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -81,12 +82,15 @@ fn a_panicking_callback_reaches_nothing_else() {
         });
     }
     g.store(true, Ordering::Release);
-    assert!(h.wait_for(SLACK).is_some());
-    assert!(wait_until(SLACK, || ran.load(Ordering::SeqCst) == 1));
+    // Generous bounds after a panic: with RUST_BACKTRACE set, the panic hook symbolizes a
+    // backtrace first.
+    let after_panic = Duration::from_secs(10);
+    assert!(h.wait_for(after_panic).is_some());
+    assert!(wait_until(after_panic, || ran.load(Ordering::SeqCst) == 1));
     // Registered after the end: contained on the caller's thread too.
     h.on_complete(|_| panic!("late callback panic (expected by the test)"));
     assert_eq!(h.take_result().map(|r| r.is_ok()), Some(true));
-    assert!(wait_until(SLACK, || s.stats().callback_panics == 2));
+    assert!(wait_until(after_panic, || s.stats().callback_panics == 2));
     assert!(s.metrics().contains("gpukit_sched_callback_panics_total 2"));
     // The one worker is alive.
     let next = s
@@ -164,4 +168,88 @@ fn the_closures_error_is_recovered_by_value() {
     let e = Error::NoDevice;
     assert!(e.task_source().is_none());
     assert!(matches!(e.into_task_source(), Err(Error::NoDevice)));
+}
+
+/// A body that runs until stopped (a safe point every millisecond), flagging its start.
+fn until_stopped(started: &Arc<AtomicBool>) -> impl FnOnce(&mut TaskContext) -> R<()> + Send {
+    let s = started.clone();
+    move |ctx: &mut TaskContext| {
+        s.store(true, Ordering::Release);
+        loop {
+            ctx.check()?;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Dropping a handle cancels its task (running: at its next safe point; queued: at once),
+/// so a service that gives up on a task (a timeout around its future) leaks no GPU work.
+#[test]
+fn dropping_a_handle_cancels_its_task() {
+    let s = sched_with(1 << 30, cfg().workers(1));
+    let started = gate();
+    let running = s.submit(until_stopped(&started), spec()).unwrap();
+    let rid = running.id();
+    let queued = s.submit(until_stopped(&gate()), spec()).unwrap();
+    let qid = queued.id();
+    assert!(wait_until(SLACK, || started.load(Ordering::Acquire)));
+    drop(queued);
+    assert_eq!(s.task_stats(qid).unwrap().state, TaskState::Cancelled);
+    drop(running);
+    assert!(wait_until(SLACK, || s.task_stats(rid).unwrap().state
+        == TaskState::Cancelled));
+    let e = s.task_stats(rid).unwrap().error.unwrap();
+    assert!(e.contains("handle was dropped"), "{e}");
+    // A future dropped after its first poll (what a timeout around it does) cancels too.
+    let started = gate();
+    let mut fut = s.submit(until_stopped(&started), spec()).unwrap();
+    let fid = fut.id();
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    assert!(std::pin::Pin::new(&mut fut).poll(&mut cx).is_pending());
+    drop(fut);
+    assert!(wait_until(SLACK, || s.task_stats(fid).unwrap().state
+        == TaskState::Cancelled));
+    // A handle dropped after the task ended changes nothing.
+    let h = s
+        .submit(|_: &mut TaskContext| Ok::<_, Error>(1), spec())
+        .unwrap();
+    let id = h.id();
+    assert_eq!(h.wait_for(SLACK), Some(TaskState::Succeeded));
+    drop(h);
+    assert_eq!(s.task_stats(id).unwrap().state, TaskState::Succeeded);
+}
+
+/// `detach` is fire-and-forget: the task runs to its end, and its value is dropped then.
+#[test]
+fn a_detached_handle_runs_to_its_end() {
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let s = sched(Duration::ZERO);
+    let g = gate();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (g2, d2) = (g.clone(), drops.clone());
+    let h = s
+        .submit(
+            move |_: &mut TaskContext| -> R<Counted> {
+                while !g2.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(Counted(d2))
+            },
+            spec(),
+        )
+        .unwrap();
+    let id = h.id();
+    h.detach();
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(s.task_stats(id).unwrap().state, TaskState::Running);
+    g.store(true, Ordering::Release);
+    assert!(wait_until(SLACK, || s.task_stats(id).unwrap().state
+        == TaskState::Succeeded));
+    assert!(wait_until(SLACK, || drops.load(Ordering::SeqCst) == 1));
 }

@@ -170,6 +170,8 @@ struct State {
     owners: HashMap<OwnerId, OwnerUsage>,
     /// Streams that have segments: kept alive so their handles are not reused.
     streams: HashMap<StreamKey, Stream>,
+    /// Streams whose queued work may never finish (see [`Allocator::retire_stream`]).
+    retired: std::collections::HashSet<StreamKey>,
     pending: Vec<Pending>,
     stats: AllocStats,
 }
@@ -214,6 +216,7 @@ impl Allocator {
                     pool: Pool::new(),
                     owners: HashMap::new(),
                     streams: HashMap::new(),
+                    retired: std::collections::HashSet::new(),
                     pending: Vec::new(),
                     stats: AllocStats::default(),
                 }),
@@ -341,8 +344,14 @@ impl Allocator {
         if let Some(a) = st.pool.alloc(key, rounded) {
             return Ok(a);
         }
-        // 2. A wholly free segment of another stream: order this stream after that one.
-        if let Some(old) = st.pool.adopt_free_segment(key, rounded) {
+        // 2. A wholly free segment of another stream (not a retired one, whose work may never
+        // end): order this stream after that one.
+        let retired = std::mem::take(&mut st.retired);
+        let adopted = st
+            .pool
+            .adopt_free_segment(key, rounded, |s| !retired.contains(&s));
+        st.retired = retired;
+        if let Some(old) = adopted {
             if let Some(old_stream) = st.streams.get(&old).cloned() {
                 stream.wait_stream(&old_stream)?;
             }
@@ -419,7 +428,8 @@ impl Allocator {
     }
 
     fn release_segments(&self, st: &mut State) -> Result<()> {
-        let segs = st.pool.take_free_segments(|_| true);
+        let retired = &st.retired;
+        let segs = st.pool.take_free_segments(|s| !retired.contains(&s));
         for (base, _) in segs {
             // SAFETY: `base` came from malloc_sync and no block of its segment is allocated
             // (take_free_segments only returns wholly free segments); the device was
@@ -523,6 +533,9 @@ impl Allocator {
     pub fn release_stream(&self, stream: &Stream) -> Result<bool> {
         let key = stream.key();
         let mut st = self.inner.state.lock();
+        if st.retired.contains(&key) {
+            return Ok(false);
+        }
         Self::drain_pending(&mut st, false)?;
         if !st.pool.stream_is_idle(key) {
             return Ok(false);
@@ -538,6 +551,20 @@ impl Allocator {
         }
         st.streams.remove(&key);
         Ok(true)
+    }
+
+    /// Marks `stream` as one whose queued work may never finish (a kernel that does not end):
+    /// its cached segments stay out of use until [`restore_stream`](Self::restore_stream) —
+    /// never adopted by another stream (which would have to wait for it) nor released to the
+    /// driver (the work may still use them) — and [`release_stream`](Self::release_stream)
+    /// keeps it. Its own blocks are still freed into its segments as they are dropped.
+    pub fn retire_stream(&self, stream: &Stream) {
+        self.inner.state.lock().retired.insert(stream.key());
+    }
+
+    /// Undoes [`retire_stream`](Self::retire_stream) once the stream's work has finished.
+    pub fn restore_stream(&self, stream: &Stream) {
+        self.inner.state.lock().retired.remove(&stream.key());
     }
 
     /// Statistics.

@@ -236,16 +236,22 @@ impl Pool {
         whole.into_iter().map(|(b, s, _, _)| (b, s)).collect()
     }
 
-    /// Moves the smallest entirely free segment of another stream that can serve `rounded`
-    /// bytes to `stream`; returns the stream it came from. The caller must order `stream` after
-    /// the old stream before using the memory.
-    pub fn adopt_free_segment(&mut self, stream: StreamKey, rounded: usize) -> Option<StreamKey> {
+    /// Moves the smallest entirely free segment of another stream that `from` allows and that
+    /// can serve `rounded` bytes to `stream`; returns the stream it came from. The caller must
+    /// order `stream` after the old stream before using the memory.
+    pub fn adopt_free_segment(
+        &mut self,
+        stream: StreamKey,
+        rounded: usize,
+        from: impl Fn(StreamKey) -> bool,
+    ) -> Option<StreamKey> {
         let small = is_small(rounded);
         let (base, size, old) = self
             .segments
             .iter()
             .filter(|(base, seg)| {
                 seg.stream != stream
+                    && from(seg.stream)
                     && seg.small == small
                     && seg.size >= rounded
                     && self
@@ -408,8 +414,10 @@ mod tests {
         f.pool.free(b).unwrap();
         // Stream 3: no segment of its own; adopt a free one.
         assert!(f.pool.alloc(3, 4096).is_none());
-        let from = f.pool.adopt_free_segment(3, 4096).unwrap();
-        assert!(from == 1 || from == 2);
+        // A filter that allows no stream adopts nothing; one that excludes stream 1 (a retired
+        // stream, say) takes stream 2's segment.
+        assert!(f.pool.adopt_free_segment(3, 4096, |_| false).is_none());
+        assert_eq!(f.pool.adopt_free_segment(3, 4096, |s| s != 1), Some(2));
         assert!(f.pool.alloc(3, 4096).is_some());
         f.pool.check_invariants().unwrap();
     }

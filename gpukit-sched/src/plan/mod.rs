@@ -145,7 +145,15 @@ enum Phase {
     Running {
         own: GroupSet,
         lent: GroupSet,
+        #[cfg_attr(not(test), allow(dead_code))] // read by the tests (Planner::grant)
         grant: Grant,
+    },
+    /// Its closure has returned but its GPU work has not ended (a kernel that does not end):
+    /// it keeps its own groups, the lent groups its work may still occupy (`held`) and its
+    /// memory commitment, but no worker slot, and it borrows nothing.
+    Quarantined {
+        own: GroupSet,
+        held: GroupSet,
     },
 }
 
@@ -174,23 +182,6 @@ struct Pool {
 }
 
 /// The deterministic core of the scheduler. See the module docs for the rules.
-///
-/// ```
-/// use gpukit_sched::plan::{Admission, Planner, PlannerConfig};
-/// use gpukit_sched::{SmLayout, TaskSpec};
-/// let cfg = PlannerConfig { memory_capacity: 10 << 30, layout: SmLayout::new(132, 8, true)?,
-///                           max_running: 8, max_queue: 64, max_bypass: 4 };
-/// let mut p = Planner::new(cfg);
-/// let g = TaskSpec::new("g").memory("4GiB", "4GiB").compute(0.25, 0.25).resolve()?;
-/// let (Admission::Admitted(grant), _) = p.submit(1, g.clone(), 0)? else { panic!() };
-/// assert_eq!((grant.compute.groups.len(), grant.compute.sms), (4, 32));
-/// // Requests, not usage: a third 4 GiB request does not fit in 10 GiB.
-/// p.submit(2, g.clone(), 0)?;
-/// assert_eq!(p.submit(3, g, 0)?.0, Admission::Queued { position: 0 });
-/// let started = p.finish(1, 1);
-/// assert!(matches!(started[0], gpukit_sched::plan::Event::Started(3, _)));
-/// # Ok::<(), gpukit_sched::Error>(())
-/// ```
 #[derive(Debug, Clone)]
 pub struct Planner {
     cfg: PlannerConfig,
@@ -238,6 +229,11 @@ impl Planner {
     /// The configuration.
     pub fn config(&self) -> &PlannerConfig {
         &self.cfg
+    }
+
+    /// Tasks holding a worker slot now.
+    pub fn running_count(&self) -> usize {
+        self.running
     }
 
     fn pool_names(&self) -> Vec<String> {
@@ -691,6 +687,10 @@ impl Planner {
                 self.running -= 1;
                 self.borrowers -= (e.spec.qos != QosClass::Guaranteed) as usize;
             }
+            Phase::Quarantined { own, held } => {
+                pool.assigned = pool.assigned.minus(own.union(held));
+                pool.committed -= e.spec.memory_request;
+            }
         }
         Some(e)
     }
@@ -715,6 +715,46 @@ impl Planner {
         }
     }
 
+    /// A running task's closure returned while its GPU work goes on (see `Phase::Quarantined`):
+    /// its worker slot is freed (queued tasks may start), its own groups and memory stay taken,
+    /// and so do the groups in `occupied` (lent to it, its work may still run there) that no
+    /// other task owns now. [`finish`](Self::finish) releases everything once the work ends.
+    /// False (nothing changes) when the task is not running.
+    pub fn quarantine(&mut self, id: TaskId, occupied: GroupSet, now: u64) -> (bool, Vec<Event>) {
+        let Some(e) = self.tasks.get_mut(&id) else {
+            return (false, Vec::new());
+        };
+        let Phase::Running { own, .. } = e.phase else {
+            return (false, Vec::new());
+        };
+        let borrower = e.spec.qos != QosClass::Guaranteed;
+        let pool = self.pools.get_mut(&e.pool).expect("pool exists");
+        let held = occupied.intersect(pool.groups).minus(pool.assigned);
+        pool.assigned = pool.assigned.union(held);
+        e.phase = Phase::Quarantined { own, held };
+        self.running -= 1;
+        self.borrowers -= borrower as usize;
+        // Groups now held are no longer lendable: lending is recomputed by the pass.
+        (true, self.schedule(now))
+    }
+
+    /// Removes every queued task at once, starting none (a shutdown: cancelling queued tasks
+    /// one by one would start the tasks behind each). Returns their ids in submission order.
+    pub fn drain_queue(&mut self) -> Vec<TaskId> {
+        let mut ids: Vec<(u64, TaskId)> = self
+            .tasks
+            .iter()
+            .filter(|(_, e)| matches!(e.phase, Phase::Queued { .. }))
+            .map(|(&id, e)| (e.seq, id))
+            .collect();
+        ids.sort_unstable();
+        for &(_, id) in &ids {
+            self.remove(id);
+        }
+        self.next_deadline = u64::MAX;
+        ids.into_iter().map(|(_, id)| id).collect()
+    }
+
     /// Whether the task is running, and its own + lent groups.
     pub fn running_groups(&self, id: TaskId) -> Option<(GroupSet, GroupSet)> {
         match self.tasks.get(&id)?.phase {
@@ -724,6 +764,7 @@ impl Planner {
     }
 
     /// The grant of a running task.
+    #[cfg(test)]
     pub fn grant(&self, id: TaskId) -> Option<Grant> {
         match self.tasks.get(&id)?.phase {
             Phase::Running { grant, .. } => Some(grant),
@@ -739,6 +780,7 @@ impl Planner {
     }
 
     /// How often a queued task has been jumped.
+    #[cfg(test)]
     pub fn bypassed(&self, id: TaskId) -> Option<u32> {
         match self.tasks.get(&id)?.phase {
             Phase::Queued { bypassed } => Some(bypassed),
@@ -747,6 +789,7 @@ impl Planner {
     }
 
     /// Tasks running now.
+    #[cfg(test)]
     pub fn running_tasks(&self) -> Vec<TaskId> {
         self.tasks
             .iter()
@@ -756,6 +799,7 @@ impl Planner {
     }
 
     /// Tasks queued now.
+    #[cfg(test)]
     pub fn queued_tasks(&self) -> Vec<TaskId> {
         self.tasks
             .iter()
@@ -765,6 +809,7 @@ impl Planner {
     }
 
     /// The spec of a known task.
+    #[cfg(test)]
     pub fn spec(&self, id: TaskId) -> Option<&ResolvedSpec> {
         self.tasks.get(&id).map(|e| &e.spec)
     }
@@ -912,3 +957,6 @@ fn reverse_take(bits: u64, n: u32) -> u64 {
     }
     out
 }
+
+#[cfg(test)]
+mod tests;

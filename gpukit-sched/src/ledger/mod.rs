@@ -22,25 +22,8 @@
 //!   priority, then the most memory above request, then the latest start), taken from its own
 //!   pool for a pool shortfall and from *any* pool for a device shortfall (pools above their own
 //!   quota first, which is where a partition created over lent memory finds it).
-//!
-//! ```
-//! use gpukit_sched::ledger::{Ledger, EntrySpec, Refusal};
-//! use gpukit_sched::QosClass;
-//! let mut l = Ledger::new(1000);
-//! let g = EntrySpec { id: 1, name: "g".into(), pool: None, qos: QosClass::Guaranteed,
-//!                     priority: 0, started: 1, request: 600, limit: 600 };
-//! let be = EntrySpec { id: 2, name: "be".into(), pool: None, qos: QosClass::BestEffort,
-//!                      priority: 0, started: 2, request: 0, limit: 1000 };
-//! l.open(&"g".into(), g)?;
-//! l.open(&"be".into(), be)?;
-//! assert!(l.charge(&"be".into(), 400).is_ok());
-//! assert!(matches!(l.charge(&"be".into(), 1), Err(Refusal::Pressure { available: 0, .. })));
-//! assert!(l.charge(&"g".into(), 600).is_ok());           // committed: always
-//! assert!(matches!(l.charge(&"g".into(), 1), Err(Refusal::Quota { .. })));
-//! # Ok::<(), gpukit_sched::Error>(())
-//! ```
 
-use crate::error::{Error, Result};
+use crate::error::{Error, HolderKind, MemoryHolder, Result};
 use crate::plan::TaskId;
 use crate::spec::QosClass;
 use gpukit_core::OwnerId;
@@ -170,6 +153,15 @@ pub struct Ledger {
     pools: BTreeMap<Option<String>, u64>,
     entries: HashMap<OwnerId, Entry>,
     outside: u64,
+    /// Lane owners (a lane's cuBLAS workspace): bytes held, and the task they are charged to
+    /// while it uses the lane (else they count outside tasks).
+    lanes: HashMap<OwnerId, LaneCharge>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct LaneCharge {
+    bytes: u64,
+    bound: Option<OwnerId>,
 }
 
 impl Ledger {
@@ -180,10 +172,12 @@ impl Ledger {
             pools: BTreeMap::from([(None, capacity)]),
             entries: HashMap::new(),
             outside: 0,
+            lanes: HashMap::new(),
         }
     }
 
     /// The device capacity (the sum of the pools' quotas).
+    #[cfg(test)]
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
@@ -280,6 +274,15 @@ impl Ledger {
     /// Reserves `bytes` for `owner`, or refuses (nothing is charged then). Owners that are no
     /// task are charged in the default pool and refused only under pressure.
     pub fn charge(&mut self, owner: &OwnerId, bytes: u64) -> std::result::Result<(), Refusal> {
+        if let Some(lane) = self.lanes.get(owner) {
+            if let Some(task) = lane.bound.clone() {
+                self.charge(&task, bytes)?;
+                if let Some(l) = self.lanes.get_mut(owner) {
+                    l.bytes += bytes;
+                }
+                return Ok(());
+            }
+        }
         let Some(e) = self.entries.get(owner) else {
             let available = self.available(&None);
             if bytes > available {
@@ -289,6 +292,9 @@ impl Ledger {
                 });
             }
             self.outside += bytes;
+            if let Some(l) = self.lanes.get_mut(owner) {
+                l.bytes += bytes;
+            }
             return Ok(());
         };
         let refusal = if !e.running {
@@ -331,6 +337,18 @@ impl Ledger {
     /// Returns `bytes` an earlier [`charge`](Self::charge) reserved for `owner`. An ended
     /// task's entry goes once nothing is left.
     pub fn release(&mut self, owner: &OwnerId, bytes: u64) {
+        if let Some(l) = self.lanes.get_mut(owner) {
+            l.bytes = l.bytes.saturating_sub(bytes);
+            let bound = l.bound.clone();
+            if l.bytes == 0 && bound.is_none() {
+                self.lanes.remove(owner);
+            }
+            match bound {
+                Some(task) => self.release(&task, bytes),
+                None => self.outside = self.outside.saturating_sub(bytes),
+            }
+            return;
+        }
         match self.entries.get_mut(owner) {
             Some(e) => {
                 e.in_use = e.in_use.saturating_sub(bytes);
@@ -339,6 +357,58 @@ impl Ledger {
                 }
             }
             None => self.outside = self.outside.saturating_sub(bytes),
+        }
+    }
+
+    /// Charges lane `lane`'s memory (its cuBLAS workspace, allocated under the lane's owner)
+    /// to `task` while the task uses it: what the lane holds now moves from outside tasks to
+    /// the task, checked like an allocation of the task (refused: nothing changes), and the
+    /// lane's later allocations and frees go to the task until [`unbind_lane`]
+    /// (Self::unbind_lane).
+    pub fn bind_lane(
+        &mut self,
+        lane: &OwnerId,
+        task: &OwnerId,
+    ) -> std::result::Result<(), Refusal> {
+        let l = self.lanes.entry(lane.clone()).or_default();
+        match &l.bound {
+            Some(t) if t == task => return Ok(()),
+            Some(_) => {
+                return Err(Refusal::Pressure {
+                    requested: l.bytes,
+                    available: 0,
+                })
+            }
+            None => {}
+        }
+        let bytes = l.bytes;
+        self.outside = self.outside.saturating_sub(bytes);
+        if let Err(r) = self.charge(task, bytes) {
+            self.outside += bytes;
+            if bytes == 0 {
+                self.lanes.remove(lane);
+            }
+            return Err(r);
+        }
+        if let Some(l) = self.lanes.get_mut(lane) {
+            l.bound = Some(task.clone());
+        }
+        Ok(())
+    }
+
+    /// The task using lane `lane` is done with it: the lane's memory moves back from the task
+    /// to outside tasks.
+    pub fn unbind_lane(&mut self, lane: &OwnerId) {
+        let Some(l) = self.lanes.get_mut(lane) else {
+            return;
+        };
+        let (bytes, bound) = (l.bytes, l.bound.take());
+        if bytes == 0 {
+            self.lanes.remove(lane);
+        }
+        if let Some(task) = bound {
+            self.release(&task, bytes);
+            self.outside += bytes;
         }
     }
 
@@ -388,6 +458,43 @@ impl Ledger {
             .saturating_sub(self.pool_cap(pool));
         let on_device = self.device_footprint().saturating_sub(self.capacity);
         in_pool.max(on_device)
+    }
+
+    /// Who holds the memory `owner`'s starting task lacks: every other charge in its pool (and,
+    /// when the device is short, in every pool), with its bytes (a running task's footprint,
+    /// an ended task's returned buffers, allocations outside tasks), largest first.
+    pub fn holders(&self, owner: &OwnerId) -> Vec<MemoryHolder> {
+        let Some(me) = self.entries.get(owner) else {
+            return Vec::new();
+        };
+        let pool = &me.spec.pool;
+        let device_short = self.device_footprint() > self.capacity;
+        let mut out: Vec<MemoryHolder> = self
+            .entries
+            .iter()
+            .filter(|(o, e)| *o != owner && (device_short || &e.spec.pool == pool))
+            .filter(|(_, e)| e.footprint() > 0)
+            .map(|(_, e)| MemoryHolder {
+                task: Some(e.spec.name.clone()),
+                id: Some(e.spec.id),
+                bytes: e.footprint(),
+                kind: match (e.running, e.stopped) {
+                    (false, _) => HolderKind::Ended,
+                    (true, true) => HolderKind::Stopping,
+                    (true, false) => HolderKind::Running,
+                },
+            })
+            .collect();
+        if self.outside > 0 && (device_short || pool.is_none()) {
+            out.push(MemoryHolder {
+                task: None,
+                id: None,
+                bytes: self.outside,
+                kind: HolderKind::OutsideTasks,
+            });
+        }
+        out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.id.cmp(&b.id)));
+        out
     }
 
     /// The fewest further victims whose eviction removes `owner`'s shortfall (tasks already
@@ -451,6 +558,7 @@ impl Ledger {
     /// The second holds as long as admission keeps each pool's commitments within its quota
     /// and a starting task allocates only once its [`shortfall`](Self::shortfall) is zero (the
     /// scheduler's rules). Returns the first violation.
+    #[cfg(test)]
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         for (o, e) in &self.entries {
             if e.running && e.in_use > e.spec.limit {
@@ -467,3 +575,6 @@ impl Ledger {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,12 +1,12 @@
-//! The memory ledger's rules, against a model: charges and releases in any order never take a
-//! task past its limit or the device past its capacity, allocations within a request always
-//! pass, eviction plans make room with the fewest victims in the Kubernetes order and never
-//! touch Guaranteed tasks or Burstable tasks within their request, ended tasks' buffers stay
-//! charged until released, and the ledger stays consistent under concurrent use.
+// The memory ledger's rules, against a model: charges and releases in any order never take a
+// task past its limit or the device past its capacity, allocations within a request always
+// pass, eviction plans make room with the fewest victims in the Kubernetes order and never
+// touch Guaranteed tasks or Burstable tasks within their request, ended tasks' buffers stay
+// charged until released, and the ledger stays consistent under concurrent use.
 
+use super::{EntrySpec, Ledger, Refusal};
+use crate::QosClass;
 use gpukit_core::OwnerId;
-use gpukit_sched::ledger::{EntrySpec, Ledger, Refusal};
-use gpukit_sched::QosClass;
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -341,4 +341,91 @@ fn concurrent_charges_never_overrun() {
     );
     assert!(peak.load(Ordering::SeqCst) as u64 <= CAP);
     assert_eq!(ledger.lock().unwrap().pool(&None).in_use, 0);
+}
+
+#[test]
+fn committed_memory_always_passes_and_bursts_share_the_rest() -> crate::Result<()> {
+    let mut l = Ledger::new(1000);
+    l.open(&owner(1), spec(1, QosClass::Guaranteed, 0, 600, 600))?;
+    l.open(&owner(2), spec(2, QosClass::BestEffort, 0, 0, 1000))?;
+    assert!(l.charge(&owner(2), 400).is_ok());
+    assert!(matches!(
+        l.charge(&owner(2), 1),
+        Err(Refusal::Pressure { available: 0, .. })
+    ));
+    assert!(l.charge(&owner(1), 600).is_ok(), "committed: always");
+    assert!(matches!(l.charge(&owner(1), 1), Err(Refusal::Quota { .. })));
+    Ok(())
+}
+
+#[test]
+fn holders_name_everything_the_starter_lacks_largest_first() {
+    use crate::error::HolderKind;
+    let mut l = Ledger::new(1000);
+    l.open(&owner(1), spec(1, QosClass::BestEffort, 0, 0, 1000))
+        .unwrap();
+    l.charge(&owner(1), 300).unwrap();
+    l.open(&owner(2), spec(2, QosClass::BestEffort, 0, 0, 1000))
+        .unwrap();
+    l.charge(&owner(2), 400).unwrap();
+    l.close(&owner(2)); // ended, its 400 returned in its result
+    l.open(&owner(3), spec(3, QosClass::Burstable, 0, 100, 1000))
+        .unwrap();
+    l.stop(&owner(3));
+    l.charge(&"outside".into(), 50).unwrap();
+    l.open(&owner(9), spec(9, QosClass::Guaranteed, 0, 500, 500))
+        .unwrap();
+    assert_eq!(l.shortfall(&owner(9)), 350);
+    let h: Vec<(Option<u64>, u64, HolderKind)> = l
+        .holders(&owner(9))
+        .into_iter()
+        .map(|h| (h.id, h.bytes, h.kind))
+        .collect();
+    assert_eq!(
+        h,
+        [
+            (Some(2), 400, HolderKind::Ended),
+            (Some(1), 300, HolderKind::Running),
+            (Some(3), 100, HolderKind::Stopping),
+            (None, 50, HolderKind::OutsideTasks),
+        ]
+    );
+}
+
+/// A lane's memory (its cuBLAS workspace) is charged to the task using the lane, limits
+/// included, and counts outside tasks while the lane is idle; the total never changes.
+#[test]
+fn lane_memory_follows_the_task_that_uses_the_lane() {
+    let lane: OwnerId = "sched-lane-1".into();
+    let mut l = Ledger::new(1000);
+    l.open(&owner(1), spec(1, QosClass::Guaranteed, 0, 500, 500))
+        .unwrap();
+    // Bound: the workspace allocation is the task's (within its request: it always passes).
+    l.bind_lane(&lane, &owner(1)).unwrap();
+    l.charge(&lane, 300).unwrap();
+    assert_eq!((l.usage(&owner(1)).unwrap().0, l.outside()), (300, 0));
+    // Past the task's limit: refused as the task's quota.
+    assert!(matches!(l.charge(&lane, 300), Err(Refusal::Quota { .. })));
+    // The task is done: the lane's 300 count outside tasks; the task's entry goes.
+    l.unbind_lane(&lane);
+    l.close(&owner(1));
+    assert_eq!((l.usage(&owner(1)), l.outside()), (None, 300));
+    // A task with a limit below the workspace cannot take the lane's memory: nothing moves.
+    l.open(&owner(2), spec(2, QosClass::Burstable, 0, 0, 100))
+        .unwrap();
+    assert!(matches!(
+        l.bind_lane(&lane, &owner(2)),
+        Err(Refusal::Quota { .. })
+    ));
+    assert_eq!((l.usage(&owner(2)).unwrap().0, l.outside()), (0, 300));
+    // One that can: the bytes move to it; freeing the workspace while bound credits it.
+    l.open(&owner(3), spec(3, QosClass::Burstable, 0, 0, 1000))
+        .unwrap();
+    l.bind_lane(&lane, &owner(3)).unwrap();
+    assert_eq!((l.usage(&owner(3)).unwrap().0, l.outside()), (300, 0));
+    l.release(&lane, 300);
+    assert_eq!((l.usage(&owner(3)).unwrap().0, l.outside()), (0, 0));
+    l.unbind_lane(&lane);
+    assert_eq!(l.outside(), 0);
+    l.check_invariants().unwrap();
 }

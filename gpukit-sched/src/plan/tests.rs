@@ -1,8 +1,8 @@
-//! CPU-side, deterministic tests of admission, queue order, deadlines, anti-starvation,
-//! partitions, SM-group assignment and lending.
+// CPU-side, deterministic tests of admission, queue order, deadlines, anti-starvation,
+// partitions, SM-group assignment and lending.
 
-use gpukit_sched::plan::{Admission, Event, Planner, PlannerConfig, Rejection, TaskId};
-use gpukit_sched::{GroupSet, Mechanism, Partition, QosClass, Resource, SmLayout, TaskSpec};
+use super::{Admission, Event, Planner, PlannerConfig, Rejection, TaskId};
+use crate::{GroupSet, Mechanism, Partition, QosClass, Resource, SmLayout, TaskSpec};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -19,7 +19,7 @@ fn cfg() -> PlannerConfig {
     }
 }
 
-fn g(name: &str, mem: u64, share: f64) -> gpukit_sched::ResolvedSpec {
+fn g(name: &str, mem: u64, share: f64) -> crate::ResolvedSpec {
     TaskSpec::new(name)
         .memory(mem, mem)
         .compute(share, share)
@@ -84,7 +84,7 @@ fn admission_counts_requests_and_rejects_with_reason() {
     s.partition = Some("nope".into());
     assert!(matches!(
         p.submit(9, s, 0),
-        Err(gpukit_sched::Error::UnknownPartition { .. })
+        Err(crate::Error::UnknownPartition { .. })
     ));
     assert_eq!(p.queued_tasks(), vec![3]);
     // A finished task's groups go to the queue.
@@ -214,7 +214,7 @@ fn partitions_create_resize_remove() {
                 .compute(0.1)
                 .priority_band(0)
         ),
-        Err(gpukit_sched::Error::Insufficient {
+        Err(crate::Error::Insufficient {
             resource: Resource::Memory,
             ..
         })
@@ -226,7 +226,7 @@ fn partitions_create_resize_remove() {
                 .compute(0.8)
                 .priority_band(0)
         ),
-        Err(gpukit_sched::Error::Insufficient {
+        Err(crate::Error::Insufficient {
             resource: Resource::Compute,
             ..
         })
@@ -260,7 +260,7 @@ fn partitions_create_resize_remove() {
     let bigger = spec.clone().memory(30 * GIB).compute(0.5);
     assert!(matches!(
         p.resize_partition(&bigger, 0),
-        Err(gpukit_sched::Error::PartitionBusy { tasks: 1, .. })
+        Err(crate::Error::PartitionBusy { tasks: 1, .. })
     ));
     assert!(p.remove_partition("rt", 0).is_err());
     p.finish(1, 1);
@@ -288,7 +288,7 @@ fn partitions_create_resize_remove() {
     );
     assert!(matches!(
         p.remove_partition("rt", 2),
-        Err(gpukit_sched::Error::UnknownPartition { .. })
+        Err(crate::Error::UnknownPartition { .. })
     ));
 }
 
@@ -571,4 +571,92 @@ fn h200_burstable_gives_back_everything_to_a_guaranteed_arrival() {
         changes.iter().any(|(t, set)| *t == 1 && set.len() == 4),
         "{changes:?}"
     );
+}
+
+#[test]
+fn requests_not_usage_decide_admission() -> crate::Result<()> {
+    let cfg = PlannerConfig {
+        memory_capacity: 10 << 30,
+        layout: SmLayout::new(132, 8, true)?,
+        max_running: 8,
+        max_queue: 64,
+        max_bypass: 4,
+    };
+    let mut p = Planner::new(cfg);
+    let g = TaskSpec::new("g")
+        .memory("4GiB", "4GiB")
+        .compute(0.25, 0.25)
+        .resolve()?;
+    let (Admission::Admitted(grant), _) = p.submit(1, g.clone(), 0)? else {
+        panic!("not admitted")
+    };
+    assert_eq!((grant.compute.groups.len(), grant.compute.sms), (4, 32));
+    // Requests, not usage: a third 4 GiB request does not fit in 10 GiB.
+    p.submit(2, g.clone(), 0)?;
+    assert_eq!(p.submit(3, g, 0)?.0, Admission::Queued { position: 0 });
+    let started = p.finish(1, 1);
+    assert!(matches!(started[0], Event::Started(3, _)));
+    Ok(())
+}
+
+#[test]
+fn drain_queue_starts_nothing() {
+    let mut p = Planner::new(cfg());
+    p.submit(1, g("big", 90 * GIB, 0.25), 0).unwrap();
+    p.submit(2, g("blocked", 20 * GIB, 0.25), 0).unwrap();
+    p.submit(3, g("small", GIB, 0.25), 0).unwrap();
+    assert_eq!(p.queued_tasks(), vec![2]);
+    assert_eq!(p.drain_queue(), vec![2]);
+    assert!(p.queued_tasks().is_empty());
+    assert!(p.take_lend_changes().iter().all(|(id, _)| *id != 2));
+    assert_eq!(p.running_tasks(), vec![1, 3]);
+}
+
+/// A quarantined task frees its worker slot but keeps its groups, the lent groups its work
+/// may occupy and its memory commitment, and lends nothing; finishing it releases them.
+#[test]
+fn quarantine_keeps_groups_and_memory_but_frees_the_slot() {
+    let mut c = cfg();
+    c.max_running = 1;
+    let mut p = Planner::new(c);
+    let (d, _) = p.submit(1, g("hung", 40 * GIB, 0.25), 0).unwrap();
+    let Admission::Admitted(grant) = d else {
+        panic!("{d:?}")
+    };
+    let own = grant.compute.groups;
+    // A second task waits for the only worker slot.
+    assert_eq!(
+        p.submit(2, g("next", 40 * GIB, 0.25), 0).unwrap().0,
+        Admission::Queued { position: 0 }
+    );
+    // Its work also occupies two idle groups (lent to it before).
+    let occupied = own.union(GroupSet(0b11 << 8));
+    let (ok, events) = p.quarantine(1, occupied, 1);
+    assert!(ok);
+    let started: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Started(id, g) => Some((*id, g.compute.groups)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started.len(), 1, "the freed slot starts the next task");
+    let (_, next_groups) = started[0];
+    assert!(
+        next_groups.intersect(occupied).is_empty(),
+        "put on hung SMs"
+    );
+    let pool = &p.pools()[0];
+    assert_eq!(pool.memory_committed, 80 * GIB);
+    assert!(pool.groups_assigned.contains(occupied));
+    // Quarantined twice, or a queued task: nothing happens.
+    assert!(!p.quarantine(1, occupied, 2).0);
+    // A third task needing everything waits until the work ends.
+    assert!(matches!(
+        p.submit(3, g("all", 10 * GIB, 1.0), 2).unwrap().0,
+        Admission::Queued { .. }
+    ));
+    assert!(p.finish(2, 3).is_empty(), "still quarantined");
+    let started = p.finish(1, 4);
+    assert!(matches!(started[..], [Event::Started(3, _)]), "{started:?}");
 }
