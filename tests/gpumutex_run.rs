@@ -605,8 +605,8 @@ fn fifos_in_the_lock_directory_hang_nothing() {
     let Some(bin) = runner() else { return };
     let (t, dir) = tmp();
     for name in [
-        "gpukit-claim.1.1.1",
-        "gpukit-ticket.00000000000000000000.1",
+        "gpukit-claim.00000000000000000000000000000001",
+        "gpukit-ticket.00000000000000000000.00000000000000000000000000000001",
         "gpukit-dev0.lock",
         "gpukit-queue.lock",
     ] {

@@ -1,6 +1,6 @@
 //! Claims: who holds which devices, and which claims a process may share instead of queueing.
 //!
-//! A claim record `gpukit-claim.<pid>.<start>.<k>` is written under the join lock by the
+//! A claim record `gpukit-claim.<random>` is written under the join lock by the
 //! process that was granted devices (a *primary* claim) or that joined another process's claim
 //! (a *shared* claim), and is kept alive by its owner lock and its tree lock (`liveness.rs`).
 //! Every live claim makes its devices busy. Its holder removes it on release; a dead holder's
@@ -21,7 +21,6 @@
 //! forger achieves is to fool their own processes, which could ignore the mutex anyway.
 
 use std::fs::File;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -31,9 +30,6 @@ use crate::lockdir::{FileId, LockDir};
 use crate::probe::{Probe, SeenClaim};
 use crate::proc::{self, ProcId};
 use crate::records::{self, ClaimKind, ClaimRecord, JobTag};
-use crate::tickets::is_exists;
-
-static CLAIM_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A claim this process holds.
 #[derive(Debug)]
@@ -53,37 +49,37 @@ pub(crate) fn create(
     devices: Vec<u32>,
     job: Option<JobTag>,
 ) -> Result<OwnClaim> {
-    let record = Arc::new(ClaimRecord {
-        boot: proc::boot_id().to_string(),
-        proc_id: me,
-        uid: euid,
-        kind,
-        devices,
-        job,
-        since: SystemTime::now(),
-        cmd: proc::self_cmdline(),
-    });
-    let text = record.to_text();
-    for _ in 0..64 {
-        let name = records::claim_name(me, CLAIM_COUNTER.fetch_add(1, Ordering::Relaxed));
-        match liveness::write_locked(dir, &name, &text, true, OwnRecord::Claim(record.clone())) {
-            Ok((file, id)) => {
-                return Ok(OwnClaim {
-                    name,
-                    id,
-                    file,
-                    record,
-                });
-            }
-            Err(e) if is_exists(&e) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Err(Error::io(
-        "create",
-        dir.path(),
-        std::io::Error::other("no free claim name after 64 attempts"),
-    ))
+    let since = SystemTime::now();
+    let cmd = proc::self_cmdline();
+    let made = std::cell::RefCell::new(None);
+    let (name, file, id) = liveness::create_record(dir, true, |random| {
+        let record = Arc::new(ClaimRecord {
+            name: records::claim_name(random),
+            boot: proc::boot_id().to_string(),
+            proc_id: me,
+            uid: euid,
+            kind,
+            devices: devices.clone(),
+            job: job.clone(),
+            since,
+            cmd: cmd.clone(),
+        });
+        *made.borrow_mut() = Some(record.clone());
+        (
+            record.name.clone(),
+            record.to_text(),
+            OwnRecord::Claim(record),
+        )
+    })?;
+    let record = made
+        .into_inner()
+        .ok_or_else(|| Error::io("create", dir.path(), std::io::Error::other("no record")))?;
+    Ok(OwnClaim {
+        name,
+        id,
+        file,
+        record,
+    })
 }
 
 /// A claim the caller may share.
@@ -192,13 +188,16 @@ mod tests {
         lock: Owner,
         job: Option<JobTag>,
     ) -> SeenClaim {
+        let name = records::claim_name(&format!("{holder:032x}"));
         SeenClaim {
+            name: name.clone(),
             owner_uid: file_uid,
             locks: LockState {
                 owner: lock,
                 tree: true,
             },
             record: Some(Arc::new(ClaimRecord {
+                name,
                 boot: proc::boot_id().to_string(),
                 proc_id: id(holder),
                 uid: rec_uid,
@@ -253,6 +252,10 @@ mod tests {
         // Only a read lock / an OFD lock / a hidden holder.
         assert!(share(claim(20, 1000, 1000, Owner::Ofd, None)).is_none());
         assert!(share(claim(20, 1000, 1000, Owner::Hidden, None)).is_none());
+        // The launcher's genuine claim read under another name (a hard link): not shared.
+        let mut linked = claim(20, 1000, 1000, Owner::Pid(20), None);
+        linked.name = records::claim_name(&"f".repeat(32));
+        assert!(share(linked).is_none());
         // A genuine claim of an unrelated process.
         assert!(share(claim(77, 1000, 1000, Owner::Pid(77), None)).is_none());
         // An ancestor of another user (sudo): the kernel vouches for it.

@@ -14,6 +14,13 @@ pub const ENV_LOCK_DIR: &str = "GPUMUTEX_LOCK_DIR";
 /// gpukit extension: default wait limit in seconds (decimal allowed, see
 /// [`parse_timeout_secs`]); unset or empty = forever.
 pub const ENV_TIMEOUT: &str = "GPUMUTEX_TIMEOUT";
+/// gpukit extension: how long (seconds, as [`ENV_TIMEOUT`]) to wait for the join lock while one
+/// process holds it, before the acquisition fails with [`crate::Error::JoinLockStalled`]
+/// naming it (default [`DEFAULT_JOIN_TIMEOUT`]). Applies even to acquisitions that wait forever
+/// for devices: a normal decision holds the join lock for microseconds.
+pub const ENV_JOIN_TIMEOUT: &str = "GPUMUTEX_JOIN_TIMEOUT";
+/// Default of [`ENV_JOIN_TIMEOUT`].
+pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// gpukit extension: `1`/`true`/`yes` lets this process backfill (see [`crate::queue`]).
 pub const ENV_BACKFILL: &str = "GPUMUTEX_BACKFILL";
 /// gpukit extension: `<pid>:<starttime>` of a job root (a launcher). Processes of one user that
@@ -162,4 +169,7 @@ pub struct Config {
     pub backfill: bool,
     /// Whether a signal the program handles ends a wait with [`crate::Error::Interrupted`].
     pub interrupt_on_signals: bool,
+    /// How long one process may hold the join lock before a waiting acquisition gives up
+    /// ([`crate::Error::JoinLockStalled`]).
+    pub join_timeout: Duration,
 }

@@ -99,6 +99,45 @@ pub enum Error {
         /// Devices requested.
         requested: usize,
     },
+    /// The file system of the lock directory is full (no space, no inodes, or the user's quota
+    /// is exhausted), so a claim or ticket could not be written. Nothing was left behind.
+    #[error("cannot {op} in lock directory {}: {what}; free space there, or use a lock directory on another local file system (GPUMUTEX_LOCK_DIR)", path.display())]
+    LockDirFull {
+        /// What was attempted (`create`, `write`).
+        op: &'static str,
+        /// The lock directory.
+        path: PathBuf,
+        /// What ran out, in words.
+        what: String,
+    },
+    /// The lock directory holds more entries under record names than a pass examines:
+    /// somebody flooded it (a denial of service another user can always commit in a shared
+    /// directory). Nothing was created.
+    #[error("lock directory {} is flooded: {entries} entries under record names (at most {limit} are examined){}; they can be removed by their owner or root, or use another lock directory", path.display(), owners_text(.owners))]
+    LockDirFlooded {
+        /// The lock directory.
+        path: PathBuf,
+        /// How many entries have record names.
+        entries: usize,
+        /// The most that are examined.
+        limit: usize,
+        /// Owners of a sample of them, as `(uid, count)`, most first.
+        owners: Vec<(u32, usize)>,
+    },
+    /// Somebody held the join lock for longer than the join timeout: a participant stopped in
+    /// the middle of a decision (`SIGSTOP`, a frozen cgroup, a suspended job), or a process that
+    /// holds the lock on purpose. Nothing was granted or created.
+    #[error("the join lock of lock directory {} has been held for {waited:.1?} by {holder}: a process stopped or hung inside a decision (SIGSTOP, a frozen cgroup, a suspended job) holds up every acquisition; resume it (kill -CONT, or thaw its cgroup) or end it; GPUMUTEX_JOIN_TIMEOUT (seconds) sets how long to wait for the join lock", path.display())]
+    JoinLockStalled {
+        /// The lock directory.
+        path: PathBuf,
+        /// The holder's pid, when this process can see it.
+        pid: Option<u32>,
+        /// The holder in words (pid, uid, state, command).
+        holder: String,
+        /// How long the call waited for the join lock.
+        waited: Duration,
+    },
     /// An operating-system call on the lock directory or one of its files failed.
     #[error("{op} {}: {source}", path.display())]
     Io {
@@ -110,6 +149,17 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+}
+
+fn owners_text(owners: &[(u32, usize)]) -> String {
+    if owners.is_empty() {
+        return String::new();
+    }
+    let v: Vec<String> = owners
+        .iter()
+        .map(|(uid, n)| format!("uid {uid}: {n}"))
+        .collect();
+    format!(", owners of a sample: {}", v.join(", "))
 }
 
 /// `Result` with [`Error`].

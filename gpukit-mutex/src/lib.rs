@@ -33,6 +33,7 @@
 //! | `GPUMUTEX_LOCK_DIR`        | `lock_dir`            | `/tmp/libgpumutex` |
 //! | `GPUMUTEX_TIMEOUT` (secs)  | `timeout`             | wait forever       |
 //! | `GPUMUTEX_BACKFILL`        | `backfill`            | off                |
+//! | `GPUMUTEX_JOIN_TIMEOUT`    | `join_timeout`        | 10 seconds         |
 //! | `GPUMUTEX_JOB_ROOT`        | (see below)           | unset              |
 //! |                            | `interrupt_on_signals`| off                |
 //!
@@ -77,7 +78,14 @@
 //! | huge or sparse file under a record name | sizes are checked before reading; at most 4 KiB is read |
 //! | lock directory created by another user, or writable by others without the sticky bit, or a symbolic link (even as `link/`) | refused with [`Error::UntrustedLockDir`] or [`Error::LockDir`] (see below for safe choices) |
 //! | timeouts such as `1e19`, `Duration::MAX`, `NaN` | no panics; bad values refused before anything is created |
+//! | files planted under the names a chosen process will create next | names carry 128 random bits from `getrandom(2)`: they cannot be predicted, so nothing can be planted under them |
+//! | a live ticket numbered near `u64::MAX` (once made every later number saturate, after which a chosen user starved) | ticket numbers are the boot-time clock in nanoseconds, raised above waiting tickets that are not from the future; a number from the future is not followed (see `src/tickets.rs`) |
+//! | a hard link to somebody's live record under another name (possible where `protected_hardlinks` is 0; once put a waiter in the queue twice and stalled it) | every record names its own file; under any other name it does not verify (see `src/records.rs`) |
 //! | somebody holds the join lock forever | every wait, the join-lock wait included, ends at its deadline, on cancellation and (signal mode) on a signal |
+//! | a participant stopped (`SIGSTOP`, Ctrl-Z, a frozen cgroup, a suspended job) inside the join lock | once one process has held the join lock for `GPUMUTEX_JOIN_TIMEOUT` (10 s by default, also for waits without a timeout) the acquisition fails with [`Error::JoinLockStalled`], which names it and its state; status reports name the join lock's holder |
+//! | a stopped or frozen waiter at the head of the queue | it holds up nobody while it cannot take a grant, and keeps its place (see [`queue`]) |
+//! | a full file system (no space, no inodes, quota) | [`Error::LockDirFull`] at once, saying what ran out; nothing is left behind; releasing needs no space |
+//! | the directory flooded with files under record names | files found dead are remembered and skipped (a moderate flood costs a pass little); beyond 65536 record names a pass refuses at once with [`Error::LockDirFlooded`], naming their owners; status reports count ignored files by owner |
 //! | a daemon started by `gpumutex-run`'s command, or `gpumutex-run` killed | the runner is a subreaper that holds the devices until its whole process tree has exited, its command dies with it (`PR_SET_PDEATHSIG`), and the command holds the claim's tree lock, so whatever survives keeps the devices busy |
 //!
 //! ## Choosing a lock directory
@@ -109,7 +117,7 @@
 //!   (the *tree lock*) lets programs started through [`GpuGuard::hold_in`] keep the claim alive
 //!   if the holder is killed. See `src/liveness.rs` and `src/claims.rs`.
 //! * **Queue.** Waiters append a ticket (`gpukit-ticket.<seq>.*`, `<seq>` assigned under the join
-//!   lock) kept alive the same way: a dead waiter's ticket is skipped. Grants are decided by the
+//!   lock from the boot-time clock) kept alive the same way: a dead waiter's ticket is skipped. Grants are decided by the
 //!   pure functions in [`queue`] under the join lock: FIFO among requests whose device sets
 //!   overlap, all-or-nothing (nothing is held while waiting, so no deadlock), and optional
 //!   backfill that only uses devices no earlier waiter could use, so it never delays the head.
@@ -130,7 +138,8 @@
 //!   `GPUMUTEX_JOB_ROOT` ([`job_root_env_value`]). Environment variables are only hints checked
 //!   against `/proc` and the kernel's lock table.
 //! * **File names** start with `gpukit-`, so this crate does not interoperate with seed
-//!   processes (or with gpukit-mutex before protocol version 2) in the same directory.
+//!   processes (or with gpukit-mutex before protocol version 3, whose names and records differ)
+//!   in the same directory.
 //!
 //! ## Dependencies
 //!
@@ -161,10 +170,13 @@ mod wait;
 
 pub use cancel::CancelToken;
 pub use config::{
-    parse_device_list, parse_timeout_secs, Config, DEFAULT_LOCK_DIR, ENV_BACKFILL, ENV_JOB_ROOT,
-    ENV_LOCK_DIR, ENV_NUM_DEVICES, ENV_TIMEOUT, ENV_VISIBLE_DEVICES, MAX_DEVICE_INDEX,
+    parse_device_list, parse_timeout_secs, Config, DEFAULT_JOIN_TIMEOUT, DEFAULT_LOCK_DIR,
+    ENV_BACKFILL, ENV_JOB_ROOT, ENV_JOIN_TIMEOUT, ENV_LOCK_DIR, ENV_NUM_DEVICES, ENV_TIMEOUT,
+    ENV_VISIBLE_DEVICES, MAX_DEVICE_INDEX,
 };
 pub use error::{Error, Result, SAFE_LOCK_DIR_ADVICE};
 pub use guard::GpuGuard;
 pub use mutex::{job_root_env_value, GpuMutex, GpuMutexBuilder};
-pub use status::{read_status as status, DeviceStatus, HolderInfo, Status, WaiterInfo};
+pub use status::{
+    read_status as status, DeviceStatus, HolderInfo, JoinLockHolder, Status, WaiterInfo,
+};

@@ -7,8 +7,8 @@
 //! | name                             | purpose                                                 |
 //! |----------------------------------|---------------------------------------------------------|
 //! | the directory itself             | join lock: `flock` held for microseconds per decision   |
-//! | `gpukit-claim.<pid>.<start>.<k>` | a claim: who holds which devices (see `claims.rs`)      |
-//! | `gpukit-ticket.<seq>.<pid>`      | a waiter, in FIFO order of `<seq>` (see `tickets.rs`)   |
+//! | `gpukit-claim.<random>`          | a claim: who holds which devices (see `claims.rs`)      |
+//! | `gpukit-ticket.<seq>.<random>`   | a waiter, in FIFO order of `<seq>` (see `tickets.rs`)   |
 //!
 //! Everything is opened relative to the directory's descriptor, with `O_NOFOLLOW | O_NONBLOCK`
 //! (a FIFO, device or socket under a record's name can neither block nor be mistaken for a
@@ -35,6 +35,9 @@ use crate::error::{Error, Result};
 pub(crate) const CLAIM_PREFIX: &str = "gpukit-claim.";
 /// Prefix of wait tickets.
 pub(crate) const TICKET_PREFIX: &str = "gpukit-ticket.";
+/// Most `gpukit-` names a listing returns; a directory with more is flooded
+/// ([`Error::LockDirFlooded`]).
+pub(crate) const MAX_LISTED: usize = 1 << 20;
 /// Largest record this crate reads; larger files under a record name are ignored unread.
 pub(crate) const MAX_RECORD_BYTES: usize = 4096;
 
@@ -444,6 +447,11 @@ impl LockDir {
         &self.path
     }
 
+    /// The directory's identity.
+    pub fn id(&self) -> FileId {
+        self.id
+    }
+
     /// The directory's descriptor.
     pub fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
@@ -515,8 +523,35 @@ impl LockDir {
             libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NONBLOCK,
             0o600,
         )
-        .map_err(|e| Error::io("create", self.path.join(name), e))?;
+        .map_err(|e| self.write_error("create", name, e))?;
         Ok(File::from(fd))
+    }
+
+    /// The error for a failed `op` (creating or writing `name`): [`Error::LockDirFull`] when
+    /// the file system is full or the quota exhausted, saying which, else [`Error::Io`].
+    pub fn write_error(&self, op: &'static str, name: &str, e: io::Error) -> Error {
+        let what = match e.raw_os_error() {
+            Some(libc::EDQUOT) => "the file system is full for you (disk quota exceeded)",
+            Some(libc::ENOSPC) => {
+                // SAFETY: an all-zero statvfs is valid for fstatvfs to overwrite.
+                let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+                // SAFETY: valid descriptor and out-pointer.
+                let known = unsafe { libc::fstatvfs(self.fd.as_raw_fd(), &mut st) } == 0;
+                if known && st.f_files > 0 && st.f_ffree == 0 {
+                    "the file system is full (no free inodes left)"
+                } else if known && st.f_bavail == 0 {
+                    "the file system is full (no free space left)"
+                } else {
+                    "the file system is full (no space or no inodes left)"
+                }
+            }
+            _ => return Error::io(op, self.path.join(name), e),
+        };
+        Error::LockDirFull {
+            op,
+            path: self.path.clone(),
+            what: what.to_string(),
+        }
     }
 
     /// Removes `name` if it still is the file `id` (never somebody else's file that took its
@@ -539,9 +574,10 @@ impl LockDir {
         }
     }
 
-    /// Names in the directory that start with `gpukit-` (others are never looked at).
-    /// `keep_going` is asked every 1024 entries; listing stops when it returns an error.
-    pub fn list(&self, mut keep_going: impl FnMut() -> Result<()>) -> Result<Vec<String>> {
+    /// Names in the directory that start with `gpukit-` (others are never looked at), with
+    /// their inode numbers. `keep_going` is asked every 1024 entries; listing stops when it
+    /// returns an error.
+    pub fn list(&self, mut keep_going: impl FnMut() -> Result<()>) -> Result<Vec<(String, u64)>> {
         let fd = self.reopen()?;
         // SAFETY: `fd` is an open directory descriptor; fdopendir takes ownership of it.
         let dir = unsafe { libc::fdopendir(fd.as_raw_fd()) };
@@ -580,8 +616,17 @@ impl LockDir {
             let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) };
             let bytes = name.to_bytes();
             if bytes.starts_with(b"gpukit-") {
+                if out.len() >= MAX_LISTED {
+                    return Err(Error::LockDirFlooded {
+                        path: self.path.clone(),
+                        entries: out.len() + 1,
+                        limit: MAX_LISTED,
+                        owners: Vec::new(),
+                    });
+                }
                 if let Ok(s) = std::str::from_utf8(bytes) {
-                    out.push(s.to_owned());
+                    // SAFETY: as above.
+                    out.push((s.to_owned(), unsafe { (*ent).d_ino }));
                 }
             }
         }
@@ -764,7 +809,12 @@ mod tests {
         // A FIFO opens at once (O_NONBLOCK) and is not a regular file.
         assert!(d.open_entry("gpukit-ticket.fifo").expect("open").is_none());
         assert!(d.open_entry("gpukit-claim.link").is_err());
-        let mut names = d.list(|| Ok(())).expect("list");
+        let mut names: Vec<String> = d
+            .list(|| Ok(()))
+            .expect("list")
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
         names.sort();
         assert_eq!(
             names,

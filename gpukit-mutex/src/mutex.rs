@@ -22,6 +22,7 @@ pub struct GpuMutexBuilder {
     num_devices: Option<usize>,
     lock_dir: Option<PathBuf>,
     timeout: Option<Option<Duration>>,
+    join_timeout: Option<Duration>,
     backfill: Option<bool>,
     cancel: Option<CancelToken>,
     interrupt_on_signals: bool,
@@ -58,6 +59,15 @@ impl GpuMutexBuilder {
     /// Wait without limit, whatever `GPUMUTEX_TIMEOUT` says.
     pub fn no_timeout(mut self) -> Self {
         self.timeout = Some(None);
+        self
+    }
+
+    /// How long one process may hold the join lock (normally held for microseconds per
+    /// decision) before a waiting acquisition fails with [`Error::JoinLockStalled`], which
+    /// names it (default: `GPUMUTEX_JOIN_TIMEOUT`, else
+    /// [`crate::config::DEFAULT_JOIN_TIMEOUT`]). [`Duration::MAX`] waits without limit.
+    pub fn join_timeout(mut self, limit: Duration) -> Self {
+        self.join_timeout = Some(limit);
         self
     }
 
@@ -133,6 +143,15 @@ impl GpuMutexBuilder {
                 _ => None,
             },
         };
+        let join_timeout = match self.join_timeout {
+            Some(t) => t,
+            None => match self.env(config::ENV_JOIN_TIMEOUT)? {
+                Some(s) if !s.trim().is_empty() => {
+                    config::parse_timeout_secs(config::ENV_JOIN_TIMEOUT, &s)?
+                }
+                _ => config::DEFAULT_JOIN_TIMEOUT,
+            },
+        };
         let backfill = match self.backfill {
             Some(b) => b,
             None => match self.env(config::ENV_BACKFILL)? {
@@ -167,6 +186,7 @@ impl GpuMutexBuilder {
                 timeout,
                 backfill,
                 interrupt_on_signals: self.interrupt_on_signals,
+                join_timeout,
             },
             dir,
             cancel: self.cancel,

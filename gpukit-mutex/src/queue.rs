@@ -7,10 +7,12 @@
 //!
 //! States of what a pass observes:
 //!
-//! * a ticket is [`TicketState::Waiting`] (live, and its owner and lock agree with it),
-//!   [`TicketState::Gone`] (nothing holds it: its waiter left or died) or
-//!   [`TicketState::Untrusted`] (live, but unreadable or contradicted by its owner or lock).
-//!   Only waiting tickets form the queue, in order of their sequence number (ties by name).
+//! * a ticket is [`TicketState::Waiting`] (live, and its name, owner and lock agree with it),
+//!   [`TicketState::Gone`] (nothing holds it: its waiter left or died),
+//!   [`TicketState::Untrusted`] (live, but unreadable or contradicted by its name, owner or
+//!   lock) or [`TicketState::Suspended`] (a waiting ticket whose process is stopped or frozen).
+//!   Only waiting tickets form the queue, in order of their sequence number (ties by name): a
+//!   suspended waiter keeps its place but holds up nobody until it runs again.
 //! * a claim is live or dead; every device a live claim names is busy, whether or not the claim
 //!   can be trusted (an untrusted claim can only make devices look busier).
 //! * the caller's own ticket must be among the waiting ones; if it vanished (removed by hand,
@@ -59,8 +61,11 @@ pub enum TicketState {
     Waiting(Request),
     /// Nothing holds it any more: skipped.
     Gone,
-    /// Live but unreadable, or its owner or lock disagrees with it: ignored.
+    /// Live but unreadable, or its name, owner or lock disagrees with it: ignored.
     Untrusted,
+    /// A trusted waiter whose process is stopped (`SIGSTOP`, Ctrl-Z) or whose cgroup is
+    /// frozen: skipped while it cannot take a grant (it keeps its place for when it runs).
+    Suspended,
 }
 
 /// One ticket file as observed.
@@ -136,6 +141,13 @@ pub fn evaluate(
         Decision::Grant(d) => Outcome::Grant(d),
         Decision::Wait => Outcome::Wait,
     }
+}
+
+/// Whether one of `me`'s candidates is named by no live claim.
+pub fn has_free_candidate(claims: &[ObservedClaim], me: &Request) -> bool {
+    me.candidates
+        .iter()
+        .any(|d| !claims.iter().any(|c| c.live && c.devices.contains(d)))
 }
 
 /// Decides every request of `queue` (FIFO order) given the currently `free` devices.

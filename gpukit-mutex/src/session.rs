@@ -15,7 +15,7 @@ use crate::probe::Prober;
 use crate::proc::{self, ProcId};
 use crate::queue::{self, Outcome, Request};
 use crate::records::{ClaimKind, JobTag};
-use crate::tickets::OwnTicket;
+use crate::tickets::{self, OwnTicket};
 use crate::wait::{Waiter, Watcher, Woken, BACKOFF_START};
 
 enum Step {
@@ -107,7 +107,7 @@ impl<'m> Session<'m> {
     fn pass(&mut self, n: usize, waiter: &Waiter, may_queue: bool) -> Result<Step> {
         let dir = self.dir.clone();
         let join_fd = self.join_fd.clone();
-        let _join = joinlock::lock(&join_fd, &dir, waiter)?;
+        let _join = joinlock::lock(&join_fd, &dir, waiter, self.m.cfg.join_timeout)?;
         let probe = self.prober.probe(&dir, true, || waiter.check())?;
         self.saw_claims = probe.claims.iter().any(|c| c.live() && c.verified());
         if self.saw_claims {
@@ -150,12 +150,17 @@ impl<'m> Session<'m> {
         }
         let request = self.request(n);
         let mine = self.ticket.as_ref().map(|t| t.name().to_owned());
-        let outcome = queue::evaluate(
-            &probe.observed_tickets(),
-            &probe.observed_claims(),
-            mine.as_deref(),
-            &request,
-        );
+        let mut tickets = probe.observed_tickets();
+        let claims = probe.observed_claims();
+        let mut outcome = queue::evaluate(&tickets, &claims, mine.as_deref(), &request);
+        if outcome == Outcome::Wait
+            && queue::has_free_candidate(&claims, &request)
+            && probe.mark_suspended(&mut tickets)
+        {
+            // Somebody ahead could have taken a free device and has not because it is stopped
+            // or frozen: it holds up nobody while it cannot run.
+            outcome = queue::evaluate(&tickets, &claims, mine.as_deref(), &request);
+        }
         match outcome {
             Outcome::Grant(devices) => {
                 let job = self.job_tag();
@@ -180,7 +185,7 @@ impl<'m> Session<'m> {
                 if self.ticket.is_none() && may_queue {
                     self.ticket = Some(OwnTicket::create(
                         &dir,
-                        probe.next_seq(),
+                        probe.next_seq(tickets::boot_clock_ns()),
                         self.me,
                         self.euid,
                         &request,
@@ -193,7 +198,7 @@ impl<'m> Session<'m> {
                 self.ticket = None;
                 self.ticket = Some(OwnTicket::create(
                     &dir,
-                    probe.next_seq(),
+                    probe.next_seq(tickets::boot_clock_ns()),
                     self.me,
                     self.euid,
                     &request,

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::{Error, Result};
+use crate::joinlock;
 use crate::lockdir::LockDir;
 use crate::probe::Prober;
 use crate::queue::TicketState;
@@ -58,6 +59,44 @@ pub struct WaiterInfo {
     pub backfill: bool,
     /// When it joined the queue.
     pub since: SystemTime,
+    /// Its process is stopped or frozen: it keeps its place but holds up nobody meanwhile.
+    pub suspended: bool,
+}
+
+/// The process that held the join lock when a status report was taken (normally for
+/// microseconds per decision; one that stays there, e.g. stopped, holds up every acquisition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinLockHolder {
+    /// Its pid, when this process can see it (not in another pid namespace).
+    pub pid: Option<u32>,
+    /// Its effective uid, when readable.
+    pub uid: Option<u32>,
+    /// What it is doing: `running`, `sleeping`, `stopped`, `frozen (its cgroup is frozen)`, ...
+    pub state: String,
+    /// Its command line.
+    pub cmd: String,
+}
+
+impl fmt::Display for JoinLockHolder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.pid {
+            None => write!(
+                f,
+                "a process this one cannot see (in another pid namespace)"
+            ),
+            Some(pid) => {
+                write!(f, "pid {pid}")?;
+                if let Some(uid) = self.uid {
+                    write!(f, " uid {uid}")?;
+                }
+                write!(f, " ({})", self.state)?;
+                if !self.cmd.is_empty() {
+                    write!(f, ": {}", self.cmd)?;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// A snapshot of the lock directory.
@@ -72,8 +111,12 @@ pub struct Status {
     /// Live waiters, in queue order (head first).
     pub waiters: Vec<WaiterInfo>,
     /// Files under record names that were ignored: dead, unreadable, too large, not regular
-    /// files, or contradicted by their owner or lock.
+    /// files, or contradicted by their name, owner or lock.
     pub ignored: usize,
+    /// Owners of ignored files, as `(uid, count)`, most first (where the owner is known).
+    pub ignored_by: Vec<(u32, usize)>,
+    /// Who held the join lock when the report was taken, if anybody.
+    pub join_lock: Option<JoinLockHolder>,
 }
 
 /// How long a status pass may take (a directory flooded with entries is cut short).
@@ -101,6 +144,7 @@ pub(crate) fn snapshot(dir: &LockDir, extra_devices: &[u32]) -> Result<Status> {
         }
     })?;
     let mut ignored = probe.unusable;
+    let mut ignored_by = probe.unusable_by.clone();
     let mut devices: BTreeSet<u32> = extra_devices.iter().copied().collect();
     let mut holders: Vec<(u32, HolderInfo)> = Vec::new();
     for c in &probe.claims {
@@ -119,7 +163,10 @@ pub(crate) fn snapshot(dir: &LockDir, extra_devices: &[u32]) -> Result<Status> {
                     holders.push((*d, info.clone()));
                 }
             }
-            _ => ignored += 1,
+            _ => {
+                ignored += 1;
+                *ignored_by.entry(c.owner_uid).or_default() += 1;
+            }
         }
     }
     holders.sort_by_key(|(d, h)| (*d, !h.verified, h.shared, h.since));
@@ -127,6 +174,8 @@ pub(crate) fn snapshot(dir: &LockDir, extra_devices: &[u32]) -> Result<Status> {
     for t in &probe.tickets {
         match (t.state(), &t.record) {
             (TicketState::Waiting(_), Some(r)) => waiters.push(WaiterInfo {
+                suspended: !t.own
+                    && matches!(t.locks.owner, crate::liveness::Owner::Pid(p) if crate::proc::is_suspended(p)),
                 pid: r.proc_id.pid,
                 uid: t.owner_uid,
                 cmd: r.cmd.clone(),
@@ -135,9 +184,14 @@ pub(crate) fn snapshot(dir: &LockDir, extra_devices: &[u32]) -> Result<Status> {
                 backfill: r.backfill,
                 since: r.since,
             }),
-            _ => ignored += 1,
+            _ => {
+                ignored += 1;
+                *ignored_by.entry(t.owner_uid).or_default() += 1;
+            }
         }
     }
+    let mut ignored_by: Vec<(u32, usize)> = ignored_by.into_iter().collect();
+    ignored_by.sort_by_key(|(uid, n)| (std::cmp::Reverse(*n), *uid));
     Ok(Status {
         lock_dir: dir.path().to_path_buf(),
         untrusted: dir.distrust().map(str::to_owned),
@@ -158,6 +212,8 @@ pub(crate) fn snapshot(dir: &LockDir, extra_devices: &[u32]) -> Result<Status> {
             .collect(),
         waiters,
         ignored,
+        ignored_by,
+        join_lock: joinlock::holder(dir),
     })
 }
 
@@ -177,6 +233,9 @@ impl fmt::Display for Status {
         writeln!(f, "lock directory: {}", self.lock_dir.display())?;
         if let Some(u) = &self.untrusted {
             writeln!(f, "  NOT TRUSTED (acquisitions refuse it): {u}")?;
+        }
+        if let Some(h) = &self.join_lock {
+            writeln!(f, "join lock: held by {h}")?;
         }
         for d in &self.devices {
             if !d.busy {
@@ -213,24 +272,39 @@ impl fmt::Display for Status {
                 let c: Vec<String> = w.candidates.iter().map(|d| d.to_string()).collect();
                 writeln!(
                     f,
-                    "  {}. pid {} uid {} wants {} of [{}]{} waiting since {}: {}",
+                    "  {}. pid {} uid {} wants {} of [{}]{}{} waiting since {}: {}",
                     i + 1,
                     w.pid,
                     w.uid,
                     w.n,
                     c.join(","),
                     if w.backfill { " (backfill)" } else { "" },
+                    if w.suspended {
+                        " (stopped or frozen: skipped until it runs)"
+                    } else {
+                        ""
+                    },
                     ago(w.since),
                     w.cmd
                 )?;
             }
         }
         if self.ignored > 0 {
-            writeln!(
+            write!(
                 f,
                 "ignored: {} file(s) under record names (dead, unreadable or not trusted)",
                 self.ignored
             )?;
+            let by: Vec<String> = self
+                .ignored_by
+                .iter()
+                .take(3)
+                .map(|(uid, n)| format!("{n} owned by uid {uid}"))
+                .collect();
+            if !by.is_empty() {
+                write!(f, ": {}", by.join(", "))?;
+            }
+            writeln!(f)?;
         }
         Ok(())
     }

@@ -327,7 +327,7 @@ fn child_entry() {
             let me = std::process::id();
             // SAFETY: geteuid has no preconditions.
             let uid = unsafe { libc::geteuid() };
-            let text = ticket_text(me, start_time(me), uid, &env("GMT_DEVS"));
+            let text = ticket_text(&env("GMT_NAME"), me, start_time(me), uid, &env("GMT_DEVS"));
             let _f = plant_locked(&PathBuf::from(env("GMT_DIR")).join(env("GMT_NAME")), &text);
             append(&out, &format!("{tag} planted"));
             let rel = PathBuf::from(env("GMT_RELEASE"));
@@ -1115,15 +1115,8 @@ fn a_reused_ticket_name_is_a_new_ticket() {
         let n = kids.0.len() - 1;
         wait_until("queued", Duration::from_secs(20), || waiters(&dir) == n);
     }
-    let ticket_of = |pid: u32| -> String {
-        fs::read_dir(&dir)
-            .expect("ls")
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .find(|n| n.starts_with("gpukit-ticket.") && n.ends_with(&format!(".{pid}")))
-            .expect("ticket")
-    };
-    let n1 = ticket_of(kids.0[1].id());
+    // W1 queued first: its ticket is first in queue (name) order.
+    let n1 = ticket_names(&dir).remove(0);
     // W2 pauses (it has already seen W1's ticket); W1 dies; its name is taken by a new ticket.
     // SAFETY: signals to our own children.
     unsafe { libc::kill(kids.0[2].id() as i32, libc::SIGSTOP) };
@@ -1346,4 +1339,51 @@ fn cancel_from_another_thread_ends_a_queued_or_joining_wait_and_leaves_nothing()
         .acquire_timeout(1, Duration::from_secs(20))
         .expect("acquire after release");
     assert_eq!(g.devices(), [0]);
+}
+
+/// A waiter at the head of the queue that is stopped (Ctrl-Z, SIGSTOP) or frozen holds up
+/// nobody while it cannot take a grant: the next waiter gets the free device, status marks the
+/// stopped one, and it keeps its place for when it runs again. Before: everybody behind it
+/// waited for as long as it stayed stopped.
+#[test]
+fn a_stopped_waiter_at_the_head_does_not_stall_the_queue() {
+    let (t, dir, out) = setup();
+    let release = t.path().join("release");
+    let mut kids = Reaper(vec![holder(&dir, &out, "0", "H", &release)]);
+    wait_line(&out, "H held");
+    let order = t.path().join("order.txt");
+    for (i, tag) in ["W1", "W2"].into_iter().enumerate() {
+        kids.0.push(
+            role("hold", &dir, &order)
+                .env("GMT_DEVS", "0")
+                .env("GMT_TAG", tag)
+                .env("GMT_HOLD_MS", "200")
+                .spawn()
+                .expect("spawn"),
+        );
+        wait_until("queued", Duration::from_secs(20), || waiters(&dir) == i + 1);
+    }
+    let w1 = kids.0[1].id();
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(w1 as i32, libc::SIGSTOP) };
+    wait_until("W1 stopped", Duration::from_secs(20), || {
+        proc_state(w1) == 'T'
+    });
+    let st = gpukit_mutex::status(&dir, &[0]).expect("status");
+    assert!(st.waiters[0].suspended && !st.waiters[1].suspended, "{st}");
+    assert!(st.to_string().contains("stopped or frozen"), "{st}");
+    fs::write(&release, b"").expect("release");
+    wait_until("W2 granted", Duration::from_secs(20), || {
+        read_lines(&order).iter().any(|l| l.starts_with("W2 "))
+    });
+    // SAFETY: as above.
+    unsafe { libc::kill(w1 as i32, libc::SIGCONT) };
+    wait_until("W1 granted", Duration::from_secs(20), || {
+        read_lines(&order).iter().any(|l| l.starts_with("W1 "))
+    });
+    let lines = read_lines(&order);
+    assert!(
+        lines[0].starts_with("W2 ") && lines[1].starts_with("W1 "),
+        "{lines:?}"
+    );
 }

@@ -74,20 +74,21 @@ pub fn boot_id() -> String {
         .to_string()
 }
 
-/// A claim record in the on-disk format (protocol v2), for forgeries.
-pub fn claim_text(pid: u32, start: u64, uid: u32, devices: &str) -> String {
+/// A claim record in the on-disk format (protocol v3) for the file `name`, for forgeries.
+pub fn claim_text(name: &str, pid: u32, start: u64, uid: u32, devices: &str) -> String {
     format!(
-        "gpukit-mutex claim v2\nboot {}\npid {pid}\nstart {start}\nuid {uid}\nkind primary\n\
-         devices {devices}\njob_root -\njob -\nlocal_rank -\nsince_ns 1\ncmd forged\n",
+        "gpukit-mutex claim v3\nname {name}\nboot {}\npid {pid}\nstart {start}\nuid {uid}\n\
+         kind primary\ndevices {devices}\njob_root -\njob -\nlocal_rank -\nsince_ns 1\n\
+         cmd forged\n",
         boot_id()
     )
 }
 
-/// A ticket record in the on-disk format.
-pub fn ticket_text(pid: u32, start: u64, uid: u32, candidates: &str) -> String {
+/// A ticket record in the on-disk format, for the file `name`.
+pub fn ticket_text(name: &str, pid: u32, start: u64, uid: u32, candidates: &str) -> String {
     format!(
-        "gpukit-mutex ticket v2\nboot {}\npid {pid}\nstart {start}\nuid {uid}\nn 1\n\
-         candidates {candidates}\nbackfill 0\nsince_ns 1\ncmd planted\n",
+        "gpukit-mutex ticket v3\nname {name}\nboot {}\npid {pid}\nstart {start}\nuid {uid}\n\
+         n 1\ncandidates {candidates}\nbackfill 0\nsince_ns 1\ncmd planted\n",
         boot_id()
     )
 }
@@ -256,4 +257,44 @@ impl Shared {
         fs::set_permissions(&p, fs::Permissions::from_mode(0o666)).expect("chmod");
         p
     }
+}
+
+/// The ticket files in `dir`, sorted by name (queue order).
+pub fn ticket_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .expect("ls")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("gpukit-ticket."))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The sequence number in a ticket name `gpukit-ticket.<seq>.<suffix>`.
+pub fn ticket_seq(name: &str) -> u64 {
+    name.strip_prefix("gpukit-ticket.")
+        .and_then(|r| r.split('.').next())
+        .and_then(|s| s.parse().ok())
+        .expect("ticket seq")
+}
+
+/// A ticket file name in the current protocol's form with sequence number `seq`; `first`:
+/// the suffix sorts before every other suffix (else after).
+pub fn ticket_file_name(seq: u64, first: bool) -> String {
+    let suffix = if first { "0" } else { "f" }.repeat(32);
+    format!("gpukit-ticket.{seq:020}.{suffix}")
+}
+
+/// A claim file name in the current protocol's form, made from `n`.
+pub fn claim_file_name(n: u64) -> String {
+    format!("gpukit-claim.{n:032x}")
+}
+
+/// The state letter of `/proc/<pid>/stat` (`T`: stopped).
+pub fn proc_state(pid: u32) -> char {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    text.rfind(')')
+        .and_then(|i| text[i + 1..].trim_start().chars().next())
+        .unwrap_or('?')
 }
