@@ -127,6 +127,10 @@ impl Env {
             .env_remove("GPUMUTEX_TIMEOUT")
             .env_remove("GPUMUTEX_JOB_ROOT")
             .env_remove("CUDA_VISIBLE_DEVICES")
+            .env_remove("NVIDIA_VISIBLE_DEVICES")
+            .env_remove("CUDA_DEVICE_ORDER")
+            // Device numbers are physical indices here, whatever GPUs the machine has.
+            .env("GPUMUTEX_DEVICE_SOURCE", "none")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         match visible {

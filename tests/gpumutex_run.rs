@@ -31,7 +31,12 @@ fn run(bin: &Path, dir: &Path, args: &[&str]) -> Command {
         .env_remove("GPUMUTEX_NUM_DEVICES")
         .env_remove("GPUMUTEX_LOCK_DIR")
         .env_remove("GPUMUTEX_TIMEOUT")
-        .env_remove("GPUMUTEX_JOB_ROOT");
+        .env_remove("GPUMUTEX_JOB_ROOT")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("NVIDIA_VISIBLE_DEVICES")
+        .env_remove("CUDA_DEVICE_ORDER")
+        // Device numbers are physical indices here, whatever GPUs the machine has.
+        .env("GPUMUTEX_DEVICE_SOURCE", "none");
     c
 }
 
@@ -72,7 +77,8 @@ fn runs_command_with_devices_and_passes_exit_status() {
     .output()
     .expect("run");
     assert_eq!(out.status.code(), Some(7));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "cvd=3 vis=3,1");
+    // The command's own numbering: its one device is its device 0.
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "cvd=3 vis=0");
     let out = run(
         &bin,
         &dir,

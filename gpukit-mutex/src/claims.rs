@@ -46,7 +46,7 @@ pub(crate) fn create(
     me: ProcId,
     euid: u32,
     kind: ClaimKind,
-    devices: Vec<u32>,
+    devices: Vec<String>,
     job: Option<JobTag>,
 ) -> Result<OwnClaim> {
     let since = SystemTime::now();
@@ -89,8 +89,9 @@ pub(crate) struct Share {
     pub holder: ProcId,
     /// The shared claim's job, if it has one.
     pub job: Option<JobTag>,
-    /// The shared claim's devices that the caller may use, in the caller's preference order.
-    pub devices: Vec<u32>,
+    /// The shared claim's devices (keys) that the caller may use, in the caller's preference
+    /// order.
+    pub devices: Vec<String>,
 }
 
 fn same_job(a: &JobTag, b: &JobTag) -> bool {
@@ -103,7 +104,7 @@ fn same_job(a: &JobTag, b: &JobTag) -> bool {
 /// ancestry (the real `/proc` in use, a table in tests).
 pub(crate) fn find_share(
     probe: &Probe,
-    visible: &[u32],
+    visible: &[String],
     ancestry: &[ProcId],
     tag: Option<&JobTag>,
     euid: u32,
@@ -163,8 +164,8 @@ pub(crate) fn find_share(
         job: r.job.clone(),
         devices: visible
             .iter()
-            .copied()
             .filter(|d| r.devices.contains(d))
+            .cloned()
             .collect(),
     })
 }
@@ -202,13 +203,17 @@ mod tests {
                 proc_id: id(holder),
                 uid: rec_uid,
                 kind: ClaimKind::Primary,
-                devices: vec![0, 1],
+                devices: vec!["0".into(), "1".into()],
                 job,
                 since: SystemTime::now(),
                 cmd: String::new(),
             })),
             own: false,
         }
+    }
+
+    fn k(d: &[u32]) -> Vec<String> {
+        d.iter().map(|x| x.to_string()).collect()
     }
 
     fn tag(root: u32, rank: Option<u32>) -> JobTag {
@@ -239,10 +244,10 @@ mod tests {
     #[test]
     fn shares_only_verified_claims_of_ancestors() {
         let me = tree(id(30));
-        let share = |c: SeenClaim| find_share(&probe(vec![c]), &[1, 0], &me, None, 1000, tree);
+        let share = |c: SeenClaim| find_share(&probe(vec![c]), &k(&[1, 0]), &me, None, 1000, tree);
         // The launcher's genuine claim: shared, devices in the caller's order.
         let s = share(claim(20, 1000, 1000, Owner::Pid(20), None)).expect("share");
-        assert_eq!((s.holder, s.devices), (id(20), vec![1, 0]));
+        assert_eq!((s.holder, s.devices), (id(20), k(&[1, 0])));
         // A record naming the launcher, held by another process: not shared.
         assert!(share(claim(20, 1000, 1000, Owner::Pid(99), None)).is_none());
         // A record naming pid 1 (everybody's ancestor), held by somebody else.
@@ -266,13 +271,13 @@ mod tests {
             claim(20, 1000, 1000, Owner::Pid(20), None),
         ]);
         assert_eq!(
-            find_share(&both, &[0], &me, None, 1000, tree).map(|s| s.holder),
+            find_share(&both, &k(&[0]), &me, None, 1000, tree).map(|s| s.holder),
             Some(id(20))
         );
         // A claim on none of the caller's devices.
         assert!(find_share(
             &probe(vec![claim(20, 1000, 1000, Owner::Pid(20), None)]),
-            &[5],
+            &k(&[5]),
             &me,
             None,
             1000,
@@ -286,7 +291,7 @@ mod tests {
         let me = tree(id(31));
         let rank0 = |rank: Option<u32>| claim(30, 1000, 1000, Owner::Pid(30), Some(tag(20, rank)));
         let share = |cs: Vec<SeenClaim>, t: JobTag| {
-            find_share(&probe(cs), &[0, 1], &me, Some(&t), 1000, tree)
+            find_share(&probe(cs), &k(&[0, 1]), &me, Some(&t), 1000, tree)
         };
         // Rank 1 shares rank 0's claim.
         assert_eq!(

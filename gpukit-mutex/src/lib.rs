@@ -28,17 +28,22 @@
 //!
 //! | variable                   | builder               | default            |
 //! |----------------------------|-----------------------|--------------------|
-//! | `GPUMUTEX_VISIBLE_DEVICES` | `visible_devices`     | none (required)    |
+//! | `GPUMUTEX_VISIBLE_DEVICES` | `visible_devices`, `visible_device_list` | none (required) |
 //! | `GPUMUTEX_NUM_DEVICES`     | `num_devices`         | 1                  |
 //! | `GPUMUTEX_LOCK_DIR`        | `lock_dir`            | `/tmp/libgpumutex` |
 //! | `GPUMUTEX_TIMEOUT` (secs)  | `timeout`             | wait forever       |
 //! | `GPUMUTEX_BACKFILL`        | `backfill`            | off                |
 //! | `GPUMUTEX_JOIN_TIMEOUT`    | `join_timeout`        | 10 seconds         |
+//! | `GPUMUTEX_DEVICE_SOURCE`   | `device_source`       | `auto`             |
+//! | `GPUMUTEX_ALLOW_NETWORK_FS`| `allow_network_fs`    | off                |
 //! | `GPUMUTEX_JOB_ROOT`        | (see below)           | unset              |
 //! |                            | `interrupt_on_signals`| off                |
 //!
-//! Builder values win over the environment. Bad values are typed [`Error`]s reported before
-//! anything is created. No timeout value can make a wait panic: a timeout too large to be a
+//! Builder values win over the environment. Devices are named in this process's CUDA numbering
+//! (an inherited `CUDA_VISIBLE_DEVICES`, `NVIDIA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER` are
+//! honoured, and nothing outside them is granted), or by UUID, and locked by physical identity
+//! (UUID): see [`devices`] for clusters, containers and MIG. Bad values are typed [`Error`]s
+//! reported before anything is created. No timeout value can make a wait panic: a timeout too large to be a
 //! deadline ([`std::time::Duration::MAX`], `GPUMUTEX_TIMEOUT=1e19`) waits without limit, and
 //! `NaN`, infinities and negative numbers are refused.
 //!
@@ -66,7 +71,11 @@
 //!   still make devices busy and their tickets still queue, but a claim is only shared within
 //!   one pid namespace (ancestry and lock holders must be checked there), and records carry the
 //!   boot id, so nothing from another boot (or another machine on a shared file system) is
-//!   trusted. The lock directory must be local to the machine (not NFS).
+//!   trusted.
+//! * **Other machines.** The locks are the kernel's, so a lock directory on a network file
+//!   system (NFS, SMB, Lustre, GPFS, CephFS, 9p, sshfs, ...) would let two machines take each
+//!   other's live claims for dead: it is refused ([`Error::NetworkLockDir`]) unless the user opts
+//!   in, which is only right when every participant runs on one machine.
 //!
 //! How each attack is met:
 //!
@@ -95,8 +104,11 @@
 //! symbolic link on the way is only followed from a directory that passes this check, and the
 //! lock directory itself must not be a link:
 //!
-//! * **per user**: any directory of your own, e.g. `$XDG_RUNTIME_DIR/gpumutex` or
-//!   `~/.cache/gpumutex` (created `0700` when missing). Only your own jobs queue there.
+//! * **per user**: a directory of your own on a local file system, e.g.
+//!   `$XDG_RUNTIME_DIR/gpumutex` (a per-user tmpfs on systemd machines; created `0700` when
+//!   missing). Only your own jobs queue there. *Not* under your home directory: on most
+//!   clusters home directories are network storage (NFS, GPFS, Lustre), where the kernel's locks
+//!   do not reach the other machines; such a directory is refused ([`Error::NetworkLockDir`]).
 //! * **per group or machine**: a directory an administrator creates once, owned by root, e.g.
 //!   `install -d -o root -g gpu -m 1770 /var/lib/gpumutex` (members of group `gpu`) or
 //!   `install -d -o root -g root -m 1777 /tmp/libgpumutex` (everybody; also works as a
@@ -104,6 +116,10 @@
 //! * the built-in default `/tmp/libgpumutex` is created `1777` by the first user who needs it;
 //!   it is then owned by that user and *other users refuse it* (its owner could delete their
 //!   records). On a machine with several users, have root create it as above.
+//!
+//! The directory must be on a local file system; network file systems are refused unless
+//! `GPUMUTEX_ALLOW_NETWORK_FS=1` ([`GpuMutexBuilder::allow_network_fs`]) says that every
+//! process using it runs on this one machine (see `src/lockdir.rs`).
 //!
 //! Keep the directory out of age-based cleaning of temporary files (the `tmpfiles` line above
 //! has no age): a claim held for longer than the cleaning age would otherwise lose its record.
@@ -153,6 +169,7 @@ mod claims;
 #[cfg(feature = "cli")]
 pub mod cli;
 mod config;
+pub mod devices;
 mod error;
 mod guard;
 mod joinlock;
@@ -171,12 +188,16 @@ mod wait;
 pub use cancel::CancelToken;
 pub use config::{
     parse_device_list, parse_timeout_secs, Config, DEFAULT_JOIN_TIMEOUT, DEFAULT_LOCK_DIR,
-    ENV_BACKFILL, ENV_JOB_ROOT, ENV_JOIN_TIMEOUT, ENV_LOCK_DIR, ENV_NUM_DEVICES, ENV_TIMEOUT,
-    ENV_VISIBLE_DEVICES, MAX_DEVICE_INDEX,
+    ENV_ALLOW_NETWORK_FS, ENV_BACKFILL, ENV_JOB_ROOT, ENV_JOIN_TIMEOUT, ENV_LOCK_DIR,
+    ENV_NUM_DEVICES, ENV_TIMEOUT, ENV_VISIBLE_DEVICES, MAX_DEVICE_INDEX,
+};
+pub use devices::{
+    parse_visible, Device, DeviceName, DeviceSource, PhysicalDevice, VisibleSpec, ENV_DEVICE_SOURCE,
 };
 pub use error::{Error, Result, SAFE_LOCK_DIR_ADVICE};
 pub use guard::GpuGuard;
 pub use mutex::{job_root_env_value, GpuMutex, GpuMutexBuilder};
 pub use status::{
-    read_status as status, DeviceStatus, HolderInfo, JoinLockHolder, Status, WaiterInfo,
+    read_status as status, read_status_with as status_with, DeviceStatus, HolderInfo,
+    JoinLockHolder, Status, WaiterInfo,
 };

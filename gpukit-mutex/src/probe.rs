@@ -104,7 +104,7 @@ pub(crate) struct SeenTicket {
 }
 
 impl SeenTicket {
-    pub fn state(&self) -> TicketState {
+    pub fn state(&self) -> TicketState<String> {
         if !self.own && !self.locks.live() {
             return TicketState::Gone;
         }
@@ -150,7 +150,7 @@ pub(crate) struct Probe {
 
 impl Probe {
     /// The claims in the form the queue policy takes.
-    pub fn observed_claims(&self) -> Vec<ObservedClaim> {
+    pub fn observed_claims(&self) -> Vec<ObservedClaim<String>> {
         self.claims
             .iter()
             .map(|c| ObservedClaim {
@@ -165,7 +165,7 @@ impl Probe {
     }
 
     /// The tickets in the form the queue policy takes.
-    pub fn observed_tickets(&self) -> Vec<ObservedTicket> {
+    pub fn observed_tickets(&self) -> Vec<ObservedTicket<String>> {
         self.tickets
             .iter()
             .map(|t| ObservedTicket {
@@ -180,7 +180,7 @@ impl Probe {
     /// processes that are stopped or frozen as [`TicketState::Suspended`]; returns whether any
     /// was. Only worth its `/proc` reads when a waiter ahead could take free devices and has
     /// not.
-    pub fn mark_suspended(&self, observed: &mut [ObservedTicket]) -> bool {
+    pub fn mark_suspended(&self, observed: &mut [ObservedTicket<String>]) -> bool {
         let mut any = false;
         for (t, o) in self.tickets.iter().zip(observed.iter_mut()) {
             if let (false, Owner::Pid(pid), TicketState::Waiting(_)) =

@@ -51,7 +51,8 @@ pub(crate) struct ClaimRecord {
     /// The writer's effective uid (must equal the file's owner).
     pub uid: u32,
     pub kind: ClaimKind,
-    pub devices: Vec<u32>,
+    /// Device keys (see `devices.rs`).
+    pub devices: Vec<String>,
     pub job: Option<JobTag>,
     pub since: SystemTime,
     pub cmd: String,
@@ -66,7 +67,8 @@ pub(crate) struct TicketRecord {
     pub proc_id: ProcId,
     pub uid: u32,
     pub n: usize,
-    pub candidates: Vec<u32>,
+    /// Device keys.
+    pub candidates: Vec<String>,
     pub backfill: bool,
     pub since: SystemTime,
     pub cmd: String,
@@ -84,25 +86,31 @@ fn from_nanos(n: u128) -> Option<SystemTime> {
     UNIX_EPOCH.checked_add(Duration::new(secs, sub))
 }
 
-fn devs(d: &[u32]) -> String {
-    d.iter()
-        .map(|x| x.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
+fn devs(d: &[String]) -> String {
+    d.join(",")
 }
 
-/// A device list: distinct indices up to [`MAX_DEVICE_INDEX`] (possibly empty).
-fn parse_devs(s: &str) -> Option<Vec<u32>> {
+/// A device key: a physical index up to [`MAX_DEVICE_INDEX`] or a `GPU-`/`MIG-` UUID.
+pub(crate) fn is_device_key(k: &str) -> bool {
+    if k.bytes().all(|b| b.is_ascii_digit()) {
+        return !k.is_empty()
+            && k.len() <= 10
+            && k.parse::<u32>().is_ok_and(|i| i <= MAX_DEVICE_INDEX);
+    }
+    crate::devices::is_uuid_name(k) && k.len() > 4
+}
+
+/// A device list: distinct keys (possibly empty).
+fn parse_devs(s: &str) -> Option<Vec<String>> {
     if s.is_empty() {
         return Some(Vec::new());
     }
-    let mut out: Vec<u32> = Vec::new();
+    let mut out: Vec<String> = Vec::new();
     for x in s.split(',') {
-        let d: u32 = x.parse().ok()?;
-        if d > MAX_DEVICE_INDEX || out.contains(&d) {
+        if !is_device_key(x) || out.iter().any(|o| o == x) {
             return None;
         }
-        out.push(d);
+        out.push(x.to_string());
     }
     Some(out)
 }
@@ -340,7 +348,7 @@ mod tests {
             proc_id: ProcId { pid: 5, start: 9 },
             uid: 1000,
             kind: ClaimKind::Shared,
-            devices: vec![2, 0],
+            devices: vec!["2".into(), "GPU-12ab".into()],
             job: Some(JobTag {
                 root: ProcId { pid: 3, start: 4 },
                 key: "torch:abc".into(),
@@ -364,7 +372,7 @@ mod tests {
             proc_id: ProcId { pid: 5, start: 9 },
             uid: 0,
             n: 2,
-            candidates: vec![0, 1, 3],
+            candidates: vec!["0".into(), "1".into(), "MIG-9f".into()],
             backfill: true,
             since: t(7),
             cmd: String::new(),
@@ -388,7 +396,7 @@ mod tests {
             proc_id: ProcId { pid: 5, start: 9 },
             uid: 0,
             n: 1,
-            candidates: vec![0],
+            candidates: vec!["0".into()],
             backfill: false,
             since: t(7),
             cmd: String::new(),
@@ -399,6 +407,8 @@ mod tests {
             ("n 1", "n 2"),
             ("candidates 0", "candidates 0,0"),
             ("candidates 0", "candidates 99999"),
+            ("candidates 0", "candidates GPU-"),
+            ("candidates 0", "candidates gpu-1"),
             ("backfill 0", "backfill x"),
             ("boot b", "boot"),
             ("since_ns 7", "since_ns 999999999999999999999999999999"),

@@ -5,7 +5,8 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use crate::anchors;
-use crate::claims;
+use crate::claims::{self, OwnClaim};
+use crate::devices::Device;
 use crate::error::{Error, Result};
 use crate::guard::GpuGuard;
 use crate::joinlock;
@@ -67,23 +68,45 @@ impl<'m> Session<'m> {
         })
     }
 
-    fn request(&self, n: usize) -> Request {
+    fn keys(&self) -> Vec<String> {
+        self.m
+            .cfg
+            .visible_devices
+            .iter()
+            .map(|d| d.key.clone())
+            .collect()
+    }
+
+    fn request(&self, n: usize) -> Request<String> {
         Request {
-            candidates: self.m.cfg.visible_devices.clone(),
+            candidates: self.keys(),
             n,
             backfill: self.m.cfg.backfill,
         }
     }
 
-    /// `GPUMUTEX_VISIBLE_DEVICES` for a program started with the granted devices.
-    fn child_visible(&self) -> String {
-        self.m
-            .cfg
-            .visible_devices
-            .iter()
-            .map(|d| d.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
+    /// The visible devices with these keys, in the keys' order.
+    fn devices_of(&self, keys: &[String]) -> Vec<Device> {
+        keys.iter()
+            .filter_map(|k| {
+                self.m
+                    .cfg
+                    .visible_devices
+                    .iter()
+                    .find(|d| &d.key == k)
+                    .cloned()
+            })
+            .collect()
+    }
+
+    fn guard(&self, keys: Vec<String>, claim: OwnClaim, inherited_from: Option<u32>) -> GpuGuard {
+        GpuGuard::new(
+            self.devices_of(&keys),
+            claim,
+            self.dir.clone(),
+            inherited_from,
+            &self.m.namespace,
+        )
     }
 
     fn ancestry(&mut self) -> Vec<ProcId> {
@@ -115,7 +138,7 @@ impl<'m> Session<'m> {
             let tag = self.job_tag();
             let share = claims::find_share(
                 &probe,
-                &self.m.cfg.visible_devices,
+                &self.keys(),
                 &ancestry,
                 tag.as_ref(),
                 self.euid,
@@ -125,7 +148,11 @@ impl<'m> Session<'m> {
                 if share.devices.len() < n {
                     return Err(Error::InheritedClaimTooSmall {
                         holder_pid: share.holder.pid,
-                        held: share.devices,
+                        held: self
+                            .devices_of(&share.devices)
+                            .iter()
+                            .map(|d| d.index)
+                            .collect(),
                         requested: n,
                     });
                 }
@@ -139,12 +166,10 @@ impl<'m> Session<'m> {
                     job,
                 )?;
                 self.ticket = None;
-                return Ok(Step::Granted(GpuGuard::new(
+                return Ok(Step::Granted(self.guard(
                     share.devices,
                     claim,
-                    dir,
                     Some(share.holder.pid),
-                    self.child_visible(),
                 )));
             }
         }
@@ -173,13 +198,7 @@ impl<'m> Session<'m> {
                     job,
                 )?;
                 self.ticket = None;
-                Ok(Step::Granted(GpuGuard::new(
-                    devices,
-                    claim,
-                    dir,
-                    None,
-                    self.child_visible(),
-                )))
+                Ok(Step::Granted(self.guard(devices, claim, None)))
             }
             Outcome::Wait => {
                 if self.ticket.is_none() && may_queue {

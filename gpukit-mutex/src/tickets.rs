@@ -72,7 +72,7 @@ impl OwnTicket {
         seq: u64,
         me: ProcId,
         euid: u32,
-        req: &Request,
+        req: &Request<String>,
     ) -> Result<OwnTicket> {
         let since = SystemTime::now();
         let cmd = proc::self_cmdline();

@@ -12,7 +12,7 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gpukit_mutex::{Error, GpuMutex};
+use gpukit_mutex::{DeviceSource, Error, GpuMutex};
 
 mod common;
 use common::*;
@@ -198,6 +198,7 @@ fn child_entry() {
         // Build a mutex on GMT_DIR and acquire once; report.
         "build" => {
             match GpuMutex::builder()
+                .device_source(DeviceSource::None)
                 .ignore_env()
                 .visible_devices([0])
                 .lock_dir(&dir)
@@ -353,7 +354,7 @@ fn forged_claims_are_never_shared() {
             .status()
             .expect("try");
     }
-    let st = gpukit_mutex::status(&s.locks, &[0, 1]).expect("status");
+    let st = status(&s.locks, &[0, 1]);
     let text = st.to_string();
     fs::write(&release, b"").expect("release");
     for c in &mut kids.0 {
@@ -434,7 +435,7 @@ fn held_claims_cannot_be_removed_or_replaced_and_a_held_join_lock_only_delays() 
         .expect("ms");
     assert!((300..5000).contains(&ms), "{l}");
     let t = Instant::now();
-    gpukit_mutex::status(&s.locks, &[0]).expect("status");
+    status(&s.locks, &[0]);
     assert!(t.elapsed() < Duration::from_secs(2));
     fs::write(&release2, b"").expect("release");
     fs::write(&release, b"").expect("release");
@@ -473,7 +474,7 @@ fn fifos_and_links_under_record_names_block_nothing() {
         .status()
         .expect("try");
     assert!(find(&read_lines(&out), "free ").contains("ok shared=false devs=0"));
-    let st = gpukit_mutex::status(&s.locks, &[0]).expect("status");
+    let st = status(&s.locks, &[0]);
     assert!(st.ignored >= 4, "{st}");
     // A busy device: the wait ends at its timeout.
     kids.0.push(
@@ -638,20 +639,22 @@ fn status_reports_file_owners_not_claimed_uids() {
         .spawn()
         .expect("forge")]);
     wait_line(&out, "forge planted");
-    let st = gpukit_mutex::status(&s.locks, &[]).expect("status");
-    let d3 = st.devices.iter().find(|d| d.device == 3).expect("device 3");
+    let st = status(&s.locks, &[]);
+    let d3 = st
+        .devices
+        .iter()
+        .find(|d| d.index == Some(3))
+        .expect("device 3");
     assert!(d3.busy);
     assert_eq!(d3.holders[0].uid, u.attacker);
     assert!(!d3.holders[0].verified);
     fs::write(&release, b"").expect("release");
     // Once the forger is gone its record is dead and frees nothing and blocks nothing.
     wait_until("forger gone", Duration::from_secs(20), || {
-        !gpukit_mutex::status(&s.locks, &[3])
-            .expect("status")
-            .devices[0]
-            .busy
+        !status(&s.locks, &[3]).devices[0].busy
     });
     let m = GpuMutex::builder()
+        .device_source(DeviceSource::None)
         .ignore_env()
         .visible_devices([3])
         .lock_dir(&s.locks)
@@ -857,7 +860,7 @@ fn a_hard_link_to_a_live_ticket_cannot_stall_the_queue() {
             .expect("link");
         assert!(find(&read_lines(&out), "link ").contains("Ok"));
     }
-    let st = gpukit_mutex::status(&s.locks, &[0]).expect("status");
+    let st = status(&s.locks, &[0]);
     assert_eq!(st.waiters.len(), 1, "the link is not a second waiter: {st}");
     fs::write(&release, b"").expect("release");
     wait_line(&out, "W ");
@@ -898,9 +901,7 @@ fn a_participant_stopped_in_the_join_lock_is_named_and_stalls_nobody_forever() {
             .spawn()
             .expect("victim"),
     );
-    let text = gpukit_mutex::status(&s.locks, &[0])
-        .expect("status")
-        .to_string();
+    let text = status(&s.locks, &[0]).to_string();
     assert!(
         text.contains(&format!("join lock: held by pid {spid}")) && text.contains("stopped"),
         "status names the stopped holder: {text}"
@@ -917,6 +918,7 @@ fn a_participant_stopped_in_the_join_lock_is_named_and_stalls_nobody_forever() {
     fs::write(&release, b"").expect("release");
     kids.0[0].wait().expect("stopper ends");
     let m = GpuMutex::builder()
+        .device_source(DeviceSource::None)
         .ignore_env()
         .visible_devices([0])
         .lock_dir(&s.locks)
@@ -1020,9 +1022,7 @@ fn a_participant_frozen_in_the_join_lock_is_named() {
         .env("GPUMUTEX_JOIN_TIMEOUT", "1")
         .status()
         .expect("victim");
-    let text = gpukit_mutex::status(&s.locks, &[0])
-        .expect("status")
-        .to_string();
+    let text = status(&s.locks, &[0]).to_string();
     let l = find(&read_lines(&out), "V ").to_string();
     eprintln!("{text}{l}");
     assert!(
@@ -1226,7 +1226,7 @@ fn a_flooded_lock_directory_stays_usable_or_is_refused_clearly() {
         .and_then(|v| v.parse().ok())
         .expect("ms");
     assert!(ms < 5000, "refused after {ms} ms");
-    match gpukit_mutex::status(&s.locks, &[0]) {
+    match gpukit_mutex::status_with(&s.locks, None, &DeviceSource::None) {
         Err(e) => assert!(e.to_string().contains("flooded"), "{e}"),
         Ok(st) => panic!("status of a flooded directory: {st}"),
     }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpukit_mutex::GpuMutex;
+use gpukit_mutex::{DeviceSource, GpuMutex};
 
 pub fn mono_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -141,6 +141,11 @@ pub fn role(role: &str, dir: &Path, out: &Path) -> Command {
     .env_remove("WORLD_SIZE")
     .env_remove("LOCAL_WORLD_SIZE")
     .env_remove("TORCHELASTIC_RUN_ID")
+    // Device numbers are physical indices here, whatever GPUs the machine has.
+    .env("GPUMUTEX_DEVICE_SOURCE", "none")
+    .env_remove("CUDA_VISIBLE_DEVICES")
+    .env_remove("NVIDIA_VISIBLE_DEVICES")
+    .env_remove("CUDA_DEVICE_ORDER")
     .stdout(Stdio::null());
     c
 }
@@ -155,6 +160,7 @@ pub fn role_as(r: &str, dir: &Path, out: &Path, uid: u32) -> Command {
 pub fn mutex_from_env() -> GpuMutex {
     let devs = gpukit_mutex::parse_device_list(&env("GMT_DEVS")).expect("GMT_DEVS");
     GpuMutex::builder()
+        .device_source(DeviceSource::None)
         .visible_devices(devs)
         .lock_dir(env("GMT_DIR"))
         .backfill(env("GMT_BACKFILL") == "1")
@@ -176,19 +182,25 @@ pub fn wait_line(out: &Path, prefix: &str) {
     });
 }
 
+/// A status report with device numbers read as physical indices (as the children use them).
+pub fn status(dir: &Path, devs: &[u32]) -> gpukit_mutex::Status {
+    let spec = gpukit_mutex::VisibleSpec::Names(
+        devs.iter()
+            .map(|d| gpukit_mutex::DeviceName::Index(*d))
+            .collect(),
+    );
+    gpukit_mutex::status_with(dir, Some(&spec), &DeviceSource::None).expect("status")
+}
+
 pub fn waiters(dir: &Path) -> usize {
-    gpukit_mutex::status(dir, &[])
-        .expect("status")
-        .waiters
-        .len()
+    status(dir, &[]).waiters.len()
 }
 
 pub fn busy(dir: &Path, dev: u32) -> bool {
-    gpukit_mutex::status(dir, &[dev])
-        .expect("status")
+    status(dir, &[dev])
         .devices
         .iter()
-        .any(|d| d.device == dev && d.busy)
+        .any(|d| d.index == Some(dev) && d.busy)
 }
 
 /// Kills and reaps its children on drop.
