@@ -539,10 +539,7 @@ fn num_devices_2_gives_disjoint_pairs_and_a_third_waits() {
     assert_eq!(apps.len(), 3, "{apps:?}");
     apps.sort_by_key(|a| a.2);
     let pair = |cvd: &str| -> Vec<u32> {
-        let mut v: Vec<u32> = cvd
-            .split(',')
-            .map(|x| x.parse().expect("index"))
-            .collect();
+        let mut v: Vec<u32> = cvd.split(',').map(|x| x.parse().expect("index")).collect();
         assert_eq!(v.len(), 2, "a pair: {cvd}");
         v.sort();
         v
@@ -572,4 +569,45 @@ fn num_devices_2_gives_disjoint_pairs_and_a_third_waits() {
         })
         .count();
     assert_eq!(descending, 1, "{apps:?}");
+}
+
+/// The preload in a program that `gpumutex-run` started shares the runner's claim, in any
+/// numbering: the runner inherits a Slurm-like view (`CUDA_VISIBLE_DEVICES=2,3` on a fake
+/// 4-GPU machine) and is granted both; the program (with the runner's `GPUMUTEX_*` and
+/// `CUDA_VISIBLE_DEVICES`) reads its devices as 0 and 1, finds the same GPUs, and starts at
+/// once on them instead of queueing behind its own runner.
+#[test]
+fn the_preload_under_gpumutex_run_shares_its_pair() {
+    let Some(env) = setup() else { return };
+    let runner = env.so.with_file_name("gpumutex-run");
+    if !runner.exists() {
+        eprintln!(
+            "SKIPPED the_preload_under_gpumutex_run_shares_its_pair: {} not built",
+            runner.display()
+        );
+        return;
+    }
+    let source = fake_gpus(&env.root, 4);
+    let app = env.cmd("dlsym", 10, None);
+    let mut c = Command::new(&runner);
+    c.args(["--visible-devices", "all", "--num-devices", "2", "--"])
+        .arg(app.get_program())
+        .args(app.get_args());
+    for (k, v) in app.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c.env("GPUMUTEX_DEVICE_SOURCE", &source)
+        .env("CUDA_VISIBLE_DEVICES", "2,3")
+        .env("GPUMUTEX_TIMEOUT", "5")
+        .stdout(Stdio::null());
+    let t = Instant::now();
+    let st = c.status().expect("runner");
+    assert!(st.success(), "{st}");
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    let apps = env.apps();
+    assert_eq!(apps.len(), 1, "{apps:?}");
+    assert_eq!((apps[0].0, apps[0].1.as_str()), (0, "2,3"), "{apps:?}");
 }
