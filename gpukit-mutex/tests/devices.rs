@@ -413,3 +413,52 @@ fn nvidia_smi_on_path_and_mig_instances() {
         "{n}"
     );
 }
+
+/// On a GPU host: the driver's `/proc` tree and `nvidia-smi` name the same GPUs in the same
+/// order, and a mutex built with the default source (auto) locks them by those UUIDs. Skips
+/// without a driver (fails instead with `GPUKIT_REQUIRE_GPU=1`).
+#[test]
+fn the_real_driver_and_nvidia_smi_agree() {
+    use gpukit_mutex::devices::discover;
+    let proc_dir = Path::new(gpukit_mutex::devices::DEFAULT_PROC_DIR);
+    let from_proc = discover(&DeviceSource::ProcDir(proc_dir.into())).expect("read /proc");
+    let Some(from_proc) = from_proc else {
+        assert!(
+            std::env::var("GPUKIT_REQUIRE_GPU").as_deref() != Ok("1"),
+            "GPUKIT_REQUIRE_GPU=1 but {} lists no GPU",
+            proc_dir.display()
+        );
+        eprintln!(
+            "SKIPPED the_real_driver_and_nvidia_smi_agree: no NVIDIA driver here ({} lists no GPU)",
+            proc_dir.display()
+        );
+        return;
+    };
+    let uuids = |d: &gpukit_mutex::devices::Discovered| -> Vec<String> {
+        d.devices.iter().map(|g| g.uuid.clone()).collect()
+    };
+    eprintln!("driver: {:?}", from_proc.devices);
+    match discover(&DeviceSource::NvidiaSmi("nvidia-smi".into())).expect("nvidia-smi") {
+        Some(smi) => assert_eq!(uuids(&from_proc), uuids(&smi), "{smi:?}"),
+        None => eprintln!("(no nvidia-smi on PATH: only the driver's list is checked)"),
+    }
+    let t = tempfile::tempdir().expect("tempdir");
+    let m = GpuMutex::builder()
+        .ignore_env()
+        .visible_device_list("all")
+        .expect("all")
+        .lock_dir(t.path())
+        .build()
+        .expect("build");
+    let g = m.lock().expect("lock");
+    let got = g.granted()[0].uuid.clone().unwrap_or_default();
+    assert!(
+        uuids(&from_proc).contains(&got),
+        "{got} is one of the driver's GPUs"
+    );
+    eprintln!(
+        "granted {:?}, CUDA_VISIBLE_DEVICES={}",
+        g.granted(),
+        g.cuda_visible_devices()
+    );
+}
