@@ -300,7 +300,13 @@ pub(crate) fn random_part() -> std::io::Result<String> {
         }
         got += n as usize;
     }
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(RANDOM_HEX);
+    for b in buf {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    Ok(out)
 }
 
 /// Parses a ticket file name `gpukit-ticket.<seq>.<random>` (`<seq>` zero-padded to 20 digits)
