@@ -127,6 +127,10 @@ impl Env {
             .env_remove("GPUMUTEX_TIMEOUT")
             .env_remove("GPUMUTEX_JOB_ROOT")
             .env_remove("CUDA_VISIBLE_DEVICES")
+            .env_remove("NVIDIA_VISIBLE_DEVICES")
+            .env_remove("CUDA_DEVICE_ORDER")
+            // Device numbers are physical indices here, whatever GPUs the machine has.
+            .env("GPUMUTEX_DEVICE_SOURCE", "none")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         match visible {
@@ -487,4 +491,123 @@ fn caller_relative_lookups_are_kept_for_other_libraries() {
     let (st, with) = run(true);
     assert!(st.success(), "under the preload: {st}");
     assert_eq!(with, base);
+}
+
+/// A fake `/proc/driver/nvidia/gpus` with `n` GPUs of one model; returns its
+/// `GPUMUTEX_DEVICE_SOURCE` value.
+fn fake_gpus(root: &std::path::Path, n: usize) -> String {
+    let dir = root.join("gpus");
+    for i in 0..n {
+        let bus = format!("0000:{:02x}:00.0", 0x18 + i * 0x10);
+        fs::create_dir_all(dir.join(&bus)).expect("mkdir");
+        fs::write(
+            dir.join(&bus).join("information"),
+            format!(
+                "Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-{i:08x}-1111-2222-3333-444444444444\n\
+                 Bus Location: \t {bus}\n"
+            ),
+        )
+        .expect("write");
+    }
+    format!("proc:{}", dir.display())
+}
+
+/// Issue 24 (device locks through the preload, simulated): on a 4-GPU machine (a fake driver
+/// tree) three programs that each need 2 devices (`GPUMUTEX_NUM_DEVICES=2`) start together:
+/// two run side by side on disjoint pairs, the third starts only when a pair is free; each
+/// sees its pair in `CUDA_VISIBLE_DEVICES` in the numbering its CUDA applies it to (one of them
+/// inherits the view `CUDA_VISIBLE_DEVICES=3,2,1,0`).
+#[test]
+fn num_devices_2_gives_disjoint_pairs_and_a_third_waits() {
+    let Some(env) = setup() else { return };
+    let source = fake_gpus(&env.root, 4);
+    let mut kids = Vec::new();
+    for view in [None, Some("3,2,1,0"), None] {
+        let mut c = env.cmd("procaddr_v2", 700, Some("all"));
+        c.env("GPUMUTEX_DEVICE_SOURCE", &source)
+            .env("GPUMUTEX_NUM_DEVICES", "2");
+        if let Some(v) = view {
+            c.env("CUDA_VISIBLE_DEVICES", v);
+        }
+        kids.push(c.spawn().expect("spawn"));
+    }
+    for k in &mut kids {
+        let st = k.wait().expect("wait");
+        assert!(st.success(), "app failed: {st}");
+    }
+    let mut apps = env.apps();
+    assert_eq!(apps.len(), 3, "{apps:?}");
+    apps.sort_by_key(|a| a.2);
+    let pair = |cvd: &str| -> Vec<u32> {
+        let mut v: Vec<u32> = cvd.split(',').map(|x| x.parse().expect("index")).collect();
+        assert_eq!(v.len(), 2, "a pair: {cvd}");
+        v.sort();
+        v
+    };
+    let pairs: Vec<Vec<u32>> = apps.iter().map(|a| pair(&a.1)).collect();
+    // The first two ran side by side, on disjoint pairs.
+    assert!(apps[0].2 < apps[1].3 && apps[1].2 < apps[0].3, "{apps:?}");
+    assert!(pairs[0].iter().all(|d| !pairs[1].contains(d)), "{apps:?}");
+    // The third waited for a pair and never shared a GPU with a program still running.
+    let first_end = apps[0].3.min(apps[1].3);
+    assert!(apps[2].2 >= first_end, "a third pair on 4 GPUs: {apps:?}");
+    for other in 0..2 {
+        if apps[other].3 > apps[2].2 {
+            assert!(
+                pairs[2].iter().all(|d| !pairs[other].contains(d)),
+                "{apps:?}"
+            );
+        }
+    }
+    // The program with the reversed view names its pair in its own preference order (as CUDA
+    // will number them: its device 0 is the higher GPU), the others in ascending order.
+    let descending = apps
+        .iter()
+        .filter(|a| {
+            let v: Vec<u32> = a.1.split(',').map(|x| x.parse().expect("index")).collect();
+            v[0] > v[1]
+        })
+        .count();
+    assert_eq!(descending, 1, "{apps:?}");
+}
+
+/// The preload in a program that `gpumutex-run` started shares the runner's claim, in any
+/// numbering: the runner inherits a Slurm-like view (`CUDA_VISIBLE_DEVICES=2,3` on a fake
+/// 4-GPU machine) and is granted both; the program (with the runner's `GPUMUTEX_*` and
+/// `CUDA_VISIBLE_DEVICES`) reads its devices as 0 and 1, finds the same GPUs, and starts at
+/// once on them instead of queueing behind its own runner.
+#[test]
+fn the_preload_under_gpumutex_run_shares_its_pair() {
+    let Some(env) = setup() else { return };
+    let runner = env.so.with_file_name("gpumutex-run");
+    if !runner.exists() {
+        eprintln!(
+            "SKIPPED the_preload_under_gpumutex_run_shares_its_pair: {} not built",
+            runner.display()
+        );
+        return;
+    }
+    let source = fake_gpus(&env.root, 4);
+    let app = env.cmd("dlsym", 10, None);
+    let mut c = Command::new(&runner);
+    c.args(["--visible-devices", "all", "--num-devices", "2", "--"])
+        .arg(app.get_program())
+        .args(app.get_args());
+    for (k, v) in app.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c.env("GPUMUTEX_DEVICE_SOURCE", &source)
+        .env("CUDA_VISIBLE_DEVICES", "2,3")
+        .env("GPUMUTEX_TIMEOUT", "5")
+        .stdout(Stdio::null());
+    let t = Instant::now();
+    let st = c.status().expect("runner");
+    assert!(st.success(), "{st}");
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    let apps = env.apps();
+    assert_eq!(apps.len(), 1, "{apps:?}");
+    assert_eq!((apps[0].0, apps[0].1.as_str()), (0, "2,3"), "{apps:?}");
 }

@@ -31,7 +31,12 @@ fn run(bin: &Path, dir: &Path, args: &[&str]) -> Command {
         .env_remove("GPUMUTEX_NUM_DEVICES")
         .env_remove("GPUMUTEX_LOCK_DIR")
         .env_remove("GPUMUTEX_TIMEOUT")
-        .env_remove("GPUMUTEX_JOB_ROOT");
+        .env_remove("GPUMUTEX_JOB_ROOT")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("NVIDIA_VISIBLE_DEVICES")
+        .env_remove("CUDA_DEVICE_ORDER")
+        // Device numbers are physical indices here, whatever GPUs the machine has.
+        .env("GPUMUTEX_DEVICE_SOURCE", "none");
     c
 }
 
@@ -72,7 +77,8 @@ fn runs_command_with_devices_and_passes_exit_status() {
     .output()
     .expect("run");
     assert_eq!(out.status.code(), Some(7));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "cvd=3 vis=3,1");
+    // The command's own numbering: its one device is its device 0.
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "cvd=3 vis=0");
     let out = run(
         &bin,
         &dir,
@@ -605,8 +611,8 @@ fn fifos_in_the_lock_directory_hang_nothing() {
     let Some(bin) = runner() else { return };
     let (t, dir) = tmp();
     for name in [
-        "gpukit-claim.1.1.1",
-        "gpukit-ticket.00000000000000000000.1",
+        "gpukit-claim.00000000000000000000000000000001",
+        "gpukit-ticket.00000000000000000000.00000000000000000000000000000001",
         "gpukit-dev0.lock",
         "gpukit-queue.lock",
     ] {
@@ -653,4 +659,121 @@ fn fifos_in_the_lock_directory_hang_nothing() {
     assert_eq!(waiter.wait().expect("wait").code(), Some(129));
     assert!(t0.elapsed() < Duration::from_secs(10));
     holder.wait().expect("holder");
+}
+
+/// The UUID the fake driver tree gives GPU `i`.
+fn fake_uuid(i: usize) -> String {
+    format!("GPU-{i:08x}-1111-2222-3333-{:012x}", 0xabc000 + i)
+}
+
+/// A fake `/proc/driver/nvidia/gpus` with `n` GPUs of one model; returns its
+/// `GPUMUTEX_DEVICE_SOURCE` value.
+fn fake_gpus(root: &Path, n: usize) -> String {
+    let dir = root.join("gpus");
+    for i in 0..n {
+        let bus = format!("0000:{:02x}:00.0", 0x18 + i * 0x10);
+        fs::create_dir_all(dir.join(&bus)).expect("mkdir");
+        fs::write(
+            dir.join(&bus).join("information"),
+            format!(
+                "Model: \t\t NVIDIA H200\nGPU UUID: \t {}\nBus Location: \t {bus}\n",
+                fake_uuid(i)
+            ),
+        )
+        .expect("write");
+    }
+    format!("proc:{}", dir.display())
+}
+
+/// Issue 24 (device locks, simulated): on a 4-GPU machine (a fake driver tree), two jobs
+/// under `gpumutex-run --num-devices 2` get disjoint pairs and run side by side, a third
+/// waits until a pair is free; each command sees its pair in `CUDA_VISIBLE_DEVICES` in its
+/// own numbering, and its `GPUMUTEX_VISIBLE_DEVICES` is `0,1`. The runners inherit different
+/// views (none; `CUDA_VISIBLE_DEVICES=3,2,1,0`; `0,1,2,3`): the pairs are disjoint physical
+/// GPUs all the same.
+#[test]
+fn num_devices_2_gives_two_jobs_disjoint_pairs_and_a_third_waits() {
+    let Some(bin) = runner() else { return };
+    let (t, dir) = tmp();
+    let source = fake_gpus(t.path(), 4);
+    let release = t.path().join("release");
+    // Whatever happens, the commands end (and the runners with them) when the test does.
+    struct Release(PathBuf);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            let _ = fs::write(&self.0, b"");
+        }
+    }
+    let _end = Release(release.clone());
+    let job = |tag: &str, view: Option<&str>| {
+        let out = t.path().join(format!("{tag}.out"));
+        let script = format!(
+            "echo \"$CUDA_VISIBLE_DEVICES $GPUMUTEX_VISIBLE_DEVICES $GPUMUTEX_NUM_DEVICES\" > {out}.tmp; \
+             mv {out}.tmp {out}; while [ ! -e {rel} ]; do sleep 0.02; done",
+            out = out.display(),
+            rel = release.display()
+        );
+        let mut c = run(
+            &bin,
+            &dir,
+            &[
+                "--visible-devices",
+                "all",
+                "--num-devices",
+                "2",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        );
+        c.env("GPUMUTEX_DEVICE_SOURCE", &source);
+        if let Some(v) = view {
+            c.env("CUDA_VISIBLE_DEVICES", v);
+        }
+        (c.spawn().expect("spawn"), out)
+    };
+    let read = |p: &Path| fs::read_to_string(p).unwrap_or_default().trim().to_string();
+    let (mut j1, o1) = job("j1", None);
+    wait_for("job 1 runs", || o1.exists());
+    let (mut j2, o2) = job("j2", Some("3,2,1,0"));
+    wait_for("job 2 runs", || o2.exists());
+    let (l1, l2) = (read(&o1), read(&o2));
+    // Without an inherited view the fake driver's order is CUDA's: indices are physical.
+    assert_eq!(l1, "0,1 0,1 2", "job 1");
+    assert_eq!(l2, "3,2 0,1 2", "job 2 (its view starts with GPU 3)");
+    // The third job waits: queued, its command not run.
+    let (mut j3, o3) = job("j3", Some("0,1,2,3"));
+    let status = || {
+        let o = Command::new(&bin)
+            .args(["--lock-dir", dir.to_str().expect("utf8"), "--status"])
+            .env("GPUMUTEX_DEVICE_SOURCE", &source)
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .output()
+            .expect("status");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    wait_for("job 3 queued", || status().contains("1 waiting"));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!o3.exists(), "a third pair was granted on a 4-GPU machine");
+    let s = status();
+    for i in 0..4 {
+        assert!(
+            s.contains(&format!("device {i} ({}): pid", fake_uuid(i))),
+            "GPU {i} busy: {s}"
+        );
+    }
+    // Job 1 ends: job 3 gets its pair.
+    let rel1 = t.path().join("rel1");
+    fs::write(&rel1, b"").expect("touch");
+    fs::rename(&rel1, &release).expect("release all");
+    assert!(j1.wait().expect("j1").success());
+    assert!(j2.wait().expect("j2").success());
+    wait_for("job 3 runs", || o3.exists());
+    let l3 = read(&o3);
+    assert!(
+        l3 == "0,1 0,1 2" || l3 == "2,3 0,1 2" || l3 == "3,2 0,1 2",
+        "job 3 got a pair in its own numbering: {l3}"
+    );
+    assert!(j3.wait().expect("j3").success());
 }

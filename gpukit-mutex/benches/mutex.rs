@@ -15,7 +15,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use gpukit_mutex::GpuMutex;
+use gpukit_mutex::{DeviceSource, GpuMutex};
 
 const ROLE: &str = "GPUKIT_MUTEX_BENCH_ROLE";
 
@@ -31,6 +31,7 @@ fn mono_ns() -> u64 {
 
 fn mutex(dir: &Path) -> GpuMutex {
     GpuMutex::builder()
+        .device_source(DeviceSource::None)
         .ignore_env()
         .visible_devices([0])
         .lock_dir(dir)

@@ -1,6 +1,6 @@
 //! Claims: who holds which devices, and which claims a process may share instead of queueing.
 //!
-//! A claim record `gpukit-claim.<pid>.<start>.<k>` is written under the join lock by the
+//! A claim record `gpukit-claim.<random>` is written under the join lock by the
 //! process that was granted devices (a *primary* claim) or that joined another process's claim
 //! (a *shared* claim), and is kept alive by its owner lock and its tree lock (`liveness.rs`).
 //! Every live claim makes its devices busy. Its holder removes it on release; a dead holder's
@@ -21,7 +21,6 @@
 //! forger achieves is to fool their own processes, which could ignore the mutex anyway.
 
 use std::fs::File;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -31,9 +30,6 @@ use crate::lockdir::{FileId, LockDir};
 use crate::probe::{Probe, SeenClaim};
 use crate::proc::{self, ProcId};
 use crate::records::{self, ClaimKind, ClaimRecord, JobTag};
-use crate::tickets::is_exists;
-
-static CLAIM_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A claim this process holds.
 #[derive(Debug)]
@@ -50,40 +46,40 @@ pub(crate) fn create(
     me: ProcId,
     euid: u32,
     kind: ClaimKind,
-    devices: Vec<u32>,
+    devices: Vec<String>,
     job: Option<JobTag>,
 ) -> Result<OwnClaim> {
-    let record = Arc::new(ClaimRecord {
-        boot: proc::boot_id().to_string(),
-        proc_id: me,
-        uid: euid,
-        kind,
-        devices,
-        job,
-        since: SystemTime::now(),
-        cmd: proc::self_cmdline(),
-    });
-    let text = record.to_text();
-    for _ in 0..64 {
-        let name = records::claim_name(me, CLAIM_COUNTER.fetch_add(1, Ordering::Relaxed));
-        match liveness::write_locked(dir, &name, &text, true, OwnRecord::Claim(record.clone())) {
-            Ok((file, id)) => {
-                return Ok(OwnClaim {
-                    name,
-                    id,
-                    file,
-                    record,
-                });
-            }
-            Err(e) if is_exists(&e) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Err(Error::io(
-        "create",
-        dir.path(),
-        std::io::Error::other("no free claim name after 64 attempts"),
-    ))
+    let since = SystemTime::now();
+    let cmd = proc::self_cmdline();
+    let made = std::cell::RefCell::new(None);
+    let (name, file, id) = liveness::create_record(dir, true, |random| {
+        let record = Arc::new(ClaimRecord {
+            name: records::claim_name(random),
+            boot: proc::boot_id().to_string(),
+            proc_id: me,
+            uid: euid,
+            kind,
+            devices: devices.clone(),
+            job: job.clone(),
+            since,
+            cmd: cmd.clone(),
+        });
+        *made.borrow_mut() = Some(record.clone());
+        (
+            record.name.clone(),
+            record.to_text(),
+            OwnRecord::Claim(record),
+        )
+    })?;
+    let record = made
+        .into_inner()
+        .ok_or_else(|| Error::io("create", dir.path(), std::io::Error::other("no record")))?;
+    Ok(OwnClaim {
+        name,
+        id,
+        file,
+        record,
+    })
 }
 
 /// A claim the caller may share.
@@ -93,8 +89,9 @@ pub(crate) struct Share {
     pub holder: ProcId,
     /// The shared claim's job, if it has one.
     pub job: Option<JobTag>,
-    /// The shared claim's devices that the caller may use, in the caller's preference order.
-    pub devices: Vec<u32>,
+    /// The shared claim's devices (keys) that the caller may use, in the caller's preference
+    /// order.
+    pub devices: Vec<String>,
 }
 
 fn same_job(a: &JobTag, b: &JobTag) -> bool {
@@ -107,7 +104,7 @@ fn same_job(a: &JobTag, b: &JobTag) -> bool {
 /// ancestry (the real `/proc` in use, a table in tests).
 pub(crate) fn find_share(
     probe: &Probe,
-    visible: &[u32],
+    visible: &[String],
     ancestry: &[ProcId],
     tag: Option<&JobTag>,
     euid: u32,
@@ -167,8 +164,8 @@ pub(crate) fn find_share(
         job: r.job.clone(),
         devices: visible
             .iter()
-            .copied()
             .filter(|d| r.devices.contains(d))
+            .cloned()
             .collect(),
     })
 }
@@ -192,24 +189,31 @@ mod tests {
         lock: Owner,
         job: Option<JobTag>,
     ) -> SeenClaim {
+        let name = records::claim_name(&format!("{holder:032x}"));
         SeenClaim {
+            name: name.clone(),
             owner_uid: file_uid,
             locks: LockState {
                 owner: lock,
                 tree: true,
             },
             record: Some(Arc::new(ClaimRecord {
+                name,
                 boot: proc::boot_id().to_string(),
                 proc_id: id(holder),
                 uid: rec_uid,
                 kind: ClaimKind::Primary,
-                devices: vec![0, 1],
+                devices: vec!["0".into(), "1".into()],
                 job,
                 since: SystemTime::now(),
                 cmd: String::new(),
             })),
             own: false,
         }
+    }
+
+    fn k(d: &[u32]) -> Vec<String> {
+        d.iter().map(|x| x.to_string()).collect()
     }
 
     fn tag(root: u32, rank: Option<u32>) -> JobTag {
@@ -240,10 +244,10 @@ mod tests {
     #[test]
     fn shares_only_verified_claims_of_ancestors() {
         let me = tree(id(30));
-        let share = |c: SeenClaim| find_share(&probe(vec![c]), &[1, 0], &me, None, 1000, tree);
+        let share = |c: SeenClaim| find_share(&probe(vec![c]), &k(&[1, 0]), &me, None, 1000, tree);
         // The launcher's genuine claim: shared, devices in the caller's order.
         let s = share(claim(20, 1000, 1000, Owner::Pid(20), None)).expect("share");
-        assert_eq!((s.holder, s.devices), (id(20), vec![1, 0]));
+        assert_eq!((s.holder, s.devices), (id(20), k(&[1, 0])));
         // A record naming the launcher, held by another process: not shared.
         assert!(share(claim(20, 1000, 1000, Owner::Pid(99), None)).is_none());
         // A record naming pid 1 (everybody's ancestor), held by somebody else.
@@ -253,6 +257,10 @@ mod tests {
         // Only a read lock / an OFD lock / a hidden holder.
         assert!(share(claim(20, 1000, 1000, Owner::Ofd, None)).is_none());
         assert!(share(claim(20, 1000, 1000, Owner::Hidden, None)).is_none());
+        // The launcher's genuine claim read under another name (a hard link): not shared.
+        let mut linked = claim(20, 1000, 1000, Owner::Pid(20), None);
+        linked.name = records::claim_name(&"f".repeat(32));
+        assert!(share(linked).is_none());
         // A genuine claim of an unrelated process.
         assert!(share(claim(77, 1000, 1000, Owner::Pid(77), None)).is_none());
         // An ancestor of another user (sudo): the kernel vouches for it.
@@ -263,13 +271,13 @@ mod tests {
             claim(20, 1000, 1000, Owner::Pid(20), None),
         ]);
         assert_eq!(
-            find_share(&both, &[0], &me, None, 1000, tree).map(|s| s.holder),
+            find_share(&both, &k(&[0]), &me, None, 1000, tree).map(|s| s.holder),
             Some(id(20))
         );
         // A claim on none of the caller's devices.
         assert!(find_share(
             &probe(vec![claim(20, 1000, 1000, Owner::Pid(20), None)]),
-            &[5],
+            &k(&[5]),
             &me,
             None,
             1000,
@@ -283,7 +291,7 @@ mod tests {
         let me = tree(id(31));
         let rank0 = |rank: Option<u32>| claim(30, 1000, 1000, Owner::Pid(30), Some(tag(20, rank)));
         let share = |cs: Vec<SeenClaim>, t: JobTag| {
-            find_share(&probe(cs), &[0, 1], &me, Some(&t), 1000, tree)
+            find_share(&probe(cs), &k(&[0, 1]), &me, Some(&t), 1000, tree)
         };
         // Rank 1 shares rank 0's claim.
         assert_eq!(

@@ -3,9 +3,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::devices::Device;
 use crate::error::{Error, Result};
 
-/// Comma-separated physical device indices to manage, e.g. `0,2,3` (seed-compatible).
+/// Comma-separated devices to manage, e.g. `0,2,3` (seed-compatible): indices in this process's
+/// CUDA numbering, `GPU-…`/`MIG-…` UUIDs, or `all` (see [`crate::devices`]).
 pub const ENV_VISIBLE_DEVICES: &str = "GPUMUTEX_VISIBLE_DEVICES";
 /// How many devices one process tree needs (default 1; seed-compatible).
 pub const ENV_NUM_DEVICES: &str = "GPUMUTEX_NUM_DEVICES";
@@ -14,6 +16,16 @@ pub const ENV_LOCK_DIR: &str = "GPUMUTEX_LOCK_DIR";
 /// gpukit extension: default wait limit in seconds (decimal allowed, see
 /// [`parse_timeout_secs`]); unset or empty = forever.
 pub const ENV_TIMEOUT: &str = "GPUMUTEX_TIMEOUT";
+/// gpukit extension: how long (seconds, as [`ENV_TIMEOUT`]) to wait for the join lock while one
+/// process holds it, before the acquisition fails with [`crate::Error::JoinLockStalled`]
+/// naming it (default [`DEFAULT_JOIN_TIMEOUT`]). Applies even to acquisitions that wait forever
+/// for devices: a normal decision holds the join lock for microseconds.
+pub const ENV_JOIN_TIMEOUT: &str = "GPUMUTEX_JOIN_TIMEOUT";
+/// Default of [`ENV_JOIN_TIMEOUT`].
+pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// gpukit extension: `1`/`true`/`yes` accepts a lock directory on a network file system (see
+/// [`crate::GpuMutexBuilder::allow_network_fs`]; refused by default).
+pub const ENV_ALLOW_NETWORK_FS: &str = "GPUMUTEX_ALLOW_NETWORK_FS";
 /// gpukit extension: `1`/`true`/`yes` lets this process backfill (see [`crate::queue`]).
 pub const ENV_BACKFILL: &str = "GPUMUTEX_BACKFILL";
 /// gpukit extension: `<pid>:<starttime>` of a job root (a launcher). Processes of one user that
@@ -28,7 +40,8 @@ pub const DEFAULT_LOCK_DIR: &str = "/tmp/libgpumutex";
 /// Largest accepted device index (CUDA device ordinals are small; this catches typos).
 pub const MAX_DEVICE_INDEX: u32 = 4095;
 
-/// Parses a device list such as `0,2,3` (spaces around items allowed). Rejects empty lists,
+/// Parses a list of device *indices* such as `0,2,3` (spaces around items allowed); see
+/// [`crate::parse_visible`] for lists that may also hold UUIDs or `all`. Rejects empty lists,
 /// empty items, non-numbers, negative numbers, indices above [`MAX_DEVICE_INDEX`] and
 /// duplicates. The order is kept: it is the preference order for grants.
 pub fn parse_device_list(input: &str) -> Result<Vec<u32>> {
@@ -65,22 +78,6 @@ pub fn parse_device_list(input: &str) -> Result<Vec<u32>> {
         out.push(dev);
     }
     Ok(out)
-}
-
-/// Validates a builder-supplied device slice the same way [`parse_device_list`] does.
-pub(crate) fn check_device_slice(devs: &[u32]) -> Result<Vec<u32>> {
-    let text = devs
-        .iter()
-        .map(|d| d.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
-    if devs.is_empty() {
-        return Err(Error::InvalidDeviceList {
-            input: text,
-            reason: "the list is empty".into(),
-        });
-    }
-    parse_device_list(&text)
 }
 
 /// Parses a positive device count.
@@ -149,7 +146,7 @@ pub(crate) fn env_var(name: &'static str) -> Result<Option<String>> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Devices this process may be granted, in preference order.
-    pub visible_devices: Vec<u32>,
+    pub visible_devices: Vec<Device>,
     /// Default request size for [`crate::GpuMutex::lock`].
     pub num_devices: usize,
     /// Lock directory (absolute; its parent with symbolic links resolved).
@@ -162,4 +159,7 @@ pub struct Config {
     pub backfill: bool,
     /// Whether a signal the program handles ends a wait with [`crate::Error::Interrupted`].
     pub interrupt_on_signals: bool,
+    /// How long one process may hold the join lock before a waiting acquisition gives up
+    /// ([`crate::Error::JoinLockStalled`]).
+    pub join_timeout: Duration,
 }

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 
 use crate::claims::OwnClaim;
 use crate::config::{ENV_LOCK_DIR, ENV_NUM_DEVICES, ENV_VISIBLE_DEVICES};
+use crate::devices::{Device, Namespace};
 use crate::liveness;
 use crate::lockdir::LockDir;
 
@@ -32,64 +33,79 @@ use crate::lockdir::LockDir;
 /// descriptors to pass on); `apply` and `hold_in` are built on them.
 #[derive(Debug)]
 pub struct GpuGuard {
+    granted: Vec<Device>,
+    /// Their indices in this process's numbering.
     devices: Vec<u32>,
     claim: Option<OwnClaim>,
     dir: Arc<LockDir>,
     owner_pid: u32,
     since: SystemTime,
     inherited_from: Option<u32>,
-    /// `GPUMUTEX_VISIBLE_DEVICES` for a child (the configuration it needs to share the claim).
-    child_visible: String,
+    /// `CUDA_VISIBLE_DEVICES` for a child, in the child's namespace.
+    child_cvd: String,
     lock_dir: PathBuf,
 }
 
 impl GpuGuard {
     pub(crate) fn new(
-        devices: Vec<u32>,
+        granted: Vec<Device>,
         claim: OwnClaim,
         dir: Arc<LockDir>,
         inherited_from: Option<u32>,
-        child_visible: String,
+        namespace: &Namespace,
     ) -> Self {
         GpuGuard {
-            devices,
+            devices: granted.iter().map(|d| d.index).collect(),
+            child_cvd: namespace.child_cuda_visible_devices(&granted),
+            granted,
             since: claim.record.since,
             claim: Some(claim),
             lock_dir: dir.path().to_path_buf(),
             dir,
             owner_pid: std::process::id(),
             inherited_from,
-            child_visible,
         }
     }
 
-    /// The granted device indices, in preference order.
+    /// The granted devices' indices in this process's CUDA numbering, in preference order (what
+    /// `torch.cuda.set_device` takes in this process).
     pub fn devices(&self) -> &[u32] {
         &self.devices
     }
 
-    /// The `CUDA_VISIBLE_DEVICES` value for the granted devices, e.g. `"2,3"`.
+    /// The granted devices: index, physical identity (UUID when known) and more.
+    pub fn granted(&self) -> &[Device] {
+        &self.granted
+    }
+
+    /// The `CUDA_VISIBLE_DEVICES` value under which a program started from this process sees
+    /// exactly the granted devices, e.g. `"2,3"` (indices in the numbering CUDA applies the
+    /// variable to, or UUIDs; see [`crate::devices`]). The preload sets it in its own process.
     pub fn cuda_visible_devices(&self) -> String {
-        self.devices
-            .iter()
-            .map(|d| d.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
+        self.child_cvd.clone()
     }
 
     /// The environment a program started with these devices needs, as `(name, value)` pairs:
     ///
     /// * `CUDA_VISIBLE_DEVICES`: the granted devices ([`GpuGuard::cuda_visible_devices`]);
-    /// * `GPUMUTEX_VISIBLE_DEVICES`, `GPUMUTEX_NUM_DEVICES` and `GPUMUTEX_LOCK_DIR`: a
-    ///   configuration under which a `gpukit-mutex` user in that program (the preload, a nested
-    ///   `gpumutex-run`, a library call) shares this claim instead of queueing behind it.
+    /// * `GPUMUTEX_VISIBLE_DEVICES` (the granted devices in the child's numbering: `0,1,…`),
+    ///   `GPUMUTEX_NUM_DEVICES` and `GPUMUTEX_LOCK_DIR`: a configuration under which a
+    ///   `gpukit-mutex` user in that program (the preload, a nested `gpumutex-run`, a library
+    ///   call) shares this claim instead of queueing behind it.
     ///
     /// Set all of them on the child (other variables unchanged). [`GpuGuard::apply`] does this
     /// for a [`Command`].
     pub fn child_env(&self) -> Vec<(String, String)> {
         vec![
             ("CUDA_VISIBLE_DEVICES".into(), self.cuda_visible_devices()),
-            (ENV_VISIBLE_DEVICES.into(), self.child_visible.clone()),
+            // In the child's numbering its devices are 0, 1, ...: the granted ones.
+            (
+                ENV_VISIBLE_DEVICES.into(),
+                (0..self.devices.len())
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
             (ENV_NUM_DEVICES.into(), self.devices.len().to_string()),
             (
                 ENV_LOCK_DIR.into(),

@@ -28,16 +28,22 @@
 //!
 //! | variable                   | builder               | default            |
 //! |----------------------------|-----------------------|--------------------|
-//! | `GPUMUTEX_VISIBLE_DEVICES` | `visible_devices`     | none (required)    |
+//! | `GPUMUTEX_VISIBLE_DEVICES` | `visible_devices`, `visible_device_list` | none (required) |
 //! | `GPUMUTEX_NUM_DEVICES`     | `num_devices`         | 1                  |
 //! | `GPUMUTEX_LOCK_DIR`        | `lock_dir`            | `/tmp/libgpumutex` |
 //! | `GPUMUTEX_TIMEOUT` (secs)  | `timeout`             | wait forever       |
 //! | `GPUMUTEX_BACKFILL`        | `backfill`            | off                |
+//! | `GPUMUTEX_JOIN_TIMEOUT`    | `join_timeout`        | 10 seconds         |
+//! | `GPUMUTEX_DEVICE_SOURCE`   | `device_source`       | `auto`             |
+//! | `GPUMUTEX_ALLOW_NETWORK_FS`| `allow_network_fs`    | off                |
 //! | `GPUMUTEX_JOB_ROOT`        | (see below)           | unset              |
 //! |                            | `interrupt_on_signals`| off                |
 //!
-//! Builder values win over the environment. Bad values are typed [`Error`]s reported before
-//! anything is created. No timeout value can make a wait panic: a timeout too large to be a
+//! Builder values win over the environment. Devices are named in this process's CUDA numbering
+//! (an inherited `CUDA_VISIBLE_DEVICES`, `NVIDIA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER` are
+//! honoured, and nothing outside them is granted), or by UUID, and locked by physical identity
+//! (UUID): see [`devices`] for clusters, containers and MIG. Bad values are typed [`Error`]s
+//! reported before anything is created. No timeout value can make a wait panic: a timeout too large to be a
 //! deadline ([`std::time::Duration::MAX`], `GPUMUTEX_TIMEOUT=1e19`) waits without limit, and
 //! `NaN`, infinities and negative numbers are refused.
 //!
@@ -65,7 +71,11 @@
 //!   still make devices busy and their tickets still queue, but a claim is only shared within
 //!   one pid namespace (ancestry and lock holders must be checked there), and records carry the
 //!   boot id, so nothing from another boot (or another machine on a shared file system) is
-//!   trusted. The lock directory must be local to the machine (not NFS).
+//!   trusted.
+//! * **Other machines.** The locks are the kernel's, so a lock directory on a network file
+//!   system (NFS, SMB, Lustre, GPFS, CephFS, 9p, sshfs, ...) would let two machines take each
+//!   other's live claims for dead: it is refused ([`Error::NetworkLockDir`]) unless the user opts
+//!   in, which is only right when every participant runs on one machine.
 //!
 //! How each attack is met:
 //!
@@ -77,7 +87,14 @@
 //! | huge or sparse file under a record name | sizes are checked before reading; at most 4 KiB is read |
 //! | lock directory created by another user, or writable by others without the sticky bit, or a symbolic link (even as `link/`) | refused with [`Error::UntrustedLockDir`] or [`Error::LockDir`] (see below for safe choices) |
 //! | timeouts such as `1e19`, `Duration::MAX`, `NaN` | no panics; bad values refused before anything is created |
+//! | files planted under the names a chosen process will create next | names carry 128 random bits from `getrandom(2)`: they cannot be predicted, so nothing can be planted under them |
+//! | a live ticket numbered near `u64::MAX` (once made every later number saturate, after which a chosen user starved) | ticket numbers are the boot-time clock in nanoseconds, raised above waiting tickets that are not from the future; a number from the future is not followed (see `src/tickets.rs`) |
+//! | a hard link to somebody's live record under another name (possible where `protected_hardlinks` is 0; once put a waiter in the queue twice and stalled it) | every record names its own file; under any other name it does not verify (see `src/records.rs`) |
 //! | somebody holds the join lock forever | every wait, the join-lock wait included, ends at its deadline, on cancellation and (signal mode) on a signal |
+//! | a participant stopped (`SIGSTOP`, Ctrl-Z, a frozen cgroup, a suspended job) inside the join lock | once one process has held the join lock for `GPUMUTEX_JOIN_TIMEOUT` (10 s by default, also for waits without a timeout) the acquisition fails with [`Error::JoinLockStalled`], which names it and its state; status reports name the join lock's holder |
+//! | a stopped or frozen waiter at the head of the queue | it holds up nobody while it cannot take a grant, and keeps its place (see [`queue`]) |
+//! | a full file system (no space, no inodes, quota) | [`Error::LockDirFull`] at once, saying what ran out; nothing is left behind; releasing needs no space |
+//! | the directory flooded with files under record names | files found dead are remembered and skipped (a moderate flood costs a pass little); beyond 65536 record names a pass refuses at once with [`Error::LockDirFlooded`], naming their owners; status reports count ignored files by owner |
 //! | a daemon started by `gpumutex-run`'s command, or `gpumutex-run` killed | the runner is a subreaper that holds the devices until its whole process tree has exited, its command dies with it (`PR_SET_PDEATHSIG`), and the command holds the claim's tree lock, so whatever survives keeps the devices busy |
 //!
 //! ## Choosing a lock directory
@@ -87,8 +104,11 @@
 //! symbolic link on the way is only followed from a directory that passes this check, and the
 //! lock directory itself must not be a link:
 //!
-//! * **per user**: any directory of your own, e.g. `$XDG_RUNTIME_DIR/gpumutex` or
-//!   `~/.cache/gpumutex` (created `0700` when missing). Only your own jobs queue there.
+//! * **per user**: a directory of your own on a local file system, e.g.
+//!   `$XDG_RUNTIME_DIR/gpumutex` (a per-user tmpfs on systemd machines; created `0700` when
+//!   missing). Only your own jobs queue there. *Not* under your home directory: on most
+//!   clusters home directories are network storage (NFS, GPFS, Lustre), where the kernel's locks
+//!   do not reach the other machines; such a directory is refused ([`Error::NetworkLockDir`]).
 //! * **per group or machine**: a directory an administrator creates once, owned by root, e.g.
 //!   `install -d -o root -g gpu -m 1770 /var/lib/gpumutex` (members of group `gpu`) or
 //!   `install -d -o root -g root -m 1777 /tmp/libgpumutex` (everybody; also works as a
@@ -96,6 +116,10 @@
 //! * the built-in default `/tmp/libgpumutex` is created `1777` by the first user who needs it;
 //!   it is then owned by that user and *other users refuse it* (its owner could delete their
 //!   records). On a machine with several users, have root create it as above.
+//!
+//! The directory must be on a local file system; network file systems are refused unless
+//! `GPUMUTEX_ALLOW_NETWORK_FS=1` ([`GpuMutexBuilder::allow_network_fs`]) says that every
+//! process using it runs on this one machine (see `src/lockdir.rs`).
 //!
 //! Keep the directory out of age-based cleaning of temporary files (the `tmpfiles` line above
 //! has no age): a claim held for longer than the cleaning age would otherwise lose its record.
@@ -109,7 +133,7 @@
 //!   (the *tree lock*) lets programs started through [`GpuGuard::hold_in`] keep the claim alive
 //!   if the holder is killed. See `src/liveness.rs` and `src/claims.rs`.
 //! * **Queue.** Waiters append a ticket (`gpukit-ticket.<seq>.*`, `<seq>` assigned under the join
-//!   lock) kept alive the same way: a dead waiter's ticket is skipped. Grants are decided by the
+//!   lock from the boot-time clock) kept alive the same way: a dead waiter's ticket is skipped. Grants are decided by the
 //!   pure functions in [`queue`] under the join lock: FIFO among requests whose device sets
 //!   overlap, all-or-nothing (nothing is held while waiting, so no deadlock), and optional
 //!   backfill that only uses devices no earlier waiter could use, so it never delays the head.
@@ -130,7 +154,8 @@
 //!   `GPUMUTEX_JOB_ROOT` ([`job_root_env_value`]). Environment variables are only hints checked
 //!   against `/proc` and the kernel's lock table.
 //! * **File names** start with `gpukit-`, so this crate does not interoperate with seed
-//!   processes (or with gpukit-mutex before protocol version 2) in the same directory.
+//!   processes (or with gpukit-mutex before protocol version 3, whose names and records differ)
+//!   in the same directory.
 //!
 //! ## Dependencies
 //!
@@ -144,6 +169,7 @@ mod claims;
 #[cfg(feature = "cli")]
 pub mod cli;
 mod config;
+pub mod devices;
 mod error;
 mod guard;
 mod joinlock;
@@ -161,10 +187,17 @@ mod wait;
 
 pub use cancel::CancelToken;
 pub use config::{
-    parse_device_list, parse_timeout_secs, Config, DEFAULT_LOCK_DIR, ENV_BACKFILL, ENV_JOB_ROOT,
-    ENV_LOCK_DIR, ENV_NUM_DEVICES, ENV_TIMEOUT, ENV_VISIBLE_DEVICES, MAX_DEVICE_INDEX,
+    parse_device_list, parse_timeout_secs, Config, DEFAULT_JOIN_TIMEOUT, DEFAULT_LOCK_DIR,
+    ENV_ALLOW_NETWORK_FS, ENV_BACKFILL, ENV_JOB_ROOT, ENV_JOIN_TIMEOUT, ENV_LOCK_DIR,
+    ENV_NUM_DEVICES, ENV_TIMEOUT, ENV_VISIBLE_DEVICES, MAX_DEVICE_INDEX,
+};
+pub use devices::{
+    parse_visible, Device, DeviceName, DeviceSource, PhysicalDevice, VisibleSpec, ENV_DEVICE_SOURCE,
 };
 pub use error::{Error, Result, SAFE_LOCK_DIR_ADVICE};
 pub use guard::GpuGuard;
 pub use mutex::{job_root_env_value, GpuMutex, GpuMutexBuilder};
-pub use status::{read_status as status, DeviceStatus, HolderInfo, Status, WaiterInfo};
+pub use status::{
+    read_status as status, read_status_with as status_with, DeviceStatus, HolderInfo,
+    JoinLockHolder, Status, WaiterInfo,
+};

@@ -153,6 +153,7 @@ pub(crate) fn write_locked(
         v.retain(|e| e.pid == pid && e.id != meta.id);
         v.push(OwnEntry {
             id: meta.id,
+            name: name.to_string(),
             pid,
             record,
         });
@@ -162,7 +163,7 @@ pub(crate) fn write_locked(
         dir.unlink_if(name, id);
         own_remove(id);
         drop(file);
-        Error::io(op, path(), e)
+        dir.write_error(op, name, e)
     };
     if let Err(e) = take(&file, tree) {
         return Err(fail(file, "fcntl(F_SETLK)", e));
@@ -184,6 +185,38 @@ pub(crate) fn write_locked(
         )),
         Err(e) => Err(fail(file, "stat", e)),
     }
+}
+
+/// Whether `e` is "the name already exists".
+fn is_exists(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::EEXIST))
+}
+
+/// How many fresh random names [`create_record`] tries. A name is 128 random bits, so a
+/// taken one means a broken random source, not bad luck or an attacker (who cannot know the
+/// name in advance).
+const CREATE_ATTEMPTS: usize = 4;
+
+/// Creates a record under a fresh random name (see `records.rs`): `make` gets the random part
+/// and returns the file name, the text and the registry entry. Returns the name, the open file
+/// and its identity.
+pub(crate) fn create_record(
+    dir: &LockDir,
+    tree: bool,
+    make: impl Fn(&str) -> (String, String, OwnRecord),
+) -> Result<(String, File, FileId)> {
+    let mut last = None;
+    for _ in 0..CREATE_ATTEMPTS {
+        let random =
+            crate::records::random_part().map_err(|e| Error::io("getrandom", dir.path(), e))?;
+        let (name, text, record) = make(&random);
+        match write_locked(dir, &name, &text, tree, record) {
+            Ok((file, id)) => return Ok((name, file, id)),
+            Err(e) if is_exists(&e) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::io("create", dir.path(), io::Error::other("no name"))))
 }
 
 /// Opens a record that is not this process's own (see [`write_locked`]): `Ok(None)` when `name`
@@ -213,6 +246,8 @@ pub(crate) enum OwnRecord {
 #[derive(Debug)]
 struct OwnEntry {
     id: FileId,
+    /// The name it was created under (a hard link under another name is not it).
+    name: String,
     pid: u32,
     record: OwnRecord,
 }
@@ -287,13 +322,14 @@ pub(crate) fn own_remove(id: FileId) {
     OWN.with(|v| v.retain(|e| e.pid == pid && e.id != id));
 }
 
-/// The record or ticket with identity `id`, if this process holds it.
-pub(crate) fn own_get(id: FileId) -> Option<OwnRecord> {
+/// The record or ticket with identity `id`, if this process holds it, and whether `name` is
+/// the name it was created under (otherwise `name` is another link to it).
+pub(crate) fn own_get(id: FileId, name: &str) -> Option<(OwnRecord, bool)> {
     let pid = std::process::id();
     OWN.with(|v| {
         v.iter()
             .find(|e| e.pid == pid && e.id == id)
-            .map(|e| e.record.clone())
+            .map(|e| (e.record.clone(), e.name == name))
     })
 }
 

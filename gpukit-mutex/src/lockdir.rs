@@ -7,8 +7,8 @@
 //! | name                             | purpose                                                 |
 //! |----------------------------------|---------------------------------------------------------|
 //! | the directory itself             | join lock: `flock` held for microseconds per decision   |
-//! | `gpukit-claim.<pid>.<start>.<k>` | a claim: who holds which devices (see `claims.rs`)      |
-//! | `gpukit-ticket.<seq>.<pid>`      | a waiter, in FIFO order of `<seq>` (see `tickets.rs`)   |
+//! | `gpukit-claim.<random>`          | a claim: who holds which devices (see `claims.rs`)      |
+//! | `gpukit-ticket.<seq>.<random>`   | a waiter, in FIFO order of `<seq>` (see `tickets.rs`)   |
 //!
 //! Everything is opened relative to the directory's descriptor, with `O_NOFOLLOW | O_NONBLOCK`
 //! (a FIFO, device or socket under a record's name can neither block nor be mistaken for a
@@ -21,6 +21,17 @@
 //! refused with [`Error::UntrustedLockDir`], which names a safe choice. The path is resolved one
 //! component at a time without letting the kernel follow links, so that a link is only followed
 //! from a directory that passed the check; the lock directory itself must not be a link.
+//!
+//! **Local file systems only.** The locks that keep records alive are the kernel's, so they
+//! only mean something to processes of one machine: on NFS, SMB/CIFS, Lustre, GPFS, CephFS,
+//! 9p, AFS, cluster file systems and network FUSE file systems (sshfs, s3fs, gcsfuse, rclone,
+//! JuiceFS, ...), processes on two machines would not see each other's locks, take each other's
+//! live claims for dead, remove them, and share devices. Such a directory is refused
+//! ([`Error::NetworkLockDir`], detected by `statfs` before anything is created there) unless
+//! the user opts in (`GPUMUTEX_ALLOW_NETWORK_FS=1`, [`crate::GpuMutexBuilder::allow_network_fs`]),
+//! which is only right when every participant runs on this one machine. FUSE file systems not
+//! known to be remote (fuse-overlayfs, lxcfs, bindfs, ...) are local: the kernel keeps their
+//! locks.
 
 use std::ffi::{CStr, CString, OsStr};
 use std::fs::File;
@@ -35,6 +46,9 @@ use crate::error::{Error, Result};
 pub(crate) const CLAIM_PREFIX: &str = "gpukit-claim.";
 /// Prefix of wait tickets.
 pub(crate) const TICKET_PREFIX: &str = "gpukit-ticket.";
+/// Most `gpukit-` names a listing returns; a directory with more is flooded
+/// ([`Error::LockDirFlooded`]).
+pub(crate) const MAX_LISTED: usize = 1 << 20;
 /// Largest record this crate reads; larger files under a record name are ignored unread.
 pub(crate) const MAX_RECORD_BYTES: usize = 4096;
 
@@ -309,11 +323,125 @@ fn walk_parent(parent: &Path, me: u32, strict: bool) -> Result<(OwnedFd, PathBuf
     Ok((fd, here, distrust))
 }
 
+/// The kind of a file system on which the kernel's locks are not shared with the other machines
+/// that use it (see the module docs), by `statfs` magic number; `None` for a local one. FUSE
+/// file systems are told apart by their subtype (`fuse.<subtype>` in `/proc/self/mountinfo`).
+pub(crate) fn network_fs_kind(
+    magic: i64,
+    fuse_subtype: impl FnOnce() -> Option<String>,
+) -> Option<String> {
+    let kind = match magic as u32 {
+        0x6969 => "NFS",
+        0x517B => "SMB",
+        0xFF53_4D42 => "CIFS/SMB",
+        0xFE53_4D42 => "SMB2",
+        0x00C3_6400 => "CephFS",
+        0x0102_1997 => "9p",
+        0x0BD0_0BD0 => "Lustre",
+        0x4750_4653 => "GPFS (IBM Storage Scale)",
+        0x5346_414F | 0x6B41_4653 => "AFS",
+        0x7375_7245 => "Coda",
+        0x564C => "NCP",
+        0x7461_636F => "OCFS2",
+        0x0116_1970 => "GFS2",
+        0x1983_0326 => "BeeGFS",
+        0x2003_0528 => "OrangeFS",
+        0xAAD7_AAEA => "PanFS",
+        0x6573_5546 => {
+            let sub = fuse_subtype()?;
+            const REMOTE: [&str; 24] = [
+                "sshfs",
+                "s3fs",
+                "gcsfuse",
+                "rclone",
+                "goofys",
+                "blobfuse",
+                "blobfuse2",
+                "juicefs",
+                "glusterfs",
+                "ceph-fuse",
+                "ceph",
+                "mfs",
+                "moosefs",
+                "lizardfs",
+                "curlftpfs",
+                "davfs",
+                "gvfsd-fuse",
+                "seaweedfs",
+                "weed",
+                "alluxio-fuse",
+                "objectivefs",
+                "cvmfs2",
+                "lustre",
+                "beegfs",
+            ];
+            if REMOTE.contains(&sub.as_str()) {
+                return Some(format!("FUSE ({sub})"));
+            }
+            return None;
+        }
+        _ => return None,
+    };
+    Some(kind.to_string())
+}
+
+/// The FUSE subtype of the mount with device `dev` (`sshfs` for `fuse.sshfs`), from
+/// `/proc/self/mountinfo`.
+fn fuse_subtype(dev: u64) -> Option<String> {
+    let raw = crate::proc::read_bounded("/proc/self/mountinfo", 4 << 20)?;
+    let text = String::from_utf8_lossy(&raw);
+    let want = format!("{}:{}", libc::major(dev), libc::minor(dev));
+    text.lines().find_map(|l| {
+        let mut f = l.split(' ');
+        if f.nth(2)? != want {
+            return None;
+        }
+        let (_, after) = l.split_once(" - ")?;
+        let fstype = after.split(' ').next()?;
+        fstype.strip_prefix("fuse.").map(str::to_string)
+    })
+}
+
+/// Refuses the file system of `fd` (the lock directory, or its parent before creating it) when
+/// it is a network file system and `allow` is off.
+fn check_local(fd: RawFd, path: &Path, allow: bool) -> Result<()> {
+    if allow {
+        return Ok(());
+    }
+    // SAFETY: an all-zero statfs is valid for fstatfs to overwrite.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid descriptor (O_PATH descriptors are accepted since Linux 3.12) and pointer.
+    if unsafe { libc::fstatfs(fd, &mut st) } != 0 {
+        return Err(lockdir_err(
+            path,
+            format!(
+                "cannot tell its file system: {}",
+                io::Error::last_os_error()
+            ),
+        ));
+    }
+    let dev = fstat(fd).map(|m| m.id.dev).unwrap_or(0);
+    match network_fs_kind(st.f_type as i64, || fuse_subtype(dev)) {
+        None => Ok(()),
+        Some(fs) => Err(Error::NetworkLockDir {
+            path: path.to_path_buf(),
+            fs,
+        }),
+    }
+}
+
 impl LockDir {
-    /// Opens (creating it when `create` allows and it is missing) the lock directory `path` and
-    /// checks that it can be trusted; see the module docs. Nothing is created when the parent is
-    /// not trusted.
+    /// [`LockDir::open_checked`] refusing network file systems.
+    #[cfg(test)]
     pub fn open(path: &Path, create: Create) -> Result<LockDir> {
+        Self::open_checked(path, create, false)
+    }
+
+    /// Opens (creating it when `create` allows and it is missing) the lock directory `path` and
+    /// checks that it can be trusted and (unless `allow_network`) that it is on a local file
+    /// system; see the module docs. Nothing is created when the parent is not trusted or is on a
+    /// network file system.
+    pub fn open_checked(path: &Path, create: Create, allow_network: bool) -> Result<LockDir> {
         let me = euid();
         let (parent, name) = split(path)?;
         let (pfd, parent, _) = walk_parent(&parent, me, true)?;
@@ -325,6 +453,7 @@ impl LockDir {
                 return Err(lockdir_err(&full, "does not exist"));
             }
             None => {
+                check_local(pfd.as_raw_fd(), &full, allow_network)?;
                 let mode = if create == Create::SharedDefault {
                     0o1777
                 } else {
@@ -360,6 +489,7 @@ impl LockDir {
         if let Some(reason) = distrust_reason(md.uid, md.mode, me) {
             return Err(Error::UntrustedLockDir { path: full, reason });
         }
+        check_local(fd.as_raw_fd(), &full, allow_network)?;
         // SAFETY: `name` is NUL-terminated; `pfd` is the parent's descriptor.
         let rc = unsafe {
             libc::faccessat(
@@ -444,6 +574,11 @@ impl LockDir {
         &self.path
     }
 
+    /// The directory's identity.
+    pub fn id(&self) -> FileId {
+        self.id
+    }
+
     /// The directory's descriptor.
     pub fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
@@ -515,8 +650,35 @@ impl LockDir {
             libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NONBLOCK,
             0o600,
         )
-        .map_err(|e| Error::io("create", self.path.join(name), e))?;
+        .map_err(|e| self.write_error("create", name, e))?;
         Ok(File::from(fd))
+    }
+
+    /// The error for a failed `op` (creating or writing `name`): [`Error::LockDirFull`] when
+    /// the file system is full or the quota exhausted, saying which, else [`Error::Io`].
+    pub fn write_error(&self, op: &'static str, name: &str, e: io::Error) -> Error {
+        let what = match e.raw_os_error() {
+            Some(libc::EDQUOT) => "the file system is full for you (disk quota exceeded)",
+            Some(libc::ENOSPC) => {
+                // SAFETY: an all-zero statvfs is valid for fstatvfs to overwrite.
+                let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+                // SAFETY: valid descriptor and out-pointer.
+                let known = unsafe { libc::fstatvfs(self.fd.as_raw_fd(), &mut st) } == 0;
+                if known && st.f_files > 0 && st.f_ffree == 0 {
+                    "the file system is full (no free inodes left)"
+                } else if known && st.f_bavail == 0 {
+                    "the file system is full (no free space left)"
+                } else {
+                    "the file system is full (no space or no inodes left)"
+                }
+            }
+            _ => return Error::io(op, self.path.join(name), e),
+        };
+        Error::LockDirFull {
+            op,
+            path: self.path.clone(),
+            what: what.to_string(),
+        }
     }
 
     /// Removes `name` if it still is the file `id` (never somebody else's file that took its
@@ -539,9 +701,10 @@ impl LockDir {
         }
     }
 
-    /// Names in the directory that start with `gpukit-` (others are never looked at).
-    /// `keep_going` is asked every 1024 entries; listing stops when it returns an error.
-    pub fn list(&self, mut keep_going: impl FnMut() -> Result<()>) -> Result<Vec<String>> {
+    /// Names in the directory that start with `gpukit-` (others are never looked at), with
+    /// their inode numbers. `keep_going` is asked every 1024 entries; listing stops when it
+    /// returns an error.
+    pub fn list(&self, mut keep_going: impl FnMut() -> Result<()>) -> Result<Vec<(String, u64)>> {
         let fd = self.reopen()?;
         // SAFETY: `fd` is an open directory descriptor; fdopendir takes ownership of it.
         let dir = unsafe { libc::fdopendir(fd.as_raw_fd()) };
@@ -580,8 +743,17 @@ impl LockDir {
             let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) };
             let bytes = name.to_bytes();
             if bytes.starts_with(b"gpukit-") {
+                if out.len() >= MAX_LISTED {
+                    return Err(Error::LockDirFlooded {
+                        path: self.path.clone(),
+                        entries: out.len() + 1,
+                        limit: MAX_LISTED,
+                        owners: Vec::new(),
+                    });
+                }
                 if let Ok(s) = std::str::from_utf8(bytes) {
-                    out.push(s.to_owned());
+                    // SAFETY: as above.
+                    out.push((s.to_owned(), unsafe { (*ent).d_ino }));
                 }
             }
         }
@@ -727,6 +899,37 @@ mod tests {
     }
 
     #[test]
+    fn network_file_systems_are_recognised() {
+        for (magic, kind) in [
+            (0x6969, "NFS"),
+            (0xFF53_4D42u32 as i64, "CIFS/SMB"),
+            (0x0BD0_0BD0, "Lustre"),
+            (0x4750_4653, "GPFS (IBM Storage Scale)"),
+            (0x00C3_6400, "CephFS"),
+            (0x0102_1997, "9p"),
+        ] {
+            assert_eq!(network_fs_kind(magic, || None).as_deref(), Some(kind));
+        }
+        // tmpfs, ext4, xfs, btrfs, overlayfs: local.
+        for magic in [0x0102_1994, 0xEF53, 0x5846_5342, 0x9123_683E, 0x794C_7630] {
+            assert_eq!(network_fs_kind(magic, || None), None, "{magic:x}");
+        }
+        let fuse = 0x6573_5546;
+        assert_eq!(
+            network_fs_kind(fuse, || Some("sshfs".into())).as_deref(),
+            Some("FUSE (sshfs)")
+        );
+        assert_eq!(
+            network_fs_kind(fuse, || Some("fuse-overlayfs".into())),
+            None
+        );
+        assert_eq!(network_fs_kind(fuse, || None), None);
+        // The directory this test runs in is local.
+        let t = tempfile::tempdir().expect("tempdir");
+        LockDir::open(t.path(), Create::No).expect("local");
+    }
+
+    #[test]
     fn distrust_rules() {
         assert!(distrust_reason(1000, 0o40700, 1000).is_none());
         assert!(distrust_reason(0, 0o41777, 1000).is_none());
@@ -764,7 +967,12 @@ mod tests {
         // A FIFO opens at once (O_NONBLOCK) and is not a regular file.
         assert!(d.open_entry("gpukit-ticket.fifo").expect("open").is_none());
         assert!(d.open_entry("gpukit-claim.link").is_err());
-        let mut names = d.list(|| Ok(())).expect("list");
+        let mut names: Vec<String> = d
+            .list(|| Ok(()))
+            .expect("list")
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
         names.sort();
         assert_eq!(
             names,

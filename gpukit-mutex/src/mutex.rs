@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::anchors::{self, Declared};
 use crate::cancel::CancelToken;
 use crate::config::{self, Config};
+use crate::devices::{self, DeviceName, DeviceSource, Namespace, VisibleSpec};
 use crate::error::{Error, Result};
 use crate::guard::GpuGuard;
 use crate::lockdir::{Create, LockDir};
@@ -18,21 +19,42 @@ use crate::wait::{SignalMode, Waiter};
 /// Builder for [`GpuMutex`]. Values set here win over the environment variables.
 #[derive(Debug, Clone, Default)]
 pub struct GpuMutexBuilder {
-    visible: Option<Vec<u32>>,
+    visible: Option<VisibleSpec>,
+    device_source: Option<DeviceSource>,
     num_devices: Option<usize>,
     lock_dir: Option<PathBuf>,
     timeout: Option<Option<Duration>>,
+    join_timeout: Option<Duration>,
     backfill: Option<bool>,
+    allow_network_fs: Option<bool>,
     cancel: Option<CancelToken>,
     interrupt_on_signals: bool,
     ignore_env: bool,
 }
 
 impl GpuMutexBuilder {
-    /// Devices this process may be granted, in preference order (physical indices, the
-    /// `CUDA_VISIBLE_DEVICES` values that will be handed out).
+    /// Devices this process may be granted, in preference order: indices in this process's
+    /// CUDA numbering (which an inherited `CUDA_VISIBLE_DEVICES` defines; see
+    /// [`crate::devices`]).
     pub fn visible_devices(mut self, devices: impl IntoIterator<Item = u32>) -> Self {
-        self.visible = Some(devices.into_iter().collect());
+        self.visible = Some(VisibleSpec::Names(
+            devices.into_iter().map(DeviceName::Index).collect(),
+        ));
+        self
+    }
+
+    /// Devices this process may be granted, written as `GPUMUTEX_VISIBLE_DEVICES` is: indices,
+    /// `GPU-…`/`MIG-…` UUIDs (or unique prefixes), a mix, or `all` (see
+    /// [`crate::parse_visible`]).
+    pub fn visible_device_list(mut self, list: &str) -> Result<Self> {
+        self.visible = Some(devices::parse_visible(list)?);
+        Ok(self)
+    }
+
+    /// Where the GPUs' identities come from (default: `GPUMUTEX_DEVICE_SOURCE`, else
+    /// [`DeviceSource::Auto`]); see [`crate::devices`].
+    pub fn device_source(mut self, source: DeviceSource) -> Self {
+        self.device_source = Some(source);
         self
     }
 
@@ -58,6 +80,24 @@ impl GpuMutexBuilder {
     /// Wait without limit, whatever `GPUMUTEX_TIMEOUT` says.
     pub fn no_timeout(mut self) -> Self {
         self.timeout = Some(None);
+        self
+    }
+
+    /// How long one process may hold the join lock (normally held for microseconds per
+    /// decision) before a waiting acquisition fails with [`Error::JoinLockStalled`], which
+    /// names it (default: `GPUMUTEX_JOIN_TIMEOUT`, else
+    /// [`crate::config::DEFAULT_JOIN_TIMEOUT`]). [`Duration::MAX`] waits without limit.
+    pub fn join_timeout(mut self, limit: Duration) -> Self {
+        self.join_timeout = Some(limit);
+        self
+    }
+
+    /// Accept a lock directory on a network file system (NFS, SMB, Lustre, GPFS, CephFS, 9p,
+    /// network FUSE; refused by default with [`Error::NetworkLockDir`]; default:
+    /// `GPUMUTEX_ALLOW_NETWORK_FS`, else off). Only right when every process that uses the
+    /// directory runs on this one machine: the kernel's locks are not shared between machines.
+    pub fn allow_network_fs(mut self, on: bool) -> Self {
+        self.allow_network_fs = Some(on);
         self
     }
 
@@ -103,13 +143,42 @@ impl GpuMutexBuilder {
     /// refusing one that another user could change ([`Error::UntrustedLockDir`]). Every other
     /// setting is checked first, so a bad value leaves the file system untouched.
     pub fn build(self) -> Result<GpuMutex> {
-        let visible = match &self.visible {
-            Some(v) => config::check_device_slice(v)?,
+        let spec = match &self.visible {
+            Some(VisibleSpec::Names(n)) if n.is_empty() => {
+                return Err(Error::InvalidDeviceList {
+                    input: String::new(),
+                    reason: "the list is empty".into(),
+                })
+            }
+            Some(v) => v.clone(),
             None => match self.env(config::ENV_VISIBLE_DEVICES)? {
-                Some(s) => config::parse_device_list(&s)?,
+                Some(s) => devices::parse_visible(&s)?,
                 None => return Err(Error::NoVisibleDevices),
             },
         };
+        if let VisibleSpec::Names(n) = &spec {
+            let text: Vec<String> = n.iter().map(|d| d.to_string()).collect();
+            if let Some(DeviceName::Index(i)) = n
+                .iter()
+                .find(|d| matches!(d, DeviceName::Index(i) if *i > config::MAX_DEVICE_INDEX))
+            {
+                return Err(Error::InvalidDeviceList {
+                    input: text.join(","),
+                    reason: format!(
+                        "device {i} is out of range (max {})",
+                        config::MAX_DEVICE_INDEX
+                    ),
+                });
+            }
+            let mut sorted = n.clone();
+            sorted.sort_by_key(|d| d.to_string());
+            if sorted.windows(2).any(|w| w[0] == w[1]) {
+                return Err(Error::InvalidDeviceList {
+                    input: text.join(","),
+                    reason: "a device is listed twice".into(),
+                });
+            }
+        }
         let num_devices = match self.num_devices {
             Some(0) => return Err(Error::ZeroDevices),
             Some(n) => n,
@@ -118,12 +187,21 @@ impl GpuMutexBuilder {
                 None => 1,
             },
         };
-        if num_devices > visible.len() {
-            return Err(Error::TooManyDevices {
-                requested: num_devices,
-                visible: visible.len(),
-            });
+        if let VisibleSpec::Names(n) = &spec {
+            if num_devices > n.len() {
+                return Err(Error::TooManyDevices {
+                    requested: num_devices,
+                    visible: n.len(),
+                });
+            }
         }
+        let source = match &self.device_source {
+            Some(s) => s.clone(),
+            None => match self.env(devices::ENV_DEVICE_SOURCE)? {
+                Some(s) => DeviceSource::parse(&s)?,
+                None => DeviceSource::Auto,
+            },
+        };
         let timeout = match self.timeout {
             Some(t) => t,
             None => match self.env(config::ENV_TIMEOUT)? {
@@ -133,10 +211,26 @@ impl GpuMutexBuilder {
                 _ => None,
             },
         };
+        let join_timeout = match self.join_timeout {
+            Some(t) => t,
+            None => match self.env(config::ENV_JOIN_TIMEOUT)? {
+                Some(s) if !s.trim().is_empty() => {
+                    config::parse_timeout_secs(config::ENV_JOIN_TIMEOUT, &s)?
+                }
+                _ => config::DEFAULT_JOIN_TIMEOUT,
+            },
+        };
         let backfill = match self.backfill {
             Some(b) => b,
             None => match self.env(config::ENV_BACKFILL)? {
                 Some(s) => config::parse_bool(config::ENV_BACKFILL, &s)?,
+                None => false,
+            },
+        };
+        let allow_network_fs = match self.allow_network_fs {
+            Some(b) => b,
+            None => match self.env(config::ENV_ALLOW_NETWORK_FS)? {
+                Some(s) => config::parse_bool(config::ENV_ALLOW_NETWORK_FS, &s)?,
                 None => false,
             },
         };
@@ -152,12 +246,23 @@ impl GpuMutexBuilder {
         } else {
             anchors::declared(|k| std::env::var(k).ok())?
         };
+        // The devices: discovered, then read in this process's namespace (CUDA_VISIBLE_DEVICES
+        // and friends are CUDA's variables, read whatever `ignore_env` says).
+        let found = devices::discover(&source)?;
+        let namespace = Namespace::new(found.as_ref(), &|k| std::env::var(k).ok())?;
+        let visible = namespace.resolve(&spec)?;
+        if num_devices > visible.len() {
+            return Err(Error::TooManyDevices {
+                requested: num_devices,
+                visible: visible.len(),
+            });
+        }
         let create = if is_default {
             Create::SharedDefault
         } else {
             Create::Private
         };
-        let dir = Arc::new(LockDir::open(&lock_dir, create)?);
+        let dir = Arc::new(LockDir::open_checked(&lock_dir, create, allow_network_fs)?);
         Ok(GpuMutex {
             cfg: Config {
                 visible_devices: visible,
@@ -167,10 +272,12 @@ impl GpuMutexBuilder {
                 timeout,
                 backfill,
                 interrupt_on_signals: self.interrupt_on_signals,
+                join_timeout,
             },
             dir,
             cancel: self.cancel,
             declared,
+            namespace: Arc::new(namespace),
         })
     }
 }
@@ -183,6 +290,8 @@ pub struct GpuMutex {
     cancel: Option<CancelToken>,
     /// The job this process declares through its environment (see `anchors.rs`).
     pub(crate) declared: Option<Declared>,
+    /// How this process numbers devices.
+    pub(crate) namespace: Arc<Namespace>,
 }
 
 /// How long [`GpuMutex::try_acquire`] waits for the join lock (normally held for microseconds).
@@ -281,7 +390,7 @@ impl GpuMutex {
     /// Who holds each visible device (and any other device a live claim names) and who waits,
     /// in queue order.
     pub fn status(&self) -> Result<Status> {
-        status::snapshot(&self.dir, &self.cfg.visible_devices)
+        status::snapshot(&self.dir, &self.cfg.visible_devices, Some(&self.namespace))
     }
 
     fn check_request(&self, n: usize) -> Result<()> {

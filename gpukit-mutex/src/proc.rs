@@ -173,6 +173,105 @@ pub(crate) fn cmdline(pid: u32) -> Option<String> {
     Some(parts.join(" "))
 }
 
+/// What another process is doing, in words, for reports: its effective uid (`None` if
+/// unreadable), its state and its command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProcInfo {
+    pub uid: Option<u32>,
+    pub state: String,
+    pub cmd: String,
+}
+
+/// Describes process `pid` (see [`ProcInfo`]); `None` if it is gone. A process whose cgroup is
+/// frozen (cgroup v2 `cgroup.freeze`, or the v1 freezer) is reported as frozen whatever its
+/// scheduler state says.
+pub(crate) fn info(pid: u32) -> Option<ProcInfo> {
+    let stat = read_bounded(&format!("/proc/{pid}/stat"), 4096)?;
+    let stat = String::from_utf8_lossy(&stat);
+    let letter = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].trim_start().chars().next())?;
+    let mut state = match letter {
+        'R' => "running",
+        'S' => "sleeping",
+        'D' => "in uninterruptible sleep",
+        'T' => "stopped",
+        't' => "stopped by a debugger",
+        'Z' => "a zombie",
+        'X' => "dead",
+        'I' => "idle",
+        _ => "in an unknown state",
+    }
+    .to_string();
+    if is_frozen(pid) {
+        state = "frozen by its cgroup".into();
+    }
+    let uid = read_bounded(&format!("/proc/{pid}/status"), 8192).and_then(|b| {
+        String::from_utf8_lossy(&b).lines().find_map(|l| {
+            l.strip_prefix("Uid:")?
+                .split_ascii_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        })
+    });
+    Some(ProcInfo {
+        uid,
+        state,
+        cmd: cmdline(pid).unwrap_or_default(),
+    })
+}
+
+/// Whether process `pid` cannot run: stopped (`SIGSTOP`, Ctrl-Z, a debugger) or frozen by its
+/// cgroup.
+pub(crate) fn is_suspended(pid: u32) -> bool {
+    let Some(stat) = read_bounded(&format!("/proc/{pid}/stat"), 4096) else {
+        return false;
+    };
+    let stat = String::from_utf8_lossy(&stat);
+    let letter = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].trim_start().chars().next());
+    matches!(letter, Some('T' | 't')) || is_frozen(pid)
+}
+
+/// Whether the cgroup of `pid` is frozen (cgroup v2 `cgroup.events`, or the v1 freezer).
+fn is_frozen(pid: u32) -> bool {
+    let Some(raw) = read_bounded(&format!("/proc/{pid}/cgroup"), 8192) else {
+        return false;
+    };
+    let text = String::from_utf8_lossy(&raw);
+    let safe = |p: &str| !p.split('/').any(|c| c == "..");
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(ctrl), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if !safe(path) {
+            continue;
+        }
+        let frozen = if ctrl.is_empty() {
+            // The unified hierarchy: at /sys/fs/cgroup, or beside the v1 ones (hybrid systems).
+            ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+                .iter()
+                .any(|root| {
+                    read_bounded(&format!("{root}{path}/cgroup.events"), 4096).is_some_and(|b| {
+                        String::from_utf8_lossy(&b).lines().any(|l| l == "frozen 1")
+                    })
+                })
+        } else if ctrl.split(',').any(|c| c == "freezer") {
+            read_bounded(&format!("/sys/fs/cgroup/freezer{path}/freezer.state"), 64)
+                .is_some_and(|b| String::from_utf8_lossy(&b).trim() == "FROZEN")
+        } else {
+            false
+        };
+        if frozen {
+            return true;
+        }
+    }
+    false
+}
+
 /// This boot's id (`/proc/sys/kernel/random/boot_id`), or `"unknown"`. Records carry it: a
 /// record from another boot (or, on a shared file system, another machine) is never trusted.
 pub(crate) fn boot_id() -> &'static str {

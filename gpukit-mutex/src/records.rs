@@ -3,6 +3,14 @@
 //! and bounded: the caller reads at most [`crate::lockdir::MAX_RECORD_BYTES`], and a record
 //! with a missing or malformed field, an impossible request or a device index out of range is
 //! rejected as a whole.
+//!
+//! **Names cannot be predicted or borrowed.** A claim is `gpukit-claim.<r>` and a ticket
+//! `gpukit-ticket.<seq>.<r>`, where `<r>` is 128 bits from the kernel's random source
+//! (`getrandom(2)`) in hex: nobody can plant files under the names a process will use next
+//! (such files once made its creation give up). And every record names its own file: a record
+//! read under another name (a hard link another user made to somebody's live ticket, which the
+//! kernel allows where `protected_hardlinks` is 0) does not verify, so a link can neither put
+//! a waiter in the queue twice nor borrow its place.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -10,8 +18,8 @@ use crate::config::MAX_DEVICE_INDEX;
 use crate::lockdir::{CLAIM_PREFIX, TICKET_PREFIX};
 use crate::proc::ProcId;
 
-const CLAIM_MAGIC: &str = "gpukit-mutex claim v2";
-const TICKET_MAGIC: &str = "gpukit-mutex ticket v2";
+const CLAIM_MAGIC: &str = "gpukit-mutex claim v3";
+const TICKET_MAGIC: &str = "gpukit-mutex ticket v3";
 
 /// How a process came to hold its devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,12 +44,15 @@ pub(crate) struct JobTag {
 /// A claim record: one per process that holds (or shares) devices.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ClaimRecord {
+    /// The file name the record was written under.
+    pub name: String,
     pub boot: String,
     pub proc_id: ProcId,
     /// The writer's effective uid (must equal the file's owner).
     pub uid: u32,
     pub kind: ClaimKind,
-    pub devices: Vec<u32>,
+    /// Device keys (see `devices.rs`).
+    pub devices: Vec<String>,
     pub job: Option<JobTag>,
     pub since: SystemTime,
     pub cmd: String,
@@ -50,11 +61,14 @@ pub(crate) struct ClaimRecord {
 /// A ticket record: one per waiting process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TicketRecord {
+    /// The file name the record was written under.
+    pub name: String,
     pub boot: String,
     pub proc_id: ProcId,
     pub uid: u32,
     pub n: usize,
-    pub candidates: Vec<u32>,
+    /// Device keys.
+    pub candidates: Vec<String>,
     pub backfill: bool,
     pub since: SystemTime,
     pub cmd: String,
@@ -72,25 +86,31 @@ fn from_nanos(n: u128) -> Option<SystemTime> {
     UNIX_EPOCH.checked_add(Duration::new(secs, sub))
 }
 
-fn devs(d: &[u32]) -> String {
-    d.iter()
-        .map(|x| x.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
+fn devs(d: &[String]) -> String {
+    d.join(",")
 }
 
-/// A device list: distinct indices up to [`MAX_DEVICE_INDEX`] (possibly empty).
-fn parse_devs(s: &str) -> Option<Vec<u32>> {
+/// A device key: a physical index up to [`MAX_DEVICE_INDEX`] or a `GPU-`/`MIG-` UUID.
+pub(crate) fn is_device_key(k: &str) -> bool {
+    if k.bytes().all(|b| b.is_ascii_digit()) {
+        return !k.is_empty()
+            && k.len() <= 10
+            && k.parse::<u32>().is_ok_and(|i| i <= MAX_DEVICE_INDEX);
+    }
+    crate::devices::is_uuid_name(k) && k.len() > 4
+}
+
+/// A device list: distinct keys (possibly empty).
+fn parse_devs(s: &str) -> Option<Vec<String>> {
     if s.is_empty() {
         return Some(Vec::new());
     }
-    let mut out: Vec<u32> = Vec::new();
+    let mut out: Vec<String> = Vec::new();
     for x in s.split(',') {
-        let d: u32 = x.parse().ok()?;
-        if d > MAX_DEVICE_INDEX || out.contains(&d) {
+        if !is_device_key(x) || out.iter().any(|o| o == x) {
             return None;
         }
-        out.push(d);
+        out.push(x.to_string());
     }
     Some(out)
 }
@@ -158,7 +178,8 @@ impl ClaimRecord {
             _ => ("-".into(), "-".into(), "-".into()),
         };
         format!(
-            "{CLAIM_MAGIC}\nboot {}\npid {}\nstart {}\nuid {}\nkind {}\ndevices {}\njob_root {root}\njob {key}\nlocal_rank {rank}\nsince_ns {}\ncmd {}\n",
+            "{CLAIM_MAGIC}\nname {}\nboot {}\npid {}\nstart {}\nuid {}\nkind {}\ndevices {}\njob_root {root}\njob {key}\nlocal_rank {rank}\nsince_ns {}\ncmd {}\n",
+            self.name,
             self.boot,
             self.proc_id.pid,
             self.proc_id.start,
@@ -189,7 +210,9 @@ impl ClaimRecord {
             _ => return None,
         };
         let boot = f.get("boot")?;
+        let name = f.get("name")?;
         Some(ClaimRecord {
+            name: is_claim_name(name).then(|| name.to_string())?,
             boot: token_ok(boot).then(|| boot.to_string())?,
             proc_id: f.proc_id()?,
             uid: f.get("uid")?.parse().ok()?,
@@ -210,7 +233,8 @@ impl TicketRecord {
     /// Serializes the record.
     pub fn to_text(&self) -> String {
         format!(
-            "{TICKET_MAGIC}\nboot {}\npid {}\nstart {}\nuid {}\nn {}\ncandidates {}\nbackfill {}\nsince_ns {}\ncmd {}\n",
+            "{TICKET_MAGIC}\nname {}\nboot {}\npid {}\nstart {}\nuid {}\nn {}\ncandidates {}\nbackfill {}\nsince_ns {}\ncmd {}\n",
+            self.name,
             self.boot,
             self.proc_id.pid,
             self.proc_id.start,
@@ -228,12 +252,15 @@ impl TicketRecord {
     pub fn parse(text: &str) -> Option<Self> {
         let f = Fields::parse(text, TICKET_MAGIC)?;
         let boot = f.get("boot")?;
+        let name = f.get("name")?;
+        parse_ticket_name(name)?;
         let n: usize = f.get("n")?.parse().ok()?;
         let candidates = parse_devs(f.get("candidates")?)?;
         if n == 0 || n > candidates.len() {
             return None;
         }
         Some(TicketRecord {
+            name: name.to_string(),
             boot: token_ok(boot).then(|| boot.to_string())?,
             proc_id: f.proc_id()?,
             uid: f.get("uid")?.parse().ok()?,
@@ -250,36 +277,62 @@ impl TicketRecord {
     }
 }
 
-/// Parses a ticket file name `gpukit-ticket.<seq>.<pid>` into its sequence number.
+/// Length of the random part of a file name (hex digits of 128 bits).
+const RANDOM_HEX: usize = 32;
+
+fn is_random_part(s: &str) -> bool {
+    s.len() == RANDOM_HEX && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// A fresh random name part: 128 bits from `getrandom(2)`, in hex.
+pub(crate) fn random_part() -> std::io::Result<String> {
+    let mut buf = [0u8; RANDOM_HEX / 2];
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: writes at most the stated number of bytes into the unfilled tail of `buf`.
+        let n = unsafe { libc::getrandom(buf[got..].as_mut_ptr().cast(), buf.len() - got, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        got += n as usize;
+    }
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(RANDOM_HEX);
+    for b in buf {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    Ok(out)
+}
+
+/// Parses a ticket file name `gpukit-ticket.<seq>.<random>` (`<seq>` zero-padded to 20 digits)
+/// into its sequence number.
 pub(crate) fn parse_ticket_name(name: &str) -> Option<u64> {
     let rest = name.strip_prefix(TICKET_PREFIX)?;
-    let (seq, pid) = rest.split_once('.')?;
-    if !seq.bytes().all(|b| b.is_ascii_digit()) || !pid.bytes().all(|b| b.is_ascii_digit()) {
+    let (seq, random) = rest.split_once('.')?;
+    if seq.len() != 20 || !seq.bytes().all(|b| b.is_ascii_digit()) || !is_random_part(random) {
         return None;
     }
-    pid.parse::<u32>().ok()?;
     seq.parse().ok()
 }
 
 /// The file name of a ticket.
-pub(crate) fn ticket_name(seq: u64, pid: u32) -> String {
-    format!("{TICKET_PREFIX}{seq:020}.{pid}")
+pub(crate) fn ticket_name(seq: u64, random: &str) -> String {
+    format!("{TICKET_PREFIX}{seq:020}.{random}")
 }
 
-/// Whether `name` has the form of a claim file name (`gpukit-claim.<pid>.<start>.<k>`).
+/// Whether `name` has the form of a claim file name (`gpukit-claim.<random>`).
 pub(crate) fn is_claim_name(name: &str) -> bool {
-    name.strip_prefix(CLAIM_PREFIX).is_some_and(|rest| {
-        let parts: Vec<&str> = rest.split('.').collect();
-        parts.len() == 3
-            && parts
-                .iter()
-                .all(|p| !p.is_empty() && p.len() <= 20 && p.bytes().all(|b| b.is_ascii_digit()))
-    })
+    name.strip_prefix(CLAIM_PREFIX).is_some_and(is_random_part)
 }
 
-/// The file name of this process's `k`-th claim.
-pub(crate) fn claim_name(id: ProcId, k: u64) -> String {
-    format!("{CLAIM_PREFIX}{}.{}.{k}", id.pid, id.start)
+/// The file name of a claim.
+pub(crate) fn claim_name(random: &str) -> String {
+    format!("{CLAIM_PREFIX}{random}")
 }
 
 #[cfg(test)]
@@ -292,12 +345,16 @@ mod tests {
 
     #[test]
     fn roundtrip() {
+        let r = random_part().expect("random");
+        assert!(is_random_part(&r));
+        assert_ne!(r, random_part().expect("random"));
         let c = ClaimRecord {
+            name: claim_name(&r),
             boot: "0f1e-2d".into(),
             proc_id: ProcId { pid: 5, start: 9 },
             uid: 1000,
             kind: ClaimKind::Shared,
-            devices: vec![2, 0],
+            devices: vec!["2".into(), "GPU-12ab".into()],
             job: Some(JobTag {
                 root: ProcId { pid: 3, start: 4 },
                 key: "torch:abc".into(),
@@ -316,18 +373,23 @@ mod tests {
             c
         );
         let tk = TicketRecord {
+            name: ticket_name(42, &r),
             boot: "b".into(),
             proc_id: ProcId { pid: 5, start: 9 },
             uid: 0,
             n: 2,
-            candidates: vec![0, 1, 3],
+            candidates: vec!["0".into(), "1".into(), "MIG-9f".into()],
             backfill: true,
             since: t(7),
             cmd: String::new(),
         };
         assert_eq!(TicketRecord::parse(&tk.to_text()), Some(tk.clone()));
-        assert_eq!(parse_ticket_name(&ticket_name(42, 7)), Some(42));
-        assert!(is_claim_name(&claim_name(ProcId { pid: 1, start: 2 }, 3)));
+        assert_eq!(parse_ticket_name(&ticket_name(42, &r)), Some(42));
+        assert_eq!(
+            parse_ticket_name(&ticket_name(u64::MAX, &r)),
+            Some(u64::MAX)
+        );
+        assert!(is_claim_name(&claim_name(&r)));
     }
 
     #[test]
@@ -335,11 +397,12 @@ mod tests {
         assert!(ClaimRecord::parse("garbage").is_none());
         assert!(TicketRecord::parse("gpukit-mutex ticket v2\npid 1\n").is_none());
         let tk = TicketRecord {
+            name: ticket_name(3, &"a".repeat(32)),
             boot: "b".into(),
             proc_id: ProcId { pid: 5, start: 9 },
             uid: 0,
             n: 1,
-            candidates: vec![0],
+            candidates: vec!["0".into()],
             backfill: false,
             since: t(7),
             cmd: String::new(),
@@ -350,31 +413,48 @@ mod tests {
             ("n 1", "n 2"),
             ("candidates 0", "candidates 0,0"),
             ("candidates 0", "candidates 99999"),
+            ("candidates 0", "candidates GPU-"),
+            ("candidates 0", "candidates gpu-1"),
             ("backfill 0", "backfill x"),
             ("boot b", "boot"),
             ("since_ns 7", "since_ns 999999999999999999999999999999"),
+            ("name gpukit-ticket.", "name gpukit-claim."),
+            (".aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", ".1"),
         ] {
             let bad = good.replace(from, to);
             assert!(TicketRecord::parse(&bad).is_none(), "{bad}");
         }
         let dup = format!("{good}pid 6\n");
         assert!(TicketRecord::parse(&dup).is_none(), "duplicate key");
-        // The previous protocol's records are not mistaken for current ones.
+        // A record without its own name, or from a previous protocol, is not current.
+        let no_name = good
+            .lines()
+            .filter(|l| !l.starts_with("name "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(TicketRecord::parse(&no_name).is_none());
         assert!(ClaimRecord::parse("gpukit-mutex claim v1\npid 1\n").is_none());
+        assert!(TicketRecord::parse(&good.replace(" v3", " v2")).is_none());
+        let a32 = "a".repeat(32);
         for bad in [
-            "gpukit-ticket.1",
-            "gpukit-ticket.x.1",
-            "gpukit-ticket.1.-1",
-            "gpukit-ticket.+1.1",
+            "gpukit-ticket.1".to_string(),
+            format!("gpukit-ticket.1.{a32}"),
+            format!("gpukit-ticket.0000000000000000000x.{a32}"),
+            format!("gpukit-ticket.+0000000000000000001.{a32}"),
+            "gpukit-ticket.00000000000000000001.1".to_string(),
+            format!("gpukit-ticket.00000000000000000001.{}", "A".repeat(32)),
+            // The previous protocol's names.
+            "gpukit-ticket.00000000000000000001.4242".to_string(),
         ] {
-            assert!(parse_ticket_name(bad).is_none(), "{bad}");
+            assert!(parse_ticket_name(&bad).is_none(), "{bad}");
         }
         for bad in [
-            "gpukit-claim.1.2",
-            "gpukit-claim.1.2.x",
-            "gpukit-claim..1.2",
+            "gpukit-claim.1.2.3".to_string(),
+            format!("gpukit-claim.{}", "a".repeat(31)),
+            format!("gpukit-claim.{}", "g".repeat(32)),
+            format!("gpukit-claim.{a32}.1"),
         ] {
-            assert!(!is_claim_name(bad), "{bad}");
+            assert!(!is_claim_name(&bad), "{bad}");
         }
     }
 }

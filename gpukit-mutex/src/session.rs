@@ -5,7 +5,8 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use crate::anchors;
-use crate::claims;
+use crate::claims::{self, OwnClaim};
+use crate::devices::Device;
 use crate::error::{Error, Result};
 use crate::guard::GpuGuard;
 use crate::joinlock;
@@ -15,7 +16,7 @@ use crate::probe::Prober;
 use crate::proc::{self, ProcId};
 use crate::queue::{self, Outcome, Request};
 use crate::records::{ClaimKind, JobTag};
-use crate::tickets::OwnTicket;
+use crate::tickets::{self, OwnTicket};
 use crate::wait::{Waiter, Watcher, Woken, BACKOFF_START};
 
 enum Step {
@@ -67,23 +68,45 @@ impl<'m> Session<'m> {
         })
     }
 
-    fn request(&self, n: usize) -> Request {
+    fn keys(&self) -> Vec<String> {
+        self.m
+            .cfg
+            .visible_devices
+            .iter()
+            .map(|d| d.key.clone())
+            .collect()
+    }
+
+    fn request(&self, n: usize) -> Request<String> {
         Request {
-            candidates: self.m.cfg.visible_devices.clone(),
+            candidates: self.keys(),
             n,
             backfill: self.m.cfg.backfill,
         }
     }
 
-    /// `GPUMUTEX_VISIBLE_DEVICES` for a program started with the granted devices.
-    fn child_visible(&self) -> String {
-        self.m
-            .cfg
-            .visible_devices
-            .iter()
-            .map(|d| d.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
+    /// The visible devices with these keys, in the keys' order.
+    fn devices_of(&self, keys: &[String]) -> Vec<Device> {
+        keys.iter()
+            .filter_map(|k| {
+                self.m
+                    .cfg
+                    .visible_devices
+                    .iter()
+                    .find(|d| &d.key == k)
+                    .cloned()
+            })
+            .collect()
+    }
+
+    fn guard(&self, keys: Vec<String>, claim: OwnClaim, inherited_from: Option<u32>) -> GpuGuard {
+        GpuGuard::new(
+            self.devices_of(&keys),
+            claim,
+            self.dir.clone(),
+            inherited_from,
+            &self.m.namespace,
+        )
     }
 
     fn ancestry(&mut self) -> Vec<ProcId> {
@@ -107,7 +130,7 @@ impl<'m> Session<'m> {
     fn pass(&mut self, n: usize, waiter: &Waiter, may_queue: bool) -> Result<Step> {
         let dir = self.dir.clone();
         let join_fd = self.join_fd.clone();
-        let _join = joinlock::lock(&join_fd, &dir, waiter)?;
+        let _join = joinlock::lock(&join_fd, &dir, waiter, self.m.cfg.join_timeout)?;
         let probe = self.prober.probe(&dir, true, || waiter.check())?;
         self.saw_claims = probe.claims.iter().any(|c| c.live() && c.verified());
         if self.saw_claims {
@@ -115,7 +138,7 @@ impl<'m> Session<'m> {
             let tag = self.job_tag();
             let share = claims::find_share(
                 &probe,
-                &self.m.cfg.visible_devices,
+                &self.keys(),
                 &ancestry,
                 tag.as_ref(),
                 self.euid,
@@ -125,7 +148,11 @@ impl<'m> Session<'m> {
                 if share.devices.len() < n {
                     return Err(Error::InheritedClaimTooSmall {
                         holder_pid: share.holder.pid,
-                        held: share.devices,
+                        held: self
+                            .devices_of(&share.devices)
+                            .iter()
+                            .map(|d| d.index)
+                            .collect(),
                         requested: n,
                     });
                 }
@@ -139,23 +166,26 @@ impl<'m> Session<'m> {
                     job,
                 )?;
                 self.ticket = None;
-                return Ok(Step::Granted(GpuGuard::new(
+                return Ok(Step::Granted(self.guard(
                     share.devices,
                     claim,
-                    dir,
                     Some(share.holder.pid),
-                    self.child_visible(),
                 )));
             }
         }
         let request = self.request(n);
         let mine = self.ticket.as_ref().map(|t| t.name().to_owned());
-        let outcome = queue::evaluate(
-            &probe.observed_tickets(),
-            &probe.observed_claims(),
-            mine.as_deref(),
-            &request,
-        );
+        let mut tickets = probe.observed_tickets();
+        let claims = probe.observed_claims();
+        let mut outcome = queue::evaluate(&tickets, &claims, mine.as_deref(), &request);
+        if outcome == Outcome::Wait
+            && queue::has_free_candidate(&claims, &request)
+            && probe.mark_suspended(&mut tickets)
+        {
+            // Somebody ahead could have taken a free device and has not because it is stopped
+            // or frozen: it holds up nobody while it cannot run.
+            outcome = queue::evaluate(&tickets, &claims, mine.as_deref(), &request);
+        }
         match outcome {
             Outcome::Grant(devices) => {
                 let job = self.job_tag();
@@ -168,19 +198,13 @@ impl<'m> Session<'m> {
                     job,
                 )?;
                 self.ticket = None;
-                Ok(Step::Granted(GpuGuard::new(
-                    devices,
-                    claim,
-                    dir,
-                    None,
-                    self.child_visible(),
-                )))
+                Ok(Step::Granted(self.guard(devices, claim, None)))
             }
             Outcome::Wait => {
                 if self.ticket.is_none() && may_queue {
                     self.ticket = Some(OwnTicket::create(
                         &dir,
-                        probe.next_seq(),
+                        probe.next_seq(tickets::boot_clock_ns()),
                         self.me,
                         self.euid,
                         &request,
@@ -193,7 +217,7 @@ impl<'m> Session<'m> {
                 self.ticket = None;
                 self.ticket = Some(OwnTicket::create(
                     &dir,
-                    probe.next_seq(),
+                    probe.next_seq(tickets::boot_clock_ns()),
                     self.me,
                     self.euid,
                     &request,

@@ -3,7 +3,7 @@
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 
-use gpukit_mutex::{parse_device_list, Error, GpuMutex};
+use gpukit_mutex::{parse_device_list, DeviceSource, Error, GpuMutex};
 
 #[test]
 fn malformed_device_lists() {
@@ -53,7 +53,12 @@ fn bad_requests_and_config_touch_nothing() {
     let dir = t.path().join("locks");
     fs::create_dir(&dir).expect("mkdir");
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o750)).expect("chmod");
-    let b = || GpuMutex::builder().ignore_env().lock_dir(&dir);
+    let b = || {
+        GpuMutex::builder()
+            .device_source(DeviceSource::None)
+            .ignore_env()
+            .lock_dir(&dir)
+    };
     assert!(matches!(b().build(), Err(Error::NoVisibleDevices)));
     assert!(matches!(
         b().visible_devices([]).build(),
@@ -111,6 +116,7 @@ fn unusable_lock_dirs() {
         (t.path().join("missing/parent"), "parent"),
     ] {
         match GpuMutex::builder()
+            .device_source(DeviceSource::None)
             .ignore_env()
             .visible_devices([0])
             .lock_dir(&p)
@@ -129,6 +135,7 @@ fn unusable_lock_dirs() {
         fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).expect("chmod");
         assert!(matches!(
             GpuMutex::builder()
+                .device_source(DeviceSource::None)
                 .ignore_env()
                 .visible_devices([0])
                 .lock_dir(&ro)
@@ -152,7 +159,7 @@ fn env_config_and_builder_precedence() {
     std::env::set_var("GPUMUTEX_LOCK_DIR", t.path());
     std::env::set_var("GPUMUTEX_TIMEOUT", "1.5");
     let m = GpuMutex::from_env().expect("env");
-    assert_eq!(m.config().visible_devices, [4, 5, 6]);
+    assert_eq!(indices(m.config()), [4, 5, 6]);
     assert_eq!(m.config().num_devices, 2);
     assert_eq!(
         m.config().timeout,
@@ -160,12 +167,13 @@ fn env_config_and_builder_precedence() {
     );
     assert!(!m.config().lock_dir_is_default);
     let m = GpuMutex::builder()
+        .device_source(DeviceSource::None)
         .visible_devices([1])
         .num_devices(1)
         .no_timeout()
         .build()
         .expect("b");
-    assert_eq!(m.config().visible_devices, [1]);
+    assert_eq!(indices(m.config()), [1]);
     assert_eq!(m.config().timeout, None);
     std::env::set_var("GPUMUTEX_NUM_DEVICES", "two");
     assert!(matches!(
@@ -234,4 +242,8 @@ fn env_config_and_builder_precedence() {
     ] {
         std::env::remove_var(v);
     }
+}
+
+fn indices(c: &gpukit_mutex::Config) -> Vec<u32> {
+    c.visible_devices.iter().map(|d| d.index).collect()
 }

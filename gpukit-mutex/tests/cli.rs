@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gpukit_mutex::cli::main_with_args;
-use gpukit_mutex::GpuMutex;
+use gpukit_mutex::{DeviceSource, GpuMutex};
 
 static OURS: AtomicUsize = AtomicUsize::new(0);
 
@@ -61,6 +61,7 @@ fn child_entry() {
         return;
     }
     let m = GpuMutex::builder()
+        .device_source(DeviceSource::None)
         .ignore_env()
         .visible_devices([0])
         .lock_dir(std::env::var("GMT_DIR").expect("dir"))

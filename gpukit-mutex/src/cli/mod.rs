@@ -48,6 +48,7 @@ use std::process::Command;
 use clap::Parser;
 
 use crate::config;
+use crate::devices::{self, DeviceSource};
 use crate::error::Error;
 use crate::mutex::GpuMutex;
 use crate::status;
@@ -62,7 +63,7 @@ mod tree;
     override_usage = "gpumutex-run [OPTIONS] -- CMD [ARGS]...\n       gpumutex-run [OPTIONS] --status"
 )]
 struct Args {
-    /// Comma-separated device indices to manage, e.g. 0,2,3 [env: GPUMUTEX_VISIBLE_DEVICES]
+    /// Devices to manage: indices in this process's CUDA numbering (e.g. 0,2,3), GPU-/MIG- UUIDs, or all [env: GPUMUTEX_VISIBLE_DEVICES]
     #[arg(long, value_name = "D")]
     visible_devices: Option<String>,
     /// How many devices the command needs [env: GPUMUTEX_NUM_DEVICES, default 1]
@@ -132,11 +133,18 @@ fn print_status(args: &Args) -> i32 {
         .clone()
         .or_else(|| std::env::var(config::ENV_VISIBLE_DEVICES).ok())
     {
-        Some(v) => match config::parse_device_list(&v) {
-            Ok(d) => d,
+        Some(v) => match devices::parse_visible(&v) {
+            Ok(d) => Some(d),
             Err(e) => return fail(EXIT_USAGE, e),
         },
-        None => Vec::new(),
+        None => None,
+    };
+    let source = match std::env::var(devices::ENV_DEVICE_SOURCE) {
+        Ok(s) => match DeviceSource::parse(&s) {
+            Ok(s) => s,
+            Err(e) => return fail(EXIT_USAGE, e),
+        },
+        Err(_) => DeviceSource::Auto,
     };
     if std::fs::symlink_metadata(&dir).is_err() {
         println!(
@@ -145,7 +153,7 @@ fn print_status(args: &Args) -> i32 {
         );
         return 0;
     }
-    match status::read_status(&dir, &visible) {
+    match status::read_status_with(&dir, visible.as_ref(), &source) {
         Ok(s) => {
             print!("{s}");
             0
@@ -157,8 +165,8 @@ fn print_status(args: &Args) -> i32 {
 fn run(args: &Args) -> i32 {
     let mut b = GpuMutex::builder();
     if let Some(v) = &args.visible_devices {
-        match config::parse_device_list(v) {
-            Ok(d) => b = b.visible_devices(d),
+        match b.visible_device_list(v) {
+            Ok(with) => b = with,
             Err(e) => return fail(EXIT_USAGE, e),
         }
     }

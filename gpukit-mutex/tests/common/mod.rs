@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpukit_mutex::GpuMutex;
+use gpukit_mutex::{DeviceSource, GpuMutex};
 
 pub fn mono_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -74,20 +74,21 @@ pub fn boot_id() -> String {
         .to_string()
 }
 
-/// A claim record in the on-disk format (protocol v2), for forgeries.
-pub fn claim_text(pid: u32, start: u64, uid: u32, devices: &str) -> String {
+/// A claim record in the on-disk format (protocol v3) for the file `name`, for forgeries.
+pub fn claim_text(name: &str, pid: u32, start: u64, uid: u32, devices: &str) -> String {
     format!(
-        "gpukit-mutex claim v2\nboot {}\npid {pid}\nstart {start}\nuid {uid}\nkind primary\n\
-         devices {devices}\njob_root -\njob -\nlocal_rank -\nsince_ns 1\ncmd forged\n",
+        "gpukit-mutex claim v3\nname {name}\nboot {}\npid {pid}\nstart {start}\nuid {uid}\n\
+         kind primary\ndevices {devices}\njob_root -\njob -\nlocal_rank -\nsince_ns 1\n\
+         cmd forged\n",
         boot_id()
     )
 }
 
-/// A ticket record in the on-disk format.
-pub fn ticket_text(pid: u32, start: u64, uid: u32, candidates: &str) -> String {
+/// A ticket record in the on-disk format, for the file `name`.
+pub fn ticket_text(name: &str, pid: u32, start: u64, uid: u32, candidates: &str) -> String {
     format!(
-        "gpukit-mutex ticket v2\nboot {}\npid {pid}\nstart {start}\nuid {uid}\nn 1\n\
-         candidates {candidates}\nbackfill 0\nsince_ns 1\ncmd planted\n",
+        "gpukit-mutex ticket v3\nname {name}\nboot {}\npid {pid}\nstart {start}\nuid {uid}\n\
+         n 1\ncandidates {candidates}\nbackfill 0\nsince_ns 1\ncmd planted\n",
         boot_id()
     )
 }
@@ -140,6 +141,11 @@ pub fn role(role: &str, dir: &Path, out: &Path) -> Command {
     .env_remove("WORLD_SIZE")
     .env_remove("LOCAL_WORLD_SIZE")
     .env_remove("TORCHELASTIC_RUN_ID")
+    // Device numbers are physical indices here, whatever GPUs the machine has.
+    .env("GPUMUTEX_DEVICE_SOURCE", "none")
+    .env_remove("CUDA_VISIBLE_DEVICES")
+    .env_remove("NVIDIA_VISIBLE_DEVICES")
+    .env_remove("CUDA_DEVICE_ORDER")
     .stdout(Stdio::null());
     c
 }
@@ -154,6 +160,7 @@ pub fn role_as(r: &str, dir: &Path, out: &Path, uid: u32) -> Command {
 pub fn mutex_from_env() -> GpuMutex {
     let devs = gpukit_mutex::parse_device_list(&env("GMT_DEVS")).expect("GMT_DEVS");
     GpuMutex::builder()
+        .device_source(DeviceSource::None)
         .visible_devices(devs)
         .lock_dir(env("GMT_DIR"))
         .backfill(env("GMT_BACKFILL") == "1")
@@ -175,19 +182,25 @@ pub fn wait_line(out: &Path, prefix: &str) {
     });
 }
 
+/// A status report with device numbers read as physical indices (as the children use them).
+pub fn status(dir: &Path, devs: &[u32]) -> gpukit_mutex::Status {
+    let spec = gpukit_mutex::VisibleSpec::Names(
+        devs.iter()
+            .map(|d| gpukit_mutex::DeviceName::Index(*d))
+            .collect(),
+    );
+    gpukit_mutex::status_with(dir, Some(&spec), &DeviceSource::None).expect("status")
+}
+
 pub fn waiters(dir: &Path) -> usize {
-    gpukit_mutex::status(dir, &[])
-        .expect("status")
-        .waiters
-        .len()
+    status(dir, &[]).waiters.len()
 }
 
 pub fn busy(dir: &Path, dev: u32) -> bool {
-    gpukit_mutex::status(dir, &[dev])
-        .expect("status")
+    status(dir, &[dev])
         .devices
         .iter()
-        .any(|d| d.device == dev && d.busy)
+        .any(|d| d.index == Some(dev) && d.busy)
 }
 
 /// Kills and reaps its children on drop.
@@ -256,4 +269,44 @@ impl Shared {
         fs::set_permissions(&p, fs::Permissions::from_mode(0o666)).expect("chmod");
         p
     }
+}
+
+/// The ticket files in `dir`, sorted by name (queue order).
+pub fn ticket_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .expect("ls")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("gpukit-ticket."))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The sequence number in a ticket name `gpukit-ticket.<seq>.<suffix>`.
+pub fn ticket_seq(name: &str) -> u64 {
+    name.strip_prefix("gpukit-ticket.")
+        .and_then(|r| r.split('.').next())
+        .and_then(|s| s.parse().ok())
+        .expect("ticket seq")
+}
+
+/// A ticket file name in the current protocol's form with sequence number `seq`; `first`:
+/// the suffix sorts before every other suffix (else after).
+pub fn ticket_file_name(seq: u64, first: bool) -> String {
+    let suffix = if first { "0" } else { "f" }.repeat(32);
+    format!("gpukit-ticket.{seq:020}.{suffix}")
+}
+
+/// A claim file name in the current protocol's form, made from `n`.
+pub fn claim_file_name(n: u64) -> String {
+    format!("gpukit-claim.{n:032x}")
+}
+
+/// The state letter of `/proc/<pid>/stat` (`T`: stopped).
+pub fn proc_state(pid: u32) -> char {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    text.rfind(')')
+        .and_then(|i| text[i + 1..].trim_start().chars().next())
+        .unwrap_or('?')
 }
