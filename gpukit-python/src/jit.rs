@@ -287,7 +287,12 @@ impl PyKernel {
             .parse()
             .map_err(|e: gpukit_jit::Error| PyValueError::new_err(e.to_string()))?;
         let opts = self.compile_options()?.output(gpukit_jit::Output::Ptx);
-        let program = self.name.split('<').next().unwrap_or(&self.name).to_string();
+        let program = self
+            .name
+            .split('<')
+            .next()
+            .unwrap_or(&self.name)
+            .to_string();
         let src = self.source.clone();
         let m = py
             .detach(move || gpukit_jit::compile(&src, &program, target, &opts))

@@ -41,6 +41,18 @@ impl DeviceLease {
         self.with(|g| g.devices().to_vec())
     }
 
+    /// The granted devices' physical identities: ``(index, key, uuid)`` (the key is what the
+    /// lock names: the UUID where the driver tells it, else the physical index).
+    #[getter]
+    fn granted(&self) -> PyResult<Vec<(u32, String, Option<String>)>> {
+        self.with(|g| {
+            g.granted()
+                .iter()
+                .map(|d| (d.index, d.key.clone(), d.uuid.clone()))
+                .collect()
+        })
+    }
+
     /// ``CUDA_VISIBLE_DEVICES`` for programs using the granted devices.
     #[getter]
     fn cuda_visible_devices(&self) -> PyResult<String> {
@@ -109,7 +121,7 @@ pub fn acquire(
 ) -> PyResult<DeviceLease> {
     let mut b = GpuMutex::builder();
     if let Some(v) = visible_devices {
-        b = b.visible_devices(gpukit_mutex::parse_device_list(&v).map_err(mutex_err)?);
+        b = b.visible_device_list(&v).map_err(mutex_err)?;
     }
     if let Some(n) = num_devices {
         b = b.num_devices(n);

@@ -9,7 +9,8 @@
         print(lease.cuda_visible_devices)      # e.g. "1,3"
         subprocess.run(["python", "train.py"])  # the child sees the granted devices
 
-Configuration as the seed's: ``GPUMUTEX_VISIBLE_DEVICES`` (``visible_devices=``, required),
+Configuration as the seed's: ``GPUMUTEX_VISIBLE_DEVICES`` (``visible_devices=``, required;
+indices, ``GPU-``/``MIG-`` UUIDs or ``all``, always inside an inherited ``CUDA_VISIBLE_DEVICES``),
 ``GPUMUTEX_NUM_DEVICES`` (``num_devices=``, default 1), ``GPUMUTEX_LOCK_DIR`` (``lock_dir=``,
 default ``/tmp/libgpumutex``); keyword arguments win over the environment and change only the
 child's environment, never this process's. Waiting is FIFO; Ctrl-C while waiting raises
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .. import _native
 
@@ -57,6 +58,12 @@ class Lease:
     def devices(self) -> List[int]:
         """The granted device indices."""
         return self._native.devices
+
+    @property
+    def granted(self) -> List[Tuple[int, str, Optional[str]]]:
+        """``(index, key, uuid)`` of each granted device: the key is what the lock names (the
+        GPU's UUID where the driver tells it, else its physical index)."""
+        return self._native.granted
 
     @property
     def cuda_visible_devices(self) -> str:
