@@ -70,10 +70,13 @@ pub fn upload(
     dtype: Option<ElementType>,
 ) -> PyResult<DynArray> {
     let np = py.import("numpy")?;
-    let arr = match dtype {
-        Some(t) => np.call_method1("ascontiguousarray", (host, numpy_dtype(py, t)?))?,
-        None => np.call_method1("ascontiguousarray", (host,))?,
-    };
+    // C order without numpy.ascontiguousarray, which makes 0-d arrays 1-d
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("order", "C")?;
+    if let Some(t) = dtype {
+        kwargs.set_item("dtype", numpy_dtype(py, t)?)?;
+    }
+    let arr = np.call_method("asarray", (host,), Some(&kwargs))?;
     let untyped = arr.cast::<PyUntypedArray>()?;
     let name: String = untyped.dtype().getattr("name")?.extract()?;
     let t = ElementType::parse(&name).ok_or_else(|| {

@@ -7,7 +7,8 @@ use gpukit_core::dynamic::{DynArray, ElementType, Scalar};
 use gpukit_core::slice::Index;
 use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyEllipsis, PyFloat, PyInt, PySlice, PyString, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyEllipsis, PyFloat, PyInt, PySlice, PyString, PyTuple, PyType};
 
 /// An element type from anything NumPy accepts as a dtype (`"float32"`, `gpukit.float32`,
 /// `numpy.float32`, `numpy.dtype("<f4")`, `float`, ...); `None` gives `default`.
@@ -52,18 +53,17 @@ pub fn scalar(obj: &Bound<'_, PyAny>) -> PyResult<Option<Scalar>> {
     }
     if obj.is_instance_of::<PyInt>() {
         let v: i128 = obj.extract().map_err(|_| {
-            PyOverflowError::new_err(format!(
-                "Python integer {obj} is out of bounds for every gpukit type"
-            ))
+            PyOverflowError::new_err(format!("Python integer {obj} is out of bounds for every gpukit type"))
         })?;
         return Ok(Some(Scalar::int(v)));
     }
-    if obj.is_instance_of::<PyFloat>() {
+    if obj.is_exact_instance_of::<PyFloat>() {
         return Ok(Some(Scalar::float(obj.extract()?)));
     }
-    // NumPy scalars: a dtype and a Python value
-    let np = obj.py().import("numpy")?;
-    if obj.is_instance(&np.getattr("generic")?)? {
+    // NumPy scalars (numpy.float64 is also a Python float): a dtype and a Python value
+    static GENERIC: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    let generic = GENERIC.import(obj.py(), "numpy", "generic")?;
+    if obj.is_instance(generic)? {
         let t = element_type(Some(&obj.getattr("dtype")?), ElementType::F64)?;
         let item = obj.call_method0("item")?;
         let s = if t == ElementType::Bool {
@@ -75,10 +75,11 @@ pub fn scalar(obj: &Bound<'_, PyAny>) -> PyResult<Option<Scalar>> {
         };
         return Ok(Some(s.typed(t)));
     }
+    if obj.is_instance_of::<PyFloat>() {
+        return Ok(Some(Scalar::float(obj.extract()?)));
+    }
     if obj.hasattr("__complex__")? && !obj.hasattr("__float__")? {
-        return Err(PyTypeError::new_err(
-            "complex numbers are not supported by gpukit",
-        ));
+        return Err(PyTypeError::new_err("complex numbers are not supported by gpukit"));
     }
     Ok(None)
 }

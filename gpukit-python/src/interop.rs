@@ -247,9 +247,12 @@ unsafe impl dlpark::python::DlpackStream for ConsumerStream {
         _device: DLDevice,
         producer: *mut std::ffi::c_void,
     ) -> PyResult<bool> {
+        // The C exchange API reports CUDA's legacy default stream as NULL (PyTorch's default
+        // stream); in DLPack's Python encoding that stream is 1.
+        let raw = if producer.is_null() { 1 } else { producer as u64 };
         // SAFETY: `producer` is the live stream the producer's C exchange API reported for
-        // this device (the caller's contract).
-        unsafe { self.dev.stream().wait_raw_stream(producer as u64) }.py()?;
+        // this device (the caller's contract), or the legacy default stream.
+        unsafe { self.dev.stream().wait_raw_stream(raw) }.py()?;
         Ok(true)
     }
 }
@@ -292,21 +295,25 @@ pub fn import_device_array(obj: &Bound<'_, PyAny>) -> PyResult<Option<DynArray>>
 /// Imports a DLPack producer (an object with `__dlpack__`, or a capsule).
 fn from_dlpack_obj(obj: &Bound<'_, PyAny>, copy: Option<bool>) -> PyResult<DynArray> {
     let request = dlpark::python::ImportRequest::new(obj.as_borrowed())?;
-    let dl_dev = request.device()?;
-    let ordinal = match dl_dev.device_type {
-        DLDeviceType::CUDA => dl_dev.device_id,
-        t if t.0 == 13 => dl_dev.device_id, // kDLCUDAManaged
-        t => {
-            return Err(PyBufferError::new_err(format!(
-                "from_dlpack: the tensor is on DLPack device type {} (not a CUDA device); use \
-                 gpukit.asarray to copy host data",
-                t.0
-            )))
+    // a capsule (or a legacy producer) tells its device only once imported, and takes no
+    // stream: its producer ordered it already
+    let (imported, dev) = match request.device() {
+        Ok(dl_dev) => {
+            let dev = cuda_device(dl_dev)?;
+            let stream = ConsumerStream { dev: dev.clone() };
+            (request.import(Some(&stream), copy)?, dev)
+        }
+        Err(_) => {
+            let request = dlpark::python::ImportRequest::new(obj.as_borrowed())?;
+            let imported = request.import(None, copy)?;
+            let dl_dev = imported
+                .validate()
+                .map_err(|e| PyValueError::new_err(e.to_string()))?
+                .device();
+            let dev = cuda_device(dl_dev)?;
+            (imported, dev)
         }
     };
-    let dev = crate::array::device(Some(ordinal.max(0) as usize))?;
-    let stream = ConsumerStream { dev: dev.clone() };
-    let imported = request.import(Some(&stream), copy)?;
     let view = imported
         .validate()
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
@@ -334,6 +341,22 @@ fn from_dlpack_obj(obj: &Bound<'_, PyAny>, copy: Option<bool>) -> PyResult<DynAr
         return a.copy().py();
     }
     Ok(a)
+}
+
+/// The gpukit device of a DLPack device (CUDA or CUDA managed memory).
+fn cuda_device(dl_dev: DLDevice) -> PyResult<gpukit_core::Device> {
+    let ordinal = match dl_dev.device_type {
+        DLDeviceType::CUDA => dl_dev.device_id,
+        t if t.0 == 13 => dl_dev.device_id, // kDLCUDAManaged
+        t => {
+            return Err(PyBufferError::new_err(format!(
+                "from_dlpack: the tensor is on DLPack device type {} (not a CUDA device); use \
+                 gpukit.asarray to copy host data",
+                t.0
+            )))
+        }
+    };
+    crate::array::device(Some(ordinal.max(0) as usize))
 }
 
 /// Imports an object exposing `__cuda_array_interface__` (version 2 or 3).

@@ -170,7 +170,14 @@ fn admission_dict<'py>(py: Python<'py>, a: &Admission) -> PyResult<Bound<'py, Py
             available,
         } => {
             d.set_item("status", "rejected")?;
-            d.set_item("resource", resource.to_string())?;
+            d.set_item(
+                "resource",
+                match resource {
+                    gpukit_sched::Resource::Memory => "memory",
+                    gpukit_sched::Resource::Compute => "compute",
+                    gpukit_sched::Resource::QueueSlots => "queue",
+                },
+            )?;
             d.set_item("requested", requested)?;
             d.set_item("available", available)?;
             d.set_item(

@@ -573,7 +573,7 @@ impl<T: DType> From<&GpuArray<T>> for KernelArg {
 
 /// Asks the kernel to back a large, not yet touched host buffer with transparent huge pages.
 /// Only a hint: on failure (or where THP is disabled) nothing changes.
-fn advise_huge_pages(buf: &mut [u8]) {
+pub(crate) fn advise_huge_pages(buf: &mut [u8]) {
     const MIN: usize = 64 << 20;
     const HUGE: usize = 2 << 20;
     if buf.len() < MIN {

@@ -353,6 +353,8 @@ impl DynArray {
                 ),
             ));
         }
+        // a large fresh buffer (NumPy's allocation for to_numpy) faults 2 MiB at a time
+        crate::array::advise_huge_pages(out);
         with!(self, a => match bytemuck::try_cast_slice_mut(out) {
             Ok(typed) => a.copy_to_host(typed),
             Err(_) => {

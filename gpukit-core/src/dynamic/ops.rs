@@ -111,11 +111,11 @@ impl Arith {
             Arith::Add | Arith::Maximum | Arith::BitOr => Ok(LogicalOp::Or),
             Arith::Mul | Arith::Minimum | Arith::BitAnd => Ok(LogicalOp::And),
             Arith::BitXor => Ok(LogicalOp::Xor),
-            Arith::Sub => Err(Error::invalid(
-                "subtract",
-                "subtracting bool arrays is not supported (NumPy refuses it too); use \
-                 bitwise_xor or logical_xor",
-            )),
+            // NumPy refuses it too (TypeError); the message says what to use instead
+            Arith::Sub => Err(Error::UnsupportedDType {
+                op: "subtract (use bitwise_xor or logical_xor for bool)".into(),
+                dtype: "bool",
+            }),
             _ => Err(Error::UnsupportedDType {
                 op: self.name().to_string(),
                 dtype: "bool",
