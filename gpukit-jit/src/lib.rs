@@ -33,6 +33,7 @@ mod compile;
 mod error;
 mod kernel_set;
 pub mod libs;
+mod mangled;
 mod module;
 mod options;
 pub mod signature;
