@@ -249,16 +249,20 @@ impl<T: DType> Expr<T> {
             });
             p
         };
-        let kernel = dev.kernel_set().kernel(&id, "gk_expr", || ProgramSpec {
-            source: Cow::Owned(codegen::elementwise_source(
-                "gk_expr",
-                &params(),
-                &format!("y = {code};"),
-                "",
-            )),
-            program: Cow::Borrowed("gk_expr"),
-            options: CompileOptions::new().header("common.cuh", kernels::COMMON_H),
-        })?;
+        // SAFETY: the id spells the element type, the operand counts and the generated code
+        // (all the source depends on); no other crate registers `gpukit-core/` ids.
+        let kernel = unsafe {
+            dev.kernel_set().kernel(&id, "gk_expr", || ProgramSpec {
+                source: Cow::Owned(codegen::elementwise_source(
+                    "gk_expr",
+                    &params(),
+                    &format!("y = {code};"),
+                    "",
+                )),
+                program: Cow::Borrowed("gk_expr"),
+                options: CompileOptions::new().header("common.cuh", kernels::COMMON_H),
+            })
+        }?;
         let stream = dev.stream();
         let mut strides = Vec::with_capacity(leaves.len() + 1);
         let mut contig = out.is_contiguous();
