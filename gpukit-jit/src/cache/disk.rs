@@ -20,7 +20,6 @@ use crate::options::Output;
 use sha2::{Digest, Sha256};
 use std::io::{self, Write};
 use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 const MAGIC: &[u8; 8] = b"GPUKITK2";
@@ -52,24 +51,24 @@ pub(crate) struct Expect<'a> {
 pub(crate) struct DiskCache {
     pub(crate) dir: PathBuf,
     pub(crate) max_bytes: u64,
-    opened: OnceLock<Result<CacheDir, String>>,
+    opened: Result<CacheDir, String>,
 }
 
 impl DiskCache {
+    /// Opens (creating it when missing) and checks the directory `dir` once, now: every later
+    /// lookup and write goes through this descriptor.
     pub(crate) fn new(dir: PathBuf, max_bytes: u64) -> Self {
+        let opened = CacheDir::open(&dir);
         DiskCache {
             dir,
             max_bytes,
-            opened: OnceLock::new(),
+            opened,
         }
     }
 
-    /// The opened directory, or why it is not used (checked once, on first use).
+    /// The opened directory, or why it is not used.
     pub(crate) fn open(&self) -> Result<&CacheDir, &str> {
-        self.opened
-            .get_or_init(|| CacheDir::open(&self.dir))
-            .as_ref()
-            .map_err(String::as_str)
+        self.opened.as_ref().map_err(String::as_str)
     }
 
     fn name_of(key: &CacheKey) -> String {

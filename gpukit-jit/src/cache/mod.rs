@@ -172,7 +172,8 @@ impl std::fmt::Debug for KernelCache {
 }
 
 impl KernelCache {
-    /// A cache with this configuration.
+    /// A cache with this configuration. The disk directory is opened (created when missing)
+    /// and checked here, once (see [`disk_problem`](Self::disk_problem)).
     pub fn new(config: CacheConfig) -> Self {
         let cap = NonZeroUsize::new(config.memory_entries.max(1)).unwrap_or(NonZeroUsize::MIN);
         KernelCache {
@@ -209,7 +210,8 @@ impl KernelCache {
 
     /// Why the configured disk directory is not used (the cache then keeps to memory): a
     /// directory on the way that another user could change, or one that cannot be created or
-    /// opened. `None` when it is used, or when there is none. Checked on first use.
+    /// opened. `None` when it is used, or when there is none. Checked once, when the cache is
+    /// made.
     pub fn disk_problem(&self) -> Option<String> {
         let d = self.disk.as_ref()?;
         d.open().err().map(|reason| {
