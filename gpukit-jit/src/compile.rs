@@ -68,7 +68,7 @@ impl CompiledModule {
     ///   are decoded from its lowered (mangled) symbol, which spells the types of the function
     ///   the compiler chose, whatever namespaces, overloads, typedefs, macros or `#if`s the
     ///   source holds; parameter names come from the parsed declaration of that function when
-    ///   its types agree ([`crate::mangled`]);
+    ///   its types agree (see the `mangled` module);
     /// - an `extern "C"` kernel (whose symbol has no types): its parsed declaration, provided
     ///   every declaration of that name in the source agrees and none lies inside a
     ///   preprocessor conditional or a macro (C linkage admits one function per name, so a
