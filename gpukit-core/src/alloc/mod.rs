@@ -776,6 +776,13 @@ impl DeviceBuffer {
     pub fn last_user(&self) -> Stream {
         self.access.last()
     }
+    /// How many clones of `stream` the buffer holds (for owners that decide from the count of
+    /// a stream's holders whether anybody else still uses it).
+    pub(crate) fn stream_refs(&self, stream: &Stream) -> usize {
+        usize::from(self.stream == *stream)
+            + usize::from(self.access.last() == *stream)
+            + self.used_on.lock().iter().filter(|s| *s == stream).count()
+    }
 }
 
 /// How a stream that used a freed buffer was ordered before the memory goes back.
