@@ -444,19 +444,25 @@ impl ElementwiseKernel {
         let layout = shape::layout_bytes(&op, &out_shape, &strides)?;
         let binding: Vec<&str> = params.iter().map(|p| p.ctype).collect();
         let id = format!(
-            "gpukit-core/elementwise/{}|{:?}|{:?}|{}|{}|{:?}",
+            "gpukit-core/elementwise/{}|{:?}|{:?}|{:?}|{:?}|{:?}",
             self.name, self.inputs, self.outputs, self.operation, self.preamble, binding
         );
-        let kernel = dev.kernel_set().kernel(&id, &self.name, || ProgramSpec {
-            source: Cow::Owned(codegen::elementwise_source(
-                &self.name,
-                &params,
-                &self.operation,
-                &self.preamble,
-            )),
-            program: Cow::Borrowed(self.name.as_str()),
-            options: CompileOptions::new().header("common.cuh", kernels::COMMON_H),
-        })?;
+        // SAFETY: the id spells every input of the generated source and its options (the name,
+        // the parameters, the operation and preamble quoted and escaped by `{:?}`, so two
+        // different kernels never share an id, and the element-type binding); no other crate
+        // registers `gpukit-core/` ids (the kernel set's contract).
+        let kernel = unsafe {
+            dev.kernel_set().kernel(&id, &self.name, || ProgramSpec {
+                source: Cow::Owned(codegen::elementwise_source(
+                    &self.name,
+                    &params,
+                    &self.operation,
+                    &self.preamble,
+                )),
+                program: Cow::Borrowed(self.name.as_str()),
+                options: CompileOptions::new().header("common.cuh", kernels::COMMON_H),
+            })
+        }?;
         let stream = dev.stream();
         let mut kargs: Vec<KernelArg> = Vec::new();
         for a in &operands {
@@ -653,7 +659,7 @@ impl ReductionKernel {
         let layout = shape::layout_bytes(&op, &pshape, &strides)?;
         let binding: Vec<&str> = params.iter().map(|p| p.ctype).collect();
         let id = format!(
-            "gpukit-core/reduction/{}|{:?}|{:?}|{}|{}|{}|{}|{}|{}|{:?}|{rt}",
+            "gpukit-core/reduction/{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{rt}",
             self.name,
             self.inputs,
             self.output,
@@ -679,7 +685,10 @@ impl ReductionKernel {
             program: Cow::Borrowed(self.name.as_str()),
             options: CompileOptions::new().header("common.cuh", kernels::COMMON_H),
         };
-        let kernel = dev.kernel_set().kernel(&id, &self.name, spec)?;
+        // SAFETY: the id spells every input of the generated source and its options (free text
+        // quoted and escaped by `{:?}`, the element types, the reduction type); no other crate
+        // registers `gpukit-core/` ids (the kernel set's contract).
+        let kernel = unsafe { dev.kernel_set().kernel(&id, &self.name, spec) }?;
         // Few outputs over a long reduced axis: split it over grid.y and combine.
         let sms = dev.multiprocessor_count().max(1) as usize;
         let splits = if outputs < 2 * sms && r > 65536 {
@@ -731,9 +740,11 @@ impl ReductionKernel {
             &kargs,
         )?;
         if let Some(p) = &partial {
-            let combine = dev
-                .kernel_set()
-                .kernel(&id, &format!("{}_combine", self.name), spec)?;
+            // SAFETY: as above (the same id and spec).
+            let combine = unsafe {
+                dev.kernel_set()
+                    .kernel(&id, &format!("{}_combine", self.name), spec)
+            }?;
             kernels::launch(
                 &combine,
                 &stream,

@@ -169,8 +169,10 @@ impl Cached for BlasHandle {
         &self.alloc
     }
     fn own_stream_refs(&self) -> usize {
-        // The workspace buffer holds the stream too.
-        usize::from(self.workspace.is_some())
+        // The workspace buffer holds the stream too (as its own, and as its latest user).
+        self.workspace
+            .as_ref()
+            .map_or(0, |w| w.stream_refs(&self.stream))
     }
 }
 

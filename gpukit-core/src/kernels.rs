@@ -277,13 +277,18 @@ pub(crate) fn get(
     expr: &str,
 ) -> Result<Kernel> {
     let (id, program) = program_names(file, dtype);
-    Ok(dev
-        .kernel_set()
-        .kernel(id, expr, || gpukit_jit::ProgramSpec {
-            source: file.source().into(),
-            program: program.into(),
-            options: file.options(dtype),
-        })?)
+    // SAFETY: `id` (`gpukit-core/<program>`) names exactly this file's source with the options
+    // of `dtype`, in every call of this crate; no other crate registers `gpukit-core/` ids
+    // (the kernel set's contract).
+    let kernel = unsafe {
+        dev.kernel_set()
+            .kernel(id, expr, || gpukit_jit::ProgramSpec {
+                source: file.source().into(),
+                program: program.into(),
+                options: file.options(dtype),
+            })
+    }?;
+    Ok(kernel)
 }
 
 /// Threads per block of the built-in grid-stride kernels.

@@ -71,3 +71,54 @@ pub use pinned::{PinnedBuffer, PinnedKind, PinnedPool};
 pub use random::Generator;
 pub use slice::{Ellipsis, Index, NewAxis};
 pub use stream::{Event, ForeignStream, Stream};
+
+#[cfg(test)]
+mod layering {
+    /// The code of `src` without comment lines.
+    fn code(src: &str) -> Vec<&str> {
+        src.lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect()
+    }
+
+    /// The runtime below `Device` imports one way: `stream` <- `pinned` <- `transfer`, and
+    /// `stream` <- `alloc`; none of them reaches up to `device` (it used to: `Stream` lived in
+    /// `device.rs` and the allocator opened the `Device` on every allocation).
+    #[test]
+    fn the_runtime_modules_import_one_way() {
+        let modules: [(&str, &str, &[&str]); 6] = [
+            (
+                "stream",
+                include_str!("stream.rs"),
+                &["crate::alloc", "crate::pinned", "crate::transfer"],
+            ),
+            (
+                "alloc",
+                include_str!("alloc/mod.rs"),
+                &["crate::pinned", "crate::transfer"],
+            ),
+            (
+                "alloc/access",
+                include_str!("alloc/access.rs"),
+                &["crate::alloc"],
+            ),
+            ("alloc/pool", include_str!("alloc/pool.rs"), &["crate::"]),
+            (
+                "pinned",
+                include_str!("pinned.rs"),
+                &["crate::alloc", "crate::transfer"],
+            ),
+            ("transfer", include_str!("transfer.rs"), &["crate::alloc"]),
+        ];
+        for (name, src, forbidden) in modules {
+            for line in code(src) {
+                for f in forbidden
+                    .iter()
+                    .chain(&["crate::device", "crate::Device", "Device::open"])
+                {
+                    assert!(!line.contains(f), "{name} reaches up to {f}: {line}");
+                }
+            }
+        }
+    }
+}

@@ -110,39 +110,75 @@ impl From<std::ops::RangeFull> for Index {
     }
 }
 
+/// A position as `isize`: signed types exactly (on 64-bit targets), unsigned ones saturating at
+/// `isize::MAX`, which lies past the end of every axis (an array holds at most `isize::MAX`
+/// elements): a position `>= 2^63` is out of bounds, never a count from the end.
+trait ToPosition: Copy {
+    fn position(self) -> isize;
+}
+impl ToPosition for i32 {
+    fn position(self) -> isize {
+        self as isize
+    }
+}
+impl ToPosition for i64 {
+    fn position(self) -> isize {
+        isize::try_from(self).unwrap_or(if self < 0 { isize::MIN } else { isize::MAX })
+    }
+}
+impl ToPosition for isize {
+    fn position(self) -> isize {
+        self
+    }
+}
+impl ToPosition for usize {
+    fn position(self) -> isize {
+        isize::try_from(self).unwrap_or(isize::MAX)
+    }
+}
+
+/// The exclusive stop of an inclusive end: `-1` ("through the last element") is no stop.
+fn inclusive_stop(end: isize) -> Option<isize> {
+    (end != -1).then(|| end.saturating_add(1))
+}
+
 macro_rules! int_index {
     ($($t:ty),*) => {$(
         impl From<$t> for Index {
-            fn from(i: $t) -> Self { Index::At(i as isize) }
+            fn from(i: $t) -> Self { Index::At(i.position()) }
         }
         impl From<std::ops::Range<$t>> for Index {
             fn from(r: std::ops::Range<$t>) -> Self {
-                Index::Range { start: Some(r.start as isize), stop: Some(r.end as isize), step: 1 }
+                Index::Range {
+                    start: Some(r.start.position()),
+                    stop: Some(r.end.position()),
+                    step: 1,
+                }
             }
         }
         impl From<std::ops::RangeFrom<$t>> for Index {
             fn from(r: std::ops::RangeFrom<$t>) -> Self {
-                Index::Range { start: Some(r.start as isize), stop: None, step: 1 }
+                Index::Range { start: Some(r.start.position()), stop: None, step: 1 }
             }
         }
         impl From<std::ops::RangeTo<$t>> for Index {
             fn from(r: std::ops::RangeTo<$t>) -> Self {
-                Index::Range { start: None, stop: Some(r.end as isize), step: 1 }
+                Index::Range { start: None, stop: Some(r.end.position()), step: 1 }
             }
         }
         impl From<std::ops::RangeInclusive<$t>> for Index {
             fn from(r: std::ops::RangeInclusive<$t>) -> Self {
-                let end = *r.end() as isize;
                 // `a..=-1` means "through the last element".
-                let stop = if end == -1 { None } else { Some(end + 1) };
-                Index::Range { start: Some(*r.start() as isize), stop, step: 1 }
+                Index::Range {
+                    start: Some(r.start().position()),
+                    stop: inclusive_stop(r.end().position()),
+                    step: 1,
+                }
             }
         }
         impl From<std::ops::RangeToInclusive<$t>> for Index {
             fn from(r: std::ops::RangeToInclusive<$t>) -> Self {
-                let end = r.end as isize;
-                let stop = if end == -1 { None } else { Some(end + 1) };
-                Index::Range { start: None, stop, step: 1 }
+                Index::Range { start: None, stop: inclusive_stop(r.end.position()), step: 1 }
             }
         }
     )*};
@@ -177,14 +213,24 @@ pub fn set_on_axis(
     step: isize,
     len: usize,
 ) -> (isize, usize, isize) {
-    let l = len as isize;
-    let adjust = |v: isize| (if v < 0 { v + l } else { v }).clamp(0, l);
+    let l = len.min(isize::MAX as usize) as isize;
+    let adjust = |v: isize| (if v < 0 { v.saturating_add(l) } else { v }).clamp(0, l);
     let s = start.map_or(0, adjust);
     let e = stop.map_or(l, adjust);
-    let k = step.abs();
-    let n = if e > s { (e - s + k - 1) / k } else { 0 };
+    // |step| as usize: isize::MIN has no positive isize.
+    let n = count(e - s, step.unsigned_abs());
     let first = if step > 0 { s } else { e - 1 };
-    (first, n as usize, step)
+    (first, n, step)
+}
+
+/// Positions in a run of `span` (when positive) taken every `k`-th: without the overflow of
+/// `(span + k - 1) / k` for large steps.
+fn count(span: isize, k: usize) -> usize {
+    if span <= 0 || k == 0 {
+        0
+    } else {
+        (span as usize - 1) / k + 1
+    }
 }
 
 /// `(start, length, step)` of a NumPy slice on an axis of `len` elements, as Python's
@@ -195,25 +241,20 @@ pub fn range_on_axis(
     step: isize,
     len: usize,
 ) -> (isize, usize, isize) {
-    let len = len as isize;
+    let len = len.min(isize::MAX as usize) as isize;
     let adjust = |v: isize, lo: isize, hi: isize| -> isize {
-        let v = if v < 0 { v + len } else { v };
+        let v = if v < 0 { v.saturating_add(len) } else { v };
         v.clamp(lo, hi)
     };
+    let k = step.unsigned_abs();
     if step > 0 {
         let s = start.map_or(0, |v| adjust(v, 0, len));
         let e = stop.map_or(len, |v| adjust(v, 0, len));
-        let n = if e > s { (e - s + step - 1) / step } else { 0 };
-        (s, n as usize, step)
+        (s, count(e - s, k), step)
     } else {
         let s = start.map_or(len - 1, |v| adjust(v, -1, len - 1));
         let e = stop.map_or(-1, |v| adjust(v, -1, len - 1));
-        let n = if s > e {
-            (s - e + (-step) - 1) / (-step)
-        } else {
-            0
-        };
-        (s, n as usize, step)
+        (s, count(s - e, k), step)
     }
 }
 
@@ -417,7 +458,88 @@ mod tests {
         assert_eq!((v.shape, v.offset), (vec![0], 0));
     }
 
+    #[test]
+    fn extreme_steps_and_huge_positions_do_not_wrap() {
+        // A step of isize::MIN negated overflowed (a panic in debug builds, a wrapped length in
+        // release builds); large steps overflowed `span + step - 1`.
+        for step in [
+            isize::MIN,
+            isize::MIN + 1,
+            isize::MAX,
+            isize::MAX - 1,
+            1 << 62,
+        ] {
+            let from_3 = Index::numpy(Some(3), if step > 0 { None } else { Some(-100) }, step);
+            let end = if step > 0 { 0 } else { 9 };
+            for (idx, first) in [
+                (Index::ALL.step(step), end),
+                (Index::numpy(None, None, step), end),
+                (from_3, 3),
+            ] {
+                let v = resolve("t", &[10], &[1], 0, &[idx]).unwrap();
+                assert_eq!((v.shape, v.offset), (vec![1], first), "{idx:?}");
+            }
+        }
+        // A position >= 2^63 is out of bounds, not a count from the end (it wrapped to a
+        // negative isize: `u64::MAX` read as -1, the last element).
+        let huge: usize = usize::MAX;
+        let e = resolve("t", &[10], &[1], 0, &[Index::from(huge)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("out of bounds"), "{e}");
+        assert!(resolve("t", &[10], &[1], 0, &[Index::from(1usize << 63)]).is_err());
+        let v = resolve("t", &[10], &[1], 0, &[Index::from(huge - 5..huge)]).unwrap();
+        assert_eq!(v.shape, vec![0], "a range past the end is empty");
+        let v = resolve("t", &[10], &[1], 0, &[Index::from(3..huge)]).unwrap();
+        assert_eq!(
+            (v.shape, v.offset),
+            (vec![7], 3),
+            "an end past the axis is clamped"
+        );
+        let v = resolve("t", &[10], &[1], 0, &[Index::from(3..=huge)]).unwrap();
+        assert_eq!(v.shape, vec![7]);
+        assert_eq!(
+            Index::from(5i64..=i64::MAX),
+            Index::from(5isize..=isize::MAX)
+        );
+        let v = resolve("t", &[10], &[1], 0, &[Index::from(i64::MIN)]);
+        assert!(v.is_err());
+    }
+
     proptest! {
+        #[test]
+        fn huge_unsigned_positions_never_count_from_the_end(
+            len in 0usize..12,
+            pos in (1usize << 63)..=usize::MAX,
+        ) {
+            prop_assert!(resolve("t", &[len], &[1], 0, &[Index::from(pos)]).is_err());
+            let v = resolve("t", &[len], &[1], 0, &[Index::from(pos..)]).unwrap();
+            prop_assert_eq!(v.shape, vec![0]);
+            let v = resolve("t", &[len], &[1], 0, &[Index::from(..pos)]).unwrap();
+            prop_assert_eq!(v.shape, vec![len]);
+        }
+
+        #[test]
+        fn any_step_gives_the_positions_of_a_walk(
+            len in 0usize..12,
+            start in prop::option::of(any::<isize>()),
+            stop in prop::option::of(any::<isize>()),
+            step in any::<isize>().prop_filter("non-zero", |s| *s != 0),
+        ) {
+            for idx in [Index::Range { start, stop, step }, Index::numpy(start, stop, step)] {
+                let v = resolve("t", &[len], &[1], 0, &[idx]).unwrap();
+                let n = v.shape[0];
+                prop_assert!(n <= len);
+                for k in 0..n as isize {
+                    let p = v.offset as isize + k * if n > 1 { v.strides[0] } else { 1 };
+                    prop_assert!(p >= 0 && (p as usize) < len, "{:?}: {}", idx, p);
+                }
+                if step.unsigned_abs() >= len.max(1) {
+                    prop_assert!(n <= 1);
+                }
+            }
+        }
+
         #[test]
         fn rust_ranges_walk_their_set(
             len in 0usize..12,

@@ -7,8 +7,8 @@
 //! - [`Stream`] and [`Event`]: cheap-to-clone handles with ordering helpers
 //!   ([`Stream::wait_stream`]).
 //! - The current stream: [`Device::with_stream`](crate::Device::with_stream) pushes a scope
-//!   ([`with_scope`]), and the device and its allocator read the innermost scope of their
-//!   context ([`scoped`]).
+//!   (`with_scope`), and the device and its allocator read the innermost scope of their
+//!   context (`scoped`).
 //! - Foreign streams (DLPack's `stream` argument, the CUDA array interface's `stream` key): a
 //!   stream handle given as an integer ([`ForeignStream`]), ordered against ours with
 //!   [`Stream::wait_raw_stream`] and [`GpuArray::make_ready_on_raw`](crate::GpuArray::make_ready_on_raw).

@@ -1,13 +1,16 @@
 //! Stream order of the uses of one array's memory (issue 21, "Ordering"): an array written on
 //! one stream and read on another, copies that wait for the latest writer rather than for the
-//! allocating stream, and the gather of a non-contiguous download. Each test queues a write that
+//! allocating stream, the gather of a non-contiguous download, and the allocator's cache release
+//! behind a green context's work. Each test queues a write that
 //! is still running (a kernel that spins first) when the next use is queued: without ordering
 //! the next use reads the old values. Skips without a GPU.
 
 mod common;
 
 use common::slow::slow_fill;
-use gpukit_core::{s, GpuArray, PinnedArray, PinnedKind};
+use gpukit_core::{s, GpuArray, OwnerId, PinnedArray, PinnedKind, Stream};
+use gpukit_jit::cudarc::driver::sys;
+use std::sync::Arc;
 
 const N: usize = 1 << 20;
 
@@ -102,4 +105,101 @@ fn gemm_marks_its_operands_before_launching() {
     slow_fill(&dev, &mut a, 1.0, &s1);
     let c = gpukit_core::gemm::matmul(&a, &b).unwrap();
     assert!(c.to_vec().unwrap().iter().all(|&v| v == 256.0));
+}
+
+/// A green context over the first 8-SM group of the device and one stream of it, made with the
+/// driver directly (as gpukit-sched does); the stream is wrapped with the primary context, as
+/// gpukit-core's stream scopes expect. Destroyed on drop.
+struct Green {
+    ctx: sys::CUgreenCtx,
+    raw: sys::CUstream,
+    stream: Stream,
+}
+
+impl Green {
+    fn new(dev: &gpukit_core::Device) -> Option<Green> {
+        dev.context().bind_to_thread().ok()?;
+        let device = dev.context().cu_device();
+        // SAFETY: valid out-pointers, resources of this device, flags as documented; each
+        // result is checked before use; wrap_borrowed_stream's stream outlives its wrapper
+        // (destroyed in drop, after the test's last use).
+        unsafe {
+            let mut input: sys::CUdevResource = std::mem::zeroed();
+            sys::cuDeviceGetDevResource(
+                device,
+                &mut input,
+                sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM,
+            )
+            .result()
+            .ok()?;
+            let mut group: sys::CUdevResource = std::mem::zeroed();
+            let mut rest: sys::CUdevResource = std::mem::zeroed();
+            let mut n = 1u32;
+            sys::cuDevSmResourceSplitByCount(&mut group, &mut n, &input, &mut rest, 0, 8)
+                .result()
+                .ok()?;
+            let mut desc: sys::CUdevResourceDesc = std::ptr::null_mut();
+            sys::cuDevResourceGenerateDesc(&mut desc, &mut group, 1)
+                .result()
+                .ok()?;
+            let mut ctx: sys::CUgreenCtx = std::ptr::null_mut();
+            sys::cuGreenCtxCreate(
+                &mut ctx,
+                desc,
+                device,
+                sys::CUgreenCtxCreate_flags::CU_GREEN_CTX_DEFAULT_STREAM as u32,
+            )
+            .result()
+            .ok()?;
+            let mut raw: sys::CUstream = std::ptr::null_mut();
+            sys::cuGreenCtxStreamCreate(
+                &mut raw,
+                ctx,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                0,
+            )
+            .result()
+            .ok()?;
+            let stream = Stream::from_cuda(dev.context().wrap_borrowed_stream(raw));
+            Some(Green { ctx, raw, stream })
+        }
+    }
+}
+
+impl Drop for Green {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`, destroyed once, the stream before its context.
+        unsafe {
+            sys::cuStreamSynchronize(self.raw);
+            sys::cuStreamDestroy_v2(self.raw);
+            sys::cuGreenCtxDestroy(self.ctx);
+        }
+    }
+}
+
+#[test]
+fn empty_cache_waits_for_streams_of_green_contexts() {
+    let Some(dev) = common::device("empty_cache_waits_for_streams_of_green_contexts") else {
+        return;
+    };
+    let green = Green::new(&dev).expect("a green context of 8 SMs (compute capability 9.0)");
+    dev.allocator().empty_cache().unwrap();
+    // A block of its own segment, used only on the green stream: freed to that stream's list
+    // at once when dropped, while a kernel still writes it.
+    let buf = dev
+        .allocator()
+        .alloc_for(&OwnerId::new("green"), 64 << 20, &green.stream)
+        .unwrap();
+    let mut x = GpuArray::<f32>::from_buffer(Arc::new(buf), &[16 << 20], &[1], 0).unwrap();
+    slow_fill(&dev, &mut x, 1.0, &green.stream);
+    let done = green.stream.record_marker().unwrap();
+    drop(x);
+    // Releasing the cached segment to the driver must wait for that kernel first (the primary
+    // context's synchronisation does not cover a green context's stream).
+    dev.allocator().empty_cache().unwrap();
+    assert!(
+        done.is_complete().unwrap(),
+        "the segment was released while a green-context kernel still wrote it"
+    );
+    assert!(dev.allocator().release_stream(&green.stream).unwrap());
 }

@@ -1,6 +1,7 @@
 //! Every built-in kernel compiles with NVRTC for sm_80 and sm_90a (CUBIN, so ptxas runs and
 //! spills would show), and every name expression the Rust side asks for resolves; so do
-//! kernels generated for the fused operators and the user kernels.
+//! kernels generated for the fused operators and the user kernels. Every instance's mangled
+//! symbol decodes to the parameter types of its declaration.
 
 use gpukit_core::kernels::{builtin_programs, KernelFile};
 use gpukit_jit::{compile, Arch, Output};
@@ -36,6 +37,18 @@ fn every_builtin_kernel_compiles_for_sm80_and_sm90a() {
                     opts.name_expressions.len(),
                     "{program}: every name expression must lower"
                 );
+                // Launch checks read each instance's parameter types from its mangled symbol:
+                // every built-in one decodes, to the types of its declaration (whose names it
+                // then carries).
+                for expr in &opts.name_expressions {
+                    let sig = m
+                        .signature_for(expr)
+                        .unwrap_or_else(|| panic!("{program}: {expr} has no decoded signature"));
+                    assert!(
+                        !sig.params.is_empty() && sig.params.iter().all(|p| !p.name.is_empty()),
+                        "{program}: {expr} decodes to other types than declared: {sig:?}"
+                    );
+                }
                 // No kernel spills registers to local memory.
                 for line in m.log.lines().filter(|l| l.contains("spill")) {
                     assert!(

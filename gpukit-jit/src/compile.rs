@@ -50,8 +50,8 @@ impl CompiledModule {
         })
     }
 
-    /// Checks launch arguments for kernel `name` against its parsed signature (a no-op when
-    /// the signature could not be parsed).
+    /// Checks raw launch arguments for kernel `name` against its signature (count, kinds,
+    /// widths; a no-op when it has none: raw launches are `unsafe` anyway).
     pub fn check_launch(&self, name: &str, args: &[crate::KernelArg]) -> Result<()> {
         self.resolve(name)?;
         match self.signature_for(name) {
@@ -60,14 +60,57 @@ impl CompiledModule {
         }
     }
 
-    /// The signature to check launches of `name` against, with template types bound.
+    /// The signature of the exact function that kernel `name` loads, which safe launches are
+    /// checked against; `None` when it cannot be known for sure (those kernels launch only
+    /// through `launch_unchecked`):
+    ///
+    /// - a name expression (a template instance, `ns::k<float>`, `&plain`): the parameter types
+    ///   are decoded from its lowered (mangled) symbol, which spells the types of the function
+    ///   the compiler chose, whatever namespaces, overloads, typedefs, macros or `#if`s the
+    ///   source holds; parameter names come from the parsed declaration of that function when
+    ///   its types agree (see the `mangled` module);
+    /// - an `extern "C"` kernel (whose symbol has no types): its parsed declaration, provided
+    ///   every declaration of that name in the source agrees and none lies inside a
+    ///   preprocessor conditional or a macro (C linkage admits one function per name, so a
+    ///   second, different definition elsewhere would not compile; one the preprocessor may
+    ///   leave out or replace could).
     pub fn signature_for(&self, name: &str) -> Option<KernelSignature> {
-        let base = name.split('<').next().unwrap_or(name).trim();
-        let base = base.rsplit("::").next().unwrap_or(base);
-        self.kernels
-            .iter()
-            .find(|k| k.name == base)
-            .map(|k| k.instantiate(name))
+        if let Some((_, lowered)) = self.lowered_names.iter().find(|(e, _)| e == name) {
+            if lowered.starts_with("_Z") {
+                let decoded = crate::mangled::decode(lowered)?;
+                let base = decoded.path.last()?;
+                // Parsed declarations of that name whose types, bound to this instance, are
+                // the compiled ones: the source of the parameter names.
+                let named: Vec<KernelSignature> = self
+                    .kernels
+                    .iter()
+                    .filter(|k| &k.name == base && !k.extern_c)
+                    .map(|k| k.instantiate(name))
+                    .filter(|k| decoded.matches(k))
+                    .collect();
+                let unique = match named.as_slice() {
+                    [one] => Some(one),
+                    _ => None,
+                };
+                return Some(decoded.signature(unique));
+            }
+            return self.extern_c_signature(lowered);
+        }
+        self.extern_c_signature(name)
+    }
+
+    fn extern_c_signature(&self, name: &str) -> Option<KernelSignature> {
+        let mut found = self.kernels.iter().filter(|k| k.extern_c && k.name == name);
+        let first = found.next()?;
+        if first.conditional {
+            return None;
+        }
+        for other in found {
+            if other.conditional || other.params != first.params {
+                return None;
+            }
+        }
+        Some(first.clone())
     }
 
     /// Kernel names that can be loaded from this module.
@@ -337,5 +380,140 @@ mod tests {
         );
         assert!(s.contains("    2 |   x[0] = fator;"), "{s}");
         assert_eq!(summarize_log("", src, "k", "X"), "k.cu: X");
+    }
+}
+
+#[cfg(test)]
+mod signature_tests {
+    use super::*;
+    use crate::signature::ParamKind;
+    use crate::{Arg, DeviceMemory, ElemType, UseGuard};
+
+    /// A module as `compile` returns it, with NVRTC 13.0's lowered names for `exprs` (recorded
+    /// from a real compilation of `source`; tests/signatures.rs checks them with NVRTC).
+    fn module(source: &str, lowered: &[(&str, &str)]) -> CompiledModule {
+        CompiledModule {
+            program: "t".into(),
+            target: Arch::new(9, 0),
+            output: Output::Cubin,
+            image: Vec::new(),
+            lowered_names: lowered
+                .iter()
+                .map(|(e, l)| (e.to_string(), l.to_string()))
+                .collect(),
+            log: String::new(),
+            kernels: parse_kernels(source),
+        }
+    }
+
+    struct Mem(ElemType);
+    // SAFETY: only checked here, never launched.
+    unsafe impl DeviceMemory for Mem {
+        fn elem_type(&self) -> ElemType {
+            self.0
+        }
+        fn byte_range(&self) -> std::ops::Range<u64> {
+            0x1000..0x2000
+        }
+        fn device_ordinal(&self) -> usize {
+            0
+        }
+        fn read_on<'s>(
+            &'s self,
+            _: &'s std::sync::Arc<cudarc::driver::CudaStream>,
+        ) -> (u64, UseGuard<'s>) {
+            (0x1000, UseGuard::none())
+        }
+        fn write_on<'s>(
+            &'s mut self,
+            _: &'s std::sync::Arc<cudarc::driver::CudaStream>,
+        ) -> (u64, UseGuard<'s>) {
+            (0x1000, UseGuard::none())
+        }
+    }
+
+    pub(crate) const NAMESPACES: &str = r#"
+        namespace a { template <typename T> __global__ void k(T* x, int n) {} }
+        namespace b { template <typename T> __global__ void k(double* x, T n) {} }
+    "#;
+
+    #[test]
+    fn a_namespaced_kernel_is_checked_against_itself_not_a_namesake() {
+        let m = module(
+            NAMESPACES,
+            &[
+                ("a::k<float>", "_ZN1a1kIfEEvPT_i"),
+                ("b::k<int>", "_ZN1b1kIiEEvPdT_"),
+            ],
+        );
+        // b::k<int> writes doubles: the first `k` of the source (a::k, bound to int) said int*.
+        let sig = m.signature_for("b::k<int>").unwrap();
+        assert_eq!(
+            sig.params[0].kind,
+            ParamKind::Pointer {
+                pointee: "double".into(),
+                writable: true
+            }
+        );
+        assert_eq!(sig.params[0].name, "x", "names from b::k's declaration");
+        let mut ints = Mem(ElemType::I32);
+        let e =
+            crate::typed::check_typed(&sig, "b::k<int>", 0, &[Arg::from(&mut ints), 4i32.into()])
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("f64"), "{e}");
+        let mut doubles = Mem(ElemType::F64);
+        crate::typed::check_typed(
+            &sig,
+            "b::k<int>",
+            0,
+            &[Arg::from(&mut doubles), 4i32.into()],
+        )
+        .unwrap();
+        let sig = m.signature_for("a::k<float>").unwrap();
+        assert_eq!(
+            sig.params[0].kind,
+            ParamKind::Pointer {
+                pointee: "float".into(),
+                writable: true
+            }
+        );
+    }
+
+    pub(crate) const BRANCHES: &str = r#"
+        #ifdef USE_DOUBLE
+        extern "C" __global__ void scale(double* x, double f, int n) {}
+        #else
+        extern "C" __global__ void scale(float* x, float f, int n) {}
+        #endif
+        #if 0
+        extern "C" __global__ void only_maybe(float* x) {}
+        #endif
+        #define MAKE(name) extern "C" __global__ void name(float* x) {}
+        MAKE(made)
+        #ifndef GUARD_H
+        #define GUARD_H
+        extern "C" __global__ void guarded(float* x, int n) {}
+        extern "C" __global__ void declared_twice(float* x);
+        extern "C" __global__ void declared_twice(float* x) {}
+        #endif
+    "#;
+
+    #[test]
+    fn extern_c_kernels_behind_the_preprocessor_have_no_checked_signature() {
+        let m = module(BRANCHES, &[]);
+        // Which `scale` is compiled is the preprocessor's choice: no safe launch.
+        assert!(m.signature_for("scale").is_none());
+        assert!(m.signature_for("only_maybe").is_none());
+        // Declared through a macro: the parser sees only the macro's text.
+        assert!(m.signature_for("made").is_none());
+        assert!(m.signature_for("name").is_none());
+        // An include guard is not a condition; a declaration and its definition agree.
+        assert_eq!(m.signature_for("guarded").unwrap().params.len(), 2);
+        assert_eq!(m.signature_for("declared_twice").unwrap().params.len(), 1);
+        assert!(parse_kernels(BRANCHES)
+            .iter()
+            .filter(|k| k.name == "scale")
+            .all(|k| k.conditional));
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! Every loaded module of the process lives in its device's [`KernelSet`], whoever loaded it:
 //! gpukit-core's built-in kernels and GEMM kernels (by a program id they choose, so a lookup
-//! costs two map probes and no hashing of the source), user kernels through [`load_source`]
+//! costs two map probes and no hashing of the source; registering under an id is `unsafe`,
+//! since its users launch its kernels unchecked), user kernels through [`load_source`]
 //! / [`jit`](crate::jit) and gpukit-core's `Device::load_kernel` (by the content-hashed
 //! [`CacheKey`](crate::CacheKey), so two different sources never share an entry). A miss
 //! compiles through [`KernelCache::global`] (which answers from memory or disk when it can)
@@ -96,12 +97,32 @@ impl KernelSet {
 
     /// Kernel `name` (an `extern "C"` name or a name expression) of the program `id`; on the
     /// first use of `id` the program `spec()` describes is compiled (through the global cache)
-    /// and loaded.
+    /// and loaded. A lookup costs two map probes and no hashing of the source.
     ///
-    /// `id` must stand for one source with one set of options in the whole process: use a
-    /// crate-specific prefix (`gpukit-core/elementwise/float`). Sources not known at build time
-    /// go through [`load_source`](Self::load_source), which keys by content.
-    pub fn kernel<'s>(
+    /// Sources not known at build time go through [`load_source`](Self::load_source), which
+    /// keys by content and is safe. Registering under an id takes `unsafe`: safe code cannot
+    /// put its own program under an id that others launch unchecked.
+    ///
+    /// ```compile_fail,E0133
+    /// # use gpukit_jit::{KernelSet, ProgramSpec, CompileOptions};
+    /// fn replace_a_builtin(set: &KernelSet) {
+    ///     let _ = set.kernel("gpukit-core/gpukit_copy_float", "fill<float>", || ProgramSpec {
+    ///         source: "extern \"C\" __global__ void k(double* x) {}".into(),
+    ///         program: "k".into(),
+    ///         options: CompileOptions::new(),
+    ///     });
+    /// }
+    /// ```
+    ///
+    /// # Safety
+    /// `id` must stand for one program in the whole process: every call with `id`, by any
+    /// caller, passes a spec of the same source and options (use a crate-specific prefix:
+    /// `gpukit-core/elementwise/float`; ids starting with `sha256:` belong to
+    /// [`load_source`](Self::load_source)). The first spec registered under an id is the one
+    /// compiled, and the kernels of an id are launched by its users with raw arguments
+    /// (`launch_unchecked`) on the strength of this promise: a different program registered
+    /// first under another crate's id would receive arguments meant for other code.
+    pub unsafe fn kernel<'s>(
         &self,
         id: &str,
         name: &str,
@@ -119,7 +140,14 @@ impl KernelSet {
     }
 
     /// The module of program `id` (see [`kernel`](Self::kernel)).
-    pub fn module<'s>(&self, id: &str, spec: impl FnOnce() -> ProgramSpec<'s>) -> Result<Module> {
+    ///
+    /// # Safety
+    /// As for [`kernel`](Self::kernel).
+    pub unsafe fn module<'s>(
+        &self,
+        id: &str,
+        spec: impl FnOnce() -> ProgramSpec<'s>,
+    ) -> Result<Module> {
         Ok(self.loaded(id, spec)?.module.clone())
     }
 
@@ -143,6 +171,8 @@ impl KernelSet {
         let cache = KernelCache::global()?;
         let target = self.target_for(source, options);
         let key = cache.key(source, program, target, options)?;
+        // Content keys live in their own namespace of ids (`sha256:`), which no caller of
+        // `kernel` may use (ids there are crate-prefixed names).
         let id = format!("sha256:{}", key.hex());
         if let Some(l) = self.programs.read().get(&id) {
             return Ok(l.module.clone());

@@ -17,6 +17,33 @@
 //! - [`libs`] and [`testing`]: library presence checks (cudarc panics when a CUDA library is
 //!   missing; gpukit returns [`Error::LibraryMissing`]) and the workspace's GPU test gate.
 //!
+//! # What safe code may do with CUDA source
+//!
+//! CUDA C++ is code that Rust cannot check, like a C library a program links. Its author
+//! promises two things, and gpukit relies on them:
+//!
+//! 1. each kernel reads and writes only the elements of the memory it is given (within the
+//!    lengths it is passed), and treats its values as the types it declares;
+//! 2. the source does not redefine the language: no macro named like a keyword or like a type
+//!    the launch checks read (`float`, `int`, `__half`, ...), and `__half` / `__nv_bfloat16`
+//!    are the 16-bit float types.
+//!
+//! Given that, **safe code may compile, load and launch any source** ([`compile()`],
+//! [`load_source`], [`jit()`], [`Kernel::launch`]): every argument of a safe launch is checked
+//! against the parameter types of the exact function the module contains (a name expression's
+//! mangled symbol, decoded by the compiler's own spelling; an `extern "C"` kernel's single
+//! unconditional declaration), memory arguments are live, on the launch's device, ordered on its
+//! stream and not written through an alias. A kernel whose compiled parameter types are not known
+//! for sure has no checked signature and launches only unsafely.
+//!
+//! **Outside the boundary, and therefore `unsafe` or private:** raw device addresses
+//! ([`Kernel::launch_unchecked`], [`Kernel::launch_raw`], [`Arg::raw`]); registering a program
+//! under an id that other code launches unchecked ([`KernelSet::kernel`], [`KernelSet::module`]:
+//! gpukit-core's built-in kernels are registered that way, and safe code must not be able to
+//! replace them); serving an image for a key computed from other inputs (the keyed lookup is
+//! crate-private, and disk entries are tied to their key and refused unless the directory and
+//! the entry are the user's own: see [`cache`]).
+//!
 //! ```no_run
 //! use gpukit_jit::{compile, Arch, CompileOptions, Output};
 //! let src = r#"extern "C" __global__ void scale(float* x, float f, int n) {
@@ -33,6 +60,7 @@ mod compile;
 mod error;
 mod kernel_set;
 pub mod libs;
+mod mangled;
 mod module;
 mod options;
 pub mod signature;

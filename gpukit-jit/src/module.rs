@@ -220,7 +220,9 @@ impl Kernel {
         &self.0.name
     }
 
-    /// The parsed signature, when the source declared it in a form the parser understands.
+    /// The signature safe launches are checked against: that of the exact compiled function
+    /// (see [`CompiledModule::signature_for`](crate::CompiledModule::signature_for)); `None`
+    /// when it cannot be known for sure (then only `launch_unchecked` launches it).
     pub fn signature(&self) -> Option<&KernelSignature> {
         self.0.signature.as_ref()
     }
@@ -274,9 +276,12 @@ impl Kernel {
             .as_ref()
             .ok_or_else(|| Error::ArgumentMismatch {
                 kernel: self.0.name.clone(),
-                message: "its signature could not be parsed from the source, so a safe launch \
-                      cannot check the arguments; declare it as `__global__ void name(T* p, \
-                      ...)` or use launch_unchecked"
+                message: "the parameter types of the compiled function are not known for sure \
+                      (not declared in the source as `__global__ void name(T* p, ...)`, \
+                      declared differently in several places, inside an #if or a macro, or a \
+                      mangled symbol the checker does not decode), so a safe launch cannot \
+                      check the arguments; load it through a name expression (`&name` or \
+                      `name<T>`), declare it once unconditionally, or use launch_unchecked"
                     .into(),
             })?;
         check_typed(sig, &self.0.name, device, args)
@@ -465,6 +470,13 @@ impl<'a> Call<'_, 'a> {
             kernel: kernel.name.clone(),
             message,
         };
+        if sig.params.iter().any(|p| p.name.is_empty()) {
+            return Err(err(
+                "named arguments need the parameter names, and no declaration in the source \
+                 matches the compiled function's types; pass arguments in order"
+                    .into(),
+            ));
+        }
         let mut ordered: Vec<Option<Arg<'a>>> = (0..sig.params.len()).map(|_| None).collect();
         for (name, value) in self.named {
             let idx = sig

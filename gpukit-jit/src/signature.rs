@@ -51,6 +51,11 @@ pub struct KernelSignature {
     pub template_params: Vec<TemplateParam>,
     /// The parameters.
     pub params: Vec<Param>,
+    /// Declared inside a preprocessor conditional (`#if`, `#ifdef`, ... other than an include
+    /// guard) or a macro definition: whether it is compiled, and as written, is the
+    /// preprocessor's decision, which the parser does not make. Launch checks do not rely on
+    /// such a declaration.
+    pub conditional: bool,
 }
 
 /// One template parameter of a kernel template.
@@ -103,16 +108,84 @@ impl KernelSignature {
 /// ```
 pub fn parse_kernels(source: &str) -> Vec<KernelSignature> {
     let src = strip_comments(source);
+    let regions = preprocessor_regions(&src);
     let mut out = Vec::new();
     let mut search = 0;
     while let Some(pos) = src[search..].find("__global__") {
         let at = search + pos;
         search = at + "__global__".len();
-        if let Some(sig) = parse_one(&src, at) {
+        if let Some(mut sig) = parse_one(&src, at) {
+            sig.conditional = regions.iter().any(|r| r.contains(&at));
             out.push(sig);
         }
     }
     out
+}
+
+/// Byte ranges of `src` (comments stripped) whose compilation the preprocessor decides: the
+/// bodies of `#if` / `#ifdef` / `#ifndef` blocks (an include guard, `#ifndef X` followed by
+/// `#define X`, excepted) and macro definitions (with their continuation lines).
+fn preprocessor_regions(src: &str) -> Vec<std::ops::Range<usize>> {
+    let mut lines: Vec<(usize, &str)> = Vec::new();
+    let mut at = 0;
+    for line in src.split_inclusive('\n') {
+        lines.push((at, line));
+        at += line.len();
+    }
+    let directive = |line: &str| -> Option<(String, String)> {
+        let rest = line.trim_start().strip_prefix('#')?.trim_start();
+        let word: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphabetic())
+            .collect();
+        let arg = rest[word.len()..].trim().to_string();
+        Some((word, arg))
+    };
+    let mut regions = Vec::new();
+    // Open conditionals: (start of the block's first line, include guard?).
+    let mut open: Vec<(usize, bool)> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let (start, line) = lines[i];
+        let end = start + line.len();
+        match directive(line) {
+            Some((w, arg)) if w == "if" || w == "ifdef" || w == "ifndef" => {
+                let next = lines[i + 1..]
+                    .iter()
+                    .find(|(_, l)| !l.trim().is_empty())
+                    .and_then(|(_, l)| directive(l));
+                let guard = w == "ifndef"
+                    && next.is_some_and(|(nw, na)| {
+                        nw == "define" && na.split_whitespace().next() == Some(arg.as_str())
+                    });
+                open.push((end, guard));
+            }
+            Some((w, _)) if w == "endif" => {
+                if let Some((from, guard)) = open.pop() {
+                    if !guard {
+                        regions.push(from..start);
+                    }
+                }
+            }
+            Some((w, _)) if w == "define" => {
+                // A macro body, continued while lines end with a backslash.
+                let mut j = i;
+                while lines[j].1.trim_end().ends_with('\\') && j + 1 < lines.len() {
+                    j += 1;
+                }
+                regions.push(start..lines[j].0 + lines[j].1.len());
+                i = j;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    for (from, guard) in open {
+        if !guard {
+            regions.push(from..src.len());
+        }
+    }
+    regions
 }
 
 fn parse_one(src: &str, at: usize) -> Option<KernelSignature> {
@@ -181,6 +254,7 @@ fn parse_one(src: &str, at: usize) -> Option<KernelSignature> {
         extern_c,
         template_params,
         params,
+        conditional: false,
     })
 }
 

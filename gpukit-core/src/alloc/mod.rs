@@ -15,7 +15,7 @@
 //!   concurrent allocations and keeps counting buffers that outlive whoever allocated them.
 //! - When the driver is out of memory, cached segments are released and the allocation is
 //!   retried once; then it fails with [`Error::OutOfMemory`]. Nothing panics.
-//! - Uses of a buffer on different streams are ordered ([`access`]): work queued through
+//! - Uses of a buffer on different streams are ordered (module `access`): work queued through
 //!   [`DeviceBuffer::use_on`] (every gpukit-core operation does) on another stream than the
 //!   buffer's latest user first waits for that stream.
 //! - Memory of another library ([`DeviceBuffer::from_foreign`]) is wrapped, never freed and
@@ -788,7 +788,7 @@ impl DeviceBuffer {
     }
     /// Declares that work about to be queued on `stream` reads or writes the buffer: `stream`
     /// is first ordered after every use queued so far on other streams (see
-    /// [`access`](self::access)), and the memory is reused (or a foreign handle released) only
+    /// module `access`), and the memory is reused (or a foreign handle released) only
     /// after that work has finished. Call it before queueing the work.
     pub fn use_on(&self, stream: &Stream) {
         if self.size == 0 {
@@ -802,6 +802,13 @@ impl DeviceBuffer {
     /// every use queued so far.
     pub fn last_user(&self) -> Stream {
         self.access.last()
+    }
+    /// How many clones of `stream` the buffer holds (for owners that decide from the count of
+    /// a stream's holders whether anybody else still uses it).
+    pub(crate) fn stream_refs(&self, stream: &Stream) -> usize {
+        usize::from(self.stream == *stream)
+            + usize::from(self.access.last() == *stream)
+            + self.used_on.lock().iter().filter(|s| *s == stream).count()
     }
 }
 

@@ -678,17 +678,22 @@ impl<T: DType> Expr<T> {
             T::NAME,
             self.scalars.len()
         );
-        let kernel = dev.kernel_set().kernel(&id, "gk_expr_v", || ProgramSpec {
-            source: Cow::Owned(vector_source(
-                T::NAME,
-                &code,
-                modes,
-                self.scalars.len(),
-                unroll,
-            )),
-            program: Cow::Borrowed("gk_expr_v"),
-            options: options(),
-        })?;
+        // SAFETY: the id spells the element type, the operand modes, the scalar count, the
+        // unroll and the generated code (all the source depends on); no other crate registers
+        // `gpukit-core/` ids.
+        let kernel = unsafe {
+            dev.kernel_set().kernel(&id, "gk_expr_v", || ProgramSpec {
+                source: Cow::Owned(vector_source(
+                    T::NAME,
+                    &code,
+                    modes,
+                    self.scalars.len(),
+                    unroll,
+                )),
+                program: Cow::Borrowed("gk_expr_v"),
+                options: options(),
+            })
+        }?;
         let stream = dev.stream();
         let mut args: Vec<KernelArg> =
             Vec::with_capacity(leaves.len() + 2 * self.scalars.len() + 3);
@@ -732,16 +737,20 @@ impl<T: DType> Expr<T> {
             leaves.len(),
             self.scalars.len()
         );
-        let kernel = dev.kernel_set().kernel(&id, "gk_expr", || ProgramSpec {
-            source: Cow::Owned(general_source(
-                T::NAME,
-                &code,
-                leaves.len(),
-                self.scalars.len(),
-            )),
-            program: Cow::Borrowed("gk_expr"),
-            options: options(),
-        })?;
+        // SAFETY: the id spells the element type, the operand counts and the generated code
+        // (all the source depends on); no other crate registers `gpukit-core/` ids.
+        let kernel = unsafe {
+            dev.kernel_set().kernel(&id, "gk_expr", || ProgramSpec {
+                source: Cow::Owned(general_source(
+                    T::NAME,
+                    &code,
+                    leaves.len(),
+                    self.scalars.len(),
+                )),
+                program: Cow::Borrowed("gk_expr"),
+                options: options(),
+            })
+        }?;
         let stream = dev.stream();
         let mut strides = Vec::with_capacity(leaves.len() + 1);
         let mut contig = out.is_contiguous();

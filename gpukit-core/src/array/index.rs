@@ -127,7 +127,13 @@ impl<T: DType> GpuArray<T> {
             .broadcast_to(&vshape)
             .map_err(|_| Error::shape("put (values)", &values.shape, &vshape))?;
         let vals = unalias(&vals, self)?.contiguous()?;
-        let idx = indices.contiguous()?;
+        // Indices that share memory with the output would be overwritten while other threads
+        // of the scatter still read them: read them from a copy made first.
+        let idx = if indices.overlaps(self) {
+            indices.astype::<i64>()?
+        } else {
+            indices.contiguous()?
+        };
         let (outer, a_len, inner) = shape::split_at_axis(&self.shape, ax);
         let n = vals.len();
         if n == 0 {

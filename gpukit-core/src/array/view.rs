@@ -77,7 +77,11 @@ impl<T: DType> GpuArray<T> {
         if matches!(idx[axis], Index::At(_)) {
             // Keep the axis: a position p becomes p..p+1.
             if let Index::At(p) = idx[axis] {
-                let stop = if p == -1 { None } else { Some(p + 1) };
+                let stop = if p == -1 {
+                    None
+                } else {
+                    Some(p.saturating_add(1))
+                };
                 idx[axis] = Index::Range {
                     start: Some(p),
                     stop,
@@ -133,6 +137,8 @@ impl<T: DType> GpuArray<T> {
     /// strides along broadcast axes; its elements repeat, so it cannot be written into).
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Self> {
         let st = shape::broadcast_strides("broadcast_to", &self.shape, &self.strides, shape)?;
+        // Broadcasting multiplies the element count: it must still fit (len() is a product).
+        shape::numel("broadcast_to", shape)?;
         Ok(self.view(shape.to_vec(), st, self.offset))
     }
 }

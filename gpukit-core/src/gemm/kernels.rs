@@ -110,11 +110,17 @@ impl Instantiation {
         // One program per instantiation: the name expression is part of the options, so the id
         // carries it (the kernel set's rule: one id, one source with one set of options).
         let id = format!("gpukit-core/gemm/{}", self.expr);
-        Ok(dev.kernel_set().kernel(&id, &self.expr, || ProgramSpec {
-            source: self.source().into(),
-            program: self.program.into(),
-            options: self.options(),
-        })?)
+        // SAFETY: the id carries the instantiation, which fixes the source file and the options
+        // (`options()` is a function of it), in every call; no other crate registers
+        // `gpukit-core/` ids (the kernel set's contract).
+        let kernel = unsafe {
+            dev.kernel_set().kernel(&id, &self.expr, || ProgramSpec {
+                source: self.source().into(),
+                program: self.program.into(),
+                options: self.options(),
+            })
+        }?;
+        Ok(kernel)
     }
 }
 

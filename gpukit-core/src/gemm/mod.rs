@@ -329,6 +329,23 @@ pub fn gemm_with<T: DType>(
     if m == 0 || n == 0 || batch == 0 {
         return Ok(());
     }
+    // The kernels (and cuBLAS) take C as distinct from A and B (`__restrict__`): an operand
+    // that shares memory with C (a view of it, `let mut c = a.clone()`) is read from a copy
+    // made first, so the result is as if both operands had been read before C was written.
+    let a_src;
+    let a = if k > 0 && a.overlaps(c) {
+        a_src = a.astype::<T>()?;
+        &a_src
+    } else {
+        a
+    };
+    let b_src;
+    let b = if k > 0 && b.overlaps(c) {
+        b_src = b.astype::<T>()?;
+        &b_src
+    } else {
+        b
+    };
     let oa = operand(a, trans_a)?;
     let ob = operand(b, trans_b)?;
     let a_batched = a.ndim() == 3 && a.shape()[0] == batch && batch > 1;
@@ -369,8 +386,10 @@ pub fn gemm_with<T: DType>(
     ob.array.used_on(&stream);
     c.used_on(&stream);
     // SAFETY: the pointers come from live arrays of this device whose shapes and strides were
-    // checked above (RawGemm::validate re-checks leading dimensions and batch strides); the
-    // arrays were marked as used on `stream` above.
+    // checked above (RawGemm::validate re-checks leading dimensions and batch strides); C does
+    // not overlap A or B (an overlapping operand was copied above), C's rows and batch entries
+    // do not overlap each other (unit column stride, row stride >= n, batch stride checked by
+    // validate); the arrays were marked as used on `stream` above.
     unsafe {
         match T::RUST_NAME {
             "f32" => launch::sgemm(&stream, precision, &g),

@@ -9,10 +9,18 @@
 //!
 //! Keys hash the content of the headers a compilation may read (in memory, or found on disk
 //! through include paths), so editing a header never serves a stale kernel.
+//!
+//! The disk level is used only in a directory that only this user (or root) can change: one
+//! owned by another user, or writable by others without the sticky bit (the rules of
+//! gpukit-mutex's lock directory, see `trust`), is not used at all and
+//! [`KernelCache::disk_problem`] says why. In a shared sticky directory, only this user's own
+//! entries are read. Every entry is tied to its key, program, target and output kind, and read
+//! with a size bound.
 
 mod disk;
 mod includes;
 mod key;
+mod trust;
 
 pub use key::CacheKey;
 
@@ -20,7 +28,7 @@ use crate::arch::Arch;
 use crate::compile::{compile, nvrtc_version, CompiledModule};
 use crate::error::{Error, Result};
 use crate::options::CompileOptions;
-use disk::{DiskCache, Lookup};
+use disk::{DiskCache, Expect, Lookup};
 use lru::LruCache;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -112,8 +120,13 @@ pub struct CacheStats {
     pub memory_evictions: u64,
     /// Files deleted from disk by the size bound.
     pub disk_evictions: u64,
-    /// Disk entries found truncated or corrupted (deleted and rebuilt).
+    /// Disk entries found truncated, corrupted or written for other inputs (deleted and
+    /// rebuilt).
     pub corrupt_entries: u64,
+    /// Files under an entry's name that were not read: another user's, writable by others, a
+    /// link, a FIFO or other non-regular file, or larger than the bound (left in place; the
+    /// kernel was compiled instead).
+    pub refused_entries: u64,
     /// Disk writes that failed (the compiled kernel is still returned).
     pub disk_write_errors: u64,
 }
@@ -126,6 +139,7 @@ struct Counters {
     memory_evictions: AtomicU64,
     disk_evictions: AtomicU64,
     corrupt_entries: AtomicU64,
+    refused_entries: AtomicU64,
     disk_write_errors: AtomicU64,
 }
 
@@ -144,6 +158,8 @@ pub struct KernelCache {
     disk: Option<DiskCache>,
     in_flight: Mutex<HashMap<CacheKey, Arc<Mutex<()>>>>,
     counters: Counters,
+    /// The file and reason of the latest refused entry.
+    last_refusal: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for KernelCache {
@@ -156,17 +172,18 @@ impl std::fmt::Debug for KernelCache {
 }
 
 impl KernelCache {
-    /// A cache with this configuration.
+    /// A cache with this configuration. The disk directory is opened (created when missing)
+    /// and checked here, once (see [`disk_problem`](Self::disk_problem)).
     pub fn new(config: CacheConfig) -> Self {
         let cap = NonZeroUsize::new(config.memory_entries.max(1)).unwrap_or(NonZeroUsize::MIN);
         KernelCache {
             memory: Mutex::new(LruCache::new(cap)),
-            disk: config.disk_dir.map(|dir| DiskCache {
-                dir,
-                max_bytes: config.disk_max_bytes,
-            }),
+            disk: config
+                .disk_dir
+                .map(|dir| DiskCache::new(dir, config.disk_max_bytes)),
             in_flight: Mutex::new(HashMap::new()),
             counters: Counters::default(),
+            last_refusal: Mutex::new(None),
         }
     }
 
@@ -185,14 +202,37 @@ impl KernelCache {
         Ok(GLOBAL.get_or_init(|| cache))
     }
 
-    /// The disk directory in use, if any.
+    /// The disk directory configured, if any (see [`disk_problem`](Self::disk_problem) for
+    /// whether it is used).
     pub fn disk_dir(&self) -> Option<&std::path::Path> {
         self.disk.as_ref().map(|d| d.dir.as_path())
+    }
+
+    /// Why the configured disk directory is not used (the cache then keeps to memory): a
+    /// directory on the way that another user could change, or one that cannot be created or
+    /// opened. `None` when it is used, or when there is none. Checked once, when the cache is
+    /// made.
+    pub fn disk_problem(&self) -> Option<String> {
+        let d = self.disk.as_ref()?;
+        d.open().err().map(|reason| {
+            format!(
+                "the kernel cache directory {} is not used: {reason}; set GPUKIT_CACHE_DIR to a \
+                 directory of your own (mode 0700), or GPUKIT_CACHE=off",
+                d.dir.display()
+            )
+        })
     }
 
     /// Bytes currently stored in the disk level.
     pub fn disk_size(&self) -> u64 {
         self.disk.as_ref().map(|d| d.size()).unwrap_or(0)
+    }
+
+    /// The latest file under an entry's name that was not read (see
+    /// [`CacheStats::refused_entries`]), and why: another user's entry in a shared directory, a
+    /// link, a FIFO, a file larger than the bound.
+    pub fn last_refused_entry(&self) -> Option<String> {
+        self.last_refusal.lock().clone()
     }
 
     /// A snapshot of the counters.
@@ -206,6 +246,7 @@ impl KernelCache {
             memory_evictions: l(&c.memory_evictions),
             disk_evictions: l(&c.disk_evictions),
             corrupt_entries: l(&c.corrupt_entries),
+            refused_entries: l(&c.refused_entries),
             disk_write_errors: l(&c.disk_write_errors),
         }
     }
@@ -229,8 +270,18 @@ impl KernelCache {
     }
 
     /// [`get_or_compile`](Self::get_or_compile) with the key already computed by
-    /// [`key`](Self::key) for the same inputs (saves hashing the source twice).
-    pub fn get_or_compile_keyed(
+    /// [`key`](Self::key) for the same inputs (saves hashing the source twice). Crate-private:
+    /// a key that does not belong to the source would store (and serve) the wrong image under
+    /// that key, to every later caller of the key.
+    ///
+    /// ```compile_fail,E0624
+    /// # use gpukit_jit::{Arch, CacheKey, CompileOptions, KernelCache};
+    /// fn poison(cache: &KernelCache, key_of_another_source: CacheKey) {
+    ///     let _ = cache.get_or_compile_keyed(key_of_another_source, "evil", "k",
+    ///         Arch::new(9, 0), &CompileOptions::new());
+    /// }
+    /// ```
+    pub(crate) fn get_or_compile_keyed(
         &self,
         key: CacheKey,
         source: &str,
@@ -264,7 +315,14 @@ impl KernelCache {
             return Ok(m.clone());
         }
         if let Some(disk) = &self.disk {
-            match disk.load(&key, source) {
+            let want = Expect {
+                key: &key,
+                program,
+                target,
+                output: options.output_kind(),
+                source,
+            };
+            match disk.load(&want) {
                 Lookup::Hit(m) => {
                     self.counters.disk_hits.fetch_add(1, Ordering::Relaxed);
                     return Ok(self.remember(key, Arc::new(m)));
@@ -273,6 +331,13 @@ impl KernelCache {
                     self.counters
                         .corrupt_entries
                         .fetch_add(1, Ordering::Relaxed);
+                }
+                Lookup::Refused(reason) => {
+                    self.counters
+                        .refused_entries
+                        .fetch_add(1, Ordering::Relaxed);
+                    *self.last_refusal.lock() =
+                        Some(format!("{}: {reason}", disk.path_of(&key).display()));
                 }
                 Lookup::Miss => {}
             }
