@@ -564,12 +564,13 @@ impl Array {
     }
 
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        match convert::key(key, self.a.device())? {
-            Key::Basic(idx) => out(py, self.a.slice(&idx)).map_err(|e| e),
-            Key::Advanced(Advanced::Mask(m)) => out(py, self.a.masked_select(&m)),
-            Key::Advanced(Advanced::Take(i)) => out(py, self.a.take(&i, 0)),
-        }
-        .or_else(|e| Err(e))
+        // positions out of range are IndexErrors, as in NumPy
+        let r = match convert::key(key, self.a.device())? {
+            Key::Basic(idx) => self.a.slice(&idx).map_err(index_err)?,
+            Key::Advanced(Advanced::Mask(m)) => self.a.masked_select(&m).py()?,
+            Key::Advanced(Advanced::Take(i)) => self.a.take(&i, 0).map_err(index_err)?,
+        };
+        Ok(Py::new(py, Array::new(r))?.into_any())
     }
 
     fn __setitem__(&self, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {

@@ -53,7 +53,9 @@ pub fn scalar(obj: &Bound<'_, PyAny>) -> PyResult<Option<Scalar>> {
     }
     if obj.is_instance_of::<PyInt>() {
         let v: i128 = obj.extract().map_err(|_| {
-            PyOverflowError::new_err(format!("Python integer {obj} is out of bounds for every gpukit type"))
+            PyOverflowError::new_err(format!(
+                "Python integer {obj} is out of bounds for every gpukit type"
+            ))
         })?;
         return Ok(Some(Scalar::int(v)));
     }
@@ -79,7 +81,9 @@ pub fn scalar(obj: &Bound<'_, PyAny>) -> PyResult<Option<Scalar>> {
         return Ok(Some(Scalar::float(obj.extract()?)));
     }
     if obj.hasattr("__complex__")? && !obj.hasattr("__float__")? {
-        return Err(PyTypeError::new_err("complex numbers are not supported by gpukit"));
+        return Err(PyTypeError::new_err(
+            "complex numbers are not supported by gpukit",
+        ));
     }
     Ok(None)
 }

@@ -249,7 +249,11 @@ unsafe impl dlpark::python::DlpackStream for ConsumerStream {
     ) -> PyResult<bool> {
         // The C exchange API reports CUDA's legacy default stream as NULL (PyTorch's default
         // stream); in DLPack's Python encoding that stream is 1.
-        let raw = if producer.is_null() { 1 } else { producer as u64 };
+        let raw = if producer.is_null() {
+            1
+        } else {
+            producer as u64
+        };
         // SAFETY: `producer` is the live stream the producer's C exchange API reported for
         // this device (the caller's contract), or the legacy default stream.
         unsafe { self.dev.stream().wait_raw_stream(raw) }.py()?;

@@ -338,6 +338,7 @@ impl PyScheduler {
 #[pymethods]
 impl PyScheduler {
     #[new]
+    #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (device=None, workers=None, green_contexts=true, memory_capacity=None, memory_headroom=None, stop_grace=None, max_queue=None))]
     fn py_new(
         py: Python<'_>,

@@ -215,13 +215,15 @@ pub fn same_kind(from: ElementType, to: ElementType) -> bool {
         return true;
     }
     use ElementKind as K;
-    match (from.kind(), to.kind()) {
-        (K::Bool, _) => true,
-        (K::Float, K::Float) => true,
-        (K::Signed, K::Signed) | (K::Unsigned, K::Unsigned) | (K::Unsigned, K::Signed) => true,
-        (K::Signed | K::Unsigned, K::Float) => true,
-        _ => false,
-    }
+    matches!(
+        (from.kind(), to.kind()),
+        (K::Bool, _)
+            | (K::Float, K::Float)
+            | (K::Signed, K::Signed)
+            | (K::Unsigned, K::Unsigned)
+            | (K::Unsigned, K::Signed)
+            | (K::Signed | K::Unsigned, K::Float)
+    )
 }
 
 fn kind_of(t: ElementType) -> crate::dtype::DTypeKind {
@@ -574,10 +576,8 @@ pub fn where_(cond: &DynArray, x: Operand<'_>, y: Operand<'_>) -> Result<DynArra
         }
     };
     let (a, b) = (conv(&x)?, conv(&y)?);
-    let r = match (&a, &b) {
-        (DynArray::Bool(p), DynArray::Bool(q)) => {
-            return crate::where_(&mask, p, q).map(DynArray::Bool)
-        }
+    match (&a, &b) {
+        (DynArray::Bool(p), DynArray::Bool(q)) => crate::where_(&mask, p, q).map(DynArray::Bool),
         (DynArray::U8(p), DynArray::U8(q)) => crate::where_(&mask, p, q).map(DynArray::U8),
         (DynArray::I32(p), DynArray::I32(q)) => crate::where_(&mask, p, q).map(DynArray::I32),
         (DynArray::U32(p), DynArray::U32(q)) => crate::where_(&mask, p, q).map(DynArray::U32),
@@ -588,6 +588,5 @@ pub fn where_(cond: &DynArray, x: Operand<'_>, y: Operand<'_>) -> Result<DynArra
         (DynArray::F32(p), DynArray::F32(q)) => crate::where_(&mask, p, q).map(DynArray::F32),
         (DynArray::F64(p), DynArray::F64(q)) => crate::where_(&mask, p, q).map(DynArray::F64),
         _ => Err(mismatch("where", &a, &b)),
-    };
-    r
+    }
 }
