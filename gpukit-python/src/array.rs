@@ -905,113 +905,30 @@ impl Array {
 mod functions {
     use super::*;
 
-    /// ``x1 + x2``.
-    #[pyfunction]
-    pub fn add(
-        py: Python<'_>,
-        x1: &Bound<'_, PyAny>,
-        x2: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        arith2(py, Arith::Add, x1, x2)
+    /// The arithmetic functions: each is `fn name(x1, x2)` with NumPy's semantics.
+    macro_rules! arith_functions {
+        ($($name:ident, $op:ident, $doc:literal;)*) => {$(
+            #[doc = $doc]
+            #[pyfunction]
+            pub fn $name(py: Python<'_>, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+                arith2(py, Arith::$op, x1, x2)
+            }
+        )*};
     }
-    /// ``x1 - x2``.
-    #[pyfunction]
-    pub fn subtract(
-        py: Python<'_>,
-        x1: &Bound<'_, PyAny>,
-        x2: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        arith2(py, Arith::Sub, x1, x2)
-    }
-    /// ``x1 * x2``.
-    #[pyfunction]
-    pub fn multiply(
-        py: Python<'_>,
-        x1: &Bound<'_, PyAny>,
-        x2: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        arith2(py, Arith::Mul, x1, x2)
-    }
-    /// ``x1 / x2`` (integers give float64).
-    #[pyfunction]
-    pub fn divide(
-        py: Python<'_>,
-        x1: &Bound<'_, PyAny>,
-        x2: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        arith2(py, Arith::TrueDivide, x1, x2)
-    }
-    /// ``x1 // x2``.
-    #[pyfunction]
-    pub fn floor_divide(
-        py: Python<'_>,
-        x1: &Bound<'_, PyAny>,
-        x2: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        arith2(py, Arith::FloorDivide, x1, x2)
-    }
-    /// ``x1 % x2`` (the sign of ``x2``).
-    #[pyfunction]
-    pub fn remainder(
-        py: Python<'_>,
-        x1: &Bound<'_, PyAny>,
-        x2: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        arith2(py, Arith::Remainder, x1, x2)
-    }
-    /// ``x1 ** x2``.
-    #[pyfunction]
-    pub fn power(
-        py: Python<'_>,
-        x1: &Bound<'_, PyAny>,
-        x2: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        arith2(py, Arith::Power, x1, x2)
-    }
-    /// Elementwise maximum (NaN propagates).
-    #[pyfunction]
-    pub fn maximum(
-        py: Python<'_>,
-        x1: &Bound<'_, PyAny>,
-        x2: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        arith2(py, Arith::Maximum, x1, x2)
-    }
-    /// Elementwise minimum (NaN propagates).
-    #[pyfunction]
-    pub fn minimum(
-        py: Python<'_>,
-        x1: &Bound<'_, PyAny>,
-        x2: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        arith2(py, Arith::Minimum, x1, x2)
-    }
-    /// Bitwise (logical for bool) and.
-    #[pyfunction]
-    pub fn bitwise_and(
-        py: Python<'_>,
-        x1: &Bound<'_, PyAny>,
-        x2: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        arith2(py, Arith::BitAnd, x1, x2)
-    }
-    /// Bitwise (logical for bool) or.
-    #[pyfunction]
-    pub fn bitwise_or(
-        py: Python<'_>,
-        x1: &Bound<'_, PyAny>,
-        x2: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        arith2(py, Arith::BitOr, x1, x2)
-    }
-    /// Bitwise (logical for bool) xor.
-    #[pyfunction]
-    pub fn bitwise_xor(
-        py: Python<'_>,
-        x1: &Bound<'_, PyAny>,
-        x2: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyAny>> {
-        arith2(py, Arith::BitXor, x1, x2)
+
+    arith_functions! {
+        add, Add, "``x1 + x2``.";
+        subtract, Sub, "``x1 - x2``.";
+        multiply, Mul, "``x1 * x2``.";
+        divide, TrueDivide, "``x1 / x2`` (integers give float64).";
+        floor_divide, FloorDivide, "``x1 // x2``.";
+        remainder, Remainder, "``x1 % x2`` (the sign of ``x2``).";
+        power, Power, "``x1 ** x2``.";
+        maximum, Maximum, "Elementwise maximum (NaN propagates).";
+        minimum, Minimum, "Elementwise minimum (NaN propagates).";
+        bitwise_and, BitAnd, "Bitwise (logical for bool) and.";
+        bitwise_or, BitOr, "Bitwise (logical for bool) or.";
+        bitwise_xor, BitXor, "Bitwise (logical for bool) xor.";
     }
 
     fn arith2(

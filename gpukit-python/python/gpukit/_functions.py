@@ -55,49 +55,25 @@ isfinite = _unary("isfinite", "Whether each element is finite (a bool array).")
 logical_not = _unary("logical_not", "Whether each element is zero (a bool array).")
 
 
-def logical_and(x1: Any, x2: Any) -> Array:
-    """Truth values of x1 and x2 (a bool array)."""
-    return _native.logical("and", x1, x2)
+def _binary(native, op: str, name: str, doc: str):
+    def f(x1: Any, x2: Any) -> Array:
+        return native(op, x1, x2)
+
+    f.__name__ = name
+    f.__qualname__ = name
+    f.__doc__ = doc
+    return f
 
 
-def logical_or(x1: Any, x2: Any) -> Array:
-    """Truth values of x1 or x2 (a bool array)."""
-    return _native.logical("or", x1, x2)
-
-
-def logical_xor(x1: Any, x2: Any) -> Array:
-    """Truth values of x1 xor x2 (a bool array)."""
-    return _native.logical("xor", x1, x2)
-
-
-def equal(x1: Any, x2: Any) -> Array:
-    """x1 == x2 (a bool array)."""
-    return _native.compare("eq", x1, x2)
-
-
-def not_equal(x1: Any, x2: Any) -> Array:
-    """x1 != x2 (a bool array)."""
-    return _native.compare("ne", x1, x2)
-
-
-def less(x1: Any, x2: Any) -> Array:
-    """x1 < x2 (a bool array)."""
-    return _native.compare("lt", x1, x2)
-
-
-def less_equal(x1: Any, x2: Any) -> Array:
-    """x1 <= x2 (a bool array)."""
-    return _native.compare("le", x1, x2)
-
-
-def greater(x1: Any, x2: Any) -> Array:
-    """x1 > x2 (a bool array)."""
-    return _native.compare("gt", x1, x2)
-
-
-def greater_equal(x1: Any, x2: Any) -> Array:
-    """x1 >= x2 (a bool array)."""
-    return _native.compare("ge", x1, x2)
+logical_and = _binary(_native.logical, "and", "logical_and", "Truth values of x1 and x2 (a bool array).")
+logical_or = _binary(_native.logical, "or", "logical_or", "Truth values of x1 or x2 (a bool array).")
+logical_xor = _binary(_native.logical, "xor", "logical_xor", "Truth values of x1 xor x2 (a bool array).")
+equal = _binary(_native.compare, "eq", "equal", "x1 == x2 (a bool array).")
+not_equal = _binary(_native.compare, "ne", "not_equal", "x1 != x2 (a bool array).")
+less = _binary(_native.compare, "lt", "less", "x1 < x2 (a bool array).")
+less_equal = _binary(_native.compare, "le", "less_equal", "x1 <= x2 (a bool array).")
+greater = _binary(_native.compare, "gt", "greater", "x1 > x2 (a bool array).")
+greater_equal = _binary(_native.compare, "ge", "greater_equal", "x1 >= x2 (a bool array).")
 
 
 def where(condition: Any, x: Any, y: Any) -> Array:
