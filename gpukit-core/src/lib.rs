@@ -50,6 +50,7 @@ pub mod random;
 pub mod shape;
 pub mod slice;
 pub mod stream;
+pub mod topology;
 mod transfer;
 
 pub use alloc::{
@@ -71,6 +72,7 @@ pub use pinned::{PinnedBuffer, PinnedKind, PinnedPool};
 pub use random::Generator;
 pub use slice::{Ellipsis, Index, NewAxis};
 pub use stream::{Event, ForeignStream, Stream};
+pub use topology::DeviceIdentity;
 
 #[cfg(test)]
 mod layering {

@@ -343,6 +343,12 @@ impl Array {
         Ok(Array::new(r.py()?))
     }
 
+    /// A copy on device ``device`` (a peer copy between GPUs where the hardware allows).
+    fn to_device(&self, device: usize) -> PyResult<Array> {
+        let dev = self::device(Some(device))?;
+        Ok(Array::new(self.a.to_device(&dev).py()?))
+    }
+
     /// A copy.
     fn copy(&self) -> PyResult<Array> {
         Ok(Array::new(self.a.copy().py()?))
@@ -1205,13 +1211,12 @@ mod functions {
             crate::interop::import_device_array(obj)?
         };
         if let Some(a) = gpu {
-            if device.is_some_and(|d| d != a.device().ordinal()) {
-                return Err(PyValueError::new_err(format!(
-                    "the array is on device {}, not device {}; copies between devices are explicit",
-                    a.device().ordinal(),
-                    device.unwrap_or_default()
-                )));
-            }
+            let a = match device {
+                Some(d) if d != a.device().ordinal() => {
+                    a.to_device(&super::device(Some(d))?).py()?
+                }
+                _ => a,
+            };
             if t.is_none_or(|t| t == a.dtype()) {
                 if let Ok(same) = obj.cast::<Array>() {
                     return Ok(same.clone().into_any().unbind());
@@ -1230,6 +1235,23 @@ mod functions {
     pub fn synchronize(py: Python<'_>, device: Option<usize>) -> PyResult<()> {
         let dev = super::device(device)?;
         py.detach(move || dev.synchronize()).py()
+    }
+
+    /// Every visible GPU's identity: dicts with ``ordinal``, ``uuid``, ``pci_bus_id``, ``name``.
+    #[pyfunction]
+    pub fn devices(py: Python<'_>) -> PyResult<Vec<Bound<'_, pyo3::types::PyDict>>> {
+        gpukit_core::topology::devices()
+            .py()?
+            .into_iter()
+            .map(|d| {
+                let x = pyo3::types::PyDict::new(py);
+                x.set_item("ordinal", d.ordinal)?;
+                x.set_item("uuid", d.uuid)?;
+                x.set_item("pci_bus_id", d.pci_bus_id)?;
+                x.set_item("name", d.name)?;
+                Ok(x)
+            })
+            .collect()
     }
 
     /// The number of CUDA devices (0 without a driver).
@@ -1289,6 +1311,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(asarray, m)?)?;
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(devices, m)?)?;
     m.add_function(wrap_pyfunction!(is_available, m)?)?;
     m.add_function(wrap_pyfunction!(scan, m)?)?;
     Ok(())

@@ -370,6 +370,20 @@ def test_views_and_conversions(gpu):
     check(h, a + 1)
 
 
+def test_devices_and_copies_between_them(gpu):
+    ds = gp.devices()
+    assert len(ds) == gp.device_count() >= 1
+    assert ds[0]["uuid"].startswith("GPU-") and ds[0]["ordinal"] == 0 and ds[0]["pci_bus_id"]
+    a = gp.arange(10, dtype="float32")
+    b = a.to_device(0)
+    assert b.__cuda_array_interface__["data"][0] != a.__cuda_array_interface__["data"][0]
+    check(b, np.arange(10, dtype=np.float32))
+    if gp.device_count() > 1:
+        c = gp.asarray(a, device=1)
+        assert c.device == 1
+        check(c, np.arange(10, dtype=np.float32))
+
+
 def test_arrays_from_several_threads(gpu):
     errors = []
 

@@ -69,6 +69,17 @@ impl DynArray {
         })
     }
 
+    /// A copy of this array on `dev` (a peer copy for another device; see
+    /// [`GpuArray::to_device`]).
+    pub fn to_device(&self, dev: &Device) -> Result<DynArray> {
+        let t = self.dtype();
+        let r = with!(self, a => a.to_device(dev).map(DynArray::from_typed))?;
+        Ok(match (t, r) {
+            (ElementType::Bool, DynArray::U8(m)) => DynArray::Bool(m),
+            (_, r) => r,
+        })
+    }
+
     /// Makes the foreign stream `raw` (DLPack's encoding: 1 legacy default, 2 per-thread
     /// default, else a `CUstream`) wait for every pending use of this array on gpukit's
     /// streams.

@@ -29,6 +29,7 @@ from ._native import (
     bool as bool,
     current_task as current_task,
     device_count as device_count,
+    devices as devices,
     divide as divide,
     empty as empty,
     float16 as float16,
