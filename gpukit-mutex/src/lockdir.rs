@@ -92,6 +92,13 @@ fn lockdir_err(path: &Path, reason: impl Into<String>) -> Error {
 /// [`Error::LockDir`] saying which component failed and how.
 fn walk_err(path: &Path, e: trust::Error) -> Error {
     match e {
+        trust::Error::Untrusted {
+            path,
+            reason: reason @ trust::Distrust::LinkOwner { .. },
+        } => Error::UntrustedLockDir {
+            path,
+            reason: format!("a link on the way to the lock directory: {reason}"),
+        },
         trust::Error::Untrusted { path, reason } => Error::UntrustedLockDir {
             path,
             reason: format!("a directory on the way to the lock directory: {reason}"),
@@ -492,6 +499,7 @@ pub(crate) fn read_record(file: &File, meta: &Meta) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpukit_trust::euid;
     use std::ffi::CString;
     use std::fs;
     use std::os::unix::fs::{symlink, PermissionsExt};
@@ -590,6 +598,41 @@ mod tests {
             LockDir::open(&t.path().join("loop1/x"), Create::No),
             Err(Error::LockDir { .. })
         ));
+    }
+
+    #[test]
+    fn a_link_somebody_else_owns_in_a_sticky_directory_is_not_followed() {
+        if euid() != 0 {
+            eprintln!(
+                "SKIPPED a_link_somebody_else_owns_in_a_sticky_directory_is_not_followed: needs \
+                 root to give a link to another uid"
+            );
+            return;
+        }
+        let t = tempfile::tempdir().expect("tempdir");
+        let shared = t.path().join("shared");
+        fs::create_dir(&shared).expect("mkdir");
+        fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).expect("chmod");
+        let real = t.path().join("real");
+        fs::create_dir_all(real.join("locks")).expect("mkdir");
+        symlink(&real, shared.join("link")).expect("symlink");
+        std::os::unix::fs::lchown(shared.join("link"), Some(64102), Some(64102)).expect("lchown");
+        match LockDir::open(&shared.join("link/locks"), Create::No) {
+            Err(e @ Error::UntrustedLockDir { .. }) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("a link on the way") && msg.contains("uid 64102"),
+                    "{msg}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // The status report still reaches it, and says why it is not trusted.
+        let d = LockDir::open_for_reading(&shared.join("link/locks")).expect("report");
+        assert!(d.distrust().is_some_and(|r| r.contains("symbolic link")));
+        // The directory owner's link is followed.
+        std::os::unix::fs::lchown(shared.join("link"), Some(0), Some(0)).expect("lchown");
+        LockDir::open(&shared.join("link/locks"), Create::No).expect("root's link");
     }
 
     #[test]

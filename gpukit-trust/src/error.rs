@@ -14,11 +14,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A directory (the one asked for, or one on the way to it) could be changed by another
-    /// user: see [`crate::rule`].
+    /// A directory (the one asked for, or one on the way to it), or a symbolic link on the way,
+    /// could be changed by another user: see [`crate::rule`].
     #[error("{}: {reason}", path.display())]
     Untrusted {
-        /// The directory that is not trusted.
+        /// The directory (or link) that is not trusted.
         path: PathBuf,
         /// Who could change it, and how.
         reason: Distrust,

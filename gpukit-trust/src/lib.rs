@@ -12,8 +12,9 @@
 //!
 //! **The walk** ([`walk()`]). A path is resolved one component at a time from `/` without
 //! letting the kernel follow a symbolic link, and every directory passed through is checked: a
-//! link is only read and followed from a directory that passed the check (a link in a
-//! directory others may write could be re-pointed between two processes, sending them to two
+//! link is only read and followed from a directory that passed the check, and in a sticky
+//! directory others may write only when the caller or the directory's owner owns it (a link
+//! somebody else controls could be re-pointed between two processes, sending them to two
 //! different places). Missing directories can be created on the way (only inside trusted ones).
 //!
 //! **Entries** ([`Dir`]). Everything in a directory is reached relative to its descriptor, never
@@ -57,5 +58,5 @@ pub use error::{Error, Result};
 pub use meta::{euid, fstat, lstat, FileId, Meta};
 pub use random::{random_hex, RANDOM_HEX_LEN};
 pub use read::read_bounded;
-pub use rule::{distrust, Distrust};
+pub use rule::{distrust, link_distrust, Distrust};
 pub use walk::{walk, OnDistrust, Walk, Walked, MAX_LINKS};

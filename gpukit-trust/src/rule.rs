@@ -6,6 +6,13 @@
 //! add names but cannot remove or rename files they do not own, so the caller's own files stay
 //! the caller's. Without the sticky bit anybody who may write to the directory can remove or
 //! rename any file in it, or put another file, a link or a directory in its place.
+//!
+//! A symbolic link in a trusted directory that others may write (sticky, like `/tmp`) is
+//! followed only when it is owned by the caller or by the directory's owner: anybody else who
+//! put it there can re-point it at any time (delete and re-create it: it is theirs), sending two
+//! of the caller's processes to two different places. This is the kernel's own rule for path
+//! resolution (`fs.protected_symlinks`), which a walk that reads links itself must apply too;
+//! here it also covers directories only a group may write.
 
 use std::fmt;
 
@@ -24,6 +31,14 @@ pub enum Distrust {
     Writable {
         /// Its mode (permission bits, with the file type bits cleared).
         mode: u32,
+    },
+    /// It is a symbolic link in a sticky directory others may write, owned by somebody other
+    /// than the caller and the directory's owner.
+    LinkOwner {
+        /// The link's owner.
+        owner: u32,
+        /// The caller's effective uid.
+        me: u32,
     },
 }
 
@@ -47,6 +62,12 @@ impl fmt::Display for Distrust {
                      can remove or rename other users' files in it"
                 )
             }
+            Distrust::LinkOwner { owner, me } => write!(
+                f,
+                "it is a symbolic link owned by uid {owner} (neither you, uid {me}, nor the \
+                 owner of the directory it is in) in a directory others may write, so its owner \
+                 can re-point it at any time"
+            ),
         }
     }
 }
@@ -60,6 +81,19 @@ pub fn distrust(owner: u32, mode: u32, me: u32) -> Option<Distrust> {
     if mode & 0o022 != 0 && mode & libc::S_ISVTX == 0 {
         return Some(Distrust::Writable {
             mode: mode & 0o7777,
+        });
+    }
+    None
+}
+
+/// Why a symbolic link owned by `link_owner`, in a directory with `dir_owner` and `dir_mode`
+/// that the caller `me` trusts, cannot be followed, if it cannot (see the module docs).
+pub fn link_distrust(link_owner: u32, dir_owner: u32, dir_mode: u32, me: u32) -> Option<Distrust> {
+    let others_may_write = dir_mode & 0o022 != 0;
+    if others_may_write && link_owner != me && link_owner != dir_owner {
+        return Some(Distrust::LinkOwner {
+            owner: link_owner,
+            me,
         });
     }
     None
@@ -104,6 +138,37 @@ mod tests {
         );
         assert!(distrust(1000, 0o40722, 1000).is_some());
         assert!(distrust(1000, 0o40702, 1000).is_some());
+    }
+
+    #[test]
+    fn links_in_directories_others_may_write_must_be_their_owners_or_the_callers() {
+        // (link owner, directory owner, directory mode, me)
+        for ok in [
+            (1000, 0, 0o41777, 1000),
+            (0, 0, 0o41777, 1000),
+            (1000, 1000, 0o41777, 1000),
+            (1001, 1001, 0o41770, 1000),
+            (1001, 0, 0o40755, 1000),
+            (1001, 1000, 0o40700, 1000),
+        ] {
+            assert_eq!(link_distrust(ok.0, ok.1, ok.2, ok.3), None, "{ok:?}");
+        }
+        assert_eq!(
+            link_distrust(1001, 0, 0o41777, 1000),
+            Some(Distrust::LinkOwner {
+                owner: 1001,
+                me: 1000
+            })
+        );
+        assert!(link_distrust(1001, 0, 0o41770, 1000).is_some());
+        assert!(link_distrust(1001, 0, 0o41777, 0).is_some(), "root too");
+        let why = link_distrust(1001, 0, 0o41777, 1000)
+            .expect("distrusted")
+            .to_string();
+        assert!(
+            why.contains("symbolic link owned by uid 1001") && why.contains("re-point"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! (sending them to two different directories) or at a directory of their choosing. Here every
 //! component is opened with `O_PATH | O_NOFOLLOW`, each directory reached is checked with
 //! [`crate::rule`], and a link is read (`readlinkat`) and its target walked the same way, from
-//! `/` for an absolute target. `..` goes to the parent of the physical directory reached so far
+//! `/` for an absolute target, provided the link itself may be followed (one that another user
+//! put in a sticky directory others may write is not: see [`crate::rule`]). `..` goes to the parent of the physical directory reached so far
 //! (as the kernel does), so the returned path has no link in it.
 
 use std::collections::VecDeque;
@@ -20,7 +21,7 @@ use std::path::{Component, Path, PathBuf};
 use crate::dir::{mkdirat, Dir};
 use crate::error::{Error, Result};
 use crate::meta::{euid, fstatat_raw, openat_raw};
-use crate::rule::{distrust, Distrust};
+use crate::rule::{distrust, link_distrust, Distrust};
 
 /// Most symbolic links one walk follows (the kernel's own limit); more is a loop.
 pub const MAX_LINKS: usize = 40;
@@ -69,8 +70,8 @@ pub struct Walked {
     /// The directory reached, opened with `O_PATH` (the base of descriptor-relative calls;
     /// [`Dir::entries`] and [`Dir::reopen`] open it for reading), with its physical path.
     pub dir: Dir,
-    /// With [`OnDistrust::Note`]: the first directory on the way (or the directory itself)
-    /// that is not trusted, and why.
+    /// With [`OnDistrust::Note`]: the first directory on the way (or the directory itself, or
+    /// a link followed on the way) that is not trusted, and why.
     pub distrust: Option<(PathBuf, Distrust)>,
 }
 
@@ -142,6 +143,9 @@ pub fn walk(path: &Path, how: Walk) -> Result<Walked> {
             Err(e) => return Err(Error::io("stat", next, e)),
         };
         if md.is_symlink() {
+            let here = cur.meta().map_err(|e| Error::io("stat", cur.path(), e))?;
+            let reason = link_distrust(md.uid, here.uid, here.mode, checker.me);
+            checker.judge(&next, reason)?;
             links += 1;
             if links > MAX_LINKS {
                 return Err(Error::TooManyLinks { path: abs });
@@ -175,23 +179,30 @@ pub fn walk(path: &Path, how: Walk) -> Result<Walked> {
 struct Checker {
     me: u32,
     on_distrust: OnDistrust,
-    /// The first directory found untrusted (with [`OnDistrust::Note`]).
+    /// The first directory or link found untrusted (with [`OnDistrust::Note`]).
     noted: Option<(PathBuf, Distrust)>,
 }
 
 impl Checker {
+    /// Checks a directory the walk reached.
     fn check(&mut self, dir: &Dir) -> Result<()> {
         let md = dir.meta().map_err(|e| Error::io("stat", dir.path(), e))?;
-        if let Some(reason) = distrust(md.uid, md.mode, self.me) {
-            if self.on_distrust == OnDistrust::Refuse {
-                return Err(Error::Untrusted {
-                    path: dir.path().to_path_buf(),
-                    reason,
-                });
-            }
-            self.noted
-                .get_or_insert_with(|| (dir.path().to_path_buf(), reason));
+        self.judge(dir.path(), distrust(md.uid, md.mode, self.me))
+    }
+
+    /// Refuses or notes `path` when there is a `reason` not to trust it.
+    fn judge(&mut self, path: &Path, reason: Option<Distrust>) -> Result<()> {
+        let Some(reason) = reason else {
+            return Ok(());
+        };
+        if self.on_distrust == OnDistrust::Refuse {
+            return Err(Error::Untrusted {
+                path: path.to_path_buf(),
+                reason,
+            });
         }
+        self.noted
+            .get_or_insert_with(|| (path.to_path_buf(), reason));
         Ok(())
     }
 }

@@ -261,6 +261,52 @@ fn a_link_another_user_planted_leads_nowhere_untrusted() {
 }
 
 #[test]
+fn a_link_another_user_owns_in_a_sticky_directory_is_not_followed() {
+    if !root("a_link_another_user_owns_in_a_sticky_directory_is_not_followed") {
+        return;
+    }
+    let t = shared_tmp();
+    let shared = mkdir(&t.path().join("shared"), 0, 0, 0o1777);
+    let group = mkdir(&t.path().join("group"), 0, VICTIM, 0o1770);
+    // Two directories the victim trusts (root's, sticky): the attacker's link may point at
+    // either, and re-point it between two of the victim's processes, so that they meet in
+    // different directories (for gpukit-mutex: two jobs on one GPU). The kernel's own path
+    // resolution refuses such a link (fs.protected_symlinks); the walk must too.
+    let one = mkdir(&t.path().join("one"), 0, 0, 0o1777);
+    run_as(ATTACKER, "plant", &shared, &[("GKT_TARGET", &one)]);
+    let l = run_as(VICTIM, "walk", &shared.join("link"), &[]);
+    assert!(
+        l.starts_with("untrusted ")
+            && l.contains(&format!("{}:", shared.join("link").display()))
+            && l.contains(&format!("symbolic link owned by uid {ATTACKER}")),
+        "{l}"
+    );
+    // The same in a sticky directory only a group may write.
+    symlink(&one, group.join("link")).expect("symlink");
+    std::os::unix::fs::lchown(group.join("link"), Some(ATTACKER), Some(ATTACKER)).expect("lchown");
+    let l = run_as(VICTIM, "walk", &group.join("link"), &[]);
+    assert!(l.starts_with("untrusted "), "{l}");
+    // A report still gets there, and says why.
+    let l = run_as(VICTIM, "walk_report", &shared.join("link"), &[]);
+    assert!(
+        l.starts_with(&format!("ok {}", one.display())) && l.contains("symbolic link"),
+        "{l}"
+    );
+    // The victim's own link, and one of the directory's owner, are followed.
+    symlink(&one, shared.join("victims")).expect("symlink");
+    std::os::unix::fs::lchown(shared.join("victims"), Some(VICTIM), Some(VICTIM)).expect("lchown");
+    symlink(&one, shared.join("roots")).expect("symlink");
+    for name in ["victims", "roots"] {
+        let l = run_as(VICTIM, "walk", &shared.join(name), &[]);
+        assert_eq!(
+            l.trim(),
+            format!("ok {} distrust=none", one.display()),
+            "{name}"
+        );
+    }
+}
+
+#[test]
 fn files_another_user_planted_are_opened_without_harm() {
     if !root("files_another_user_planted_are_opened_without_harm") {
         return;
