@@ -136,6 +136,10 @@ mod tests {
             distrust(0, 0o42775, 1000),
             Some(Distrust::Writable { mode: 0o2775 })
         );
+        assert_eq!(
+            distrust(0, 0o40775, 1000),
+            Some(Distrust::Writable { mode: 0o775 })
+        );
         assert!(distrust(1000, 0o40722, 1000).is_some());
         assert!(distrust(1000, 0o40702, 1000).is_some());
     }
