@@ -88,6 +88,18 @@ pub enum Error {
         #[source]
         source: cudarc::driver::DriverError,
     },
+    /// The kernel cache directory cannot be used safely, or at all (see
+    /// [`KernelCache::disk_problem`](crate::KernelCache::disk_problem)): a directory on the way
+    /// that another user could change, a link in one, or one that cannot be created or opened.
+    /// The cache then keeps to memory.
+    #[error("the kernel cache directory {} is not used: {source}; set GPUKIT_CACHE_DIR to a directory of your own (mode 0700), or GPUKIT_CACHE=off", dir.display())]
+    CacheDir {
+        /// The directory as configured.
+        dir: PathBuf,
+        /// What is wrong with it (or with a directory on the way).
+        #[source]
+        source: gpukit_trust::Error,
+    },
     /// The on-disk cache could not be used.
     #[error("kernel cache I/O error at {path}: {source}")]
     CacheIo {

@@ -95,11 +95,12 @@ pub enum Error {
     },
     /// The lock directory, or a directory on the way to it, could be changed by another user (it is
     /// owned by somebody other than the caller or root, or others may write to it and it lacks
-    /// the sticky bit). Such a user could delete or replace the files that carry the locks and
+    /// the sticky bit), or a symbolic link on the way could (another user put it in a sticky
+    /// directory others may write). Such a user could delete or replace the files that carry the locks and
     /// so break exclusion; the directory is refused. See [`SAFE_LOCK_DIR_ADVICE`].
     #[error("refusing lock directory {}: {reason}; {SAFE_LOCK_DIR_ADVICE}", path.display())]
     UntrustedLockDir {
-        /// The directory that is not trusted (the lock directory or one above it).
+        /// The directory that is not trusted (the lock directory or one above it), or the link.
         path: PathBuf,
         /// Who could change it, and how.
         reason: String,

@@ -39,10 +39,10 @@ const LOOK_EVERY: Duration = Duration::from_millis(250);
 /// Who holds the join lock of `dir` right now, from the kernel's lock table (`None`: nobody, or
 /// the table cannot be read).
 pub(crate) fn holder(dir: &LockDir) -> Option<JoinLockHolder> {
-    let md = crate::lockdir::fstat(dir.raw_fd()).ok()?;
+    let id = dir.id();
     let raw = proc::read_bounded("/proc/locks", 16 << 20)?;
     let text = String::from_utf8_lossy(&raw);
-    let (maj, min) = (libc::major(md.id.dev), libc::minor(md.id.dev));
+    let (maj, min) = (libc::major(id.dev), libc::minor(id.dev));
     let pid = text.lines().find_map(|line| {
         let f: Vec<&str> = line.split_ascii_whitespace().collect();
         // "<n>: FLOCK ADVISORY WRITE <pid> <maj>:<min>:<ino> <start> <end>"; waiters have "->".
@@ -52,7 +52,7 @@ pub(crate) fn holder(dir: &LockDir) -> Option<JoinLockHolder> {
         let mut dev = f[5].split(':');
         let ok = dev.next().and_then(|x| u32::from_str_radix(x, 16).ok()) == Some(maj)
             && dev.next().and_then(|x| u32::from_str_radix(x, 16).ok()) == Some(min)
-            && dev.next().and_then(|x| x.parse::<u64>().ok()) == Some(md.id.ino);
+            && dev.next().and_then(|x| x.parse::<u64>().ok()) == Some(id.ino);
         ok.then(|| f[4].parse::<i64>().ok())
     })?;
     // The kernel reports 0 or -1 for a holder outside this pid namespace.

@@ -101,8 +101,9 @@
 //!
 //! The directory and every directory on the way to it must be owned by you or by root and must
 //! not be writable by others unless they have the sticky bit ([`SAFE_LOCK_DIR_ADVICE`]); a
-//! symbolic link on the way is only followed from a directory that passes this check, and the
-//! lock directory itself must not be a link:
+//! symbolic link on the way is only followed from a directory that passes this check (and, in
+//! a sticky directory others may write such as `/tmp`, only when you or the directory's owner
+//! own the link), and the lock directory itself must not be a link:
 //!
 //! * **per user**: a directory of your own on a local file system, e.g.
 //!   `$XDG_RUNTIME_DIR/gpumutex` (a per-user tmpfs on systemd machines; created `0700` when

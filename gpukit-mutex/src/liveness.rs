@@ -146,7 +146,7 @@ pub(crate) fn write_locked(
     let pid = std::process::id();
     let (mut file, id) = OWN.with(|v| -> Result<(File, FileId)> {
         let file = dir.create_entry(name)?;
-        let meta = crate::lockdir::fstat(file.as_raw_fd()).map_err(|e| {
+        let meta = crate::lockdir::fstat(&file).map_err(|e| {
             dir.unlink_if_unchecked(name);
             Error::io("fstat", path(), e)
         })?;

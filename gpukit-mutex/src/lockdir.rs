@@ -12,7 +12,8 @@
 //!
 //! Everything is opened relative to the directory's descriptor, with `O_NOFOLLOW | O_NONBLOCK`
 //! (a FIFO, device or socket under a record's name can neither block nor be mistaken for a
-//! record), checked to be a regular file, and read up to a small bound.
+//! record), checked to be a regular file, and read up to a small bound (the mechanism is
+//! gpukit-trust's `Dir` and `read_bounded`).
 //!
 //! **Trust.** The directory and every directory on the way to it must be owned by the caller or
 //! by root, and must not be writable by anybody else unless it has the sticky bit: otherwise a
@@ -20,7 +21,8 @@
 //! directory itself, or a symbolic link leading to it) and break exclusion. Such a directory is
 //! refused with [`Error::UntrustedLockDir`], which names a safe choice. The path is resolved one
 //! component at a time without letting the kernel follow links, so that a link is only followed
-//! from a directory that passed the check; the lock directory itself must not be a link.
+//! from a directory that passed the check (gpukit-trust's `walk`, whose rules gpukit-jit's
+//! kernel cache shares); the lock directory itself must not be a link.
 //!
 //! **Local file systems only.** The locks that keep records alive are the kernel's, so they
 //! only mean something to processes of one machine: on NFS, SMB/CIFS, Lustre, GPFS, CephFS,
@@ -33,14 +35,18 @@
 //! known to be remote (fuse-overlayfs, lxcfs, bindfs, ...) are local: the kernel keeps their
 //! locks.
 
-use std::ffi::{CStr, CString, OsStr};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
+use gpukit_trust::{self as trust, Dir, Walk};
+
 use crate::error::{Error, Result};
+
+pub(crate) use gpukit_trust::{fstat, FileId, Meta};
 
 /// Prefix of claim records.
 pub(crate) const CLAIM_PREFIX: &str = "gpukit-claim.";
@@ -51,112 +57,6 @@ pub(crate) const TICKET_PREFIX: &str = "gpukit-ticket.";
 pub(crate) const MAX_LISTED: usize = 1 << 20;
 /// Largest record this crate reads; larger files under a record name are ignored unread.
 pub(crate) const MAX_RECORD_BYTES: usize = 4096;
-
-/// A file's identity: device and inode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct FileId {
-    pub dev: u64,
-    pub ino: u64,
-}
-
-/// What `fstat`/`fstatat` says about a file.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Meta {
-    pub id: FileId,
-    pub uid: u32,
-    pub mode: u32,
-    pub size: u64,
-}
-
-impl Meta {
-    fn from_stat(st: &libc::stat) -> Meta {
-        Meta {
-            id: FileId {
-                dev: st.st_dev,
-                ino: st.st_ino,
-            },
-            uid: st.st_uid,
-            mode: st.st_mode,
-            size: u64::try_from(st.st_size).unwrap_or(u64::MAX),
-        }
-    }
-
-    pub fn is_regular(&self) -> bool {
-        self.mode & libc::S_IFMT == libc::S_IFREG
-    }
-
-    fn is_dir(&self) -> bool {
-        self.mode & libc::S_IFMT == libc::S_IFDIR
-    }
-}
-
-pub(crate) fn fstat(fd: RawFd) -> io::Result<Meta> {
-    // SAFETY: an all-zero `stat` is a valid value for fstat to overwrite.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is a valid out-pointer; an invalid `fd` only makes fstat fail.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(Meta::from_stat(&st))
-}
-
-fn fstatat(dirfd: RawFd, name: &CStr) -> io::Result<Meta> {
-    // SAFETY: as in `fstat`.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `name` is NUL-terminated, `st` a valid out-pointer; AT_SYMLINK_NOFOLLOW stats a
-    // symbolic link itself.
-    if unsafe { libc::fstatat(dirfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(Meta::from_stat(&st))
-}
-
-fn openat(
-    dirfd: RawFd,
-    name: &CStr,
-    flags: libc::c_int,
-    mode: libc::c_uint,
-) -> io::Result<OwnedFd> {
-    // SAFETY: `name` is NUL-terminated; the result is checked before use.
-    let fd = unsafe { libc::openat(dirfd, name.as_ptr(), flags | libc::O_CLOEXEC, mode) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by openat and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn cname(name: &str) -> io::Result<CString> {
-    CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))
-}
-
-fn euid() -> u32 {
-    // SAFETY: geteuid cannot fail and has no preconditions.
-    unsafe { libc::geteuid() }
-}
-
-/// Why a directory with this owner and mode cannot be trusted by `me`, if it cannot.
-pub(crate) fn distrust_reason(owner: u32, mode: u32, me: u32) -> Option<String> {
-    if owner != me && owner != 0 {
-        return Some(format!(
-            "it is owned by uid {owner} (neither you, uid {me}, nor root), who can remove or \
-             replace the files in it"
-        ));
-    }
-    if mode & 0o022 != 0 && mode & libc::S_ISVTX == 0 {
-        let who = if mode & 0o002 != 0 {
-            "everybody"
-        } else {
-            "its group"
-        };
-        return Some(format!(
-            "it is writable by {who} (mode {:04o}) without the sticky bit, so they can remove or \
-             rename other users' files in it",
-            mode & 0o7777
-        ));
-    }
-    None
-}
 
 /// How a missing lock directory may be created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,8 +73,7 @@ pub(crate) enum Create {
 /// directory.
 #[derive(Debug)]
 pub(crate) struct LockDir {
-    path: PathBuf,
-    fd: OwnedFd,
+    dir: Dir,
     id: FileId,
     /// Why the directory is not trusted (`None` when it is). Only [`LockDir::open_for_reading`]
     /// returns a directory with a reason.
@@ -188,10 +87,46 @@ fn lockdir_err(path: &Path, reason: impl Into<String>) -> Error {
     }
 }
 
+/// The error for a failed walk to the parent of the lock directory `path`: a directory on the
+/// way that is not trusted is [`Error::UntrustedLockDir`] naming it, anything else
+/// [`Error::LockDir`] saying which component failed and how.
+fn walk_err(path: &Path, e: trust::Error) -> Error {
+    match e {
+        trust::Error::Untrusted {
+            path,
+            reason: reason @ trust::Distrust::LinkOwner { .. },
+        } => Error::UntrustedLockDir {
+            path,
+            reason: format!("a link on the way to the lock directory: {reason}"),
+        },
+        trust::Error::Untrusted { path, reason } => Error::UntrustedLockDir {
+            path,
+            reason: format!("a directory on the way to the lock directory: {reason}"),
+        },
+        e => lockdir_err(path, e.to_string()),
+    }
+}
+
+/// The error for the lock directory `full` itself (opening, creating or checking it).
+fn dir_err(full: &Path, e: trust::Error) -> Error {
+    let reason = match e {
+        trust::Error::SymbolicLink { .. } => "is a symbolic link (refused: a lock directory must \
+             be a real directory; name the directory it points to instead)"
+            .to_string(),
+        trust::Error::NotADirectory { .. } => "is not a directory".to_string(),
+        trust::Error::Io { op, source, .. } => format!("cannot {op}: {source}"),
+        trust::Error::NoAccess { source, .. } => {
+            format!("not readable, writable and searchable by this user ({source})")
+        }
+        e => e.to_string(),
+    };
+    lockdir_err(full, reason)
+}
+
 /// Splits `path` into its (absolute, not yet resolved) parent and its last component, refusing
 /// `.`/`..` and empty paths. A trailing slash does not change the last component (`link/` is
 /// `link`, which is then opened without following it).
-fn split(path: &Path) -> Result<(PathBuf, CString)> {
+fn split(path: &Path) -> Result<(PathBuf, OsString)> {
     if path.as_os_str().is_empty() {
         return Err(lockdir_err(path, "the path is empty"));
     }
@@ -206,121 +141,14 @@ fn split(path: &Path) -> Result<(PathBuf, CString)> {
             ))
         }
     };
+    if last.as_bytes().contains(&0) {
+        return Err(lockdir_err(path, "contains a NUL byte"));
+    }
     let parent = abs
         .parent()
         .ok_or_else(|| lockdir_err(path, "has no parent directory"))?
         .to_path_buf();
-    let c = CString::new(last.as_bytes()).map_err(|_| lockdir_err(path, "contains a NUL byte"))?;
-    Ok((parent, c))
-}
-
-/// Resolves the directory `parent` (absolute) one component at a time from `/`, without ever
-/// letting the kernel follow a link: every directory passed through is checked to be trusted
-/// (when `strict`; otherwise the first reason for distrust is returned), and a symbolic link is
-/// only followed from a directory that was itself checked (a link in a directory others may
-/// write could be re-pointed to send different processes to different lock directories).
-/// Returns the directory's `O_PATH` descriptor, its physical path and the distrust reason.
-fn walk_parent(parent: &Path, me: u32, strict: bool) -> Result<(OwnedFd, PathBuf, Option<String>)> {
-    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
-    let root = || {
-        openat(libc::AT_FDCWD, c"/", flags, 0)
-            .map_err(|e| lockdir_err(parent, format!("cannot open /: {e}")))
-    };
-    let mut distrust: Option<String> = None;
-    let mut check = |fd: &OwnedFd, here: &Path| -> Result<()> {
-        let md = fstat(fd.as_raw_fd()).map_err(|e| lockdir_err(here, e.to_string()))?;
-        if let Some(reason) = distrust_reason(md.uid, md.mode, me) {
-            if strict {
-                return Err(Error::UntrustedLockDir {
-                    path: here.to_path_buf(),
-                    reason: format!("a directory on the way to the lock directory: {reason}"),
-                });
-            }
-            distrust.get_or_insert(format!("{}: {reason}", here.display()));
-        }
-        Ok(())
-    };
-    let mut fd = root()?;
-    let mut here = PathBuf::from("/");
-    check(&fd, &here)?;
-    let mut todo: std::collections::VecDeque<std::ffi::OsString> = parent
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(n.to_owned()),
-            Component::ParentDir => Some("..".into()),
-            _ => None,
-        })
-        .collect();
-    let mut links = 0;
-    while let Some(name) = todo.pop_front() {
-        if name == "." {
-            continue;
-        }
-        let c = CString::new(name.as_bytes()).map_err(|_| lockdir_err(parent, "NUL in path"))?;
-        if name == ".." {
-            fd = openat(fd.as_raw_fd(), &c, flags, 0)
-                .map_err(|e| lockdir_err(&here, format!("cannot open its parent: {e}")))?;
-            here.pop();
-            continue;
-        }
-        let next = here.join(&name);
-        let md = fstatat(fd.as_raw_fd(), &c).map_err(|e| {
-            lockdir_err(
-                parent,
-                format!(
-                    "cannot reach its parent directory ({}: {e})",
-                    next.display()
-                ),
-            )
-        })?;
-        if md.mode & libc::S_IFMT == libc::S_IFLNK {
-            links += 1;
-            if links > 40 {
-                return Err(lockdir_err(parent, "too many levels of symbolic links"));
-            }
-            let mut buf = vec![0u8; libc::PATH_MAX as usize];
-            // SAFETY: `c` is NUL-terminated and `buf` is writable for its length.
-            let n = unsafe {
-                libc::readlinkat(
-                    fd.as_raw_fd(),
-                    c.as_ptr(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                )
-            };
-            if n < 0 {
-                return Err(lockdir_err(&next, io::Error::last_os_error().to_string()));
-            }
-            buf.truncate(n as usize);
-            let target = PathBuf::from(std::ffi::OsString::from_vec(buf));
-            let mut front: Vec<std::ffi::OsString> = target
-                .components()
-                .filter_map(|c| match c {
-                    Component::Normal(n) => Some(n.to_owned()),
-                    Component::ParentDir => Some("..".into()),
-                    _ => None,
-                })
-                .collect();
-            if target.is_absolute() {
-                fd = root()?;
-                here = PathBuf::from("/");
-            }
-            front.extend(todo.drain(..));
-            todo = front.into();
-            continue;
-        }
-        if !md.is_dir() {
-            return Err(lockdir_err(
-                parent,
-                format!("{} is not a directory", next.display()),
-            ));
-        }
-        fd = openat(fd.as_raw_fd(), &c, flags, 0)
-            .map_err(|e| lockdir_err(&next, format!("changed while being opened: {e}")))?;
-        here = next;
-        check(&fd, &here)?;
-    }
-    Ok((fd, here, distrust))
+    Ok((parent, last))
 }
 
 /// The kind of a file system on which the kernel's locks are not shared with the other machines
@@ -404,14 +232,14 @@ fn fuse_subtype(dev: u64) -> Option<String> {
 
 /// Refuses the file system of `fd` (the lock directory, or its parent before creating it) when
 /// it is a network file system and `allow` is off.
-fn check_local(fd: RawFd, path: &Path, allow: bool) -> Result<()> {
+fn check_local(dir: &Dir, path: &Path, allow: bool) -> Result<()> {
     if allow {
         return Ok(());
     }
     // SAFETY: an all-zero statfs is valid for fstatfs to overwrite.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: valid descriptor (O_PATH descriptors are accepted since Linux 3.12) and pointer.
-    if unsafe { libc::fstatfs(fd, &mut st) } != 0 {
+    if unsafe { libc::fstatfs(dir.as_raw_fd(), &mut st) } != 0 {
         return Err(lockdir_err(
             path,
             format!(
@@ -420,7 +248,7 @@ fn check_local(fd: RawFd, path: &Path, allow: bool) -> Result<()> {
             ),
         ));
     }
-    let dev = fstat(fd).map(|m| m.id.dev).unwrap_or(0);
+    let dev = dir.meta().map(|m| m.id.dev).unwrap_or(0);
     match network_fs_kind(st.f_type as i64, || fuse_subtype(dev)) {
         None => Ok(()),
         Some(fs) => Err(Error::NetworkLockDir {
@@ -442,75 +270,58 @@ impl LockDir {
     /// system; see the module docs. Nothing is created when the parent is not trusted or is on a
     /// network file system.
     pub fn open_checked(path: &Path, create: Create, allow_network: bool) -> Result<LockDir> {
-        let me = euid();
+        let me = trust::euid();
         let (parent, name) = split(path)?;
-        let (pfd, parent, _) = walk_parent(&parent, me, true)?;
-        let full = parent.join(OsStr::from_bytes(name.as_bytes()));
-        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
-        let fd = match Self::open_last(&pfd, &name, &full, flags)? {
-            Some(fd) => fd,
+        let parent = trust::walk(&parent, Walk::EXISTING)
+            .map_err(|e| walk_err(&parent.join(&name), e))?
+            .dir;
+        let full = parent.path().join(&name);
+        let dir = match parent.open_subdir(&name).map_err(|e| dir_err(&full, e))? {
+            Some(dir) => dir,
             None if create == Create::No => {
                 return Err(lockdir_err(&full, "does not exist"));
             }
             None => {
-                check_local(pfd.as_raw_fd(), &full, allow_network)?;
+                check_local(&parent, &full, allow_network)?;
                 let mode = if create == Create::SharedDefault {
                     0o1777
                 } else {
                     0o700
                 };
-                // SAFETY: `name` is NUL-terminated and `pfd` an open directory descriptor.
-                let rc = unsafe { libc::mkdirat(pfd.as_raw_fd(), name.as_ptr(), mode) };
-                if rc != 0 {
-                    let e = io::Error::last_os_error();
-                    if e.raw_os_error() != Some(libc::EEXIST) {
-                        return Err(lockdir_err(&full, format!("cannot create: {e}")));
-                    }
-                }
-                let fd = Self::open_last(&pfd, &name, &full, flags)?
+                let created = parent
+                    .make_subdir(&name, mode)
+                    .map_err(|e| dir_err(&full, e))?;
+                let dir = parent
+                    .open_subdir(&name)
+                    .map_err(|e| dir_err(&full, e))?
                     .ok_or_else(|| lockdir_err(&full, "vanished right after being created"))?;
-                let md = fstat(fd.as_raw_fd()).map_err(|e| lockdir_err(&full, e.to_string()))?;
-                if rc == 0 && md.uid == me && create == Create::SharedDefault {
+                let md = dir.meta().map_err(|e| lockdir_err(&full, e.to_string()))?;
+                if created && md.uid == me && create == Create::SharedDefault {
                     // We created it just now, so setting its mode (the umask cleared bits) is
                     // ours to do; the descriptor is the directory we opened without following
                     // links.
                     // SAFETY: plain syscall on a descriptor we own.
-                    if unsafe { libc::fchmod(fd.as_raw_fd(), 0o1777) } != 0 {
+                    if unsafe { libc::fchmod(dir.as_raw_fd(), 0o1777) } != 0 {
                         return Err(lockdir_err(
                             &full,
                             format!("cannot set mode 1777: {}", io::Error::last_os_error()),
                         ));
                     }
                 }
-                fd
+                dir
             }
         };
-        let md = fstat(fd.as_raw_fd()).map_err(|e| lockdir_err(&full, e.to_string()))?;
-        if let Some(reason) = distrust_reason(md.uid, md.mode, me) {
-            return Err(Error::UntrustedLockDir { path: full, reason });
+        let md = dir.meta().map_err(|e| lockdir_err(&full, e.to_string()))?;
+        if let Some(reason) = trust::distrust(md.uid, md.mode, me) {
+            return Err(Error::UntrustedLockDir {
+                path: full,
+                reason: reason.to_string(),
+            });
         }
-        check_local(fd.as_raw_fd(), &full, allow_network)?;
-        // SAFETY: `name` is NUL-terminated; `pfd` is the parent's descriptor.
-        let rc = unsafe {
-            libc::faccessat(
-                pfd.as_raw_fd(),
-                name.as_ptr(),
-                libc::R_OK | libc::W_OK | libc::X_OK,
-                libc::AT_EACCESS,
-            )
-        };
-        if rc != 0 {
-            return Err(lockdir_err(
-                &full,
-                format!(
-                    "not readable, writable and searchable by this user ({})",
-                    io::Error::last_os_error()
-                ),
-            ));
-        }
+        check_local(&dir, &full, allow_network)?;
+        dir.check_access().map_err(|e| dir_err(&full, e))?;
         Ok(LockDir {
-            path: full,
-            fd,
+            dir,
             id: md.id,
             distrust: None,
         })
@@ -519,59 +330,32 @@ impl LockDir {
     /// Opens an existing directory for a status report: the same safe opening, but a directory
     /// that is not trusted is still opened; [`LockDir::distrust`] says why it is not trusted.
     pub fn open_for_reading(path: &Path) -> Result<LockDir> {
-        let me = euid();
         let (parent, name) = split(path)?;
-        let (pfd, parent, mut distrust) = walk_parent(&parent, me, false)?;
-        let full = parent.join(OsStr::from_bytes(name.as_bytes()));
-        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
-        let fd = Self::open_last(&pfd, &name, &full, flags)?
+        let walked =
+            trust::walk(&parent, Walk::REPORT).map_err(|e| walk_err(&parent.join(&name), e))?;
+        let mut distrust = walked
+            .distrust
+            .map(|(path, reason)| format!("{}: {reason}", path.display()));
+        let full = walked.dir.path().join(&name);
+        let dir = walked
+            .dir
+            .open_subdir(&name)
+            .map_err(|e| dir_err(&full, e))?
             .ok_or_else(|| lockdir_err(&full, "does not exist"))?;
-        let md = fstat(fd.as_raw_fd()).map_err(|e| lockdir_err(&full, e.to_string()))?;
-        if let Some(reason) = distrust_reason(md.uid, md.mode, me) {
-            distrust = Some(reason);
+        let md = dir.meta().map_err(|e| lockdir_err(&full, e.to_string()))?;
+        if let Some(reason) = trust::distrust(md.uid, md.mode, trust::euid()) {
+            distrust = Some(reason.to_string());
         }
         Ok(LockDir {
-            path: full,
-            fd,
+            dir,
             id: md.id,
             distrust,
         })
     }
 
-    /// Opens the last component; `Ok(None)` if it does not exist.
-    fn open_last(
-        pfd: &OwnedFd,
-        name: &CStr,
-        full: &Path,
-        flags: libc::c_int,
-    ) -> Result<Option<OwnedFd>> {
-        match fstatat(pfd.as_raw_fd(), name) {
-            Ok(md) if md.mode & libc::S_IFMT == libc::S_IFLNK => {
-                return Err(lockdir_err(
-                    full,
-                    "is a symbolic link (refused: a lock directory must be a real directory; name \
-                     the directory it points to instead)",
-                ));
-            }
-            Ok(md) if !md.is_dir() => return Err(lockdir_err(full, "is not a directory")),
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
-            Err(e) => return Err(lockdir_err(full, e.to_string())),
-        }
-        match openat(pfd.as_raw_fd(), name, flags, 0) {
-            Ok(fd) => Ok(Some(fd)),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(lockdir_err(
-                full,
-                "is a symbolic link (refused: a lock directory must be a real directory)",
-            )),
-            Err(e) => Err(lockdir_err(full, format!("cannot open: {e}"))),
-        }
-    }
-
     /// The directory's path (absolute, parent canonical).
     pub fn path(&self) -> &Path {
-        &self.path
+        self.dir.path()
     }
 
     /// The directory's identity.
@@ -581,7 +365,7 @@ impl LockDir {
 
     /// The directory's descriptor.
     pub fn raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.dir.as_raw_fd()
     }
 
     /// Why the directory is not trusted, for a directory opened for reading only.
@@ -591,29 +375,23 @@ impl LockDir {
 
     /// A new open file description of the directory (for the join lock: `flock` locks belong
     /// to open file descriptions, so each session needs its own).
-    pub fn reopen(&self) -> Result<OwnedFd> {
-        openat(
-            self.fd.as_raw_fd(),
-            c".",
-            libc::O_RDONLY | libc::O_DIRECTORY,
-            0,
-        )
-        .map_err(|e| Error::io("open", &self.path, e))
+    pub fn reopen(&self) -> Result<std::os::fd::OwnedFd> {
+        self.dir
+            .reopen()
+            .map_err(|e| Error::io("open", self.path(), e))
     }
 
     /// Checks that the directory's path still names the directory this descriptor refers to
     /// (so everybody who opens it by name meets in the same directory).
     pub fn check_identity(&self) -> Result<()> {
-        let c = CString::new(self.path.as_os_str().as_bytes())
-            .map_err(|_| lockdir_err(&self.path, "NUL in path"))?;
-        match fstatat(libc::AT_FDCWD, &c) {
+        match trust::lstat(self.path()) {
             Ok(md) if md.id == self.id => Ok(()),
             Ok(_) => Err(lockdir_err(
-                &self.path,
+                self.path(),
                 "was replaced or moved while in use (its name now refers to another directory)",
             )),
             Err(e) => Err(lockdir_err(
-                &self.path,
+                self.path(),
                 format!("vanished while in use: {e}"),
             )),
         }
@@ -621,37 +399,21 @@ impl LockDir {
 
     /// `fstatat` of `name` in the directory, without following a symbolic link.
     pub fn stat(&self, name: &str) -> io::Result<Meta> {
-        fstatat(self.fd.as_raw_fd(), &cname(name)?)
+        self.dir.stat(name)
     }
 
     /// Opens `name` read-only for inspection: without following a link, without blocking (a
     /// FIFO returns at once), and only if it is a regular file (`Ok(None)` otherwise).
     pub fn open_entry(&self, name: &str) -> io::Result<Option<(File, Meta)>> {
-        let fd = openat(
-            self.fd.as_raw_fd(),
-            &cname(name)?,
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
-            0,
-        )?;
-        let md = fstat(fd.as_raw_fd())?;
-        if !md.is_regular() {
-            return Ok(None);
-        }
-        Ok(Some((File::from(fd), md)))
+        self.dir.open_entry(name)
     }
 
     /// Creates `name` exclusively, read-write, mode `0600` (so nobody else can open it before
     /// its locks are taken; the caller then makes it `0644`).
     pub fn create_entry(&self, name: &str) -> Result<File> {
-        let c = cname(name).map_err(|e| Error::io("create", self.path.join(name), e))?;
-        let fd = openat(
-            self.fd.as_raw_fd(),
-            &c,
-            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-            0o600,
-        )
-        .map_err(|e| self.write_error("create", name, e))?;
-        Ok(File::from(fd))
+        self.dir
+            .create_new(name, 0o600)
+            .map_err(|e| self.write_error("create", name, e))
     }
 
     /// The error for a failed `op` (creating or writing `name`): [`Error::LockDirFull`] when
@@ -663,7 +425,7 @@ impl LockDir {
                 // SAFETY: an all-zero statvfs is valid for fstatvfs to overwrite.
                 let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
                 // SAFETY: valid descriptor and out-pointer.
-                let known = unsafe { libc::fstatvfs(self.fd.as_raw_fd(), &mut st) } == 0;
+                let known = unsafe { libc::fstatvfs(self.raw_fd(), &mut st) } == 0;
                 if known && st.f_files > 0 && st.f_ffree == 0 {
                     "the file system is full (no free inodes left)"
                 } else if known && st.f_bavail == 0 {
@@ -672,11 +434,11 @@ impl LockDir {
                     "the file system is full (no space or no inodes left)"
                 }
             }
-            _ => return Error::io(op, self.path.join(name), e),
+            _ => return Error::io(op, self.path().join(name), e),
         };
         Error::LockDirFull {
             op,
-            path: self.path.clone(),
+            path: self.path().to_path_buf(),
             what: what.to_string(),
         }
     }
@@ -684,121 +446,61 @@ impl LockDir {
     /// Removes `name` if it still is the file `id` (never somebody else's file that took its
     /// place). Returns whether it was removed.
     pub fn unlink_if(&self, name: &str, id: FileId) -> bool {
-        let Ok(c) = cname(name) else { return false };
-        match fstatat(self.fd.as_raw_fd(), &c) {
-            // SAFETY: `c` is NUL-terminated; unlinkat on a name in our directory descriptor.
-            Ok(md) if md.id == id => unsafe { libc::unlinkat(self.raw_fd(), c.as_ptr(), 0) == 0 },
-            _ => false,
-        }
+        self.dir.unlink_if(name, |md| md.id == id)
     }
 
     /// Removes `name` whatever it is now (only for a file this process created a moment ago and
     /// could not even `fstat`).
     pub fn unlink_if_unchecked(&self, name: &str) {
-        if let Ok(c) = cname(name) {
-            // SAFETY: `c` is NUL-terminated; unlinkat on a name in our directory descriptor.
-            unsafe { libc::unlinkat(self.raw_fd(), c.as_ptr(), 0) };
-        }
+        // Best effort: the caller is already reporting the failure that brought it here.
+        let _ = self.dir.unlink(name);
     }
 
     /// Names in the directory that start with `gpukit-` (others are never looked at), with
     /// their inode numbers. `keep_going` is asked every 1024 entries; listing stops when it
     /// returns an error.
     pub fn list(&self, mut keep_going: impl FnMut() -> Result<()>) -> Result<Vec<(String, u64)>> {
-        let fd = self.reopen()?;
-        // SAFETY: `fd` is an open directory descriptor; fdopendir takes ownership of it.
-        let dir = unsafe { libc::fdopendir(fd.as_raw_fd()) };
-        if dir.is_null() {
-            return Err(Error::io("opendir", &self.path, io::Error::last_os_error()));
-        }
-        // The DIR owns the descriptor now.
-        std::mem::forget(fd);
-        struct Closer(*mut libc::DIR);
-        impl Drop for Closer {
-            fn drop(&mut self) {
-                // SAFETY: the DIR came from fdopendir and is closed exactly once.
-                unsafe { libc::closedir(self.0) };
-            }
-        }
-        let dir = Closer(dir);
+        let entries = self
+            .dir
+            .entries()
+            .map_err(|e| Error::io("opendir", self.path(), e))?;
         let mut out = Vec::new();
-        let mut seen = 0usize;
-        loop {
-            seen += 1;
-            if seen.is_multiple_of(1024) {
+        for (seen, entry) in entries.enumerate() {
+            if (seen + 1).is_multiple_of(1024) {
                 keep_going()?;
             }
-            // SAFETY: errno is thread-local; resetting it distinguishes end from error.
-            unsafe { *libc::__errno_location() = 0 };
-            // SAFETY: `dir.0` is a valid DIR stream used by this thread only.
-            let ent = unsafe { libc::readdir(dir.0) };
-            if ent.is_null() {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error().unwrap_or(0) != 0 {
-                    return Err(Error::io("readdir", &self.path, e));
-                }
-                return Ok(out);
+            let entry = entry.map_err(|e| Error::io("readdir", self.path(), e))?;
+            if !entry.name.as_bytes().starts_with(b"gpukit-") {
+                continue;
             }
-            // SAFETY: readdir returned a valid dirent whose d_name is NUL-terminated.
-            let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) };
-            let bytes = name.to_bytes();
-            if bytes.starts_with(b"gpukit-") {
-                if out.len() >= MAX_LISTED {
-                    return Err(Error::LockDirFlooded {
-                        path: self.path.clone(),
-                        entries: out.len() + 1,
-                        limit: MAX_LISTED,
-                        owners: Vec::new(),
-                    });
-                }
-                if let Ok(s) = std::str::from_utf8(bytes) {
-                    // SAFETY: as above.
-                    out.push((s.to_owned(), unsafe { (*ent).d_ino }));
-                }
+            if out.len() >= MAX_LISTED {
+                return Err(Error::LockDirFlooded {
+                    path: self.path().to_path_buf(),
+                    entries: out.len() + 1,
+                    limit: MAX_LISTED,
+                    owners: Vec::new(),
+                });
+            }
+            if let Ok(s) = entry.name.into_string() {
+                out.push((s, entry.ino));
             }
         }
+        Ok(out)
     }
 }
 
 /// Reads a whole record file of at most [`MAX_RECORD_BYTES`]; `None` if it is larger (checked
 /// before reading a byte), not UTF-8, or unreadable.
 pub(crate) fn read_record(file: &File, meta: &Meta) -> Option<String> {
-    if meta.size > MAX_RECORD_BYTES as u64 {
-        return None;
-    }
-    let mut buf = vec![0u8; MAX_RECORD_BYTES + 1];
-    let mut len = 0;
-    while len < buf.len() {
-        // SAFETY: reads into the unfilled tail of `buf`, whose length is stated.
-        let n = unsafe {
-            libc::pread(
-                file.as_raw_fd(),
-                buf[len..].as_mut_ptr().cast(),
-                buf.len() - len,
-                len as libc::off_t,
-            )
-        };
-        if n < 0 {
-            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return None;
-        }
-        if n == 0 {
-            break;
-        }
-        len += n as usize;
-    }
-    if len > MAX_RECORD_BYTES {
-        return None;
-    }
-    buf.truncate(len);
-    String::from_utf8(buf).ok()
+    let bytes = trust::read_bounded(file, meta, MAX_RECORD_BYTES as u64).ok()??;
+    String::from_utf8(bytes).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpukit_trust::euid;
+    use std::ffi::CString;
     use std::fs;
     use std::os::unix::fs::{symlink, PermissionsExt};
 
@@ -899,6 +601,41 @@ mod tests {
     }
 
     #[test]
+    fn a_link_somebody_else_owns_in_a_sticky_directory_is_not_followed() {
+        if euid() != 0 {
+            eprintln!(
+                "SKIPPED a_link_somebody_else_owns_in_a_sticky_directory_is_not_followed: needs \
+                 root to give a link to another uid"
+            );
+            return;
+        }
+        let t = tempfile::tempdir().expect("tempdir");
+        let shared = t.path().join("shared");
+        fs::create_dir(&shared).expect("mkdir");
+        fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).expect("chmod");
+        let real = t.path().join("real");
+        fs::create_dir_all(real.join("locks")).expect("mkdir");
+        symlink(&real, shared.join("link")).expect("symlink");
+        std::os::unix::fs::lchown(shared.join("link"), Some(64102), Some(64102)).expect("lchown");
+        match LockDir::open(&shared.join("link/locks"), Create::No) {
+            Err(e @ Error::UntrustedLockDir { .. }) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("a link on the way") && msg.contains("uid 64102"),
+                    "{msg}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // The status report still reaches it, and says why it is not trusted.
+        let d = LockDir::open_for_reading(&shared.join("link/locks")).expect("report");
+        assert!(d.distrust().is_some_and(|r| r.contains("symbolic link")));
+        // The directory owner's link is followed.
+        std::os::unix::fs::lchown(shared.join("link"), Some(0), Some(0)).expect("lchown");
+        LockDir::open(&shared.join("link/locks"), Create::No).expect("root's link");
+    }
+
+    #[test]
     fn network_file_systems_are_recognised() {
         for (magic, kind) in [
             (0x6969, "NFS"),
@@ -927,19 +664,6 @@ mod tests {
         // The directory this test runs in is local.
         let t = tempfile::tempdir().expect("tempdir");
         LockDir::open(t.path(), Create::No).expect("local");
-    }
-
-    #[test]
-    fn distrust_rules() {
-        assert!(distrust_reason(1000, 0o40700, 1000).is_none());
-        assert!(distrust_reason(0, 0o41777, 1000).is_none());
-        assert!(distrust_reason(0, 0o41770, 1000).is_none());
-        assert!(distrust_reason(0, 0o40755, 1000).is_none());
-        assert!(distrust_reason(1001, 0o40700, 1000).is_some());
-        assert!(distrust_reason(1001, 0o41777, 1000).is_some());
-        assert!(distrust_reason(1000, 0o40777, 1000).is_some());
-        assert!(distrust_reason(0, 0o40775, 1000).is_some());
-        assert!(distrust_reason(1000, 0o40755, 0).is_some());
     }
 
     #[test]

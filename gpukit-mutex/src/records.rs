@@ -278,7 +278,7 @@ impl TicketRecord {
 }
 
 /// Length of the random part of a file name (hex digits of 128 bits).
-const RANDOM_HEX: usize = 32;
+const RANDOM_HEX: usize = gpukit_trust::RANDOM_HEX_LEN;
 
 fn is_random_part(s: &str) -> bool {
     s.len() == RANDOM_HEX && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
@@ -286,27 +286,7 @@ fn is_random_part(s: &str) -> bool {
 
 /// A fresh random name part: 128 bits from `getrandom(2)`, in hex.
 pub(crate) fn random_part() -> std::io::Result<String> {
-    let mut buf = [0u8; RANDOM_HEX / 2];
-    let mut got = 0;
-    while got < buf.len() {
-        // SAFETY: writes at most the stated number of bytes into the unfilled tail of `buf`.
-        let n = unsafe { libc::getrandom(buf[got..].as_mut_ptr().cast(), buf.len() - got, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(e);
-        }
-        got += n as usize;
-    }
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(RANDOM_HEX);
-    for b in buf {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 15)]));
-    }
-    Ok(out)
+    gpukit_trust::random_hex()
 }
 
 /// Parses a ticket file name `gpukit-ticket.<seq>.<random>` (`<seq>` zero-padded to 20 digits)

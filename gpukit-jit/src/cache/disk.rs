@@ -7,19 +7,34 @@
 //! bad checksum, does not parse or belongs to other inputs is deleted (when it is this user's)
 //! and reported as corrupt; the caller recompiles.
 //!
-//! The directory and its files are trusted only on the rules of [`super::trust`]: another
-//! user's directory, or another user's file under an entry's name, is never read. Writers use
-//! an unpredictable temporary file in the same directory and `rename` it into place, so readers
-//! in other processes see either no entry or a complete one.
+//! **The directory** is opened with gpukit-trust's link-safe walk (the rules gpukit-mutex
+//! applies to its lock directory): it and every directory on the way must be owned by the
+//! caller or root and not writable by others unless sticky, a link is only followed from a
+//! directory that passed that check, and missing directories are created (mode 0700) on the
+//! way. Otherwise another user could replace entries, or the directory, and make this process
+//! load their CUBIN. A directory that fails is not used: the cache keeps to memory and says
+//! why ([`super::KernelCache::disk_problem`]).
+//!
+//! **Entries.** In a trusted directory that others may write (sticky, like `/tmp`), other users
+//! can still create files under names this process will look up. So an entry is read only if it
+//! is a regular file (opened relative to the directory's descriptor with `O_NOFOLLOW |
+//! O_NONBLOCK`: a link or a FIFO under an entry's name neither redirects nor blocks), owned by
+//! the caller, writable by nobody else, and no larger than the cache's bound (checked before a
+//! byte is read; the read itself is bounded too). Writers use a temporary file with an
+//! unpredictable name, created exclusively without following links, and `rename` it into
+//! place, so readers in other processes see either no entry or a complete one. Eviction only
+//! ever removes this user's own files, and only while the name still is the file it looked at.
 
 use super::key::CacheKey;
-use super::trust::{self, CacheDir};
 use crate::arch::Arch;
 use crate::compile::CompiledModule;
+use crate::error::Error;
 use crate::options::Output;
+use gpukit_trust::{self as trust, Dir, Meta, Walk};
 use sha2::{Digest, Sha256};
+use std::fs::File;
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 const MAGIC: &[u8; 8] = b"GPUKITK2";
@@ -51,14 +66,17 @@ pub(crate) struct Expect<'a> {
 pub(crate) struct DiskCache {
     pub(crate) dir: PathBuf,
     pub(crate) max_bytes: u64,
-    opened: Result<CacheDir, String>,
+    opened: Result<Dir, Error>,
 }
 
 impl DiskCache {
     /// Opens (creating it when missing) and checks the directory `dir` once, now: every later
     /// lookup and write goes through this descriptor.
     pub(crate) fn new(dir: PathBuf, max_bytes: u64) -> Self {
-        let opened = CacheDir::open(&dir);
+        let opened = open_dir(&dir).map_err(|source| Error::CacheDir {
+            dir: dir.clone(),
+            source,
+        });
         DiskCache {
             dir,
             max_bytes,
@@ -66,9 +84,9 @@ impl DiskCache {
         }
     }
 
-    /// The opened directory, or why it is not used.
-    pub(crate) fn open(&self) -> Result<&CacheDir, &str> {
-        self.opened.as_ref().map_err(String::as_str)
+    /// The opened directory, or why it is not used ([`Error::CacheDir`]).
+    pub(crate) fn open(&self) -> Result<&Dir, &Error> {
+        self.opened.as_ref()
     }
 
     fn name_of(key: &CacheKey) -> String {
@@ -85,20 +103,30 @@ impl DiskCache {
             return Lookup::Miss;
         };
         let name = Self::name_of(want.key);
-        let (file, meta) = match dir.open_entry(&name, self.max_bytes) {
+        let (file, meta) = match dir.open_entry(&name) {
             Ok(Some(f)) => f,
-            Ok(None) => return Lookup::Miss,
-            Err(reason) => return Lookup::Refused(reason),
+            Ok(None) => return Lookup::Refused("not a regular file".into()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Lookup::Miss,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Lookup::Refused("a symbolic link".into())
+            }
+            Err(e) => return Lookup::Refused(e.to_string()),
         };
-        let decoded = trust::read_bounded(&file, self.max_bytes).and_then(|b| decode(&b, want));
+        if let Some(reason) = refusal(&meta, trust::euid(), self.max_bytes) {
+            return Lookup::Refused(reason);
+        }
+        let decoded = trust::read_bounded(&file, &meta, self.max_bytes)
+            .ok()
+            .flatten()
+            .and_then(|b| decode(&b, want));
         match decoded {
             Some(m) => {
                 // Refresh the LRU clock; failure to do so only affects eviction order.
-                trust::touch(&file);
+                let _ = file.set_modified(SystemTime::now());
                 Lookup::Hit(m)
             }
             None => {
-                dir.unlink_if(&name, &meta);
+                unlink_own(dir, &name, &meta);
                 Lookup::Corrupt
             }
         }
@@ -107,18 +135,19 @@ impl DiskCache {
     /// Writes an entry atomically, then evicts old entries past the size bound. Returns how
     /// many entries were evicted.
     pub(crate) fn store(&self, key: &CacheKey, module: &CompiledModule) -> io::Result<u64> {
-        let dir = self.open().map_err(|reason| {
-            io::Error::new(io::ErrorKind::PermissionDenied, reason.to_string())
-        })?;
+        let dir = self
+            .open()
+            .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))?;
         let bytes = encode(key, module);
-        let (tmp, mut f) = dir.create_temp(&key.hex())?;
+        let (tmp, mut f) = create_temp(dir, &key.hex())?;
         let result = (|| {
             f.write_all(&bytes)?;
             f.sync_data()?;
             dir.rename(&tmp, &Self::name_of(key))
         })();
         if result.is_err() {
-            dir.unlink(&tmp);
+            // Best effort: the write's own error is what is reported.
+            let _ = dir.unlink(&tmp);
         }
         result?;
         Ok(self.evict(dir, Some(&Self::name_of(key))))
@@ -127,26 +156,29 @@ impl DiskCache {
     /// Deletes this user's least-recently-used entries until they are under 90 % of the bound
     /// (`keep`, the entry just written, is removed last), and this user's temporary files left
     /// by writers that died.
-    fn evict(&self, dir: &CacheDir, keep: Option<&str>) -> u64 {
+    fn evict(&self, dir: &Dir, keep: Option<&str>) -> u64 {
         let now = SystemTime::now();
-        for (name, meta, mtime) in dir.own_files(|n| n.starts_with('.') && n.ends_with(".tmp")) {
-            if now.duration_since(mtime).is_ok_and(|age| age > STALE_TEMP) {
-                dir.unlink_if(&name, &meta);
+        for (name, meta) in own_files(dir, |n| n.starts_with('.') && n.ends_with(".tmp")) {
+            if now
+                .duration_since(meta.mtime)
+                .is_ok_and(|age| age > STALE_TEMP)
+            {
+                unlink_own(dir, &name, &meta);
             }
         }
-        let mut entries = dir.own_files(is_entry);
+        let mut entries = own_files(dir, is_entry);
         let mut total: u64 = entries.iter().map(|e| e.1.size).sum();
         if total <= self.max_bytes {
             return 0;
         }
         let target = self.max_bytes / 10 * 9;
-        entries.sort_by_key(|e| (Some(e.0.as_str()) == keep, e.2));
+        entries.sort_by_key(|e| (Some(e.0.as_str()) == keep, e.1.mtime));
         let mut evicted = 0;
-        for (name, meta, _) in entries {
+        for (name, meta) in entries {
             if total <= target {
                 break;
             }
-            if dir.unlink_if(&name, &meta) {
+            if unlink_own(dir, &name, &meta) {
                 total -= meta.size;
                 evicted += 1;
             }
@@ -157,9 +189,85 @@ impl DiskCache {
     /// Total bytes of this user's entries in the directory.
     pub(crate) fn size(&self) -> u64 {
         self.open()
-            .map(|d| d.own_files(is_entry).iter().map(|e| e.1.size).sum())
+            .map(|d| own_files(d, is_entry).iter().map(|e| e.1.size).sum())
             .unwrap_or(0)
     }
+}
+
+/// Opens (creating missing directories, mode 0700) and checks the cache directory: see the
+/// module docs.
+fn open_dir(dir: &Path) -> Result<Dir, trust::Error> {
+    let opened = trust::walk(dir, Walk::CREATE_PRIVATE)?.dir;
+    opened.check_access()?;
+    Ok(opened)
+}
+
+/// Why a file under an entry's name cannot be read as one of ours, if it cannot: only a regular
+/// file of this user that nobody else may write, within the bound, is.
+fn refusal(meta: &Meta, me: u32, max_bytes: u64) -> Option<String> {
+    if !meta.is_regular() {
+        return Some("not a regular file".into());
+    }
+    if meta.uid != me {
+        return Some(format!(
+            "owned by uid {} (this process runs as uid {me})",
+            meta.uid
+        ));
+    }
+    if meta.mode & 0o022 != 0 {
+        return Some(format!(
+            "writable by others (mode {:04o})",
+            meta.mode & 0o7777
+        ));
+    }
+    if meta.size > max_bytes {
+        return Some(format!(
+            "{} bytes, more than the cache's bound of {max_bytes}",
+            meta.size
+        ));
+    }
+    None
+}
+
+/// Creates a new file for an entry under an unpredictable hidden name, exclusively, without
+/// following links, mode 0600; returns its name and the file.
+fn create_temp(dir: &Dir, stem: &str) -> io::Result<(String, File)> {
+    for _ in 0..16 {
+        let name = format!(".{stem}.{}.tmp", trust::random_hex()?);
+        match dir.create_new(&name, 0o600) {
+            Ok(f) => return Ok((name, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        "16 random temporary names were all taken",
+    ))
+}
+
+/// Removes `name` if it is still the file `meta` describes and this process's own (never
+/// somebody else's file that took its place). Returns whether it was removed.
+fn unlink_own(dir: &Dir, name: &str, meta: &Meta) -> bool {
+    let me = trust::euid();
+    dir.unlink_if(name, |now| now.id == meta.id && now.uid == me)
+}
+
+/// `(name, meta)` of the regular files in the directory owned by this process whose name `keep`
+/// accepts (others' files are never touched).
+fn own_files(dir: &Dir, keep: impl Fn(&str) -> bool) -> Vec<(String, Meta)> {
+    let me = trust::euid();
+    let Ok(entries) = dir.entries() else {
+        return Vec::new();
+    };
+    entries
+        .map_while(Result::ok)
+        .filter_map(|e| {
+            let name = e.name.into_string().ok().filter(|n| keep(n))?;
+            let meta = dir.stat(&name).ok()?;
+            (meta.is_regular() && meta.uid == me).then_some((name, meta))
+        })
+        .collect()
 }
 
 fn is_entry(name: &str) -> bool {
@@ -297,6 +405,30 @@ mod tests {
 
     fn is_root() -> bool {
         trust::euid() == 0
+    }
+
+    #[test]
+    fn only_own_regular_files_no_one_else_may_write_within_the_bound_are_read() {
+        let m = |uid, mode, size| Meta {
+            id: trust::FileId { dev: 0, ino: 0 },
+            uid,
+            mode,
+            size,
+            mtime: SystemTime::UNIX_EPOCH,
+        };
+        assert!(refusal(&m(1000, 0o100600, 10), 1000, 100).is_none());
+        assert!(refusal(&m(1000, 0o100644, 10), 1000, 100).is_none());
+        assert!(refusal(&m(1000, 0o100600, 100), 1000, 100).is_none());
+        let reason = |meta| refusal(&meta, 1000, 100).expect("refused");
+        assert!(reason(m(1001, 0o100600, 10)).contains("uid 1001"));
+        assert!(reason(m(1000, 0o100666, 10)).contains("writable by others"));
+        assert!(reason(m(1000, 0o100620, 10)).contains("writable by others"));
+        assert!(reason(m(1000, 0o100600, 101)).contains("bound"));
+        assert!(reason(m(1000, 0o010600, 0)).contains("regular"), "FIFO");
+        assert!(
+            reason(m(1000, 0o040700, 0)).contains("regular"),
+            "directory"
+        );
     }
 
     #[test]

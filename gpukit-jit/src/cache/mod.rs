@@ -11,8 +11,8 @@
 //! through include paths), so editing a header never serves a stale kernel.
 //!
 //! The disk level is used only in a directory that only this user (or root) can change: one
-//! owned by another user, or writable by others without the sticky bit (the rules of
-//! gpukit-mutex's lock directory, see `trust`), is not used at all and
+//! owned by another user, or writable by others without the sticky bit (gpukit-trust's rules,
+//! which gpukit-mutex's lock directory follows too; see `disk`), is not used at all and
 //! [`KernelCache::disk_problem`] says why. In a shared sticky directory, only this user's own
 //! entries are read. Every entry is tied to its key, program, target and output kind, and read
 //! with a size bound.
@@ -20,7 +20,6 @@
 mod disk;
 mod includes;
 mod key;
-mod trust;
 
 pub use key::CacheKey;
 
@@ -214,13 +213,7 @@ impl KernelCache {
     /// made.
     pub fn disk_problem(&self) -> Option<String> {
         let d = self.disk.as_ref()?;
-        d.open().err().map(|reason| {
-            format!(
-                "the kernel cache directory {} is not used: {reason}; set GPUKIT_CACHE_DIR to a \
-                 directory of your own (mode 0700), or GPUKIT_CACHE=off",
-                d.dir.display()
-            )
-        })
+        d.open().err().map(ToString::to_string)
     }
 
     /// Bytes currently stored in the disk level.
