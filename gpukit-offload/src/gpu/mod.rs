@@ -23,18 +23,23 @@ mod exec;
 pub mod fail;
 mod finite;
 mod flags;
+pub mod kernels;
 mod lane;
 mod layout;
 mod lstsq;
 mod lu;
+pub mod phases;
 mod presize;
 mod qr;
 pub mod staging;
 pub mod startup;
 mod svd;
 mod triangular;
+mod workspace;
 
 pub use fail::{GResult, GpuFail, GpuFailKind, Inject};
+pub use lane::LANE_ARENA_MAX;
+pub use phases::{Phase, PhaseTimes};
 pub use presize::{presize_plan, Presized, PRESIZE_PINNED_MAX};
 pub use startup::{StartupReport, Step};
 
@@ -43,9 +48,11 @@ use crate::ops::{OpKind, Precision};
 use exec::SIZING_ONLY;
 use fail::fail;
 use gpukit_core::{current_owner, Device, DeviceBuffer, OwnerId};
+use kernels::CheckKernels;
 use lane::{core_fail, Lane};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use phases::Clock;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -174,7 +181,10 @@ pub struct GpuBackend {
     inject: AtomicU8,
     report: Mutex<StartupReport>,
     solver_lib: OnceLock<Result<(), String>>,
+    checks: OnceLock<GResult<CheckKernels>>,
     polar_retries: AtomicU64,
+    timing: AtomicBool,
+    phases: Mutex<PhaseTimes>,
 }
 
 impl GpuBackend {
@@ -215,7 +225,10 @@ impl GpuBackend {
             inject: AtomicU8::new(Inject::None as u8),
             report: Mutex::new(report),
             solver_lib: OnceLock::new(),
+            checks: OnceLock::new(),
             polar_retries: AtomicU64::new(0),
+            timing: AtomicBool::new(false),
+            phases: Mutex::new(PhaseTimes::default()),
         })
     }
 
@@ -247,6 +260,32 @@ impl GpuBackend {
 
     pub(crate) fn injected(&self) -> Inject {
         Inject::from_u8(self.inject.load(Ordering::Relaxed))
+    }
+
+    /// Times every following call's phases (off by default: calls then read no clock); the
+    /// totals are read with [`GpuBackend::take_phase_times`]. The counts of synchronisations,
+    /// copies, own launches, workspace queries and allocations are kept while timing is on.
+    pub fn set_phase_timing(&self, on: bool) {
+        self.timing.store(on, Ordering::Relaxed);
+    }
+
+    /// The phase totals of the calls since the last take (and resets them).
+    pub fn take_phase_times(&self) -> PhaseTimes {
+        std::mem::take(&mut *self.phases.lock())
+    }
+
+    /// The non-finite check kernels, loaded into the context the first time (timed into the
+    /// start-up report); the outcome is kept.
+    pub(crate) fn check_kernels(&self) -> GResult<&CheckKernels> {
+        self.checks
+            .get_or_init(|| {
+                let t = Instant::now();
+                let r = CheckKernels::load();
+                self.report.lock().record(Step::CheckKernels, t.elapsed());
+                r
+            })
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// Loads libcusolver and takes the cuSOLVER handle of an idle lane now (a LAPACK call
@@ -305,11 +344,21 @@ impl GpuBackend {
         Ok(buf)
     }
 
+    /// A lane's own arena of `bytes` on its compute stream, charged to `gpukit-offload` (it
+    /// outlives the calls that use it, as cuBLAS' workspace does).
+    pub(crate) fn lane_arena(&self, bytes: usize, lane: &Lane) -> GResult<DeviceBuffer> {
+        self.dev
+            .allocator()
+            .with_owner(&OwnerId::new("gpukit-offload"), || {
+                self.device_block(bytes, lane)
+            })
+    }
+
     /// A block of `bytes` on the lane's compute stream, used by nothing else: dropped, it goes
     /// straight back to the allocator's cache for that stream (a block recorded on the transfer
     /// streams waits for their events first and is not counted as cached meanwhile, which is
     /// why presizing with [`GpuBackend::device_memory`] left 17 of 72 MB visible on the H200).
-    fn device_block(&self, bytes: usize, lane: &Lane) -> GResult<DeviceBuffer> {
+    pub(crate) fn device_block(&self, bytes: usize, lane: &Lane) -> GResult<DeviceBuffer> {
         let alloc = self.dev.allocator();
         let st = alloc.stats();
         let cached = st.reserved.saturating_sub(st.in_use);
@@ -350,9 +399,10 @@ impl GpuBackend {
     }
 
     /// Returns a lane to the pool if its streams are healthy (a lane that failed to
-    /// synchronise is dropped).
-    fn checkin(&self, lane: Lane) {
-        if lane.sync_all().is_ok() {
+    /// synchronise is dropped). A lane whose call ended synchronised is idle: no wait.
+    fn checkin(&self, mut lane: Lane) {
+        if !lane.dirty || lane.sync_all().is_ok() {
+            lane.dirty = false;
             self.lanes.lock().push(lane);
         }
     }
@@ -467,8 +517,11 @@ impl GpuBackend {
     /// Every pointer in `call` must be valid for its extent; [`Call::check`] passed and
     /// [`unsupported`] returned `None`.
     pub unsafe fn run(&self, call: &Call) -> GResult<()> {
+        let timed = self.timing.load(Ordering::Relaxed);
+        let mut clock = Clock::new(timed);
         self.bind()?;
         let mut lane = self.checkout()?;
+        std::mem::swap(&mut lane.clock, &mut clock);
         let lapack = needs_solver(&call.op);
         let r = if lapack {
             self.prepare_solver(&mut lane)
@@ -477,6 +530,7 @@ impl GpuBackend {
         }
         .and_then(|()| {
             lane.with_handles(lapack, |lane| {
+                lane.mark(Phase::Lane);
                 // SAFETY: forwarded.
                 let mut r = unsafe { self.run_on(lane, call, false) };
                 if matches!(r, Ok(Done::RetryQr)) {
@@ -486,6 +540,7 @@ impl GpuBackend {
                     // SAFETY: forwarded.
                     r = unsafe { self.run_on(lane, call, true) };
                 }
+                lane.mark(Phase::Launch);
                 r
             })
         })
@@ -493,7 +548,12 @@ impl GpuBackend {
             Done::Ok => Ok(()),
             Done::RetryQr => Err(fail(GpuFailKind::Error, "SVD retry did not finish")),
         });
+        std::mem::swap(&mut lane.clock, &mut clock);
         self.checkin(lane);
+        if timed {
+            clock.mark(Phase::Lane);
+            self.phases.lock().add(&clock.t);
+        }
         r
     }
 
