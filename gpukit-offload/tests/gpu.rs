@@ -3371,3 +3371,123 @@ fn tiny_threads_body() {
     let f = Failures(errors.into_inner().unwrap());
     f.done();
 }
+
+// ---------------------------------------------------------------- several GPUs
+
+/// With two or more visible GPUs (skipped with fewer: the H200 host's one-GPU machine): a
+/// product split across two GPUs by the placement (a cost whose compute dwarfs its copies)
+/// equals the CPU library's, with both GPUs used and C's padding untouched; an injected
+/// failure on one GPU's part leaves C untouched; whole calls from four threads are placed on
+/// both GPUs and match the CPU.
+#[test]
+fn several_gpus_split_products_and_spread_calls() {
+    big_stack(several_gpus_body);
+}
+
+fn several_gpus_body() {
+    use gpukit_offload::dispatch::placement::ProductCost;
+    use gpukit_offload::gpu::devices::Devices;
+    let Some((cpu, _)) = backends("several_gpus_split_products_and_spread_calls") else {
+        return;
+    };
+    if GpuBackend::visible_count() < 2 {
+        println!(
+            "skipped: {} GPU visible; this test needs two (the x2 machine)",
+            GpuBackend::visible_count()
+        );
+        return;
+    }
+    let gpus: Vec<Arc<GpuBackend>> = (0..2)
+        .map(|i| Arc::new(GpuBackend::start_on(i).expect("start a backend per GPU")))
+        .collect();
+    let devices = Devices::new(gpus.clone());
+    let mut f = Failures::default();
+    let mut rng = Rng::new(149);
+    let cost = ProductCost {
+        a_copy_s: 0.001,
+        bc_copy_s: 0.002,
+        compute_s: 1.0,
+    };
+    for p in Precision::ALL {
+        let (m, n, k) = (300, 517, 200);
+        let mut a = Mat::random(p, m, k, &mut rng);
+        let mut b = Mat::random(p, k, n, &mut rng);
+        let mut c1 = Mat::random(p, m, n, &mut rng);
+        let mut c2 = c1.clone();
+        let op = |a: HostMat, b: HostMat, c: HostMat| Op::Gemm {
+            ta: Trans::No,
+            tb: Trans::No,
+            m,
+            n,
+            k,
+            alpha: sc(p, 0.5, 0.25),
+            a,
+            b,
+            beta: sc(p, -1.0, 0.0),
+            c,
+        };
+        let r1 = on_cpu(cpu, &call(p, op(a.host(), b.host(), c1.host())));
+        // SAFETY: the call's matrices live in this function.
+        let (parts, r2) =
+            unsafe { devices.run_product(&call(p, op(a.host(), b.host(), c2.host())), cost) };
+        let what = format!("{}gemm split", p.letter());
+        f.check(r1.is_ok() && r2.is_ok(), || {
+            format!("{what}: {r1:?} {r2:?}")
+        });
+        f.check(parts.len() == 2 && parts[0].0 != parts[1].0, || {
+            format!("{what}: parts {parts:?}")
+        });
+        f.close(&what, rel(&c2.dense(), &c1.dense()), tol(p) * 10.0);
+        f.check(c2.pad_ok(), || format!("{what}: padding written"));
+        // one GPU's part fails before its commit: no column of C is written
+        gpus[1].set_inject(Inject::Error);
+        let mut c3 = c1.clone();
+        let before = c3.bytes.clone();
+        // SAFETY: as above.
+        let (_, r3) =
+            unsafe { devices.run_product(&call(p, op(a.host(), b.host(), c3.host())), cost) };
+        gpus[1].set_inject(Inject::None);
+        f.check(r3.is_err(), || format!("{what} with a failed part: {r3:?}"));
+        f.check(c3.bytes == before, || {
+            format!("{what}: C written after a failed part")
+        });
+    }
+    // whole calls from four threads at once use both GPUs
+    let used = std::sync::Mutex::new(Vec::new());
+    let together = std::sync::Barrier::new(4);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (devices, used, together) = (&devices, &used, &together);
+            std::thread::Builder::new()
+                .stack_size(64 << 20)
+                .spawn_scoped(s, move || {
+                    let mut rng = Rng::new(200 + t);
+                    let n = 1500;
+                    let spd = Mat::hermitian(Precision::D, n, n as f64 + 1.0, &mut rng);
+                    let (mut a1, mut a2) = (spd.clone(), spd.clone());
+                    let op = |a: HostMat| Op::Potrf {
+                        uplo: Uplo::Lower,
+                        n,
+                        a,
+                    };
+                    let r1 = on_cpu(cpu, &call(Precision::D, op(a1.host())));
+                    // the four GPU calls are placed at once (each sees the others' queues)
+                    together.wait();
+                    // SAFETY: as above.
+                    let (g, r2) = unsafe { devices.run(&call(Precision::D, op(a2.host())), 0.05) };
+                    let ok = r1.is_ok() && r2.is_ok() && rel(&a2.dense(), &a1.dense()) < 1e-8;
+                    used.lock().unwrap().push((g, ok));
+                })
+                .expect("spawn");
+        }
+    });
+    let used = used.into_inner().unwrap();
+    f.check(used.iter().all(|u| u.1), || {
+        format!("whole calls: {used:?}")
+    });
+    f.check(
+        used.iter().any(|u| u.0 == 0) && used.iter().any(|u| u.0 == 1),
+        || format!("calls in flight at once did not use both GPUs: {used:?}"),
+    );
+    f.done();
+}

@@ -101,6 +101,9 @@ pub(crate) struct Exec<'a> {
     pending_h2d: bool,
     /// The upload stream was used by this call.
     used_h2d: bool,
+    /// A part of a split call: commits only when every part may (dropped uncommitted, it
+    /// tells the others not to).
+    arrival: Option<crate::gpu::devices::Arrival>,
     /// Element type.
     pub(crate) p: Precision,
     /// Bytes per element.
@@ -131,6 +134,7 @@ impl<'a> Exec<'a> {
         let raw = lane.raw()?;
         lane.mark(Phase::Launch);
         lane.dirty = true;
+        let arrival = lane.gate.take();
         if lane.bounce.ensure()? {
             lane.clock.t.allocations += 1;
         }
@@ -177,6 +181,7 @@ impl<'a> Exec<'a> {
             arena,
             pending_h2d: false,
             used_h2d: false,
+            arrival,
             p,
             es: p.size(),
             base,
@@ -477,6 +482,14 @@ impl<'a> Exec<'a> {
             Inject::Info => return Err(fail(GpuFailKind::Injected, "injected info = 1")),
             Inject::Error => return Err(fail(GpuFailKind::Injected, "injected CUDA error")),
             _ => {}
+        }
+        if let Some(a) = self.arrival.take() {
+            if !a.commit() {
+                return Err(fail(
+                    GpuFailKind::Error,
+                    "another part of the split call failed: nothing written",
+                ));
+            }
         }
         self.lane.mark(Phase::Launch);
         let mut outs = std::mem::take(&mut self.outs);

@@ -78,6 +78,9 @@ pub(crate) struct Lane {
     pub(crate) clock: Clock,
     /// Work may be queued on the lane's streams (cleared when a call ended synchronised).
     pub(crate) dirty: bool,
+    /// The call is a part of a split call: its place at the parts' gate (taken by the call's
+    /// `Exec`, which commits only when every part may).
+    pub(crate) gate: Option<crate::gpu::devices::Arrival>,
     pub(crate) host_ws: Vec<u8>,
     /// Sizing only ([`crate::gpu::GpuBackend::presize`]): `Exec::begin` records the layout
     /// here and stops the call before anything is copied.
@@ -136,6 +139,7 @@ impl Lane {
             ws: WsCache::default(),
             clock: Clock::new(false),
             dirty: false,
+            gate: None,
             host_ws: Vec::new(),
             sizing: None,
         })

@@ -18,6 +18,7 @@
 
 mod blas3;
 mod cholesky;
+pub mod devices;
 mod eigen;
 mod exec;
 pub mod fail;
@@ -188,11 +189,17 @@ pub struct GpuBackend {
 }
 
 impl GpuBackend {
-    /// Checks the CUDA driver and cuBLAS, opens device 0 and creates the first lane (streams,
+    /// Checks the CUDA driver and cuBLAS, opens the first visible GPU and creates the first lane (streams,
     /// events, a cuBLAS handle): what every offloaded call needs. cuSOLVER, pinned staging and
     /// device memory come with the first call that needs them. Each step is timed into
     /// [`GpuBackend::startup_report`].
     pub fn start() -> crate::Result<GpuBackend> {
+        GpuBackend::start_on(0)
+    }
+
+    /// [`GpuBackend::start`] on the GPU of ordinal `ordinal` in the visible set (a process
+    /// with several GPUs runs one backend per GPU: [`devices::Devices`]).
+    pub fn start_on(ordinal: usize) -> crate::Result<GpuBackend> {
         let unavailable = |e: String| crate::Error::GpuUnavailable(e);
         let mut report = StartupReport::default();
         let t = Instant::now();
@@ -211,7 +218,7 @@ impl GpuBackend {
         }
         report.record(Step::BlasLibrary, t.elapsed());
         let t = Instant::now();
-        let dev = Device::open(0).map_err(|e| unavailable(e.to_string()))?;
+        let dev = Device::open(ordinal).map_err(|e| unavailable(e.to_string()))?;
         dev.context()
             .bind_to_thread()
             .map_err(|e| unavailable(e.to_string()))?;
@@ -230,6 +237,11 @@ impl GpuBackend {
             timing: AtomicBool::new(false),
             phases: Mutex::new(PhaseTimes::default()),
         })
+    }
+
+    /// How many GPUs this process sees (`CUDA_VISIBLE_DEVICES` as CUDA reads it).
+    pub fn visible_count() -> usize {
+        Device::count().unwrap_or(0)
     }
 
     /// The device name.
@@ -517,6 +529,20 @@ impl GpuBackend {
     /// Every pointer in `call` must be valid for its extent; [`Call::check`] passed and
     /// [`unsupported`] returned `None`.
     pub unsafe fn run(&self, call: &Call) -> GResult<()> {
+        // SAFETY: forwarded.
+        unsafe { self.run_gated(call, None) }
+    }
+
+    /// [`GpuBackend::run`] of one part of a split call: the results are written only when
+    /// `arrival` says every part may commit ([`devices::Gate`]).
+    ///
+    /// # Safety
+    /// As [`GpuBackend::run`].
+    pub(crate) unsafe fn run_gated(
+        &self,
+        call: &Call,
+        arrival: Option<devices::Arrival>,
+    ) -> GResult<()> {
         let timed = self.timing.load(Ordering::Relaxed);
         let mut clock = Clock::new(timed);
         self.bind()?;
@@ -529,6 +555,7 @@ impl GpuBackend {
             Ok(())
         }
         .and_then(|()| {
+            lane.gate = arrival;
             lane.with_handles(lapack, |lane| {
                 lane.mark(Phase::Lane);
                 // SAFETY: forwarded.
@@ -548,6 +575,8 @@ impl GpuBackend {
             Done::Ok => Ok(()),
             Done::RetryQr => Err(fail(GpuFailKind::Error, "SVD retry did not finish")),
         });
+        // a part that never reached its commit releases the others (Arrival's drop)
+        lane.gate = None;
         std::mem::swap(&mut lane.clock, &mut clock);
         self.checkin(lane);
         if timed {
