@@ -507,8 +507,8 @@ impl GpuBackend {
         })
     }
 
-    /// Device memory the allocator holds free for reuse, and the largest pinned staging among
-    /// the idle lanes (bytes).
+    /// Device memory the allocator holds free for reuse, and the largest pinned memory among
+    /// the idle lanes (staging slots and bounce buffer, bytes).
     pub fn reserved(&self) -> (usize, usize) {
         let st = self.dev.allocator().stats();
         let lanes = self.lanes.lock();
@@ -516,7 +516,7 @@ impl GpuBackend {
             st.reserved.saturating_sub(st.in_use),
             lanes
                 .iter()
-                .map(|l| l.staging.pinned_bytes())
+                .map(|l| l.staging.pinned_bytes() + l.bounce.pinned_bytes())
                 .max()
                 .unwrap_or(0),
         )

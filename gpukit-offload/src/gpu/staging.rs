@@ -231,6 +231,15 @@ impl Bounce {
         Some(off)
     }
 
+    /// Pinned bytes held.
+    pub(crate) fn pinned_bytes(&self) -> usize {
+        if self.buf.is_some() {
+            self.size
+        } else {
+            0
+        }
+    }
+
     /// The address of offset `off`.
     pub(crate) fn at(&self, off: usize) -> *mut u8 {
         // SAFETY: callers pass offsets handed out by `take` (inside the buffer).
