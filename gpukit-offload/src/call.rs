@@ -334,10 +334,10 @@ fn u(x: usize) -> u64 {
     x as u64
 }
 
-impl Call {
-    /// The routine.
+impl Op {
+    /// The routine this operation is a call of.
     pub fn routine(&self) -> Routine {
-        match self.op {
+        match *self {
             Op::Gemm { .. } => Routine::Gemm,
             Op::Symm { .. } => Routine::Symm,
             Op::Syrk { .. } => Routine::Syrk,
@@ -361,6 +361,13 @@ impl Call {
             Op::Gelsd { .. } => Routine::Gelsd,
             Op::Orgqr { .. } => Routine::Orgqr,
         }
+    }
+}
+
+impl Call {
+    /// The routine.
+    pub fn routine(&self) -> Routine {
+        self.op.routine()
     }
 
     /// The model key.
@@ -753,17 +760,5 @@ impl Call {
 
 /// The standard meaning of a positive LAPACK `info` for a routine.
 pub fn info_meaning(r: Routine) -> &'static str {
-    match r {
-        Routine::Getrf | Routine::Gesv | Routine::Getri => "U is exactly singular",
-        Routine::Trtrs => "A has a zero diagonal element: it is singular",
-        Routine::Potrf | Routine::Posv => "the matrix is not positive definite",
-        Routine::Potri => "a diagonal element of the Cholesky factor is zero",
-        Routine::Syev
-        | Routine::Syevd
-        | Routine::Syevr
-        | Routine::Gesdd
-        | Routine::Gesvd
-        | Routine::Gelsd => "the algorithm did not converge",
-        _ => "numerical failure",
-    }
+    r.info().info
 }

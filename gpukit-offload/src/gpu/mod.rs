@@ -131,19 +131,10 @@ pub fn svd_plan(
 /// the threshold, and the factors that scale `U^H B`.
 pub use lstsq::rank_and_scale as gelsd_rank;
 
-/// Whether a call needs cuSOLVER (every LAPACK routine but trtrs, which is a cuBLAS trsm).
+/// Whether a call needs cuSOLVER (every LAPACK routine but trtrs, which is a cuBLAS trsm:
+/// [`crate::routines::RoutineInfo::solver`]).
 pub(crate) fn needs_solver(op: &Op) -> bool {
-    !matches!(
-        op,
-        Op::Gemm { .. }
-            | Op::Symm { .. }
-            | Op::Hemm { .. }
-            | Op::Syrk { .. }
-            | Op::Herk { .. }
-            | Op::Trsm { .. }
-            | Op::Trmm { .. }
-            | Op::Trtrs { .. }
-    )
+    op.routine().info().solver
 }
 
 /// The owner an offloaded call's device memory is charged to: the caller's
@@ -428,13 +419,7 @@ impl GpuBackend {
             if !kind.routine.precisions().contains(&p) {
                 continue;
             }
-            let (x1, x2) = match kind.routine {
-                crate::ops::Routine::Potrf
-                | crate::ops::Routine::Syev
-                | crate::ops::Routine::Syevd => (256.0, 1.0),
-                r if r.has_vectors() => (128.0, 2.0),
-                _ => (256.0, 64.0),
-            };
+            let (x1, x2) = kind.routine.info().warm_up;
             let mut case = Case::new(kind, p, x1, x2);
             case.reset();
             let call = case.call(kind, p, x1, x2);
