@@ -291,15 +291,17 @@ impl GpuBackend {
             .map_err(Clone::clone)
     }
 
-    /// Loads libcusolver and takes the cuSOLVER handle of an idle lane now (a LAPACK call
-    /// does this itself when it comes): for a start-up thread that has seen a LAPACK call and
-    /// wants the load off that call's path.
+    /// Loads libcusolver, takes the cuSOLVER handle of an idle lane and loads the non-finite
+    /// check kernels now (a LAPACK call does this itself when it comes): for a start-up thread
+    /// that has seen a LAPACK call and wants the load off that call's path.
     pub fn load_solver(&self) -> GResult<()> {
         self.bind()?;
         let mut lane = self.checkout()?;
         let r = self.prepare_solver(&mut lane);
         self.checkin(lane);
-        r
+        // the LAPACK calls' non-finite checks: their PTX is compiled by the driver here, off
+        // the first call's path
+        r.and_then(|()| self.check_kernels().map(|_| ()))
     }
 
     /// True once libcusolver is loaded.
