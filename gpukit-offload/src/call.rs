@@ -477,37 +477,30 @@ impl Call {
 
     /// The shape (see [`Shape`]).
     pub fn shape(&self) -> Shape {
-        match self.op {
-            Op::Gemm { m, n, k, .. } => Shape::new(u(m), u(n), u(k)),
-            Op::Symm { side, m, n, .. } => {
-                Shape::new(u(m), u(n), u(if side == Side::Left { m } else { n }))
-            }
-            Op::Syrk { n, k, .. } => Shape::new(1, u(n), u(k)),
-            Op::Trsm { side, m, n, .. } => {
-                Shape::new(u(m), u(n), u(if side == Side::Left { m } else { n }))
-            }
+        // (m, n, k, A on the left) as Routine::shape reads them
+        let (m, n, k, left) = match self.op {
+            Op::Gemm { m, n, k, .. } | Op::Orgqr { m, n, k, .. } => (m, n, k, false),
+            Op::Symm { side, m, n, .. }
+            | Op::Hemm { side, m, n, .. }
+            | Op::Trsm { side, m, n, .. }
+            | Op::Trmm { side, m, n, .. } => (m, n, 0, side == Side::Left),
+            Op::Syrk { n, k, .. } | Op::Herk { n, k, .. } => (1, n, k, false),
             Op::Getrf { m, n, .. } | Op::Geqrf { m, n, .. } | Op::Svd { m, n, .. } => {
-                Shape::new(u(m), u(n), 1)
+                (m, n, 1, false)
             }
             Op::Getrs { n, nrhs, .. }
             | Op::Gesv { n, nrhs, .. }
             | Op::Potrs { n, nrhs, .. }
-            | Op::Posv { n, nrhs, .. } => Shape::new(1, u(n), u(nrhs)),
-            Op::Potrf { n, .. } | Op::Syevd { n, .. } => Shape::new(1, u(n), 1),
-            Op::Hemm { side, m, n, .. } => {
-                Shape::new(u(m), u(n), u(if side == Side::Left { m } else { n }))
-            }
-            Op::Herk { n, k, .. } => Shape::new(1, u(n), u(k)),
-            Op::Trmm { side, m, n, .. } => {
-                Shape::new(u(m), u(n), u(if side == Side::Left { m } else { n }))
-            }
-            Op::Getri { n, .. } | Op::Potri { n, .. } | Op::Syevr { n, .. } => {
-                Shape::new(1, u(n), 1)
-            }
-            Op::Trtrs { n, nrhs, .. } => Shape::new(1, u(n), u(nrhs)),
-            Op::Gelsd { m, n, nrhs, .. } => Shape::new(u(m), u(n), u(nrhs)),
-            Op::Orgqr { m, n, k, .. } => Shape::new(u(m), u(n), u(k)),
-        }
+            | Op::Posv { n, nrhs, .. }
+            | Op::Trtrs { n, nrhs, .. } => (1, n, nrhs, false),
+            Op::Potrf { n, .. }
+            | Op::Syevd { n, .. }
+            | Op::Getri { n, .. }
+            | Op::Potri { n, .. }
+            | Op::Syevr { n, .. } => (1, n, 1, false),
+            Op::Gelsd { m, n, nrhs, .. } => (m, n, nrhs, false),
+        };
+        self.routine().shape(u(m), u(n), u(k), left)
     }
 
     /// The same call with every data pointer set to null: dimensions, leading dimensions,

@@ -401,6 +401,21 @@ impl Routine {
         self.info().family
     }
 
+    /// The model's shape of a call of this routine from its dimensions (one convention per
+    /// family, read by [`crate::call::Call::shape`] and the shim's fast path): `m`, `n` as the
+    /// routine names them, `k` its third dimension (a product's inner dimension, an update's
+    /// rank, the right-hand sides, the reflectors; 1 where it has none), `left` a sided
+    /// routine's A on the left (its order is then `m`, else `n`).
+    #[inline]
+    pub fn shape(self, m: u64, n: u64, k: u64, left: bool) -> Shape {
+        match self.family() {
+            Family::Product | Family::Rect => Shape::new(m, n, k),
+            Family::Sided => Shape::new(m, n, if left { m } else { n }),
+            Family::RankK | Family::Solve => Shape::new(1, n, k),
+            Family::Square => Shape::new(1, n, 1),
+        }
+    }
+
     /// True when the model's second feature is always 1 (square factorizations, inverses and
     /// eigensolvers).
     pub fn one_feature(self) -> bool {
