@@ -748,7 +748,10 @@ fn num_devices_2_gives_two_jobs_disjoint_pairs_and_a_third_waits() {
         let o = Command::new(&bin)
             .args(["--lock-dir", dir.to_str().expect("utf8"), "--status"])
             .env("GPUMUTEX_DEVICE_SOURCE", &source)
+            // the simulated machine's view, not the host's (a GPU container sets these)
             .env_remove("CUDA_VISIBLE_DEVICES")
+            .env_remove("NVIDIA_VISIBLE_DEVICES")
+            .env_remove("CUDA_DEVICE_ORDER")
             .output()
             .expect("status");
         String::from_utf8_lossy(&o.stdout).into_owned()

@@ -151,8 +151,22 @@ impl Setup {
 /// Two jobs with different `CUDA_VISIBLE_DEVICES` views name the same physical GPU by
 /// different indices (device 1 of `2,3` and device 0 of `3`): they must exclude each other,
 /// while another GPU stays free. Before: each locked its own index, and both ran on GPU 3.
+/// Removes the inherited device view from this test process (a GPU container sets
+/// `NVIDIA_VISIBLE_DEVICES`), for checks that read the simulated machine's status in-process.
+/// std's environment functions take its own lock, so concurrent readers in other test threads
+/// see either value.
+fn without_inherited_view() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        for v in ["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"] {
+            std::env::remove_var(v);
+        }
+    });
+}
+
 #[test]
 fn two_views_of_one_gpu_exclude_each_other() {
+    without_inherited_view();
     let s = setup(&["NVIDIA H200"; 4]);
     let release = s.root.join("release");
     let mut kids = Reaper(vec![s.spawn_holding(

@@ -829,7 +829,7 @@ fn a_hard_link_to_a_live_ticket_cannot_stall_the_queue() {
             .env("GMT_DEVS", "0")
             .env("GMT_TAG", "W")
             .env("GMT_GO", &go)
-            .env("GMT_TIMEOUT_MS", "10000")
+            .env("GMT_TIMEOUT_MS", "60000")
             .spawn()
             .expect("waiter"),
     );

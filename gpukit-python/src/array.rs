@@ -605,8 +605,8 @@ impl Array {
             Key::Advanced(Advanced::Take(i)) => match v {
                 Operand::Array(src) => self.a.put(&i, &src).py(),
                 Operand::Scalar(s) => {
-                    let src =
-                        DynArray::full(self.a.device(), i.shape(), self.a.dtype(), &s).py()?;
+                    // a 0-d value broadcasts over the selected rows
+                    let src = DynArray::full(self.a.device(), &[], self.a.dtype(), &s).py()?;
                     self.a.put(&i, &src).py()
                 }
             },

@@ -95,7 +95,6 @@ fn current_stream_raw(a: &DynArray) -> u64 {
 /// What `__dlpack__` exports: a view of the array (keeping its memory alive).
 struct Exporter {
     a: DynArray,
-    flags: DlpackFlags,
 }
 
 impl Exporter {
@@ -110,9 +109,6 @@ impl Exporter {
         init.set_dtype(dl_dtype(self.a.dtype()));
         init.set_data(self.a.device_ptr() as *mut std::ffi::c_void);
         init.set_byte_offset(0);
-        // SAFETY: IS_COPIED is set only for an array made for this export alone (copy=True),
-        // which nothing else references; READ_ONLY is never set (the memory is writable).
-        unsafe { init.set_flags_unchecked(self.flags) };
         // SAFETY: the data pointer is the array's first element in live device memory that the
         // context (a clone of the array, holding its buffer) keeps alive until the deleter runs;
         // shape and strides are copied into the allocation and describe exactly the array's
@@ -128,7 +124,8 @@ impl DlpackExporter for Exporter {
     }
 
     fn flags(&self) -> DlpackFlags {
-        self.flags
+        // writable memory, shared (not a copy made for the consumer's sake)
+        DlpackFlags::empty()
     }
 
     fn prepare_export(&self, _py: Python<'_>, request: &ExportRequest<'_>) -> PyResult<()> {
@@ -184,13 +181,14 @@ pub fn export_dlpack(
             )));
         }
     }
-    let (arr, flags, copy_arg) = if copy == Some(true) {
-        (a.copy().py()?, DlpackFlags::IS_COPIED, None)
+    // copy=True: a fresh copy, exported as memory of its own (nothing else references it)
+    let (arr, copy_arg) = if copy == Some(true) {
+        (a.copy().py()?, None)
     } else {
-        (a.clone(), DlpackFlags::empty(), copy)
+        (a.clone(), copy)
     };
     let request = ExportRequest::parse(stream, max_version, dl_device, copy_arg)?;
-    dlpark::python::export_dlpack(&Exporter { a: arr, flags }, py, request)
+    dlpark::python::export_dlpack(&Exporter { a: arr }, py, request)
 }
 
 /// `Array.__cuda_array_interface__` (version 3).

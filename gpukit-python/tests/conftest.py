@@ -45,3 +45,16 @@ def nvrtc():
 
 def pytest_report_header(config):
     return f"gpukit {gp.__version__}: GPU available: {gp.is_available()} ({gp.device_count()} device(s))"
+
+
+@pytest.fixture(autouse=True)
+def _device_locks_name_devices_by_index(request, monkeypatch):
+    """The lock tests use device indices as lock names: they must not depend on the GPUs of the
+    machine they run on (a GPU container sets NVIDIA_VISIBLE_DEVICES, and the driver lists its
+    GPUs), so device discovery is off and no view is inherited."""
+    if request.module.__name__.split(".")[-1] not in ("test_mutex", "test_cli"):
+        return
+    for var in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+                "GPUMUTEX_VISIBLE_DEVICES", "GPUMUTEX_NUM_DEVICES", "GPUMUTEX_LOCK_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("GPUMUTEX_DEVICE_SOURCE", "none")
