@@ -8,7 +8,6 @@ use crate::gpu::finite::{Check, FinitePlan};
 use crate::gpu::flags::{dtype_s, fill_s, i, i32d, ld, typed_solver};
 use crate::gpu::lane::Lane;
 use crate::gpu::layout::Layout;
-use crate::gpu::workspace::{Query, WsKey};
 use crate::gpu::GpuBackend;
 use crate::ops::{Diag, Precision, Uplo};
 use cudarc::cusolver::sys as cs;
@@ -43,36 +42,34 @@ pub(crate) unsafe fn run(b: &GpuBackend, lane: &mut Lane, p: Precision, op: &Op)
     }
 }
 
-/// Device and host workspace of `Xpotrf` of order `n` (the lane's cache, else cuSOLVER).
+/// Device and host workspace of `Xpotrf` of order `n`.
 pub(crate) fn potrf_ws(
-    lane: &mut Lane,
+    h: cs::cusolverDnHandle_t,
+    prm: cs::cusolverDnParams_t,
     p: Precision,
     uplo: Uplo,
     n: usize,
 ) -> GResult<(usize, usize)> {
-    let key = WsKey::new(Query::Potrf, p, &[i(n)], u32::from(uplo == Uplo::Lower));
-    lane.workspace(key, |h, prm| {
-        let (mut d, mut hw) = (0usize, 0usize);
-        cs_ok(
-            // SAFETY: a size query with a null matrix pointer.
-            unsafe {
-                cs::cusolverDnXpotrf_bufferSize(
-                    h,
-                    prm,
-                    fill_s(uplo),
-                    i(n),
-                    dtype_s(p),
-                    std::ptr::null(),
-                    ld(n),
-                    dtype_s(p),
-                    &mut d,
-                    &mut hw,
-                )
-            },
-            "cusolverDnXpotrf_bufferSize",
-        )?;
-        Ok((d, hw))
-    })
+    let (mut d, mut hw) = (0usize, 0usize);
+    cs_ok(
+        // SAFETY: a size query with a null matrix pointer.
+        unsafe {
+            cs::cusolverDnXpotrf_bufferSize(
+                h,
+                prm,
+                fill_s(uplo),
+                i(n),
+                dtype_s(p),
+                std::ptr::null(),
+                ld(n),
+                dtype_s(p),
+                &mut d,
+                &mut hw,
+            )
+        },
+        "cusolverDnXpotrf_bufferSize",
+    )?;
+    Ok((d, hw))
 }
 
 /// Queues `Xpotrf` of the packed matrix at `oa` (info to status `oi`, workspace at `ow`).
@@ -123,12 +120,14 @@ unsafe fn potrf(
     a: HostMat,
 ) -> GResult<()> {
     let es = p.size();
-    let ws = potrf_ws(lane, p, uplo, n)?;
+    let (h, prm) = lane.raw_solver()?;
+    let ws = potrf_ws(h, prm, p, uplo, n)?;
     let mut lay = Layout::default();
     let (oa, ow) = (lay.dev(a.len() * es), lay.dev(ws.0));
     let oi = lay.status(4);
-    let checks = FinitePlan::inputs(
+    let checks = FinitePlan::new(
         &mut lay,
+        p,
         &[Check::Symmetric {
             off: oa,
             n,
@@ -162,8 +161,9 @@ unsafe fn solve(
     bm: HostMat,
 ) -> GResult<()> {
     let es = p.size();
+    let (h, prm) = lane.raw_solver()?;
     let ws = if factor {
-        potrf_ws(lane, p, uplo, n)?
+        potrf_ws(h, prm, p, uplo, n)?
     } else {
         (0, 0)
     };
@@ -187,13 +187,13 @@ unsafe fn solve(
             what: "the Cholesky factor",
         }
     };
-    let check_a = FinitePlan::inputs(&mut lay, &[a_check]);
-    let check_b = FinitePlan::inputs(
+    let check_a = FinitePlan::new(&mut lay, p, &[a_check]);
+    let check_b = FinitePlan::new(
         &mut lay,
+        p,
         &[Check::Dense {
             off: ob,
-            rows: n,
-            cols: nrhs,
+            count: n * nrhs,
             what: "B",
         }],
     );
@@ -249,37 +249,36 @@ unsafe fn potri(
     a: HostMat,
 ) -> GResult<()> {
     let es = p.size();
-    let key = WsKey::new(Query::Potri, p, &[i(n)], u32::from(uplo == Uplo::Lower));
-    let (wsb, _) = lane.workspace(key, |h, _| {
-        let mut lwork = 0i32;
-        cs_ok(
-            // SAFETY: a size query; cuSOLVER does not read the (null) matrix.
-            unsafe {
-                typed_solver!(
-                    p,
-                    cusolverDnSpotri_bufferSize,
-                    cusolverDnDpotri_bufferSize,
-                    cusolverDnCpotri_bufferSize,
-                    cusolverDnZpotri_bufferSize,
-                    (
-                        h,
-                        fill_s(uplo),
-                        i32d(n),
-                        std::ptr::null_mut::<u8>(),
-                        i32d(n.max(1)),
-                        &mut lwork
-                    )
+    let (h, _) = lane.raw_solver()?;
+    let mut lwork = 0i32;
+    cs_ok(
+        // SAFETY: a size query; cuSOLVER does not read the (null) matrix.
+        unsafe {
+            typed_solver!(
+                p,
+                cusolverDnSpotri_bufferSize,
+                cusolverDnDpotri_bufferSize,
+                cusolverDnCpotri_bufferSize,
+                cusolverDnZpotri_bufferSize,
+                (
+                    h,
+                    fill_s(uplo),
+                    i32d(n),
+                    std::ptr::null_mut::<u8>(),
+                    i32d(n.max(1)),
+                    &mut lwork
                 )
-            },
-            "cusolver potri_bufferSize",
-        )?;
-        Ok((lwork.max(0) as usize * es, 0))
-    })?;
+            )
+        },
+        "cusolver potri_bufferSize",
+    )?;
+    let wsb = lwork.max(0) as usize * es;
     let mut lay = Layout::default();
     let (oa, ow) = (lay.dev(a.len() * es), lay.dev(wsb));
     let oi = lay.status(4);
-    let check_in = FinitePlan::inputs(
+    let check_in = FinitePlan::new(
         &mut lay,
+        p,
         &[Check::Triangle {
             off: oa,
             n,
@@ -288,8 +287,9 @@ unsafe fn potri(
             what: "the Cholesky factor",
         }],
     );
-    let check_out = FinitePlan::results(
+    let check_out = FinitePlan::new(
         &mut lay,
+        p,
         &[Check::Symmetric {
             off: oa,
             n,

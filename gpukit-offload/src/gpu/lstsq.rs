@@ -152,18 +152,19 @@ unsafe fn gelsd(
     let k = m.min(n);
     let rows = m.max(n);
     let tall = m >= n;
+    let (h, prm) = lane.raw_solver()?;
     // the SVD is of R (k x k) when tall, of T = A^H (n x m) otherwise
     let (sr, sc) = if tall { (k, k) } else { (n, m) };
     let jobs = gesvd_jobs(k, sr, true);
     let svd_ws = if qr {
-        gesvd_ws(lane, p, jobs, sr, sc)?
+        gesvd_ws(h, prm, p, jobs, sr, sc)?
     } else {
-        gesvdp_ws(lane, p, sr, sc)?
+        gesvdp_ws(h, prm, p, sr, sc)?
     };
     let (geqrf, ormqr) = if tall {
         (
-            geqrf_ws(lane, p, m, n)?,
-            ormqr_ws(lane, p, Trans::Conj, (m, nrhs, n))?,
+            geqrf_ws(h, prm, p, m, n)?,
+            ormqr_ws(h, p, Trans::Conj, (m, nrhs, n))?,
         )
     } else {
         ((0, 0), 0)
@@ -197,25 +198,25 @@ unsafe fn gelsd(
     );
     let ow = lay.dev(dev_ws);
     let infos = [lay.status(4), lay.status(4), lay.status(4)];
-    let check_in = FinitePlan::inputs(
+    let check_in = FinitePlan::new(
         &mut lay,
+        p,
         &[
             Check::Dense {
                 off: oa,
-                rows: m,
-                cols: n,
+                count: m * n,
                 what: "A",
             },
             Check::Dense {
                 off: ob,
-                rows: m,
-                cols: nrhs,
+                count: m * nrhs,
                 what: "B",
             },
         ],
     );
-    let check_out = FinitePlan::results(
+    let check_out = FinitePlan::new(
         &mut lay,
+        p,
         &[
             Check::Real {
                 off: os,
@@ -224,8 +225,7 @@ unsafe fn gelsd(
             },
             Check::Dense {
                 off: ox,
-                rows: if tall { m } else { n },
-                cols: nrhs,
+                count: if tall { m } else { n } * nrhs,
                 what: "the solution",
             },
         ],

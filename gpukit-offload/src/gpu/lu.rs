@@ -13,7 +13,6 @@ use crate::gpu::flags::{dtype_s, i, ld, ones_bytes, op_s};
 use crate::gpu::lane::Lane;
 use crate::gpu::layout::Layout;
 use crate::gpu::svd::{ones_strided, zero};
-use crate::gpu::workspace::{Query, WsKey};
 use crate::gpu::GpuBackend;
 use crate::ops::{Precision, Trans};
 use cudarc::cusolver::sys as cs;
@@ -49,36 +48,34 @@ pub(crate) unsafe fn run(b: &GpuBackend, lane: &mut Lane, p: Precision, op: &Op)
     }
 }
 
-/// Device and host workspace of `Xgetrf` for an `m x n` matrix (the lane's cache, else
-/// cuSOLVER).
+/// Device and host workspace of `Xgetrf` for an `m x n` matrix.
 pub(crate) fn getrf_ws(
-    lane: &mut Lane,
+    h: cs::cusolverDnHandle_t,
+    prm: cs::cusolverDnParams_t,
     p: Precision,
     m: usize,
     n: usize,
 ) -> GResult<(usize, usize)> {
-    lane.workspace(WsKey::new(Query::Getrf, p, &[i(m), i(n)], 0), |h, prm| {
-        let (mut d, mut hw) = (0usize, 0usize);
-        cs_ok(
-            // SAFETY: a size query with a null matrix pointer (allowed by cuSOLVER).
-            unsafe {
-                cs::cusolverDnXgetrf_bufferSize(
-                    h,
-                    prm,
-                    i(m),
-                    i(n),
-                    dtype_s(p),
-                    std::ptr::null(),
-                    ld(m),
-                    dtype_s(p),
-                    &mut d,
-                    &mut hw,
-                )
-            },
-            "cusolverDnXgetrf_bufferSize",
-        )?;
-        Ok((d, hw))
-    })
+    let (mut d, mut hw) = (0usize, 0usize);
+    cs_ok(
+        // SAFETY: a size query with a null matrix pointer (allowed by cuSOLVER).
+        unsafe {
+            cs::cusolverDnXgetrf_bufferSize(
+                h,
+                prm,
+                i(m),
+                i(n),
+                dtype_s(p),
+                std::ptr::null(),
+                ld(m),
+                dtype_s(p),
+                &mut d,
+                &mut hw,
+            )
+        },
+        "cusolverDnXgetrf_bufferSize",
+    )?;
+    Ok((d, hw))
 }
 
 /// Queues `Xgetrf` of the packed `m x n` matrix at `oa` (pivots to `op`, info to status `oi`,
@@ -175,16 +172,17 @@ unsafe fn getrf(
 ) -> GResult<()> {
     let es = p.size();
     let mn = m.min(n);
-    let ws = getrf_ws(lane, p, m, n)?;
+    let (h, prm) = lane.raw_solver()?;
+    let ws = getrf_ws(h, prm, p, m, n)?;
     let mut lay = Layout::default();
     let (oa, op, ow) = (lay.dev(a.len() * es), lay.dev(8 * mn), lay.dev(ws.0));
     let oi = lay.status(4);
-    let checks = FinitePlan::inputs(
+    let checks = FinitePlan::new(
         &mut lay,
+        p,
         &[Check::Dense {
             off: oa,
-            rows: m,
-            cols: n,
+            count: m * n,
             what: "A",
         }],
     );
@@ -220,19 +218,18 @@ unsafe fn getrs(
         lay.dev(bm.len() * es),
     );
     let oi = lay.status(4);
-    let checks = FinitePlan::inputs(
+    let checks = FinitePlan::new(
         &mut lay,
+        p,
         &[
             Check::Dense {
                 off: oa,
-                rows: n,
-                cols: n,
+                count: n * n,
                 what: "the LU factors",
             },
             Check::Dense {
                 off: ob,
-                rows: n,
-                cols: nrhs,
+                count: n * nrhs,
                 what: "B",
             },
         ],
@@ -266,7 +263,8 @@ unsafe fn gesv(
     bm: HostMat,
 ) -> GResult<()> {
     let es = p.size();
-    let ws = getrf_ws(lane, p, n, n)?;
+    let (h, prm) = lane.raw_solver()?;
+    let ws = getrf_ws(h, prm, p, n, n)?;
     let mut lay = Layout::default();
     let (oa, op, ob, ow) = (
         lay.dev(a.len() * es),
@@ -275,21 +273,21 @@ unsafe fn gesv(
         lay.dev(ws.0),
     );
     let (oi, oi2) = (lay.status(4), lay.status(4));
-    let check_a = FinitePlan::inputs(
+    let check_a = FinitePlan::new(
         &mut lay,
+        p,
         &[Check::Dense {
             off: oa,
-            rows: n,
-            cols: n,
+            count: n * n,
             what: "A",
         }],
     );
-    let check_b = FinitePlan::inputs(
+    let check_b = FinitePlan::new(
         &mut lay,
+        p,
         &[Check::Dense {
             off: ob,
-            rows: n,
-            cols: nrhs,
+            count: n * nrhs,
             what: "B",
         }],
     );
@@ -329,21 +327,21 @@ unsafe fn getri(
         lay.dev(n * es),
     );
     let (oi, od) = (lay.status(4), lay.status(n * es));
-    let check_in = FinitePlan::inputs(
+    let check_in = FinitePlan::new(
         &mut lay,
+        p,
         &[Check::Dense {
             off: oa,
-            rows: n,
-            cols: n,
+            count: n * n,
             what: "the LU factors",
         }],
     );
-    let check_out = FinitePlan::results(
+    let check_out = FinitePlan::new(
         &mut lay,
+        p,
         &[Check::Dense {
             off: ox,
-            rows: n,
-            cols: n,
+            count: n * n,
             what: "the inverse",
         }],
     );

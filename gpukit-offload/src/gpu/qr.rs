@@ -9,7 +9,6 @@ use crate::gpu::finite::{Check, FinitePlan};
 use crate::gpu::flags::{dtype_s, i, i32d, ld, op_s, side_s, typed_solver};
 use crate::gpu::lane::Lane;
 use crate::gpu::layout::Layout;
-use crate::gpu::workspace::{Query, WsKey};
 use crate::gpu::GpuBackend;
 use crate::ops::{Precision, Side, Trans};
 use cudarc::cusolver::sys as cs;
@@ -30,38 +29,36 @@ pub(crate) unsafe fn run(b: &GpuBackend, lane: &mut Lane, p: Precision, op: &Op)
     }
 }
 
-/// Device and host workspace of `Xgeqrf` of an `m x n` matrix (the lane's cache, else
-/// cuSOLVER).
+/// Device and host workspace of `Xgeqrf` of an `m x n` matrix.
 pub(crate) fn geqrf_ws(
-    lane: &mut Lane,
+    h: cs::cusolverDnHandle_t,
+    prm: cs::cusolverDnParams_t,
     p: Precision,
     m: usize,
     n: usize,
 ) -> GResult<(usize, usize)> {
-    lane.workspace(WsKey::new(Query::Geqrf, p, &[i(m), i(n)], 0), |h, prm| {
-        let (mut d, mut hw) = (0usize, 0usize);
-        cs_ok(
-            // SAFETY: a size query with null matrix pointers.
-            unsafe {
-                cs::cusolverDnXgeqrf_bufferSize(
-                    h,
-                    prm,
-                    i(m),
-                    i(n),
-                    dtype_s(p),
-                    std::ptr::null(),
-                    ld(m),
-                    dtype_s(p),
-                    std::ptr::null(),
-                    dtype_s(p),
-                    &mut d,
-                    &mut hw,
-                )
-            },
-            "cusolverDnXgeqrf_bufferSize",
-        )?;
-        Ok((d, hw))
-    })
+    let (mut d, mut hw) = (0usize, 0usize);
+    cs_ok(
+        // SAFETY: a size query with null matrix pointers.
+        unsafe {
+            cs::cusolverDnXgeqrf_bufferSize(
+                h,
+                prm,
+                i(m),
+                i(n),
+                dtype_s(p),
+                std::ptr::null(),
+                ld(m),
+                dtype_s(p),
+                std::ptr::null(),
+                dtype_s(p),
+                &mut d,
+                &mut hw,
+            )
+        },
+        "cusolverDnXgeqrf_bufferSize",
+    )?;
+    Ok((d, hw))
 }
 
 /// Queues `Xgeqrf` of the packed `m x n` matrix at `oa` (tau to `ot`, info to status `oi`).
@@ -108,46 +105,42 @@ pub(crate) fn geqrf_on(
 }
 
 /// Device workspace (bytes) of applying `op(Q)` of a QR with `k` reflectors of `m` rows from
-/// the left to an `m x n` matrix (the lane's cache, else cuSOLVER).
+/// the left to an `m x n` matrix.
 pub(crate) fn ormqr_ws(
-    lane: &mut Lane,
+    h: cs::cusolverDnHandle_t,
     p: Precision,
     trans: Trans,
     (m, n, k): (usize, usize, usize),
 ) -> GResult<usize> {
-    let key = WsKey::new(Query::Ormqr, p, &[i(m), i(n), i(k)], trans as u32);
-    lane.workspace(key, |h, _| {
-        let mut lwork = 0i32;
-        cs_ok(
-            // SAFETY: a size query; cuSOLVER does not read the (null) matrices.
-            unsafe {
-                typed_solver!(
-                    p,
-                    cusolverDnSormqr_bufferSize,
-                    cusolverDnDormqr_bufferSize,
-                    cusolverDnCunmqr_bufferSize,
-                    cusolverDnZunmqr_bufferSize,
-                    (
-                        h,
-                        side_s(Side::Left),
-                        op_s(trans, p),
-                        i32d(m),
-                        i32d(n),
-                        i32d(k),
-                        std::ptr::null::<u8>(),
-                        i32d(m.max(1)),
-                        std::ptr::null::<u8>(),
-                        std::ptr::null::<u8>(),
-                        i32d(m.max(1)),
-                        &mut lwork
-                    )
+    let mut lwork = 0i32;
+    cs_ok(
+        // SAFETY: a size query; cuSOLVER does not read the (null) matrices.
+        unsafe {
+            typed_solver!(
+                p,
+                cusolverDnSormqr_bufferSize,
+                cusolverDnDormqr_bufferSize,
+                cusolverDnCunmqr_bufferSize,
+                cusolverDnZunmqr_bufferSize,
+                (
+                    h,
+                    side_s(Side::Left),
+                    op_s(trans, p),
+                    i32d(m),
+                    i32d(n),
+                    i32d(k),
+                    std::ptr::null::<u8>(),
+                    i32d(m.max(1)),
+                    std::ptr::null::<u8>(),
+                    std::ptr::null::<u8>(),
+                    i32d(m.max(1)),
+                    &mut lwork
                 )
-            },
-            "cusolver ormqr_bufferSize",
-        )?;
-        Ok((lwork.max(0) as usize * p.size(), 0))
-    })
-    .map(|(d, _)| d)
+            )
+        },
+        "cusolver ormqr_bufferSize",
+    )?;
+    Ok(lwork.max(0) as usize * p.size())
 }
 
 /// Queues C = op(Q) C, Q from the `k` reflectors at `oa` (`m` rows, packed) and tau at `ot`,
@@ -212,16 +205,17 @@ unsafe fn geqrf(
 ) -> GResult<()> {
     let es = p.size();
     let mn = m.min(n);
-    let ws = geqrf_ws(lane, p, m, n)?;
+    let (h, prm) = lane.raw_solver()?;
+    let ws = geqrf_ws(h, prm, p, m, n)?;
     let mut lay = Layout::default();
     let (oa, ot, ow) = (lay.dev(a.len() * es), lay.dev(mn * es), lay.dev(ws.0));
     let oi = lay.status(4);
-    let checks = FinitePlan::inputs(
+    let checks = FinitePlan::new(
         &mut lay,
+        p,
         &[Check::Dense {
             off: oa,
-            rows: m,
-            cols: n,
+            count: m * n,
             what: "A",
         }],
     );
@@ -248,51 +242,48 @@ unsafe fn orgqr(
     tau: *mut u8,
 ) -> GResult<()> {
     let es = p.size();
-    let key = WsKey::new(Query::Orgqr, p, &[i(m), i(n), i(k)], 0);
-    let (wsb, _) = lane.workspace(key, |h, _| {
-        let mut lwork = 0i32;
-        cs_ok(
-            // SAFETY: a size query; cuSOLVER does not read the (null) matrices.
-            unsafe {
-                typed_solver!(
-                    p,
-                    cusolverDnSorgqr_bufferSize,
-                    cusolverDnDorgqr_bufferSize,
-                    cusolverDnCungqr_bufferSize,
-                    cusolverDnZungqr_bufferSize,
-                    (
-                        h,
-                        i32d(m),
-                        i32d(n),
-                        i32d(k),
-                        std::ptr::null::<u8>(),
-                        i32d(m.max(1)),
-                        std::ptr::null::<u8>(),
-                        &mut lwork
-                    )
+    let (h, _) = lane.raw_solver()?;
+    let mut lwork = 0i32;
+    cs_ok(
+        // SAFETY: a size query; cuSOLVER does not read the (null) matrices.
+        unsafe {
+            typed_solver!(
+                p,
+                cusolverDnSorgqr_bufferSize,
+                cusolverDnDorgqr_bufferSize,
+                cusolverDnCungqr_bufferSize,
+                cusolverDnZungqr_bufferSize,
+                (
+                    h,
+                    i32d(m),
+                    i32d(n),
+                    i32d(k),
+                    std::ptr::null::<u8>(),
+                    i32d(m.max(1)),
+                    std::ptr::null::<u8>(),
+                    &mut lwork
                 )
-            },
-            "cusolver orgqr_bufferSize",
-        )?;
-        Ok((lwork.max(0) as usize * es, 0))
-    })?;
+            )
+        },
+        "cusolver orgqr_bufferSize",
+    )?;
+    let wsb = lwork.max(0) as usize * es;
     let mut lay = Layout::default();
     let (oa, ot, ow) = (lay.dev(a.len() * es), lay.dev(k * es), lay.dev(wsb));
     let oi = lay.status(4);
     // orgqr reads the k reflector columns and tau (columns k.. are set to the identity's)
-    let checks = FinitePlan::inputs(
+    let checks = FinitePlan::new(
         &mut lay,
+        p,
         &[
             Check::Dense {
                 off: oa,
-                rows: m,
-                cols: k,
+                count: m * k,
                 what: "the reflectors",
             },
             Check::Dense {
                 off: ot,
-                rows: k,
-                cols: 1,
+                count: k,
                 what: "tau",
             },
         ],

@@ -50,8 +50,9 @@ unsafe fn trtrs(
     let mut lay = Layout::default();
     let (oa, ob) = (lay.dev(a.len() * es), lay.dev(b.len() * es));
     let od = lay.status(n * es);
-    let checks = FinitePlan::inputs(
+    let checks = FinitePlan::new(
         &mut lay,
+        p,
         &[
             Check::Triangle {
                 off: oa,
@@ -62,8 +63,7 @@ unsafe fn trtrs(
             },
             Check::Dense {
                 off: ob,
-                rows: n,
-                cols: nrhs,
+                count: n * nrhs,
                 what: "B",
             },
         ],
