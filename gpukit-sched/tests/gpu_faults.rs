@@ -180,7 +180,7 @@ fn a_kernel_that_never_ends_is_quarantined() {
     if !gpukit_jit::testing::gpu("a_kernel_that_never_ends_is_quarantined") {
         return;
     }
-    run_child("child_never_ending_kernel_green", Duration::from_secs(120));
+    run_child("child_never_ending_kernel_green", Duration::from_secs(40));
 }
 
 #[test]
@@ -277,7 +277,7 @@ fn a_kernel_that_never_ends_releases_the_pacing_token() {
     }
     run_child(
         "child_never_ending_kernel_fallback",
-        Duration::from_secs(120),
+        Duration::from_secs(40),
     );
 }
 
@@ -354,7 +354,7 @@ fn an_illegal_address_makes_the_scheduler_unhealthy() {
     if !gpukit_jit::testing::gpu("an_illegal_address_makes_the_scheduler_unhealthy") {
         return;
     }
-    run_child("child_illegal_address", Duration::from_secs(120));
+    run_child("child_illegal_address", Duration::from_secs(40));
 }
 
 #[test]
