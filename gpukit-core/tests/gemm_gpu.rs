@@ -1091,6 +1091,8 @@ fn autotuner_measures_a_class_once_and_its_choice_runs_correctly() {
     }
     use gpukit_core::gemm::tune::{self, Choice, STAGE_ONE, STAGE_TWO};
     use gpukit_core::gemm::tune_now;
+    // tuning is off by default (see gemm::tune); this test is about the tuner itself
+    std::env::set_var(tune::TUNE_ENV, "on");
     for (case, p) in [
         (Case::square(1111, 2222, 333), Precision::Tf32),
         (

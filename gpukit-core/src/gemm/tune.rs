@@ -45,11 +45,14 @@
 //!    [`TuneStats::rejected_files`]) and replaced by a fresh measurement. A file can at worst
 //!    name a slower plan of ours, never an invalid one.
 //!
-//! `GPUKIT_GEMM_TUNE` ([`TUNE_ENV`]): `on` (the default; also `auto`), `off` (the model's plan
-//! always: deterministic, no timing, no files read or written) or `fresh` (ignore the files,
+//! `GPUKIT_GEMM_TUNE` ([`TUNE_ENV`]): `off` (the default: the model's plan always,
+//! deterministic, no timing, no files read or written), `on` (also `auto`) or `fresh` (ignore the files,
 //! measure each class again once in this process and write the result: what `gemm_bench` uses
 //! so that its column reflects a measurement of its own). Any other value is an error naming the
-//! variable.
+//! variable. Tuning is off by default in this version: on the H200 its GPU test
+//! (`autotuner_measures_a_class_once_and_its_choice_runs_correctly`) found the product of a
+//! freshly tuned class left unwritten (the poisoned output read back as NaN); until that is
+//! found and fixed, only an explicit `on` / `fresh` measures.
 
 use super::desc::Precision;
 use super::kernels;
@@ -92,9 +95,9 @@ pub const DIR_NAME: &str = "gemm-tuning";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum TuneMode {
     /// Measured choices, read from and written to disk.
-    #[default]
     On,
-    /// The model's plan, always.
+    /// The model's plan, always (the default).
+    #[default]
     Off,
     /// Measure each class again once in this process (files not read; results written).
     Fresh,
@@ -104,17 +107,17 @@ impl TuneMode {
     /// Parses `on` / `auto`, `off` or `fresh` (any case, blanks ignored); `None` otherwise.
     pub fn parse(s: &str) -> Option<TuneMode> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "" | "on" | "auto" => Some(TuneMode::On),
-            "off" => Some(TuneMode::Off),
+            "on" | "auto" => Some(TuneMode::On),
+            "" | "off" => Some(TuneMode::Off),
             "fresh" => Some(TuneMode::Fresh),
             _ => None,
         }
     }
 
-    /// The mode `GPUKIT_GEMM_TUNE` asks for ([`TuneMode::On`] when unset).
+    /// The mode `GPUKIT_GEMM_TUNE` asks for ([`TuneMode::Off`] when unset).
     pub fn from_env() -> Result<TuneMode> {
         match std::env::var_os(TUNE_ENV) {
-            None => Ok(TuneMode::On),
+            None => Ok(TuneMode::Off),
             Some(v) => v.to_str().and_then(TuneMode::parse).ok_or_else(|| {
                 Error::invalid(
                     "gemm",
@@ -1231,7 +1234,7 @@ mod tests {
         assert_eq!(reps_for(5000.0), 1);
         assert_eq!(TuneMode::parse(" OFF"), Some(TuneMode::Off));
         assert_eq!(TuneMode::parse("auto"), Some(TuneMode::On));
-        assert_eq!(TuneMode::parse(""), Some(TuneMode::On));
+        assert_eq!(TuneMode::parse(""), Some(TuneMode::Off));
         assert_eq!(TuneMode::parse("Fresh"), Some(TuneMode::Fresh));
         assert_eq!(TuneMode::parse("sometimes"), None);
         // Every family the planner may use appears in some class's enumeration on an H200.
