@@ -158,7 +158,11 @@ impl Setup {
 fn without_inherited_view() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        for v in ["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"] {
+        for v in [
+            "CUDA_VISIBLE_DEVICES",
+            "NVIDIA_VISIBLE_DEVICES",
+            "CUDA_DEVICE_ORDER",
+        ] {
             std::env::remove_var(v);
         }
     });

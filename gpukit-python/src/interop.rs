@@ -99,6 +99,12 @@ struct Exporter {
 
 impl Exporter {
     fn build<M: dlpark::ManagedTensorBase>(&self) -> PyResult<Managed<M>> {
+        self.build_with(DlpackFlags::empty())
+    }
+
+    /// The managed tensor with `flags` (IS_COPIED only for a copy made for this export, which
+    /// nothing else references).
+    fn build_with<M: dlpark::ManagedTensorBase>(&self, flags: DlpackFlags) -> PyResult<Managed<M>> {
         let shape: Vec<i64> = self.a.shape().iter().map(|&d| d as i64).collect();
         let strides: Vec<i64> = self.a.strides().iter().map(|&s| s as i64).collect();
         let prepared = dlpark::metadata::Dynamic::new(shape, strides)
@@ -109,6 +115,11 @@ impl Exporter {
         init.set_dtype(dl_dtype(self.a.dtype()));
         init.set_data(self.a.device_ptr() as *mut std::ffi::c_void);
         init.set_byte_offset(0);
+        if !flags.is_empty() {
+            // SAFETY: the only flag set here is IS_COPIED, for an array copied for this export
+            // alone (the caller's contract above); READ_ONLY is never set (writable memory).
+            unsafe { init.set_flags_unchecked(flags) };
+        }
         // SAFETY: the data pointer is the array's first element in live device memory that the
         // context (a clone of the array, holding its buffer) keeps alive until the deleter runs;
         // shape and strides are copied into the allocation and describe exactly the array's
@@ -181,14 +192,27 @@ pub fn export_dlpack(
             )));
         }
     }
-    // copy=True: a fresh copy, exported as memory of its own (nothing else references it)
-    let (arr, copy_arg) = if copy == Some(true) {
-        (a.copy().py()?, None)
-    } else {
-        (a.clone(), copy)
-    };
-    let request = ExportRequest::parse(stream, max_version, dl_device, copy_arg)?;
-    dlpark::python::export_dlpack(&Exporter { a: arr }, py, request)
+    if copy == Some(true) {
+        // a fresh copy, exported as memory of its own and flagged IS_COPIED (dlpark's producer
+        // helper exports zero-copy only; the handshake and the ABI choice are the same)
+        let exporter = Exporter { a: a.copy().py()? };
+        let request = ExportRequest::parse(stream, max_version, dl_device, None)?;
+        exporter.prepare_export(py, &request)?;
+        return match request.abi() {
+            dlpark::python::ExportAbi::Versioned => Ok(exporter
+                .build_with::<dlpark::ffi::DLManagedTensorVersioned>(DlpackFlags::IS_COPIED)?
+                .into_pyobject(py)?
+                .into_any()
+                .unbind()),
+            dlpark::python::ExportAbi::Legacy => Ok(exporter
+                .build::<dlpark::ffi::DLManagedTensor>()?
+                .into_pyobject(py)?
+                .into_any()
+                .unbind()),
+        };
+    }
+    let request = ExportRequest::parse(stream, max_version, dl_device, copy)?;
+    dlpark::python::export_dlpack(&Exporter { a: a.clone() }, py, request)
 }
 
 /// `Array.__cuda_array_interface__` (version 3).
