@@ -320,6 +320,11 @@ pub fn import_device_array(obj: &Bound<'_, PyAny>) -> PyResult<Option<DynArray>>
 
 /// Imports a DLPack producer (an object with `__dlpack__`, or a capsule).
 fn from_dlpack_obj(obj: &Bound<'_, PyAny>, copy: Option<bool>) -> PyResult<DynArray> {
+    if copy == Some(true) {
+        // the consumer's copy: import without a copy, then copy on the GPU (every producer can
+        // share its memory; not every one can copy it for us, or on the device we want)
+        return from_dlpack_obj(obj, None)?.copy().py();
+    }
     let request = dlpark::python::ImportRequest::new(obj.as_borrowed())?;
     // a capsule (or a legacy producer) tells its device only once imported, and takes no
     // stream: its producer ordered it already

@@ -71,6 +71,8 @@ impl Dispatcher {
     /// The end-of-run work: prints the summary (per the log mode) and persists what was
     /// learned. Never panics; problems are printed.
     pub fn finish(&self) {
+        // a start-up still running would race the exit (see settle_startup)
+        self.settle_startup(Duration::from_secs(10));
         self.load.leave_board();
         if self.config.log != LogMode::Off {
             for n in &self.notices {

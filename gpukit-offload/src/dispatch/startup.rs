@@ -343,6 +343,18 @@ impl Dispatcher {
         (expected_s - elapsed).max(OVERRUN_SHARE * expected_s)
     }
 
+    /// Waits (at most `limit`) while a start-up phase still runs on its thread. At exit this
+    /// keeps the process from tearing down the CUDA libraries under that thread: on the H200 a
+    /// short program run with the eager start sometimes ended in SIGSEGV after its last line
+    /// (2026-12-02, `gpukit-offload run python3 prog.py`: rc 139, no summary).
+    pub(super) fn settle_startup(&self, limit: Duration) {
+        let end = Instant::now() + limit;
+        while (self.core.get() == STARTING || self.solver.get() == STARTING) && Instant::now() < end
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Starts CUDA in the background now when the policy is [`StartPolicy::Eager`] and a GPU
     /// may be used.
     pub fn start_if_eager(self: &Arc<Self>) {
