@@ -32,8 +32,10 @@ def test_dlpack_protocol_of_our_arrays(gpu):
     # copy=True gives new memory
     d = gp.from_dlpack(a, copy=True)
     assert ptr(d) != ptr(a)
-    # to the host through DLPack: NumPy's from_dlpack asks for the CPU
-    h = np.from_dlpack(a)
+    # to the host through DLPack: NumPy consumes CPU memory only, so it asks for the CPU
+    # (dl_device) and gpukit hands over a host copy; without device="cpu" NumPy refuses a CUDA
+    # tensor (BufferError), as it does for PyTorch's
+    h = np.from_dlpack(a, device="cpu")
     np.testing.assert_array_equal(h, a.to_numpy())
 
 

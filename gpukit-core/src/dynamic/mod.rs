@@ -18,12 +18,14 @@
 //!   `matmul`.
 //!
 //! ```no_run
+//! use gpukit_core::dynamic::ops::{arith, Arith, Operand};
 //! use gpukit_core::dynamic::{DynArray, ElementType, Scalar};
 //! use gpukit_core::Device;
 //! let dev = Device::open(0)?;
 //! let a = DynArray::arange(&dev, 0.0, 6.0, 1.0, ElementType::I32)?.reshape(&[2, 3])?;
 //! let b = DynArray::full(&dev, &[3], ElementType::F32, &Scalar::float(0.5))?;
-//! let c = a.true_divide(&b)?;                 // int32 / float32 -> float64, broadcast
+//! // int32 / float32 -> float64, broadcast
+//! let c = arith(Arith::TrueDivide, Operand::Array(&a), Operand::Array(&b))?;
 //! assert_eq!(c.dtype(), ElementType::F64);
 //! let s = c.reduce(gpukit_core::ReduceOp::Sum, Some(&[1]), true, 0)?;
 //! assert_eq!(s.shape(), &[2, 1]);
