@@ -101,6 +101,20 @@ impl Stream {
         self.inner.synchronize().ctx("synchronizing a stream")
     }
 
+    /// Whether all work queued on the stream so far has finished (`cuStreamQuery`: never
+    /// waits). `Err` carries a sticky error of the stream's context.
+    pub fn is_idle(&self) -> Result<bool> {
+        // SAFETY: the stream is live (the Arc keeps it); the query only reads its state.
+        match unsafe { sys::cuStreamQuery(self.inner.cu_stream()) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(Error::driver(
+                "querying a stream",
+                cudarc::driver::DriverError(e),
+            )),
+        }
+    }
+
     /// Records a timing event (CU_EVENT_DEFAULT) at the current end of the stream.
     pub fn record(&self) -> Result<Event> {
         self.record_with(sys::CUevent_flags::CU_EVENT_DEFAULT)

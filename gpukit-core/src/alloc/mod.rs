@@ -344,13 +344,16 @@ impl Allocator {
         if let Some(a) = st.pool.alloc(key, rounded) {
             return Ok(a);
         }
-        // 2. A wholly free segment of another stream (not a retired one, whose work may never
-        // end): order this stream after that one.
-        let retired = std::mem::take(&mut st.retired);
-        let adopted = st
-            .pool
-            .adopt_free_segment(key, rounded, |s| !retired.contains(&s));
-        st.retired = retired;
+        // 2. A wholly free segment of another stream whose queued work has all finished (not
+        // a retired one, whose work may never end, nor a busy one: this stream would wait for
+        // its work, however long that takes). Ordered after it all the same.
+        let (pool, streams, retired) = (&mut st.pool, &st.streams, &st.retired);
+        let adopted = pool.adopt_free_segment(key, rounded, |s| {
+            !retired.contains(&s)
+                && streams
+                    .get(&s)
+                    .is_none_or(|o| matches!(o.is_idle(), Ok(true)))
+        });
         if let Some(old) = adopted {
             if let Some(old_stream) = st.streams.get(&old).cloned() {
                 stream.wait_stream(&old_stream)?;
@@ -365,6 +368,17 @@ impl Allocator {
         self.inner.ctx.bind_to_thread().ctx("binding the context")?;
         let base = match self.driver_alloc(seg) {
             Ok(p) => p,
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY && !st.retired.is_empty() => {
+                // Releasing the cache waits for the device's work, and a retired stream's work
+                // may never end: fail now instead of waiting without a bound.
+                st.stats.oom_errors += 1;
+                let free = self.inner.ctx.mem_get_info().map(|m| m.0).unwrap_or(0);
+                return Err(Error::OutOfMemory {
+                    requested: seg,
+                    free,
+                    reserved: st.pool.counters().reserved,
+                });
+            }
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                 self.quiesce(st)?;
                 Self::drain_pending(st, true)?;
@@ -557,7 +571,10 @@ impl Allocator {
     /// its cached segments stay out of use until [`restore_stream`](Self::restore_stream) —
     /// never adopted by another stream (which would have to wait for it) nor released to the
     /// driver (the work may still use them) — and [`release_stream`](Self::release_stream)
-    /// keeps it. Its own blocks are still freed into its segments as they are dropped.
+    /// keeps it. Its own blocks are still freed into its segments as they are dropped. While
+    /// any stream is retired, nothing waits for the device: an allocation the driver cannot
+    /// serve fails with [`Error::OutOfMemory`] at once instead of releasing the cache first,
+    /// and [`empty_cache`](Self::empty_cache) refuses.
     pub fn retire_stream(&self, stream: &Stream) {
         self.inner.state.lock().retired.insert(stream.key());
     }
@@ -565,6 +582,17 @@ impl Allocator {
     /// Undoes [`retire_stream`](Self::retire_stream) once the stream's work has finished.
     pub fn restore_stream(&self, stream: &Stream) {
         self.inner.state.lock().retired.remove(&stream.key());
+    }
+
+    /// Streams retired now ([`retire_stream`](Self::retire_stream)).
+    pub fn retired_streams(&self) -> usize {
+        self.inner.state.lock().retired.len()
+    }
+
+    /// Bytes of the cached segments that belong to `stream` (blocks in use on it and blocks
+    /// freed into its cache): for a retired stream, memory kept out of use.
+    pub fn stream_reserved(&self, stream: &Stream) -> usize {
+        self.inner.state.lock().pool.stream_reserved(stream.key())
     }
 
     /// Statistics.
@@ -580,9 +608,24 @@ impl Allocator {
     }
 
     /// Waits for pending frees and releases every cached (wholly free) segment to the driver.
+    /// While a stream is retired ([`retire_stream`](Self::retire_stream): its work may never
+    /// end) this would wait without a bound: it releases nothing and returns
+    /// [`Error::InvalidArgument`] saying so.
     pub fn empty_cache(&self) -> Result<()> {
         self.inner.ctx.bind_to_thread().ctx("binding the context")?;
         let mut st = self.inner.state.lock();
+        if !st.retired.is_empty() {
+            return Err(Error::invalid(
+                "empty_cache",
+                format!(
+                    "{} stream(s) of device {} are retired (their work may never end, e.g. a \
+                     kernel quarantined by gpukit-sched): releasing the cache would wait for \
+                     that work, so nothing was released; try again once it has ended",
+                    st.retired.len(),
+                    self.inner.ordinal
+                ),
+            ));
+        }
         self.quiesce(&st)?;
         Self::drain_pending(&mut st, true)?;
         self.release_segments(&mut st)

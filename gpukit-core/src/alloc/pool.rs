@@ -281,6 +281,15 @@ impl Pool {
         })
     }
 
+    /// Bytes of the segments that belong to `stream` (its blocks in use and its cached ones).
+    pub fn stream_reserved(&self, stream: StreamKey) -> usize {
+        self.segments
+            .values()
+            .filter(|seg| seg.stream == stream)
+            .map(|seg| seg.size)
+            .sum()
+    }
+
     /// Number of segments.
     pub fn segment_count(&self) -> usize {
         self.segments.len()
