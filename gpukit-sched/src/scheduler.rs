@@ -419,7 +419,11 @@ impl Scheduler {
                 memory_quota: p.memory_quota,
                 memory_committed: p.memory_committed,
                 groups: p.groups.len(),
-                groups_free: p.groups.minus(p.groups_assigned).len(),
+                groups_free: p
+                    .groups
+                    .minus(p.groups_assigned)
+                    .minus(p.groups_quarantined)
+                    .len(),
                 queued: p.queued,
             });
         crate::placement::DeviceLoad {

@@ -67,8 +67,11 @@ pub struct PoolInfo {
     pub groups: GroupSet,
     /// SMs in those groups.
     pub sms: u32,
-    /// Groups owned by running tasks.
+    /// Groups owned by running tasks (quarantined ones included).
     pub groups_assigned: GroupSet,
+    /// Groups out of service: those of quarantined tasks (their own and the lent ones their
+    /// work may still occupy), given to no task until that work ends.
+    pub groups_quarantined: GroupSet,
     /// Priority band.
     pub priority_band: i32,
     /// Running tasks.
@@ -149,8 +152,9 @@ enum Phase {
         grant: Grant,
     },
     /// Its closure has returned but its GPU work has not ended (a kernel that does not end):
-    /// it keeps its own groups, the lent groups its work may still occupy (`held`) and its
-    /// memory commitment, but no worker slot, and it borrows nothing.
+    /// it keeps its own groups, the other groups its work may still occupy (`held`: lent to
+    /// it, possibly owned by another task since) and its memory commitment, but no worker
+    /// slot, and it borrows nothing.
     Quarantined {
         own: GroupSet,
         held: GroupSet,
@@ -177,8 +181,19 @@ struct Pool {
     band: i32,
     committed: u64,
     assigned: GroupSet,
+    /// Groups besides the owners' that quarantined work may occupy: the union of the
+    /// quarantined tasks' `held` sets (they may overlap each other and groups that running
+    /// tasks own). No task is given them, nor are they lent, until that work ends.
+    held: GroupSet,
     /// Queued tasks with their order keys, kept sorted by key (the queue order).
     queue: Vec<(OrderKey, TaskId)>,
+}
+
+impl Pool {
+    /// Groups neither owned by a task nor held by quarantined work.
+    fn free_groups(&self) -> GroupSet {
+        self.groups.minus(self.assigned).minus(self.held)
+    }
 }
 
 /// The deterministic core of the scheduler. See the module docs for the rules.
@@ -196,6 +211,8 @@ pub struct Planner {
     next_deadline: u64,
     /// Pools changed since queued tasks were last checked against them.
     recheck: bool,
+    /// Quarantined tasks (none: no pool holds groups out of service).
+    quarantined: usize,
 }
 
 impl Planner {
@@ -210,6 +227,7 @@ impl Planner {
                 band: 0,
                 committed: 0,
                 assigned: GroupSet::EMPTY,
+                held: GroupSet::EMPTY,
                 queue: Vec::new(),
             },
         );
@@ -223,6 +241,7 @@ impl Planner {
             borrowers: 0,
             next_deadline: u64::MAX,
             recheck: false,
+            quarantined: 0,
         }
     }
 
@@ -357,7 +376,7 @@ impl Planner {
         let pool = &self.pools[pool_key];
         self.running < self.cfg.max_running
             && pool.committed + memory <= pool.memory_quota
-            && pool.groups.minus(pool.assigned).len() >= groups
+            && pool.free_groups().len() >= groups
     }
 
     /// The queue order: starving tasks first (in submission order), then priority (larger
@@ -555,7 +574,7 @@ impl Planner {
         // Prefer groups nobody borrows, so fewer borrowers have to move.
         let lent_now = self.lent_in_pool(&pool_key);
         let pool = self.pools.get_mut(&pool_key).expect("pool exists");
-        let free = pool.groups.minus(pool.assigned);
+        let free = pool.free_groups();
         let calm = free.minus(lent_now);
         let mut own = calm.take(groups_needed);
         own = own.union(free.minus(own).take(groups_needed - own.len()));
@@ -627,7 +646,7 @@ impl Planner {
         let keys: Vec<Option<String>> = self.pools.keys().cloned().collect();
         for key in keys {
             let pool = &self.pools[&key];
-            let mut idle = pool.groups.minus(pool.assigned);
+            let mut idle = pool.free_groups();
             let pool_groups = pool.groups.len();
             let mut borrowers: Vec<(TaskId, i64, u8, u64, u32, GroupSet)> = self
                 .tasks
@@ -687,12 +706,30 @@ impl Planner {
                 self.running -= 1;
                 self.borrowers -= (e.spec.qos != QosClass::Guaranteed) as usize;
             }
-            Phase::Quarantined { own, held } => {
-                pool.assigned = pool.assigned.minus(own.union(held));
+            Phase::Quarantined { own, .. } => {
+                pool.assigned = pool.assigned.minus(own);
                 pool.committed -= e.spec.memory_request;
+                self.quarantined -= 1;
+                let key = e.pool.clone();
+                self.recompute_held(&key);
             }
         }
         Some(e)
+    }
+
+    /// Recomputes a pool's `held` groups from its quarantined tasks.
+    fn recompute_held(&mut self, key: &Option<String>) {
+        let held = self
+            .tasks
+            .values()
+            .filter(|e| &e.pool == key)
+            .fold(GroupSet::EMPTY, |acc, e| match e.phase {
+                Phase::Quarantined { held, .. } => acc.union(held),
+                _ => acc,
+            });
+        if let Some(pool) = self.pools.get_mut(key) {
+            pool.held = held;
+        }
     }
 
     /// A running task ended: its resources return and queued tasks start.
@@ -717,9 +754,10 @@ impl Planner {
 
     /// A running task's closure returned while its GPU work goes on (see `Phase::Quarantined`):
     /// its worker slot is freed (queued tasks may start), its own groups and memory stay taken,
-    /// and so do the groups in `occupied` (lent to it, its work may still run there) that no
-    /// other task owns now. [`finish`](Self::finish) releases everything once the work ends.
-    /// False (nothing changes) when the task is not running.
+    /// and so do the pool's groups in `occupied` (lent to it, its work may still run there),
+    /// also those another task owns now: they are not given to anybody else, nor lent, once
+    /// that task lets them go. [`finish`](Self::finish) releases everything once the work
+    /// ends. False (nothing changes) when the task is not running.
     pub fn quarantine(&mut self, id: TaskId, occupied: GroupSet, now: u64) -> (bool, Vec<Event>) {
         let Some(e) = self.tasks.get_mut(&id) else {
             return (false, Vec::new());
@@ -729,10 +767,11 @@ impl Planner {
         };
         let borrower = e.spec.qos != QosClass::Guaranteed;
         let pool = self.pools.get_mut(&e.pool).expect("pool exists");
-        let held = occupied.intersect(pool.groups).minus(pool.assigned);
-        pool.assigned = pool.assigned.union(held);
+        let held = occupied.intersect(pool.groups).minus(own);
+        pool.held = pool.held.union(held);
         e.phase = Phase::Quarantined { own, held };
         self.running -= 1;
+        self.quarantined += 1;
         self.borrowers -= borrower as usize;
         // Groups now held are no longer lendable: lending is recomputed by the pass.
         (true, self.schedule(now))
@@ -831,12 +870,28 @@ impl Planner {
                     groups: p.groups,
                     sms: self.cfg.layout.sms(p.groups.len()),
                     groups_assigned: p.assigned,
+                    groups_quarantined: if self.quarantined == 0 {
+                        GroupSet::EMPTY
+                    } else {
+                        self.quarantined_groups(k)
+                    },
                     priority_band: p.band,
                     running,
                     queued: p.queue.len(),
                 }
             })
             .collect()
+    }
+
+    /// The groups of a pool's quarantined tasks (their own and those their work may occupy).
+    fn quarantined_groups(&self, key: &Option<String>) -> GroupSet {
+        self.tasks
+            .values()
+            .filter(|e| &e.pool == key)
+            .fold(GroupSet::EMPTY, |acc, e| match e.phase {
+                Phase::Quarantined { own, held } => acc.union(own).union(held),
+                _ => acc,
+            })
     }
 
     /// Creates a partition out of the default pool's unused memory and groups.
@@ -866,7 +921,7 @@ impl Planner {
                 available: mem_free,
             });
         }
-        let free = default.groups.minus(default.assigned);
+        let free = default.free_groups();
         if free.len() < groups {
             return Err(Error::Insufficient {
                 resource: Resource::Compute,
@@ -888,6 +943,7 @@ impl Planner {
                 band: spec.priority_band,
                 committed: 0,
                 assigned: GroupSet::EMPTY,
+                held: GroupSet::EMPTY,
                 queue: Vec::new(),
             },
         );

@@ -433,6 +433,10 @@ enum Op {
     Finish(usize),
     Cancel(usize),
     Tick(u16),
+    /// A running task's work hangs: quarantined with its own and lent groups occupied.
+    Hang(usize),
+    /// A quarantined task's work ends after all.
+    Recover(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -442,14 +446,17 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0usize..64).prop_map(Op::Finish),
         1 => (0usize..64).prop_map(Op::Cancel),
         1 => (1u16..300).prop_map(Op::Tick),
+        1 => (0usize..64).prop_map(Op::Hang),
+        1 => (0usize..64).prop_map(Op::Recover),
     ]
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
     /// Never overcommit requests, never grant past a limit, own groups disjoint, lent groups
-    /// only to non-Guaranteed tasks and only idle ones; and once all work drains, every
-    /// submitted task has either run or been rejected with a reason.
+    /// only to non-Guaranteed tasks and only idle ones, never a group hung work may occupy to a
+    /// task started after the hang nor as a loan; and once all work drains, every submitted
+    /// task has either run or been rejected with a reason.
     #[test]
     fn planner_invariants(ops in proptest::collection::vec(op(), 1..80)) {
         let mut c = cfg();
@@ -460,6 +467,8 @@ proptest! {
         let mut now = 0u64;
         let mut next_id = 0u64;
         let mut outcome: BTreeMap<TaskId, &'static str> = BTreeMap::new();
+        // Quarantined tasks: (id, groups its work may occupy, tasks running at the hang).
+        let mut hung: Vec<(TaskId, GroupSet, BTreeSet<TaskId>)> = Vec::new();
         let record = |outcome: &mut BTreeMap<TaskId, &'static str>, ev: &[Event]| {
             for e in ev {
                 match e {
@@ -500,6 +509,25 @@ proptest! {
                     if !q.is_empty() { let t = q[i % q.len()]; let (ok, ev) = p.cancel(t, now); prop_assert!(ok); outcome.insert(t, "cancelled"); record(&mut outcome, &ev); }
                 }
                 Op::Tick(ms) => { now += ms as u64 * 1_000_000; let ev = p.schedule(now); record(&mut outcome, &ev); }
+                Op::Hang(i) => {
+                    let r = p.running_tasks();
+                    if !r.is_empty() {
+                        let t = r[i % r.len()];
+                        let (own, lent) = p.running_groups(t).unwrap();
+                        let (ok, ev) = p.quarantine(t, own.union(lent), now);
+                        prop_assert!(ok);
+                        record(&mut outcome, &ev);
+                        let others: BTreeSet<TaskId> = p.running_tasks().into_iter().collect();
+                        hung.push((t, own.union(lent), others));
+                    }
+                }
+                Op::Recover(i) => {
+                    if !hung.is_empty() {
+                        let (t, _, _) = hung.remove(i % hung.len());
+                        let ev = p.finish(t, now);
+                        record(&mut outcome, &ev);
+                    }
+                }
             }
             // Invariants.
             let running = p.running_tasks();
@@ -525,12 +553,31 @@ proptest! {
                 if let Some(l) = spec.memory_limit { prop_assert!(grant.memory_limit <= l); }
                 let pool = p.pools().into_iter().find(|x| x.name == spec.partition).unwrap();
                 prop_assert!(pool.groups.contains(own.union(lent)), "groups outside the task's pool");
+                for (h, occupied, before) in &hung {
+                    prop_assert!(lent.intersect(*occupied).is_empty(), "lent groups task {h}'s hung work occupies");
+                    if !before.contains(&t) {
+                        prop_assert!(own.intersect(*occupied).is_empty(), "task {t} put on groups task {h}'s hung work occupies");
+                    }
+                }
+            }
+            for pool in p.pools() {
+                let q = hung.iter().fold(GroupSet::EMPTY, |a, (_, o, _)| a.union(*o)).intersect(pool.groups);
+                prop_assert_eq!(pool.groups_quarantined, q);
+            }
+            for &(h, _, _) in &hung {
+                let spec = p.spec(h).unwrap().clone();
+                *committed.entry(spec.partition.clone()).or_default() += spec.memory_request;
             }
             for pool in p.pools() {
                 prop_assert_eq!(committed.get(&pool.name).copied().unwrap_or(0), pool.memory_committed);
             }
         }
-        // Drain: finish everything; every task ends as ran / rejected / cancelled.
+        // Drain: the hung work ends, then finish everything; every task ends as ran / rejected
+        // / cancelled.
+        for (h, _, _) in hung.drain(..) {
+            let ev = p.finish(h, now);
+            record(&mut outcome, &ev);
+        }
         for _ in 0..200 {
             let r = p.running_tasks();
             if r.is_empty() { break; }
@@ -648,7 +695,8 @@ fn quarantine_keeps_groups_and_memory_but_frees_the_slot() {
     );
     let pool = &p.pools()[0];
     assert_eq!(pool.memory_committed, 80 * GIB);
-    assert!(pool.groups_assigned.contains(occupied));
+    assert!(pool.groups_assigned.contains(own));
+    assert_eq!(pool.groups_quarantined, occupied);
     // Quarantined twice, or a queued task: nothing happens.
     assert!(!p.quarantine(1, occupied, 2).0);
     // A third task needing everything waits until the work ends.
@@ -659,4 +707,64 @@ fn quarantine_keeps_groups_and_memory_but_frees_the_slot() {
     assert!(p.finish(2, 3).is_empty(), "still quarantined");
     let started = p.finish(1, 4);
     assert!(matches!(started[..], [Event::Started(3, _)]), "{started:?}");
+}
+
+/// Hung work on groups that were lent to it and have been given to another task since: those
+/// groups stay out of service when that task ends (before: they were free again at once, and
+/// the next task was put on SMs a never-ending kernel holds), and nothing lends them.
+#[test]
+fn quarantined_work_keeps_lent_groups_that_another_task_owns_out_of_service() {
+    let mut p = Planner::new(cfg());
+    let b = TaskSpec::new("burst")
+        .memory_request(GIB)
+        .compute(0.25, 0.5)
+        .resolve()
+        .unwrap();
+    p.submit(1, b, 0).unwrap();
+    let (own_b, lent_b) = p.running_groups(1).unwrap();
+    assert_eq!((own_b.len(), lent_b.len()), (4, 4));
+    // A Guaranteed arrival needs more than the idle groups nobody borrows: it takes the lent
+    // ones too; the borrower's kernels may still run there (they move off at its next launch,
+    // which never comes).
+    p.submit(2, g("g", GIB, 0.75), 0).unwrap();
+    let (own_g, _) = p.running_groups(2).unwrap();
+    assert!(own_g.contains(lent_b), "took the lent groups");
+    let occupied = own_b.union(lent_b);
+    assert!(p.quarantine(1, occupied, 1).0);
+    let pool = p.pools()[0].clone();
+    assert_eq!(pool.groups_quarantined, occupied);
+    assert!(pool.groups_assigned.contains(own_b.union(own_g)));
+    // The Guaranteed task ends: its groups stay out of service (the hung work may hold them).
+    assert!(p.finish(2, 2).is_empty());
+    let pool = p.pools()[0].clone();
+    assert_eq!(pool.groups_assigned, own_b);
+    assert_eq!(pool.groups_quarantined, occupied);
+    // A task that needs every group not occupied by the hung work starts; one more group
+    // does not fit; a BestEffort borrower is lent nothing of the held groups.
+    let rest = p.config().layout.all().minus(occupied);
+    let need = rest.len() as f64 / p.config().layout.groups as f64;
+    let (d, _) = p.submit(3, g("rest", GIB, need), 3).unwrap();
+    let Admission::Admitted(grant) = d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(grant.compute.groups, rest);
+    p.finish(3, 4);
+    let burst = TaskSpec::new("burst2")
+        .memory_request(GIB)
+        .compute(0.01, 1.0)
+        .resolve()
+        .unwrap();
+    p.submit(4, burst, 5).unwrap();
+    let (own4, lent4) = p.running_groups(4).unwrap();
+    assert!(
+        own4.union(lent4).intersect(occupied).is_empty(),
+        "{own4} + {lent4} on held groups {occupied}"
+    );
+    // The work ends: everything comes back.
+    p.finish(4, 6);
+    p.finish(1, 7);
+    let pool = p.pools()[0].clone();
+    assert_eq!(pool.groups_assigned, GroupSet::EMPTY);
+    assert_eq!(pool.groups_quarantined, GroupSet::EMPTY);
+    assert_eq!(pool.memory_committed, 0);
 }
