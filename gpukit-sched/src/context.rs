@@ -23,6 +23,11 @@ pub(crate) struct TaskGpu {
     pub dev: Device,
     pub home: Lane,
     pub lent: Option<Lane>,
+    /// Lent lanes the task moved off whose queued work had not finished then, each with an
+    /// event at the end of that work: back to the pool once it completes (its kernels may
+    /// still occupy the SMs; a kernel that never ends quarantines them with the task's other
+    /// lanes). The home stream was ordered after each, so its end covers them.
+    pub retiring: Vec<(Lane, Option<Event>)>,
     pub on_lent: bool,
     pub seen_generation: u64,
     pub pacer: Option<Pacer>,
@@ -343,6 +348,7 @@ impl TaskContext {
     /// Applies lending changes the scheduler published: moves onto or off lent groups (green
     /// contexts) or changes the pace (fallback).
     fn refresh(&mut self) -> Result<()> {
+        self.reap_retiring();
         let gen = self.task.generation.load(Ordering::Acquire);
         let Some(g) = self.gpu.as_mut() else {
             return Ok(());
@@ -376,10 +382,35 @@ impl TaskContext {
             switch_to_home(g)?;
         }
         if let Some(old) = g.lent.take() {
-            inner.checkin(old);
+            // Its work may still run (the home stream waits for it, the host does not).
+            let end = old.stream.record_marker().ok();
+            g.retiring.push((old, end));
         }
         g.lent = Some(inner.checkout(key)?);
         switch_to_lent(g)
+    }
+
+    /// Returns to the pool the lent lanes the task moved off whose work has finished.
+    fn reap_retiring(&mut self) {
+        let Some(g) = self.gpu.as_mut() else {
+            return;
+        };
+        if g.retiring.is_empty() {
+            return;
+        }
+        let mut i = 0;
+        while i < g.retiring.len() {
+            let done = matches!(
+                g.retiring[i].1.as_ref().map(Event::is_complete),
+                Some(Ok(true))
+            );
+            if done {
+                let (lane, _) = g.retiring.swap_remove(i);
+                self.inner.checkin(lane);
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// Charges what the pacer has measured and waits while the task is over budget (in
@@ -625,7 +656,10 @@ impl Drop for TaskContext {
         g.blas = None;
         let settled = self.settle(&g);
         let lane_owner = g.home.owner.clone();
-        let lanes: Vec<Lane> = std::iter::once(g.home).chain(g.lent).collect();
+        let lanes: Vec<Lane> = std::iter::once(g.home)
+            .chain(g.lent)
+            .chain(g.retiring.into_iter().map(|(l, _)| l))
+            .collect();
         match settled {
             Settled::Idle => {
                 if g.lane_bound {

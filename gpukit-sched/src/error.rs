@@ -61,6 +61,9 @@ pub enum HolderKind {
     Ended,
     /// Allocations made outside any task while the scheduler runs.
     OutsideTasks,
+    /// A task whose GPU work did not end (quarantined): its commitment, and the memory its
+    /// streams keep, stay taken until the work ends; evicting it gives nothing back.
+    Quarantined,
 }
 
 /// One holder of memory a starting task needs ([`Error::MemoryUnavailable`]).
@@ -83,6 +86,7 @@ impl std::fmt::Display for MemoryHolder {
             HolderKind::Stopping => "asked to stop, no safe point reached",
             HolderKind::Ended => "ended; buffers it returned",
             HolderKind::OutsideTasks => "allocations outside tasks",
+            HolderKind::Quarantined => "quarantined: its GPU work did not end",
         };
         match (&self.task, self.id) {
             (Some(t), Some(id)) => write!(f, "task `{t}` (id {id}, {what}): {} bytes", self.bytes),

@@ -12,8 +12,17 @@
 //! the least recently used one is destroyed once (1) the handle cache has dropped the
 //! stream's handles, (2) the allocator has let go of the stream, and (3) no other clone of
 //! the stream exists. Until then it is kept aside and retried; when the scheduler goes, the
-//! lanes still referenced move to a process-wide list that is retried the same way. A
-//! quarantined lane (its work never ended) is never destroyed (that would wait for the work).
+//! lanes still referenced move to a process-wide list that is retried the same way.
+//!
+//! # Nothing is destroyed beside hung work
+//! A quarantined lane (its work never ended) is never destroyed. Destroying any other lane
+//! waits for the device too (the allocator synchronises the stream and frees its memory,
+//! the cuBLAS handle is destroyed, the green stream is synchronised, the green context
+//! destroyed), and whether the driver lets such a wait pass a kernel that never ends in
+//! another context is not documented. So while the device has quarantined work that has not
+//! ended ([`crate::quarantine`]), no lane is destroyed at all: past the bound they are kept
+//! aside (reported as held), and at shutdown they become orphans, retried by later
+//! schedulers once the work has ended — or leaked with the process.
 
 use crate::error::Result;
 use crate::green::{GreenContext, GreenStream, SmSplit};
@@ -127,12 +136,21 @@ struct Cache {
     held: Vec<Lane>,
 }
 
-/// Lanes of schedulers that have gone but whose streams were still referenced.
-static ORPHANS: Mutex<Vec<(Lane, Option<Allocator>)>> = Mutex::new(Vec::new());
+/// Lanes of schedulers that have gone but whose streams were still referenced (or whose
+/// device had hung work), with their allocator and device ordinal.
+type Orphan = (Lane, Option<Allocator>, usize);
+static ORPHANS: Mutex<Vec<Orphan>> = Mutex::new(Vec::new());
 
-/// Destroys `lane` if nothing else can use its stream (see the module docs); gives it back
-/// otherwise.
-fn try_destroy(lane: Lane, alloc: Option<&Allocator>) -> std::result::Result<(), Lane> {
+/// Destroys `lane` of device `ordinal` if nothing else can use its stream and the device has
+/// no hung work (see the module docs); gives it back otherwise.
+fn try_destroy(
+    lane: Lane,
+    alloc: Option<&Allocator>,
+    ordinal: usize,
+) -> std::result::Result<(), Lane> {
+    if crate::quarantine::device_has_hung_work(ordinal) {
+        return Err(lane);
+    }
     if !gpukit_core::handles::release_stream(&lane.stream) {
         return Err(lane);
     }
@@ -155,9 +173,9 @@ fn sweep_orphans() {
         return;
     }
     let all = std::mem::take(&mut *orphans);
-    for (lane, alloc) in all {
-        if let Err(lane) = try_destroy(lane, alloc.as_ref()) {
-            orphans.push((lane, alloc));
+    for (lane, alloc, ordinal) in all {
+        if let Err(lane) = try_destroy(lane, alloc.as_ref(), ordinal) {
+            orphans.push((lane, alloc, ordinal));
         }
     }
 }
@@ -171,11 +189,14 @@ pub(crate) struct Lanes {
     /// The device's allocator (None without a device): streams are destroyed only once it has
     /// let go of them.
     alloc: Option<Allocator>,
+    /// The device's ordinal.
+    ordinal: usize,
 }
 
 impl Lanes {
-    pub fn new(cap: usize, alloc: Option<Allocator>) -> Self {
+    pub fn new(cap: usize, alloc: Option<Allocator>, ordinal: usize) -> Self {
         Lanes {
+            ordinal,
             cache: Mutex::new(Cache::default()),
             cap,
             created: AtomicU64::new(0),
@@ -218,7 +239,7 @@ impl Lanes {
         }
         let mut kept = Vec::new();
         for l in candidates {
-            match try_destroy(l, self.alloc.as_ref()) {
+            match try_destroy(l, self.alloc.as_ref(), self.ordinal) {
                 Ok(()) => {
                     self.destroyed.fetch_add(1, Ordering::Relaxed);
                 }
@@ -249,8 +270,9 @@ impl Lanes {
         self.cache.lock().held.len()
     }
 
-    /// Destroys every idle lane nothing else references; the others become orphans, retried
-    /// by later schedulers' pools (see the module docs). Lanes checked out (a detached task's)
+    /// Destroys every idle lane nothing else references (none while the device has hung
+    /// work); the others become orphans, retried by later schedulers' pools (see the module
+    /// docs). Lanes checked out (a detached task's)
     /// are not touched. Returns how many were kept.
     pub fn drain(&self) -> usize {
         let lanes: Vec<Lane> = {
@@ -260,13 +282,13 @@ impl Lanes {
         };
         let mut kept = 0;
         for l in lanes {
-            match try_destroy(l, self.alloc.as_ref()) {
+            match try_destroy(l, self.alloc.as_ref(), self.ordinal) {
                 Ok(()) => {
                     self.destroyed.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(l) => {
                     kept += 1;
-                    ORPHANS.lock().push((l, self.alloc.clone()));
+                    ORPHANS.lock().push((l, self.alloc.clone(), self.ordinal));
                 }
             }
         }

@@ -153,6 +153,7 @@ pub use ledger::PoolMemory;
 pub use multi::MultiScheduler;
 pub use partitions::Partition;
 pub use plan::{Admission, Grant, PoolInfo, TaskId};
+pub use quarantine::QuarantinedTask;
 pub use scheduler::{Scheduler, ShutdownReport};
 pub use sm::{ComputeGrant, GroupSet, Mechanism, SmLayout};
 pub use spec::{QosClass, ResolvedSpec, TaskSpec};

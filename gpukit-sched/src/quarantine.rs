@@ -6,13 +6,37 @@
 //! no driver wait without an end). Once the task has been asked to stop — its timeout, a
 //! cancellation, an eviction, shutdown — and the stop's grace period is over with its work
 //! still running, the work is taken for hung: the task gets the stop's outcome, its worker is
-//! free, and its lanes are *quarantined*: their streams are retired in gpukit-core's allocator
-//! (their memory is never handed to another stream, which would wait for them), the task
-//! keeps its own SM groups, the lent groups its work may occupy and its memory commitment
-//! (so no new task is put on SMs a never-ending kernel holds), and in the pacing fallback it
-//! gives up the pacing token (no other task waits for its kernel). The timer checks
-//! quarantined work every [`POLL`]; when it ends after all, everything is released and the
-//! lanes go back to the pool.
+//! free, and every lane its work used (its home lane, its lent lane, and lent lanes it moved
+//! off whose work had not finished) is *quarantined*, left to the driver as it is:
+//! - nothing waits for it, destroys or reuses it: no stream, context, cuBLAS handle or
+//!   buffer of it is synchronised or destroyed (each would wait for the work), its streams
+//!   are retired in gpukit-core's allocator (their cached memory is never given to another
+//!   stream, nor released to the driver, and while any stream is retired the allocator waits
+//!   for no device work at all), and while a device has hung work no lane of it is destroyed
+//!   ([`device_has_hung_work`]: this holds across schedulers of the process, since a later
+//!   scheduler retries the lanes an earlier one left);
+//! - its resources are accounted as out of service: its own SM groups and every group its
+//!   lanes cover (lent groups too, also when another task has owned them since) are given to
+//!   no task and lent to none ([`PoolInfo::groups_quarantined`](crate::PoolInfo)); its memory
+//!   commitment, or the memory its streams keep if that is more, stays charged, and it is no
+//!   eviction victim (stopping it frees nothing);
+//! - in the pacing fallback it gives up the pacing token (no other task waits for its
+//!   kernel);
+//! - [`SchedulerStats::quarantine`](crate::SchedulerStats::quarantine) names each quarantined
+//!   task with its groups, SMs, memory and streams, and the metrics count them.
+//!
+//! New tasks are admitted and run on the remaining groups. The timer checks quarantined work
+//! every [`POLL`]; when it ends after all, everything is released and the lanes go back to
+//! the pool. When the scheduler goes first, the quarantined lanes are leaked on purpose
+//! (their work may still run) and the device stays marked as having hung work.
+//!
+//! One hazard lies in the driver, outside the scheduler: with CUDA's lazy module loading
+//! (the default since CUDA 12.2), the first launch of a kernel in a context loads it, and
+//! loading may synchronise the context — with a kernel that never ends there, that launch
+//! never returns. A task caught in it reaches no safe point: it is detached at its stop's
+//! grace period (its worker stays blocked). Processes that must survive hung kernels run with
+//! `CUDA_MODULE_LOADING=EAGER` (kernels are loaded when their module is), or launch each
+//! kernel once on every lane before work can hang.
 //!
 //! # Health: a sticky error
 //! See [`crate::health`]: the first sticky CUDA error a task ends with marks the scheduler
@@ -20,12 +44,13 @@
 //! [`Error::Unhealthy`](crate::Error::Unhealthy), naming the task and the error.
 
 use crate::error::Error;
-use crate::lanes::Lane;
+use crate::lanes::{Lane, LaneKey};
 use crate::plan::TaskId;
 use crate::scheduler::{push_finished, Inner};
 use crate::sm::GroupSet;
 use crate::task::{Task, TaskState};
 use gpukit_core::{Event, OwnerId};
+use parking_lot::Mutex;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -34,24 +59,69 @@ use std::time::{Duration, Instant};
 /// How often the timer checks whether quarantined work has ended.
 pub(crate) const POLL: Duration = Duration::from_millis(20);
 
+/// Work that may never end, by device ordinal: an event that completes when it does. Process
+/// wide, so that what one scheduler quarantined keeps a later scheduler of the device from
+/// destroying lanes (which waits for the device) while it may still run.
+static HUNG: Mutex<Vec<(usize, Event)>> = Mutex::new(Vec::new());
+
+/// Whether work on device `ordinal` was quarantined and has not ended (an event that cannot be
+/// queried, in a broken context, counts as not ended). Never waits.
+pub(crate) fn device_has_hung_work(ordinal: usize) -> bool {
+    let mut h = HUNG.lock();
+    h.retain(|(_, e)| !matches!(e.is_complete(), Ok(true)));
+    h.iter().any(|(o, _)| *o == ordinal)
+}
+
+/// A quarantined task as the statistics report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuarantinedTask {
+    /// The task's id.
+    pub id: TaskId,
+    /// Its name.
+    pub name: String,
+    /// Its partition (`None`: the default pool).
+    pub partition: Option<String>,
+    /// How long its work has been quarantined.
+    pub since: Duration,
+    /// SM groups out of service while its work runs: its own and those its lanes cover
+    /// (in the pacing fallback: its own virtual groups).
+    pub groups: GroupSet,
+    /// Whether its work also runs on the floor SMs (a BestEffort task's), which other
+    /// BestEffort work keeps sharing.
+    pub floor: bool,
+    /// SMs of `groups` (and of the floor when `floor`).
+    pub sms: u32,
+    /// Device memory kept for it: its commitment, or what its streams keep cached if more.
+    pub memory_bytes: u64,
+    /// Of which the allocator keeps on its retired streams (cached segments).
+    pub stream_bytes: u64,
+    /// Streams left to the driver (retired; never synchronised or destroyed while it runs).
+    pub streams: usize,
+}
+
 /// A task whose GPU work did not end.
 pub(crate) struct Quarantined {
     pub task: Arc<Task>,
     /// Never dropped while the work may run (destroying a stream waits for it): given back
-    /// explicitly once `pending` completes, forgotten otherwise.
+    /// explicitly once `pending` completes, leaked otherwise.
     lanes: ManuallyDrop<Vec<Lane>>,
     /// Completes when the lanes' work has ended.
     pending: Event,
     /// SM groups the work may occupy (the lanes' groups).
     pub groups: GroupSet,
+    /// The lanes include the floor.
+    floor: bool,
     /// The lane owner whose memory (cuBLAS workspace) is charged to the task.
     bound: Option<OwnerId>,
+    /// Bytes the allocator keeps on the lanes' streams.
+    stream_bytes: u64,
+    since: Instant,
 }
 
 impl Inner {
     /// Quarantines a task's lanes (its work did not end within the stop's grace period).
     /// The planner and the ledger follow when the task's end is processed
-    /// ([`is_quarantined`](Self::is_quarantined)).
+    /// ([`is_quarantined`](Self::is_quarantined)). Makes no call that waits for the device.
     pub(crate) fn quarantine_lanes(
         &self,
         task: &Arc<Task>,
@@ -59,15 +129,22 @@ impl Inner {
         pending: Event,
         bound: Option<OwnerId>,
     ) {
+        let mut stream_bytes = 0u64;
         if let Some(g) = &self.gpu {
+            HUNG.lock().push((self.ordinal, pending.clone()));
             for l in &lanes {
                 g.dev.allocator().retire_stream(&l.stream);
+                stream_bytes += g.dev.allocator().stream_reserved(&l.stream) as u64;
             }
         }
         self.token.abandon(task.id);
+        self.memory.with(|l| l.quarantine(&task.owner, stream_bytes));
         let groups = lanes
             .iter()
             .fold(GroupSet::EMPTY, |acc, l| acc.union(l.key.groups()));
+        let floor = lanes
+            .iter()
+            .any(|l| matches!(l.key, LaneKey::Green(_, true)));
         task.status.lock().quarantined = true;
         self.quarantine.lock().insert(
             task.id,
@@ -76,7 +153,10 @@ impl Inner {
                 lanes: ManuallyDrop::new(lanes),
                 pending,
                 groups,
+                floor,
                 bound,
+                stream_bytes,
+                since: Instant::now(),
             },
         );
     }
@@ -84,6 +164,41 @@ impl Inner {
     /// The groups a quarantined task's work may occupy (`None`: it is not quarantined).
     pub(crate) fn is_quarantined(&self, id: TaskId) -> Option<GroupSet> {
         self.quarantine.lock().get(&id).map(|q| q.groups)
+    }
+
+    /// The quarantined tasks, by id.
+    pub(crate) fn quarantine_report(&self) -> Vec<QuarantinedTask> {
+        let q = self.quarantine.lock();
+        let mut out: Vec<QuarantinedTask> = q
+            .values()
+            .map(|q| {
+                let own = q
+                    .task
+                    .status
+                    .lock()
+                    .grant
+                    .map_or(GroupSet::EMPTY, |g| g.compute.groups);
+                let groups = q.groups.union(own);
+                let floor_sms = if q.floor { self.layout.remainder_sms } else { 0 };
+                QuarantinedTask {
+                    id: q.task.id,
+                    name: q.task.spec.name.clone(),
+                    partition: q.task.spec.partition.clone(),
+                    since: q.since.elapsed(),
+                    groups,
+                    floor: q.floor,
+                    sms: self.layout.sms(groups.len()) + floor_sms,
+                    memory_bytes: self
+                        .memory
+                        .with(|l| l.quarantined(&q.task.owner))
+                        .unwrap_or(q.stream_bytes),
+                    stream_bytes: q.stream_bytes,
+                    streams: q.lanes.len(),
+                }
+            })
+            .collect();
+        out.sort_by_key(|t| t.id);
+        out
     }
 
     /// Releases the quarantined tasks whose work has ended (the timer calls this, with no

@@ -178,6 +178,9 @@ pub struct ShutdownReport {
     /// Tasks whose GPU work had not ended (quarantined: see the crate docs); their streams
     /// are left to the driver.
     pub quarantined: usize,
+    /// Those tasks with what their work keeps out of service (leaked on purpose: their lanes,
+    /// streams and memory are never destroyed or freed while the work may run).
+    pub quarantine: Vec<crate::QuarantinedTask>,
     /// Time the shutdown took.
     pub elapsed: Duration,
 }
@@ -371,7 +374,7 @@ impl Scheduler {
             timer_wake: Condvar::new(),
             idle: Condvar::new(),
             memory,
-            lanes: Lanes::new(cfg.max_cached_lanes, lane_alloc),
+            lanes: Lanes::new(cfg.max_cached_lanes, lane_alloc, ordinal),
             token: crate::pacer::Token::default(),
             layout,
             mechanism,
@@ -587,7 +590,9 @@ impl Scheduler {
     /// grace period are detached (their handles complete as cancelled). Then the workers are
     /// joined (unless a detached task still holds one), the timer stops, the ledger leaves the
     /// allocator and idle GPU streams are destroyed (streams that still order live buffers are
-    /// kept).
+    /// kept). Quarantined work (a kernel that did not end) is not waited for: its lanes are
+    /// leaked on purpose, and while it runs no lane of the device is destroyed (that waits for
+    /// the device), so the shutdown ends within its bound; the report names it.
     pub fn shutdown(mut self, timeout: Duration) -> ShutdownReport {
         self.stop(timeout)
     }
@@ -652,6 +657,7 @@ impl Scheduler {
                 .cloned()
                 .partition(|t| t.status.lock().quarantined);
             report.quarantined = quarantined.len();
+            report.quarantine = inner.quarantine_report();
             for t in &left {
                 if let Some((stop, _)) = t.stop.get() {
                     let (state, e) = t.stop_outcome(&stop);

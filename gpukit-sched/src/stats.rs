@@ -110,6 +110,9 @@ pub struct SchedulerStats {
     pub detached_running: u64,
     /// Tasks whose closure returned while their GPU work did not end (quarantined).
     pub quarantined: u64,
+    /// Each quarantined task with the resources out of service while its work runs (SM
+    /// groups and SMs, memory, streams), by id.
+    pub quarantine: Vec<crate::QuarantinedTask>,
     /// Why the device context is unusable (a sticky error: the task and the error), or
     /// `None` while it is healthy. Submissions are refused once it is set.
     pub unhealthy: Option<String>,
@@ -411,7 +414,7 @@ fn render(all: &[(Option<usize>, &SchedulerStats)]) -> String {
         let pool_label =
             |p: &PartitionStats| vec![("partition", p.pool.name.clone().unwrap_or_default())];
         type PoolMetric<'a> = (&'a str, &'a str, &'a str, fn(&PartitionStats) -> f64);
-        let pool_metrics: [PoolMetric; 9] = [
+        let pool_metrics: [PoolMetric; 10] = [
             (
                 "gpukit_sched_partition_memory_quota_bytes",
                 "gauge",
@@ -448,6 +451,16 @@ fn render(all: &[(Option<usize>, &SchedulerStats)]) -> String {
                 "SMs of groups owned by running tasks.",
                 |p| {
                     (p.pool.groups_assigned.len() as u64
+                        * (p.pool.sms as u64 / p.pool.groups.len().max(1) as u64))
+                        as f64
+                },
+            ),
+            (
+                "gpukit_sched_partition_sms_quarantined",
+                "gauge",
+                "SMs of groups out of service: quarantined work (a kernel that did not end) may occupy them.",
+                |p| {
+                    (p.pool.groups_quarantined.len() as u64
                         * (p.pool.sms as u64 / p.pool.groups.len().max(1) as u64))
                         as f64
                 },
@@ -509,7 +522,27 @@ fn render(all: &[(Option<usize>, &SchedulerStats)]) -> String {
             }
         }
         type Total<'a> = (&'a str, &'a str, &'a str, fn(&SchedulerStats) -> f64);
-        let totals: [Total; 8] = [
+        let totals: [Total; 10] = [
+            (
+                "gpukit_sched_quarantined_sms",
+                "gauge",
+                "SMs out of service because quarantined work (a kernel that did not end) may occupy them.",
+                |s| {
+                    let groups = s
+                        .quarantine
+                        .iter()
+                        .fold(crate::GroupSet::EMPTY, |g, q| g.union(q.groups));
+                    let floor = s.quarantine.iter().any(|q| q.floor);
+                    (s.layout.sms(groups.len()) + if floor { s.layout.remainder_sms } else { 0 })
+                        as f64
+                },
+            ),
+            (
+                "gpukit_sched_quarantined_memory_bytes",
+                "gauge",
+                "Device memory kept for quarantined tasks (commitments, or what their streams keep).",
+                |s| s.quarantine.iter().map(|q| q.memory_bytes as f64).sum(),
+            ),
             (
                 "gpukit_sched_healthy",
                 "gauge",
@@ -683,6 +716,7 @@ impl Inner {
             ended,
             detached_running,
             quarantined,
+            quarantine: self.quarantine_report(),
             unhealthy: self.unhealthy(),
             evictions: st.evictions.iter().cloned().collect(),
             evictions_total: st.evictions_total,

@@ -330,6 +330,7 @@ impl Inner {
             dev: gpu.dev.clone(),
             home,
             lent: None,
+            retiring: Vec::new(),
             on_lent: false,
             seen_generation: u64::MAX,
             pacer,

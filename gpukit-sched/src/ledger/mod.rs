@@ -107,13 +107,19 @@ struct Entry {
     peak: u64,
     running: bool,
     stopped: bool,
+    /// Its GPU work did not end (quarantined): the bytes the allocator keeps out of use on
+    /// its streams (their cached segments), charged until the work ends.
+    quarantined: Option<u64>,
     last_refusal: Option<Refusal>,
 }
 
 impl Entry {
     fn footprint(&self) -> u64 {
         if self.running {
-            self.spec.request.max(self.in_use)
+            self.spec
+                .request
+                .max(self.in_use)
+                .max(self.quarantined.unwrap_or(0))
         } else {
             self.in_use
         }
@@ -121,9 +127,11 @@ impl Entry {
     fn over(&self) -> u64 {
         self.in_use.saturating_sub(self.spec.request)
     }
-    /// What evicting it gives back (its whole footprint, once it has ended).
+    /// What evicting it gives back (its whole footprint, once it has ended). A quarantined
+    /// task gives back nothing: its work does not end by being asked to stop.
     fn evictable(&self) -> bool {
         self.running
+            && self.quarantined.is_none()
             && match self.spec.qos {
                 QosClass::BestEffort => true,
                 QosClass::Burstable => self.over() > 0,
@@ -215,6 +223,7 @@ impl Ledger {
                 peak: 0,
                 running: true,
                 stopped: false,
+                quarantined: None,
                 last_refusal: None,
             },
         );
@@ -228,6 +237,7 @@ impl Ledger {
             return 0;
         };
         e.running = false;
+        e.quarantined = None;
         let left = e.in_use;
         if left == 0 {
             self.entries.remove(owner);
@@ -241,6 +251,22 @@ impl Ledger {
         if let Some(e) = self.entries.get_mut(owner) {
             e.stopped = true;
         }
+    }
+
+    /// `owner`'s task is quarantined (its GPU work did not end): its commitment stays, and so
+    /// do `held` bytes (what the allocator keeps out of use on its streams) if they are more;
+    /// it is no eviction victim. [`close`](Self::close) ends it once the work has ended.
+    pub fn quarantine(&mut self, owner: &OwnerId, held: u64) {
+        if let Some(e) = self.entries.get_mut(owner) {
+            e.stopped = true;
+            e.quarantined = Some(held);
+        }
+    }
+
+    /// `owner`'s quarantine and the bytes it keeps, if it is quarantined.
+    pub fn quarantined(&self, owner: &OwnerId) -> Option<u64> {
+        let e = self.entries.get(owner)?;
+        e.quarantined.map(|held| e.spec.request.max(e.in_use).max(held))
     }
 
     fn pool_cap(&self, pool: &Option<String>) -> u64 {
@@ -479,6 +505,7 @@ impl Ledger {
                 id: Some(e.spec.id),
                 bytes: e.footprint(),
                 kind: match (e.running, e.stopped) {
+                    _ if e.running && e.quarantined.is_some() => HolderKind::Quarantined,
                     (false, _) => HolderKind::Ended,
                     (true, true) => HolderKind::Stopping,
                     (true, false) => HolderKind::Running,

@@ -429,3 +429,44 @@ fn lane_memory_follows_the_task_that_uses_the_lane() {
     assert_eq!(l.outside(), 0);
     l.check_invariants().unwrap();
 }
+
+/// A quarantined task (its GPU work did not end) keeps its commitment and the memory its
+/// streams keep out of use, is never an eviction victim (stopping it frees nothing), and is
+/// named as quarantined among the holders; once its work ends, everything is released.
+#[test]
+fn a_quarantined_task_keeps_its_memory_and_is_no_victim() {
+    let mut l = Ledger::new(1000);
+    // A BestEffort task (the first victim otherwise) holding 300, its buffers dropped since
+    // (the kernel still runs) while its stream's cache keeps 400 out of use.
+    l.open(&owner(1), spec(1, QosClass::BestEffort, 0, 0, 1000))
+        .unwrap();
+    l.charge(&owner(1), 300).unwrap();
+    l.release(&owner(1), 300);
+    l.quarantine(&owner(1), 400);
+    assert_eq!(l.quarantined(&owner(1)), Some(400));
+    assert_eq!(l.pool(&None).footprint, 400);
+    assert_eq!(l.charge(&owner(1), 1), Err(Refusal::Stopped));
+    // Another BestEffort task and a Guaranteed starter that is 100 short: only the other
+    // task is a victim; the holders name the quarantined one as such.
+    l.open(&owner(2), spec(2, QosClass::BestEffort, 0, 0, 1000))
+        .unwrap();
+    l.charge(&owner(2), 200).unwrap();
+    l.open(&owner(3), spec(3, QosClass::Guaranteed, 0, 500, 500))
+        .unwrap();
+    assert_eq!(l.shortfall(&owner(3)), 100);
+    assert_eq!(l.plan_eviction(&owner(3)), vec![2]);
+    // Short by more than the others can give: no victim could help, the quarantined task
+    // is not named.
+    l.close(&owner(3));
+    l.open(&owner(4), spec(4, QosClass::Guaranteed, 0, 900, 900))
+        .unwrap();
+    assert_eq!(l.plan_eviction(&owner(4)), vec![2]);
+    let holders = l.holders(&owner(4));
+    let q = holders.iter().find(|h| h.id == Some(1)).expect("named");
+    assert_eq!((q.bytes, q.kind), (400, crate::HolderKind::Quarantined));
+    // The work ends: its entry closes and the memory is free again.
+    l.close(&owner(1));
+    assert_eq!(l.quarantined(&owner(1)), None);
+    assert_eq!(l.pool(&None).footprint, 200 + 900);
+    l.check_invariants().unwrap();
+}
