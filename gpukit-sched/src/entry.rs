@@ -161,13 +161,21 @@ impl EntryPoints {
         Ok(EntryPoints::detect(v, table))
     }
 
-    /// Milliseconds from `start` to `end` (both recorded; waits for them), with the entry
-    /// point this driver has.
+    /// Milliseconds from `start` to `end` (both recorded), with the entry point this driver
+    /// has. Never waits: events whose work has not completed are an [`Error::Internal`]
+    /// (callers ask only after they have seen them complete; the driver's timing call would
+    /// wait for them, without a bound if a kernel before them never ends).
     pub(crate) fn elapsed_ms(
         &self,
         start: &gpukit_core::Event,
         end: &gpukit_core::Event,
     ) -> Result<f32> {
+        if !(start.is_complete()? && end.is_complete()?) {
+            return Err(Error::internal(
+                "timing GPU work",
+                "asked for the time between events that have not completed",
+            ));
+        }
         match self.timing {
             Timing::V2 => Ok(start.elapsed_ms(end)?),
             Timing::V1 => {

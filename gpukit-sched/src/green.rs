@@ -450,8 +450,10 @@ pub(crate) unsafe fn make_current(ctx: sys::CUcontext) -> Result<()> {
 
 /// A stream of a green context. Work queued on it runs on the green context's SMs.
 ///
-/// The raw stream is destroyed on drop (after synchronizing). The [`cuda`](Self::cuda) wrapper
-/// does not own it: clones of the wrapper must not be used after the `GreenStream` is dropped.
+/// The raw stream is destroyed on drop if its work has finished; otherwise it is leaked with
+/// its green context (nothing waits for work that may never end). The [`cuda`](Self::cuda)
+/// wrapper does not own it: clones of the wrapper must not be used after the `GreenStream` is
+/// dropped.
 pub struct GreenStream {
     raw: sys::CUstream,
     cuda: Arc<CudaStream>,
@@ -480,10 +482,19 @@ impl GreenStream {
 
 impl Drop for GreenStream {
     fn drop(&mut self) {
+        // SAFETY: `raw` is a live stream (destroyed only below); the query does not wait.
+        let status = unsafe { sys::cuStreamQuery(self.raw) };
+        if status == sys::CUresult::CUDA_ERROR_NOT_READY {
+            // Work still runs on it (the lanes destroy only idle streams: this is the last
+            // guard). Waiting could take for ever: leak the stream, and keep its green context
+            // alive for it (destroying the context would wait too).
+            std::mem::forget(self._green.clone());
+            return;
+        }
         // SAFETY: `raw` came from cuGreenCtxStreamCreate and is destroyed exactly once, while the
-        // green context (held through `green`) is still alive; pending work is waited for first.
+        // green context (held through `green`) is still alive; its work has finished (or the
+        // context is broken, where nothing runs any more).
         unsafe {
-            sys::cuStreamSynchronize(self.raw);
             sys::cuStreamDestroy_v2(self.raw);
         }
     }
