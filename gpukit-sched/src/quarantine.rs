@@ -138,7 +138,8 @@ impl Inner {
             }
         }
         self.token.abandon(task.id);
-        self.memory.with(|l| l.quarantine(&task.owner, stream_bytes));
+        self.memory
+            .with(|l| l.quarantine(&task.owner, stream_bytes));
         let groups = lanes
             .iter()
             .fold(GroupSet::EMPTY, |acc, l| acc.union(l.key.groups()));
@@ -179,7 +180,11 @@ impl Inner {
                     .grant
                     .map_or(GroupSet::EMPTY, |g| g.compute.groups);
                 let groups = q.groups.union(own);
-                let floor_sms = if q.floor { self.layout.remainder_sms } else { 0 };
+                let floor_sms = if q.floor {
+                    self.layout.remainder_sms
+                } else {
+                    0
+                };
                 QuarantinedTask {
                     id: q.task.id,
                     name: q.task.spec.name.clone(),

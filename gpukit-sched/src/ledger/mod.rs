@@ -266,7 +266,8 @@ impl Ledger {
     /// `owner`'s quarantine and the bytes it keeps, if it is quarantined.
     pub fn quarantined(&self, owner: &OwnerId) -> Option<u64> {
         let e = self.entries.get(owner)?;
-        e.quarantined.map(|held| e.spec.request.max(e.in_use).max(held))
+        e.quarantined
+            .map(|held| e.spec.request.max(e.in_use).max(held))
     }
 
     fn pool_cap(&self, pool: &Option<String>) -> u64 {

@@ -719,14 +719,14 @@ impl Planner {
 
     /// Recomputes a pool's `held` groups from its quarantined tasks.
     fn recompute_held(&mut self, key: &Option<String>) {
-        let held = self
-            .tasks
-            .values()
-            .filter(|e| &e.pool == key)
-            .fold(GroupSet::EMPTY, |acc, e| match e.phase {
-                Phase::Quarantined { held, .. } => acc.union(held),
-                _ => acc,
-            });
+        let held =
+            self.tasks
+                .values()
+                .filter(|e| &e.pool == key)
+                .fold(GroupSet::EMPTY, |acc, e| match e.phase {
+                    Phase::Quarantined { held, .. } => acc.union(held),
+                    _ => acc,
+                });
         if let Some(pool) = self.pools.get_mut(key) {
             pool.held = held;
         }
