@@ -19,8 +19,9 @@
 //! waits for the device too (the allocator synchronises the stream and frees its memory,
 //! the cuBLAS handle is destroyed, the green stream is synchronised, the green context
 //! destroyed), and whether the driver lets such a wait pass a kernel that never ends in
-//! another context is not documented. So while the device has quarantined work that has not
-//! ended ([`crate::quarantine`]), no lane is destroyed at all: past the bound they are kept
+//! another context is not documented. So while the device has work that may never end —
+//! quarantined work, or a detached task whose closure has not returned
+//! ([`crate::quarantine`]) — no lane is destroyed at all: past the bound they are kept
 //! aside (reported as held), and at shutdown they become orphans, retried by later
 //! schedulers once the work has ended — or leaked with the process.
 

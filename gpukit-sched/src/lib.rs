@@ -55,11 +55,19 @@
 //!   without a bound (it polls; [`TaskContext::synchronize`] is a safe point while it waits,
 //!   the pacing token is polled too). Once the task has been asked to stop and the grace
 //!   period is over, its work is taken for hung: the task gets the stop's outcome, its worker
-//!   is free, and its lanes are *quarantined* — their memory is never given to another stream,
-//!   the task keeps its SM groups (and lent groups its work may occupy) and its memory
-//!   commitment, and gives up the pacing token. [`TaskStats::quarantined`] and the metrics
-//!   say so; if the work ends after all, everything comes back. A wait inside the closure that
-//!   the scheduler does not see (a driver `synchronize`) makes the task *detached* instead.
+//!   is free, and every lane its work used is *quarantined*, left alone on purpose: no stream,
+//!   context, cuBLAS handle or cached memory of it is synchronised, destroyed or reused, and
+//!   while a device has such work no lane of it is destroyed at all. Its SM groups (and lent
+//!   groups its work may occupy) are out of service, its memory stays charged, it is no
+//!   eviction victim, and it gives up the pacing token: new tasks are admitted and run on the
+//!   remaining groups. [`SchedulerStats::quarantine`] (and [`ShutdownReport::quarantine`])
+//!   name each such task with its groups, SMs, memory and streams, the metrics count them; if
+//!   the work ends after all, everything comes back. A wait inside the closure that the
+//!   scheduler does not see (a driver `synchronize`) makes the task *detached* instead. With
+//!   CUDA's lazy module loading (the default) the first launch of a kernel in a context may
+//!   wait for the context's work, so beside a kernel that never ends it may never return: run
+//!   with `CUDA_MODULE_LOADING=EAGER` where hung kernels must be survived (see module
+//!   `quarantine`).
 //! - **A sticky CUDA error** (an illegal address, a trap, an uncorrectable ECC error ...)
 //!   corrupts the context for good: the first one a task ends with makes the scheduler
 //!   unhealthy — queued tasks fail and submissions are refused with [`Error::Unhealthy`]
@@ -87,6 +95,28 @@
 //! outcome per task), `handle`, `context`, `lanes` (bounded pool of green-context streams),
 //! `memory` (the allocation hook and eviction), `stats`; `green` wraps the driver's
 //! green-context calls.
+//!
+//! The internals are private; none of these compile:
+//! ```compile_fail,E0603
+//! use gpukit_sched::plan::Planner;
+//! ```
+//! ```compile_fail,E0603
+//! use gpukit_sched::ledger::Ledger;
+//! ```
+//! ```compile_fail,E0603
+//! use gpukit_sched::pacer::Budget;
+//! ```
+//! ```compile_fail,E0603
+//! use gpukit_sched::lanes::Lanes;
+//! ```
+//! ```compile_fail,E0603
+//! // Making a raw context current is no safe function, and not reachable at all.
+//! unsafe { gpukit_sched::green::make_current(std::ptr::null_mut()) }.unwrap();
+//! ```
+//! ```compile_fail,E0616
+//! // The scheduler's state is not reachable from a task.
+//! fn f(ctx: &gpukit_sched::TaskContext) { let _ = &ctx.inner; }
+//! ```
 //!
 //! # What to know when using it
 //! - On the H200 (driver 580) the split gives **15 groups of 8 SMs and 12 floor SMs** (not

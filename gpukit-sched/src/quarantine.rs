@@ -14,7 +14,8 @@
 //!   stream, nor released to the driver, and while any stream is retired the allocator waits
 //!   for no device work at all), and while a device has hung work no lane of it is destroyed
 //!   ([`device_has_hung_work`]: this holds across schedulers of the process, since a later
-//!   scheduler retries the lanes an earlier one left);
+//!   scheduler retries the lanes an earlier one left; a detached task whose closure has not
+//!   returned counts too, since the work it queued may not end either);
 //! - its resources are accounted as out of service: its own SM groups and every group its
 //!   lanes cover (lent groups too, also when another task has owned them since) are given to
 //!   no task and lent to none ([`PoolInfo::groups_quarantined`](crate::PoolInfo)); its memory
@@ -53,23 +54,52 @@ use gpukit_core::{Event, OwnerId};
 use parking_lot::Mutex;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// How often the timer checks whether quarantined work has ended.
 pub(crate) const POLL: Duration = Duration::from_millis(20);
 
-/// Work that may never end, by device ordinal: an event that completes when it does. Process
-/// wide, so that what one scheduler quarantined keeps a later scheduler of the device from
-/// destroying lanes (which waits for the device) while it may still run.
-static HUNG: Mutex<Vec<(usize, Event)>> = Mutex::new(Vec::new());
+/// Work that may never end.
+enum Hung {
+    /// Quarantined work: the event completes when it ends.
+    Work(Event),
+    /// A detached task (its outcome decided at its stop's grace period): its closure, and the
+    /// GPU work it queues, may still run until its resources are released.
+    Closure(Weak<Task>),
+}
 
-/// Whether work on device `ordinal` was quarantined and has not ended (an event that cannot be
-/// queried, in a broken context, counts as not ended). Never waits.
+impl Hung {
+    /// Whether it may still run (an event that cannot be queried, in a broken context,
+    /// counts as running). Never waits.
+    fn running(&self) -> bool {
+        match self {
+            Hung::Work(e) => !matches!(e.is_complete(), Ok(true)),
+            Hung::Closure(t) => t
+                .upgrade()
+                .is_some_and(|t| t.status.lock().released_at.is_none()),
+        }
+    }
+}
+
+/// Work that may never end, by device ordinal. Process wide, so that what one scheduler left
+/// running keeps a later scheduler of the device from destroying lanes (which waits for the
+/// device) while it may still run.
+static HUNG: Mutex<Vec<(usize, Hung)>> = Mutex::new(Vec::new());
+
+/// Whether device `ordinal` has work that may never end: quarantined work that has not ended,
+/// or a detached task whose closure has not returned. Never waits.
 pub(crate) fn device_has_hung_work(ordinal: usize) -> bool {
     let mut h = HUNG.lock();
-    h.retain(|(_, e)| !matches!(e.is_complete(), Ok(true)));
+    h.retain(|(_, w)| w.running());
     h.iter().any(|(o, _)| *o == ordinal)
+}
+
+/// Records that `task` of device `ordinal` was detached: until its closure returns, no lane
+/// of the device is destroyed.
+pub(crate) fn note_detached(ordinal: usize, task: &Arc<Task>) {
+    HUNG.lock()
+        .push((ordinal, Hung::Closure(Arc::downgrade(task))));
 }
 
 /// A quarantined task as the statistics report it.
@@ -131,7 +161,8 @@ impl Inner {
     ) {
         let mut stream_bytes = 0u64;
         if let Some(g) = &self.gpu {
-            HUNG.lock().push((self.ordinal, pending.clone()));
+            HUNG.lock()
+                .push((self.ordinal, Hung::Work(pending.clone())));
             for l in &lanes {
                 g.dev.allocator().retire_stream(&l.stream);
                 stream_bytes += g.dev.allocator().stream_reserved(&l.stream) as u64;

@@ -782,6 +782,9 @@ impl Inner {
         if !task.resolve(state, err, detached) {
             return false;
         }
+        if detached && self.gpu.is_some() {
+            crate::quarantine::note_detached(self.ordinal, task);
+        }
         st.notify.push(task.clone());
         if let Some(i) = FINAL_STATES.iter().position(|s| *s == state) {
             st.ended[i] += 1;

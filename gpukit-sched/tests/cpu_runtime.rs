@@ -1463,7 +1463,24 @@ fn metrics_are_bounded_and_have_histograms() {
         .unwrap()
         .2;
     assert_eq!(below, 0.0);
+    // Nothing quarantined: the families are there, at zero.
+    for family in [
+        "gpukit_sched_quarantined_sms",
+        "gpukit_sched_quarantined_memory_bytes",
+        "gpukit_sched_partition_sms_quarantined",
+    ] {
+        let v: Vec<f64> = samples
+            .iter()
+            .filter(|(n, _, _)| n == family)
+            .map(|(_, _, v)| *v)
+            .collect();
+        assert!(
+            !v.is_empty() && v.iter().all(|v| *v == 0.0),
+            "{family}: {v:?}"
+        );
+    }
     let st = s.stats();
+    assert!(st.quarantine.is_empty() && st.quarantined == 0);
     let g = &st
         .run_time
         .iter()
