@@ -26,9 +26,10 @@
 //! - [`SchedulerStats::quarantine`](crate::SchedulerStats::quarantine) names each quarantined
 //!   task with its groups, SMs, memory and streams, and the metrics count them.
 //!
-//! New tasks are admitted and run on the remaining groups. The timer checks quarantined work
-//! every [`POLL`]; when it ends after all, everything is released and the lanes go back to
-//! the pool. When the scheduler goes first, the quarantined lanes are leaked on purpose
+//! New tasks are admitted and run on the remaining groups. A watcher thread (running only
+//! while something is quarantined, so that the timer thread never calls the driver and its
+//! deadlines fire even if a driver call blocks) checks quarantined work every [`POLL`]; when
+//! it ends after all, everything is released and the lanes go back to the pool. When the scheduler goes first, the quarantined lanes are leaked on purpose
 //! (their work may still run) and the device stays marked as having hung work.
 //!
 //! One hazard lies in the driver, outside the scheduler: with CUDA's lazy module loading
@@ -153,7 +154,7 @@ impl Inner {
     /// The planner and the ledger follow when the task's end is processed
     /// ([`is_quarantined`](Self::is_quarantined)). Makes no call that waits for the device.
     pub(crate) fn quarantine_lanes(
-        &self,
+        self: &Arc<Self>,
         task: &Arc<Task>,
         lanes: Vec<Lane>,
         pending: Event,
@@ -191,6 +192,39 @@ impl Inner {
                 since: Instant::now(),
             },
         );
+        self.watch_quarantine();
+    }
+
+    /// Starts the watcher thread unless it runs: it polls quarantined work every [`POLL`]
+    /// until none is left or the scheduler has shut down (holding the scheduler only while it
+    /// polls).
+    fn watch_quarantine(self: &Arc<Self>) {
+        if self.watching.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let started = std::thread::Builder::new()
+            .name("gpukit-sched-quarantine".into())
+            .spawn(move || loop {
+                std::thread::sleep(POLL);
+                let Some(inner) = weak.upgrade() else {
+                    return;
+                };
+                inner.recover_quarantined();
+                let done = inner.state.lock().timer_exit;
+                let q = inner.quarantine.lock();
+                if q.is_empty() || done {
+                    // Under the quarantine lock: a task quarantined from now on starts a
+                    // new watcher.
+                    inner.watching.store(false, Ordering::Release);
+                    return;
+                }
+            });
+        if started.is_err() {
+            // No thread: the work is still left alone; it is released when the scheduler
+            // next quarantines something (a new watcher) or never.
+            self.watching.store(false, Ordering::Release);
+        }
     }
 
     /// The groups a quarantined task's work may occupy (`None`: it is not quarantined).

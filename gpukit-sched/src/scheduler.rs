@@ -155,6 +155,8 @@ pub(crate) struct Inner {
     pub timer_panics: AtomicU64,
     /// Tasks whose GPU work did not end (see [`crate::quarantine`]).
     pub quarantine: Mutex<IdMap<crate::quarantine::Quarantined>>,
+    /// A watcher thread polls the quarantine (see [`crate::quarantine`]).
+    pub watching: std::sync::atomic::AtomicBool,
     /// Why the context is unusable, once a sticky error was seen (see [`crate::health`]).
     pub health: Mutex<Option<String>>,
     /// False once `health` is set (read on every submit).
@@ -382,6 +384,7 @@ impl Scheduler {
             callback_panics: AtomicU64::new(0),
             timer_panics: AtomicU64::new(0),
             quarantine: Mutex::new(IdMap::default()),
+            watching: std::sync::atomic::AtomicBool::new(false),
             health: Mutex::new(None),
             healthy: std::sync::atomic::AtomicBool::new(true),
             next_id: AtomicU64::new(1),

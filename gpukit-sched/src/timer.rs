@@ -7,7 +7,9 @@
 //!   safe point when the stop grace period ends is given its outcome anyway, *detached*.
 //!
 //! Each fires within a few milliseconds of its time (the thread sleeps until the earliest
-//! one; submissions and stop requests wake it when they bring an earlier one).
+//! one; submissions and stop requests wake it when they bring an earlier one). The timer
+//! makes no driver call (quarantined work is polled by a watcher thread of its own), so a
+//! driver call that blocks elsewhere does not keep a deadline from firing.
 
 use crate::scheduler::Inner;
 use crate::task::{Stop, TaskState};
@@ -41,8 +43,6 @@ impl Inner {
     /// Runs timer passes until `timer_exit`.
     fn timer_passes(&self) {
         loop {
-            // Quarantined work that has ended (no lock held: it gives lanes back).
-            self.recover_quarantined();
             let mut st = self.state.lock();
             if st.timer_exit {
                 return;
@@ -102,12 +102,9 @@ impl Inner {
             }
             st.timer_next = None;
             self.arm_timer(&mut st);
-            let mut next = st
+            let next = st
                 .timer_next
                 .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-            if !self.quarantine.lock().is_empty() {
-                next = next.min(Instant::now() + crate::quarantine::POLL);
-            }
             self.timer_wake.wait_until(&mut st, next);
         }
     }
