@@ -273,9 +273,10 @@ impl Lanes {
 
     /// Destroys every idle lane nothing else references (none while the device has hung
     /// work); the others become orphans, retried by later schedulers' pools (see the module
-    /// docs). Lanes checked out (a detached task's)
-    /// are not touched. Returns how many were kept.
-    pub fn drain(&self) -> usize {
+    /// docs). With `hung` (the caller knows of work that may never end) it makes no driver
+    /// call at all: every lane becomes an orphan (a driver call could block beside such work).
+    /// Lanes checked out (a detached task's) are not touched. Returns how many were kept.
+    pub fn drain(&self, hung: bool) -> usize {
         let lanes: Vec<Lane> = {
             let mut c = self.cache.lock();
             let held = std::mem::take(&mut c.held);
@@ -283,7 +284,12 @@ impl Lanes {
         };
         let mut kept = 0;
         for l in lanes {
-            match try_destroy(l, self.alloc.as_ref(), self.ordinal) {
+            let left = if hung {
+                Err(l)
+            } else {
+                try_destroy(l, self.alloc.as_ref(), self.ordinal)
+            };
+            match left {
                 Ok(()) => {
                     self.destroyed.fetch_add(1, Ordering::Relaxed);
                 }
@@ -293,13 +299,15 @@ impl Lanes {
                 }
             }
         }
-        sweep_orphans();
+        if !hung {
+            sweep_orphans();
+        }
         kept
     }
 }
 
 impl Drop for Lanes {
     fn drop(&mut self) {
-        self.drain();
+        self.drain(false);
     }
 }

@@ -749,11 +749,17 @@ impl Inner {
 
     /// Removes the ledger from the allocator (buffers charged to it still return their
     /// charges to it) and releases the idle lanes. Waits for no device work: a detached task's
-    /// kernels may never end.
+    /// kernels may never end; beside quarantined work or a detached task whose closure still
+    /// runs it makes no driver call at all (the lanes are left as orphans).
     fn uninstall(&self) {
         if let Some(g) = &self.gpu {
             g.dev.allocator().remove_ledger(&g.hook);
-            self.lanes.drain();
+            let hung = !self.quarantine.lock().is_empty()
+                || self.state.lock().live.values().any(|t| {
+                    let s = t.status.lock();
+                    s.detached && s.released_at.is_none()
+                });
+            self.lanes.drain(hung);
         }
     }
 

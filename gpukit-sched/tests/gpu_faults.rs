@@ -323,6 +323,16 @@ fn child_never_ending_kernel_green() {
     let st = sched.stats();
     check_quarantine(&st, "hung", hid, grant.compute.groups);
     step(t0, name, format!("quarantine: {:?}", st.quarantine));
+    // The allocator waits for nothing beside the hung work: its stream is retired, and
+    // releasing the cache (which waits for the device) is refused at once.
+    assert!(dev.allocator().retired_streams() >= 1);
+    let t = Instant::now();
+    let e = dev.allocator().empty_cache();
+    assert!(
+        matches!(e, Err(gpukit_core::Error::InvalidArgument { .. })),
+        "{e:?}"
+    );
+    assert!(t.elapsed() < Duration::from_millis(100));
     let ts = sched.task_stats(hid).unwrap();
     assert!(ts.quarantined && ts.state == TaskState::TimedOut, "{ts:?}");
     assert!(st.partitions[0]
@@ -343,7 +353,18 @@ fn child_never_ending_kernel_green() {
     // each within a bound, on groups the hung work does not occupy.
     let out = st.quarantine[0].groups;
     let t = Instant::now();
-    let a = sched.submit(noops(&k, 20), quarter("a")).unwrap();
+    let kk = k.clone();
+    let a = sched
+        .submit(
+            move |ctx: &mut TaskContext| -> gpukit_sched::Result<u32> {
+                // Memory for a new task beside the hung work, then kernels.
+                let buf = ctx.alloc(8 << 20)?;
+                drop(buf);
+                noops(&kk, 20)(ctx)
+            },
+            quarter("a"),
+        )
+        .unwrap();
     let b = sched.submit(noops(&k, 20), quarter("b")).unwrap();
     for h in [&a, &b] {
         let Admission::Admitted(g) = h.admission() else {

@@ -452,6 +452,23 @@ mod tests {
     }
 
     #[test]
+    fn stream_reserved_counts_the_streams_segments_used_or_cached() {
+        let mut f = Fake::new();
+        assert_eq!(f.pool.stream_reserved(1), 0);
+        let (a, _) = f.alloc(1, 4096);
+        let (b, _) = f.alloc(1, 3 << 20);
+        f.alloc(2, 4096);
+        // A small segment (2 MiB) and a large one (4 MiB) on stream 1.
+        assert_eq!(f.pool.stream_reserved(1), (2 << 20) + (4 << 20));
+        f.pool.free(a).unwrap();
+        f.pool.free(b).unwrap();
+        assert_eq!(f.pool.stream_reserved(1), (2 << 20) + (4 << 20), "cached");
+        assert_eq!(f.pool.stream_reserved(2), 2 << 20);
+        f.pool.take_free_segments(|s| s == 1);
+        assert_eq!(f.pool.stream_reserved(1), 0);
+    }
+
+    #[test]
     fn stream_is_idle_until_every_block_of_its_segments_is_free() {
         let mut f = Fake::new();
         assert!(f.pool.stream_is_idle(1), "no segments: idle");
