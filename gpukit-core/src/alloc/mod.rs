@@ -543,11 +543,15 @@ impl Allocator {
     /// Forgets `stream` so that its handle may be destroyed: when no block of a segment that
     /// belongs to it is allocated (or waiting for other streams), waits for the stream, releases
     /// those segments to the driver and returns `true`; otherwise changes nothing and returns
-    /// `false` (keep the stream alive until its blocks are freed).
+    /// `false` (keep the stream alive until its blocks are freed). Also `false`, changing
+    /// nothing, while any stream of the device is retired ([`retire_stream`]
+    /// (Self::retire_stream)).
     pub fn release_stream(&self, stream: &Stream) -> Result<bool> {
         let key = stream.key();
         let mut st = self.inner.state.lock();
-        if st.retired.contains(&key) {
+        if !st.retired.is_empty() {
+            // Freeing to the driver may wait for the device, and a retired stream's work may
+            // never end (see `retire_stream`): keep everything.
             return Ok(false);
         }
         Self::drain_pending(&mut st, false)?;
@@ -572,9 +576,11 @@ impl Allocator {
     /// never adopted by another stream (which would have to wait for it) nor released to the
     /// driver (the work may still use them) — and [`release_stream`](Self::release_stream)
     /// keeps it. Its own blocks are still freed into its segments as they are dropped. While
-    /// any stream is retired, nothing waits for the device: an allocation the driver cannot
-    /// serve fails with [`Error::OutOfMemory`] at once instead of releasing the cache first,
-    /// and [`empty_cache`](Self::empty_cache) refuses.
+    /// any stream is retired, nothing waits for the device and no memory goes back to the
+    /// driver (freeing may wait for the device): an allocation the driver cannot serve fails
+    /// with [`Error::OutOfMemory`] at once instead of releasing the cache first,
+    /// [`empty_cache`](Self::empty_cache) refuses, and
+    /// [`release_stream`](Self::release_stream) keeps every stream.
     pub fn retire_stream(&self, stream: &Stream) {
         self.inner.state.lock().retired.insert(stream.key());
     }
