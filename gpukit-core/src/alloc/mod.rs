@@ -544,8 +544,8 @@ impl Allocator {
     /// belongs to it is allocated (or waiting for other streams), waits for the stream, releases
     /// those segments to the driver and returns `true`; otherwise changes nothing and returns
     /// `false` (keep the stream alive until its blocks are freed). Also `false`, changing
-    /// nothing, while any stream of the device is retired ([`retire_stream`]
-    /// (Self::retire_stream)).
+    /// nothing, while any stream of the device is retired (see
+    /// [`retire_stream`](Self::retire_stream)).
     pub fn release_stream(&self, stream: &Stream) -> Result<bool> {
         let key = stream.key();
         let mut st = self.inner.state.lock();
