@@ -910,6 +910,17 @@ fn order(s: &Stream) -> Ordered<Event> {
     }
 }
 
+/// [`order`], without the host wait for a stream of `alloc` that is retired (its work may
+/// never end): the memory then stays out of reuse instead.
+fn order_in(alloc: &AllocInner, s: &Stream) -> Ordered<Event> {
+    match s.record_marker() {
+        Ok(e) => Ordered::Event(e),
+        Err(_) if alloc.state.lock().retired.contains(&s.key()) => Ordered::Failed,
+        Err(_) if s.synchronize().is_ok() => Ordered::Waited,
+        Err(_) => Ordered::Failed,
+    }
+}
+
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         if self.size == 0 {
@@ -922,7 +933,7 @@ impl Drop for DeviceBuffer {
                 charged,
                 charge,
             } => {
-                let plan = release_plan(streams.iter().map(order));
+                let plan = release_plan(streams.iter().map(|s| order_in(alloc, s)));
                 let mut st = alloc.state.lock();
                 if let Some(u) = st.owners.get_mut(&self.owner) {
                     u.in_use = u.in_use.saturating_sub(*charged);
