@@ -160,9 +160,65 @@ struct Charge {
     bytes: usize,
 }
 
+/// A freed block waiting for the work of other streams that used it: the event recorded on
+/// each of them (with the stream's key) at free time.
 struct Pending {
     addr: u64,
-    events: Vec<Event>,
+    events: Vec<(StreamKey, Event)>,
+}
+
+/// The end of some queued work, as the allocator waits for it: an [`Event`], or a stand-in in
+/// the unit tests.
+trait Completion {
+    fn is_complete(&self) -> Result<bool>;
+    fn wait(&self) -> Result<()>;
+}
+
+impl Completion for Event {
+    fn is_complete(&self) -> Result<bool> {
+        Event::is_complete(self)
+    }
+    fn wait(&self) -> Result<()> {
+        self.synchronize()
+    }
+}
+
+/// Whether a pending free may go back to the pool: every event has completed. With `wait`, the
+/// host blocks for the events of ordinary streams; the events of retired streams (whose work
+/// may never end, [`Allocator::retire_stream`]) are only queried, never waited for, so a
+/// release of the cache or an out-of-memory retry cannot hang on a kernel that does not end.
+fn pending_done<E: Completion>(
+    events: &[(StreamKey, E)],
+    retired: &std::collections::HashSet<StreamKey>,
+    wait: bool,
+) -> Result<bool> {
+    let mut done = true;
+    for (key, e) in events {
+        if wait && !retired.contains(key) {
+            e.wait()?;
+        } else {
+            done &= e.is_complete()?;
+        }
+    }
+    Ok(done)
+}
+
+/// What [`Allocator::quiesce`] waits for: every stream that has segments except the retired
+/// ones, and the whole primary context only while no stream is retired (a retired stream's
+/// never-ending kernel may run in the primary context, whose `cuCtxSynchronize` would then
+/// never return). Without the context-wide wait nothing is missed: every use of a pooled block
+/// is on the stream of its segment (waited for here) or on a stream recorded at free time
+/// (a pending free, which goes back only once its events have completed).
+fn quiesce_plan<'a, S>(
+    streams: &'a HashMap<StreamKey, S>,
+    retired: &std::collections::HashSet<StreamKey>,
+) -> (bool, Vec<&'a S>) {
+    let waited = streams
+        .iter()
+        .filter(|(k, _)| !retired.contains(k))
+        .map(|(_, s)| s)
+        .collect();
+    (retired.is_empty(), waited)
 }
 
 struct State {
@@ -402,21 +458,12 @@ impl Allocator {
         unsafe { cudarc::driver::result::malloc_sync(bytes) }
     }
 
+    /// Returns the pending frees whose events have completed to the pool; with `wait`, first
+    /// waits for those events (except on retired streams: see [`pending_done`]).
     fn drain_pending(st: &mut State, wait: bool) -> Result<()> {
         let mut i = 0;
         while i < st.pending.len() {
-            let done = if wait {
-                for e in &st.pending[i].events {
-                    e.synchronize()?;
-                }
-                true
-            } else {
-                let mut all = true;
-                for e in &st.pending[i].events {
-                    all &= e.is_complete()?;
-                }
-                all
-            };
+            let done = pending_done(&st.pending[i].events, &st.retired, wait)?;
             if done {
                 let p = st.pending.swap_remove(i);
                 st.pool.free(p.addr);
@@ -588,17 +635,21 @@ impl Allocator {
         self.release_segments(&mut st)
     }
 
-    /// Waits until no queued work can use a cached block: the primary context, and every stream
-    /// that has segments, whatever its context (streams of green contexts are not synchronised
-    /// by the primary context's `cuCtxSynchronize`). Called with the state locked, so no block
-    /// is freed meanwhile: every free happened before, after the work that used the block was
-    /// queued.
+    /// Waits until no queued work can use a cached block that may be released: the primary
+    /// context, and every stream that has segments, whatever its context (streams of green
+    /// contexts are not synchronised by the primary context's `cuCtxSynchronize`). Retired
+    /// streams are not waited for (their segments are not released; see [`quiesce_plan`]).
+    /// Called with the state locked, so no block is freed meanwhile: every free happened
+    /// before, after the work that used the block was queued.
     fn quiesce(&self, st: &State) -> Result<()> {
-        self.inner
-            .ctx
-            .synchronize()
-            .ctx("synchronizing before releasing the cache")?;
-        for s in st.streams.values() {
+        let (whole_context, streams) = quiesce_plan(&st.streams, &st.retired);
+        if whole_context {
+            self.inner
+                .ctx
+                .synchronize()
+                .ctx("synchronizing before releasing the cache")?;
+        }
+        for s in streams {
             s.synchronize()?;
         }
         Ok(())
@@ -637,6 +688,7 @@ impl Allocator {
             origin: Origin::Foreign {
                 keep_alive: Some(keep_alive),
                 ordinal: self.inner.ordinal,
+                alloc: self.inner.clone(),
             },
         }
     }
@@ -677,6 +729,8 @@ enum Origin {
     Foreign {
         keep_alive: Option<Box<dyn Any + Send + Sync>>,
         ordinal: usize,
+        /// The allocator of the device (for its retired streams).
+        alloc: Arc<AllocInner>,
     },
 }
 
@@ -852,12 +906,23 @@ fn release_plan<E>(ordered: impl IntoIterator<Item = Ordered<E>>) -> Release<E> 
     }
 }
 
-/// Orders the end of `s`'s queued work: an event, else a host wait.
-fn order(s: &Stream) -> Ordered<Event> {
+/// Orders the end of `s`'s queued work: an event (with the stream's key), else a host wait;
+/// never a host wait for a retired stream, whose work may never end.
+fn order(s: &Stream, retired: bool) -> Ordered<(StreamKey, Event)> {
     match s.record_marker() {
-        Ok(e) => Ordered::Event(e),
-        Err(_) if s.synchronize().is_ok() => Ordered::Waited,
+        Ok(e) => Ordered::Event((s.key(), e)),
+        Err(_) if !retired && s.synchronize().is_ok() => Ordered::Waited,
         Err(_) => Ordered::Failed,
+    }
+}
+
+/// The retired streams of an allocator, read only when a dropped buffer was used on other
+/// streams than its own.
+fn retired_of(alloc: &AllocInner, streams: &[Stream]) -> std::collections::HashSet<StreamKey> {
+    if streams.is_empty() {
+        Default::default()
+    } else {
+        alloc.state.lock().retired.clone()
     }
 }
 
@@ -873,7 +938,9 @@ impl Drop for DeviceBuffer {
                 charged,
                 charge,
             } => {
-                let plan = release_plan(streams.iter().map(order));
+                let retired = retired_of(alloc, &streams);
+                let plan =
+                    release_plan(streams.iter().map(|s| order(s, retired.contains(&s.key()))));
                 let mut st = alloc.state.lock();
                 if let Some(u) = st.owners.get_mut(&self.owner) {
                     u.in_use = u.in_use.saturating_sub(*charged);
@@ -894,17 +961,24 @@ impl Drop for DeviceBuffer {
                     c.ledger.release(&self.owner, c.bytes);
                 }
             }
-            Origin::Foreign { keep_alive, .. } => {
+            Origin::Foreign {
+                keep_alive, alloc, ..
+            } => {
                 // The foreign owner may reuse the memory as soon as its handle is released:
-                // wait (on the host) for every stream that used it first.
+                // wait (on the host) for every stream that used it first; a retired stream's
+                // work that has not ended keeps the handle forever instead of blocking here.
                 let last = self.access.last();
                 if !streams.contains(&last) {
                     streams.push(last);
                 }
-                let plan = release_plan(streams.iter().map(order));
+                let retired = retired_of(alloc, &streams);
+                let plan =
+                    release_plan(streams.iter().map(|s| order(s, retired.contains(&s.key()))));
                 let done = match plan {
                     Release::Now => true,
-                    Release::After(events) => events.iter().all(|e| e.synchronize().is_ok()),
+                    Release::After(events) => {
+                        pending_done(&events, &retired, true).unwrap_or(false)
+                    }
                     Release::Never => false,
                 };
                 match keep_alive.take() {
@@ -921,7 +995,77 @@ impl Drop for DeviceBuffer {
 
 #[cfg(test)]
 mod tests {
-    use super::{release_plan, Ordered, Release};
+    use super::{pending_done, quiesce_plan, release_plan, Completion, Ordered, Release};
+    use crate::error::Result;
+    use std::cell::Cell;
+    use std::collections::{HashMap, HashSet};
+
+    /// Queued work as the allocator sees it: done or not; waiting for work that never ends
+    /// fails the test (the real wait would never return).
+    struct Work {
+        done: Cell<bool>,
+        ends: bool,
+        waits: Cell<u32>,
+    }
+
+    impl Work {
+        fn running(ends: bool) -> Work {
+            Work {
+                done: Cell::new(false),
+                ends,
+                waits: Cell::new(0),
+            }
+        }
+    }
+
+    impl Completion for Work {
+        fn is_complete(&self) -> Result<bool> {
+            Ok(self.done.get())
+        }
+        fn wait(&self) -> Result<()> {
+            assert!(
+                self.ends,
+                "waited for work that never ends: this wait would hang"
+            );
+            self.waits.set(self.waits.get() + 1);
+            self.done.set(true);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn retired_streams_are_queried_never_waited_for() {
+        let retired: HashSet<u64> = [7].into_iter().collect();
+        // An ordinary stream's work is waited for; a retired stream's is only queried.
+        let events = vec![(1u64, Work::running(true)), (7, Work::running(false))];
+        assert!(!pending_done(&events, &retired, true).unwrap());
+        assert_eq!(events[0].1.waits.get(), 1);
+        // The free stays pending until the retired stream's work has ended after all.
+        events[1].1.done.set(true);
+        assert!(pending_done(&events, &retired, true).unwrap());
+        // Without `wait` nothing blocks.
+        let events = vec![(1u64, Work::running(true))];
+        assert!(!pending_done(&events, &HashSet::new(), false).unwrap());
+        assert_eq!(events[0].1.waits.get(), 0);
+        assert!(pending_done(&events, &HashSet::new(), true).unwrap());
+    }
+
+    #[test]
+    fn quiescing_skips_retired_streams_and_the_context_wide_wait() {
+        let streams: HashMap<u64, &str> = [(1, "a"), (2, "b"), (3, "c")].into_iter().collect();
+        let (whole, mut waited) = quiesce_plan(&streams, &HashSet::new());
+        waited.sort();
+        assert!(whole);
+        assert_eq!(waited, [&"a", &"b", &"c"]);
+        let retired: HashSet<u64> = [2].into_iter().collect();
+        let (whole, mut waited) = quiesce_plan(&streams, &retired);
+        waited.sort();
+        assert!(
+            !whole,
+            "cuCtxSynchronize would wait for the retired stream too"
+        );
+        assert_eq!(waited, [&"a", &"c"]);
+    }
 
     #[test]
     fn a_stream_that_cannot_be_ordered_keeps_the_memory_out_of_reuse() {
