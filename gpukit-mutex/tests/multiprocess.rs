@@ -858,7 +858,7 @@ fn ranks_share_under_a_launcher_that_is_pid_1() {
         .args(["--pid", "--fork", "--mount-proc", "true"])
         .status();
     if !probe.is_ok_and(|s| s.success()) {
-        skip(
+        skip_env(
             "ranks_share_under_a_launcher_that_is_pid_1",
             "unshare --pid not available",
         );

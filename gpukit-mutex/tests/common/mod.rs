@@ -239,6 +239,17 @@ pub fn skip(test: &str, why: &str) {
     eprintln!("SKIPPED {test}: {why}");
 }
 
+/// Prints why `test` is skipped when this machine lacks a kernel feature it needs even as root
+/// (a mount in a container without CAP_SYS_ADMIN, no writable cgroup, no `/dev/fuse`):
+/// `GPUKIT_REQUIRE_ROOT=1` asks for root, not for every kernel feature, so this never fails;
+/// `GPUKIT_REQUIRE_KERNEL_FEATURES=1` makes it fail where they are known to exist.
+pub fn skip_env(test: &str, why: &str) {
+    if std::env::var("GPUKIT_REQUIRE_KERNEL_FEATURES").is_ok_and(|v| v == "1") {
+        panic!("{test} could not run: {why} (GPUKIT_REQUIRE_KERNEL_FEATURES=1 requires it to)");
+    }
+    eprintln!("SKIPPED {test}: {why}");
+}
+
 pub fn users(test: &str) -> Option<Users> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
