@@ -120,7 +120,63 @@ mod layering {
                 {
                     assert!(!line.contains(f), "{name} reaches up to {f}: {line}");
                 }
+                // Also through grouped imports (`use crate::{device::Device, ...}`), `super::`
+                // paths or a re-export: no path segment `device` and no type `Device`.
+                for word in ["device", "Device"] {
+                    assert!(
+                        !has_path_word(line, word),
+                        "{name} names `{word}` as a path or type: {line}"
+                    );
+                }
             }
         }
+    }
+
+    /// Whether `line` has `word` as a whole identifier used as a path segment or type (followed
+    /// by `::`, or for `Device` standing alone: not part of `DeviceBuffer`, `device_ptr`, ...),
+    /// outside string literals.
+    fn has_path_word(line: &str, word: &str) -> bool {
+        let ident = |c: char| c.is_alphanumeric() || c == '_';
+        let mut in_str = false;
+        let chars: Vec<char> = line.chars().collect();
+        let w: Vec<char> = word.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            if chars[i] == '"' && (i == 0 || chars[i - 1] != '\\') {
+                in_str = !in_str;
+            }
+            let starts = !in_str
+                && chars[i..].starts_with(&w)
+                && (i == 0 || !ident(chars[i - 1]))
+                && chars.get(i + w.len()).is_none_or(|&c| !ident(c));
+            if starts {
+                let rest: String = chars[i + w.len()..].iter().collect();
+                if word == "Device" || rest.starts_with("::") {
+                    return true;
+                }
+            }
+            i += 1;
+        }
+        false
+    }
+
+    #[test]
+    fn the_import_check_sees_grouped_imports_and_types() {
+        assert!(has_path_word(
+            "use crate::{alloc, device::Device};",
+            "device"
+        ));
+        assert!(has_path_word("fn f(d: &Device) {}", "Device"));
+        assert!(has_path_word("use super::super::device::open;", "device"));
+        assert!(!has_path_word("let p = buf.device_ptr();", "device"));
+        assert!(!has_path_word(
+            "fn f(b: DeviceBuffer, o: device_ordinal) {}",
+            "Device"
+        ));
+        assert!(!has_path_word(
+            "let device = 3; x.ctx(\"the Device\")",
+            "Device"
+        ));
+        assert!(!has_path_word("let device = 3;", "device"));
     }
 }

@@ -12,10 +12,13 @@
 //! A buffer that an asynchronous copy still uses carries that copy's completion event
 //! ([`PinnedBuffer::set_ready`]): the CPU views ([`PinnedBuffer::as_slice`],
 //! [`PinnedBuffer::as_mut_slice`]) wait for it first, and the pool never hands the buffer out
-//! again before it has completed, so safe code cannot race a DMA transfer.
+//! again before it has completed, so safe code cannot race a DMA transfer. A buffer whose
+//! copy can be neither marked nor waited for (the driver refuses both: a broken context) is
+//! never touched again: CPU views fail, and the memory is leaked rather than reused or freed
+//! under a copy that may still write it ([`PinnedStats::leaked`]).
 
-use crate::error::{DriverContext, Result};
-use crate::stream::Event;
+use crate::error::{DriverContext, Error, Result};
+use crate::stream::{Event, Stream};
 use cudarc::driver::{sys, CudaContext};
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -111,9 +114,60 @@ impl Drop for Block {
     }
 }
 
+/// What must complete before the CPU or the pool may touch a buffer again.
+enum Ready {
+    /// The last copy queued on the buffer completes with this event.
+    Event(Event),
+    /// Copies were queued on the buffer and neither an event nor a host wait could be made:
+    /// nothing is known to end them, so the buffer is never touched again.
+    Never,
+    /// A stand-in for an event in the unit tests.
+    #[cfg(test)]
+    Test(Arc<tests::Copy>),
+}
+
+impl Ready {
+    fn is_complete(&self) -> bool {
+        match self {
+            Ready::Event(e) => e.is_complete().unwrap_or(false),
+            Ready::Never => false,
+            #[cfg(test)]
+            Ready::Test(c) => c.is_complete(),
+        }
+    }
+
+    fn wait(&self) -> Result<()> {
+        match self {
+            Ready::Event(e) => e.synchronize(),
+            Ready::Never => Err(Error::invalid(
+                "pinned buffer",
+                "a copy that uses this buffer could be neither marked nor waited for (the CUDA \
+                 context failed), so the buffer cannot be used again",
+            )),
+            #[cfg(test)]
+            Ready::Test(c) => c.wait(),
+        }
+    }
+}
+
 struct Cached {
     block: Block,
-    ready: Option<Event>,
+    ready: Option<Ready>,
+}
+
+impl Cached {
+    /// Frees the memory once its last copy has completed; when that cannot be waited for, the
+    /// memory is leaked instead (a copy may still write it). Returns whether it was freed.
+    fn free(self) -> bool {
+        if let Some(r) = &self.ready {
+            if r.wait().is_err() {
+                std::mem::forget(self.block);
+                return false;
+            }
+        }
+        drop(self.block);
+        true
+    }
 }
 
 struct PoolState {
@@ -128,6 +182,16 @@ struct PoolInner {
     state: Mutex<PoolState>,
 }
 
+impl Drop for PoolInner {
+    fn drop(&mut self) {
+        // Cached buffers may still be read or written by their last copies: each is freed once
+        // its copy has completed (or leaked when that cannot be known).
+        for c in std::mem::take(&mut self.state.get_mut().free) {
+            c.free();
+        }
+    }
+}
+
 /// Counters of a [`PinnedPool`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PinnedStats {
@@ -139,6 +203,10 @@ pub struct PinnedStats {
     pub allocated_bytes: u64,
     /// Bytes now cached for reuse.
     pub cached_bytes: usize,
+    /// Buffers never reused nor freed because a copy that used them could not be waited for
+    /// (the CUDA context failed): leaked rather than handed out or freed under a copy that may
+    /// still write them.
+    pub leaked: u64,
 }
 
 /// A device's pool of pinned host buffers. Cheap to clone; clones share the pool.
@@ -183,12 +251,10 @@ impl PinnedPool {
         let taken = {
             let mut st = self.inner.state.lock();
             let fits = |c: &Cached| c.block.kind == kind && c.block.size == class;
-            let idle = st.free.iter().position(|c| {
-                fits(c)
-                    && c.ready
-                        .as_ref()
-                        .is_none_or(|e| e.is_complete().unwrap_or(false))
-            });
+            let idle = st
+                .free
+                .iter()
+                .position(|c| fits(c) && c.ready.as_ref().is_none_or(Ready::is_complete));
             let pos = idle.or_else(|| st.free.iter().position(fits));
             pos.map(|i| {
                 let c = st.free.swap_remove(i);
@@ -198,8 +264,11 @@ impl PinnedPool {
             })
         };
         if let Some(c) = taken {
-            if let Some(e) = &c.ready {
-                e.synchronize()?;
+            if let Some(Err(e)) = c.ready.as_ref().map(Ready::wait) {
+                // Its copy may still run: the memory is neither handed out nor freed.
+                self.inner.state.lock().stats.leaked += 1;
+                std::mem::forget(c.block);
+                return Err(e);
             }
             return Ok(PinnedBuffer {
                 block: Some(c.block),
@@ -257,11 +326,13 @@ impl PinnedPool {
             }
             dropped
         };
-        for c in dropped {
-            if let Some(e) = &c.ready {
-                let _ = e.synchronize();
-            }
-            drop(c.block);
+        let leaked = dropped
+            .into_iter()
+            .map(Cached::free)
+            .filter(|freed| !freed)
+            .count();
+        if leaked > 0 {
+            self.inner.state.lock().stats.leaked += leaked as u64;
         }
     }
 
@@ -279,7 +350,7 @@ impl PinnedPool {
 pub struct PinnedBuffer {
     block: Option<Block>,
     len: usize,
-    ready: Option<Event>,
+    ready: Option<Ready>,
     pool: Arc<PoolInner>,
 }
 
@@ -337,14 +408,35 @@ impl PinnedBuffer {
     /// Marks the buffer as used by queued work until `event` completes: CPU views wait for it,
     /// and the pool does not reuse the buffer before it.
     pub fn set_ready(&mut self, event: Event) {
-        self.ready = Some(event);
+        if !matches!(self.ready, Some(Ready::Never)) {
+            self.ready = Some(Ready::Event(event));
+        }
+    }
+
+    /// Marks the buffer as used by the copies queued on `stream` so far (as
+    /// [`set_ready`](Self::set_ready) with an event recorded there). Should the driver refuse
+    /// the event, waits for the stream on the host instead; should that fail too, the buffer is
+    /// never touched again (its CPU views fail, its memory is leaked, not reused or freed while
+    /// the copy may still write it) and the error is returned.
+    pub fn set_ready_after(&mut self, stream: &Stream) -> Result<()> {
+        match stream.record_marker() {
+            Ok(e) => {
+                self.set_ready(e);
+                Ok(())
+            }
+            Err(_) if stream.synchronize().is_ok() => Ok(()),
+            Err(e) => {
+                self.ready = Some(Ready::Never);
+                Err(e)
+            }
+        }
     }
 
     /// Waits until the last copy marked with [`set_ready`](Self::set_ready) has completed.
     pub fn wait(&mut self) -> Result<()> {
-        if let Some(e) = self.ready.take() {
-            if let Err(err) = e.synchronize() {
-                self.ready = Some(e);
+        if let Some(r) = self.ready.take() {
+            if let Err(err) = r.wait() {
+                self.ready = Some(r);
                 return Err(err);
             }
         }
@@ -373,19 +465,22 @@ impl Drop for PinnedBuffer {
         let Some(block) = self.block.take() else {
             return;
         };
-        let ready = self.ready.take();
+        let cached = Cached {
+            block,
+            ready: self.ready.take(),
+        };
         let mut st = self.pool.state.lock();
-        if st.cached_bytes + block.size <= st.limit {
-            st.cached_bytes += block.size;
-            st.free.push(Cached { block, ready });
+        let never = matches!(cached.ready, Some(Ready::Never));
+        if !never && st.cached_bytes + cached.block.size <= st.limit {
+            st.cached_bytes += cached.block.size;
+            st.free.push(cached);
             return;
         }
         drop(st);
         // Not kept: the memory may only be freed once no copy uses it.
-        if let Some(e) = ready {
-            let _ = e.synchronize();
+        if !cached.free() {
+            self.pool.state.lock().stats.leaked += 1;
         }
-        drop(block);
     }
 }
 
@@ -430,6 +525,132 @@ mod tests {
     fn pool() -> (PinnedPool, Arc<Heap>) {
         let heap = Arc::new(Heap::default());
         (PinnedPool::with_alloc(heap.clone()), heap)
+    }
+
+    /// A copy queued on a buffer, standing in for its event: running until waited for, or one
+    /// that cannot be waited for (the driver fails the wait).
+    pub(super) struct Copy {
+        done: std::sync::atomic::AtomicBool,
+        fails: bool,
+        waits: AtomicUsize,
+    }
+
+    impl Copy {
+        fn running(fails: bool) -> Arc<Copy> {
+            Arc::new(Copy {
+                done: false.into(),
+                fails,
+                waits: AtomicUsize::new(0),
+            })
+        }
+        pub(super) fn is_complete(&self) -> bool {
+            self.done.load(Ordering::SeqCst)
+        }
+        pub(super) fn wait(&self) -> Result<()> {
+            self.waits.fetch_add(1, Ordering::SeqCst);
+            if self.fails {
+                return Err(crate::Error::invalid("test", "the wait failed"));
+            }
+            self.done.store(true, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    fn queue(buf: &mut PinnedBuffer, copy: &Arc<Copy>) {
+        buf.ready = Some(Ready::Test(copy.clone()));
+    }
+
+    #[test]
+    fn a_buffer_whose_copy_cannot_be_waited_for_is_never_reused_nor_freed() {
+        let (pool, heap) = pool();
+        // Cached with its copy pending, then asked for again: the wait fails, so the buffer is
+        // neither handed out nor freed (before: the error path freed it, the drop path and
+        // trim freed it whatever the wait said).
+        let mut a = pool.acquire(MIN_BUFFER, PinnedKind::Cached).unwrap();
+        let addr = a.as_ptr();
+        let stuck = Copy::running(true);
+        queue(&mut a, &stuck);
+        assert!(a.as_slice().is_err(), "a CPU view waits for the copy");
+        drop(a);
+        assert_eq!(pool.stats().cached_bytes, MIN_BUFFER);
+        assert!(pool.acquire(MIN_BUFFER, PinnedKind::Cached).is_err());
+        assert_eq!(heap.live.load(Ordering::SeqCst), 1, "not freed");
+        assert_eq!(pool.stats().leaked, 1);
+        let b = pool.acquire(MIN_BUFFER, PinnedKind::Cached).unwrap();
+        assert_ne!(b.as_ptr(), addr, "never handed out again");
+        drop(b);
+        // Not cached (no room): dropped with a copy that cannot be waited for.
+        pool.set_cache_limit(0);
+        let mut c = pool.acquire(MIN_BUFFER, PinnedKind::Cached).unwrap();
+        queue(&mut c, &Copy::running(true));
+        drop(c);
+        assert_eq!(pool.stats().leaked, 2);
+        assert_eq!(
+            heap.live.load(Ordering::SeqCst),
+            2,
+            "the stuck ones stay allocated"
+        );
+        // Trimmed from the cache, and dropped with the pool.
+        pool.set_cache_limit(4 * MIN_BUFFER);
+        for _ in 0..2 {
+            let mut d = pool.acquire(2 * MIN_BUFFER, PinnedKind::Cached).unwrap();
+            queue(&mut d, &Copy::running(true));
+            drop(d);
+            pool.trim(0);
+        }
+        assert_eq!(pool.stats().leaked, 4);
+        let mut e = pool.acquire(MIN_BUFFER, PinnedKind::WriteCombined).unwrap();
+        queue(&mut e, &Copy::running(true));
+        drop(e);
+        assert_eq!(heap.live.load(Ordering::SeqCst), 5);
+        drop(pool);
+        assert_eq!(
+            heap.live.load(Ordering::SeqCst),
+            5,
+            "nothing stuck was freed"
+        );
+        // A buffer marked as never to be touched again (set_ready_after when the driver refused
+        // both the event and the wait) behaves the same.
+        let (pool, heap) = self::pool();
+        let mut f = pool.acquire(MIN_BUFFER, PinnedKind::Cached).unwrap();
+        f.ready = Some(Ready::Never);
+        assert!(f.as_mut_slice().is_err());
+        drop(f);
+        assert_eq!(pool.stats().cached_bytes, 0, "not cached");
+        assert_eq!(heap.live.load(Ordering::SeqCst), 1);
+        assert_eq!(pool.stats().leaked, 1);
+    }
+
+    #[test]
+    fn copies_in_flight_are_waited_for_before_reuse_and_free() {
+        let (pool, heap) = pool();
+        let mut a = pool.acquire(MIN_BUFFER, PinnedKind::Cached).unwrap();
+        let copy = Copy::running(false);
+        queue(&mut a, &copy);
+        let addr = a.as_ptr();
+        drop(a);
+        // Reused only after the copy: acquire waits for it.
+        let b = pool.acquire(MIN_BUFFER, PinnedKind::Cached).unwrap();
+        assert_eq!(b.as_ptr(), addr);
+        assert!(copy.is_complete());
+        assert_eq!(copy.waits.load(Ordering::SeqCst), 1);
+        drop(b);
+        // An idle buffer is preferred over one whose copy is still running.
+        let mut busy = pool.acquire(2 * MIN_BUFFER, PinnedKind::Cached).unwrap();
+        let idle = pool.acquire(2 * MIN_BUFFER, PinnedKind::Cached).unwrap();
+        let (busy_addr, idle_addr) = (busy.as_ptr(), idle.as_ptr());
+        let running = Copy::running(false);
+        queue(&mut busy, &running);
+        drop((busy, idle));
+        let next = pool.acquire(2 * MIN_BUFFER, PinnedKind::Cached).unwrap();
+        assert_eq!(next.as_ptr(), idle_addr);
+        assert_ne!(next.as_ptr(), busy_addr);
+        assert_eq!(running.waits.load(Ordering::SeqCst), 0);
+        drop(next);
+        // Dropping the pool frees its cache only after the copies have completed.
+        drop(pool);
+        assert_eq!(running.waits.load(Ordering::SeqCst), 1);
+        assert_eq!(heap.live.load(Ordering::SeqCst), 0);
     }
 
     #[test]

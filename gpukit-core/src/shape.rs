@@ -7,12 +7,18 @@ pub const MAX_DIMS: usize = 8;
 
 /// Number of elements of `shape`; an error when it passes `isize::MAX` (the most elements an
 /// array may have: strides, offsets and the kernels' 64-bit indices are signed).
+///
+/// As in NumPy, the extents other than 0 must multiply to at most `isize::MAX` even when an
+/// extent of 0 makes the array empty (`[2^40, 2^40, 0]` is refused): then every product of
+/// some of a shape's extents (a length, the outer and inner sizes around an axis, the count
+/// of a reduced axis set) fits, for every shape an array can have.
 pub fn numel(op: &str, shape: &[usize]) -> Result<usize> {
     shape
         .iter()
+        .filter(|&&d| d != 0)
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .filter(|&n| n <= isize::MAX as usize)
-        .or_else(|| shape.contains(&0).then_some(0))
+        .map(|n| if shape.contains(&0) { 0 } else { n })
         .ok_or_else(|| {
             Error::invalid(
                 op,
@@ -556,11 +562,19 @@ mod tests {
             "2^63 elements do not fit in isize"
         );
         assert_eq!(numel("x", &[1 << 62]).unwrap(), 1 << 62);
-        assert_eq!(
-            numel("x", &[usize::MAX, 2, 0]).unwrap(),
-            0,
-            "empty whatever the rest"
-        );
+        assert_eq!(numel("x", &[1 << 62, 0, 1]).unwrap(), 0);
+        assert_eq!(numel("x", &[0, 0]).unwrap(), 0);
+        // Empty, but its other extents multiply past isize::MAX (NumPy refuses it too): the
+        // sub-products an operation computes from such a shape (len() before, the outer size
+        // of a reduction or a scan) would overflow.
+        for shape in [
+            &[usize::MAX, 2, 0][..],
+            &[1 << 40, 1 << 40, 0],
+            &[1 << 40, 0, 1 << 40],
+            &[0, 1 << 63],
+        ] {
+            assert!(numel("x", shape).is_err(), "{shape:?}");
+        }
         let e = broadcast_shapes("add", &[1, 1 << 40], &[1 << 40, 1])
             .unwrap_err()
             .to_string();
@@ -612,6 +626,45 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn every_product_of_an_accepted_shapes_extents_fits(
+            exps in prop::collection::vec((0u32..64, 0u8..4), 0..6),
+            mask in any::<u8>(),
+        ) {
+            // Extents of any size (2^k - 1, 2^k, 2^k + 1) and zeros.
+            let shape: Vec<usize> = exps
+                .iter()
+                .map(|&(k, v)| match v {
+                    0 => 0,
+                    1 => (1usize << k).wrapping_sub(1),
+                    2 => 1usize << k,
+                    _ => (1usize << k).saturating_add(1),
+                })
+                .collect();
+            let exact: Option<u128> = shape
+                .iter()
+                .try_fold(1u128, |a, &d| a.checked_mul(d as u128));
+            let nonzero: Option<u128> = shape
+                .iter()
+                .filter(|&&d| d != 0)
+                .try_fold(1u128, |a, &d| a.checked_mul(d as u128));
+            match numel("x", &shape) {
+                Ok(n) => {
+                    prop_assert_eq!(Some(n as u128), exact);
+                    prop_assert!(nonzero.is_some_and(|p| p <= isize::MAX as u128));
+                    // Any subset of the extents (the axes of a reduction, the outer and inner
+                    // sizes around an axis) multiplies without overflow, in usize.
+                    let sub: Option<usize> = shape
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| (mask >> i) & 1 == 1)
+                        .try_fold(1usize, |a, (_, &d)| a.checked_mul(d));
+                    prop_assert!(sub.is_some_and(|p| p <= isize::MAX as usize));
+                }
+                Err(_) => prop_assert!(nonzero.is_none_or(|p| p > isize::MAX as u128)),
+            }
+        }
+
         #[test]
         fn magic_division_matches_division(d in 1u32..(1 << 31), n in 0u32..(1 << 31)) {
             prop_assert_eq!(magic_div(n, magic_divisor(d)), n / d);

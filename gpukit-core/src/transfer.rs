@@ -50,6 +50,16 @@ impl Transfers {
         }
         self.bind(h2d)?;
         h2d.wait_stream(compute)?;
+        let staged = self.stage_upload(dst, src, h2d);
+        // Also when staging failed part-way: the chunks already queued write the destination,
+        // so the compute stream (on which its memory is reused) must wait for them (or the
+        // host, should the driver refuse the event).
+        compute.order_after(h2d);
+        staged?;
+        Ok(())
+    }
+
+    fn stage_upload(&self, dst: u64, src: &[u8], h2d: &Stream) -> Result<()> {
         for (i, chunk) in src.chunks(CHUNK).enumerate() {
             let mut buf = self.pool.acquire(chunk.len(), PinnedKind::WriteCombined)?;
             // SAFETY: the buffer holds >= chunk.len() bytes of pinned memory that no copy uses
@@ -69,11 +79,11 @@ impl Transfers {
             }
             .result()
             .ctx("copying host to device")?;
-            buf.set_ready(h2d.record_marker()?);
+            buf.set_ready_after(h2d)?;
             // Dropped back into the pool, which will not reuse it before the copy completes.
             drop(buf);
         }
-        compute.wait_stream(h2d)
+        Ok(())
     }
 
     /// Copies device address `src` into `dst` after the work queued on every stream of `after`
@@ -119,7 +129,7 @@ impl Transfers {
             }
             .result()
             .ctx("copying device to host")?;
-            buf.set_ready(d2h.record_marker()?);
+            buf.set_ready_after(d2h)?;
             inflight.push_back((buf, off, len));
             if inflight.len() >= 2 {
                 if let Some(f) = inflight.pop_front() {

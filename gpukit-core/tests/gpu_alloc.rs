@@ -1,9 +1,11 @@
 //! The caching allocator on the GPU: reuse without driver calls, owners and quotas, the hook,
-//! bounded reserve over cycles, cross-stream reuse, and recovery from out-of-memory.
+//! bounded reserve over cycles, cross-stream reuse, recovery from out-of-memory, and retired
+//! streams (work that may never end) that nothing waits for.
 //! The tests share one allocator, so they take a lock and run one at a time.
 
 mod common;
 
+use common::slow::{slow_fill_for, SPIN};
 use common::*;
 use gpukit_core::{Error, GpuArray, OwnerId};
 use parking_lot::Mutex;
@@ -279,4 +281,58 @@ fn out_of_memory_is_an_error_and_memory_is_usable_afterwards() {
     assert_eq!(a.sum().unwrap().item().unwrap(), (1 << 20) as f32);
     drop(big);
     al.empty_cache().unwrap();
+}
+
+/// A retired stream (gpukit-sched quarantines the stream of a kernel that does not end) is never
+/// waited for: `empty_cache` and the out-of-memory retry, which synchronise before releasing
+/// cached segments, return while its kernel still runs (before: `cuCtxSynchronize`, the
+/// retired stream's own synchronisation and the wait for the pending free of a block it used
+/// blocked, with the allocator locked, until the kernel ended: for a kernel that never ends,
+/// every allocation of the device hung). Its memory stays out of use until it is restored.
+#[test]
+fn retired_streams_are_never_waited_for() {
+    let Some(dev) = device("retired_streams_are_never_waited_for") else {
+        return;
+    };
+    let _g = SERIAL.lock();
+    let al = dev.allocator();
+    let hung = dev.new_stream(0).unwrap();
+    // A block of the stream's own segment, and a block of the compute stream it uses last.
+    let own = al
+        .alloc_for(&OwnerId::from("hung"), 8 << 20, &hung)
+        .unwrap();
+    let mut x = GpuArray::<f32>::from_buffer(Arc::new(own), &[2 << 20], &[1], 0).unwrap();
+    let mut y = GpuArray::<f32>::zeros(&dev, &[2 << 20]).unwrap();
+    dev.synchronize().unwrap();
+    // About 3 s of spinning: far longer than the calls below take when they do not wait.
+    slow_fill_for(&dev, &mut y, 1.0, &hung, 30 * SPIN);
+    slow_fill_for(&dev, &mut x, 2.0, &hung, 0);
+    let end = hung.record_marker().unwrap();
+    al.retire_stream(&hung);
+    drop((x, y));
+    let t = std::time::Instant::now();
+    al.empty_cache().unwrap();
+    match al.alloc(1 << 40) {
+        Err(Error::OutOfMemory { .. }) => {}
+        other => panic!("expected OutOfMemory for 1 TiB, got {other:?}"),
+    }
+    let waited = t.elapsed();
+    assert!(
+        !end.is_complete().unwrap(),
+        "empty_cache / the out-of-memory retry waited {waited:?} for the retired stream's kernel"
+    );
+    assert!(
+        al.stats().reserved >= 8 << 20,
+        "the retired stream's segment was released while its work may run: {:?}",
+        al.stats()
+    );
+    assert!(
+        !al.release_stream(&hung).unwrap(),
+        "a retired stream is kept"
+    );
+    // Once its work has ended and it is restored, everything goes back.
+    end.synchronize().unwrap();
+    al.restore_stream(&hung);
+    al.empty_cache().unwrap();
+    assert!(al.release_stream(&hung).unwrap());
 }

@@ -315,3 +315,53 @@ fn reductions_have_numpy_result_types() {
         }
     }
 }
+
+/// Integer positions (`a[idx]`, `a[idx] = v`) are checked once, as NumPy checks them: a
+/// position outside `[-len, len)` is an error, whatever its type. Before: positions in
+/// `[-2 len, -len)` were counted from the end twice (`-2 * len + 1` read element 1), and `u64`
+/// positions past `i64::MAX` became negative in the conversion (`u64::MAX` read the last
+/// element).
+#[test]
+fn integer_positions_outside_the_axis_are_errors_whatever_their_type() {
+    let Some(dev) = device("integer_positions_outside_the_axis_are_errors_whatever_their_type")
+    else {
+        return;
+    };
+    let f32s = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let a =
+        DynArray::from_bytes(&dev, &f32s(&[1.0, 2.0, 3.0, 4.0]), &[4], ElementType::F32).unwrap();
+    let pos = |t: ElementType, p: i128| -> DynArray {
+        let b: Vec<u8> = match t {
+            ElementType::U64 => (p as u64).to_le_bytes().to_vec(),
+            ElementType::I64 => (p as i64).to_le_bytes().to_vec(),
+            ElementType::I32 => (p as i32).to_le_bytes().to_vec(),
+            other => panic!("{other}"),
+        };
+        DynArray::from_bytes(&dev, &b, &[1], t).unwrap()
+    };
+    let bad: [(ElementType, i128); 7] = [
+        (ElementType::U64, u64::MAX as i128),
+        (ElementType::U64, 1 << 63),
+        (ElementType::U64, (1 << 63) + 2),
+        (ElementType::I64, -7),
+        (ElementType::I64, -5),
+        (ElementType::I32, -8),
+        (ElementType::I64, 4),
+    ];
+    for (t, p) in bad {
+        let e = a.take(&pos(t, p), 0).unwrap_err().to_string();
+        assert!(e.contains("out of bounds"), "take {t} {p}: {e}");
+        let v = DynArray::from_bytes(&dev, &f32s(&[9.0]), &[1], ElementType::F32).unwrap();
+        assert!(a.put(&pos(t, p), &v).is_err(), "put {t} {p}");
+        assert_eq!(download(&a), [1.0, 2.0, 3.0, 4.0], "put {t} {p} wrote");
+    }
+    // Inside the axis: positions from the end once, any integer type.
+    for (t, p, want) in [
+        (ElementType::U64, 3, 4.0),
+        (ElementType::I64, -4, 1.0),
+        (ElementType::I32, -1, 4.0),
+        (ElementType::I64, 1, 2.0),
+    ] {
+        assert_eq!(download(&a.take(&pos(t, p), 0).unwrap()), [want], "{t} {p}");
+    }
+}

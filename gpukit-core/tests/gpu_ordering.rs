@@ -203,3 +203,33 @@ fn empty_cache_waits_for_streams_of_green_contexts() {
     );
     assert!(dev.allocator().release_stream(&green.stream).unwrap());
 }
+
+/// The out-of-memory retry releases the cached segments as `empty_cache` does, and must wait
+/// the same way for a green context's stream first (before: only `cuCtxSynchronize` of the
+/// primary context, which does not cover it).
+#[test]
+fn out_of_memory_retry_waits_for_streams_of_green_contexts() {
+    let Some(dev) = common::device("out_of_memory_retry_waits_for_streams_of_green_contexts")
+    else {
+        return;
+    };
+    let green = Green::new(&dev).expect("a green context of 8 SMs (compute capability 9.0)");
+    let buf = dev
+        .allocator()
+        .alloc_for(&OwnerId::new("green-oom"), 64 << 20, &green.stream)
+        .unwrap();
+    let mut x = GpuArray::<f32>::from_buffer(Arc::new(buf), &[16 << 20], &[1], 0).unwrap();
+    slow_fill(&dev, &mut x, 1.0, &green.stream);
+    let done = green.stream.record_marker().unwrap();
+    drop(x);
+    // 1 TiB: the driver refuses it, the allocator releases its cache and retries once.
+    match dev.allocator().alloc(1 << 40) {
+        Err(gpukit_core::Error::OutOfMemory { .. }) => {}
+        other => panic!("expected OutOfMemory for 1 TiB, got {other:?}"),
+    }
+    assert!(
+        done.is_complete().unwrap(),
+        "the out-of-memory retry released a segment while a green-context kernel still wrote it"
+    );
+    assert!(dev.allocator().release_stream(&green.stream).unwrap());
+}

@@ -848,8 +848,9 @@ fn sibling_ranks_share_through_a_wrapper_script() {
 fn ranks_share_under_a_launcher_that_is_pid_1() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!(
-            "SKIPPED ranks_share_under_a_launcher_that_is_pid_1: needs root for a pid namespace"
+        skip(
+            "ranks_share_under_a_launcher_that_is_pid_1",
+            "needs root for a pid namespace",
         );
         return;
     }
@@ -857,8 +858,9 @@ fn ranks_share_under_a_launcher_that_is_pid_1() {
         .args(["--pid", "--fork", "--mount-proc", "true"])
         .status();
     if !probe.is_ok_and(|s| s.success()) {
-        eprintln!(
-            "SKIPPED ranks_share_under_a_launcher_that_is_pid_1: unshare --pid not available"
+        skip_env(
+            "ranks_share_under_a_launcher_that_is_pid_1",
+            "unshare --pid not available",
         );
         return;
     }

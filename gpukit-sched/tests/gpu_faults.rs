@@ -324,15 +324,13 @@ fn child_never_ending_kernel_green() {
     check_quarantine(&st, "hung", hid, grant.compute.groups);
     step(t0, name, format!("quarantine: {:?}", st.quarantine));
     // The allocator waits for nothing beside the hung work: its stream is retired, and
-    // releasing the cache (which waits for the device) is refused at once.
+    // releasing the cache (gpukit-core waits for the other streams only) returns at once.
     assert!(dev.allocator().retired_streams() >= 1);
     let t = Instant::now();
-    let e = dev.allocator().empty_cache();
-    assert!(
-        matches!(e, Err(gpukit_core::Error::InvalidArgument { .. })),
-        "{e:?}"
-    );
-    assert!(t.elapsed() < Duration::from_millis(100));
+    dev.allocator()
+        .empty_cache()
+        .expect("empty_cache beside the hung work");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     let ts = sched.task_stats(hid).unwrap();
     assert!(ts.quarantined && ts.state == TaskState::TimedOut, "{ts:?}");
     assert!(st.partitions[0]

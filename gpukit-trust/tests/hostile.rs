@@ -134,9 +134,14 @@ fn run_as(uid: u32, role: &str, dir: &Path, extra: &[(&str, &Path)]) -> String {
 
 /// Whether this process can start processes as other users; prints why the test is skipped
 /// when it cannot.
+/// Under `GPUKIT_REQUIRE_ROOT=1` (CI runs as root) the test fails instead of being skipped.
 fn root(test: &str) -> bool {
     if gpukit_trust::euid() != 0 {
-        eprintln!("SKIPPED {test}: needs root to run children as two unprivileged users");
+        let why = "needs root to run children as two unprivileged users";
+        if std::env::var("GPUKIT_REQUIRE_ROOT").is_ok_and(|v| v == "1") {
+            panic!("{test} could not run: {why} (GPUKIT_REQUIRE_ROOT=1 requires it to)");
+        }
+        eprintln!("SKIPPED {test}: {why}");
         return false;
     }
     true

@@ -17,8 +17,20 @@ nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
 run faults.log 150 "$T/gpukit-sched.gpu_faults.test" --test-threads=1 --nocapture
 run tune.log 60 "$T/gpukit-core.gemm_gpu.test" --exact autotuner_measures_a_class_once_and_its_choice_runs_correctly --nocapture
 wait
-[ -x "$B/examples/fixed_cost" ] && run fixed_cost.log 60 "$B/examples/fixed_cost" 300
-[ -x .diagc/fixed_cost_fc ] && run fixed_cost_fc.log 60 .diagc/fixed_cost_fc 300
+[ -x "$B/examples/fixed_cost" ] && run fixed_cost.log 40 "$B/examples/fixed_cost" 300
+[ -x .diagc/fixed_cost_fc ] && run fixed_cost_fc.log 40 .diagc/fixed_cost_fc 300
+# issue 22 programs under `offload run` (main), the shim's per-process summaries kept
+D=gpukit-offload/bench/issue22; X=.diagc/offload
+if [ -x "$X" ]; then
+  export GPUKIT_OFFLOAD_PERSIST=0 PYTHONUNBUFFERED=1
+  for m in plain offload; do
+    if [ $m = plain ]; then pre=""; else pre="$X run"; fi
+    ( t=$SECONDS; GPUKIT_OFFLOAD_LOG=summary timeout 60 $pre python3 $D/small_calls.py > "$OUT/i22_small_$m.log" 2>&1; echo "small $m rc=$? $((SECONDS-t)) s" ) | tee -a "$OUT/i22.log"
+  done
+  ( t=$SECONDS; GPUKIT_OFFLOAD_LOG=summary timeout 60 $X run python3 $D/sklearn_njobs.py > "$OUT/i22_njobs_offload.log" 2>&1; echo "njobs offload rc=$? $((SECONDS-t)) s" ) | tee -a "$OUT/i22.log"
+  ( t=$SECONDS; GPUKIT_OFFLOAD_LOG=summary timeout 60 $X run bash $D/short_processes.sh > "$OUT/i22_short_offload.log" 2>&1; echo "short offload rc=$? $((SECONDS-t)) s" ) | tee -a "$OUT/i22.log"
+  cat "$OUT"/i22_*.log | grep -v '^ *$' | cut -c1-200 | tail -c 20000 > "$OUT/i22_all.txt"; rm -f "$OUT"/i22_*.log
+fi
 for f in faults.log tune.log offload_gpu.log offload_fc_gpu.log; do sum $f; done
 grep -E '\.\.\. FAILED|panicked at' "$OUT"/*.log | cut -c1-250 | head -40
 tail -30 "$OUT/fixed_cost.log" 2>/dev/null; tail -30 "$OUT/fixed_cost_fc.log" 2>/dev/null

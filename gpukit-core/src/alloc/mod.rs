@@ -160,9 +160,65 @@ struct Charge {
     bytes: usize,
 }
 
+/// A freed block waiting for the work of other streams that used it: the event recorded on
+/// each of them (with the stream's key) at free time.
 struct Pending {
     addr: u64,
-    events: Vec<Event>,
+    events: Vec<(StreamKey, Event)>,
+}
+
+/// The end of some queued work, as the allocator waits for it: an [`Event`], or a stand-in in
+/// the unit tests.
+trait Completion {
+    fn is_complete(&self) -> Result<bool>;
+    fn wait(&self) -> Result<()>;
+}
+
+impl Completion for Event {
+    fn is_complete(&self) -> Result<bool> {
+        Event::is_complete(self)
+    }
+    fn wait(&self) -> Result<()> {
+        self.synchronize()
+    }
+}
+
+/// Whether a pending free may go back to the pool: every event has completed. With `wait`, the
+/// host blocks for the events of ordinary streams; the events of retired streams (whose work
+/// may never end, [`Allocator::retire_stream`]) are only queried, never waited for, so a
+/// release of the cache or an out-of-memory retry cannot hang on a kernel that does not end.
+fn pending_done<E: Completion>(
+    events: &[(StreamKey, E)],
+    retired: &std::collections::HashSet<StreamKey>,
+    wait: bool,
+) -> Result<bool> {
+    let mut done = true;
+    for (key, e) in events {
+        if wait && !retired.contains(key) {
+            e.wait()?;
+        } else {
+            done &= e.is_complete()?;
+        }
+    }
+    Ok(done)
+}
+
+/// What [`Allocator::quiesce`] waits for: every stream that has segments except the retired
+/// ones, and the whole primary context only while no stream is retired (a retired stream's
+/// never-ending kernel may run in the primary context, whose `cuCtxSynchronize` would then
+/// never return). Without the context-wide wait nothing is missed: every use of a pooled block
+/// is on the stream of its segment (waited for here) or on a stream recorded at free time
+/// (a pending free, which goes back only once its events have completed).
+fn quiesce_plan<'a, S>(
+    streams: &'a HashMap<StreamKey, S>,
+    retired: &std::collections::HashSet<StreamKey>,
+) -> (bool, Vec<&'a S>) {
+    let waited = streams
+        .iter()
+        .filter(|(k, _)| !retired.contains(k))
+        .map(|(_, s)| s)
+        .collect();
+    (retired.is_empty(), waited)
 }
 
 struct State {
@@ -368,17 +424,6 @@ impl Allocator {
         self.inner.ctx.bind_to_thread().ctx("binding the context")?;
         let base = match self.driver_alloc(seg) {
             Ok(p) => p,
-            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY && !st.retired.is_empty() => {
-                // Releasing the cache waits for the device's work, and a retired stream's work
-                // may never end: fail now instead of waiting without a bound.
-                st.stats.oom_errors += 1;
-                let free = self.inner.ctx.mem_get_info().map(|m| m.0).unwrap_or(0);
-                return Err(Error::OutOfMemory {
-                    requested: seg,
-                    free,
-                    reserved: st.pool.counters().reserved,
-                });
-            }
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                 self.quiesce(st)?;
                 Self::drain_pending(st, true)?;
@@ -416,21 +461,12 @@ impl Allocator {
         unsafe { cudarc::driver::result::malloc_sync(bytes) }
     }
 
+    /// Returns the pending frees whose events have completed to the pool; with `wait`, first
+    /// waits for those events (except on retired streams: see [`pending_done`]).
     fn drain_pending(st: &mut State, wait: bool) -> Result<()> {
         let mut i = 0;
         while i < st.pending.len() {
-            let done = if wait {
-                for e in &st.pending[i].events {
-                    e.synchronize()?;
-                }
-                true
-            } else {
-                let mut all = true;
-                for e in &st.pending[i].events {
-                    all &= e.is_complete()?;
-                }
-                all
-            };
+            let done = pending_done(&st.pending[i].events, &st.retired, wait)?;
             if done {
                 let p = st.pending.swap_remove(i);
                 st.pool.free(p.addr);
@@ -543,15 +579,11 @@ impl Allocator {
     /// Forgets `stream` so that its handle may be destroyed: when no block of a segment that
     /// belongs to it is allocated (or waiting for other streams), waits for the stream, releases
     /// those segments to the driver and returns `true`; otherwise changes nothing and returns
-    /// `false` (keep the stream alive until its blocks are freed). Also `false`, changing
-    /// nothing, while any stream of the device is retired (see
-    /// [`retire_stream`](Self::retire_stream)).
+    /// `false` (keep the stream alive until its blocks are freed).
     pub fn release_stream(&self, stream: &Stream) -> Result<bool> {
         let key = stream.key();
         let mut st = self.inner.state.lock();
-        if !st.retired.is_empty() {
-            // Freeing to the driver may wait for the device, and a retired stream's work may
-            // never end (see `retire_stream`): keep everything.
+        if st.retired.contains(&key) {
             return Ok(false);
         }
         Self::drain_pending(&mut st, false)?;
@@ -575,12 +607,7 @@ impl Allocator {
     /// its cached segments stay out of use until [`restore_stream`](Self::restore_stream) —
     /// never adopted by another stream (which would have to wait for it) nor released to the
     /// driver (the work may still use them) — and [`release_stream`](Self::release_stream)
-    /// keeps it. Its own blocks are still freed into its segments as they are dropped. While
-    /// any stream is retired, nothing waits for the device and no memory goes back to the
-    /// driver (freeing may wait for the device): an allocation the driver cannot serve fails
-    /// with [`Error::OutOfMemory`] at once instead of releasing the cache first,
-    /// [`empty_cache`](Self::empty_cache) refuses, and
-    /// [`release_stream`](Self::release_stream) keeps every stream.
+    /// keeps it. Its own blocks are still freed into its segments as they are dropped.
     pub fn retire_stream(&self, stream: &Stream) {
         self.inner.state.lock().retired.insert(stream.key());
     }
@@ -614,40 +641,29 @@ impl Allocator {
     }
 
     /// Waits for pending frees and releases every cached (wholly free) segment to the driver.
-    /// While a stream is retired ([`retire_stream`](Self::retire_stream): its work may never
-    /// end) this would wait without a bound: it releases nothing and returns
-    /// [`Error::InvalidArgument`] saying so.
     pub fn empty_cache(&self) -> Result<()> {
         self.inner.ctx.bind_to_thread().ctx("binding the context")?;
         let mut st = self.inner.state.lock();
-        if !st.retired.is_empty() {
-            return Err(Error::invalid(
-                "empty_cache",
-                format!(
-                    "{} stream(s) of device {} are retired (their work may never end, e.g. a \
-                     kernel quarantined by gpukit-sched): releasing the cache would wait for \
-                     that work, so nothing was released; try again once it has ended",
-                    st.retired.len(),
-                    self.inner.ordinal
-                ),
-            ));
-        }
         self.quiesce(&st)?;
         Self::drain_pending(&mut st, true)?;
         self.release_segments(&mut st)
     }
 
-    /// Waits until no queued work can use a cached block: the primary context, and every stream
-    /// that has segments, whatever its context (streams of green contexts are not synchronised
-    /// by the primary context's `cuCtxSynchronize`). Called with the state locked, so no block
-    /// is freed meanwhile: every free happened before, after the work that used the block was
-    /// queued.
+    /// Waits until no queued work can use a cached block that may be released: the primary
+    /// context, and every stream that has segments, whatever its context (streams of green
+    /// contexts are not synchronised by the primary context's `cuCtxSynchronize`). Retired
+    /// streams are not waited for (their segments are not released; see [`quiesce_plan`]).
+    /// Called with the state locked, so no block is freed meanwhile: every free happened
+    /// before, after the work that used the block was queued.
     fn quiesce(&self, st: &State) -> Result<()> {
-        self.inner
-            .ctx
-            .synchronize()
-            .ctx("synchronizing before releasing the cache")?;
-        for s in st.streams.values() {
+        let (whole_context, streams) = quiesce_plan(&st.streams, &st.retired);
+        if whole_context {
+            self.inner
+                .ctx
+                .synchronize()
+                .ctx("synchronizing before releasing the cache")?;
+        }
+        for s in streams {
             s.synchronize()?;
         }
         Ok(())
@@ -686,6 +702,7 @@ impl Allocator {
             origin: Origin::Foreign {
                 keep_alive: Some(keep_alive),
                 ordinal: self.inner.ordinal,
+                alloc: self.inner.clone(),
             },
         }
     }
@@ -726,6 +743,8 @@ enum Origin {
     Foreign {
         keep_alive: Option<Box<dyn Any + Send + Sync>>,
         ordinal: usize,
+        /// The allocator of the device (for its retired streams).
+        alloc: Arc<AllocInner>,
     },
 }
 
@@ -901,23 +920,23 @@ fn release_plan<E>(ordered: impl IntoIterator<Item = Ordered<E>>) -> Release<E> 
     }
 }
 
-/// Orders the end of `s`'s queued work: an event, else a host wait.
-fn order(s: &Stream) -> Ordered<Event> {
+/// Orders the end of `s`'s queued work: an event (with the stream's key), else a host wait;
+/// never a host wait for a retired stream, whose work may never end.
+fn order(s: &Stream, retired: bool) -> Ordered<(StreamKey, Event)> {
     match s.record_marker() {
-        Ok(e) => Ordered::Event(e),
-        Err(_) if s.synchronize().is_ok() => Ordered::Waited,
+        Ok(e) => Ordered::Event((s.key(), e)),
+        Err(_) if !retired && s.synchronize().is_ok() => Ordered::Waited,
         Err(_) => Ordered::Failed,
     }
 }
 
-/// [`order`], without the host wait for a stream of `alloc` that is retired (its work may
-/// never end): the memory then stays out of reuse instead.
-fn order_in(alloc: &AllocInner, s: &Stream) -> Ordered<Event> {
-    match s.record_marker() {
-        Ok(e) => Ordered::Event(e),
-        Err(_) if alloc.state.lock().retired.contains(&s.key()) => Ordered::Failed,
-        Err(_) if s.synchronize().is_ok() => Ordered::Waited,
-        Err(_) => Ordered::Failed,
+/// The retired streams of an allocator, read only when a dropped buffer was used on other
+/// streams than its own.
+fn retired_of(alloc: &AllocInner, streams: &[Stream]) -> std::collections::HashSet<StreamKey> {
+    if streams.is_empty() {
+        Default::default()
+    } else {
+        alloc.state.lock().retired.clone()
     }
 }
 
@@ -933,7 +952,9 @@ impl Drop for DeviceBuffer {
                 charged,
                 charge,
             } => {
-                let plan = release_plan(streams.iter().map(|s| order_in(alloc, s)));
+                let retired = retired_of(alloc, &streams);
+                let plan =
+                    release_plan(streams.iter().map(|s| order(s, retired.contains(&s.key()))));
                 let mut st = alloc.state.lock();
                 if let Some(u) = st.owners.get_mut(&self.owner) {
                     u.in_use = u.in_use.saturating_sub(*charged);
@@ -954,17 +975,24 @@ impl Drop for DeviceBuffer {
                     c.ledger.release(&self.owner, c.bytes);
                 }
             }
-            Origin::Foreign { keep_alive, .. } => {
+            Origin::Foreign {
+                keep_alive, alloc, ..
+            } => {
                 // The foreign owner may reuse the memory as soon as its handle is released:
-                // wait (on the host) for every stream that used it first.
+                // wait (on the host) for every stream that used it first; a retired stream's
+                // work that has not ended keeps the handle forever instead of blocking here.
                 let last = self.access.last();
                 if !streams.contains(&last) {
                     streams.push(last);
                 }
-                let plan = release_plan(streams.iter().map(order));
+                let retired = retired_of(alloc, &streams);
+                let plan =
+                    release_plan(streams.iter().map(|s| order(s, retired.contains(&s.key()))));
                 let done = match plan {
                     Release::Now => true,
-                    Release::After(events) => events.iter().all(|e| e.synchronize().is_ok()),
+                    Release::After(events) => {
+                        pending_done(&events, &retired, true).unwrap_or(false)
+                    }
                     Release::Never => false,
                 };
                 match keep_alive.take() {
@@ -981,7 +1009,77 @@ impl Drop for DeviceBuffer {
 
 #[cfg(test)]
 mod tests {
-    use super::{release_plan, Ordered, Release};
+    use super::{pending_done, quiesce_plan, release_plan, Completion, Ordered, Release};
+    use crate::error::Result;
+    use std::cell::Cell;
+    use std::collections::{HashMap, HashSet};
+
+    /// Queued work as the allocator sees it: done or not; waiting for work that never ends
+    /// fails the test (the real wait would never return).
+    struct Work {
+        done: Cell<bool>,
+        ends: bool,
+        waits: Cell<u32>,
+    }
+
+    impl Work {
+        fn running(ends: bool) -> Work {
+            Work {
+                done: Cell::new(false),
+                ends,
+                waits: Cell::new(0),
+            }
+        }
+    }
+
+    impl Completion for Work {
+        fn is_complete(&self) -> Result<bool> {
+            Ok(self.done.get())
+        }
+        fn wait(&self) -> Result<()> {
+            assert!(
+                self.ends,
+                "waited for work that never ends: this wait would hang"
+            );
+            self.waits.set(self.waits.get() + 1);
+            self.done.set(true);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn retired_streams_are_queried_never_waited_for() {
+        let retired: HashSet<u64> = [7].into_iter().collect();
+        // An ordinary stream's work is waited for; a retired stream's is only queried.
+        let events = vec![(1u64, Work::running(true)), (7, Work::running(false))];
+        assert!(!pending_done(&events, &retired, true).unwrap());
+        assert_eq!(events[0].1.waits.get(), 1);
+        // The free stays pending until the retired stream's work has ended after all.
+        events[1].1.done.set(true);
+        assert!(pending_done(&events, &retired, true).unwrap());
+        // Without `wait` nothing blocks.
+        let events = vec![(1u64, Work::running(true))];
+        assert!(!pending_done(&events, &HashSet::new(), false).unwrap());
+        assert_eq!(events[0].1.waits.get(), 0);
+        assert!(pending_done(&events, &HashSet::new(), true).unwrap());
+    }
+
+    #[test]
+    fn quiescing_skips_retired_streams_and_the_context_wide_wait() {
+        let streams: HashMap<u64, &str> = [(1, "a"), (2, "b"), (3, "c")].into_iter().collect();
+        let (whole, mut waited) = quiesce_plan(&streams, &HashSet::new());
+        waited.sort();
+        assert!(whole);
+        assert_eq!(waited, [&"a", &"b", &"c"]);
+        let retired: HashSet<u64> = [2].into_iter().collect();
+        let (whole, mut waited) = quiesce_plan(&streams, &retired);
+        waited.sort();
+        assert!(
+            !whole,
+            "cuCtxSynchronize would wait for the retired stream too"
+        );
+        assert_eq!(waited, [&"a", &"c"]);
+    }
 
     #[test]
     fn a_stream_that_cannot_be_ordered_keeps_the_memory_out_of_reuse() {

@@ -167,7 +167,7 @@ impl<T: DType> GpuArray<T> {
         }
         .result()
         .ctx("copying host to device")?;
-        src.buf.set_ready(stream.record_marker()?);
+        src.buf.set_ready_after(stream)?;
         Ok(())
     }
 
@@ -207,7 +207,7 @@ impl<T: DType> GpuArray<T> {
         }
         .result()
         .ctx("copying device to host")?;
-        dst.buf.set_ready(stream.record_marker()?);
+        dst.buf.set_ready_after(stream)?;
         Ok(())
     }
 

@@ -19,23 +19,26 @@ impl DynArray {
         }
     }
 
-    /// Integer positions as one-dimensional `i64` (negative ones counted from the end of an
-    /// axis of length `len`).
-    fn positions(&self, op: &str, len: usize) -> Result<GpuArray<i64>> {
+    /// Integer positions as one-dimensional `i64`, for the typed `take` / `put`, which count
+    /// negative positions from the end and refuse everything outside `[-len, len)` (once: they
+    /// used to be counted from the end here too, so `-2 * len + 1` passed as position 1).
+    /// Unsigned positions past `i64::MAX` become `i64::MAX`, out of bounds for every axis
+    /// (converted as they are, `u64::MAX` would be `-1`: the last element).
+    fn positions(&self, op: &str) -> Result<GpuArray<i64>> {
         if !self.dtype().is_integer() {
             return Err(Error::invalid(
                 op,
                 format!("indices must be integers, got {}", self.dtype()),
             ));
         }
-        let idx = match self.to_type(ElementType::I64)? {
-            DynArray::I64(a) => a.ravel()?,
-            _ => return Err(Error::invalid(op, "index conversion")),
+        let src = match self {
+            DynArray::U64(a) => DynArray::U64(a.clip(0, i64::MAX as u64)?),
+            other => other.clone(),
         };
-        // NumPy's negative positions: i + len where i < 0
-        let neg = idx.compare_scalar(crate::CompareOp::Lt, 0)?;
-        let shifted = idx.add_scalar(len as i64)?;
-        crate::where_(&neg, &shifted, &idx)
+        match src.to_type(ElementType::I64)? {
+            DynArray::I64(a) => a.ravel(),
+            _ => Err(Error::invalid(op, "index conversion")),
+        }
     }
 
     /// `a[mask]`: the selected elements in row-major order (one-dimensional).
@@ -81,8 +84,7 @@ impl DynArray {
     /// `idx`'s shape in place of the axis).
     pub fn take(&self, idx: &DynArray, axis: isize) -> Result<DynArray> {
         let ax = crate::shape::normalize_axis("take", axis, self.ndim())?;
-        let len = self.shape()[ax];
-        let flat = idx.positions("take", len)?;
+        let flat = idx.positions("take")?;
         let r = with!(self, a => a.take(&flat, axis).map(DynArray::from_typed))?;
         let r = self.retag(r);
         // restore the index's shape in place of the axis
@@ -100,7 +102,7 @@ impl DynArray {
                 "a 0-dimensional array has no axis to index",
             ));
         }
-        let flat = idx.positions("put", self.shape()[0])?;
+        let flat = idx.positions("put")?;
         let v = values.to_type(self.dtype())?;
         let mut dst = self.clone();
         match (&mut dst, &v) {

@@ -29,12 +29,17 @@ pub fn config(n: usize) -> LaunchConfig {
 /// Queues `x[:] = v` on `stream` after spinning (a safe, checked launch: `x` is entered into
 /// the stream order of its buffer).
 pub fn slow_fill(dev: &Device, x: &mut GpuArray<f32>, v: f32, stream: &Stream) {
+    slow_fill_for(dev, x, v, stream, SPIN);
+}
+
+/// [`slow_fill`] spinning `spin` GPU clocks first.
+pub fn slow_fill_for(dev: &Device, x: &mut GpuArray<f32>, v: f32, stream: &Stream, spin: i64) {
     let n = x.len();
     kernel(dev)
         .launch(
             stream.cuda(),
             config(n),
-            gpukit_jit::args![x, v, n as i64, SPIN],
+            gpukit_jit::args![x, v, n as i64, spin],
         )
         .expect("slow_fill launches");
 }

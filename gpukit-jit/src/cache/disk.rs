@@ -403,8 +403,14 @@ mod tests {
         (t, DiskCache::new(dir, 1 << 20))
     }
 
+    /// Whether this process is root; when it is not and `GPUKIT_REQUIRE_ROOT=1` (CI runs as
+    /// root), the test fails instead of skipping its root-only part.
     fn is_root() -> bool {
-        trust::euid() == 0
+        let root = trust::euid() == 0;
+        if !root && std::env::var("GPUKIT_REQUIRE_ROOT").is_ok_and(|v| v == "1") {
+            panic!("needs root to give files to another uid (GPUKIT_REQUIRE_ROOT=1 requires it)");
+        }
+        root
     }
 
     #[test]

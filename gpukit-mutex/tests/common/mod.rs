@@ -229,10 +229,34 @@ pub struct Users {
     pub attacker: u32,
 }
 
+/// Reports a test (or a part of one) that cannot run on this machine: prints `SKIPPED`, or
+/// fails the test when `GPUKIT_REQUIRE_ROOT=1` (CI runs as root, where every test that needs
+/// root, a second user, a mount, a cgroup or a namespace must really run).
+pub fn skip(test: &str, why: &str) {
+    if std::env::var("GPUKIT_REQUIRE_ROOT").is_ok_and(|v| v == "1") {
+        panic!("{test} could not run: {why} (GPUKIT_REQUIRE_ROOT=1 requires it to)");
+    }
+    eprintln!("SKIPPED {test}: {why}");
+}
+
+/// Prints why `test` is skipped when this machine lacks a kernel feature it needs even as root
+/// (a mount in a container without CAP_SYS_ADMIN, no writable cgroup, no `/dev/fuse`):
+/// `GPUKIT_REQUIRE_ROOT=1` asks for root, not for every kernel feature, so this never fails;
+/// `GPUKIT_REQUIRE_KERNEL_FEATURES=1` makes it fail where they are known to exist.
+pub fn skip_env(test: &str, why: &str) {
+    if std::env::var("GPUKIT_REQUIRE_KERNEL_FEATURES").is_ok_and(|v| v == "1") {
+        panic!("{test} could not run: {why} (GPUKIT_REQUIRE_KERNEL_FEATURES=1 requires it to)");
+    }
+    eprintln!("SKIPPED {test}: {why}");
+}
+
 pub fn users(test: &str) -> Option<Users> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED {test}: needs root to run children as a second, unprivileged user");
+        skip(
+            test,
+            "needs root to run children as a second, unprivileged user",
+        );
         return None;
     }
     Some(Users {
