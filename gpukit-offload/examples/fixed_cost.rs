@@ -10,15 +10,19 @@
 //! floor of cuBLAS / cuSOLVER themselves in the same process: the library call and a stream
 //! synchronisation on device-resident data, and the same with the two small copies (operands in,
 //! result out) a call from host memory needs. The difference between our GPU path and that
-//! floor is what the per-call machinery costs (checks, status reads, extra synchronisations,
-//! staging, workspace queries). Medians of five batches of CALLS calls (default 400). Without a
-//! GPU it says so and exits 0.
+//! floor is what the per-call machinery costs. A second table splits our GPU path's host time
+//! per call into its phases (`gpukit_offload::gpu::Phase`: lane, workspace sizes, allocation,
+//! copies in, the non-finite check, library launches, the synchronisation, which includes the
+//! device's own time, and copies out) with the synchronisations, copies, own kernel launches,
+//! workspace queries and allocations per call. Medians of five batches of CALLS calls
+//! (default 400). Without a GPU it says so and exits 0.
 
 use cudarc::cublas::sys as cb;
 use cudarc::cusolver::sys as cs;
 use cudarc::driver::sys as cu;
 use gpukit_offload::call::{Call, HostMat, Op, Piv, Scalar};
-use gpukit_offload::ops::{Precision, Trans, Uplo};
+use gpukit_offload::gpu::Phase;
+use gpukit_offload::ops::{Precision, SvdJob, Trans, Uplo};
 use gpukit_offload::{Config, GpuMode, Offload};
 use std::time::Instant;
 
@@ -94,6 +98,13 @@ fn main() {
     let mut b4 = vec![1.0f64; n4];
     let mut piv = vec![0i32; n4];
     let mut w4 = vec![0.0f64; n4];
+    let (mut s4, mut u4, mut vt4) = (
+        vec![0.0f64; n4],
+        vec![0.0f64; n4 * n4],
+        vec![0.0f64; n4 * n4],
+    );
+    // one matrix per case, alive for all of main (the calls keep pointers to them)
+    let (mut a_potrf, mut a_gesv, mut a_syevd, mut a_gesdd) = (spd(n4), spd(n4), spd(n4), spd(n4));
     let n64 = 64;
     let a64 = spd(n64);
     let mut c64 = vec![0.0f64; n64 * n64];
@@ -127,7 +138,7 @@ fn main() {
                 op: Op::Potrf {
                     uplo: Uplo::Lower,
                     n: n4,
-                    a: m(&mut a4.clone(), n4),
+                    a: m(&mut a_potrf, n4),
                 },
             },
         ),
@@ -150,7 +161,7 @@ fn main() {
                 op: Op::Gesv {
                     n: n4,
                     nrhs: 1,
-                    a: m(&mut spd(n4), n4),
+                    a: m(&mut a_gesv, n4),
                     ipiv: Piv::I32(piv.as_mut_ptr()),
                     b: HostMat::new(b4.as_mut_ptr() as *mut u8, n4, 1, n4),
                 },
@@ -165,13 +176,31 @@ fn main() {
                     vectors: true,
                     uplo: Uplo::Lower,
                     n: n4,
-                    a: m(&mut spd(n4), n4),
+                    a: m(&mut a_syevd, n4),
                     w: w4.as_mut_ptr() as *mut u8,
+                },
+            },
+        ),
+        (
+            "dgesdd 4 (svd)",
+            Call {
+                prec: Precision::D,
+                op: Op::Svd {
+                    routine: gpukit_offload::Routine::Gesdd,
+                    jobu: SvdJob::Thin,
+                    jobvt: SvdJob::Thin,
+                    m: n4,
+                    n: n4,
+                    a: m(&mut a_gesdd, n4),
+                    s: s4.as_mut_ptr() as *mut u8,
+                    u: m(&mut u4, n4),
+                    vt: m(&mut vt4, n4),
                 },
             },
         ),
     ];
     let floors = raw_floors(calls);
+    let mut phases = Vec::new();
     for (name, call) in &cases {
         let cpu_us = per_call(calls, || {
             // SAFETY: every buffer of the call lives for all of main; LAPACK may overwrite them
@@ -183,6 +212,15 @@ fn main() {
             // SAFETY: as above.
             let _ = unsafe { gpu.run(call) };
         });
+        // the same calls once more, with the phases timed (the clock reads cost a little)
+        gpu.set_phase_timing(true);
+        gpu.take_phase_times();
+        for _ in 0..calls {
+            // SAFETY: as above.
+            let _ = unsafe { gpu.run(call) };
+        }
+        phases.push((*name, gpu.take_phase_times()));
+        gpu.set_phase_timing(false);
         let req = gpukit_offload::Request::new(*call, gpukit_offload::library::LibId::UNKNOWN);
         let disp_us = per_call(calls, || {
             // SAFETY: as above; the CPU closure is not reached with the GPU forced and up.
@@ -196,6 +234,32 @@ fn main() {
         println!("{name:<22} {cpu_us:>10.1} {gpu_us:>12.1} {disp_us:>14.1} {fl:>12} {flc:>14}");
     }
     println!("(floor: the library call + a stream sync on device data; floor+copy: with the operands copied in and the result out, as a call from host memory needs)");
+    println!();
+    print!("{:<22}", "gpu path, us per call");
+    for p in Phase::ALL {
+        print!(" {:>9}", p.name());
+    }
+    println!(
+        " {:>7} | {:>5} {:>7} {:>8} {:>8} {:>9} {:>6}",
+        "total", "syncs", "copy-in", "copy-out", "launches", "ws-query", "allocs"
+    );
+    for (name, t) in &phases {
+        print!("{name:<22}");
+        for p in Phase::ALL {
+            print!(" {:>9.1}", t.per_call_us(p));
+        }
+        println!(
+            " {:>7.1} | {:>5.2} {:>7.2} {:>8.2} {:>8.2} {:>9.2} {:>6.2}",
+            t.total_us(),
+            t.per_call(t.syncs),
+            t.per_call(t.copies_in),
+            t.per_call(t.copies_out),
+            t.per_call(t.own_launches),
+            t.per_call(t.workspace_queries),
+            t.per_call(t.allocations),
+        );
+    }
+    println!("(sync includes the device's time for the copies and the routines; launches: the backend's own check kernels)");
 }
 
 /// cuBLAS's and cuSOLVER's own per-call cost in this process: `(case prefix, floor us, floor

@@ -10,12 +10,23 @@
 //! call on the original inputs. Outputs the routine does not read are written first and
 //! in-place operands last: a device failure during the commit is recoverable until the first
 //! in-place operand is touched, and [`GpuFailKind::Lost`] after that.
+//!
+//! The fixed cost of a call: a call whose layout fits the lane's arena allocates nothing; its
+//! operands go up from the lane's pinned bounce buffer with one async copy each, on the compute
+//! stream; [`Exec::finish`] queues one async copy per result and one of the status words into
+//! the bounce buffer behind the routines, then synchronises once, and [`Exec::commit`] only
+//! unpacks on the host. Operands too large for the bounce buffer go through the pipelined
+//! staging of [`crate::gpu::staging`] (the upload stream, and copies out after the check).
 
 use crate::call::{HostMat, Piv};
 use crate::gpu::fail::{cu_ok, fail, GResult, GpuFail, GpuFailKind, Inject};
+use crate::gpu::finite::flagged;
 use crate::gpu::flags::real_value;
-use crate::gpu::lane::{Lane, Raw};
+use crate::gpu::kernels::MAX_OPERANDS;
+use crate::gpu::lane::{Lane, Raw, LANE_ARENA_MAX, LANE_ARENA_MIN};
 use crate::gpu::layout::Layout;
+use crate::gpu::phases::Phase;
+use crate::gpu::staging::{pack, packed_bytes, unpack};
 use crate::gpu::GpuBackend;
 use crate::ops::Precision;
 use cudarc::cublas::sys as cb;
@@ -28,15 +39,22 @@ pub(crate) const SIZING_ONLY: &str = "sizing only";
 
 /// What goes back to the caller once every check passed.
 enum Out {
-    /// A packed device matrix into the caller's matrix.
+    /// A packed device matrix into the caller's matrix (`staged`: already copied into the
+    /// bounce buffer at that offset by [`Exec::finish`]).
     Mat {
         dev: usize,
         host: HostMat,
         es: usize,
         in_place: bool,
+        staged: Option<usize>,
     },
     /// `len` 64-bit pivots into the caller's integer vector.
-    Piv { dev: usize, piv: Piv, len: usize },
+    Piv {
+        dev: usize,
+        piv: Piv,
+        len: usize,
+        staged: Option<usize>,
+    },
     /// Integers computed on the host (rank, eigenvalues found, supports).
     Ints { values: Vec<i64>, out: Piv },
 }
@@ -59,6 +77,11 @@ impl Status {
         real_value(&self.bytes[off..], self.p)
     }
 
+    /// The flag word at status offset `off`.
+    pub(crate) fn flag(&self, off: usize) -> u32 {
+        self.int(off) as u32
+    }
+
     /// The raw bytes from status offset `off`.
     pub(crate) fn bytes(&self, off: usize, len: usize) -> &[u8] {
         &self.bytes[off..off + len]
@@ -70,9 +93,17 @@ pub(crate) struct Exec<'a> {
     pub(crate) backend: &'a GpuBackend,
     pub(crate) lane: &'a mut Lane,
     raw: Raw,
-    /// The call's device memory (from the device allocator; back to its cache on drop,
-    /// ordered after the lane's three streams).
-    _arena: DeviceBuffer,
+    /// The call's device memory when it does not fit the lane's arena (from the device
+    /// allocator, charged to the caller's owner; back to its cache on drop, ordered after the
+    /// streams that used it).
+    arena: Option<DeviceBuffer>,
+    /// Uploads were queued on the upload stream since the compute stream last waited for it.
+    pending_h2d: bool,
+    /// The upload stream was used by this call.
+    used_h2d: bool,
+    /// A part of a split call: commits only when every part may (dropped uncommitted, it
+    /// tells the others not to).
+    arrival: Option<crate::gpu::devices::Arrival>,
     /// Element type.
     pub(crate) p: Precision,
     /// Bytes per element.
@@ -81,8 +112,8 @@ pub(crate) struct Exec<'a> {
     status_base: usize,
     status_len: usize,
     infos: Vec<(usize, &'static str)>,
-    /// Non-finite check sums: (status offset, operand, whether the check reads an input).
-    finite: Vec<(usize, &'static str, bool)>,
+    /// Non-finite check flags: (status offset, the operands' names, whether they are inputs).
+    finite: Vec<(usize, [&'static str; MAX_OPERANDS], bool)>,
     outs: Vec<Out>,
 }
 
@@ -101,11 +132,37 @@ impl<'a> Exec<'a> {
             return Err(fail(GpuFailKind::Error, SIZING_ONLY));
         }
         let raw = lane.raw()?;
-        let arena = backend.device_memory(lay.total(), lane)?;
-        let base = arena.ptr();
+        lane.mark(Phase::Launch);
+        lane.dirty = true;
+        let arrival = lane.gate.take();
+        if lane.bounce.ensure()? {
+            lane.clock.t.allocations += 1;
+        }
+        lane.bounce.reset();
+        let total = lay.total();
+        let (arena, base) = if total <= LANE_ARENA_MAX {
+            if lane.arena.as_ref().is_none_or(|a| a.len_bytes() < total) {
+                // the old arena was last used by a finished call on the compute stream
+                lane.arena = None;
+                let size = total
+                    .max(LANE_ARENA_MIN)
+                    .next_power_of_two()
+                    .min(LANE_ARENA_MAX);
+                lane.arena = Some(backend.lane_arena(size, lane)?);
+                lane.clock.t.allocations += 1;
+            }
+            let base = lane.arena.as_ref().map_or(0, |a| a.ptr());
+            (None, base)
+        } else {
+            let b = backend.device_block(total, lane)?;
+            lane.clock.t.allocations += 1;
+            let base = b.ptr();
+            (Some(b), base)
+        };
+        lane.mark(Phase::Alloc);
         if lay.status_len() > 0 {
             cu_ok(
-                // SAFETY: the status region lies inside the buffer allocated for `lay`.
+                // SAFETY: the status region lies inside the arena laid out for `lay`.
                 unsafe {
                     cu::cuMemsetD8Async(
                         base + lay.status_base() as u64,
@@ -121,7 +178,10 @@ impl<'a> Exec<'a> {
             backend,
             lane,
             raw,
-            _arena: arena,
+            arena,
+            pending_h2d: false,
+            used_h2d: false,
+            arrival,
             p,
             es: p.size(),
             base,
@@ -131,6 +191,26 @@ impl<'a> Exec<'a> {
             finite: Vec::new(),
             outs: Vec::new(),
         })
+    }
+
+    /// Orders the arena's reuse after `stream` (one of the lane's transfer streams, about to
+    /// use it).
+    fn record(&mut self, h2d: bool) {
+        let [up, down] = self.lane.transfer_streams();
+        let s = if h2d { up } else { down };
+        match &self.arena {
+            Some(b) => b.record_stream(s),
+            None => {
+                if let Some(a) = &self.lane.arena {
+                    a.record_stream(s)
+                }
+            }
+        }
+    }
+
+    /// The arena offset of status offset `off`.
+    pub(crate) fn status_offset(&self, off: usize) -> usize {
+        self.status_base + off
     }
 
     /// Device address of arena offset `off`.
@@ -168,29 +248,67 @@ impl<'a> Exec<'a> {
         self.lane.host_ws.as_mut_ptr() as *mut std::ffi::c_void
     }
 
-    /// Queues the upload of a caller's matrix (packed) to arena offset `off`.
+    /// Queues the upload of a caller's matrix (packed) to arena offset `off`: one async copy
+    /// from the bounce buffer on the compute stream when it fits there, else the pipelined
+    /// staging on the upload stream (the compute stream waits for it at
+    /// [`Exec::inputs_ready`]).
     ///
     /// # Safety
     /// `m` is readable for its extent (the call's contract).
     pub(crate) unsafe fn upload(&mut self, m: &HostMat, off: usize) -> GResult<()> {
+        self.lane.mark(Phase::Launch);
         let dst = self.addr(off);
-        let (es, h2d) = (self.es, self.lane.h2d);
-        // SAFETY: forwarded; the copies finish before `run` returns (finish synchronises).
-        unsafe { self.lane.staging.upload(m, es, dst, h2d) }
+        let es = self.es;
+        let bytes = packed_bytes(m, es);
+        let r = if bytes == 0 {
+            Ok(())
+        } else if let Some(b) = self.lane.bounce.take(bytes) {
+            let src = self.lane.bounce.at(b);
+            // SAFETY: `m` is readable (contract); the bounce range holds `bytes` and no queued
+            // copy uses it (handed out for this call).
+            unsafe { pack(m, es, src) };
+            self.lane.clock.t.copies_in += 1;
+            cu_ok(
+                // SAFETY: pinned source of `bytes`; destination inside the arena.
+                unsafe {
+                    cu::cuMemcpyHtoDAsync_v2(
+                        dst,
+                        src as *const std::ffi::c_void,
+                        bytes,
+                        self.lane.compute_raw,
+                    )
+                },
+                "host-to-device copy",
+            )
+        } else {
+            self.record(true);
+            self.pending_h2d = true;
+            self.used_h2d = true;
+            self.lane.clock.t.copies_in += 1;
+            let h2d = self.lane.h2d;
+            // SAFETY: forwarded; the copies finish before `run` returns (finish synchronises).
+            unsafe { self.lane.staging.upload(m, es, dst, h2d) }
+        };
+        self.lane.mark(Phase::CopyIn);
+        r
     }
 
     /// Queues the upload of host bytes (pivots, constants) to arena offset `off`. The bytes
     /// are staged before this returns, so `src` may be dropped afterwards.
     pub(crate) fn upload_bytes(&mut self, src: &[u8], off: usize) -> GResult<()> {
-        let dst = self.addr(off);
-        let h2d = self.lane.h2d;
-        // SAFETY: `dst` lies in the arena sized for the layout; `write` packs `src` into a
-        // pinned slot before returning.
-        unsafe { self.lane.staging.write(src, dst, h2d) }
+        let m = HostMat::input(src.as_ptr(), src.len(), 1, src.len().max(1));
+        // SAFETY: `src` is readable for its length; it is packed (into the bounce buffer or a
+        // staging slot) before this returns.
+        unsafe { self.upload(&m, off) }
     }
 
-    /// Makes the compute stream wait for the uploads queued so far.
-    pub(crate) fn inputs_ready(&self) -> GResult<()> {
+    /// Makes the compute stream wait for the uploads queued on the upload stream so far (the
+    /// small ones are on the compute stream already).
+    pub(crate) fn inputs_ready(&mut self) -> GResult<()> {
+        if !self.pending_h2d {
+            return Ok(());
+        }
+        self.pending_h2d = false;
         self.lane.inputs_ready()
     }
 
@@ -199,11 +317,15 @@ impl<'a> Exec<'a> {
         self.infos.push((off, what));
     }
 
-    /// Registers a non-finite check's sum (a real at status offset `off`).
-    pub(crate) fn finite_sum(&mut self, off: usize, what: &'static str) {
-        // A check registered before any routine's `info` reads the call's inputs.
-        let input = self.infos.is_empty();
-        self.finite.push((off, what, input));
+    /// Registers a non-finite check's flag word (status offset `off`, bit k for operand
+    /// `names[k]`); `input`: the flags of a routine's inputs, read before everything else.
+    pub(crate) fn finite_flag(
+        &mut self,
+        off: usize,
+        names: [&'static str; MAX_OPERANDS],
+        input: bool,
+    ) {
+        self.finite.push((off, names, input));
     }
 
     /// Registers an output the routine does not read: the packed device matrix at `dev`
@@ -214,6 +336,7 @@ impl<'a> Exec<'a> {
             host,
             es,
             in_place: false,
+            staged: None,
         });
     }
 
@@ -224,44 +347,23 @@ impl<'a> Exec<'a> {
             host,
             es,
             in_place: true,
+            staged: None,
         });
     }
 
     /// Registers `len` 64-bit device pivots for the caller's pivot vector.
     pub(crate) fn output_piv(&mut self, dev: usize, piv: Piv, len: usize) {
-        self.outs.push(Out::Piv { dev, piv, len });
+        self.outs.push(Out::Piv {
+            dev,
+            piv,
+            len,
+            staged: None,
+        });
     }
 
     /// Registers integers computed on the host for the caller's integer vector `out`.
     pub(crate) fn output_ints(&mut self, values: Vec<i64>, out: Piv) {
         self.outs.push(Out::Ints { values, out });
-    }
-
-    /// Reads the checks of the inputs now (after they ran on the compute stream), before any
-    /// routine is queued: non-finite data goes to the CPU library without the GPU routine
-    /// ever running on it (cuSOLVER's iterative eigen- and SVD solvers are not made to meet
-    /// NaN). Costs one synchronisation and one small copy per call that has input checks.
-    pub(crate) fn verify_inputs(&mut self) -> GResult<()> {
-        // once a routine is queued the checks being added read its results (see finite_sum)
-        if !self.infos.is_empty() || !self.finite.iter().any(|&(_, _, input)| input) {
-            return Ok(());
-        }
-        self.lane.sync_all()?;
-        let src = self.addr(self.status_base);
-        let d2h = self.lane.d2h;
-        // SAFETY: the status region lies in the arena; every stream is idle.
-        let bytes = unsafe { self.lane.staging.read(src, self.status_len, d2h)? };
-        let st = Status { bytes, p: self.p };
-        for &(off, what, input) in &self.finite {
-            let v = st.real(off);
-            if input && !v.is_finite() {
-                return Err(fail(
-                    GpuFailKind::NonFinite,
-                    format!("{what} holds NaN or infinity (check sum {v})"),
-                ));
-            }
-        }
-        Ok(())
     }
 
     /// Waits for the call's device work and checks it: every `info` must be 0 and every
@@ -270,38 +372,96 @@ impl<'a> Exec<'a> {
         self.finish_with(|_| Ok(()))
     }
 
-    /// [`Exec::finish`] with a routine check. Order: the checks of the inputs (non-finite data
-    /// goes to the CPU library whatever the GPU routine said of it), the `info`s, the routine
-    /// check, then the checks of the results (a zero pivot gives LAPACK's `info`, not a
-    /// non-finite result).
+    /// Queues the copies of the results that fit the bounce buffer and of the status words
+    /// behind the routines, synchronises once, and checks. Order of the checks: the inputs'
+    /// flags (non-finite data goes to the CPU library whatever the GPU routine said of it),
+    /// the `info`s, the routine check, then the results' flags (a zero pivot gives LAPACK's
+    /// `info`, not a non-finite result).
     pub(crate) fn finish_with(
         &mut self,
         check: impl FnOnce(&Status) -> GResult<()>,
     ) -> GResult<Status> {
-        self.lane.sync_all()?;
-        let bytes = if self.status_len > 0 {
-            let src = self.addr(self.status_base);
-            let d2h = self.lane.d2h;
-            // SAFETY: the status region lies in the arena; every stream is idle.
-            unsafe { self.lane.staging.read(src, self.status_len, d2h)? }
+        self.lane.mark(Phase::Launch);
+        let compute = self.lane.compute_raw;
+        let base = self.base;
+        let mut outs = std::mem::take(&mut self.outs);
+        let mut queued = Ok(());
+        for o in outs.iter_mut() {
+            let (dev, bytes, staged) = match o {
+                Out::Mat {
+                    dev,
+                    host,
+                    es,
+                    staged,
+                    ..
+                } => (*dev, packed_bytes(host, *es), staged),
+                Out::Piv {
+                    dev, len, staged, ..
+                } => (*dev, 8 * *len, staged),
+                Out::Ints { .. } => continue,
+            };
+            if let Some(b) = self.lane.bounce.take(bytes) {
+                queued = d2h(self.lane.bounce.at(b), base + dev as u64, bytes, compute);
+                if queued.is_err() {
+                    break;
+                }
+                self.lane.clock.t.copies_out += 1;
+                *staged = Some(b);
+            }
+        }
+        self.outs = outs;
+        queued?;
+        let status_at = if self.status_len > 0 {
+            let b = self.lane.bounce.take(self.status_len);
+            if let Some(b) = b {
+                d2h(
+                    self.lane.bounce.at(b),
+                    self.addr(self.status_base),
+                    self.status_len,
+                    compute,
+                )?;
+                self.lane.clock.t.copies_out += 1;
+            }
+            b
         } else {
-            Vec::new()
+            None
+        };
+        self.lane.mark(Phase::CopyOut);
+        self.lane.sync_compute(self.used_h2d)?;
+        let bytes = match status_at {
+            Some(b) => {
+                // SAFETY: the bounce range holds the status words, copied before the sync.
+                unsafe { std::slice::from_raw_parts(self.lane.bounce.at(b), self.status_len) }
+                    .to_vec()
+            }
+            None if self.status_len > 0 => {
+                self.record(false);
+                let src = self.addr(self.status_base);
+                let d2h = self.lane.d2h;
+                self.lane.clock.t.copies_out += 1;
+                self.lane.clock.t.syncs += 1;
+                // SAFETY: the status region lies in the arena; every stream is idle.
+                unsafe { self.lane.staging.read(src, self.status_len, d2h)? }
+            }
+            None => Vec::new(),
         };
         let st = Status { bytes, p: self.p };
         let non_finite = |input: bool| -> GResult<()> {
-            for &(off, what, is_input) in &self.finite {
-                let v = st.real(off);
-                if is_input == input && !v.is_finite() {
+            for &(off, ref names, is_input) in &self.finite {
+                if is_input != input {
+                    continue;
+                }
+                if let Some(what) = flagged(st.flag(off), names) {
                     return Err(fail(
                         GpuFailKind::NonFinite,
-                        format!("{what} holds NaN or infinity (check sum {v})"),
+                        format!("{what} holds NaN or infinity"),
                     ));
                 }
             }
             Ok(())
         };
-        // Non-finite inputs first: whatever `info` the GPU routine gave them, LAPACK's answer to
-        // such data comes from the CPU library (an `info` of theirs is not LAPACK's).
+        // Non-finite inputs first: whatever `info` the GPU routine gave them (it ran on the
+        // guard's identity pattern), LAPACK's answer to such data comes from the CPU library.
         non_finite(true)?;
         for &(off, what) in &self.infos {
             let info = st.int(off);
@@ -311,6 +471,7 @@ impl<'a> Exec<'a> {
         }
         check(&st)?;
         non_finite(false)?;
+        self.lane.mark(Phase::Launch);
         Ok(st)
     }
 
@@ -322,17 +483,43 @@ impl<'a> Exec<'a> {
             Inject::Error => return Err(fail(GpuFailKind::Injected, "injected CUDA error")),
             _ => {}
         }
+        if let Some(a) = self.arrival.take() {
+            if !a.commit() {
+                return Err(fail(
+                    GpuFailKind::Error,
+                    "another part of the split call failed: nothing written",
+                ));
+            }
+        }
+        self.lane.mark(Phase::Launch);
         let mut outs = std::mem::take(&mut self.outs);
         outs.sort_by_key(|o| matches!(o, Out::Mat { in_place: true, .. }));
         let mut touched = false;
+        let mut result = Ok(());
         for o in outs {
             let r = match o {
+                Out::Mat {
+                    host,
+                    es,
+                    in_place,
+                    staged: Some(b),
+                    ..
+                } => {
+                    // SAFETY: `host` is the caller's writable matrix (call contract); the
+                    // bounce range holds its packed result (copied before finish's sync).
+                    unsafe { unpack(self.lane.bounce.at(b), &host, es) };
+                    touched |= in_place;
+                    Ok(())
+                }
                 Out::Mat {
                     dev,
                     host,
                     es,
                     in_place,
+                    staged: None,
                 } => {
+                    self.record(false);
+                    self.lane.clock.t.copies_out += 1;
                     let (src, d2h) = (self.addr(dev), self.lane.d2h);
                     // SAFETY: `host` is the caller's writable matrix (call contract); `src`
                     // holds its packed result and the streams are idle (finish).
@@ -343,7 +530,34 @@ impl<'a> Exec<'a> {
                     })
                     .map(|()| touched |= in_place)
                 }
-                Out::Piv { dev, piv, len } => self.write_piv(dev, piv, len),
+                Out::Piv {
+                    piv,
+                    len,
+                    staged: Some(b),
+                    ..
+                } => {
+                    // SAFETY: the bounce range holds `len` pivots (copied before the sync).
+                    let bytes =
+                        unsafe { std::slice::from_raw_parts(self.lane.bounce.at(b), 8 * len) };
+                    // SAFETY: the caller's pivot vector holds `len` integers (call contract).
+                    unsafe { write_piv(bytes, piv) };
+                    Ok(())
+                }
+                Out::Piv {
+                    dev,
+                    piv,
+                    len,
+                    staged: None,
+                } => {
+                    self.record(false);
+                    self.lane.clock.t.copies_out += 1;
+                    let (src, d2h) = (self.addr(dev), self.lane.d2h);
+                    // SAFETY: `len` i64 at `src`; streams idle.
+                    unsafe { self.lane.staging.read(src, 8 * len, d2h) }.map(|bytes| {
+                        // SAFETY: the caller's pivot vector holds `len` integers.
+                        unsafe { write_piv(&bytes, piv) }
+                    })
+                }
                 Out::Ints { values, out } => {
                     for (j, v) in values.iter().enumerate() {
                         // SAFETY: the caller's integer vector holds `values.len()` integers
@@ -369,29 +583,45 @@ impl<'a> Exec<'a> {
                 }
             });
             if let Err(e) = r {
-                return Err(if touched { lost(e) } else { e });
+                result = Err(if touched { lost(e) } else { e });
+                break;
             }
         }
-        Ok(())
+        if result.is_ok() {
+            // every copy of the call has finished: the lane is idle
+            self.lane.dirty = false;
+        }
+        self.lane.mark(Phase::CopyOut);
+        result
     }
+}
 
-    fn write_piv(&mut self, dev: usize, piv: Piv, len: usize) -> GResult<()> {
-        let (src, d2h) = (self.addr(dev), self.lane.d2h);
-        // SAFETY: `len` i64 at `src`; streams idle.
-        let bytes = unsafe { self.lane.staging.read(src, 8 * len, d2h)? };
-        for (j, c) in bytes.chunks_exact(8).enumerate() {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(c);
-            let v = i64::from_ne_bytes(b);
-            // SAFETY: the caller's pivot vector holds `len` integers (call contract).
-            unsafe {
-                match piv {
-                    Piv::I32(p) => *p.add(j) = v as i32,
-                    Piv::I64(p) => *p.add(j) = v,
-                }
+/// Queues a device-to-host copy of `bytes` on `stream`.
+fn d2h(dst: *mut u8, src: cu::CUdeviceptr, bytes: usize, stream: cu::CUstream) -> GResult<()> {
+    cu_ok(
+        // SAFETY: callers pass a pinned destination of `bytes` (a bounce range) and a source
+        // inside the call's arena.
+        unsafe { cu::cuMemcpyDtoHAsync_v2(dst as *mut std::ffi::c_void, src, bytes, stream) },
+        "device-to-host copy",
+    )
+}
+
+/// Writes 64-bit pivots (`bytes`, native order) into the caller's integer vector.
+///
+/// # Safety
+/// `piv` holds `bytes.len() / 8` integers.
+unsafe fn write_piv(bytes: &[u8], piv: Piv) {
+    for (j, c) in bytes.chunks_exact(8).enumerate() {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(c);
+        let v = i64::from_ne_bytes(b);
+        // SAFETY: caller contract.
+        unsafe {
+            match piv {
+                Piv::I32(p) => *p.add(j) = v as i32,
+                Piv::I64(p) => *p.add(j) = v,
             }
         }
-        Ok(())
     }
 }
 
@@ -399,7 +629,9 @@ impl Exec<'_> {
     /// Reads `len` bytes at arena offset `off` now, synchronising the lane first (for the
     /// routines that decide on the host in the middle of a call: gelsd's rank).
     pub(crate) fn read_now(&mut self, off: usize, len: usize) -> GResult<Vec<u8>> {
-        self.lane.sync_all()?;
+        self.lane.sync_compute(self.used_h2d)?;
+        self.record(false);
+        self.lane.clock.t.copies_out += 1;
         let (src, d2h) = (self.addr(off), self.lane.d2h);
         // SAFETY: `off..off+len` lies in the arena; every stream is idle.
         unsafe { self.lane.staging.read(src, len, d2h) }

@@ -15,6 +15,12 @@ use cudarc::driver::sys as cu;
 use gpukit_core::{PinnedBuffer, PinnedKind, PinnedPool};
 use std::ffi::c_void;
 
+/// The lane's bounce buffer (bytes): twice the lane's arena, so a call that fits in the arena
+/// moves every operand and every result through it.
+pub const BOUNCE_BYTES: usize = 2 * crate::gpu::lane::LANE_ARENA_MAX;
+/// Offsets in the bounce buffer are aligned to this.
+const BOUNCE_ALIGN: usize = 256;
+
 /// The largest staging slot (bytes), unless a single column needs more.
 pub const SLOT_BYTES: usize = 16 << 20;
 /// Slots are allocated in multiples of this.
@@ -165,6 +171,105 @@ unsafe fn transfer(m: &HostMat, es: usize, lo: usize, hi: usize, buf: *mut u8, d
             }
         });
     }
+}
+
+/// A lane's pinned bounce buffer: small operands are packed into it and go up with one async
+/// copy each, small results come down into it with one async copy each, all on the compute
+/// stream; space is handed out in call order and given back all at once when the next call
+/// starts ([`Bounce::reset`]), when the previous call's copies are known to be finished.
+pub(crate) struct Bounce {
+    pool: PinnedPool,
+    buf: Option<PinnedBuffer>,
+    ptr: *mut u8,
+    size: usize,
+    used: usize,
+}
+
+// SAFETY: the address points into the PinnedBuffer the bounce owns; it moves with its lane,
+// which one thread uses at a time.
+unsafe impl Send for Bounce {}
+
+impl Bounce {
+    /// No memory until [`Bounce::ensure`].
+    pub(crate) fn new(pool: PinnedPool) -> Bounce {
+        Bounce {
+            pool,
+            buf: None,
+            ptr: std::ptr::null_mut(),
+            size: 0,
+            used: 0,
+        }
+    }
+
+    /// Takes the pinned buffer from the pool the first time (true when it did).
+    pub(crate) fn ensure(&mut self) -> GResult<bool> {
+        if self.buf.is_some() {
+            return Ok(false);
+        }
+        let mut buf = self
+            .pool
+            .acquire(BOUNCE_BYTES, PinnedKind::Cached)
+            .map_err(|e| core_fail("pinned bounce buffer", e))?;
+        self.ptr = buf.as_mut_ptr();
+        self.size = buf.capacity();
+        self.buf = Some(buf);
+        Ok(true)
+    }
+
+    /// Gives every range back (the lane is idle: no copy uses the buffer).
+    pub(crate) fn reset(&mut self) {
+        self.used = 0;
+    }
+
+    /// `bytes` of the buffer for one copy, if they are left: the offset.
+    pub(crate) fn take(&mut self, bytes: usize) -> Option<usize> {
+        let off = self.used.next_multiple_of(BOUNCE_ALIGN);
+        if self.buf.is_none() || bytes == 0 || off + bytes > self.size {
+            return None;
+        }
+        self.used = off + bytes;
+        Some(off)
+    }
+
+    /// Pinned bytes held.
+    pub(crate) fn pinned_bytes(&self) -> usize {
+        if self.buf.is_some() {
+            self.size
+        } else {
+            0
+        }
+    }
+
+    /// The address of offset `off`.
+    pub(crate) fn at(&self, off: usize) -> *mut u8 {
+        // SAFETY: callers pass offsets handed out by `take` (inside the buffer).
+        unsafe { self.ptr.add(off) }
+    }
+}
+
+/// Packs the caller's matrix `m` into `dst` (its packed bytes, `ld = rows`).
+///
+/// # Safety
+/// `m` is readable for its extent; `dst` holds its packed size.
+pub(crate) unsafe fn pack(m: &HostMat, es: usize, dst: *mut u8) {
+    let (total, ..) = geometry(m, es);
+    // SAFETY: forwarded; the whole range 0..total.
+    unsafe { transfer(m, es, 0, total, dst, Dir::Pack) }
+}
+
+/// Unpacks `src` (the packed bytes of a matrix shaped as `m`) into the caller's matrix `m`.
+///
+/// # Safety
+/// `m` is writable for its extent; `src` holds its packed size.
+pub(crate) unsafe fn unpack(src: *mut u8, m: &HostMat, es: usize) {
+    let (total, ..) = geometry(m, es);
+    // SAFETY: forwarded; the whole range 0..total.
+    unsafe { transfer(m, es, 0, total, src, Dir::Unpack) }
+}
+
+/// Packed bytes of a host matrix of `es`-byte elements.
+pub(crate) fn packed_bytes(m: &HostMat, es: usize) -> usize {
+    geometry(m, es).0
 }
 
 /// The two staging slots of a lane and the events that say when each is free again. A slot
@@ -352,21 +457,6 @@ impl Staging {
         // SAFETY: `v` is writable for `bytes`; `src` per the contract.
         unsafe { self.copy_out(src, &m, 1, stream) }.map_err(|(e, _)| e)?;
         Ok(v)
-    }
-
-    /// Uploads `bytes` (small host data: pivots, constants) to `dst` on `stream`.
-    ///
-    /// # Safety
-    /// `dst` holds `src.len()` bytes; `src` lives until `stream` has finished the copy.
-    pub(crate) unsafe fn write(
-        &mut self,
-        src: &[u8],
-        dst: cu::CUdeviceptr,
-        stream: cu::CUstream,
-    ) -> GResult<()> {
-        let m = HostMat::input(src.as_ptr(), src.len(), 1, src.len().max(1));
-        // SAFETY: forwarded.
-        unsafe { self.upload(&m, 1, dst, stream) }
     }
 
     /// The events, for the lane to destroy.
