@@ -125,7 +125,7 @@ unsafe fn potrf(
     let es = p.size();
     let ws = potrf_ws(lane, p, uplo, n)?;
     let mut lay = Layout::default();
-    let (oa, ow) = (lay.dev(a.len() * es), lay.dev(ws.0));
+    let (oa, ow) = (lay.dev(a.len() * es), lay.workspace(ws.0));
     let oi = lay.status(4);
     let checks = FinitePlan::inputs(
         &mut lay,
@@ -168,7 +168,7 @@ unsafe fn solve(
         (0, 0)
     };
     let mut lay = Layout::default();
-    let (oa, ob, ow) = (lay.dev(a.len() * es), lay.dev(bm.len() * es), lay.dev(ws.0));
+    let (oa, ob, ow) = (lay.dev(a.len() * es), lay.dev(bm.len() * es), lay.workspace(ws.0));
     let (oi, oi2) = (lay.status(4), lay.status(4));
     let a_check = if factor {
         Check::Symmetric {
@@ -276,7 +276,7 @@ unsafe fn potri(
         Ok((lwork.max(0) as usize * es, 0))
     })?;
     let mut lay = Layout::default();
-    let (oa, ow) = (lay.dev(a.len() * es), lay.dev(wsb));
+    let (oa, ow) = (lay.dev(a.len() * es), lay.workspace(wsb));
     let oi = lay.status(4);
     let check_in = FinitePlan::inputs(
         &mut lay,

@@ -161,7 +161,7 @@ unsafe fn syevd(
     let (es, rs) = (p.size(), p.real_size());
     let (dws, hws) = syevd_ws(lane, p, vectors, uplo, n)?;
     let mut lay = Layout::default();
-    let (oa, ow, owk) = (lay.dev(a.len() * es), lay.dev(n * rs), lay.dev(dws));
+    let (oa, ow, owk) = (lay.dev(a.len() * es), lay.dev(n * rs), lay.workspace(dws));
     let oi = lay.status(4);
     let (input, outputs) = checks(oa, ow, n, n, uplo, vectors);
     let check_in = FinitePlan::inputs(&mut lay, &[input]);
@@ -321,7 +321,7 @@ unsafe fn syevr(
         })?
     };
     let mut lay = Layout::default();
-    let (oa, ow, owk) = (lay.dev(a.len() * es), lay.dev(n * rs), lay.dev(dws));
+    let (oa, ow, owk) = (lay.dev(a.len() * es), lay.dev(n * rs), lay.workspace(dws));
     let oi = lay.status(4);
     let (input, outputs) = checks(oa, ow, n, n, uplo, vectors);
     let check_in = FinitePlan::inputs(&mut lay, &[input]);

@@ -20,10 +20,9 @@
 
 use crate::call::{HostMat, Piv};
 use crate::gpu::fail::{cu_ok, fail, GResult, GpuFail, GpuFailKind, Inject};
-use crate::gpu::finite::flagged;
+use crate::gpu::finite::{flagged, Flagged, Operands};
 use crate::gpu::flags::real_value;
-use crate::gpu::kernels::MAX_OPERANDS;
-use crate::gpu::lane::{Lane, Raw, LANE_ARENA_MAX, LANE_ARENA_MIN};
+use crate::gpu::lane::{Lane, Raw, LANE_ARENA_CAP, LANE_ARENA_MAX, LANE_ARENA_MIN};
 use crate::gpu::layout::Layout;
 use crate::gpu::phases::Phase;
 use crate::gpu::staging::{pack, packed_bytes, unpack};
@@ -36,6 +35,87 @@ use gpukit_core::DeviceBuffer;
 
 /// The detail of the failure a sizing-only run stops with.
 pub(crate) const SIZING_ONLY: &str = "sizing only";
+
+/// What one upload reads from host memory.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Src<'s> {
+    /// A caller's matrix of elements of the given size, packed on the way (`ld = rows` on the
+    /// device).
+    Mat(HostMat, usize),
+    /// Host bytes as they are (pivots, constants): exactly `len()` bytes are read.
+    Bytes(&'s [u8]),
+}
+
+impl Src<'_> {
+    /// The source as a matrix and its element size (bytes: one column of 1-byte elements).
+    pub(crate) fn as_mat(&self) -> (HostMat, usize) {
+        match *self {
+            Src::Mat(m, es) => (m, es),
+            Src::Bytes(b) => (HostMat::input(b.as_ptr(), b.len(), 1, b.len().max(1)), 1),
+        }
+    }
+
+    /// The bytes the upload reads from the host and writes to the device.
+    pub(crate) fn bytes(&self) -> usize {
+        let (m, es) = self.as_mat();
+        packed_bytes(&m, es)
+    }
+
+    /// Packs the source into `dst`.
+    ///
+    /// # Safety
+    /// A `Mat` source is readable for its extent; `dst` holds [`Src::bytes`] bytes.
+    pub(crate) unsafe fn pack_into(&self, dst: *mut u8) {
+        let (m, es) = self.as_mat();
+        // SAFETY: forwarded; a `Bytes` source is a live slice of exactly that length.
+        unsafe { pack(&m, es, dst) }
+    }
+}
+
+/// Whether a copy of `bytes` at arena offset `off` stays inside a call's device buffers, which
+/// end at `dev_end` (the status words follow them): a copy past that end would overwrite the
+/// call's `info`s and check flags, or memory beyond the call's arena.
+pub(crate) fn within(off: usize, bytes: usize, dev_end: usize) -> bool {
+    off.checked_add(bytes).is_some_and(|end| end <= dev_end)
+}
+
+/// The error of a copy that would leave the call's device buffers (an internal fault: the call
+/// runs on the CPU).
+fn out_of_layout(what: &str, off: usize, bytes: usize, dev_end: usize) -> GpuFail {
+    fail(
+        GpuFailKind::Error,
+        format!(
+            "internal error: {what} of {bytes} bytes at arena offset {off} would pass the call's device buffers (they end at {dev_end}); nothing was copied"
+        ),
+    )
+}
+
+/// Where a call's device memory comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ArenaUse {
+    /// The lane's own arena, grown to this many bytes first when it is smaller.
+    Lane(usize),
+    /// A block of its own from the device allocator (charged to the caller's owner).
+    Allocator,
+}
+
+/// Where a call of `operands` bytes (operands, results, status words) and `total` bytes (with
+/// the libraries' workspace) runs, on a lane whose arena holds `have` bytes.
+pub(crate) fn arena_use(operands: usize, total: usize, have: usize) -> ArenaUse {
+    if operands > LANE_ARENA_MAX || total > LANE_ARENA_CAP {
+        return ArenaUse::Allocator;
+    }
+    if have >= total {
+        ArenaUse::Lane(have)
+    } else {
+        ArenaUse::Lane(
+            total
+                .max(LANE_ARENA_MIN)
+                .next_power_of_two()
+                .min(LANE_ARENA_CAP),
+        )
+    }
+}
 
 /// What goes back to the caller once every check passed.
 enum Out {
@@ -109,11 +189,12 @@ pub(crate) struct Exec<'a> {
     /// Bytes per element.
     pub(crate) es: usize,
     base: cu::CUdeviceptr,
+    /// The status words' arena offset: the call's device buffers end there.
     status_base: usize,
     status_len: usize,
     infos: Vec<(usize, &'static str)>,
     /// Non-finite check flags: (status offset, the operands' names, whether they are inputs).
-    finite: Vec<(usize, [&'static str; MAX_OPERANDS], bool)>,
+    finite: Vec<(usize, Operands, bool)>,
     outs: Vec<Out>,
 }
 
@@ -140,24 +221,24 @@ impl<'a> Exec<'a> {
         }
         lane.bounce.reset();
         let total = lay.total();
-        let (arena, base) = if total <= LANE_ARENA_MAX {
-            if lane.arena.as_ref().is_none_or(|a| a.len_bytes() < total) {
-                // the old arena was last used by a finished call on the compute stream
-                lane.arena = None;
-                let size = total
-                    .max(LANE_ARENA_MIN)
-                    .next_power_of_two()
-                    .min(LANE_ARENA_MAX);
-                lane.arena = Some(backend.lane_arena(size, lane)?);
-                lane.clock.t.allocations += 1;
+        let have = lane.arena.as_ref().map_or(0, |a| a.len_bytes());
+        let (arena, base) = match arena_use(lay.operands(), total, have) {
+            ArenaUse::Lane(size) => {
+                if size > have {
+                    // the old arena was last used by a finished call on the compute stream
+                    lane.arena = None;
+                    lane.arena = Some(backend.lane_arena(size, lane)?);
+                    lane.clock.t.allocations += 1;
+                }
+                let base = lane.arena.as_ref().map_or(0, |a| a.ptr());
+                (None, base)
             }
-            let base = lane.arena.as_ref().map_or(0, |a| a.ptr());
-            (None, base)
-        } else {
-            let b = backend.device_block(total, lane)?;
-            lane.clock.t.allocations += 1;
-            let base = b.ptr();
-            (Some(b), base)
+            ArenaUse::Allocator => {
+                let b = backend.device_block(total, lane)?;
+                lane.clock.t.allocations += 1;
+                let base = b.ptr();
+                (Some(b), base)
+            }
         };
         lane.mark(Phase::Alloc);
         if lay.status_len() > 0 {
@@ -256,24 +337,36 @@ impl<'a> Exec<'a> {
     /// # Safety
     /// `m` is readable for its extent (the call's contract).
     pub(crate) unsafe fn upload(&mut self, m: &HostMat, off: usize) -> GResult<()> {
+        // SAFETY: forwarded.
+        unsafe { self.stage(Src::Mat(*m, self.es), off) }
+    }
+
+    /// Queues the upload of `src` to arena offset `off` (see [`Exec::upload`]).
+    ///
+    /// # Safety
+    /// A matrix source is readable for its extent (the call's contract).
+    unsafe fn stage(&mut self, src: Src, off: usize) -> GResult<()> {
         self.lane.mark(Phase::Launch);
         let dst = self.addr(off);
-        let es = self.es;
-        let bytes = packed_bytes(m, es);
+        let bytes = src.bytes();
+        if !within(off, bytes, self.status_base) {
+            return Err(out_of_layout("an upload", off, bytes, self.status_base));
+        }
         let r = if bytes == 0 {
             Ok(())
         } else if let Some(b) = self.lane.bounce.take(bytes) {
-            let src = self.lane.bounce.at(b);
-            // SAFETY: `m` is readable (contract); the bounce range holds `bytes` and no queued
-            // copy uses it (handed out for this call).
-            unsafe { pack(m, es, src) };
+            let to = self.lane.bounce.at(b);
+            // SAFETY: the source is readable (contract); the bounce range holds `bytes` and no
+            // queued copy uses it (handed out for this call).
+            unsafe { src.pack_into(to) };
             self.lane.clock.t.copies_in += 1;
             cu_ok(
-                // SAFETY: pinned source of `bytes`; destination inside the arena.
+                // SAFETY: pinned source of `bytes`; destination inside the call's buffers
+                // (checked above).
                 unsafe {
                     cu::cuMemcpyHtoDAsync_v2(
                         dst,
-                        src as *const std::ffi::c_void,
+                        to as *const std::ffi::c_void,
                         bytes,
                         self.lane.compute_raw,
                     )
@@ -286,20 +379,21 @@ impl<'a> Exec<'a> {
             self.used_h2d = true;
             self.lane.clock.t.copies_in += 1;
             let h2d = self.lane.h2d;
+            let (m, es) = src.as_mat();
             // SAFETY: forwarded; the copies finish before `run` returns (finish synchronises).
-            unsafe { self.lane.staging.upload(m, es, dst, h2d) }
+            unsafe { self.lane.staging.upload(&m, es, dst, h2d) }
         };
         self.lane.mark(Phase::CopyIn);
         r
     }
 
-    /// Queues the upload of host bytes (pivots, constants) to arena offset `off`. The bytes
-    /// are staged before this returns, so `src` may be dropped afterwards.
+    /// Queues the upload of host bytes (pivots, constants) to arena offset `off`: exactly
+    /// `src.len()` bytes (not elements of the call's type). The bytes are staged before this
+    /// returns, so `src` may be dropped afterwards.
     pub(crate) fn upload_bytes(&mut self, src: &[u8], off: usize) -> GResult<()> {
-        let m = HostMat::input(src.as_ptr(), src.len(), 1, src.len().max(1));
         // SAFETY: `src` is readable for its length; it is packed (into the bounce buffer or a
         // staging slot) before this returns.
-        unsafe { self.upload(&m, off) }
+        unsafe { self.stage(Src::Bytes(src), off) }
     }
 
     /// Makes the compute stream wait for the uploads queued on the upload stream so far (the
@@ -319,12 +413,7 @@ impl<'a> Exec<'a> {
 
     /// Registers a non-finite check's flag word (status offset `off`, bit k for operand
     /// `names[k]`); `input`: the flags of a routine's inputs, read before everything else.
-    pub(crate) fn finite_flag(
-        &mut self,
-        off: usize,
-        names: [&'static str; MAX_OPERANDS],
-        input: bool,
-    ) {
+    pub(crate) fn finite_flag(&mut self, off: usize, names: Operands, input: bool) {
         self.finite.push((off, names, input));
     }
 
@@ -400,6 +489,10 @@ impl<'a> Exec<'a> {
                 } => (*dev, 8 * *len, staged),
                 Out::Ints { .. } => continue,
             };
+            if !within(dev, bytes, self.status_base) {
+                queued = Err(out_of_layout("a result", dev, bytes, self.status_base));
+                break;
+            }
             if let Some(b) = self.lane.bounce.take(bytes) {
                 queued = d2h(self.lane.bounce.at(b), base + dev as u64, bytes, compute);
                 if queued.is_err() {
@@ -451,11 +544,22 @@ impl<'a> Exec<'a> {
                 if is_input != input {
                     continue;
                 }
-                if let Some(what) = flagged(st.flag(off), names) {
-                    return Err(fail(
-                        GpuFailKind::NonFinite,
-                        format!("{what} holds NaN or infinity"),
-                    ));
+                match flagged(st.flag(off), names) {
+                    Flagged::None => {}
+                    Flagged::Operand(what) => {
+                        return Err(fail(
+                            GpuFailKind::NonFinite,
+                            format!("{what} holds NaN or infinity"),
+                        ))
+                    }
+                    Flagged::Stray(bits) => {
+                        return Err(fail(
+                            GpuFailKind::Error,
+                            format!(
+                                "internal error: a non-finite check's flag word reads {bits:#x}, bits for no operand it checks (the call's status words were overwritten)"
+                            ),
+                        ))
+                    }
                 }
             }
             Ok(())
@@ -629,6 +733,9 @@ impl Exec<'_> {
     /// Reads `len` bytes at arena offset `off` now, synchronising the lane first (for the
     /// routines that decide on the host in the middle of a call: gelsd's rank).
     pub(crate) fn read_now(&mut self, off: usize, len: usize) -> GResult<Vec<u8>> {
+        if !within(off, len, self.status_base) {
+            return Err(out_of_layout("a read", off, len, self.status_base));
+        }
         self.lane.sync_compute(self.used_h2d)?;
         self.record(false);
         self.lane.clock.t.copies_out += 1;
@@ -712,4 +819,87 @@ pub(crate) unsafe fn read_piv(piv: Piv, len: usize) -> Vec<i64> {
 pub(crate) fn i64_bytes(v: &[i64]) -> &[u8] {
     // SAFETY: i64 has no padding; the byte view covers exactly the slice.
     unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A byte upload moves exactly its bytes whatever the call's element size: packed into a
+    /// guarded buffer it writes `len` bytes and reads no more (the fixed-cost branch read and
+    /// wrote `len * element size`: getri's and gelsd's status words were overwritten with host
+    /// memory past the source, and gelsd ran past its source's heap block; valgrind sees any
+    /// over-read here).
+    #[test]
+    fn a_byte_upload_moves_exactly_its_bytes() {
+        for len in [1usize, 24, 456, 4096 + 3] {
+            let src: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let s = Src::Bytes(&src);
+            assert_eq!(s.bytes(), len);
+            let (m, es) = s.as_mat();
+            assert_eq!((es, m.rows, m.cols), (1, len, 1));
+            let mut dst = vec![0xEEu8; len + 64];
+            // SAFETY: `dst` holds `len` bytes and more; a byte source is its own slice.
+            unsafe { s.pack_into(dst.as_mut_ptr()) };
+            assert_eq!(&dst[..len], &src[..]);
+            assert!(dst[len..].iter().all(|&b| b == 0xEE), "written past {len}");
+        }
+        // a matrix source packs its used part, elements of its own size
+        let a: Vec<u8> = (0..5 * 3 * 16).map(|i| i as u8).collect();
+        let m = HostMat::input(a.as_ptr(), 4, 3, 5);
+        let s = Src::Mat(m, 16);
+        assert_eq!(s.bytes(), 4 * 3 * 16);
+        let mut dst = vec![0u8; 4 * 3 * 16];
+        // SAFETY: `a` holds the 5 x 3 matrix of 16-byte elements; `dst` its packed size.
+        unsafe { s.pack_into(dst.as_mut_ptr()) };
+        for j in 0..3 {
+            assert_eq!(&dst[j * 64..(j + 1) * 64], &a[j * 80..j * 80 + 64]);
+        }
+    }
+
+    #[test]
+    fn copies_stay_inside_the_calls_buffers() {
+        assert!(within(0, 512, 512));
+        assert!(within(512, 0, 512));
+        assert!(!within(0, 513, 512));
+        assert!(!within(usize::MAX, 2, usize::MAX));
+        // getri n = 57 in single precision, as laid out: the ones vector's 228 bytes fit its
+        // slot; 228 * 4 (the bug) pass the buffers' end into the status words
+        let mut lay = Layout::default();
+        let (n, es) = (57usize, 4usize);
+        let _a = lay.dev(n * n * es);
+        let _piv = lay.dev(8 * n);
+        let _x = lay.dev(n * n * es);
+        let ones = lay.dev(n * es);
+        let end = lay.status_base();
+        assert!(within(ones, n * es, end));
+        assert!(!within(ones, n * es * es, end));
+    }
+
+    #[test]
+    fn small_calls_run_in_the_lanes_arena_workspace_and_all() {
+        const MIB: usize = 1 << 20;
+        // a 4 x 4 call: the arena's smallest size at first, kept once it is large enough
+        assert_eq!(arena_use(4096, 8192, 0), ArenaUse::Lane(LANE_ARENA_MIN));
+        assert_eq!(
+            arena_use(4096, 8192, LANE_ARENA_MIN),
+            ArenaUse::Lane(LANE_ARENA_MIN)
+        );
+        // a tiny SVD whose workspace is several MiB: the arena grows once, then serves it
+        assert_eq!(arena_use(8192, 5 * MIB, LANE_ARENA_MIN), ArenaUse::Lane(8 * MIB));
+        assert_eq!(arena_use(8192, 5 * MIB, 8 * MIB), ArenaUse::Lane(8 * MIB));
+        assert_eq!(
+            arena_use(8192, LANE_ARENA_CAP, 0),
+            ArenaUse::Lane(LANE_ARENA_CAP)
+        );
+        // operands beyond the arena's bound, or a workspace beyond its cap: the allocator
+        // (charged to the caller's owner)
+        assert_eq!(
+            arena_use(LANE_ARENA_MAX + 1, LANE_ARENA_MAX + 1, 64 * MIB),
+            ArenaUse::Allocator
+        );
+        assert_eq!(arena_use(8192, LANE_ARENA_CAP + 1, 0), ArenaUse::Allocator);
+        // a 512 x 512 potrf (the owner test's call): 2 MiB of operands
+        assert_eq!(arena_use(2 * MIB, 2 * MIB + 4096, 0), ArenaUse::Allocator);
+    }
 }

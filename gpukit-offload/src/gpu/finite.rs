@@ -199,9 +199,9 @@ impl FinitePlan {
         // zeroed when the call began.
         let launches = unsafe { kernels.check(x.p.real_size(), &g, flag, x.lane.compute_raw)? };
         x.lane.clock.t.own_launches += launches as u64;
-        let mut names = [""; MAX_OPERANDS];
-        for (n, c) in names.iter_mut().zip(&self.checks) {
-            *n = c.what();
+        let mut names = Operands::default();
+        for c in &self.checks {
+            names.push(c.what());
         }
         x.finite_flag(self.flag, names, self.role == Role::Inputs);
         x.lane.mark(Phase::Check);
@@ -209,11 +209,48 @@ impl FinitePlan {
     }
 }
 
-/// The first operand a flag word names (bit k: operand k).
-pub(crate) fn flagged(flag: u32, names: &[&'static str; MAX_OPERANDS]) -> Option<&'static str> {
-    (0..MAX_OPERANDS)
-        .find(|&k| flag & (1 << k) != 0)
-        .map(|k| names[k])
+/// The operands of one check launch, by name (bit k of its flag word: operand k).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Operands {
+    names: [&'static str; MAX_OPERANDS],
+    count: usize,
+}
+
+impl Operands {
+    /// Adds the next operand (at most [`MAX_OPERANDS`]: a plan checks that first).
+    pub(crate) fn push(&mut self, name: &'static str) {
+        if self.count < MAX_OPERANDS {
+            self.names[self.count] = name;
+            self.count += 1;
+        }
+    }
+}
+
+/// What a flag word says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flagged {
+    /// Every operand is finite.
+    None,
+    /// The first non-finite operand.
+    Operand(&'static str),
+    /// Bits set for no operand of the launch: the word was not written by the check alone.
+    Stray(u32),
+}
+
+/// What the flag word `flag` of a launch over `ops` says (bit k: operand k).
+pub(crate) fn flagged(flag: u32, ops: &Operands) -> Flagged {
+    let known = if ops.count >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << ops.count) - 1
+    };
+    if flag & !known != 0 {
+        return Flagged::Stray(flag);
+    }
+    match (0..ops.count).find(|&k| flag & (1 << k) != 0) {
+        Some(k) => Flagged::Operand(ops.names[k]),
+        None => Flagged::None,
+    }
 }
 
 #[cfg(test)]
@@ -283,10 +320,23 @@ mod tests {
     }
 
     #[test]
-    fn a_flag_names_its_first_operand() {
-        let names = ["A", "B", "", ""];
-        assert_eq!(flagged(0, &names), None);
-        assert_eq!(flagged(0b10, &names), Some("B"));
-        assert_eq!(flagged(0b11, &names), Some("A"));
+    fn a_flag_names_its_first_operand_and_stray_bits_are_no_operand() {
+        let mut ops = Operands::default();
+        ops.push("A");
+        ops.push("B");
+        assert_eq!(flagged(0, &ops), Flagged::None);
+        assert_eq!(flagged(0b10, &ops), Flagged::Operand("B"));
+        assert_eq!(flagged(0b11, &ops), Flagged::Operand("A"));
+        // a bit of an operand the launch did not check (getri's overwritten status words
+        // read as " holds NaN or infinity" before): never a non-finite operand
+        assert_eq!(flagged(0b100, &ops), Flagged::Stray(0b100));
+        assert_eq!(flagged(0xdead_beef, &ops), Flagged::Stray(0xdead_beef));
+        let mut full = Operands::default();
+        for n in ["A", "B", "C", "D", "E"] {
+            full.push(n);
+        }
+        assert_eq!(full.count, MAX_OPERANDS);
+        assert_eq!(flagged(0b1000, &full), Flagged::Operand("D"));
+        assert_eq!(flagged(0b1_0000, &full), Flagged::Stray(0b1_0000));
     }
 }

@@ -11,8 +11,9 @@
 //! call and exposes the raw handles to the launch code inside it only.
 //!
 //! What makes a small call cheap lives here too, reused call after call: a small device arena
-//! ([`LANE_ARENA_MAX`], charged to `gpukit-offload` like cuBLAS' workspace: calls that fit take
-//! no allocation), a pinned bounce buffer ([`Bounce`]: each small operand is one async copy
+//! (for calls whose operands take at most [`LANE_ARENA_MAX`], with their library workspace at
+//! most [`LANE_ARENA_CAP`]; charged to `gpukit-offload` like cuBLAS' workspace: calls that fit
+//! take no allocation), a pinned bounce buffer ([`Bounce`]: each small operand is one async copy
 //! from it and each small result one async copy into it, all on the compute stream, so the one
 //! synchronisation before the results are written is the call's only one), the cuSOLVER
 //! workspace sizes seen so far ([`WsCache`]) and the call's phase clock.
@@ -41,9 +42,14 @@ pub(crate) fn core_fail(what: &str, e: gpukit_core::Error) -> crate::gpu::GpuFai
     fail(kind, format!("{what}: {e}"))
 }
 
-/// The largest call layout (device bytes) that runs in the lane's own arena; larger calls take
+/// The largest call layout (device bytes of its operands, results and status words, the
+/// libraries' workspace not counted) that runs in the lane's own arena; larger calls take
 /// their buffers from the device allocator, charged to the caller's owner.
 pub const LANE_ARENA_MAX: usize = 1 << 20;
+/// The most a lane's arena grows to hold such a call together with its library workspace (a
+/// tiny SVD's polar decomposition asks cuSOLVER for more than [`LANE_ARENA_MAX`]); a call whose
+/// workspace is larger still takes its buffers from the allocator.
+pub const LANE_ARENA_CAP: usize = 64 << 20;
 /// The lane's arena is never smaller than this once made.
 pub(crate) const LANE_ARENA_MIN: usize = 256 << 10;
 
@@ -70,7 +76,7 @@ pub(crate) struct Lane {
     pub(crate) staging: Staging,
     /// Pinned memory for the small operands and results of one call.
     pub(crate) bounce: Bounce,
-    /// The device arena of calls up to [`LANE_ARENA_MAX`] bytes (on the compute stream).
+    /// The device arena of small calls (see [`LANE_ARENA_MAX`]; on the compute stream).
     pub(crate) arena: Option<DeviceBuffer>,
     /// cuSOLVER workspace sizes this lane has seen.
     pub(crate) ws: WsCache,

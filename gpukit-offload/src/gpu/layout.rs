@@ -1,9 +1,11 @@
 //! Where one call's operands lie in the lane's device arena.
 //!
-//! A call lays out its device buffers with [`Layout::dev`] (matrices packed with `ld = rows`,
-//! workspaces) and its small status words with [`Layout::status`] (LAPACK `info`s, the sums of
-//! the non-finite checks, copied diagonals). The status words follow the buffers in the arena,
-//! so one copy brings all of them back after the computation.
+//! A call lays out its device buffers with [`Layout::dev`] (matrices packed with `ld = rows`),
+//! the libraries' workspaces with [`Layout::workspace`], and its small status words with
+//! [`Layout::status`] (LAPACK `info`s, the flag words of the non-finite checks, copied
+//! diagonals). The status words follow the buffers in the arena, so one copy brings all of them
+//! back after the computation. Workspace is counted apart: a tiny call whose library asks for a
+//! large workspace (cuSOLVER's polar SVD) still runs in the lane's own arena.
 
 /// Device buffers are aligned to this (cuBLAS and cuSOLVER want 256; 512 suits everything).
 pub(crate) const ALIGN: usize = 512;
@@ -16,6 +18,7 @@ pub(crate) struct Layout {
     dev: usize,
     status: usize,
     largest: usize,
+    workspace: usize,
 }
 
 impl Layout {
@@ -24,6 +27,16 @@ impl Layout {
         let o = self.dev;
         self.dev += bytes.next_multiple_of(ALIGN).max(ALIGN);
         self.largest = self.largest.max(bytes);
+        o
+    }
+
+    /// Reserves `bytes` of library workspace (never copied to or from the host); returns its
+    /// offset in the arena.
+    pub(crate) fn workspace(&mut self, bytes: usize) -> usize {
+        let o = self.dev;
+        let b = bytes.next_multiple_of(ALIGN).max(ALIGN);
+        self.dev += b;
+        self.workspace += b;
         o
     }
 
@@ -49,7 +62,12 @@ impl Layout {
         self.dev + self.status
     }
 
-    /// The largest single buffer (what one staged copy may move).
+    /// Device bytes of everything but the libraries' workspace (operands, results, status).
+    pub(crate) fn operands(&self) -> usize {
+        self.total() - self.workspace
+    }
+
+    /// The largest single buffer but workspace (what one staged copy may move).
     pub(crate) fn largest(&self) -> usize {
         self.largest
     }
@@ -76,6 +94,23 @@ mod tests {
         for off in [a, b, c, l.status_base()] {
             assert_eq!(off % ALIGN, 0);
         }
+        assert_eq!(l.operands(), l.total());
+    }
+
+    #[test]
+    fn workspace_is_laid_out_but_counted_apart() {
+        let mut l = Layout::default();
+        let a = l.dev(128);
+        let w = l.workspace(3 << 20);
+        let b = l.dev(100);
+        assert_eq!((a, w), (0, 512));
+        assert_eq!(b, 512 + (3 << 20));
+        let s = l.status(4);
+        assert_eq!(s, 0);
+        assert_eq!(l.total(), b + 512 + 16);
+        assert_eq!(l.operands(), 512 + 512 + 16);
+        // a workspace is never staged: it does not count as the largest buffer
+        assert_eq!(l.largest(), 128);
     }
 
     proptest::proptest! {

@@ -195,7 +195,7 @@ unsafe fn gelsd(
         lay.dev(k * nrhs * es),
         lay.dev(k * es),
     );
-    let ow = lay.dev(dev_ws);
+    let ow = lay.workspace(dev_ws);
     let infos = [lay.status(4), lay.status(4), lay.status(4)];
     let check_in = FinitePlan::inputs(
         &mut lay,

@@ -177,7 +177,7 @@ unsafe fn getrf(
     let mn = m.min(n);
     let ws = getrf_ws(lane, p, m, n)?;
     let mut lay = Layout::default();
-    let (oa, op, ow) = (lay.dev(a.len() * es), lay.dev(8 * mn), lay.dev(ws.0));
+    let (oa, op, ow) = (lay.dev(a.len() * es), lay.dev(8 * mn), lay.workspace(ws.0));
     let oi = lay.status(4);
     let checks = FinitePlan::inputs(
         &mut lay,
@@ -272,7 +272,7 @@ unsafe fn gesv(
         lay.dev(a.len() * es),
         lay.dev(8 * n),
         lay.dev(bm.len() * es),
-        lay.dev(ws.0),
+        lay.workspace(ws.0),
     );
     let (oi, oi2) = (lay.status(4), lay.status(4));
     let check_a = FinitePlan::inputs(

@@ -39,7 +39,7 @@ mod triangular;
 mod workspace;
 
 pub use fail::{GResult, GpuFail, GpuFailKind, Inject};
-pub use lane::LANE_ARENA_MAX;
+pub use lane::{LANE_ARENA_CAP, LANE_ARENA_MAX};
 pub use phases::{Phase, PhaseTimes};
 pub use presize::{presize_plan, Presized, PRESIZE_PINNED_MAX};
 pub use startup::{StartupReport, Step};

@@ -214,7 +214,7 @@ unsafe fn geqrf(
     let mn = m.min(n);
     let ws = geqrf_ws(lane, p, m, n)?;
     let mut lay = Layout::default();
-    let (oa, ot, ow) = (lay.dev(a.len() * es), lay.dev(mn * es), lay.dev(ws.0));
+    let (oa, ot, ow) = (lay.dev(a.len() * es), lay.dev(mn * es), lay.workspace(ws.0));
     let oi = lay.status(4);
     let checks = FinitePlan::inputs(
         &mut lay,
@@ -277,7 +277,7 @@ unsafe fn orgqr(
         Ok((lwork.max(0) as usize * es, 0))
     })?;
     let mut lay = Layout::default();
-    let (oa, ot, ow) = (lay.dev(a.len() * es), lay.dev(k * es), lay.dev(wsb));
+    let (oa, ot, ow) = (lay.dev(a.len() * es), lay.dev(k * es), lay.workspace(wsb));
     let oi = lay.status(4);
     // orgqr reads the k reflector columns and tau (columns k.. are set to the identity's)
     let checks = FinitePlan::inputs(

@@ -514,7 +514,7 @@ unsafe fn svd(
         bf.tau = lay.dev(k * es);
         bf.ones = lay.dev(rows * es);
     }
-    bf.ws = lay.dev(sizes.dev_ws);
+    bf.ws = lay.workspace(sizes.dev_ws);
     let infos = [lay.status(4), lay.status(4), lay.status(4)];
     let smax = lay.status(8);
     let check_in = FinitePlan::inputs(
