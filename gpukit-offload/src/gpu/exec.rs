@@ -117,6 +117,100 @@ pub(crate) fn arena_use(operands: usize, total: usize, have: usize) -> ArenaUse 
     }
 }
 
+/// Two ranges of a coalesced copy may be this far apart (the bytes between them travel too).
+pub(crate) const COPY_GAP: usize = 64 << 10;
+
+/// The copies that move `ranges` (arena byte ranges, any order, possibly empty ones): ranges
+/// at most `gap` apart (or overlapping) are moved by one copy of their hull.
+pub(crate) fn coalesce(ranges: &[(usize, usize)], gap: usize) -> Vec<(usize, usize)> {
+    let mut r: Vec<(usize, usize)> = ranges.iter().copied().filter(|&(lo, hi)| hi > lo).collect();
+    r.sort_unstable();
+    let mut out: Vec<(usize, usize)> = Vec::with_capacity(r.len());
+    for (lo, hi) in r {
+        match out.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(gap) => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    out
+}
+
+/// Which arena ranges of a call's mirrored uploads go up in one copy. Before any device work
+/// every byte between two operands is unused, so a batch spans gaps of up to [`COPY_GAP`]
+/// (their garbage goes up too and is overwritten or never read); after it, a batch grows only
+/// by a range that starts inside it or where it ends.
+#[derive(Debug, Default)]
+pub(crate) struct Batches {
+    /// The range packed into the bounce buffer and not yet copied.
+    batch: Option<(usize, usize)>,
+    /// The ranges copied since the lane was last known idle.
+    sent: Vec<(usize, usize)>,
+    /// Device work may have been queued.
+    launched: bool,
+}
+
+/// What [`Batches::stage`] asks of the caller, in this order, before it packs the range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Staged {
+    /// Queue the copy of this range (the batch the new range does not join).
+    pub(crate) send: Option<(usize, usize)>,
+    /// Then wait for the copies queued so far: one of them still reads the bounce bytes the
+    /// new range is packed into (a range uploaded twice; no launch code does this).
+    pub(crate) wait: bool,
+}
+
+impl Batches {
+    /// Adds the range `lo..hi` (packed next).
+    pub(crate) fn stage(&mut self, lo: usize, hi: usize) -> Staged {
+        let joins = |(blo, bhi): (usize, usize)| {
+            lo >= blo
+                && if self.launched {
+                    lo <= bhi
+                } else {
+                    lo <= bhi.saturating_add(COPY_GAP)
+                }
+        };
+        match self.batch {
+            Some(b) if joins(b) => {
+                self.batch = Some((b.0, b.1.max(hi)));
+                Staged {
+                    send: None,
+                    wait: false,
+                }
+            }
+            _ => {
+                let send = self.flush();
+                let wait = self.sent.iter().any(|&(a, b)| lo < b && a < hi);
+                if wait {
+                    self.sent.clear();
+                }
+                self.batch = Some((lo, hi));
+                Staged { send, wait }
+            }
+        }
+    }
+
+    /// Takes the batch for its copy (device work may follow).
+    pub(crate) fn flush(&mut self) -> Option<(usize, usize)> {
+        let b = self.batch.take();
+        if let Some(r) = b {
+            self.launched = true;
+            self.sent.push(r);
+        }
+        b
+    }
+
+    /// Device work may have been queued.
+    pub(crate) fn launched(&mut self) {
+        self.launched = true;
+    }
+
+    /// True when nothing is packed but not yet queued.
+    pub(crate) fn idle(&self) -> bool {
+        self.batch.is_none()
+    }
+}
+
 /// What goes back to the caller once every check passed.
 enum Out {
     /// A packed device matrix into the caller's matrix (`staged`: already copied into the
@@ -137,6 +231,24 @@ enum Out {
     },
     /// Integers computed on the host (rank, eigenvalues found, supports).
     Ints { values: Vec<i64>, out: Piv },
+}
+
+impl Out {
+    /// The device range (buffer offset, bytes) a copied result comes from.
+    fn source(&self) -> Option<(usize, usize)> {
+        match self {
+            Out::Mat { dev, host, es, .. } => Some((*dev, packed_bytes(host, *es))),
+            Out::Piv { dev, len, .. } => Some((*dev, 8 * *len)),
+            Out::Ints { .. } => None,
+        }
+    }
+
+    fn set_staged(&mut self, at: usize) {
+        match self {
+            Out::Mat { staged, .. } | Out::Piv { staged, .. } => *staged = Some(at),
+            Out::Ints { .. } => {}
+        }
+    }
 }
 
 /// The status words after [`Exec::finish`]: the routine's own checks read them.
@@ -168,6 +280,18 @@ impl Status {
     }
 }
 
+/// How a call's small copies go (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Copies {
+    /// The bounce buffer mirrors the arena below [`Layout::operands`] (a byte at arena offset
+    /// `o` is staged at bounce offset `o`): uploads are batched into one copy per run of
+    /// adjacent operands, results and status words come back in one copy per run.
+    Mirrored,
+    /// Each operand that fits takes its own range of the bounce buffer; larger ones go through
+    /// the pipelined staging.
+    Ranges,
+}
+
 /// One call in flight on a lane.
 pub(crate) struct Exec<'a> {
     pub(crate) backend: &'a GpuBackend,
@@ -177,6 +301,9 @@ pub(crate) struct Exec<'a> {
     /// allocator, charged to the caller's owner; back to its cache on drop, ordered after the
     /// streams that used it).
     arena: Option<DeviceBuffer>,
+    copies: Copies,
+    /// Mirrored: the uploads' batches.
+    batches: Batches,
     /// Uploads were queued on the upload stream since the compute stream last waited for it.
     pending_h2d: bool,
     /// The upload stream was used by this call.
@@ -188,9 +315,13 @@ pub(crate) struct Exec<'a> {
     pub(crate) p: Precision,
     /// Bytes per element.
     pub(crate) es: usize,
+    /// The arena's device address: the status words lie there, the buffers `shift` after.
     base: cu::CUdeviceptr,
-    /// The status words' arena offset: the call's device buffers end there.
-    status_base: usize,
+    shift: usize,
+    /// Bytes of the buffers (every buffer offset lies below).
+    dev_len: usize,
+    /// Arena bytes up to the last buffer that is not workspace (what the bounce mirrors).
+    operands: usize,
     status_len: usize,
     infos: Vec<(usize, &'static str)>,
     /// Non-finite check flags: (status offset, the operands' names, whether they are inputs).
@@ -222,7 +353,8 @@ impl<'a> Exec<'a> {
         lane.bounce.reset();
         let total = lay.total();
         let have = lane.arena.as_ref().map_or(0, |a| a.len_bytes());
-        let (arena, base) = match arena_use(lay.operands(), total, have) {
+        let use_ = arena_use(lay.operands(), total, have);
+        let (arena, base) = match use_ {
             ArenaUse::Lane(size) => {
                 if size > have {
                     // the old arena was last used by a finished call on the compute stream
@@ -241,33 +373,51 @@ impl<'a> Exec<'a> {
             }
         };
         lane.mark(Phase::Alloc);
-        if lay.status_len() > 0 {
-            cu_ok(
-                // SAFETY: the status region lies inside the arena laid out for `lay`.
-                unsafe {
-                    cu::cuMemsetD8Async(
-                        base + lay.status_base() as u64,
-                        0,
-                        lay.status_len(),
-                        lane.compute_raw,
-                    )
-                },
-                "status reset",
-            )?;
+        let copies = if matches!(use_, ArenaUse::Lane(_)) && lay.operands() <= lane.bounce.size()
+        {
+            Copies::Mirrored
+        } else {
+            Copies::Ranges
+        };
+        let status_len = lay.status_len();
+        let mut batches = Batches::default();
+        if status_len > 0 {
+            match copies {
+                Copies::Mirrored => {
+                    // the zeroed status words go up with the first operands
+                    let first = batches.stage(0, status_len);
+                    debug_assert_eq!(first.send, None);
+                    // SAFETY: the bounce buffer holds `operands` >= `status_len` bytes and no
+                    // queued copy uses it (the lane is idle at a call's start).
+                    unsafe { std::ptr::write_bytes(lane.bounce.at(0), 0, status_len) };
+                }
+                Copies::Ranges => {
+                    cu_ok(
+                        // SAFETY: the status region starts the arena laid out for `lay`.
+                        unsafe { cu::cuMemsetD8Async(base, 0, status_len, lane.compute_raw) },
+                        "status reset",
+                    )?;
+                    batches.launched();
+                }
+            }
         }
         Ok(Exec {
             backend,
             lane,
             raw,
             arena,
+            copies,
+            batches,
             pending_h2d: false,
             used_h2d: false,
             arrival,
             p,
             es: p.size(),
             base,
-            status_base: lay.status_base(),
-            status_len: lay.status_len(),
+            shift: lay.shift(),
+            dev_len: lay.dev_len(),
+            operands: lay.operands(),
+            status_len,
             infos: Vec::new(),
             finite: Vec::new(),
             outs: Vec::new(),
@@ -289,33 +439,48 @@ impl<'a> Exec<'a> {
         }
     }
 
-    /// The arena offset of status offset `off`.
-    pub(crate) fn status_offset(&self, off: usize) -> usize {
-        self.status_base + off
-    }
-
-    /// Device address of arena offset `off`.
-    pub(crate) fn addr(&self, off: usize) -> cu::CUdeviceptr {
+    /// Device address of status offset `off`.
+    pub(crate) fn status_addr(&self, off: usize) -> cu::CUdeviceptr {
         self.base + off as u64
     }
 
-    /// Typed device pointer at arena offset `off`.
+    /// Device address of buffer offset `off`.
+    pub(crate) fn addr(&self, off: usize) -> cu::CUdeviceptr {
+        self.base + (self.shift + off) as u64
+    }
+
+    /// Typed device pointer at buffer offset `off`.
     pub(crate) fn ptr<T>(&self, off: usize) -> *mut T {
         self.addr(off) as usize as *mut T
     }
 
     /// Typed device pointer at status offset `off`.
     pub(crate) fn status_ptr<T>(&self, off: usize) -> *mut T {
-        self.ptr(self.status_base + off)
+        self.status_addr(off) as usize as *mut T
+    }
+
+    /// True when every upload packed so far has been queued (device work may follow).
+    pub(crate) fn uploads_queued(&self) -> bool {
+        self.batches.idle()
     }
 
     /// The lane's cuBLAS handle (held locked by this call).
     pub(crate) fn blas(&self) -> cb::cublasHandle_t {
+        debug_assert!(
+            self.uploads_queued(),
+            "a library launch before Exec::inputs_ready"
+        );
         self.raw.blas
     }
 
     /// The lane's cuSOLVER handle and parameters (held locked by this call).
     pub(crate) fn solver(&self) -> GResult<(cs::cusolverDnHandle_t, cs::cusolverDnParams_t)> {
+        if !self.uploads_queued() {
+            return Err(fail(
+                GpuFailKind::Error,
+                "internal error: a cuSOLVER launch before the call's uploads were queued",
+            ));
+        }
         self.raw
             .solver
             .ok_or_else(|| fail(GpuFailKind::Error, "cuSOLVER handle not held by this call"))
@@ -329,10 +494,11 @@ impl<'a> Exec<'a> {
         self.lane.host_ws.as_mut_ptr() as *mut std::ffi::c_void
     }
 
-    /// Queues the upload of a caller's matrix (packed) to arena offset `off`: one async copy
-    /// from the bounce buffer on the compute stream when it fits there, else the pipelined
-    /// staging on the upload stream (the compute stream waits for it at
-    /// [`Exec::inputs_ready`]).
+    /// Queues the upload of a caller's matrix (packed) to buffer offset `off`. Mirrored, it is
+    /// packed into the bounce buffer at its own arena offset and goes up with its batch (at
+    /// the latest at [`Exec::inputs_ready`]); otherwise one async copy from its own bounce
+    /// range on the compute stream when it fits there, else the pipelined staging on the
+    /// upload stream (the compute stream waits for it at [`Exec::inputs_ready`]).
     ///
     /// # Safety
     /// `m` is readable for its extent (the call's contract).
@@ -341,38 +507,29 @@ impl<'a> Exec<'a> {
         unsafe { self.stage(Src::Mat(*m, self.es), off) }
     }
 
-    /// Queues the upload of `src` to arena offset `off` (see [`Exec::upload`]).
+    /// Queues the upload of `src` to buffer offset `off` (see [`Exec::upload`]).
     ///
     /// # Safety
     /// A matrix source is readable for its extent (the call's contract).
     unsafe fn stage(&mut self, src: Src, off: usize) -> GResult<()> {
         self.lane.mark(Phase::Launch);
-        let dst = self.addr(off);
         let bytes = src.bytes();
-        if !within(off, bytes, self.status_base) {
-            return Err(out_of_layout("an upload", off, bytes, self.status_base));
+        if !within(off, bytes, self.dev_len) {
+            return Err(out_of_layout("an upload", off, bytes, self.dev_len));
         }
         let r = if bytes == 0 {
             Ok(())
+        } else if self.copies == Copies::Mirrored {
+            // SAFETY: forwarded.
+            unsafe { self.stage_mirrored(src, self.shift + off, bytes) }
         } else if let Some(b) = self.lane.bounce.take(bytes) {
             let to = self.lane.bounce.at(b);
             // SAFETY: the source is readable (contract); the bounce range holds `bytes` and no
             // queued copy uses it (handed out for this call).
             unsafe { src.pack_into(to) };
+            self.batches.launched();
             self.lane.clock.t.copies_in += 1;
-            cu_ok(
-                // SAFETY: pinned source of `bytes`; destination inside the call's buffers
-                // (checked above).
-                unsafe {
-                    cu::cuMemcpyHtoDAsync_v2(
-                        dst,
-                        to as *const std::ffi::c_void,
-                        bytes,
-                        self.lane.compute_raw,
-                    )
-                },
-                "host-to-device copy",
-            )
+            h2d(self.addr(off), to, bytes, self.lane.compute_raw)
         } else {
             self.record(true);
             self.pending_h2d = true;
@@ -381,13 +538,55 @@ impl<'a> Exec<'a> {
             let h2d = self.lane.h2d;
             let (m, es) = src.as_mat();
             // SAFETY: forwarded; the copies finish before `run` returns (finish synchronises).
-            unsafe { self.lane.staging.upload(&m, es, dst, h2d) }
+            unsafe { self.lane.staging.upload(&m, es, self.addr(off), h2d) }
         };
         self.lane.mark(Phase::CopyIn);
         r
     }
 
-    /// Queues the upload of host bytes (pivots, constants) to arena offset `off`: exactly
+    /// Packs `src` into the bounce buffer at arena offset `at` and adds it to the batch.
+    ///
+    /// # Safety
+    /// As [`Exec::stage`].
+    unsafe fn stage_mirrored(&mut self, src: Src, at: usize, bytes: usize) -> GResult<()> {
+        let (lo, hi) = (at, at + bytes);
+        if hi > self.operands {
+            return Err(out_of_layout("an upload", at, bytes, self.operands));
+        }
+        let step = self.batches.stage(lo, hi);
+        if let Some(r) = step.send {
+            self.send(r)?;
+        }
+        if step.wait {
+            self.lane.sync_compute(false)?;
+        }
+        // SAFETY: the source is readable (contract); the bounce buffer mirrors the arena up
+        // to `operands` >= `hi`, and no queued copy reads `lo..hi` of it (`Batches::stage`
+        // had us wait for any that did).
+        unsafe { src.pack_into(self.lane.bounce.at(lo)) };
+        Ok(())
+    }
+
+    /// Queues the copy of the arena range `lo..hi` from its mirror in the bounce buffer.
+    fn send(&mut self, (lo, hi): (usize, usize)) -> GResult<()> {
+        self.lane.clock.t.copies_in += 1;
+        h2d(
+            self.status_addr(lo),
+            self.lane.bounce.at(lo),
+            hi - lo,
+            self.lane.compute_raw,
+        )
+    }
+
+    /// Queues the copy of the batch being packed, if any.
+    fn flush(&mut self) -> GResult<()> {
+        match self.batches.flush() {
+            Some(r) => self.send(r),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues the upload of host bytes (pivots, constants) to buffer offset `off`: exactly
     /// `src.len()` bytes (not elements of the call's type). The bytes are staged before this
     /// returns, so `src` may be dropped afterwards.
     pub(crate) fn upload_bytes(&mut self, src: &[u8], off: usize) -> GResult<()> {
@@ -396,9 +595,15 @@ impl<'a> Exec<'a> {
         unsafe { self.stage(Src::Bytes(src), off) }
     }
 
-    /// Makes the compute stream wait for the uploads queued on the upload stream so far (the
-    /// small ones are on the compute stream already).
+    /// Queues every upload packed so far (the batch of mirrored ones) and makes the compute
+    /// stream wait for those queued on the upload stream: the launch code calls it after its
+    /// uploads, before the work that reads them.
     pub(crate) fn inputs_ready(&mut self) -> GResult<()> {
+        self.lane.mark(Phase::Launch);
+        let r = self.flush();
+        self.lane.mark(Phase::CopyIn);
+        r?;
+        self.batches.launched();
         if !self.pending_h2d {
             return Ok(());
         }
@@ -461,7 +666,7 @@ impl<'a> Exec<'a> {
         self.finish_with(|_| Ok(()))
     }
 
-    /// Queues the copies of the results that fit the bounce buffer and of the status words
+    /// Queues the copies of the status words and of the results that fit the bounce buffer
     /// behind the routines, synchronises once, and checks. Order of the checks: the inputs'
     /// flags (non-finite data goes to the CPU library whatever the GPU routine said of it),
     /// the `info`s, the routine check, then the results' flags (a zero pivot gives LAPACK's
@@ -471,54 +676,12 @@ impl<'a> Exec<'a> {
         check: impl FnOnce(&Status) -> GResult<()>,
     ) -> GResult<Status> {
         self.lane.mark(Phase::Launch);
-        let compute = self.lane.compute_raw;
-        let base = self.base;
+        // (a launch code that queued no work after its uploads)
+        self.flush()?;
         let mut outs = std::mem::take(&mut self.outs);
-        let mut queued = Ok(());
-        for o in outs.iter_mut() {
-            let (dev, bytes, staged) = match o {
-                Out::Mat {
-                    dev,
-                    host,
-                    es,
-                    staged,
-                    ..
-                } => (*dev, packed_bytes(host, *es), staged),
-                Out::Piv {
-                    dev, len, staged, ..
-                } => (*dev, 8 * *len, staged),
-                Out::Ints { .. } => continue,
-            };
-            if !within(dev, bytes, self.status_base) {
-                queued = Err(out_of_layout("a result", dev, bytes, self.status_base));
-                break;
-            }
-            if let Some(b) = self.lane.bounce.take(bytes) {
-                queued = d2h(self.lane.bounce.at(b), base + dev as u64, bytes, compute);
-                if queued.is_err() {
-                    break;
-                }
-                self.lane.clock.t.copies_out += 1;
-                *staged = Some(b);
-            }
-        }
+        let queued = self.queue_results(&mut outs);
         self.outs = outs;
-        queued?;
-        let status_at = if self.status_len > 0 {
-            let b = self.lane.bounce.take(self.status_len);
-            if let Some(b) = b {
-                d2h(
-                    self.lane.bounce.at(b),
-                    self.addr(self.status_base),
-                    self.status_len,
-                    compute,
-                )?;
-                self.lane.clock.t.copies_out += 1;
-            }
-            b
-        } else {
-            None
-        };
+        let status_at = queued?;
         self.lane.mark(Phase::CopyOut);
         self.lane.sync_compute(self.used_h2d)?;
         let bytes = match status_at {
@@ -529,11 +692,11 @@ impl<'a> Exec<'a> {
             }
             None if self.status_len > 0 => {
                 self.record(false);
-                let src = self.addr(self.status_base);
+                let src = self.status_addr(0);
                 let d2h = self.lane.d2h;
                 self.lane.clock.t.copies_out += 1;
                 self.lane.clock.t.syncs += 1;
-                // SAFETY: the status region lies in the arena; every stream is idle.
+                // SAFETY: the status region starts the arena; every stream is idle.
                 unsafe { self.lane.staging.read(src, self.status_len, d2h)? }
             }
             None => Vec::new(),
@@ -577,6 +740,69 @@ impl<'a> Exec<'a> {
         non_finite(false)?;
         self.lane.mark(Phase::Launch);
         Ok(st)
+    }
+
+    /// Queues the device-to-host copies of the status words and of the results into the
+    /// bounce buffer (those that fit; the others are copied at the commit) and marks each
+    /// result's bounce offset. Returns the status words' bounce offset when they were queued.
+    fn queue_results(&mut self, outs: &mut [Out]) -> GResult<Option<usize>> {
+        let compute = self.lane.compute_raw;
+        for o in outs.iter() {
+            if let Some((dev, bytes)) = o.source() {
+                if !within(dev, bytes, self.dev_len) {
+                    return Err(out_of_layout("a result", dev, bytes, self.dev_len));
+                }
+            }
+        }
+        if self.copies == Copies::Mirrored {
+            // every result and the status words at their own arena offsets, one copy per run
+            let mut ranges = Vec::with_capacity(outs.len() + 1);
+            ranges.push((0, self.status_len));
+            for o in outs.iter_mut() {
+                if let Some((dev, bytes)) = o.source() {
+                    let at = self.shift + dev;
+                    if at + bytes > self.operands {
+                        return Err(out_of_layout("a result", at, bytes, self.operands));
+                    }
+                    ranges.push((at, at + bytes));
+                    o.set_staged(at);
+                }
+            }
+            for (lo, hi) in coalesce(&ranges, COPY_GAP) {
+                d2h(
+                    self.lane.bounce.at(lo),
+                    self.status_addr(lo),
+                    hi - lo,
+                    compute,
+                )?;
+                self.lane.clock.t.copies_out += 1;
+            }
+            return Ok((self.status_len > 0).then_some(0));
+        }
+        for o in outs.iter_mut() {
+            let Some((dev, bytes)) = o.source() else {
+                continue;
+            };
+            if let Some(b) = self.lane.bounce.take(bytes) {
+                d2h(self.lane.bounce.at(b), self.addr(dev), bytes, compute)?;
+                self.lane.clock.t.copies_out += 1;
+                o.set_staged(b);
+            }
+        }
+        if self.status_len == 0 {
+            return Ok(None);
+        }
+        let b = self.lane.bounce.take(self.status_len);
+        if let Some(b) = b {
+            d2h(
+                self.lane.bounce.at(b),
+                self.status_addr(0),
+                self.status_len,
+                compute,
+            )?;
+            self.lane.clock.t.copies_out += 1;
+        }
+        Ok(b)
     }
 
     /// Writes the results into the caller's buffers (after [`Exec::finish`] and the routine's
@@ -700,6 +926,16 @@ impl<'a> Exec<'a> {
     }
 }
 
+/// Queues a host-to-device copy of `bytes` on `stream`.
+fn h2d(dst: cu::CUdeviceptr, src: *mut u8, bytes: usize, stream: cu::CUstream) -> GResult<()> {
+    cu_ok(
+        // SAFETY: callers pass a pinned source of `bytes` (a bounce range nothing else writes
+        // until the copy ran) and a destination inside the call's arena.
+        unsafe { cu::cuMemcpyHtoDAsync_v2(dst, src as *const std::ffi::c_void, bytes, stream) },
+        "host-to-device copy",
+    )
+}
+
 /// Queues a device-to-host copy of `bytes` on `stream`.
 fn d2h(dst: *mut u8, src: cu::CUdeviceptr, bytes: usize, stream: cu::CUstream) -> GResult<()> {
     cu_ok(
@@ -733,8 +969,8 @@ impl Exec<'_> {
     /// Reads `len` bytes at arena offset `off` now, synchronising the lane first (for the
     /// routines that decide on the host in the middle of a call: gelsd's rank).
     pub(crate) fn read_now(&mut self, off: usize, len: usize) -> GResult<Vec<u8>> {
-        if !within(off, len, self.status_base) {
-            return Err(out_of_layout("a read", off, len, self.status_base));
+        if !within(off, len, self.dev_len) {
+            return Err(out_of_layout("a read", off, len, self.dev_len));
         }
         self.lane.sync_compute(self.used_h2d)?;
         self.record(false);
@@ -858,6 +1094,112 @@ mod tests {
     }
 
     #[test]
+    fn results_near_each_other_come_back_in_one_copy() {
+        assert_eq!(coalesce(&[], COPY_GAP), vec![]);
+        assert_eq!(coalesce(&[(0, 0), (5, 5)], 0), vec![]);
+        // status words, then A right after them, then pivots: one copy
+        assert_eq!(
+            coalesce(&[(512, 640), (0, 16), (1024, 1056)], COPY_GAP),
+            vec![(0, 1056)]
+        );
+        // a result far behind a large workspace-free gap: its own copy
+        assert_eq!(
+            coalesce(&[(0, 16), (512 + COPY_GAP + 1, 600 + COPY_GAP + 1)], COPY_GAP),
+            vec![(0, 16), (512 + COPY_GAP + 1, 600 + COPY_GAP + 1)]
+        );
+        // overlapping and nested ranges (gesdd's U is also what A receives)
+        assert_eq!(
+            coalesce(&[(100, 200), (150, 180), (190, 300)], 0),
+            vec![(100, 300)]
+        );
+        assert_eq!(coalesce(&[(0, 10), (11, 20)], 0), vec![(0, 10), (11, 20)]);
+        assert_eq!(coalesce(&[(0, 10), (11, 20)], 1), vec![(0, 20)]);
+    }
+
+    /// The uploads of a 57 x 57 getri (single precision), as its launch code makes them: the
+    /// status words, A, the pivots and the ones vector go up in one copy (the inverse's
+    /// buffer between them holds nothing yet).
+    #[test]
+    fn a_calls_first_uploads_go_up_in_one_copy() {
+        let (n, es) = (57usize, 4usize);
+        let mut lay = Layout::default();
+        let oa = lay.dev(n * n * es);
+        let op = lay.dev(8 * n);
+        let _ox = lay.dev(n * n * es);
+        let ones = lay.dev(n * es);
+        let _oi = lay.status(4);
+        let _od = lay.status(n * es);
+        let sh = lay.shift();
+        let mut b = Batches::default();
+        let nothing = Staged {
+            send: None,
+            wait: false,
+        };
+        assert_eq!(b.stage(0, lay.status_len()), nothing);
+        for (off, len) in [(oa, n * n * es), (op, 8 * n), (ones, n * es)] {
+            assert_eq!(b.stage(sh + off, sh + off + len), nothing);
+        }
+        assert!(!b.idle());
+        assert_eq!(b.flush(), Some((0, sh + ones + n * es)));
+        assert!(b.idle());
+        assert_eq!(b.flush(), None);
+    }
+
+    /// gesv: B goes up after the factorization was queued, in a copy of its own; after device
+    /// work a batch never spans bytes between operands.
+    #[test]
+    fn uploads_after_device_work_span_no_gap() {
+        let mut b = Batches::default();
+        b.stage(0, 16);
+        b.stage(512, 640);
+        assert_eq!(b.flush(), Some((0, 640)));
+        b.launched();
+        let s = b.stage(2048, 2080);
+        assert_eq!(
+            s,
+            Staged {
+                send: None,
+                wait: false
+            }
+        );
+        // adjacent: joins; one byte apart: a new copy
+        assert_eq!(b.stage(2080, 2100).send, None);
+        let s = b.stage(2101, 2200);
+        assert_eq!(s.send, Some((2048, 2100)));
+        assert!(!s.wait);
+        assert_eq!(b.flush(), Some((2101, 2200)));
+    }
+
+    /// A range packed again while a queued copy may still read its bounce bytes waits first.
+    #[test]
+    fn a_range_uploaded_twice_waits_for_its_first_copy() {
+        let mut b = Batches::default();
+        b.stage(0, 100);
+        assert_eq!(b.flush(), Some((0, 100)));
+        let s = b.stage(50, 60);
+        assert_eq!(
+            s,
+            Staged {
+                send: None,
+                wait: true
+            }
+        );
+        // the batch being packed is not queued yet: packing into it again needs no wait
+        let s = b.stage(55, 58);
+        assert!(!s.wait && s.send.is_none());
+        // a new range that overlaps the batch it cannot join: the batch goes, then a wait
+        b.launched();
+        let s = b.stage(52, 70);
+        assert_eq!(s.send, None, "joins: starts inside the batch, which grows");
+        let s = b.stage(10, 20);
+        assert_eq!(s.send, Some((50, 70)));
+        assert!(!s.wait, "10..20 overlaps nothing queued since the wait");
+        let s = b.stage(60, 65);
+        assert_eq!(s.send, Some((10, 20)));
+        assert!(s.wait, "60..65 is in the 50..70 copy");
+    }
+
+    #[test]
     fn copies_stay_inside_the_calls_buffers() {
         assert!(within(0, 512, 512));
         assert!(within(512, 0, 512));
@@ -871,7 +1213,7 @@ mod tests {
         let _piv = lay.dev(8 * n);
         let _x = lay.dev(n * n * es);
         let ones = lay.dev(n * es);
-        let end = lay.status_base();
+        let end = lay.dev_len();
         assert!(within(ones, n * es, end));
         assert!(!within(ones, n * es * es, end));
     }

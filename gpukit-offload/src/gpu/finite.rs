@@ -182,6 +182,12 @@ impl FinitePlan {
             ));
         }
         x.lane.mark(Phase::Launch);
+        if !x.uploads_queued() {
+            return Err(fail(
+                GpuFailKind::Error,
+                "internal error: a non-finite check before the call's uploads were queued",
+            ));
+        }
         let base = x.addr(0);
         let mut g = KGroup {
             count: self.checks.len() as i32,
@@ -193,7 +199,7 @@ impl FinitePlan {
             *slot = c.operand(base);
         }
         let kernels = x.backend.check_kernels()?;
-        let flag = x.addr(x.status_offset(self.flag));
+        let flag = x.status_addr(self.flag);
         // SAFETY: every operand lies in the call's arena (laid out with it) and is written by
         // work queued earlier on the compute stream; the flag word is in the status region,
         // zeroed when the call began.

@@ -191,10 +191,12 @@ unsafe fn transfer(m: &HostMat, es: usize, lo: usize, hi: usize, buf: *mut u8, d
     }
 }
 
-/// A lane's pinned bounce buffer: small operands are packed into it and go up with one async
-/// copy each, small results come down into it with one async copy each, all on the compute
-/// stream; space is handed out in call order and given back all at once when the next call
-/// starts ([`Bounce::reset`]), when the previous call's copies are known to be finished.
+/// A lane's pinned bounce buffer: small operands are packed into it and go up with async
+/// copies on the compute stream, small results come down into it the same way. A call in the
+/// lane's arena uses it as a mirror of the arena (see [`crate::gpu::exec`]); another takes
+/// ranges of it in call order ([`Bounce::take`]). Everything is given back at once when the
+/// next call starts ([`Bounce::reset`]), when the previous call's copies are known to be
+/// finished.
 pub(crate) struct Bounce {
     pool: PinnedPool,
     buf: Option<PinnedBuffer>,
@@ -256,6 +258,11 @@ impl Bounce {
         } else {
             0
         }
+    }
+
+    /// Bytes the buffer holds (0 before [`Bounce::ensure`]).
+    pub(crate) fn size(&self) -> usize {
+        self.pinned_bytes()
     }
 
     /// The address of offset `off`.
