@@ -442,13 +442,20 @@ impl Floors {
     }
 
     /// A device input holding `host`, with a pristine device copy.
-    fn input(&mut self, host: &[f64]) -> Result<(cu::CUdeviceptr, cu::CUdeviceptr, Vec<u8>), String> {
+    fn input(
+        &mut self,
+        host: &[f64],
+    ) -> Result<(cu::CUdeviceptr, cu::CUdeviceptr, Vec<u8>), String> {
         let b = bytes_of(host);
         let (d, keep) = (self.dev(b.len())?, self.dev(b.len())?);
         // SAFETY: both device buffers hold `b.len()` bytes; synchronous copies.
         let ok = unsafe {
             ok_cu(cu::cuMemcpyHtoD_v2(d, b.as_ptr() as *const c_void, b.len()))
-                && ok_cu(cu::cuMemcpyHtoD_v2(keep, b.as_ptr() as *const c_void, b.len()))
+                && ok_cu(cu::cuMemcpyHtoD_v2(
+                    keep,
+                    b.as_ptr() as *const c_void,
+                    b.len(),
+                ))
         };
         if !ok {
             return Err("device copy".into());
@@ -620,7 +627,15 @@ impl Floors {
             // SAFETY: a size query.
             let ok = ok_cs(unsafe {
                 cs::cusolverDnXgetrf_bufferSize(
-                    h, prm, n as i64, n as i64, r64, ap as *const c_void, n as i64, r64, &mut dw,
+                    h,
+                    prm,
+                    n as i64,
+                    n as i64,
+                    r64,
+                    ap as *const c_void,
+                    n as i64,
+                    r64,
+                    &mut dw,
                     &mut hw,
                 )
             });
@@ -696,8 +711,19 @@ impl Floors {
             // SAFETY: a size query.
             let ok = ok_cs(unsafe {
                 cs::cusolverDnXsyevd_bufferSize(
-                    h, prm, vec_mode, lower, n as i64, r64, ap as *const c_void, n as i64, r64,
-                    w as *const c_void, r64, &mut dw, &mut hw,
+                    h,
+                    prm,
+                    vec_mode,
+                    lower,
+                    n as i64,
+                    r64,
+                    ap as *const c_void,
+                    n as i64,
+                    r64,
+                    w as *const c_void,
+                    r64,
+                    &mut dw,
+                    &mut hw,
                 )
             });
             if !ok {

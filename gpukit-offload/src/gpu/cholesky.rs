@@ -168,7 +168,11 @@ unsafe fn solve(
         (0, 0)
     };
     let mut lay = Layout::default();
-    let (oa, ob, ow) = (lay.dev(a.len() * es), lay.dev(bm.len() * es), lay.workspace(ws.0));
+    let (oa, ob, ow) = (
+        lay.dev(a.len() * es),
+        lay.dev(bm.len() * es),
+        lay.workspace(ws.0),
+    );
     let (oi, oi2) = (lay.status(4), lay.status(4));
     let a_check = if factor {
         Check::Symmetric {

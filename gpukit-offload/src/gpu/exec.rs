@@ -11,12 +11,22 @@
 //! in-place operands last: a device failure during the commit is recoverable until the first
 //! in-place operand is touched, and [`GpuFailKind::Lost`] after that.
 //!
-//! The fixed cost of a call: a call whose layout fits the lane's arena allocates nothing; its
-//! operands go up from the lane's pinned bounce buffer with one async copy each, on the compute
-//! stream; [`Exec::finish`] queues one async copy per result and one of the status words into
-//! the bounce buffer behind the routines, then synchronises once, and [`Exec::commit`] only
-//! unpacks on the host. Operands too large for the bounce buffer go through the pipelined
+//! The fixed cost of a call: the status words lie first in the arena and the buffers after
+//! them ([`Layout`]). A call whose operands fit the lane's arena (its library workspace laid
+//! out last, up to [`LANE_ARENA_CAP`]) allocates nothing, and the lane's pinned bounce buffer
+//! mirrors its arena: each operand is packed at its own arena offset, and the zeroed status
+//! words and every operand uploaded before the first launch go up in one async copy on the
+//! compute stream (a later upload, such as gesv's B behind the factorization, in a copy of its
+//! own, joined by the adjacent ones; [`Batches`]). [`Exec::finish`] queues one async copy
+//! back of each run of status words and results lying within [`COPY_GAP`] of each other
+//! (usually one for the whole call), synchronises once, and [`Exec::commit`] only unpacks on
+//! the host. Other calls take their device memory from the allocator; their operands that fit
+//! go through their own ranges of the bounce buffer, larger ones through the pipelined
 //! staging of [`crate::gpu::staging`] (the upload stream, and copies out after the check).
+//! Every copy is checked against the call's buffers first ([`within`]): a copy past them
+//! would overwrite the status words (the fixed-cost branch's byte uploads did, with the
+//! element size applied twice: getri's flags read non-finite and gelsd read past a heap
+//! block), and fails the call instead.
 
 use crate::call::{HostMat, Piv};
 use crate::gpu::fail::{cu_ok, fail, GResult, GpuFail, GpuFailKind, Inject};
@@ -373,8 +383,7 @@ impl<'a> Exec<'a> {
             }
         };
         lane.mark(Phase::Alloc);
-        let copies = if matches!(use_, ArenaUse::Lane(_)) && lay.operands() <= lane.bounce.size()
-        {
+        let copies = if matches!(use_, ArenaUse::Lane(_)) && lay.operands() <= lane.bounce.size() {
             Copies::Mirrored
         } else {
             Copies::Ranges
@@ -1104,7 +1113,10 @@ mod tests {
         );
         // a result far behind a large workspace-free gap: its own copy
         assert_eq!(
-            coalesce(&[(0, 16), (512 + COPY_GAP + 1, 600 + COPY_GAP + 1)], COPY_GAP),
+            coalesce(
+                &[(0, 16), (512 + COPY_GAP + 1, 600 + COPY_GAP + 1)],
+                COPY_GAP
+            ),
             vec![(0, 16), (512 + COPY_GAP + 1, 600 + COPY_GAP + 1)]
         );
         // overlapping and nested ranges (gesdd's U is also what A receives)
@@ -1228,7 +1240,10 @@ mod tests {
             ArenaUse::Lane(LANE_ARENA_MIN)
         );
         // a tiny SVD whose workspace is several MiB: the arena grows once, then serves it
-        assert_eq!(arena_use(8192, 5 * MIB, LANE_ARENA_MIN), ArenaUse::Lane(8 * MIB));
+        assert_eq!(
+            arena_use(8192, 5 * MIB, LANE_ARENA_MIN),
+            ArenaUse::Lane(8 * MIB)
+        );
         assert_eq!(arena_use(8192, 5 * MIB, 8 * MIB), ArenaUse::Lane(8 * MIB));
         assert_eq!(
             arena_use(8192, LANE_ARENA_CAP, 0),
