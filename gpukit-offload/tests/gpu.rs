@@ -3207,13 +3207,14 @@ fn fixed_cost_counts_body() {
     let mut rng = Rng::new(139);
     let p = Precision::D;
     // (routine, copies in, copies out, own launches) per call: the status words and every
-    // operand uploaded before the first launch go up in one copy (gesv's and posv's B after
-    // the factorization in a second), the status words and every result come back in one
+    // operand go up in one copy (a small gesv or posv checks A and B in one launch), the
+    // status words and every result come back in one
     let expect = [
         ("potrf", 1, 1, 1),
         ("getrf", 1, 1, 1),
-        ("gesv", 2, 1, 2),
-        ("posv", 2, 1, 2),
+        ("gesv", 1, 1, 1),
+        ("posv", 1, 1, 1),
+        ("potrs", 1, 1, 1),
         ("syevd", 1, 1, 2),
         ("gesdd", 1, 1, 2),
         ("getri", 1, 1, 2),

@@ -191,30 +191,40 @@ unsafe fn solve(
             what: "the Cholesky factor",
         }
     };
+    let b_check = Check::Dense {
+        off: ob,
+        rows: n,
+        cols: nrhs,
+        what: "B",
+    };
     let check_a = FinitePlan::inputs(&mut lay, &[a_check]);
-    let check_b = FinitePlan::inputs(
-        &mut lay,
-        &[Check::Dense {
-            off: ob,
-            rows: n,
-            cols: nrhs,
-            what: "B",
-        }],
-    );
+    let check_b = FinitePlan::inputs(&mut lay, &[b_check]);
+    let check_ab = FinitePlan::inputs(&mut lay, &[a_check, b_check]);
     let mut x = Exec::begin(b, lane, p, &lay)?;
+    // A and B go up and are checked together (one copy, one launch) unless a large A is
+    // factorized first: then B goes up meanwhile
+    let together = x.small() || !factor;
     // SAFETY: the caller's operands (contract).
     unsafe { x.upload(&a, oa)? };
-    x.inputs_ready()?;
-    check_a.run(&mut x)?;
+    if together {
+        // SAFETY: as above.
+        unsafe { x.upload(&bm, ob)? };
+        x.inputs_ready()?;
+        check_ab.run(&mut x)?;
+    } else {
+        x.inputs_ready()?;
+        check_a.run(&mut x)?;
+    }
     if factor {
         potrf_on(&mut x, uplo, n, oa, oi, ow, ws)?;
         x.output_in_place(oa, a, es);
     }
-    // B goes up while A is being factorized
-    // SAFETY: as above.
-    unsafe { x.upload(&bm, ob)? };
-    x.inputs_ready()?;
-    check_b.run(&mut x)?;
+    if !together {
+        // SAFETY: as above.
+        unsafe { x.upload(&bm, ob)? };
+        x.inputs_ready()?;
+        check_b.run(&mut x)?;
+    }
     let (h, prm) = x.solver()?;
     cs_ok(
         // SAFETY: device pointers in the arena; handle bound to the compute stream.

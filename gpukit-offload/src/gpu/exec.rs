@@ -16,8 +16,8 @@
 //! out last, up to [`LANE_ARENA_CAP`]) allocates nothing, and the lane's pinned bounce buffer
 //! mirrors its arena: each operand is packed at its own arena offset, and the zeroed status
 //! words and every operand uploaded before the first launch go up in one async copy on the
-//! compute stream (a later upload, such as gesv's B behind the factorization, in a copy of its
-//! own, joined by the adjacent ones; [`Batches`]). [`Exec::finish`] queues one async copy
+//! compute stream (an upload after device work was queued in a copy of its own, joined by
+//! the adjacent ones; [`Batches`]). [`Exec::finish`] queues one async copy
 //! back of each run of status words and results lying within [`COPY_GAP`] of each other
 //! (usually one for the whole call), synchronises once, and [`Exec::commit`] only unpacks on
 //! the host. Other calls take their device memory from the allocator; their operands that fit
@@ -466,6 +466,12 @@ impl<'a> Exec<'a> {
     /// Typed device pointer at status offset `off`.
     pub(crate) fn status_ptr<T>(&self, off: usize) -> *mut T {
         self.status_addr(off) as usize as *mut T
+    }
+
+    /// True for a small call: it runs in the lane's arena and its copies are batched (an
+    /// upload costs no copy of its own, so overlapping one with device work gains nothing).
+    pub(crate) fn small(&self) -> bool {
+        self.copies == Copies::Mirrored
     }
 
     /// True when every upload packed so far has been queued (device work may follow).

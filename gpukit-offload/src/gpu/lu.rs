@@ -284,26 +284,47 @@ unsafe fn gesv(
             what: "A",
         }],
     );
-    let check_b = FinitePlan::inputs(
+    let b_check = Check::Dense {
+        off: ob,
+        rows: n,
+        cols: nrhs,
+        what: "B",
+    };
+    let check_b = FinitePlan::inputs(&mut lay, &[b_check]);
+    let check_ab = FinitePlan::inputs(
         &mut lay,
-        &[Check::Dense {
-            off: ob,
-            rows: n,
-            cols: nrhs,
-            what: "B",
-        }],
+        &[
+            Check::Dense {
+                off: oa,
+                rows: n,
+                cols: n,
+                what: "A",
+            },
+            b_check,
+        ],
     );
     let mut x = Exec::begin(b, lane, p, &lay)?;
+    // a small call uploads and checks A and B together (one copy, one launch); a large one
+    // uploads B while A is being factorized
+    let together = x.small();
     // SAFETY: the caller's operands (contract).
     unsafe { x.upload(&a, oa)? };
-    x.inputs_ready()?;
-    check_a.run(&mut x)?;
+    if together {
+        // SAFETY: as above.
+        unsafe { x.upload(&bm, ob)? };
+        x.inputs_ready()?;
+        check_ab.run(&mut x)?;
+    } else {
+        x.inputs_ready()?;
+        check_a.run(&mut x)?;
+    }
     getrf_on(&mut x, n, n, oa, op, oi, ow, ws)?;
-    // B goes up while A is being factorized
-    // SAFETY: as above.
-    unsafe { x.upload(&bm, ob)? };
-    x.inputs_ready()?;
-    check_b.run(&mut x)?;
+    if !together {
+        // SAFETY: as above.
+        unsafe { x.upload(&bm, ob)? };
+        x.inputs_ready()?;
+        check_b.run(&mut x)?;
+    }
     getrs_on(&mut x, Trans::No, n, nrhs, oa, op, ob, oi2)?;
     x.output_in_place(oa, a, es);
     x.output_piv(op, ipiv, n);
