@@ -1107,6 +1107,127 @@ pub fn calibrate_cpu(
     Ok(out)
 }
 
+/// `measured` (a calibration of some kinds, sizes, backends or libraries) merged into `base`
+/// (a profile of the same GPU): every measured curve replaces the rows of the base's curve of
+/// the same op kind, precision, backend and library that it measured, and the base's other
+/// rows and curves stay; a curve the base lacks is added. Where the two grids' second features
+/// differ, the rows cannot be mixed: the measured curve replaces the base's when it reaches at
+/// least as far, else the base's is kept. The base's copy, start-up figures, learned figures
+/// and other fields stay (they are the machine's, measured on its whole range). Returns the
+/// merged profile and one line per curve saying what happened.
+pub fn merge_into(base: &Profile, measured: &Profile) -> Result<(Profile, Vec<String>)> {
+    if !base.machine.gpu.is_empty()
+        && !measured.machine.gpu.is_empty()
+        && base.machine.gpu != measured.machine.gpu
+    {
+        return Err(Error::Profile {
+            path: "(merge)".into(),
+            msg: format!(
+                "the profile to merge into was measured on {}, this calibration on {}: merge only profiles of one machine",
+                base.machine.gpu, measured.machine.gpu
+            ),
+        });
+    }
+    let lib_of = |c: &CurveEntry, p: &Profile| -> Option<String> {
+        match c.backend {
+            Backend::Gpu => None,
+            Backend::Cpu => Some(
+                c.library
+                    .clone()
+                    .unwrap_or_else(|| crate::library::Library::at(&p.machine.cpu_library).key),
+            ),
+        }
+    };
+    let mut out = base.clone();
+    // a CPU curve without its library field belonged to machine.cpu_library: name it
+    for c in out.curves.iter_mut() {
+        if c.backend == Backend::Cpu && c.library.is_none() {
+            c.library = Some(crate::library::Library::at(&base.machine.cpu_library).key);
+        }
+    }
+    let mut notes = Vec::new();
+    for m in &measured.curves {
+        let lib = lib_of(m, measured);
+        let name = format!(
+            "{}/{}/{}{}",
+            m.op,
+            m.precision.letter(),
+            m.backend.as_str(),
+            lib.as_deref().map(|l| format!("/{l}")).unwrap_or_default()
+        );
+        let slot = out.curves.iter_mut().find(|c| {
+            c.op == m.op && c.precision == m.precision && c.backend == m.backend && c.library == lib
+        });
+        match slot {
+            None => {
+                out.curves.push(CurveEntry {
+                    library: lib,
+                    ..m.clone()
+                });
+                notes.push(format!("{name}: added ({} rows)", m.curve.x1.len()));
+            }
+            Some(b) => match merge_rows(&b.curve, &m.curve) {
+                Some(c) => {
+                    notes.push(format!(
+                        "{name}: {} measured rows merged into {} ({} rows now)",
+                        m.curve.x1.len(),
+                        b.curve.x1.len(),
+                        c.x1.len()
+                    ));
+                    b.curve = c;
+                }
+                None if m.curve.x1.last() >= b.curve.x1.last() => {
+                    notes.push(format!("{name}: replaced (another second-feature grid)"));
+                    b.curve = m.curve.clone();
+                }
+                None => notes.push(format!(
+                    "{name}: kept the profile's (the measured grid's second features differ and it reaches only {:?})",
+                    m.curve.x1.last()
+                )),
+            },
+        }
+    }
+    for l in &measured.libraries {
+        out.libraries.retain(|b| b.key != l.key);
+        out.libraries.push(l.clone());
+    }
+    out.created_unix = measured.created_unix;
+    out.calibration_s = measured.calibration_s;
+    out.validate().map_err(|msg| Error::Profile {
+        path: "(merge)".into(),
+        msg,
+    })?;
+    Ok((out, notes))
+}
+
+/// The rows of `base` with those `new` measured replaced (and new ones inserted in order), when
+/// both have the same second-feature grid; `None` otherwise.
+fn merge_rows(base: &Curve, new: &Curve) -> Option<Curve> {
+    if base.x2 != new.x2 {
+        return None;
+    }
+    let w = base.x2.len();
+    let mut rows: Vec<(f64, &[f64])> = base
+        .x1
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| !new.x1.contains(x))
+        .map(|(i, &x)| (x, &base.seconds[i * w..(i + 1) * w]))
+        .chain(
+            new.x1
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| (x, &new.seconds[i * w..(i + 1) * w])),
+        )
+        .collect();
+    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Some(Curve {
+        x1: rows.iter().map(|r| r.0).collect(),
+        x2: base.x2.clone(),
+        seconds: rows.iter().flat_map(|r| r.1.iter().copied()).collect(),
+    })
+}
+
 /// The kinds and grids a calibration measures.
 fn make_plan(opts: &CalibrateOptions) -> Vec<PlanEntry> {
     let kinds: Vec<OpKind> = if opts.only.is_empty() {
@@ -1379,6 +1500,118 @@ mod tests {
                 .count()
         );
         assert_eq!(q.machine.gpu, "stand-in GPU");
+    }
+
+    /// `--merge-into`: a GPU-only calibration of small sizes (a CPU library standing in for
+    /// the GPU) merged into the embedded profile replaces the GPU rows it measured and keeps
+    /// every other row and curve; a profile of another GPU is refused; a curve of another
+    /// second-feature grid is kept unless the measured one reaches as far.
+    #[test]
+    fn merge_into_replaces_the_measured_rows_only() {
+        let cpu = CpuBackend::embedded();
+        let base = Profile::embedded();
+        let mut opts = CalibrateOptions::new(true);
+        opts.progress = false;
+        opts.only = vec![OpKind::plain(Routine::Gemm), OpKind::plain(Routine::Potrf)];
+        opts.max_x1 = Some(128.0);
+        let copy = base.copy;
+        let measured = calibrate_with(
+            &[],
+            // SAFETY: calibration calls own their buffers.
+            &mut |c| unsafe { cpu.run(c) }.map(|_| ()),
+            "stand-in GPU",
+            copy,
+            StartupFigures {
+                start_s: 0.5,
+                solver_s: 0.2,
+            },
+            &opts,
+            Instant::now(),
+        )
+        .unwrap();
+        assert!(measured.curves.iter().all(|c| c.backend == Backend::Gpu));
+        let e = merge_into(&base, &measured).unwrap_err().to_string();
+        assert!(
+            e.contains("stand-in GPU") && e.contains("one machine"),
+            "{e}"
+        );
+        let mut measured = measured;
+        measured.machine.gpu = base.machine.gpu.clone();
+        let (merged, notes) = merge_into(&base, &measured).unwrap();
+        merged.validate().unwrap();
+        assert_eq!(merged.curves.len(), base.curves.len(), "{notes:?}");
+        assert_eq!(notes.len(), measured.curves.len());
+        for m in &measured.curves {
+            let find = |p: &Profile| {
+                p.curves
+                    .iter()
+                    .find(|c| c.op == m.op && c.precision == m.precision && c.backend == m.backend)
+                    .map(|c| c.curve.clone())
+                    .unwrap()
+            };
+            let (b, g) = (find(&base), find(&merged));
+            // the embedded profile was built on the quick grids: the rows merge
+            assert_eq!(b.x2, m.curve.x2, "{} {:?}", m.op, m.precision);
+            let w = b.x2.len();
+            let row = |c: &Curve, x: f64| {
+                let i = c.x1.iter().position(|&v| v == x)?;
+                Some(c.seconds[i * w..(i + 1) * w].to_vec())
+            };
+            for &x in &g.x1 {
+                let want = row(&m.curve, x).or_else(|| row(&b, x)).unwrap();
+                assert_eq!(row(&g, x).unwrap(), want, "{} row {x}", m.op);
+            }
+            assert_eq!(g.x1.last(), b.x1.last(), "larger rows kept");
+            assert!(g.x1.windows(2).all(|w| w[0] < w[1]));
+        }
+        // CPU curves, copies and start-up figures are the base's
+        let cpu_of = |p: &Profile| -> Vec<CurveEntry> {
+            p.curves
+                .iter()
+                .filter(|c| c.backend == Backend::Cpu)
+                .cloned()
+                .collect()
+        };
+        assert_eq!(cpu_of(&merged), cpu_of(&base));
+        assert_eq!(
+            (merged.copy, merged.startup_s, merged.solver_startup_s),
+            (base.copy, base.startup_s, base.solver_startup_s)
+        );
+        // another second-feature grid: kept when the measured curve is shorter, replaced when
+        // it reaches as far
+        let mut other = measured.clone();
+        for c in other.curves.iter_mut() {
+            c.curve.x2 = c.curve.x2.iter().map(|v| v * 1.5).collect();
+        }
+        let (kept, notes) = merge_into(&base, &other).unwrap();
+        assert!(
+            notes.iter().all(|n| n.contains("kept the profile's")),
+            "{notes:?}"
+        );
+        assert_eq!(kept.curves, base.curves);
+    }
+
+    #[test]
+    fn rows_merge_in_order_and_grids_must_agree() {
+        let base = Curve {
+            x1: vec![1.0, 4.0, 16.0],
+            x2: vec![1.0, 2.0],
+            seconds: vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0],
+        };
+        let new = Curve {
+            x1: vec![2.0, 4.0],
+            x2: vec![1.0, 2.0],
+            seconds: vec![0.1, 0.2, 0.4, 0.8],
+        };
+        let m = merge_rows(&base, &new).unwrap();
+        assert_eq!(m.x1, vec![1.0, 2.0, 4.0, 16.0]);
+        assert_eq!(m.seconds, vec![1.0, 2.0, 0.1, 0.2, 0.4, 0.8, 16.0, 32.0]);
+        m.validate().unwrap();
+        let other = Curve {
+            x2: vec![1.0, 3.0],
+            ..new
+        };
+        assert!(merge_rows(&base, &other).is_none());
     }
 
     /// Runs every op kind on the CPU backend through the calibration cases (small sizes): the

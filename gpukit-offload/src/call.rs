@@ -334,10 +334,92 @@ fn u(x: usize) -> u64 {
     x as u64
 }
 
-impl Call {
-    /// The routine.
+/// One operand of a call, as [`Op::visit_operands`] hands it out (mutable: a visitor may
+/// move or clear the address).
+#[derive(Debug)]
+pub enum Operand<'a> {
+    /// A matrix in the caller's column-major storage.
+    Mat(&'a mut HostMat),
+    /// A vector of the call's element or real type (`w`, `s`, `tau`): its address.
+    Vector(&'a mut *mut u8),
+    /// Integers in the caller's width (pivots, `rank`, the count found, `isuppz`).
+    Ints(&'a mut Piv),
+}
+
+impl Op {
+    /// Hands every operand of the operation to `f`, matrices first in argument order: the one
+    /// list of what a call's operands are, from which [`Call::without_data`] and
+    /// [`Call::footprint`] are derived.
+    pub fn visit_operands(&mut self, f: &mut dyn FnMut(Operand<'_>)) {
+        use Operand::{Ints, Mat, Vector};
+        match self {
+            Op::Gemm { a, b, c, .. } | Op::Symm { a, b, c, .. } | Op::Hemm { a, b, c, .. } => {
+                f(Mat(a));
+                f(Mat(b));
+                f(Mat(c));
+            }
+            Op::Syrk { a, c, .. } | Op::Herk { a, c, .. } => {
+                f(Mat(a));
+                f(Mat(c));
+            }
+            Op::Trsm { a, b, .. }
+            | Op::Trmm { a, b, .. }
+            | Op::Trtrs { a, b, .. }
+            | Op::Potrs { a, b, .. }
+            | Op::Posv { a, b, .. } => {
+                f(Mat(a));
+                f(Mat(b));
+            }
+            Op::Getrs { a, ipiv, b, .. } | Op::Gesv { a, ipiv, b, .. } => {
+                f(Mat(a));
+                f(Mat(b));
+                f(Ints(ipiv));
+            }
+            Op::Getrf { a, ipiv, .. } | Op::Getri { a, ipiv, .. } => {
+                f(Mat(a));
+                f(Ints(ipiv));
+            }
+            Op::Potrf { a, .. } | Op::Potri { a, .. } => f(Mat(a)),
+            Op::Syevd { a, w, .. } => {
+                f(Mat(a));
+                f(Vector(w));
+            }
+            Op::Syevr {
+                a,
+                found,
+                w,
+                z,
+                isuppz,
+                ..
+            } => {
+                f(Mat(a));
+                f(Mat(z));
+                f(Vector(w));
+                f(Ints(found));
+                f(Ints(isuppz));
+            }
+            Op::Svd { a, s, u, vt, .. } => {
+                f(Mat(a));
+                f(Mat(u));
+                f(Mat(vt));
+                f(Vector(s));
+            }
+            Op::Geqrf { a, tau, .. } | Op::Orgqr { a, tau, .. } => {
+                f(Mat(a));
+                f(Vector(tau));
+            }
+            Op::Gelsd { a, b, s, rank, .. } => {
+                f(Mat(a));
+                f(Mat(b));
+                f(Vector(s));
+                f(Ints(rank));
+            }
+        }
+    }
+
+    /// The routine this operation is a call of.
     pub fn routine(&self) -> Routine {
-        match self.op {
+        match *self {
             Op::Gemm { .. } => Routine::Gemm,
             Op::Symm { .. } => Routine::Symm,
             Op::Syrk { .. } => Routine::Syrk,
@@ -361,6 +443,13 @@ impl Call {
             Op::Gelsd { .. } => Routine::Gelsd,
             Op::Orgqr { .. } => Routine::Orgqr,
         }
+    }
+}
+
+impl Call {
+    /// The routine.
+    pub fn routine(&self) -> Routine {
+        self.op.routine()
     }
 
     /// The model key.
@@ -388,37 +477,30 @@ impl Call {
 
     /// The shape (see [`Shape`]).
     pub fn shape(&self) -> Shape {
-        match self.op {
-            Op::Gemm { m, n, k, .. } => Shape::new(u(m), u(n), u(k)),
-            Op::Symm { side, m, n, .. } => {
-                Shape::new(u(m), u(n), u(if side == Side::Left { m } else { n }))
-            }
-            Op::Syrk { n, k, .. } => Shape::new(1, u(n), u(k)),
-            Op::Trsm { side, m, n, .. } => {
-                Shape::new(u(m), u(n), u(if side == Side::Left { m } else { n }))
-            }
+        // (m, n, k, A on the left) as Routine::shape reads them
+        let (m, n, k, left) = match self.op {
+            Op::Gemm { m, n, k, .. } | Op::Orgqr { m, n, k, .. } => (m, n, k, false),
+            Op::Symm { side, m, n, .. }
+            | Op::Hemm { side, m, n, .. }
+            | Op::Trsm { side, m, n, .. }
+            | Op::Trmm { side, m, n, .. } => (m, n, 0, side == Side::Left),
+            Op::Syrk { n, k, .. } | Op::Herk { n, k, .. } => (1, n, k, false),
             Op::Getrf { m, n, .. } | Op::Geqrf { m, n, .. } | Op::Svd { m, n, .. } => {
-                Shape::new(u(m), u(n), 1)
+                (m, n, 1, false)
             }
             Op::Getrs { n, nrhs, .. }
             | Op::Gesv { n, nrhs, .. }
             | Op::Potrs { n, nrhs, .. }
-            | Op::Posv { n, nrhs, .. } => Shape::new(1, u(n), u(nrhs)),
-            Op::Potrf { n, .. } | Op::Syevd { n, .. } => Shape::new(1, u(n), 1),
-            Op::Hemm { side, m, n, .. } => {
-                Shape::new(u(m), u(n), u(if side == Side::Left { m } else { n }))
-            }
-            Op::Herk { n, k, .. } => Shape::new(1, u(n), u(k)),
-            Op::Trmm { side, m, n, .. } => {
-                Shape::new(u(m), u(n), u(if side == Side::Left { m } else { n }))
-            }
-            Op::Getri { n, .. } | Op::Potri { n, .. } | Op::Syevr { n, .. } => {
-                Shape::new(1, u(n), 1)
-            }
-            Op::Trtrs { n, nrhs, .. } => Shape::new(1, u(n), u(nrhs)),
-            Op::Gelsd { m, n, nrhs, .. } => Shape::new(u(m), u(n), u(nrhs)),
-            Op::Orgqr { m, n, k, .. } => Shape::new(u(m), u(n), u(k)),
-        }
+            | Op::Posv { n, nrhs, .. }
+            | Op::Trtrs { n, nrhs, .. } => (1, n, nrhs, false),
+            Op::Potrf { n, .. }
+            | Op::Syevd { n, .. }
+            | Op::Getri { n, .. }
+            | Op::Potri { n, .. }
+            | Op::Syevr { n, .. } => (1, n, 1, false),
+            Op::Gelsd { m, n, nrhs, .. } => (m, n, nrhs, false),
+        };
+        self.routine().shape(u(m), u(n), u(k), left)
     }
 
     /// The same call with every data pointer set to null: dimensions, leading dimensions,
@@ -426,93 +508,17 @@ impl Call {
     /// buffers for a call it saw earlier (see [`crate::gpu::GpuBackend::presize`]); nothing may
     /// read or write through it.
     pub fn without_data(&self) -> Call {
-        fn mat(x: &mut HostMat) {
-            x.ptr = std::ptr::null_mut();
-        }
-        fn piv(x: &mut Piv) {
-            *x = match x {
-                Piv::I32(_) => Piv::I32(std::ptr::null_mut()),
-                Piv::I64(_) => Piv::I64(std::ptr::null_mut()),
-            };
-        }
         let mut op = self.op;
-        match &mut op {
-            Op::Gemm { a, b, c, .. } | Op::Symm { a, b, c, .. } => {
-                mat(a);
-                mat(b);
-                mat(c);
+        op.visit_operands(&mut |o| match o {
+            Operand::Mat(m) => m.ptr = std::ptr::null_mut(),
+            Operand::Vector(v) => *v = std::ptr::null_mut(),
+            Operand::Ints(p) => {
+                *p = match p {
+                    Piv::I32(_) => Piv::I32(std::ptr::null_mut()),
+                    Piv::I64(_) => Piv::I64(std::ptr::null_mut()),
+                }
             }
-            Op::Syrk { a, c, .. } => {
-                mat(a);
-                mat(c);
-            }
-            Op::Trsm { a, b, .. } | Op::Potrs { a, b, .. } | Op::Posv { a, b, .. } => {
-                mat(a);
-                mat(b);
-            }
-            Op::Getrf { a, ipiv, .. } => {
-                mat(a);
-                piv(ipiv);
-            }
-            Op::Getrs { a, ipiv, b, .. } | Op::Gesv { a, ipiv, b, .. } => {
-                mat(a);
-                piv(ipiv);
-                mat(b);
-            }
-            Op::Potrf { a, .. } => mat(a),
-            Op::Syevd { a, w, .. } => {
-                mat(a);
-                *w = std::ptr::null_mut();
-            }
-            Op::Svd { a, s, u, vt, .. } => {
-                mat(a);
-                mat(u);
-                mat(vt);
-                *s = std::ptr::null_mut();
-            }
-            Op::Geqrf { a, tau, .. } | Op::Orgqr { a, tau, .. } => {
-                mat(a);
-                *tau = std::ptr::null_mut();
-            }
-            Op::Hemm { a, b, c, .. } => {
-                mat(a);
-                mat(b);
-                mat(c);
-            }
-            Op::Herk { a, c, .. } => {
-                mat(a);
-                mat(c);
-            }
-            Op::Trmm { a, b, .. } | Op::Trtrs { a, b, .. } => {
-                mat(a);
-                mat(b);
-            }
-            Op::Getri { a, ipiv, .. } => {
-                mat(a);
-                piv(ipiv);
-            }
-            Op::Potri { a, .. } => mat(a),
-            Op::Syevr {
-                a,
-                found,
-                w,
-                z,
-                isuppz,
-                ..
-            } => {
-                mat(a);
-                mat(z);
-                piv(found);
-                piv(isuppz);
-                *w = std::ptr::null_mut();
-            }
-            Op::Gelsd { a, b, s, rank, .. } => {
-                mat(a);
-                mat(b);
-                piv(rank);
-                *s = std::ptr::null_mut();
-            }
-        }
+        });
         Call {
             prec: self.prec,
             op,
@@ -522,29 +528,14 @@ impl Call {
     /// Bytes of the matrix operands (rows x cols of each, the vectors left out): the measure of
     /// "largest call" for pre-sizing GPU buffers.
     pub fn footprint(&self) -> usize {
-        let mats: [Option<&HostMat>; 3] = match &self.op {
-            Op::Gemm { a, b, c, .. } | Op::Symm { a, b, c, .. } => [Some(a), Some(b), Some(c)],
-            Op::Syrk { a, c, .. } => [Some(a), Some(c), None],
-            Op::Trsm { a, b, .. }
-            | Op::Potrs { a, b, .. }
-            | Op::Posv { a, b, .. }
-            | Op::Getrs { a, b, .. }
-            | Op::Gesv { a, b, .. } => [Some(a), Some(b), None],
-            Op::Getrf { a, .. }
-            | Op::Potrf { a, .. }
-            | Op::Syevd { a, .. }
-            | Op::Geqrf { a, .. } => [Some(a), None, None],
-            Op::Svd { a, u, vt, .. } => [Some(a), Some(u), Some(vt)],
-            Op::Hemm { a, b, c, .. } => [Some(a), Some(b), Some(c)],
-            Op::Herk { a, c, .. } | Op::Syevr { a, z: c, .. } => [Some(a), Some(c), None],
-            Op::Trmm { a, b, .. } | Op::Trtrs { a, b, .. } | Op::Gelsd { a, b, .. } => {
-                [Some(a), Some(b), None]
+        let mut op = self.op;
+        let mut elems = 0usize;
+        op.visit_operands(&mut |o| {
+            if let Operand::Mat(m) = o {
+                elems += m.len();
             }
-            Op::Getri { a, .. } | Op::Potri { a, .. } | Op::Orgqr { a, .. } => {
-                [Some(a), None, None]
-            }
-        };
-        mats.iter().flatten().map(|x| x.len()).sum::<usize>() * self.prec.size()
+        });
+        elems * self.prec.size()
     }
 
     /// True when the call does no arithmetic (a zero dimension).
@@ -753,17 +744,70 @@ impl Call {
 
 /// The standard meaning of a positive LAPACK `info` for a routine.
 pub fn info_meaning(r: Routine) -> &'static str {
-    match r {
-        Routine::Getrf | Routine::Gesv | Routine::Getri => "U is exactly singular",
-        Routine::Trtrs => "A has a zero diagonal element: it is singular",
-        Routine::Potrf | Routine::Posv => "the matrix is not positive definite",
-        Routine::Potri => "a diagonal element of the Cholesky factor is zero",
-        Routine::Syev
-        | Routine::Syevd
-        | Routine::Syevr
-        | Routine::Gesdd
-        | Routine::Gesvd
-        | Routine::Gelsd => "the algorithm did not converge",
-        _ => "numerical failure",
+    r.info().info
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calibrate::Case;
+    use crate::ops::OpKind;
+
+    /// Every operand of every routine is visited: a call without data has no address left,
+    /// and its footprint is that of its matrices (the calibration's cases of every kind and
+    /// precision).
+    #[test]
+    fn every_operand_is_visited() {
+        for kind in OpKind::all() {
+            for &p in kind.routine.precisions() {
+                let mut case = Case::new(kind, p, 8.0, 2.0);
+                case.reset();
+                let call = case.call(kind, p, 8.0, 2.0);
+                let mut op = call.without_data().op;
+                let mut seen = 0;
+                op.visit_operands(&mut |o| {
+                    seen += 1;
+                    let null = match o {
+                        Operand::Mat(m) => m.ptr.is_null(),
+                        Operand::Vector(v) => v.is_null(),
+                        Operand::Ints(Piv::I32(q)) => q.is_null(),
+                        Operand::Ints(Piv::I64(q)) => q.is_null(),
+                    };
+                    assert!(null, "{kind} {p:?}: an operand kept its address");
+                });
+                assert!(seen >= 1, "{kind}");
+                // the data-free call has the same footprint and shape
+                assert_eq!(call.without_data().footprint(), call.footprint(), "{kind}");
+                assert_eq!(call.without_data().shape(), call.shape(), "{kind}");
+                let mut mats = 0;
+                let mut op = call.op;
+                op.visit_operands(&mut |o| {
+                    // (a matrix the job does not reference, such as syevr's z without
+                    // vectors, may have no address)
+                    if let Operand::Mat(m) = o {
+                        mats += m.len();
+                    }
+                });
+                assert_eq!(call.footprint(), mats * p.size());
+            }
+        }
+        // a product's footprint is its three matrices
+        let m = |r, c| HostMat::new(std::ptr::null_mut(), r, c, r);
+        let g = Call {
+            prec: Precision::Z,
+            op: Op::Gemm {
+                ta: Trans::No,
+                tb: Trans::No,
+                m: 3,
+                n: 5,
+                k: 4,
+                alpha: Scalar::of([1.0f64, 0.0]),
+                a: m(3, 4),
+                b: m(4, 5),
+                beta: Scalar::of([0.0f64, 0.0]),
+                c: m(3, 5),
+            },
+        };
+        assert_eq!(g.footprint(), (12 + 20 + 15) * 16);
     }
 }

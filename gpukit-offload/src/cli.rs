@@ -8,7 +8,7 @@
 //! one), and a closed stdout ends a command quietly instead of panicking.
 
 use crate::calibrate::{
-    calibrate, calibrate_cpu, python_libraries, CalibrateOptions, StartupFigures,
+    calibrate, calibrate_cpu, merge_into, python_libraries, CalibrateOptions, StartupFigures,
 };
 use crate::cpu::{CpuBackend, CPU_LIB_ENV};
 use crate::model::required_speedup;
@@ -65,6 +65,23 @@ enum Cmd {
         /// the other kinds are kept.
         #[arg(long, value_name = "KINDS")]
         only: Option<String>,
+        /// Merge what this calibration measures into this profile of this machine: each
+        /// measured curve replaces the rows of the profile's curve (same kind, precision,
+        /// backend, library) it measured, everything else is kept. Written to --output, else
+        /// back to PROFILE. With --gpu-only and --max-size: a refresh of the GPU curves of
+        /// small sizes.
+        #[arg(
+            long = "merge-into",
+            value_name = "PROFILE",
+            conflicts_with = "cpu_only"
+        )]
+        merge_into: Option<PathBuf>,
+        /// Measure the GPU only (no CPU library).
+        #[arg(long = "gpu-only", conflicts_with_all = ["cpu_only", "libraries"])]
+        gpu_only: bool,
+        /// Leave out grid sizes whose first feature (the order, or m) is above this.
+        #[arg(long = "max-size", value_name = "N")]
+        max_size: Option<f64>,
     },
     /// Run a program under the LD_PRELOAD shim (CUDA starts at once in the background; prints
     /// the per-routine summary at exit; keeps the program's exit status).
@@ -110,6 +127,9 @@ pub fn main_with_args<I: IntoIterator<Item = OsString>>(args: I, preload: Option
             libraries,
             cpu_only,
             only,
+            merge_into,
+            gpu_only,
+            max_size,
         } => parse_only(only.as_deref()).and_then(|only| {
             run_calibrate(&CalibrateArgs {
                 quick,
@@ -119,6 +139,9 @@ pub fn main_with_args<I: IntoIterator<Item = OsString>>(args: I, preload: Option
                 libraries,
                 cpu_only,
                 only,
+                merge_into,
+                gpu_only,
+                max_size,
             })
         }),
         Cmd::Run { cmd } => return run_shim(&cmd, preload),
@@ -226,11 +249,27 @@ struct CalibrateArgs {
     libraries: Vec<String>,
     cpu_only: Option<PathBuf>,
     only: Vec<OpKind>,
+    merge_into: Option<PathBuf>,
+    gpu_only: bool,
+    max_size: Option<f64>,
 }
 
 fn run_calibrate(a: &CalibrateArgs) -> Result<()> {
     let t0 = Instant::now();
-    let libs = find_libraries(&a.python, &a.libraries)?;
+    if let Some(m) = a.max_size.filter(|m| !(m.is_finite() && *m >= 1.0)) {
+        return Err(Error::Config {
+            name: "--max-size",
+            value: m.to_string(),
+            msg: "a size of at least 1".into(),
+        });
+    }
+    // the profile to merge into is read first: a bad one costs no measurement
+    let merge_base = a.merge_into.as_deref().map(Profile::load).transpose()?;
+    let libs = if a.gpu_only {
+        Vec::new()
+    } else {
+        find_libraries(&a.python, &a.libraries)?
+    };
     let out = |_: Closed| ();
     for l in &libs {
         output::line(&format!("offload: CPU library {}", l.describe()));
@@ -243,14 +282,23 @@ fn run_calibrate(a: &CalibrateArgs) -> Result<()> {
     if let Some(b) = a.budget.filter(|b| b.is_finite() && *b > 0.0) {
         opts.budget = std::time::Duration::from_secs_f64(b);
     }
+    opts.max_x1 = a.max_size;
     let refs: Vec<&CpuBackend> = libs.iter().collect();
-    let profile = match &a.cpu_only {
+    let mut profile = match &a.cpu_only {
         Some(base) => calibrate_cpu(&refs, &Profile::load(base)?, &opts)?,
         None => calibrate_all(&refs, &opts)?,
     };
+    if let Some(base) = &merge_base {
+        let (merged, notes) = merge_into(base, &profile)?;
+        for n in notes {
+            output::line(&format!("offload: merge: {n}"));
+        }
+        profile = merged;
+    }
     let path = a
         .output
         .clone()
+        .or_else(|| a.merge_into.clone())
         .or_else(Profile::default_path)
         .ok_or_else(|| Error::Config {
             name: "profile path",
@@ -499,5 +547,27 @@ mod tests {
         );
         assert_eq!(code, 1);
         assert!(!out.exists());
+    }
+
+    /// `--merge-into` a profile that cannot be read, and a size below 1, fail before measuring
+    /// and write nothing; `--gpu-only` with `--library` or `--cpu-only` is a usage error.
+    #[test]
+    fn calibrate_merge_options_fail_before_measuring() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("p.json");
+        let missing = dir.path().join("missing.json");
+        let o = out.to_str().unwrap();
+        for (extra, want) in [
+            (vec!["--merge-into", missing.to_str().unwrap()], 1),
+            (vec!["--gpu-only", "--max-size", "0"], 1),
+            (vec!["--gpu-only", "--library", "/x.so"], 2),
+            (vec!["--gpu-only", "--cpu-only", "/x.json"], 2),
+            (vec!["--merge-into", "/a.json", "--cpu-only", "/b.json"], 2),
+        ] {
+            let mut a = vec!["offload", "calibrate", "--output", o];
+            a.extend(extra.iter().copied());
+            assert_eq!(main_with_args(args(&a), None), want, "{extra:?}");
+            assert!(!out.exists(), "{extra:?} wrote a profile");
+        }
     }
 }

@@ -67,6 +67,7 @@ pub mod ops;
 pub mod output;
 pub mod profile;
 pub mod request;
+pub mod routines;
 pub mod stats;
 mod sync;
 

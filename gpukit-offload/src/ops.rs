@@ -179,52 +179,18 @@ impl Routine {
 
     /// The name without the precision letter (`gemm`, `syevd`, ...), as for s and d.
     pub fn stem(self) -> &'static str {
-        match self {
-            Routine::Gemm => "gemm",
-            Routine::Symm => "symm",
-            Routine::Hemm => "hemm",
-            Routine::Syrk => "syrk",
-            Routine::Herk => "herk",
-            Routine::Trsm => "trsm",
-            Routine::Trmm => "trmm",
-            Routine::Getrf => "getrf",
-            Routine::Getrs => "getrs",
-            Routine::Gesv => "gesv",
-            Routine::Getri => "getri",
-            Routine::Potrf => "potrf",
-            Routine::Potrs => "potrs",
-            Routine::Posv => "posv",
-            Routine::Potri => "potri",
-            Routine::Trtrs => "trtrs",
-            Routine::Syev => "syev",
-            Routine::Syevd => "syevd",
-            Routine::Syevr => "syevr",
-            Routine::Gesdd => "gesdd",
-            Routine::Gesvd => "gesvd",
-            Routine::Gelsd => "gelsd",
-            Routine::Geqrf => "geqrf",
-            Routine::Orgqr => "orgqr",
-        }
+        self.info().stem
     }
 
     /// The stem of the complex variant (`heev`, `heevd`, `heevr`, `ungqr`; else
     /// [`Routine::stem`]).
     pub fn complex_stem(self) -> &'static str {
-        match self {
-            Routine::Syev => "heev",
-            Routine::Syevd => "heevd",
-            Routine::Syevr => "heevr",
-            Routine::Orgqr => "ungqr",
-            _ => self.stem(),
-        }
+        self.info().complex_stem
     }
 
     /// The precisions LAPACK defines the routine in (c and z only for `hemm` / `herk`).
     pub fn precisions(self) -> &'static [Precision] {
-        match self {
-            Routine::Hemm | Routine::Herk => &[Precision::C, Precision::Z],
-            _ => &Precision::ALL,
-        }
+        self.info().precisions
     }
 
     /// The LAPACK name for a precision (`dgemm`, `zheevd`, `cungqr`, ...).
@@ -263,11 +229,7 @@ impl Routine {
 
     /// The variants the model distinguishes for this routine (see [`Variant`]).
     pub fn variants(self) -> &'static [Variant] {
-        match self {
-            Routine::Syev | Routine::Syevd | Routine::Syevr => &[Variant::Plain, Variant::Vectors],
-            Routine::Gesdd | Routine::Gesvd => &[Variant::Plain, Variant::Vectors, Variant::Full],
-            _ => &[Variant::Plain],
-        }
+        self.info().variants
     }
 
     /// True for the routines whose cost depends on whether vectors are computed.
@@ -436,25 +398,21 @@ pub enum Family {
 impl Routine {
     /// How the routine's shape maps to the model's features.
     pub fn family(self) -> Family {
-        match self {
-            Routine::Gemm => Family::Product,
-            Routine::Syrk | Routine::Herk => Family::RankK,
-            Routine::Symm | Routine::Hemm | Routine::Trsm | Routine::Trmm => Family::Sided,
-            Routine::Getrs | Routine::Gesv | Routine::Potrs | Routine::Posv | Routine::Trtrs => {
-                Family::Solve
-            }
-            Routine::Potrf
-            | Routine::Getri
-            | Routine::Potri
-            | Routine::Syev
-            | Routine::Syevd
-            | Routine::Syevr => Family::Square,
-            Routine::Getrf
-            | Routine::Geqrf
-            | Routine::Orgqr
-            | Routine::Gesdd
-            | Routine::Gesvd
-            | Routine::Gelsd => Family::Rect,
+        self.info().family
+    }
+
+    /// The model's shape of a call of this routine from its dimensions (one convention per
+    /// family, read by [`crate::call::Call::shape`] and the shim's fast path): `m`, `n` as the
+    /// routine names them, `k` its third dimension (a product's inner dimension, an update's
+    /// rank, the right-hand sides, the reflectors; 1 where it has none), `left` a sided
+    /// routine's A on the left (its order is then `m`, else `n`).
+    #[inline]
+    pub fn shape(self, m: u64, n: u64, k: u64, left: bool) -> Shape {
+        match self.family() {
+            Family::Product | Family::Rect => Shape::new(m, n, k),
+            Family::Sided => Shape::new(m, n, if left { m } else { n }),
+            Family::RankK | Family::Solve => Shape::new(1, n, k),
+            Family::Square => Shape::new(1, n, 1),
         }
     }
 

@@ -2946,3 +2946,571 @@ fn new_routines_body() {
     }
     f.done();
 }
+
+// ---------------------------------------------------------------- the fixed cost of a call
+
+/// Compares the results of one LAPACK call of [`lapack_calls`] run on the GPU (`g`) with the
+/// CPU library's (`c`): what LAPACK defines uniquely (factors, solutions, inverses, values;
+/// R's magnitudes for geqrf, whose reflector signs are a convention).
+fn compare_lapack(f: &mut Failures, what: &str, name: &str, c: &Operands, g: &Operands, t: f64) {
+    let same = |f: &mut Failures, i: usize, label: &str| {
+        f.close(
+            &format!("{what} {label}"),
+            rel(&g.mats[i].dense(), &c.mats[i].dense()),
+            t,
+        )
+    };
+    let ints = |f: &mut Failures, i: usize, label: &str| {
+        f.check(c.ints[i] == g.ints[i], || {
+            format!(
+                "{what} {label}: {:?} vs the CPU's {:?}",
+                g.ints[i], c.ints[i]
+            )
+        })
+    };
+    // single precision: a near tie between two pivot candidates may go either way after
+    // rounding; then only the solution is compared
+    let tie =
+        c.mats[0].p.real_size() == 4 && matches!(name, "getrf" | "gesv") && c.ints[0] != g.ints[0];
+    match name {
+        "getrf" | "gesv" if tie => {
+            if name == "gesv" {
+                same(f, 1, "X");
+            }
+        }
+        "getrf" => {
+            same(f, 0, "LU");
+            ints(f, 0, "pivots");
+        }
+        "gesv" => {
+            same(f, 0, "LU");
+            same(f, 1, "X");
+            ints(f, 0, "pivots");
+        }
+        "getrs" | "trtrs" | "potrs" => same(f, 1, "X"),
+        "posv" => {
+            same(f, 0, "factor");
+            same(f, 1, "X");
+        }
+        "getri" | "potri" | "potrf" | "orgqr" => same(f, 0, "A"),
+        "syev" | "syevd" | "gesdd" | "gesvd" => same(f, 1, "values"),
+        "syevr" => {
+            ints(f, 0, "found");
+            same(f, 1, "values");
+        }
+        "geqrf" => {
+            let r = |o: &Operands| -> Vec<Cx> {
+                let a = &o.mats[0];
+                (0..a.cols)
+                    .flat_map(|j| (0..=j.min(a.rows - 1)).map(move |i| (i, j)))
+                    .map(|(i, j)| (mag(a.get(i, j)), 0.0))
+                    .collect()
+            };
+            f.close(&format!("{what} |R|"), rel(&r(g), &r(c)), t);
+        }
+        "gelsd" => {
+            let n = c.mats[0].cols;
+            let top = |b: &Mat| -> Vec<Cx> {
+                (0..b.cols)
+                    .flat_map(|j| (0..n).map(move |i| (i, j)))
+                    .map(|(i, j)| b.get(i, j))
+                    .collect()
+            };
+            f.close(
+                &format!("{what} x"),
+                rel(&top(&g.mats[1]), &top(&c.mats[1])),
+                t,
+            );
+            same(f, 2, "s");
+            ints(f, 0, "rank");
+        }
+        other => f.err(format!("{what}: no comparison for {other}")),
+    }
+    for (k, m) in g.mats.iter().enumerate() {
+        f.check(m.pad_ok(), || {
+            format!("{what}: padding of operand {k} written")
+        });
+    }
+}
+
+/// Every LAPACK routine in every precision on tiny orders (1 to 16: the stacked small
+/// matrices of numpy's linalg, which run in the lane's own arena and bounce buffer), each
+/// twice in a row (the second call takes the workspace sizes from the lane's cache and
+/// reuses the arena) and the smallest again after the largest (an arena grown meanwhile):
+/// results as the CPU library's, padding untouched.
+#[test]
+fn tiny_calls_of_every_lapack_routine_match_cpu_repeatedly() {
+    big_stack(tiny_calls_body);
+}
+
+fn tiny_calls_body() {
+    let Some((cpu, gpu)) = backends("tiny_calls_of_every_lapack_routine_match_cpu_repeatedly")
+    else {
+        return;
+    };
+    let mut f = Failures::default();
+    let mut rng = Rng::new(131);
+    for p in Precision::ALL {
+        let t = tol(p) * 50.0;
+        for n in [1usize, 2, 3, 4, 7, 16, 2] {
+            for (name, ops, _, _) in lapack_calls(p, n, &mut rng) {
+                let what = format!("{}{name} n={n}", p.letter());
+                let mut c = Operands {
+                    mats: ops.mats.clone(),
+                    ints: ops.ints.clone(),
+                };
+                if let Err(e) = on_cpu(cpu, &lapack_call(p, &name, &mut c)) {
+                    f.err(format!("{what}: cpu {e}"));
+                    continue;
+                }
+                for round in 0..2 {
+                    let mut g = Operands {
+                        mats: ops.mats.clone(),
+                        ints: ops.ints.clone(),
+                    };
+                    match on_gpu(gpu, &lapack_call(p, &name, &mut g)) {
+                        Ok(()) => {
+                            compare_lapack(&mut f, &format!("{what} #{round}"), &name, &c, &g, t)
+                        }
+                        Err(e) => f.err(format!("{what} #{round}: gpu {e}")),
+                    }
+                }
+            }
+        }
+    }
+    f.done();
+}
+
+/// Non-finite inputs of operands too large for one check block (the check runs on many
+/// blocks and a separate guard overwrites the operand before the routine): NaN or infinity at
+/// the first, a middle and the last referenced element sends potrf, posv (in A, in B), gesv,
+/// syevd, gesdd and gelsd to the CPU (`NonFinite`) with the caller's buffers untouched and
+/// without the routine hanging; NaN in the triangle potrf does not read is still ignored; a
+/// clean call on the same backend afterwards succeeds.
+#[test]
+fn non_finite_inputs_of_large_operands_are_guarded() {
+    big_stack(non_finite_large_body);
+}
+
+fn non_finite_large_body() {
+    let Some((_, gpu)) = backends("non_finite_inputs_of_large_operands_are_guarded") else {
+        return;
+    };
+    let mut f = Failures::default();
+    let mut rng = Rng::new(137);
+    // 200 x 200 = 40000 elements: more than one check block (32768)
+    let n = 200;
+    for p in [Precision::D, Precision::C] {
+        for (name, ops, _, _) in lapack_calls(p, n, &mut rng) {
+            if !["potrf", "posv", "gesv", "syevd", "gesdd", "gelsd"].contains(&name.as_str()) {
+                continue;
+            }
+            let rows = ops.mats[0].rows;
+            let mut spots = vec![
+                (0usize, 0usize, 0usize),
+                (0, rows / 2, n / 3),
+                (0, rows - 1, n - 1),
+            ];
+            if name == "posv" {
+                // B (n x 4) is small: its check guards inline; A's needs the separate guard
+                spots.push((1, n - 1, 3));
+            }
+            for (k, i, j) in spots {
+                for bad in [
+                    (f64::NAN, 0.0),
+                    (f64::NEG_INFINITY, 0.0),
+                    (0.5, f64::INFINITY),
+                ] {
+                    if !p.is_complex() && bad.1 != 0.0 {
+                        continue;
+                    }
+                    // the lower triangle for the routines that read it
+                    let hermitian = ["potrf", "posv", "syevd"].contains(&name.as_str()) && k == 0;
+                    let (i, j) = if hermitian {
+                        (i.max(j), i.min(j))
+                    } else {
+                        (i, j)
+                    };
+                    if hermitian && i == j && bad.1 != 0.0 {
+                        // LAPACK does not read the imaginary part of a Hermitian diagonal
+                        continue;
+                    }
+                    let mut o = Operands {
+                        mats: ops.mats.clone(),
+                        ints: ops.ints.clone(),
+                    };
+                    o.mats[k].set(i, j, bad);
+                    let before = o.snapshot();
+                    let r = on_gpu(gpu, &lapack_call(p, &name, &mut o));
+                    let what =
+                        format!("{}{name} n={n} operand {k} ({i},{j}) = {bad:?}", p.letter());
+                    f.check(
+                        matches!(&r, Err(e) if e.kind == GpuFailKind::NonFinite),
+                        || format!("{what}: {r:?}"),
+                    );
+                    f.check(o.snapshot() == before, || {
+                        format!("{what}: buffers written")
+                    });
+                }
+            }
+            let mut clean = Operands {
+                mats: ops.mats.clone(),
+                ints: ops.ints.clone(),
+            };
+            let r = on_gpu(gpu, &lapack_call(p, &name, &mut clean));
+            f.check(r.is_ok(), || {
+                format!("{}{name} n={n} clean after NaN: {r:?}", p.letter())
+            });
+        }
+        // NaN in the unread (upper) triangle of a large potrf: ignored, the GPU runs it
+        let mut a = Mat::hermitian(p, n, n as f64 + 1.0, &mut rng);
+        a.set(3, n - 1, (f64::NAN, 0.0));
+        let r = on_gpu(
+            gpu,
+            &call(
+                p,
+                Op::Potrf {
+                    uplo: Uplo::Lower,
+                    n,
+                    a: a.host(),
+                },
+            ),
+        );
+        f.check(r.is_ok(), || {
+            format!(
+                "{}potrf n={n} with NaN in the unread triangle: {r:?}",
+                p.letter()
+            )
+        });
+    }
+    f.done();
+}
+
+/// The fixed cost, counted: with phase timing on (an own backend: the counts are per
+/// backend), a tiny LAPACK call in the lane's arena synchronises once, allocates nothing,
+/// asks cuSOLVER no workspace size after its first call, copies each operand in with one
+/// copy and each result (and the status words) out with one, and launches one fused check
+/// per group of operands; a 64 x 64 product likewise without checks; a call too large for
+/// the lane's arena takes one allocation. Results still match the CPU library's.
+#[test]
+fn a_tiny_call_synchronises_once_and_allocates_nothing() {
+    big_stack(fixed_cost_counts_body);
+}
+
+fn fixed_cost_counts_body() {
+    let Some((cpu, _)) = backends("a_tiny_call_synchronises_once_and_allocates_nothing") else {
+        return;
+    };
+    let gpu = GpuBackend::start().expect("GPU backend start");
+    gpu.set_phase_timing(true);
+    let mut f = Failures::default();
+    let mut rng = Rng::new(139);
+    let p = Precision::D;
+    // (routine, copies in, copies out, own launches) per call: the status words and every
+    // operand go up in one copy (a small gesv or posv checks A and B in one launch), the
+    // status words and every result come back in one
+    let expect = [
+        ("potrf", 1, 1, 1),
+        ("getrf", 1, 1, 1),
+        ("gesv", 1, 1, 1),
+        ("posv", 1, 1, 1),
+        ("potrs", 1, 1, 1),
+        ("syevd", 1, 1, 2),
+        ("gesdd", 1, 1, 2),
+        ("getri", 1, 1, 2),
+        ("getrs", 1, 1, 1),
+    ];
+    for (name, cin, cout, launches) in expect {
+        let (_, ops, _, _) = lapack_calls(p, 4, &mut rng)
+            .into_iter()
+            .find(|c| c.0 == name)
+            .expect("a call of the routine");
+        let mut c = Operands {
+            mats: ops.mats.clone(),
+            ints: ops.ints.clone(),
+        };
+        let rc = on_cpu(cpu, &lapack_call(p, name, &mut c));
+        f.check(rc.is_ok(), || format!("{name}: cpu {rc:?}"));
+        // the first call may query workspace sizes and make the lane's arena
+        let mut g = Operands {
+            mats: ops.mats.clone(),
+            ints: ops.ints.clone(),
+        };
+        let r = on_gpu(&gpu, &lapack_call(p, name, &mut g));
+        f.check(r.is_ok(), || format!("{name} first: {r:?}"));
+        gpu.take_phase_times();
+        let retries = gpu.polar_retries();
+        let calls = 10;
+        for _ in 0..calls {
+            let mut g = Operands {
+                mats: ops.mats.clone(),
+                ints: ops.ints.clone(),
+            };
+            match on_gpu(&gpu, &lapack_call(p, name, &mut g)) {
+                Ok(()) => compare_lapack(&mut f, name, name, &c, &g, tol(p) * 50.0),
+                Err(e) => f.err(format!("{name}: {e}")),
+            }
+        }
+        let t = gpu.take_phase_times();
+        if gpu.polar_retries() != retries {
+            // a polar SVD rejected by its guard ran again with QR iteration: two attempts
+            println!(
+                "{name} 4: {} polar retries, counts not checked: {t}",
+                gpu.polar_retries() - retries
+            );
+            continue;
+        }
+        let per = |v: u64| v as f64 / calls as f64;
+        f.check(t.calls == calls, || format!("{name}: {t:?}"));
+        f.check(per(t.syncs) == 1.0, || {
+            format!("{name}: syncs per call {t}")
+        });
+        f.check(t.allocations == 0, || format!("{name}: allocations {t}"));
+        f.check(t.workspace_queries == 0, || {
+            format!("{name}: workspace queries {t}")
+        });
+        f.check(per(t.copies_in) == cin as f64, || {
+            format!("{name}: copies in {t}")
+        });
+        f.check(per(t.copies_out) == cout as f64, || {
+            format!("{name}: copies out {t}")
+        });
+        f.check(per(t.own_launches) == launches as f64, || {
+            format!("{name}: launches {t}")
+        });
+        f.check(t.total_us() > 0.0, || {
+            format!("{name}: no time measured {t}")
+        });
+        println!("{name} 4: {t}");
+    }
+    // a 64 x 64 product: A and B in one copy (beta = 0: C is not read), C out, no check
+    let n = 64;
+    let mut a = Mat::random(p, n, n, &mut rng);
+    let mut b = Mat::random(p, n, n, &mut rng);
+    let mut c1 = Mat::random(p, n, n, &mut rng);
+    let mut c2 = c1.clone();
+    let op = |a: HostMat, b: HostMat, c: HostMat, n: usize| Op::Gemm {
+        ta: Trans::No,
+        tb: Trans::No,
+        m: n,
+        n,
+        k: n,
+        alpha: sc(p, 1.0, 0.0),
+        a,
+        b,
+        beta: sc(p, 0.0, 0.0),
+        c,
+    };
+    let r1 = on_cpu(cpu, &call(p, op(a.host(), b.host(), c1.host(), n)));
+    let _ = on_gpu(&gpu, &call(p, op(a.host(), b.host(), c2.host(), n)));
+    gpu.take_phase_times();
+    let r2 = on_gpu(&gpu, &call(p, op(a.host(), b.host(), c2.host(), n)));
+    let t = gpu.take_phase_times();
+    f.check(r1.is_ok() && r2.is_ok(), || {
+        format!("dgemm 64: {r1:?} {r2:?}")
+    });
+    f.close("dgemm 64", rel(&c2.dense(), &c1.dense()), tol(p));
+    f.check(
+        (
+            t.syncs,
+            t.copies_in,
+            t.copies_out,
+            t.own_launches,
+            t.allocations,
+        ) == (1, 1, 1, 0, 0),
+        || format!("dgemm 64: {t}"),
+    );
+    println!("dgemm 64: {t}");
+    // too large for the lane's arena: one allocation from the allocator
+    let n = 600;
+    let mut a = Mat::random(p, n, n, &mut rng);
+    let mut b = Mat::random(p, n, n, &mut rng);
+    let mut c1 = Mat::random(p, n, n, &mut rng);
+    let mut c2 = c1.clone();
+    let r1 = on_cpu(cpu, &call(p, op(a.host(), b.host(), c1.host(), n)));
+    gpu.take_phase_times();
+    let r2 = on_gpu(&gpu, &call(p, op(a.host(), b.host(), c2.host(), n)));
+    let t = gpu.take_phase_times();
+    f.check(r1.is_ok() && r2.is_ok(), || {
+        format!("dgemm 600: {r1:?} {r2:?}")
+    });
+    f.close("dgemm 600", rel(&c2.dense(), &c1.dense()), tol(p) * 10.0);
+    f.check(t.allocations == 1, || format!("dgemm 600: {t}"));
+    println!("dgemm 600: {t}");
+    f.done();
+}
+
+/// Eight threads each make 40 tiny calls (potrf, gesv, syevd in turn, every precision) on the
+/// shared backend at once: each result is the CPU library's (the lanes' bounce buffers and
+/// arenas are never shared between calls in flight).
+#[test]
+fn tiny_calls_from_eight_threads_stay_apart() {
+    big_stack(tiny_threads_body);
+}
+
+fn tiny_threads_body() {
+    let Some((cpu, gpu)) = backends("tiny_calls_from_eight_threads_stay_apart") else {
+        return;
+    };
+    let errors = std::sync::Mutex::new(Vec::<String>::new());
+    std::thread::scope(|s| {
+        for th in 0..8u64 {
+            let errors = &errors;
+            std::thread::Builder::new()
+                .stack_size(64 << 20)
+                .spawn_scoped(s, move || {
+                    let mut f = Failures::default();
+                    let mut rng = Rng::new(1000 + th);
+                    for i in 0..40usize {
+                        let p = Precision::ALL[(i + th as usize) % 4];
+                        let name = ["potrf", "gesv", "syevd"][i % 3];
+                        let n = 2 + (i + th as usize) % 6;
+                        let (_, ops, _, _) = lapack_calls(p, n, &mut rng)
+                            .into_iter()
+                            .find(|c| c.0 == name)
+                            .expect("a call of the routine");
+                        let mut c = Operands {
+                            mats: ops.mats.clone(),
+                            ints: ops.ints.clone(),
+                        };
+                        let mut g = Operands {
+                            mats: ops.mats.clone(),
+                            ints: ops.ints.clone(),
+                        };
+                        let what = format!("thread {th} call {i} {}{name} n={n}", p.letter());
+                        let rc = on_cpu(cpu, &lapack_call(p, name, &mut c));
+                        let rg = on_gpu(gpu, &lapack_call(p, name, &mut g));
+                        if rc.is_err() || rg.is_err() {
+                            f.err(format!("{what}: {rc:?} {rg:?}"));
+                            continue;
+                        }
+                        compare_lapack(&mut f, &what, name, &c, &g, tol(p) * 50.0);
+                    }
+                    errors.lock().unwrap().extend(f.0);
+                })
+                .expect("spawn");
+        }
+    });
+    let f = Failures(errors.into_inner().unwrap());
+    f.done();
+}
+
+// ---------------------------------------------------------------- several GPUs
+
+/// With two or more visible GPUs (skipped with fewer: the H200 host's one-GPU machine): a
+/// product split across two GPUs by the placement (a cost whose compute dwarfs its copies)
+/// equals the CPU library's, with both GPUs used and C's padding untouched; an injected
+/// failure on one GPU's part leaves C untouched; whole calls from four threads are placed on
+/// both GPUs and match the CPU.
+#[test]
+fn several_gpus_split_products_and_spread_calls() {
+    big_stack(several_gpus_body);
+}
+
+fn several_gpus_body() {
+    use gpukit_offload::dispatch::placement::ProductCost;
+    use gpukit_offload::gpu::devices::Devices;
+    let Some((cpu, _)) = backends("several_gpus_split_products_and_spread_calls") else {
+        return;
+    };
+    if GpuBackend::visible_count() < 2 {
+        println!(
+            "skipped: {} GPU visible; this test needs two (the x2 machine)",
+            GpuBackend::visible_count()
+        );
+        return;
+    }
+    let gpus: Vec<Arc<GpuBackend>> = (0..2)
+        .map(|i| Arc::new(GpuBackend::start_on(i).expect("start a backend per GPU")))
+        .collect();
+    let devices = Devices::new(gpus.clone());
+    let mut f = Failures::default();
+    let mut rng = Rng::new(149);
+    let cost = ProductCost {
+        a_copy_s: 0.001,
+        bc_copy_s: 0.002,
+        compute_s: 1.0,
+    };
+    for p in Precision::ALL {
+        let (m, n, k) = (300, 517, 200);
+        let mut a = Mat::random(p, m, k, &mut rng);
+        let mut b = Mat::random(p, k, n, &mut rng);
+        let mut c1 = Mat::random(p, m, n, &mut rng);
+        let mut c2 = c1.clone();
+        let op = |a: HostMat, b: HostMat, c: HostMat| Op::Gemm {
+            ta: Trans::No,
+            tb: Trans::No,
+            m,
+            n,
+            k,
+            alpha: sc(p, 0.5, 0.25),
+            a,
+            b,
+            beta: sc(p, -1.0, 0.0),
+            c,
+        };
+        let r1 = on_cpu(cpu, &call(p, op(a.host(), b.host(), c1.host())));
+        // SAFETY: the call's matrices live in this function.
+        let (parts, r2) =
+            unsafe { devices.run_product(&call(p, op(a.host(), b.host(), c2.host())), cost) };
+        let what = format!("{}gemm split", p.letter());
+        f.check(r1.is_ok() && r2.is_ok(), || {
+            format!("{what}: {r1:?} {r2:?}")
+        });
+        f.check(parts.len() == 2 && parts[0].0 != parts[1].0, || {
+            format!("{what}: parts {parts:?}")
+        });
+        f.close(&what, rel(&c2.dense(), &c1.dense()), tol(p) * 10.0);
+        f.check(c2.pad_ok(), || format!("{what}: padding written"));
+        // one GPU's part fails before its commit: no column of C is written
+        gpus[1].set_inject(Inject::Error);
+        let mut c3 = c1.clone();
+        let before = c3.bytes.clone();
+        // SAFETY: as above.
+        let (_, r3) =
+            unsafe { devices.run_product(&call(p, op(a.host(), b.host(), c3.host())), cost) };
+        gpus[1].set_inject(Inject::None);
+        f.check(r3.is_err(), || format!("{what} with a failed part: {r3:?}"));
+        f.check(c3.bytes == before, || {
+            format!("{what}: C written after a failed part")
+        });
+    }
+    // whole calls from four threads at once use both GPUs
+    let used = std::sync::Mutex::new(Vec::new());
+    let together = std::sync::Barrier::new(4);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (devices, used, together) = (&devices, &used, &together);
+            std::thread::Builder::new()
+                .stack_size(64 << 20)
+                .spawn_scoped(s, move || {
+                    let mut rng = Rng::new(200 + t);
+                    let n = 1500;
+                    let spd = Mat::hermitian(Precision::D, n, n as f64 + 1.0, &mut rng);
+                    let (mut a1, mut a2) = (spd.clone(), spd.clone());
+                    let op = |a: HostMat| Op::Potrf {
+                        uplo: Uplo::Lower,
+                        n,
+                        a,
+                    };
+                    let r1 = on_cpu(cpu, &call(Precision::D, op(a1.host())));
+                    // the four GPU calls are placed at once (each sees the others' queues)
+                    together.wait();
+                    // SAFETY: as above.
+                    let (g, r2) = unsafe { devices.run(&call(Precision::D, op(a2.host())), 0.05) };
+                    let ok = r1.is_ok() && r2.is_ok() && rel(&a2.dense(), &a1.dense()) < 1e-8;
+                    used.lock().unwrap().push((g, ok));
+                })
+                .expect("spawn");
+        }
+    });
+    let used = used.into_inner().unwrap();
+    f.check(used.iter().all(|u| u.1), || {
+        format!("whole calls: {used:?}")
+    });
+    f.check(
+        used.iter().any(|u| u.0 == 0) && used.iter().any(|u| u.0 == 1),
+        || format!("calls in flight at once did not use both GPUs: {used:?}"),
+    );
+    f.done();
+}

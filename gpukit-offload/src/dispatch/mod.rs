@@ -108,6 +108,9 @@ pub struct Dispatcher {
     profile_error: Option<String>,
     profile_machine: crate::profile::Machine,
     gpu: OnceLock<std::result::Result<Arc<GpuBackend>, String>>,
+    /// Every visible GPU when there are several (set after the first one started and the
+    /// others did too); unset with one GPU, whose calls run on `gpu` exactly as before.
+    devices: OnceLock<crate::gpu::devices::Devices<GpuBackend>>,
     core: Phase,
     solver: Phase,
     /// Start-up waiters sleep here; every phase change notifies.
@@ -207,6 +210,7 @@ impl Dispatcher {
             profile_error,
             profile_machine: profile.machine.clone(),
             gpu: OnceLock::new(),
+            devices: OnceLock::new(),
             core: Phase::new(),
             solver: Phase::new(),
             wake: (Lock::new(()), Condvar::new()),
@@ -412,9 +416,20 @@ impl Dispatcher {
                 if let (Some(gpu), Some(e)) = (self.gpu(), est) {
                     let r = {
                         let _queued = self.load.gpu_turn(e.compute_s, load_board);
-                        // SAFETY: forwarded from the caller; check() passed;
-                        // gpu::unsupported() is None.
-                        unsafe { gpu.run(&req.call) }
+                        match (self.devices.get(), req.call.op) {
+                            // several GPUs: a product whole or split, anything else whole on
+                            // the least queued GPU
+                            (Some(d), crate::call::Op::Gemm { m, n, k, beta, .. }) => {
+                                let cost = placement::product_cost(&e, (m, n, k), !beta.is_zero());
+                                // SAFETY: forwarded from the caller; check() passed;
+                                // gpu::unsupported() is None.
+                                unsafe { d.run_product(&req.call, cost) }.1
+                            }
+                            // SAFETY: as above.
+                            (Some(d), _) => unsafe { d.run(&req.call, e.compute_s) }.1,
+                            // SAFETY: as above.
+                            (None, _) => unsafe { gpu.run(&req.call) },
+                        }
                     };
                     let secs = t0.elapsed().as_secs_f64();
                     // alone before and still alone after: the time is the machine's

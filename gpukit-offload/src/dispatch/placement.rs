@@ -1,5 +1,6 @@
-//! Several GPUs (issue 24, designed and tested on simulated device sets; the backend still runs
-//! every call on the first visible GPU, so one GPU behaves exactly as before).
+//! Several GPUs (issue 24): the decisions, pure functions tested on simulated device sets;
+//! [`crate::gpu::devices`] runs them (one backend per visible GPU, each with its own lanes),
+//! and one GPU behaves exactly as before.
 //!
 //! * The device set is `CUDA_VISIBLE_DEVICES` as CUDA reads it ([`visible`]): a call is placed
 //!   on ordinals `0..count` of that set, so `gpumutex-run --num-devices 2 -- offload run ...`
@@ -50,6 +51,23 @@ pub struct ProductCost {
     pub bc_copy_s: f64,
     /// The whole product's compute.
     pub compute_s: f64,
+}
+
+/// The cost parts of a gemm (`m x n x k`, C read when `read_c`) from its estimate on one
+/// GPU: the host-to-device time split between A and the rest by bytes.
+pub fn product_cost(
+    e: &crate::model::Estimate,
+    (m, n, k): (usize, usize, usize),
+    read_c: bool,
+) -> ProductCost {
+    let a = (m * k) as f64;
+    let rest = (k * n + if read_c { m * n } else { 0 }) as f64;
+    let a_share = if a + rest > 0.0 { a / (a + rest) } else { 0.0 };
+    ProductCost {
+        a_copy_s: e.h2d_s * a_share,
+        bc_copy_s: e.h2d_s * (1.0 - a_share) + e.d2h_s,
+        compute_s: e.compute_s,
+    }
 }
 
 /// How to run a product on GPUs with these queues: `(gpu, share of B's columns)` for each GPU
@@ -123,6 +141,27 @@ mod tests {
             q[g] += 1.0;
         }
         assert_eq!(q, [2.0, 2.0]);
+    }
+
+    #[test]
+    fn a_products_copies_split_by_bytes() {
+        let e = crate::model::Estimate {
+            cpu_s: 1.0,
+            cpu_known: true,
+            gpu_s: 0.5,
+            h2d_s: 0.2,
+            compute_s: 0.25,
+            d2h_s: 0.05,
+        };
+        // A is m x k = 100 x 100, B k x n = 100 x 300: A is a quarter of the bytes in
+        let c = product_cost(&e, (100, 300, 100), false);
+        assert!((c.a_copy_s - 0.05).abs() < 1e-12);
+        assert!((c.bc_copy_s - 0.2).abs() < 1e-12);
+        assert_eq!(c.compute_s, 0.25);
+        // C read too: A is a seventh
+        let c = product_cost(&e, (100, 300, 100), true);
+        assert!((c.a_copy_s - 0.2 / 7.0).abs() < 1e-12);
+        assert!((c.a_copy_s + c.bc_copy_s - 0.25).abs() < 1e-12);
     }
 
     /// A large product splits across idle GPUs when compute dwarfs A's copy; a small one, one

@@ -252,6 +252,7 @@ impl Dispatcher {
             }
         }
         let ok = r.is_ok();
+        let first = r.as_ref().ok().cloned();
         let _ = self.gpu.set(r);
         self.core
             .state
@@ -260,6 +261,9 @@ impl Dispatcher {
             self.compute_thresholds();
         }
         self.notify();
+        if let Some(g0) = first {
+            self.start_other_gpus(g0);
+        }
         if self.config.log == LogMode::Calls {
             let mib = |b: usize| b >> 20;
             let p = presized.unwrap_or_default();
@@ -277,6 +281,30 @@ impl Dispatcher {
             ));
         }
         presized
+    }
+
+    /// With several visible GPUs, starts a backend on each of the others (calls run on the
+    /// first meanwhile) and publishes the set; a GPU that cannot start is left out.
+    fn start_other_gpus(&self, g0: Arc<GpuBackend>) {
+        let count = GpuBackend::visible_count();
+        if count <= 1 {
+            return;
+        }
+        let mut all = vec![g0];
+        for i in 1..count {
+            match GpuBackend::start_on(i) {
+                Ok(g) => {
+                    if self.config.inject != Inject::None {
+                        g.set_inject(self.config.inject);
+                    }
+                    all.push(Arc::new(g));
+                }
+                Err(e) => self.warn_once(&format!("GPU {i} is not used: {e}")),
+            }
+        }
+        if all.len() > 1 {
+            let _ = self.devices.set(crate::gpu::devices::Devices::new(all));
+        }
     }
 
     /// Starts the GPU on a background thread (once).

@@ -199,7 +199,7 @@ impl Marshal for args::Gemm {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [m, n, k] = unsafe { dims::<I, 3>([self.m, self.n, self.k]) }?;
-        Some(Shape::new(m, n, k))
+        Some(Self::ROUTINE.shape(m, n, k, false))
     }
     unsafe fn parse<I: FInt>(&self, p: Precision) -> Result<Op, Reason> {
         // SAFETY: (whole body) Fortran contract of ?gemm.
@@ -268,7 +268,7 @@ macro_rules! sided_mm {
                 // SAFETY: forwarded.
                 unsafe {
                     let [m, n] = dims::<I, 2>([self.m, self.n])?;
-                    Some(Shape::new(m, n, if right(self.side) { n } else { m }))
+                    Some(Self::ROUTINE.shape(m, n, 0, !right(self.side)))
                 }
             }
             unsafe fn parse<I: FInt>(&self, p: Precision) -> Result<Op, Reason> {
@@ -337,7 +337,7 @@ macro_rules! rank_k {
             unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
                 // SAFETY: forwarded.
                 let [n, k] = unsafe { dims::<I, 2>([self.n, self.k]) }?;
-                Some(Shape::new(1, n, k))
+                Some(Self::ROUTINE.shape(1, n, k, false))
             }
             unsafe fn parse<I: FInt>(&self, p: Precision) -> Result<Op, Reason> {
                 let bytes = if $real_scalars {
@@ -407,7 +407,7 @@ macro_rules! sided_tri {
                 // SAFETY: forwarded.
                 unsafe {
                     let [m, n] = dims::<I, 2>([self.m, self.n])?;
-                    Some(Shape::new(m, n, if right(self.side) { n } else { m }))
+                    Some(Self::ROUTINE.shape(m, n, 0, !right(self.side)))
                 }
             }
             unsafe fn parse<I: FInt>(&self, p: Precision) -> Result<Op, Reason> {
@@ -473,7 +473,7 @@ impl Marshal for args::Getrf {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [m, n] = unsafe { dims::<I, 2>([self.m, self.n]) }?;
-        Some(Shape::new(m, n, 1))
+        Some(Self::ROUTINE.shape(m, n, 1, false))
     }
     unsafe fn parse<I: FInt>(&self, _p: Precision) -> Result<Op, Reason> {
         // SAFETY: Fortran contract of ?getrf.
@@ -510,7 +510,7 @@ impl Marshal for args::Getrs {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [n, r] = unsafe { dims::<I, 2>([self.n, self.nrhs]) }?;
-        Some(Shape::new(1, n, r))
+        Some(Self::ROUTINE.shape(1, n, r, false))
     }
     unsafe fn parse<I: FInt>(&self, _p: Precision) -> Result<Op, Reason> {
         // SAFETY: Fortran contract of ?getrs.
@@ -562,7 +562,7 @@ impl Marshal for args::Gesv {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [n, r] = unsafe { dims::<I, 2>([self.n, self.nrhs]) }?;
-        Some(Shape::new(1, n, r))
+        Some(Self::ROUTINE.shape(1, n, r, false))
     }
     unsafe fn parse<I: FInt>(&self, _p: Precision) -> Result<Op, Reason> {
         // SAFETY: Fortran contract of ?gesv.
@@ -609,7 +609,7 @@ impl Marshal for args::Getri {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [n] = unsafe { dims::<I, 1>([self.n]) }?;
-        Some(Shape::new(1, n, 1))
+        Some(Self::ROUTINE.shape(1, n, 1, false))
     }
     unsafe fn parse<I: FInt>(&self, _p: Precision) -> Result<Op, Reason> {
         lwork_query::<I>(&[self.lwork])?;
@@ -658,7 +658,7 @@ impl Marshal for args::Potrf {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [n] = unsafe { dims::<I, 1>([self.n]) }?;
-        Some(Shape::new(1, n, 1))
+        Some(Self::ROUTINE.shape(1, n, 1, false))
     }
     unsafe fn parse<I: FInt>(&self, _p: Precision) -> Result<Op, Reason> {
         // SAFETY: Fortran contract of ?potrf.
@@ -693,7 +693,7 @@ impl Marshal for args::Potri {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [n] = unsafe { dims::<I, 1>([self.n]) }?;
-        Some(Shape::new(1, n, 1))
+        Some(Self::ROUTINE.shape(1, n, 1, false))
     }
     unsafe fn parse<I: FInt>(&self, _p: Precision) -> Result<Op, Reason> {
         // SAFETY: Fortran contract of ?potri.
@@ -731,7 +731,7 @@ macro_rules! chol_solve {
             unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
                 // SAFETY: forwarded.
                 let [n, r] = unsafe { dims::<I, 2>([self.n, self.nrhs]) }?;
-                Some(Shape::new(1, n, r))
+                Some(Self::ROUTINE.shape(1, n, r, false))
             }
             unsafe fn parse<I: FInt>(&self, _p: Precision) -> Result<Op, Reason> {
                 // SAFETY: Fortran contract of the routine.
@@ -783,7 +783,7 @@ impl Marshal for args::Trtrs {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [n, r] = unsafe { dims::<I, 2>([self.n, self.nrhs]) }?;
-        Some(Shape::new(1, n, r))
+        Some(Self::ROUTINE.shape(1, n, r, false))
     }
     unsafe fn parse<I: FInt>(&self, _p: Precision) -> Result<Op, Reason> {
         // SAFETY: Fortran contract of ?trtrs.
@@ -865,7 +865,7 @@ impl Marshal for args::Syev {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [n] = unsafe { dims::<I, 1>([self.n]) }?;
-        Some(Shape::new(1, n, 1))
+        Some(Self::ROUTINE.shape(1, n, 1, false))
     }
     unsafe fn parse<I: FInt>(&self, _p: Precision) -> Result<Op, Reason> {
         // heev's rwork has a fixed length (3n - 2): only lwork can be a query
@@ -935,7 +935,7 @@ impl Marshal for args::Syevd {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [n] = unsafe { dims::<I, 1>([self.n]) }?;
-        Some(Shape::new(1, n, 1))
+        Some(Self::ROUTINE.shape(1, n, 1, false))
     }
     unsafe fn parse<I: FInt>(&self, p: Precision) -> Result<Op, Reason> {
         let lr = if p.is_complex() {
@@ -1020,7 +1020,7 @@ impl Marshal for args::Syevr {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [n] = unsafe { dims::<I, 1>([self.n]) }?;
-        Some(Shape::new(1, n, 1))
+        Some(Self::ROUTINE.shape(1, n, 1, false))
     }
     unsafe fn parse<I: FInt>(&self, p: Precision) -> Result<Op, Reason> {
         let lr = if p.is_complex() {
@@ -1187,7 +1187,7 @@ impl Marshal for args::Gesdd {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [m, n] = unsafe { dims::<I, 2>([self.m, self.n]) }?;
-        Some(Shape::new(m, n, 1))
+        Some(Self::ROUTINE.shape(m, n, 1, false))
     }
     unsafe fn parse<I: FInt>(&self, _p: Precision) -> Result<Op, Reason> {
         lwork_query::<I>(&[self.lwork])?;
@@ -1281,7 +1281,7 @@ impl Marshal for args::Gesvd {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [m, n] = unsafe { dims::<I, 2>([self.m, self.n]) }?;
-        Some(Shape::new(m, n, 1))
+        Some(Self::ROUTINE.shape(m, n, 1, false))
     }
     unsafe fn parse<I: FInt>(&self, _p: Precision) -> Result<Op, Reason> {
         lwork_query::<I>(&[self.lwork])?;
@@ -1385,7 +1385,7 @@ impl Marshal for args::Gelsd {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [m, n, r] = unsafe { dims::<I, 3>([self.m, self.n, self.nrhs]) }?;
-        Some(Shape::new(m, n, r))
+        Some(Self::ROUTINE.shape(m, n, r, false))
     }
     unsafe fn parse<I: FInt>(&self, p: Precision) -> Result<Op, Reason> {
         lwork_query::<I>(&[self.lwork])?;
@@ -1468,7 +1468,7 @@ impl Marshal for args::Geqrf {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [m, n] = unsafe { dims::<I, 2>([self.m, self.n]) }?;
-        Some(Shape::new(m, n, 1))
+        Some(Self::ROUTINE.shape(m, n, 1, false))
     }
     unsafe fn parse<I: FInt>(&self, _p: Precision) -> Result<Op, Reason> {
         lwork_query::<I>(&[self.lwork])?;
@@ -1518,7 +1518,7 @@ impl Marshal for args::Orgqr {
     unsafe fn shape<I: FInt>(&self) -> Option<Shape> {
         // SAFETY: forwarded.
         let [m, n, k] = unsafe { dims::<I, 3>([self.m, self.n, self.k]) }?;
-        Some(Shape::new(m, n, k))
+        Some(Self::ROUTINE.shape(m, n, k, false))
     }
     unsafe fn parse<I: FInt>(&self, _p: Precision) -> Result<Op, Reason> {
         lwork_query::<I>(&[self.lwork])?;
@@ -1563,5 +1563,61 @@ impl Marshal for args::Orgqr {
             lwork,
             info: st.info(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calibrate::Case;
+    use crate::call::Call;
+    use crate::ffi::store::Mode;
+    use crate::ffi::{for_routine, Visit};
+    use crate::ops::OpKind;
+
+    /// The shape the shim's fast path reads from a routine's Fortran arguments.
+    struct FastShape<'a>(&'a Call, bool);
+
+    impl Visit for FastShape<'_> {
+        type Out = Option<Shape>;
+        fn visit<A: Marshal>(self) -> Option<Shape> {
+            fn with<A: Marshal, I: crate::cpu::FInt>(call: &Call) -> Option<Shape> {
+                let mut st = Store::<I>::new(call.prec);
+                st.begin(Mode::Query);
+                let a = A::fill(&call.op, &mut st)?;
+                // SAFETY: the arguments were filled from a valid call (the store holds the
+                // integers and characters they point to).
+                unsafe { a.shape::<I>() }
+            }
+            if self.1 {
+                with::<A, i64>(self.0)
+            } else {
+                with::<A, i32>(self.0)
+            }
+        }
+    }
+
+    /// The fast path's shape (from the Fortran arguments, both integer widths) is the call's
+    /// for every kind and precision: both read one convention per family
+    /// (`Routine::shape`).
+    #[test]
+    fn the_fast_paths_shape_is_the_calls() {
+        for kind in OpKind::all() {
+            for &p in kind.routine.precisions() {
+                for (x1, x2) in [(8.0, 2.0), (33.0, 5.0)] {
+                    let mut case = Case::new(kind, p, x1, x2);
+                    case.reset();
+                    let call = case.call(kind, p, x1, x2);
+                    for ilp64 in [false, true] {
+                        let fast = for_routine(call.routine(), FastShape(&call, ilp64));
+                        assert_eq!(
+                            fast,
+                            Some(call.shape()),
+                            "{kind} {p:?} ({x1}, {x2}) ilp64={ilp64}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -8,6 +8,7 @@ use crate::gpu::finite::{Check, FinitePlan};
 use crate::gpu::flags::{dtype_s, fill_s, i, i32d, ld, typed_solver};
 use crate::gpu::lane::Lane;
 use crate::gpu::layout::Layout;
+use crate::gpu::workspace::{Query, WsKey};
 use crate::gpu::GpuBackend;
 use crate::ops::{Diag, Precision, Uplo};
 use cudarc::cusolver::sys as cs;
@@ -42,34 +43,36 @@ pub(crate) unsafe fn run(b: &GpuBackend, lane: &mut Lane, p: Precision, op: &Op)
     }
 }
 
-/// Device and host workspace of `Xpotrf` of order `n`.
+/// Device and host workspace of `Xpotrf` of order `n` (the lane's cache, else cuSOLVER).
 pub(crate) fn potrf_ws(
-    h: cs::cusolverDnHandle_t,
-    prm: cs::cusolverDnParams_t,
+    lane: &mut Lane,
     p: Precision,
     uplo: Uplo,
     n: usize,
 ) -> GResult<(usize, usize)> {
-    let (mut d, mut hw) = (0usize, 0usize);
-    cs_ok(
-        // SAFETY: a size query with a null matrix pointer.
-        unsafe {
-            cs::cusolverDnXpotrf_bufferSize(
-                h,
-                prm,
-                fill_s(uplo),
-                i(n),
-                dtype_s(p),
-                std::ptr::null(),
-                ld(n),
-                dtype_s(p),
-                &mut d,
-                &mut hw,
-            )
-        },
-        "cusolverDnXpotrf_bufferSize",
-    )?;
-    Ok((d, hw))
+    let key = WsKey::new(Query::Potrf, p, &[i(n)], u32::from(uplo == Uplo::Lower));
+    lane.workspace(key, |h, prm| {
+        let (mut d, mut hw) = (0usize, 0usize);
+        cs_ok(
+            // SAFETY: a size query with a null matrix pointer.
+            unsafe {
+                cs::cusolverDnXpotrf_bufferSize(
+                    h,
+                    prm,
+                    fill_s(uplo),
+                    i(n),
+                    dtype_s(p),
+                    std::ptr::null(),
+                    ld(n),
+                    dtype_s(p),
+                    &mut d,
+                    &mut hw,
+                )
+            },
+            "cusolverDnXpotrf_bufferSize",
+        )?;
+        Ok((d, hw))
+    })
 }
 
 /// Queues `Xpotrf` of the packed matrix at `oa` (info to status `oi`, workspace at `ow`).
@@ -120,14 +123,12 @@ unsafe fn potrf(
     a: HostMat,
 ) -> GResult<()> {
     let es = p.size();
-    let (h, prm) = lane.raw_solver()?;
-    let ws = potrf_ws(h, prm, p, uplo, n)?;
+    let ws = potrf_ws(lane, p, uplo, n)?;
     let mut lay = Layout::default();
-    let (oa, ow) = (lay.dev(a.len() * es), lay.dev(ws.0));
+    let (oa, ow) = (lay.dev(a.len() * es), lay.workspace(ws.0));
     let oi = lay.status(4);
-    let checks = FinitePlan::new(
+    let checks = FinitePlan::inputs(
         &mut lay,
-        p,
         &[Check::Symmetric {
             off: oa,
             n,
@@ -161,14 +162,17 @@ unsafe fn solve(
     bm: HostMat,
 ) -> GResult<()> {
     let es = p.size();
-    let (h, prm) = lane.raw_solver()?;
     let ws = if factor {
-        potrf_ws(h, prm, p, uplo, n)?
+        potrf_ws(lane, p, uplo, n)?
     } else {
         (0, 0)
     };
     let mut lay = Layout::default();
-    let (oa, ob, ow) = (lay.dev(a.len() * es), lay.dev(bm.len() * es), lay.dev(ws.0));
+    let (oa, ob, ow) = (
+        lay.dev(a.len() * es),
+        lay.dev(bm.len() * es),
+        lay.workspace(ws.0),
+    );
     let (oi, oi2) = (lay.status(4), lay.status(4));
     let a_check = if factor {
         Check::Symmetric {
@@ -187,30 +191,40 @@ unsafe fn solve(
             what: "the Cholesky factor",
         }
     };
-    let check_a = FinitePlan::new(&mut lay, p, &[a_check]);
-    let check_b = FinitePlan::new(
-        &mut lay,
-        p,
-        &[Check::Dense {
-            off: ob,
-            count: n * nrhs,
-            what: "B",
-        }],
-    );
+    let b_check = Check::Dense {
+        off: ob,
+        rows: n,
+        cols: nrhs,
+        what: "B",
+    };
+    let check_a = FinitePlan::inputs(&mut lay, &[a_check]);
+    let check_b = FinitePlan::inputs(&mut lay, &[b_check]);
+    let check_ab = FinitePlan::inputs(&mut lay, &[a_check, b_check]);
     let mut x = Exec::begin(b, lane, p, &lay)?;
+    // A and B go up and are checked together (one copy, one launch) unless a large A is
+    // factorized first: then B goes up meanwhile
+    let together = x.small() || !factor;
     // SAFETY: the caller's operands (contract).
     unsafe { x.upload(&a, oa)? };
-    x.inputs_ready()?;
-    check_a.run(&mut x)?;
+    if together {
+        // SAFETY: as above.
+        unsafe { x.upload(&bm, ob)? };
+        x.inputs_ready()?;
+        check_ab.run(&mut x)?;
+    } else {
+        x.inputs_ready()?;
+        check_a.run(&mut x)?;
+    }
     if factor {
         potrf_on(&mut x, uplo, n, oa, oi, ow, ws)?;
         x.output_in_place(oa, a, es);
     }
-    // B goes up while A is being factorized
-    // SAFETY: as above.
-    unsafe { x.upload(&bm, ob)? };
-    x.inputs_ready()?;
-    check_b.run(&mut x)?;
+    if !together {
+        // SAFETY: as above.
+        unsafe { x.upload(&bm, ob)? };
+        x.inputs_ready()?;
+        check_b.run(&mut x)?;
+    }
     let (h, prm) = x.solver()?;
     cs_ok(
         // SAFETY: device pointers in the arena; handle bound to the compute stream.
@@ -249,36 +263,37 @@ unsafe fn potri(
     a: HostMat,
 ) -> GResult<()> {
     let es = p.size();
-    let (h, _) = lane.raw_solver()?;
-    let mut lwork = 0i32;
-    cs_ok(
-        // SAFETY: a size query; cuSOLVER does not read the (null) matrix.
-        unsafe {
-            typed_solver!(
-                p,
-                cusolverDnSpotri_bufferSize,
-                cusolverDnDpotri_bufferSize,
-                cusolverDnCpotri_bufferSize,
-                cusolverDnZpotri_bufferSize,
-                (
-                    h,
-                    fill_s(uplo),
-                    i32d(n),
-                    std::ptr::null_mut::<u8>(),
-                    i32d(n.max(1)),
-                    &mut lwork
+    let key = WsKey::new(Query::Potri, p, &[i(n)], u32::from(uplo == Uplo::Lower));
+    let (wsb, _) = lane.workspace(key, |h, _| {
+        let mut lwork = 0i32;
+        cs_ok(
+            // SAFETY: a size query; cuSOLVER does not read the (null) matrix.
+            unsafe {
+                typed_solver!(
+                    p,
+                    cusolverDnSpotri_bufferSize,
+                    cusolverDnDpotri_bufferSize,
+                    cusolverDnCpotri_bufferSize,
+                    cusolverDnZpotri_bufferSize,
+                    (
+                        h,
+                        fill_s(uplo),
+                        i32d(n),
+                        std::ptr::null_mut::<u8>(),
+                        i32d(n.max(1)),
+                        &mut lwork
+                    )
                 )
-            )
-        },
-        "cusolver potri_bufferSize",
-    )?;
-    let wsb = lwork.max(0) as usize * es;
+            },
+            "cusolver potri_bufferSize",
+        )?;
+        Ok((lwork.max(0) as usize * es, 0))
+    })?;
     let mut lay = Layout::default();
-    let (oa, ow) = (lay.dev(a.len() * es), lay.dev(wsb));
+    let (oa, ow) = (lay.dev(a.len() * es), lay.workspace(wsb));
     let oi = lay.status(4);
-    let check_in = FinitePlan::new(
+    let check_in = FinitePlan::inputs(
         &mut lay,
-        p,
         &[Check::Triangle {
             off: oa,
             n,
@@ -287,9 +302,8 @@ unsafe fn potri(
             what: "the Cholesky factor",
         }],
     );
-    let check_out = FinitePlan::new(
+    let check_out = FinitePlan::results(
         &mut lay,
-        p,
         &[Check::Symmetric {
             off: oa,
             n,

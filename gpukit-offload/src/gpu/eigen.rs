@@ -23,6 +23,7 @@ use crate::gpu::flags::{dtype_s, element, fill_s, i, ld, real_dtype_s};
 use crate::gpu::lane::Lane;
 use crate::gpu::layout::Layout;
 use crate::gpu::svd::zero;
+use crate::gpu::workspace::{Query, WsKey};
 use crate::gpu::GpuBackend;
 use crate::ops::{EigRange, Precision, Uplo};
 use cudarc::cusolver::sys as cs;
@@ -102,11 +103,48 @@ pub(crate) fn checks(
     if vectors {
         out.push(Check::Dense {
             off: oa,
-            count: n * m,
+            rows: n,
+            cols: m,
             what: "the eigenvectors",
         });
     }
     (input, out)
+}
+
+/// Device and host workspace of `Xsyevd` of order `n` (the lane's cache, else cuSOLVER).
+fn syevd_ws(
+    lane: &mut Lane,
+    p: Precision,
+    vectors: bool,
+    uplo: Uplo,
+    n: usize,
+) -> GResult<(usize, usize)> {
+    let flags = u32::from(vectors) | u32::from(uplo == Uplo::Lower) << 1;
+    lane.workspace(WsKey::new(Query::Syevd, p, &[i(n)], flags), |h, prm| {
+        let (mut dws, mut hws) = (0usize, 0usize);
+        cs_ok(
+            // SAFETY: a size query with null matrix pointers.
+            unsafe {
+                cs::cusolverDnXsyevd_bufferSize(
+                    h,
+                    prm,
+                    mode(vectors),
+                    fill_s(uplo),
+                    i(n),
+                    dtype_s(p),
+                    std::ptr::null(),
+                    ld(n),
+                    real_dtype_s(p),
+                    std::ptr::null(),
+                    dtype_s(p),
+                    &mut dws,
+                    &mut hws,
+                )
+            },
+            "cusolverDnXsyevd_bufferSize",
+        )?;
+        Ok((dws, hws))
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -121,41 +159,20 @@ unsafe fn syevd(
     w: *mut u8,
 ) -> GResult<()> {
     let (es, rs) = (p.size(), p.real_size());
-    let (h, prm) = lane.raw_solver()?;
-    let (mut dws, mut hws) = (0usize, 0usize);
-    cs_ok(
-        // SAFETY: a size query with null matrix pointers.
-        unsafe {
-            cs::cusolverDnXsyevd_bufferSize(
-                h,
-                prm,
-                mode(vectors),
-                fill_s(uplo),
-                i(n),
-                dtype_s(p),
-                std::ptr::null(),
-                ld(n),
-                real_dtype_s(p),
-                std::ptr::null(),
-                dtype_s(p),
-                &mut dws,
-                &mut hws,
-            )
-        },
-        "cusolverDnXsyevd_bufferSize",
-    )?;
+    let (dws, hws) = syevd_ws(lane, p, vectors, uplo, n)?;
     let mut lay = Layout::default();
-    let (oa, ow, owk) = (lay.dev(a.len() * es), lay.dev(n * rs), lay.dev(dws));
+    let (oa, ow, owk) = (lay.dev(a.len() * es), lay.dev(n * rs), lay.workspace(dws));
     let oi = lay.status(4);
     let (input, outputs) = checks(oa, ow, n, n, uplo, vectors);
-    let check_in = FinitePlan::new(&mut lay, p, &[input]);
-    let check_out = FinitePlan::new(&mut lay, p, &outputs);
+    let check_in = FinitePlan::inputs(&mut lay, &[input]);
+    let check_out = FinitePlan::results(&mut lay, &outputs);
     let mut x = Exec::begin(b, lane, p, &lay)?;
     // SAFETY: the caller's matrix (contract).
     unsafe { x.upload(&a, oa)? };
     x.inputs_ready()?;
     check_in.run(&mut x)?;
     let hw = x.host_ws(hws);
+    let (h, prm) = x.solver()?;
     cs_ok(
         // SAFETY: device pointers in the arena; host workspace of hws bytes; the handle is
         // bound to the compute stream.
@@ -262,61 +279,53 @@ unsafe fn syevr(
     }
     let all = range == EigRange::All;
     let (mut vlb, mut vub) = (real_arg(p, vl), real_arg(p, vu));
-    let (h, prm) = lane.raw_solver()?;
-    let (mut dws, mut hws, mut meig) = (0usize, 0usize, 0i64);
-    let r = if all {
-        // SAFETY: a size query with null matrix pointers.
-        unsafe {
-            cs::cusolverDnXsyevd_bufferSize(
-                h,
-                prm,
-                mode(vectors),
-                fill_s(uplo),
-                i(n),
-                dtype_s(p),
-                std::ptr::null(),
-                ld(n),
-                real_dtype_s(p),
-                std::ptr::null(),
-                dtype_s(p),
-                &mut dws,
-                &mut hws,
-            )
-        }
+    let mut meig = 0i64;
+    let (dws, hws) = if all {
+        syevd_ws(lane, p, vectors, uplo, n)?
     } else {
-        // SAFETY: a size query with null matrix pointers; vl / vu are host reals of the
-        // call's real type.
-        unsafe {
-            cs::cusolverDnXsyevdx_bufferSize(
-                h,
-                prm,
-                mode(vectors),
-                cr,
-                fill_s(uplo),
-                i(n),
-                dtype_s(p),
-                std::ptr::null(),
-                ld(n),
-                vlb.as_mut_ptr() as *mut c_void,
-                vub.as_mut_ptr() as *mut c_void,
-                il,
-                iu,
-                &mut meig,
-                real_dtype_s(p),
-                std::ptr::null(),
-                dtype_s(p),
-                &mut dws,
-                &mut hws,
-            )
-        }
+        let flags = u32::from(vectors)
+            | u32::from(uplo == Uplo::Lower) << 1
+            | u32::from(matches!(range, EigRange::Index { .. })) << 2;
+        let dims = [i(n), il, iu, vl.to_bits() as i64, vu.to_bits() as i64];
+        lane.workspace(WsKey::new(Query::Syevdx, p, &dims, flags), |h, prm| {
+            let (mut dws, mut hws, mut m) = (0usize, 0usize, 0i64);
+            cs_ok(
+                // SAFETY: a size query with null matrix pointers; vl / vu are host reals of
+                // the call's real type.
+                unsafe {
+                    cs::cusolverDnXsyevdx_bufferSize(
+                        h,
+                        prm,
+                        mode(vectors),
+                        cr,
+                        fill_s(uplo),
+                        i(n),
+                        dtype_s(p),
+                        std::ptr::null(),
+                        ld(n),
+                        vlb.as_mut_ptr() as *mut c_void,
+                        vub.as_mut_ptr() as *mut c_void,
+                        il,
+                        iu,
+                        &mut m,
+                        real_dtype_s(p),
+                        std::ptr::null(),
+                        dtype_s(p),
+                        &mut dws,
+                        &mut hws,
+                    )
+                },
+                "cusolverDnXsyevdx_bufferSize",
+            )?;
+            Ok((dws, hws))
+        })?
     };
-    cs_ok(r, "cusolverDnXsyevd(x)_bufferSize")?;
     let mut lay = Layout::default();
-    let (oa, ow, owk) = (lay.dev(a.len() * es), lay.dev(n * rs), lay.dev(dws));
+    let (oa, ow, owk) = (lay.dev(a.len() * es), lay.dev(n * rs), lay.workspace(dws));
     let oi = lay.status(4);
     let (input, outputs) = checks(oa, ow, n, n, uplo, vectors);
-    let check_in = FinitePlan::new(&mut lay, p, &[input]);
-    let check_out = FinitePlan::new(&mut lay, p, &outputs);
+    let check_in = FinitePlan::inputs(&mut lay, &[input]);
+    let check_out = FinitePlan::results(&mut lay, &outputs);
     let mut x = Exec::begin(b, lane, p, &lay)?;
     // SAFETY: the caller's matrix (contract).
     unsafe { x.upload(&a, oa)? };
@@ -325,6 +334,7 @@ unsafe fn syevr(
     // eigenvalues past the number found stay 0 (the check reads all n)
     zero(&x, ow, n * rs)?;
     let hw = x.host_ws(hws);
+    let (h, prm) = x.solver()?;
     let r = if all {
         meig = n as i64;
         // SAFETY: device pointers in the arena; `hw` holds hws bytes; the handle is bound to
@@ -442,7 +452,14 @@ mod tests {
         ));
         assert_eq!(out.len(), 2);
         assert!(matches!(out[0], Check::Real { count: 7, .. }));
-        assert!(matches!(out[1], Check::Dense { count: 70, .. }));
+        assert!(matches!(
+            out[1],
+            Check::Dense {
+                rows: 10,
+                cols: 7,
+                ..
+            }
+        ));
         assert_eq!(checks(0, 4096, 10, 10, Uplo::Lower, false).1.len(), 1);
     }
 

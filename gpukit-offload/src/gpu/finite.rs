@@ -7,28 +7,37 @@
 //! ([`crate::gpu::GpuFailKind::NonFinite`]). BLAS-3 routines are not checked: cuBLAS
 //! propagates NaN and infinity as the CPU BLAS does.
 //!
-//! A check reduces the referenced part of the operand to one number on the device, finite
-//! exactly when every referenced element is finite (up to overflow of the sum, which only
-//! sends a call to the CPU without need): a dense operand by `asum`; a symmetric / Hermitian
-//! one by `A * ones` through `symv` / `hemv` (which read only the referenced triangle; `hemv`
-//! ignores the imaginary parts of the diagonal as LAPACK's Hermitian routines do), then
-//! `asum`; a triangular one by `trmv` of a ones vector (the diagonal left out for a unit
-//! triangle), then `asum`.
+//! One kernel launch checks every operand of a [`FinitePlan`] (`kernels/finite.cu`, loaded by
+//! [`crate::gpu::kernels`]): it reads exactly the part LAPACK reads (a dense block, a vector of
+//! reals, the referenced triangle of a triangular matrix without a unit diagonal, of a
+//! symmetric one, of a Hermitian one without the imaginary parts of its diagonal) and sets
+//! one bit per non-finite operand in the plan's flag word among the call's status words. The
+//! flag comes back with the call's other status words in its one synchronisation, so a check
+//! costs a launch, not a round trip.
+//!
+//! Non-finite inputs never reach a GPU routine: an input plan's kernel (or, for large
+//! operands, a guard launched right after it) overwrites every flagged operand on the device
+//! with the identity pattern before the routine queued after it runs. The routine so runs to
+//! its end on finite data (cuSOLVER's iterative eigen- and SVD solvers were not made to meet
+//! NaN: numpy's suite hung in `TestCond` on such inputs), and [`crate::gpu::exec::Exec::finish`]
+//! reads the input flags before anything else and fails the call as `NonFinite`: the caller's
+//! buffers are untouched and the CPU library answers.
 
 use crate::gpu::exec::Exec;
-use crate::gpu::fail::{cb_ok, GResult};
-use crate::gpu::flags::{diag_b, fill_b, i, ld, ones_bytes, scalar, typed_blas};
+use crate::gpu::fail::{fail, GResult, GpuFailKind};
+use crate::gpu::kernels::{KGroup, KOperand, MAX_OPERANDS};
 use crate::gpu::layout::Layout;
-use crate::ops::{Diag, Precision, Trans, Uplo};
-use cudarc::cublas::sys as cb;
+use crate::gpu::phases::Phase;
+use crate::ops::{Diag, Uplo};
 
 /// One operand to check (arena offsets; device matrices are packed, `ld = rows`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Check {
-    /// Every element of `count` contiguous elements.
+    /// Every element of a packed `rows x cols` block.
     Dense {
         off: usize,
-        count: usize,
+        rows: usize,
+        cols: usize,
         what: &'static str,
     },
     /// `count` contiguous reals of the call's real type (eigenvalues, singular values).
@@ -56,238 +65,197 @@ pub(crate) enum Check {
 }
 
 impl Check {
-    fn order(&self) -> usize {
+    /// The operand's name in messages.
+    pub(crate) fn what(&self) -> &'static str {
         match *self {
-            Check::Dense { .. } | Check::Real { .. } => 0,
-            Check::Triangle { n, .. } | Check::Symmetric { n, .. } => n,
+            Check::Dense { what, .. }
+            | Check::Real { what, .. }
+            | Check::Triangle { what, .. }
+            | Check::Symmetric { what, .. } => what,
+        }
+    }
+
+    /// The kernel's view of the operand, at `base` (the arena's device address).
+    fn operand(&self, base: u64) -> KOperand {
+        let n = |v: usize| v as i64;
+        match *self {
+            Check::Dense {
+                off, rows, cols, ..
+            } => KOperand {
+                ptr: base + off as u64,
+                rows: n(rows.max(1)),
+                elems: n(rows * cols),
+                kind: 0,
+                ..KOperand::default()
+            },
+            Check::Real { off, count, .. } => KOperand {
+                ptr: base + off as u64,
+                rows: n(count.max(1)),
+                elems: n(count),
+                kind: 1,
+                ..KOperand::default()
+            },
+            Check::Triangle {
+                off,
+                n: o,
+                uplo,
+                diag,
+                ..
+            } => KOperand {
+                ptr: base + off as u64,
+                rows: n(o.max(1)),
+                elems: n(o * o),
+                kind: 2,
+                lower: i32::from(uplo == Uplo::Lower),
+                skip_diag: i32::from(diag == Diag::Unit),
+                herm: 0,
+            },
+            Check::Symmetric {
+                off,
+                n: o,
+                uplo,
+                hermitian,
+                ..
+            } => KOperand {
+                ptr: base + off as u64,
+                rows: n(o.max(1)),
+                elems: n(o * o),
+                kind: 3,
+                lower: i32::from(uplo == Uplo::Lower),
+                skip_diag: 0,
+                herm: i32::from(hermitian),
+            },
         }
     }
 }
 
-/// Checks laid out for one call: the status word of each and the vectors they need.
+/// Whether a plan checks a routine's inputs (guarded: non-finite operands are overwritten
+/// before the routine runs, and the flag is read first) or its results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Inputs,
+    Results,
+}
+
+/// Checks laid out for one call: the operands and the flag word they set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FinitePlan {
-    checks: Vec<(Check, usize)>,
-    /// Arena offsets of a ones vector and a work vector of `n` elements (when `n > 0`).
-    ones: usize,
-    y: usize,
-    n: usize,
+    checks: Vec<Check>,
+    /// Status offset of the flag word (bit k: operand k is not finite).
+    flag: usize,
+    role: Role,
 }
 
 impl FinitePlan {
-    /// Reserves the status words and vectors for `checks`.
-    pub(crate) fn new(lay: &mut Layout, p: Precision, checks: &[Check]) -> FinitePlan {
-        let n = checks.iter().map(Check::order).max().unwrap_or(0);
-        let (ones, y) = if n > 0 {
-            (lay.dev(n * p.size()), lay.dev(n * p.size()))
-        } else {
-            (0, 0)
-        };
+    /// The checks of a routine's inputs (at most four operands).
+    pub(crate) fn inputs(lay: &mut Layout, checks: &[Check]) -> FinitePlan {
+        FinitePlan::new(lay, checks, Role::Inputs)
+    }
+
+    /// The checks of a routine's results (at most four operands).
+    pub(crate) fn results(lay: &mut Layout, checks: &[Check]) -> FinitePlan {
+        FinitePlan::new(lay, checks, Role::Results)
+    }
+
+    fn new(lay: &mut Layout, checks: &[Check], role: Role) -> FinitePlan {
+        debug_assert!(
+            checks.len() <= MAX_OPERANDS,
+            "one launch checks four operands"
+        );
         FinitePlan {
-            checks: checks
-                .iter()
-                .map(|c| (*c, lay.status(p.real_size())))
-                .collect(),
-            ones,
-            y,
-            n,
+            checks: checks.to_vec(),
+            flag: lay.status(4),
+            role,
         }
     }
 
-    /// Queues every check on the compute stream (after the data it reads) and registers its
-    /// sum with the call.
+    /// Queues the check (and, for inputs, the guard) on the compute stream, after the data it
+    /// reads, and registers the flag with the call.
     pub(crate) fn run(&self, x: &mut Exec) -> GResult<()> {
         if self.checks.is_empty() {
             return Ok(());
         }
-        let p = x.p;
-        if self.n > 0 {
-            let v = ones_bytes(p, self.n);
-            // the ones vector goes up on the compute stream, ahead of the checks
-            let dst = x.addr(self.ones);
-            let compute = x.lane.compute_raw;
-            // SAFETY: `dst` holds n elements (reserved in `new`); `write` stages `v` before
-            // returning.
-            unsafe { x.lane.staging.write(&v, dst, compute)? };
+        if self.checks.len() > MAX_OPERANDS {
+            return Err(fail(
+                GpuFailKind::Error,
+                "more operands in one non-finite check than its kernel takes",
+            ));
         }
-        for &(c, status) in &self.checks {
-            let (vec_off, count, real) = match c {
-                Check::Dense { off, count, .. } => (off, count, false),
-                Check::Real { off, count, .. } => (off, count, true),
-                Check::Triangle {
-                    off, n, uplo, diag, ..
-                } => {
-                    self.triangle(x, off, n, uplo, diag)?;
-                    (self.y, n, false)
-                }
-                Check::Symmetric {
-                    off,
-                    n,
-                    uplo,
-                    hermitian,
-                    ..
-                } => {
-                    self.symmetric(x, off, n, uplo, hermitian)?;
-                    (self.y, n, false)
-                }
-            };
-            asum(x, vec_off, count, real, status)?;
-            let what = match c {
-                Check::Dense { what, .. }
-                | Check::Real { what, .. }
-                | Check::Triangle { what, .. }
-                | Check::Symmetric { what, .. } => what,
-            };
-            x.finite_sum(status, what);
+        x.lane.mark(Phase::Launch);
+        if !x.uploads_queued() {
+            return Err(fail(
+                GpuFailKind::Error,
+                "internal error: a non-finite check before the call's uploads were queued",
+            ));
         }
-        // Checks of the inputs (queued before any routine) are read before the routine runs.
-        x.verify_inputs()
-    }
-
-    /// y = T * ones for the triangle.
-    fn triangle(&self, x: &Exec, off: usize, n: usize, uplo: Uplo, diag: Diag) -> GResult<()> {
-        let (h, p) = (x.blas(), x.p);
-        let (ones, y, a) = (
-            x.ptr::<u8>(self.ones),
-            x.ptr::<u8>(self.y),
-            x.ptr::<u8>(off),
-        );
-        // SAFETY: the vectors hold `self.n >= n` elements and the matrix `n*n`, all in the
-        // arena; the handle is bound to the compute stream.
-        unsafe {
-            cb_ok(
-                typed_blas!(
-                    p,
-                    cublasScopy_v2_64,
-                    cublasDcopy_v2_64,
-                    cublasCcopy_v2_64,
-                    cublasZcopy_v2_64,
-                    (h, i(n), ones, 1i64, y, 1i64)
-                ),
-                "cublas copy (finite check)",
-            )?;
-            cb_ok(
-                typed_blas!(
-                    p,
-                    cublasStrmv_v2_64,
-                    cublasDtrmv_v2_64,
-                    cublasCtrmv_v2_64,
-                    cublasZtrmv_v2_64,
-                    (
-                        h,
-                        fill_b(uplo),
-                        crate::gpu::flags::op_b(Trans::No, p),
-                        diag_b(diag),
-                        i(n),
-                        a,
-                        ld(n),
-                        y,
-                        1i64
-                    )
-                ),
-                "cublas trmv (finite check)",
-            )
-        }
-    }
-
-    /// y = A * ones through the referenced triangle.
-    fn symmetric(&self, x: &Exec, off: usize, n: usize, uplo: Uplo, herm: bool) -> GResult<()> {
-        let (h, p) = (x.blas(), x.p);
-        let (one, zero) = (scalar(p, 1.0), scalar(p, 0.0));
-        let (ones, y, a) = (
-            x.ptr::<u8>(self.ones),
-            x.ptr::<u8>(self.y),
-            x.ptr::<u8>(off),
-        );
-        // SAFETY: as in `triangle`; alpha and beta are host scalars (host pointer mode).
-        let r = unsafe {
-            if herm && p.is_complex() {
-                if p == Precision::C {
-                    cb::cublasChemv_v2_64(
-                        h,
-                        fill_b(uplo),
-                        i(n),
-                        one.as_ptr() as _,
-                        a as _,
-                        ld(n),
-                        ones as _,
-                        1,
-                        zero.as_ptr() as _,
-                        y as _,
-                        1,
-                    )
-                } else {
-                    cb::cublasZhemv_v2_64(
-                        h,
-                        fill_b(uplo),
-                        i(n),
-                        one.as_ptr() as _,
-                        a as _,
-                        ld(n),
-                        ones as _,
-                        1,
-                        zero.as_ptr() as _,
-                        y as _,
-                        1,
-                    )
-                }
-            } else {
-                typed_blas!(
-                    p,
-                    cublasSsymv_v2_64,
-                    cublasDsymv_v2_64,
-                    cublasCsymv_v2_64,
-                    cublasZsymv_v2_64,
-                    (
-                        h,
-                        fill_b(uplo),
-                        i(n),
-                        one.as_ptr(),
-                        a,
-                        ld(n),
-                        ones,
-                        1i64,
-                        zero.as_ptr(),
-                        y,
-                        1i64
-                    )
-                )
-            }
+        let base = x.addr(0);
+        let mut g = KGroup {
+            count: self.checks.len() as i32,
+            complex: i32::from(x.p.is_complex()),
+            guard: i32::from(self.role == Role::Inputs),
+            ..KGroup::default()
         };
-        cb_ok(r, "cublas symv (finite check)")
+        for (slot, c) in g.op.iter_mut().zip(&self.checks) {
+            *slot = c.operand(base);
+        }
+        let kernels = x.backend.check_kernels()?;
+        let flag = x.status_addr(self.flag);
+        // SAFETY: every operand lies in the call's arena (laid out with it) and is written by
+        // work queued earlier on the compute stream; the flag word is in the status region,
+        // zeroed when the call began.
+        let launches = unsafe { kernels.check(x.p.real_size(), &g, flag, x.lane.compute_raw)? };
+        x.lane.clock.t.own_launches += launches as u64;
+        let mut names = Operands::default();
+        for c in &self.checks {
+            names.push(c.what());
+        }
+        x.finite_flag(self.flag, names, self.role == Role::Inputs);
+        x.lane.mark(Phase::Check);
+        Ok(())
     }
 }
 
-/// Sum of magnitudes of `count` elements (of the real type when `real`) at arena offset `off`
-/// into status offset `status`.
-fn asum(x: &Exec, off: usize, count: usize, real: bool, status: usize) -> GResult<()> {
-    let h = x.blas();
-    let p = match (real, x.p.real_size()) {
-        (false, _) => x.p,
-        (true, 4) => Precision::S,
-        (true, _) => Precision::D,
+/// The operands of one check launch, by name (bit k of its flag word: operand k).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Operands {
+    names: [&'static str; MAX_OPERANDS],
+    count: usize,
+}
+
+impl Operands {
+    /// Adds the next operand (at most [`MAX_OPERANDS`]: a plan checks that first).
+    pub(crate) fn push(&mut self, name: &'static str) {
+        if self.count < MAX_OPERANDS {
+            self.names[self.count] = name;
+            self.count += 1;
+        }
+    }
+}
+
+/// What a flag word says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flagged {
+    /// Every operand is finite.
+    None,
+    /// The first non-finite operand.
+    Operand(&'static str),
+    /// Bits set for no operand of the launch: the word was not written by the check alone.
+    Stray(u32),
+}
+
+/// What the flag word `flag` of a launch over `ops` says (bit k: operand k).
+pub(crate) fn flagged(flag: u32, ops: &Operands) -> Flagged {
+    let known = if ops.count >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << ops.count) - 1
     };
-    let (v, out) = (x.ptr::<u8>(off), x.status_ptr::<u8>(status));
-    // SAFETY: `count` elements at `v` and one real at `out`, both in the arena. The result
-    // is written on the device (device pointer mode), so the stream is not synchronised; the
-    // mode is set back to host for the handle's other users whatever the outcome.
-    unsafe {
-        cb_ok(
-            cb::cublasSetPointerMode_v2(h, cb::cublasPointerMode_t::CUBLAS_POINTER_MODE_DEVICE),
-            "cublas pointer mode",
-        )?;
-        let r = typed_blas!(
-            p,
-            cublasSasum_v2_64,
-            cublasDasum_v2_64,
-            cublasScasum_v2_64,
-            cublasDzasum_v2_64,
-            (h, i(count), v, 1i64, out)
-        );
-        let back =
-            cb::cublasSetPointerMode_v2(h, cb::cublasPointerMode_t::CUBLAS_POINTER_MODE_HOST);
-        cb_ok(r, "cublas asum (finite check)")?;
-        cb_ok(back, "cublas pointer mode")
+    if flag & !known != 0 {
+        return Flagged::Stray(flag);
+    }
+    match (0..ops.count).find(|&k| flag & (1 << k) != 0) {
+        Some(k) => Flagged::Operand(ops.names[k]),
+        None => Flagged::None,
     }
 }
 
@@ -296,13 +264,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_plan_reserves_one_status_word_per_check_and_vectors_for_the_largest_order() {
+    fn a_plan_reserves_one_flag_word_and_describes_each_operand() {
         let mut lay = Layout::default();
         let a = lay.dev(100 * 100 * 16);
         let checks = [
             Check::Dense {
                 off: a,
-                count: 10,
+                rows: 10,
+                cols: 3,
                 what: "B",
             },
             Check::Symmetric {
@@ -319,18 +288,61 @@ mod tests {
                 diag: Diag::Unit,
                 what: "T",
             },
+            Check::Real {
+                off: a,
+                count: 7,
+                what: "w",
+            },
         ];
-        let plan = FinitePlan::new(&mut lay, Precision::Z, &checks);
-        assert_eq!(plan.n, 100);
-        assert_eq!(plan.checks.len(), 3);
-        assert_eq!(lay.status_len(), 3 * 16);
-        // the vectors lie after the matrix and do not overlap
-        assert!(plan.ones >= a + 100 * 100 * 16 && plan.y >= plan.ones + 100 * 16);
-        let offs: Vec<usize> = plan.checks.iter().map(|c| c.1).collect();
-        assert_eq!(offs, vec![0, 16, 32]);
-        // dense checks alone need no vectors
-        let mut lay2 = Layout::default();
-        let p2 = FinitePlan::new(&mut lay2, Precision::S, &checks[..1]);
-        assert_eq!((p2.n, lay2.total()), (0, 16));
+        let plan = FinitePlan::inputs(&mut lay, &checks);
+        assert_eq!(lay.status_len(), 16, "one flag word per plan");
+        assert_eq!(plan.flag, 0);
+        let r = FinitePlan::results(&mut lay, &checks[..1]);
+        assert_eq!((r.flag, r.role), (16, Role::Results));
+        let base = 1 << 30;
+        let d = checks[0].operand(base);
+        assert_eq!(
+            (d.ptr, d.rows, d.elems, d.kind),
+            (base + a as u64, 10, 30, 0)
+        );
+        let s = checks[1].operand(base);
+        assert_eq!(
+            (s.rows, s.elems, s.kind, s.lower, s.herm),
+            (100, 10_000, 3, 1, 1)
+        );
+        let t = checks[2].operand(base);
+        assert_eq!((t.kind, t.lower, t.skip_diag), (2, 0, 1));
+        let w = checks[3].operand(base);
+        assert_eq!((w.rows, w.elems, w.kind), (7, 7, 1));
+        // an empty operand scans nothing but keeps a valid row count
+        let e = Check::Dense {
+            off: 0,
+            rows: 0,
+            cols: 5,
+            what: "E",
+        }
+        .operand(0);
+        assert_eq!((e.rows, e.elems), (1, 0));
+    }
+
+    #[test]
+    fn a_flag_names_its_first_operand_and_stray_bits_are_no_operand() {
+        let mut ops = Operands::default();
+        ops.push("A");
+        ops.push("B");
+        assert_eq!(flagged(0, &ops), Flagged::None);
+        assert_eq!(flagged(0b10, &ops), Flagged::Operand("B"));
+        assert_eq!(flagged(0b11, &ops), Flagged::Operand("A"));
+        // a bit of an operand the launch did not check (getri's overwritten status words
+        // read as " holds NaN or infinity" before): never a non-finite operand
+        assert_eq!(flagged(0b100, &ops), Flagged::Stray(0b100));
+        assert_eq!(flagged(0xdead_beef, &ops), Flagged::Stray(0xdead_beef));
+        let mut full = Operands::default();
+        for n in ["A", "B", "C", "D", "E"] {
+            full.push(n);
+        }
+        assert_eq!(full.count, MAX_OPERANDS);
+        assert_eq!(flagged(0b1000, &full), Flagged::Operand("D"));
+        assert_eq!(flagged(0b1_0000, &full), Flagged::Stray(0b1_0000));
     }
 }

@@ -9,15 +9,25 @@
 //!
 //! The handles are used under their locks: [`Lane::with_handles`] holds them for the whole
 //! call and exposes the raw handles to the launch code inside it only.
+//!
+//! What makes a small call cheap lives here too, reused call after call: a small device arena
+//! (for calls whose operands take at most [`LANE_ARENA_MAX`], with their library workspace at
+//! most [`LANE_ARENA_CAP`]; charged to `gpukit-offload` like cuBLAS' workspace: calls that fit
+//! take no allocation), a pinned bounce buffer ([`Bounce`]: each small operand is one async copy
+//! from it and each small result one async copy into it, all on the compute stream, so the one
+//! synchronisation before the results are written is the call's only one), the cuSOLVER
+//! workspace sizes seen so far ([`WsCache`]) and the call's phase clock.
 
 use crate::gpu::fail::{cu_ok, fail, GResult, GpuFailKind};
 use crate::gpu::layout::Layout;
-use crate::gpu::staging::Staging;
+use crate::gpu::phases::{Clock, Phase};
+use crate::gpu::staging::{Bounce, Staging};
 use crate::gpu::startup::{StartupReport, Step};
+use crate::gpu::workspace::{WsCache, WsKey};
 use cudarc::cublas::sys as cb;
 use cudarc::cusolver::sys as cs;
 use cudarc::driver::sys as cu;
-use gpukit_core::{BlasHandle, Device, SolverHandle, Stream};
+use gpukit_core::{BlasHandle, Device, DeviceBuffer, SolverHandle, Stream};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,6 +41,17 @@ pub(crate) fn core_fail(what: &str, e: gpukit_core::Error) -> crate::gpu::GpuFai
     };
     fail(kind, format!("{what}: {e}"))
 }
+
+/// The largest call layout (device bytes of its operands, results and status words, the
+/// libraries' workspace not counted) that runs in the lane's own arena; larger calls take
+/// their buffers from the device allocator, charged to the caller's owner.
+pub const LANE_ARENA_MAX: usize = 1 << 20;
+/// The most a lane's arena grows to hold such a call together with its library workspace (a
+/// tiny SVD's polar decomposition asks cuSOLVER for more than [`LANE_ARENA_MAX`]); a call whose
+/// workspace is larger still takes its buffers from the allocator.
+pub const LANE_ARENA_CAP: usize = 64 << 20;
+/// The lane's arena is never smaller than this once made.
+pub(crate) const LANE_ARENA_MIN: usize = 256 << 10;
 
 /// The raw handles while a call holds their locks.
 #[derive(Clone, Copy)]
@@ -53,6 +74,19 @@ pub(crate) struct Lane {
     raw: Option<Raw>,
     ev_in: cu::CUevent,
     pub(crate) staging: Staging,
+    /// Pinned memory for the small operands and results of one call.
+    pub(crate) bounce: Bounce,
+    /// The device arena of small calls (see [`LANE_ARENA_MAX`]; on the compute stream).
+    pub(crate) arena: Option<DeviceBuffer>,
+    /// cuSOLVER workspace sizes this lane has seen.
+    pub(crate) ws: WsCache,
+    /// The call's clock (counts, and times when timing is on).
+    pub(crate) clock: Clock,
+    /// Work may be queued on the lane's streams (cleared when a call ended synchronised).
+    pub(crate) dirty: bool,
+    /// The call is a part of a split call: its place at the parts' gate (taken by the call's
+    /// `Exec`, which commits only when every part may).
+    pub(crate) gate: Option<crate::gpu::devices::Arrival>,
     pub(crate) host_ws: Vec<u8>,
     /// Sizing only ([`crate::gpu::GpuBackend::presize`]): `Exec::begin` records the layout
     /// here and stops the call before anything is copied.
@@ -106,6 +140,12 @@ impl Lane {
             raw: None,
             ev_in: evs[0],
             staging: Staging::new(dev.pinned().clone(), [evs[1], evs[2]]),
+            bounce: Bounce::new(dev.pinned().clone()),
+            arena: None,
+            ws: WsCache::default(),
+            clock: Clock::new(false),
+            dirty: false,
+            gate: None,
             host_ws: Vec::new(),
             sizing: None,
         })
@@ -186,6 +226,49 @@ impl Lane {
         self.raw()?
             .solver
             .ok_or_else(|| fail(GpuFailKind::Error, "cuSOLVER handle not held by this call"))
+    }
+
+    /// Attributes the call's host time since the last mark to `p` (when timing is on).
+    pub(crate) fn mark(&mut self, p: Phase) {
+        self.clock.mark(p);
+    }
+
+    /// The cuSOLVER workspace size for `key`: from this lane's cache, else asked with `query`
+    /// (given the raw handle and parameters of the call in progress).
+    pub(crate) fn workspace(
+        &mut self,
+        key: WsKey,
+        query: impl FnOnce(cs::cusolverDnHandle_t, cs::cusolverDnParams_t) -> GResult<(usize, usize)>,
+    ) -> GResult<(usize, usize)> {
+        self.mark(Phase::Launch);
+        let (h, prm) = self.raw_solver()?;
+        let r = self.ws.get_or(key, || query(h, prm));
+        if let Ok((_, true)) = r {
+            self.clock.t.workspace_queries += 1;
+        }
+        self.mark(Phase::Workspace);
+        r.map(|(v, _)| v)
+    }
+
+    /// Waits for the compute stream (and the upload stream when `h2d`): the call's one
+    /// synchronisation before its results are read.
+    pub(crate) fn sync_compute(&mut self, h2d: bool) -> GResult<()> {
+        self.mark(Phase::Launch);
+        let mut r = cu_ok(
+            // SAFETY: the stream is live (the lane holds it).
+            unsafe { cu::cuStreamSynchronize(self.compute_raw) },
+            "stream synchronisation",
+        );
+        if h2d && r.is_ok() {
+            r = cu_ok(
+                // SAFETY: as above.
+                unsafe { cu::cuStreamSynchronize(self.h2d) },
+                "stream synchronisation",
+            );
+        }
+        self.clock.t.syncs += 1;
+        self.mark(Phase::Sync);
+        r
     }
 
     pub(crate) fn sync_all(&self) -> GResult<()> {

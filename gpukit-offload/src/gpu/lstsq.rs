@@ -152,19 +152,18 @@ unsafe fn gelsd(
     let k = m.min(n);
     let rows = m.max(n);
     let tall = m >= n;
-    let (h, prm) = lane.raw_solver()?;
     // the SVD is of R (k x k) when tall, of T = A^H (n x m) otherwise
     let (sr, sc) = if tall { (k, k) } else { (n, m) };
     let jobs = gesvd_jobs(k, sr, true);
     let svd_ws = if qr {
-        gesvd_ws(h, prm, p, jobs, sr, sc)?
+        gesvd_ws(lane, p, jobs, sr, sc)?
     } else {
-        gesvdp_ws(h, prm, p, sr, sc)?
+        gesvdp_ws(lane, p, sr, sc)?
     };
     let (geqrf, ormqr) = if tall {
         (
-            geqrf_ws(h, prm, p, m, n)?,
-            ormqr_ws(h, p, Trans::Conj, (m, nrhs, n))?,
+            geqrf_ws(lane, p, m, n)?,
+            ormqr_ws(lane, p, Trans::Conj, (m, nrhs, n))?,
         )
     } else {
         ((0, 0), 0)
@@ -196,27 +195,27 @@ unsafe fn gelsd(
         lay.dev(k * nrhs * es),
         lay.dev(k * es),
     );
-    let ow = lay.dev(dev_ws);
+    let ow = lay.workspace(dev_ws);
     let infos = [lay.status(4), lay.status(4), lay.status(4)];
-    let check_in = FinitePlan::new(
+    let check_in = FinitePlan::inputs(
         &mut lay,
-        p,
         &[
             Check::Dense {
                 off: oa,
-                count: m * n,
+                rows: m,
+                cols: n,
                 what: "A",
             },
             Check::Dense {
                 off: ob,
-                count: m * nrhs,
+                rows: m,
+                cols: nrhs,
                 what: "B",
             },
         ],
     );
-    let check_out = FinitePlan::new(
+    let check_out = FinitePlan::results(
         &mut lay,
-        p,
         &[
             Check::Real {
                 off: os,
@@ -225,7 +224,8 @@ unsafe fn gelsd(
             },
             Check::Dense {
                 off: ox,
-                count: if tall { m } else { n } * nrhs,
+                rows: if tall { m } else { n },
+                cols: nrhs,
                 what: "the solution",
             },
         ],

@@ -13,6 +13,7 @@ use crate::gpu::flags::{dtype_s, i, ld, ones_bytes, op_s};
 use crate::gpu::lane::Lane;
 use crate::gpu::layout::Layout;
 use crate::gpu::svd::{ones_strided, zero};
+use crate::gpu::workspace::{Query, WsKey};
 use crate::gpu::GpuBackend;
 use crate::ops::{Precision, Trans};
 use cudarc::cusolver::sys as cs;
@@ -48,34 +49,36 @@ pub(crate) unsafe fn run(b: &GpuBackend, lane: &mut Lane, p: Precision, op: &Op)
     }
 }
 
-/// Device and host workspace of `Xgetrf` for an `m x n` matrix.
+/// Device and host workspace of `Xgetrf` for an `m x n` matrix (the lane's cache, else
+/// cuSOLVER).
 pub(crate) fn getrf_ws(
-    h: cs::cusolverDnHandle_t,
-    prm: cs::cusolverDnParams_t,
+    lane: &mut Lane,
     p: Precision,
     m: usize,
     n: usize,
 ) -> GResult<(usize, usize)> {
-    let (mut d, mut hw) = (0usize, 0usize);
-    cs_ok(
-        // SAFETY: a size query with a null matrix pointer (allowed by cuSOLVER).
-        unsafe {
-            cs::cusolverDnXgetrf_bufferSize(
-                h,
-                prm,
-                i(m),
-                i(n),
-                dtype_s(p),
-                std::ptr::null(),
-                ld(m),
-                dtype_s(p),
-                &mut d,
-                &mut hw,
-            )
-        },
-        "cusolverDnXgetrf_bufferSize",
-    )?;
-    Ok((d, hw))
+    lane.workspace(WsKey::new(Query::Getrf, p, &[i(m), i(n)], 0), |h, prm| {
+        let (mut d, mut hw) = (0usize, 0usize);
+        cs_ok(
+            // SAFETY: a size query with a null matrix pointer (allowed by cuSOLVER).
+            unsafe {
+                cs::cusolverDnXgetrf_bufferSize(
+                    h,
+                    prm,
+                    i(m),
+                    i(n),
+                    dtype_s(p),
+                    std::ptr::null(),
+                    ld(m),
+                    dtype_s(p),
+                    &mut d,
+                    &mut hw,
+                )
+            },
+            "cusolverDnXgetrf_bufferSize",
+        )?;
+        Ok((d, hw))
+    })
 }
 
 /// Queues `Xgetrf` of the packed `m x n` matrix at `oa` (pivots to `op`, info to status `oi`,
@@ -172,17 +175,16 @@ unsafe fn getrf(
 ) -> GResult<()> {
     let es = p.size();
     let mn = m.min(n);
-    let (h, prm) = lane.raw_solver()?;
-    let ws = getrf_ws(h, prm, p, m, n)?;
+    let ws = getrf_ws(lane, p, m, n)?;
     let mut lay = Layout::default();
-    let (oa, op, ow) = (lay.dev(a.len() * es), lay.dev(8 * mn), lay.dev(ws.0));
+    let (oa, op, ow) = (lay.dev(a.len() * es), lay.dev(8 * mn), lay.workspace(ws.0));
     let oi = lay.status(4);
-    let checks = FinitePlan::new(
+    let checks = FinitePlan::inputs(
         &mut lay,
-        p,
         &[Check::Dense {
             off: oa,
-            count: m * n,
+            rows: m,
+            cols: n,
             what: "A",
         }],
     );
@@ -218,18 +220,19 @@ unsafe fn getrs(
         lay.dev(bm.len() * es),
     );
     let oi = lay.status(4);
-    let checks = FinitePlan::new(
+    let checks = FinitePlan::inputs(
         &mut lay,
-        p,
         &[
             Check::Dense {
                 off: oa,
-                count: n * n,
+                rows: n,
+                cols: n,
                 what: "the LU factors",
             },
             Check::Dense {
                 off: ob,
-                count: n * nrhs,
+                rows: n,
+                cols: nrhs,
                 what: "B",
             },
         ],
@@ -263,45 +266,65 @@ unsafe fn gesv(
     bm: HostMat,
 ) -> GResult<()> {
     let es = p.size();
-    let (h, prm) = lane.raw_solver()?;
-    let ws = getrf_ws(h, prm, p, n, n)?;
+    let ws = getrf_ws(lane, p, n, n)?;
     let mut lay = Layout::default();
     let (oa, op, ob, ow) = (
         lay.dev(a.len() * es),
         lay.dev(8 * n),
         lay.dev(bm.len() * es),
-        lay.dev(ws.0),
+        lay.workspace(ws.0),
     );
     let (oi, oi2) = (lay.status(4), lay.status(4));
-    let check_a = FinitePlan::new(
+    let check_a = FinitePlan::inputs(
         &mut lay,
-        p,
         &[Check::Dense {
             off: oa,
-            count: n * n,
+            rows: n,
+            cols: n,
             what: "A",
         }],
     );
-    let check_b = FinitePlan::new(
+    let b_check = Check::Dense {
+        off: ob,
+        rows: n,
+        cols: nrhs,
+        what: "B",
+    };
+    let check_b = FinitePlan::inputs(&mut lay, &[b_check]);
+    let check_ab = FinitePlan::inputs(
         &mut lay,
-        p,
-        &[Check::Dense {
-            off: ob,
-            count: n * nrhs,
-            what: "B",
-        }],
+        &[
+            Check::Dense {
+                off: oa,
+                rows: n,
+                cols: n,
+                what: "A",
+            },
+            b_check,
+        ],
     );
     let mut x = Exec::begin(b, lane, p, &lay)?;
+    // a small call uploads and checks A and B together (one copy, one launch); a large one
+    // uploads B while A is being factorized
+    let together = x.small();
     // SAFETY: the caller's operands (contract).
     unsafe { x.upload(&a, oa)? };
-    x.inputs_ready()?;
-    check_a.run(&mut x)?;
+    if together {
+        // SAFETY: as above.
+        unsafe { x.upload(&bm, ob)? };
+        x.inputs_ready()?;
+        check_ab.run(&mut x)?;
+    } else {
+        x.inputs_ready()?;
+        check_a.run(&mut x)?;
+    }
     getrf_on(&mut x, n, n, oa, op, oi, ow, ws)?;
-    // B goes up while A is being factorized
-    // SAFETY: as above.
-    unsafe { x.upload(&bm, ob)? };
-    x.inputs_ready()?;
-    check_b.run(&mut x)?;
+    if !together {
+        // SAFETY: as above.
+        unsafe { x.upload(&bm, ob)? };
+        x.inputs_ready()?;
+        check_b.run(&mut x)?;
+    }
     getrs_on(&mut x, Trans::No, n, nrhs, oa, op, ob, oi2)?;
     x.output_in_place(oa, a, es);
     x.output_piv(op, ipiv, n);
@@ -327,21 +350,21 @@ unsafe fn getri(
         lay.dev(n * es),
     );
     let (oi, od) = (lay.status(4), lay.status(n * es));
-    let check_in = FinitePlan::new(
+    let check_in = FinitePlan::inputs(
         &mut lay,
-        p,
         &[Check::Dense {
             off: oa,
-            count: n * n,
+            rows: n,
+            cols: n,
             what: "the LU factors",
         }],
     );
-    let check_out = FinitePlan::new(
+    let check_out = FinitePlan::results(
         &mut lay,
-        p,
         &[Check::Dense {
             off: ox,
-            count: n * n,
+            rows: n,
+            cols: n,
             what: "the inverse",
         }],
     );

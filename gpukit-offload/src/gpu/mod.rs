@@ -18,23 +18,29 @@
 
 mod blas3;
 mod cholesky;
+pub mod devices;
 mod eigen;
 mod exec;
 pub mod fail;
 mod finite;
 mod flags;
+pub mod kernels;
 mod lane;
 mod layout;
 mod lstsq;
 mod lu;
+pub mod phases;
 mod presize;
 mod qr;
 pub mod staging;
 pub mod startup;
 mod svd;
 mod triangular;
+mod workspace;
 
 pub use fail::{GResult, GpuFail, GpuFailKind, Inject};
+pub use lane::{LANE_ARENA_CAP, LANE_ARENA_MAX};
+pub use phases::{Phase, PhaseTimes};
 pub use presize::{presize_plan, Presized, PRESIZE_PINNED_MAX};
 pub use startup::{StartupReport, Step};
 
@@ -43,9 +49,11 @@ use crate::ops::{OpKind, Precision};
 use exec::SIZING_ONLY;
 use fail::fail;
 use gpukit_core::{current_owner, Device, DeviceBuffer, OwnerId};
+use kernels::CheckKernels;
 use lane::{core_fail, Lane};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use phases::Clock;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -123,19 +131,10 @@ pub fn svd_plan(
 /// the threshold, and the factors that scale `U^H B`.
 pub use lstsq::rank_and_scale as gelsd_rank;
 
-/// Whether a call needs cuSOLVER (every LAPACK routine but trtrs, which is a cuBLAS trsm).
+/// Whether a call needs cuSOLVER (every LAPACK routine but trtrs, which is a cuBLAS trsm:
+/// [`crate::routines::RoutineInfo::solver`]).
 pub(crate) fn needs_solver(op: &Op) -> bool {
-    !matches!(
-        op,
-        Op::Gemm { .. }
-            | Op::Symm { .. }
-            | Op::Hemm { .. }
-            | Op::Syrk { .. }
-            | Op::Herk { .. }
-            | Op::Trsm { .. }
-            | Op::Trmm { .. }
-            | Op::Trtrs { .. }
-    )
+    op.routine().info().solver
 }
 
 /// The owner an offloaded call's device memory is charged to: the caller's
@@ -174,15 +173,24 @@ pub struct GpuBackend {
     inject: AtomicU8,
     report: Mutex<StartupReport>,
     solver_lib: OnceLock<Result<(), String>>,
+    checks: OnceLock<GResult<CheckKernels>>,
     polar_retries: AtomicU64,
+    timing: AtomicBool,
+    phases: Mutex<PhaseTimes>,
 }
 
 impl GpuBackend {
-    /// Checks the CUDA driver and cuBLAS, opens device 0 and creates the first lane (streams,
+    /// Checks the CUDA driver and cuBLAS, opens the first visible GPU and creates the first lane (streams,
     /// events, a cuBLAS handle): what every offloaded call needs. cuSOLVER, pinned staging and
     /// device memory come with the first call that needs them. Each step is timed into
     /// [`GpuBackend::startup_report`].
     pub fn start() -> crate::Result<GpuBackend> {
+        GpuBackend::start_on(0)
+    }
+
+    /// [`GpuBackend::start`] on the GPU of ordinal `ordinal` in the visible set (a process
+    /// with several GPUs runs one backend per GPU: [`devices::Devices`]).
+    pub fn start_on(ordinal: usize) -> crate::Result<GpuBackend> {
         let unavailable = |e: String| crate::Error::GpuUnavailable(e);
         let mut report = StartupReport::default();
         let t = Instant::now();
@@ -201,7 +209,7 @@ impl GpuBackend {
         }
         report.record(Step::BlasLibrary, t.elapsed());
         let t = Instant::now();
-        let dev = Device::open(0).map_err(|e| unavailable(e.to_string()))?;
+        let dev = Device::open(ordinal).map_err(|e| unavailable(e.to_string()))?;
         dev.context()
             .bind_to_thread()
             .map_err(|e| unavailable(e.to_string()))?;
@@ -215,8 +223,16 @@ impl GpuBackend {
             inject: AtomicU8::new(Inject::None as u8),
             report: Mutex::new(report),
             solver_lib: OnceLock::new(),
+            checks: OnceLock::new(),
             polar_retries: AtomicU64::new(0),
+            timing: AtomicBool::new(false),
+            phases: Mutex::new(PhaseTimes::default()),
         })
+    }
+
+    /// How many GPUs this process sees (`CUDA_VISIBLE_DEVICES` as CUDA reads it).
+    pub fn visible_count() -> usize {
+        Device::count().unwrap_or(0)
     }
 
     /// The device name.
@@ -249,15 +265,43 @@ impl GpuBackend {
         Inject::from_u8(self.inject.load(Ordering::Relaxed))
     }
 
-    /// Loads libcusolver and takes the cuSOLVER handle of an idle lane now (a LAPACK call
-    /// does this itself when it comes): for a start-up thread that has seen a LAPACK call and
-    /// wants the load off that call's path.
+    /// Times every following call's phases (off by default: calls then read no clock); the
+    /// totals are read with [`GpuBackend::take_phase_times`]. The counts of synchronisations,
+    /// copies, own launches, workspace queries and allocations are kept while timing is on.
+    pub fn set_phase_timing(&self, on: bool) {
+        self.timing.store(on, Ordering::Relaxed);
+    }
+
+    /// The phase totals of the calls since the last take (and resets them).
+    pub fn take_phase_times(&self) -> PhaseTimes {
+        std::mem::take(&mut *self.phases.lock())
+    }
+
+    /// The non-finite check kernels, loaded into the context the first time (timed into the
+    /// start-up report); the outcome is kept.
+    pub(crate) fn check_kernels(&self) -> GResult<&CheckKernels> {
+        self.checks
+            .get_or_init(|| {
+                let t = Instant::now();
+                let r = CheckKernels::load();
+                self.report.lock().record(Step::CheckKernels, t.elapsed());
+                r
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Loads libcusolver, takes the cuSOLVER handle of an idle lane and loads the non-finite
+    /// check kernels now (a LAPACK call does this itself when it comes): for a start-up thread
+    /// that has seen a LAPACK call and wants the load off that call's path.
     pub fn load_solver(&self) -> GResult<()> {
         self.bind()?;
         let mut lane = self.checkout()?;
         let r = self.prepare_solver(&mut lane);
         self.checkin(lane);
-        r
+        // the LAPACK calls' non-finite checks: their PTX is compiled by the driver here, off
+        // the first call's path
+        r.and_then(|()| self.check_kernels().map(|_| ()))
     }
 
     /// True once libcusolver is loaded.
@@ -305,11 +349,21 @@ impl GpuBackend {
         Ok(buf)
     }
 
+    /// A lane's own arena of `bytes` on its compute stream, charged to `gpukit-offload` (it
+    /// outlives the calls that use it, as cuBLAS' workspace does).
+    pub(crate) fn lane_arena(&self, bytes: usize, lane: &Lane) -> GResult<DeviceBuffer> {
+        self.dev
+            .allocator()
+            .with_owner(&OwnerId::new("gpukit-offload"), || {
+                self.device_block(bytes, lane)
+            })
+    }
+
     /// A block of `bytes` on the lane's compute stream, used by nothing else: dropped, it goes
     /// straight back to the allocator's cache for that stream (a block recorded on the transfer
     /// streams waits for their events first and is not counted as cached meanwhile, which is
     /// why presizing with [`GpuBackend::device_memory`] left 17 of 72 MB visible on the H200).
-    fn device_block(&self, bytes: usize, lane: &Lane) -> GResult<DeviceBuffer> {
+    pub(crate) fn device_block(&self, bytes: usize, lane: &Lane) -> GResult<DeviceBuffer> {
         let alloc = self.dev.allocator();
         let st = alloc.stats();
         let cached = st.reserved.saturating_sub(st.in_use);
@@ -350,9 +404,10 @@ impl GpuBackend {
     }
 
     /// Returns a lane to the pool if its streams are healthy (a lane that failed to
-    /// synchronise is dropped).
-    fn checkin(&self, lane: Lane) {
-        if lane.sync_all().is_ok() {
+    /// synchronise is dropped). A lane whose call ended synchronised is idle: no wait.
+    fn checkin(&self, mut lane: Lane) {
+        if !lane.dirty || lane.sync_all().is_ok() {
+            lane.dirty = false;
             self.lanes.lock().push(lane);
         }
     }
@@ -366,13 +421,7 @@ impl GpuBackend {
             if !kind.routine.precisions().contains(&p) {
                 continue;
             }
-            let (x1, x2) = match kind.routine {
-                crate::ops::Routine::Potrf
-                | crate::ops::Routine::Syev
-                | crate::ops::Routine::Syevd => (256.0, 1.0),
-                r if r.has_vectors() => (128.0, 2.0),
-                _ => (256.0, 64.0),
-            };
+            let (x1, x2) = kind.routine.info().warm_up;
             let mut case = Case::new(kind, p, x1, x2);
             case.reset();
             let call = case.call(kind, p, x1, x2);
@@ -445,8 +494,8 @@ impl GpuBackend {
         })
     }
 
-    /// Device memory the allocator holds free for reuse, and the largest pinned staging among
-    /// the idle lanes (bytes).
+    /// Device memory the allocator holds free for reuse, and the largest pinned memory among
+    /// the idle lanes (staging slots and bounce buffer, bytes).
     pub fn reserved(&self) -> (usize, usize) {
         let st = self.dev.allocator().stats();
         let lanes = self.lanes.lock();
@@ -454,7 +503,7 @@ impl GpuBackend {
             st.reserved.saturating_sub(st.in_use),
             lanes
                 .iter()
-                .map(|l| l.staging.pinned_bytes())
+                .map(|l| l.staging.pinned_bytes() + l.bounce.pinned_bytes())
                 .max()
                 .unwrap_or(0),
         )
@@ -467,8 +516,25 @@ impl GpuBackend {
     /// Every pointer in `call` must be valid for its extent; [`Call::check`] passed and
     /// [`unsupported`] returned `None`.
     pub unsafe fn run(&self, call: &Call) -> GResult<()> {
+        // SAFETY: forwarded.
+        unsafe { self.run_gated(call, None) }
+    }
+
+    /// [`GpuBackend::run`] of one part of a split call: the results are written only when
+    /// `arrival` says every part may commit ([`devices::Gate`]).
+    ///
+    /// # Safety
+    /// As [`GpuBackend::run`].
+    pub(crate) unsafe fn run_gated(
+        &self,
+        call: &Call,
+        arrival: Option<devices::Arrival>,
+    ) -> GResult<()> {
+        let timed = self.timing.load(Ordering::Relaxed);
+        let mut clock = Clock::new(timed);
         self.bind()?;
         let mut lane = self.checkout()?;
+        std::mem::swap(&mut lane.clock, &mut clock);
         let lapack = needs_solver(&call.op);
         let r = if lapack {
             self.prepare_solver(&mut lane)
@@ -476,7 +542,9 @@ impl GpuBackend {
             Ok(())
         }
         .and_then(|()| {
+            lane.gate = arrival;
             lane.with_handles(lapack, |lane| {
+                lane.mark(Phase::Lane);
                 // SAFETY: forwarded.
                 let mut r = unsafe { self.run_on(lane, call, false) };
                 if matches!(r, Ok(Done::RetryQr)) {
@@ -486,6 +554,7 @@ impl GpuBackend {
                     // SAFETY: forwarded.
                     r = unsafe { self.run_on(lane, call, true) };
                 }
+                lane.mark(Phase::Launch);
                 r
             })
         })
@@ -493,7 +562,14 @@ impl GpuBackend {
             Done::Ok => Ok(()),
             Done::RetryQr => Err(fail(GpuFailKind::Error, "SVD retry did not finish")),
         });
+        // a part that never reached its commit releases the others (Arrival's drop)
+        lane.gate = None;
+        std::mem::swap(&mut lane.clock, &mut clock);
         self.checkin(lane);
+        if timed {
+            clock.mark(Phase::Lane);
+            self.phases.lock().add(&clock.t);
+        }
         r
     }
 

@@ -9,6 +9,7 @@ use crate::gpu::finite::{Check, FinitePlan};
 use crate::gpu::flags::{dtype_s, i, i32d, ld, op_s, side_s, typed_solver};
 use crate::gpu::lane::Lane;
 use crate::gpu::layout::Layout;
+use crate::gpu::workspace::{Query, WsKey};
 use crate::gpu::GpuBackend;
 use crate::ops::{Precision, Side, Trans};
 use cudarc::cusolver::sys as cs;
@@ -29,36 +30,38 @@ pub(crate) unsafe fn run(b: &GpuBackend, lane: &mut Lane, p: Precision, op: &Op)
     }
 }
 
-/// Device and host workspace of `Xgeqrf` of an `m x n` matrix.
+/// Device and host workspace of `Xgeqrf` of an `m x n` matrix (the lane's cache, else
+/// cuSOLVER).
 pub(crate) fn geqrf_ws(
-    h: cs::cusolverDnHandle_t,
-    prm: cs::cusolverDnParams_t,
+    lane: &mut Lane,
     p: Precision,
     m: usize,
     n: usize,
 ) -> GResult<(usize, usize)> {
-    let (mut d, mut hw) = (0usize, 0usize);
-    cs_ok(
-        // SAFETY: a size query with null matrix pointers.
-        unsafe {
-            cs::cusolverDnXgeqrf_bufferSize(
-                h,
-                prm,
-                i(m),
-                i(n),
-                dtype_s(p),
-                std::ptr::null(),
-                ld(m),
-                dtype_s(p),
-                std::ptr::null(),
-                dtype_s(p),
-                &mut d,
-                &mut hw,
-            )
-        },
-        "cusolverDnXgeqrf_bufferSize",
-    )?;
-    Ok((d, hw))
+    lane.workspace(WsKey::new(Query::Geqrf, p, &[i(m), i(n)], 0), |h, prm| {
+        let (mut d, mut hw) = (0usize, 0usize);
+        cs_ok(
+            // SAFETY: a size query with null matrix pointers.
+            unsafe {
+                cs::cusolverDnXgeqrf_bufferSize(
+                    h,
+                    prm,
+                    i(m),
+                    i(n),
+                    dtype_s(p),
+                    std::ptr::null(),
+                    ld(m),
+                    dtype_s(p),
+                    std::ptr::null(),
+                    dtype_s(p),
+                    &mut d,
+                    &mut hw,
+                )
+            },
+            "cusolverDnXgeqrf_bufferSize",
+        )?;
+        Ok((d, hw))
+    })
 }
 
 /// Queues `Xgeqrf` of the packed `m x n` matrix at `oa` (tau to `ot`, info to status `oi`).
@@ -105,42 +108,46 @@ pub(crate) fn geqrf_on(
 }
 
 /// Device workspace (bytes) of applying `op(Q)` of a QR with `k` reflectors of `m` rows from
-/// the left to an `m x n` matrix.
+/// the left to an `m x n` matrix (the lane's cache, else cuSOLVER).
 pub(crate) fn ormqr_ws(
-    h: cs::cusolverDnHandle_t,
+    lane: &mut Lane,
     p: Precision,
     trans: Trans,
     (m, n, k): (usize, usize, usize),
 ) -> GResult<usize> {
-    let mut lwork = 0i32;
-    cs_ok(
-        // SAFETY: a size query; cuSOLVER does not read the (null) matrices.
-        unsafe {
-            typed_solver!(
-                p,
-                cusolverDnSormqr_bufferSize,
-                cusolverDnDormqr_bufferSize,
-                cusolverDnCunmqr_bufferSize,
-                cusolverDnZunmqr_bufferSize,
-                (
-                    h,
-                    side_s(Side::Left),
-                    op_s(trans, p),
-                    i32d(m),
-                    i32d(n),
-                    i32d(k),
-                    std::ptr::null::<u8>(),
-                    i32d(m.max(1)),
-                    std::ptr::null::<u8>(),
-                    std::ptr::null::<u8>(),
-                    i32d(m.max(1)),
-                    &mut lwork
+    let key = WsKey::new(Query::Ormqr, p, &[i(m), i(n), i(k)], trans as u32);
+    lane.workspace(key, |h, _| {
+        let mut lwork = 0i32;
+        cs_ok(
+            // SAFETY: a size query; cuSOLVER does not read the (null) matrices.
+            unsafe {
+                typed_solver!(
+                    p,
+                    cusolverDnSormqr_bufferSize,
+                    cusolverDnDormqr_bufferSize,
+                    cusolverDnCunmqr_bufferSize,
+                    cusolverDnZunmqr_bufferSize,
+                    (
+                        h,
+                        side_s(Side::Left),
+                        op_s(trans, p),
+                        i32d(m),
+                        i32d(n),
+                        i32d(k),
+                        std::ptr::null::<u8>(),
+                        i32d(m.max(1)),
+                        std::ptr::null::<u8>(),
+                        std::ptr::null::<u8>(),
+                        i32d(m.max(1)),
+                        &mut lwork
+                    )
                 )
-            )
-        },
-        "cusolver ormqr_bufferSize",
-    )?;
-    Ok(lwork.max(0) as usize * p.size())
+            },
+            "cusolver ormqr_bufferSize",
+        )?;
+        Ok((lwork.max(0) as usize * p.size(), 0))
+    })
+    .map(|(d, _)| d)
 }
 
 /// Queues C = op(Q) C, Q from the `k` reflectors at `oa` (`m` rows, packed) and tau at `ot`,
@@ -205,17 +212,16 @@ unsafe fn geqrf(
 ) -> GResult<()> {
     let es = p.size();
     let mn = m.min(n);
-    let (h, prm) = lane.raw_solver()?;
-    let ws = geqrf_ws(h, prm, p, m, n)?;
+    let ws = geqrf_ws(lane, p, m, n)?;
     let mut lay = Layout::default();
-    let (oa, ot, ow) = (lay.dev(a.len() * es), lay.dev(mn * es), lay.dev(ws.0));
+    let (oa, ot, ow) = (lay.dev(a.len() * es), lay.dev(mn * es), lay.workspace(ws.0));
     let oi = lay.status(4);
-    let checks = FinitePlan::new(
+    let checks = FinitePlan::inputs(
         &mut lay,
-        p,
         &[Check::Dense {
             off: oa,
-            count: m * n,
+            rows: m,
+            cols: n,
             what: "A",
         }],
     );
@@ -242,48 +248,51 @@ unsafe fn orgqr(
     tau: *mut u8,
 ) -> GResult<()> {
     let es = p.size();
-    let (h, _) = lane.raw_solver()?;
-    let mut lwork = 0i32;
-    cs_ok(
-        // SAFETY: a size query; cuSOLVER does not read the (null) matrices.
-        unsafe {
-            typed_solver!(
-                p,
-                cusolverDnSorgqr_bufferSize,
-                cusolverDnDorgqr_bufferSize,
-                cusolverDnCungqr_bufferSize,
-                cusolverDnZungqr_bufferSize,
-                (
-                    h,
-                    i32d(m),
-                    i32d(n),
-                    i32d(k),
-                    std::ptr::null::<u8>(),
-                    i32d(m.max(1)),
-                    std::ptr::null::<u8>(),
-                    &mut lwork
+    let key = WsKey::new(Query::Orgqr, p, &[i(m), i(n), i(k)], 0);
+    let (wsb, _) = lane.workspace(key, |h, _| {
+        let mut lwork = 0i32;
+        cs_ok(
+            // SAFETY: a size query; cuSOLVER does not read the (null) matrices.
+            unsafe {
+                typed_solver!(
+                    p,
+                    cusolverDnSorgqr_bufferSize,
+                    cusolverDnDorgqr_bufferSize,
+                    cusolverDnCungqr_bufferSize,
+                    cusolverDnZungqr_bufferSize,
+                    (
+                        h,
+                        i32d(m),
+                        i32d(n),
+                        i32d(k),
+                        std::ptr::null::<u8>(),
+                        i32d(m.max(1)),
+                        std::ptr::null::<u8>(),
+                        &mut lwork
+                    )
                 )
-            )
-        },
-        "cusolver orgqr_bufferSize",
-    )?;
-    let wsb = lwork.max(0) as usize * es;
+            },
+            "cusolver orgqr_bufferSize",
+        )?;
+        Ok((lwork.max(0) as usize * es, 0))
+    })?;
     let mut lay = Layout::default();
-    let (oa, ot, ow) = (lay.dev(a.len() * es), lay.dev(k * es), lay.dev(wsb));
+    let (oa, ot, ow) = (lay.dev(a.len() * es), lay.dev(k * es), lay.workspace(wsb));
     let oi = lay.status(4);
     // orgqr reads the k reflector columns and tau (columns k.. are set to the identity's)
-    let checks = FinitePlan::new(
+    let checks = FinitePlan::inputs(
         &mut lay,
-        p,
         &[
             Check::Dense {
                 off: oa,
-                count: m * k,
+                rows: m,
+                cols: k,
                 what: "the reflectors",
             },
             Check::Dense {
                 off: ot,
-                count: k,
+                rows: k,
+                cols: 1,
                 what: "tau",
             },
         ],

@@ -15,6 +15,12 @@ use cudarc::driver::sys as cu;
 use gpukit_core::{PinnedBuffer, PinnedKind, PinnedPool};
 use std::ffi::c_void;
 
+/// The lane's bounce buffer (bytes): twice the most operands a call in the lane's arena has, so
+/// such a call moves every operand and every result through it.
+pub const BOUNCE_BYTES: usize = 2 * crate::gpu::lane::LANE_ARENA_MAX;
+/// Offsets in the bounce buffer are aligned to this.
+const BOUNCE_ALIGN: usize = 256;
+
 /// The largest staging slot (bytes), unless a single column needs more.
 pub const SLOT_BYTES: usize = 16 << 20;
 /// Slots are allocated in multiples of this.
@@ -91,11 +97,29 @@ impl SendPtr {
     }
 }
 
+/// Bytes one packing thread handles at least.
+const BYTES_PER_THREAD: usize = 4 << 20;
+
+/// Threads that pack or unpack a piece of `bytes` (1 below two threads' worth: no thread is
+/// started, and the core count is not read).
 fn threads_for(bytes: usize) -> usize {
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    (bytes / (4 << 20)).clamp(1, cores.min(8))
+    let want = bytes / BYTES_PER_THREAD;
+    if want <= 1 {
+        return 1;
+    }
+    want.min(cores().min(8))
+}
+
+/// The cores this process may use, read once: `available_parallelism` reads the cgroup files
+/// at every call (about 17 us on the H200 host, 45 us on the build VM), which every small copy
+/// paid before.
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    })
 }
 
 /// Runs `f(lo, hi)` over `0..n` split into contiguous ranges on up to `threads` threads.
@@ -165,6 +189,112 @@ unsafe fn transfer(m: &HostMat, es: usize, lo: usize, hi: usize, buf: *mut u8, d
             }
         });
     }
+}
+
+/// A lane's pinned bounce buffer: small operands are packed into it and go up with async
+/// copies on the compute stream, small results come down into it the same way. A call in the
+/// lane's arena uses it as a mirror of the arena (see [`crate::gpu::exec`]); another takes
+/// ranges of it in call order ([`Bounce::take`]). Everything is given back at once when the
+/// next call starts ([`Bounce::reset`]), when the previous call's copies are known to be
+/// finished.
+pub(crate) struct Bounce {
+    pool: PinnedPool,
+    buf: Option<PinnedBuffer>,
+    ptr: *mut u8,
+    size: usize,
+    used: usize,
+}
+
+// SAFETY: the address points into the PinnedBuffer the bounce owns; it moves with its lane,
+// which one thread uses at a time.
+unsafe impl Send for Bounce {}
+
+impl Bounce {
+    /// No memory until [`Bounce::ensure`].
+    pub(crate) fn new(pool: PinnedPool) -> Bounce {
+        Bounce {
+            pool,
+            buf: None,
+            ptr: std::ptr::null_mut(),
+            size: 0,
+            used: 0,
+        }
+    }
+
+    /// Takes the pinned buffer from the pool the first time (true when it did).
+    pub(crate) fn ensure(&mut self) -> GResult<bool> {
+        if self.buf.is_some() {
+            return Ok(false);
+        }
+        let mut buf = self
+            .pool
+            .acquire(BOUNCE_BYTES, PinnedKind::Cached)
+            .map_err(|e| core_fail("pinned bounce buffer", e))?;
+        self.ptr = buf.as_mut_ptr();
+        self.size = buf.capacity();
+        self.buf = Some(buf);
+        Ok(true)
+    }
+
+    /// Gives every range back (the lane is idle: no copy uses the buffer).
+    pub(crate) fn reset(&mut self) {
+        self.used = 0;
+    }
+
+    /// `bytes` of the buffer for one copy, if they are left: the offset.
+    pub(crate) fn take(&mut self, bytes: usize) -> Option<usize> {
+        let off = self.used.next_multiple_of(BOUNCE_ALIGN);
+        if self.buf.is_none() || bytes == 0 || off + bytes > self.size {
+            return None;
+        }
+        self.used = off + bytes;
+        Some(off)
+    }
+
+    /// Pinned bytes held.
+    pub(crate) fn pinned_bytes(&self) -> usize {
+        if self.buf.is_some() {
+            self.size
+        } else {
+            0
+        }
+    }
+
+    /// Bytes the buffer holds (0 before [`Bounce::ensure`]).
+    pub(crate) fn size(&self) -> usize {
+        self.pinned_bytes()
+    }
+
+    /// The address of offset `off`.
+    pub(crate) fn at(&self, off: usize) -> *mut u8 {
+        // SAFETY: callers pass offsets handed out by `take` (inside the buffer).
+        unsafe { self.ptr.add(off) }
+    }
+}
+
+/// Packs the caller's matrix `m` into `dst` (its packed bytes, `ld = rows`).
+///
+/// # Safety
+/// `m` is readable for its extent; `dst` holds its packed size.
+pub(crate) unsafe fn pack(m: &HostMat, es: usize, dst: *mut u8) {
+    let (total, ..) = geometry(m, es);
+    // SAFETY: forwarded; the whole range 0..total.
+    unsafe { transfer(m, es, 0, total, dst, Dir::Pack) }
+}
+
+/// Unpacks `src` (the packed bytes of a matrix shaped as `m`) into the caller's matrix `m`.
+///
+/// # Safety
+/// `m` is writable for its extent; `src` holds its packed size.
+pub(crate) unsafe fn unpack(src: *mut u8, m: &HostMat, es: usize) {
+    let (total, ..) = geometry(m, es);
+    // SAFETY: forwarded; the whole range 0..total.
+    unsafe { transfer(m, es, 0, total, src, Dir::Unpack) }
+}
+
+/// Packed bytes of a host matrix of `es`-byte elements.
+pub(crate) fn packed_bytes(m: &HostMat, es: usize) -> usize {
+    geometry(m, es).0
 }
 
 /// The two staging slots of a lane and the events that say when each is free again. A slot
@@ -354,21 +484,6 @@ impl Staging {
         Ok(v)
     }
 
-    /// Uploads `bytes` (small host data: pivots, constants) to `dst` on `stream`.
-    ///
-    /// # Safety
-    /// `dst` holds `src.len()` bytes; `src` lives until `stream` has finished the copy.
-    pub(crate) unsafe fn write(
-        &mut self,
-        src: &[u8],
-        dst: cu::CUdeviceptr,
-        stream: cu::CUstream,
-    ) -> GResult<()> {
-        let m = HostMat::input(src.as_ptr(), src.len(), 1, src.len().max(1));
-        // SAFETY: forwarded.
-        unsafe { self.upload(&m, 1, dst, stream) }
-    }
-
     /// The events, for the lane to destroy.
     pub(crate) fn events(&self) -> [cu::CUevent; 2] {
         self.ev
@@ -390,6 +505,17 @@ mod tests {
         // a strided matrix needs at least one column per slot
         assert_eq!(slot_need(64 * MIB, 32 * MIB, false), 32 * MIB);
         assert_eq!(slot_need(64 * MIB, 8, false), SLOT_BYTES);
+    }
+
+    #[test]
+    fn small_copies_start_no_thread_and_large_ones_are_bounded() {
+        for bytes in [0, 1, 4096, BYTES_PER_THREAD, 2 * BYTES_PER_THREAD - 1] {
+            assert_eq!(threads_for(bytes), 1, "{bytes}");
+        }
+        let big = threads_for(1 << 30);
+        assert!((1..=8).contains(&big), "{big}");
+        assert_eq!(big, cores().min(8));
+        assert_eq!(threads_for(3 * BYTES_PER_THREAD), 3usize.min(cores()));
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub enum Step {
     SolverHandle,
     /// Pinned staging and the device arena reserved ahead of calls.
     Presize,
+    /// Loading the non-finite check kernels (PTX, JIT-compiled by the driver).
+    CheckKernels,
     /// One warm-up call (its LAPACK name): loads the kernels the routine uses.
     WarmUp(String),
 }
@@ -54,6 +56,7 @@ impl Step {
             Step::SolverLibrary => "libcusolver".into(),
             Step::SolverHandle => "cusolver-handle".into(),
             Step::Presize => "presize".into(),
+            Step::CheckKernels => "check-kernels".into(),
             Step::WarmUp(r) => format!("warm-{r}"),
         }
     }

@@ -27,6 +27,7 @@ use crate::gpu::flags::{
 use crate::gpu::lane::Lane;
 use crate::gpu::layout::Layout;
 use crate::gpu::qr::{geqrf_on, geqrf_ws, ormqr_on, ormqr_ws};
+use crate::gpu::workspace::{Query, WsKey};
 use crate::gpu::{Done, GpuBackend};
 use crate::ops::{Diag, Precision, Routine, Side, SvdJob, Trans, Uplo};
 use cudarc::cusolver::sys as cs;
@@ -193,43 +194,49 @@ pub(crate) unsafe fn run(
     unsafe { svd(b, lane, p, &plan, qr, a, s, u, vt) }
 }
 
+/// Device and host workspace of `Xgesvdp` (economy, vectors) of a `rows x cols` matrix (the
+/// lane's cache, else cuSOLVER).
 pub(crate) fn gesvdp_ws(
-    h: cs::cusolverDnHandle_t,
-    prm: cs::cusolverDnParams_t,
+    lane: &mut Lane,
     p: Precision,
     rows: usize,
     cols: usize,
 ) -> GResult<(usize, usize)> {
-    let (mut d, mut hw) = (0usize, 0usize);
-    cs_ok(
-        // SAFETY: a size query with null matrix pointers.
-        unsafe {
-            cs::cusolverDnXgesvdp_bufferSize(
-                h,
-                prm,
-                cs::cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR,
-                1,
-                i(rows),
-                i(cols),
-                dtype_s(p),
-                std::ptr::null(),
-                ld(rows),
-                real_dtype_s(p),
-                std::ptr::null(),
-                dtype_s(p),
-                std::ptr::null(),
-                ld(rows),
-                dtype_s(p),
-                std::ptr::null(),
-                ld(cols),
-                dtype_s(p),
-                &mut d,
-                &mut hw,
-            )
+    lane.workspace(
+        WsKey::new(Query::Gesvdp, p, &[i(rows), i(cols)], 0),
+        |h, prm| {
+            let (mut d, mut hw) = (0usize, 0usize);
+            cs_ok(
+                // SAFETY: a size query with null matrix pointers.
+                unsafe {
+                    cs::cusolverDnXgesvdp_bufferSize(
+                        h,
+                        prm,
+                        cs::cusolverEigMode_t::CUSOLVER_EIG_MODE_VECTOR,
+                        1,
+                        i(rows),
+                        i(cols),
+                        dtype_s(p),
+                        std::ptr::null(),
+                        ld(rows),
+                        real_dtype_s(p),
+                        std::ptr::null(),
+                        dtype_s(p),
+                        std::ptr::null(),
+                        ld(rows),
+                        dtype_s(p),
+                        std::ptr::null(),
+                        ld(cols),
+                        dtype_s(p),
+                        &mut d,
+                        &mut hw,
+                    )
+                },
+                "cusolverDnXgesvdp_bufferSize",
+            )?;
+            Ok((d, hw))
         },
-        "cusolverDnXgesvdp_bufferSize",
-    )?;
-    Ok((d, hw))
+    )
 }
 
 /// `Xgesvd`'s job characters for T's needs.
@@ -242,45 +249,51 @@ pub(crate) fn gesvd_jobs(tl: usize, rows: usize, tr: bool) -> (i8, i8) {
     (ju as i8, if tr { b'A' as i8 } else { b'N' as i8 })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Device and host workspace of `Xgesvd` with jobs `(ju, jv)` of a `rows x cols` matrix (the
+/// lane's cache, else cuSOLVER).
 pub(crate) fn gesvd_ws(
-    h: cs::cusolverDnHandle_t,
-    prm: cs::cusolverDnParams_t,
+    lane: &mut Lane,
     p: Precision,
     (ju, jv): (i8, i8),
     rows: usize,
     cols: usize,
 ) -> GResult<(usize, usize)> {
-    let (mut d, mut hw) = (0usize, 0usize);
-    cs_ok(
-        // SAFETY: a size query with null matrix pointers.
-        unsafe {
-            cs::cusolverDnXgesvd_bufferSize(
-                h,
-                prm,
-                ju,
-                jv,
-                i(rows),
-                i(cols),
-                dtype_s(p),
-                std::ptr::null(),
-                ld(rows),
-                real_dtype_s(p),
-                std::ptr::null(),
-                dtype_s(p),
-                std::ptr::null(),
-                ld(rows),
-                dtype_s(p),
-                std::ptr::null(),
-                ld(cols),
-                dtype_s(p),
-                &mut d,
-                &mut hw,
-            )
+    let flags = u32::from(ju as u8) | u32::from(jv as u8) << 8;
+    lane.workspace(
+        WsKey::new(Query::Gesvd, p, &[i(rows), i(cols)], flags),
+        |h, prm| {
+            let (mut d, mut hw) = (0usize, 0usize);
+            cs_ok(
+                // SAFETY: a size query with null matrix pointers.
+                unsafe {
+                    cs::cusolverDnXgesvd_bufferSize(
+                        h,
+                        prm,
+                        ju,
+                        jv,
+                        i(rows),
+                        i(cols),
+                        dtype_s(p),
+                        std::ptr::null(),
+                        ld(rows),
+                        real_dtype_s(p),
+                        std::ptr::null(),
+                        dtype_s(p),
+                        std::ptr::null(),
+                        ld(rows),
+                        dtype_s(p),
+                        std::ptr::null(),
+                        ld(cols),
+                        dtype_s(p),
+                        &mut d,
+                        &mut hw,
+                    )
+                },
+                "cusolverDnXgesvd_bufferSize",
+            )?;
+            Ok((d, hw))
         },
-        "cusolverDnXgesvd_bufferSize",
-    )?;
-    Ok((d, hw))
+    )
 }
 
 /// `dst (r x c, ld ldd) = src` or, with `adjoint`, `src^H` (src then `c x r`, ld `lds`).
@@ -420,16 +433,15 @@ unsafe fn svd(
     let (tl, tr) = (plan.t_left(), plan.t_right());
     let method = plan.method(qr);
     let tall = plan.tall();
-    let (h, prm) = lane.raw_solver()?;
     let jobs = gesvd_jobs(tl, rows, tr);
     let sizes = {
         let (svd, geqrf, ormqr) = match method {
-            Method::Values | Method::Qr => (gesvd_ws(h, prm, p, jobs, rows, k)?, (0, 0), 0),
-            Method::Polar => (gesvdp_ws(h, prm, p, rows, k)?, (0, 0), 0),
+            Method::Values | Method::Qr => (gesvd_ws(lane, p, jobs, rows, k)?, (0, 0), 0),
+            Method::Polar => (gesvdp_ws(lane, p, rows, k)?, (0, 0), 0),
             Method::PolarFull => (
-                gesvdp_ws(h, prm, p, k, k)?,
-                geqrf_ws(h, prm, p, rows, k)?,
-                ormqr_ws(h, p, Trans::No, (rows, rows, k))?,
+                gesvdp_ws(lane, p, k, k)?,
+                geqrf_ws(lane, p, rows, k)?,
+                ormqr_ws(lane, p, Trans::No, (rows, rows, k))?,
             ),
         };
         Sizes {
@@ -502,15 +514,15 @@ unsafe fn svd(
         bf.tau = lay.dev(k * es);
         bf.ones = lay.dev(rows * es);
     }
-    bf.ws = lay.dev(sizes.dev_ws);
+    bf.ws = lay.workspace(sizes.dev_ws);
     let infos = [lay.status(4), lay.status(4), lay.status(4)];
     let smax = lay.status(8);
-    let check_in = FinitePlan::new(
+    let check_in = FinitePlan::inputs(
         &mut lay,
-        p,
         &[Check::Dense {
             off: bf.a,
-            count: m * n,
+            rows: m,
+            cols: n,
             what: "A",
         }],
     );
@@ -522,18 +534,20 @@ unsafe fn svd(
     if plan.need_u > 0 {
         outs.push(Check::Dense {
             off: bf.u,
-            count: m * plan.need_u,
+            rows: m,
+            cols: plan.need_u,
             what: "U",
         });
     }
     if plan.need_vt > 0 {
         outs.push(Check::Dense {
             off: bf.vt,
-            count: plan.need_vt * n,
+            rows: plan.need_vt,
+            cols: n,
             what: "VT",
         });
     }
-    let check_out = FinitePlan::new(&mut lay, p, &outs);
+    let check_out = FinitePlan::results(&mut lay, &outs);
 
     // ---- run
     let mut x = Exec::begin(b, lane, p, &lay)?;

@@ -50,9 +50,8 @@ unsafe fn trtrs(
     let mut lay = Layout::default();
     let (oa, ob) = (lay.dev(a.len() * es), lay.dev(b.len() * es));
     let od = lay.status(n * es);
-    let checks = FinitePlan::new(
+    let checks = FinitePlan::inputs(
         &mut lay,
-        p,
         &[
             Check::Triangle {
                 off: oa,
@@ -63,7 +62,8 @@ unsafe fn trtrs(
             },
             Check::Dense {
                 off: ob,
-                count: n * nrhs,
+                rows: n,
+                cols: nrhs,
                 what: "B",
             },
         ],
