@@ -117,6 +117,14 @@ fn class_key(dev: &Device, precision: Precision, p: &Problem, paths: &Paths) -> 
     tune::ClassKey::new(device, precision, p, paths)
 }
 
+/// The autotuner's shape class of `g` on `dev` for `precision`, under the paths of
+/// [`paths_for`]: the key of its choice in memory ([`tune::known`]) and of its file
+/// ([`tune::ClassKey::file_name`] in [`tune::disk_dir`]).
+pub fn class_of(dev: &Device, precision: Precision, g: &RawGemm) -> Result<tune::ClassKey> {
+    let paths = paths_for(dev)?;
+    Ok(class_key(dev, precision, &Problem::of(g), &paths))
+}
+
 /// The plan and how it was chosen, from the cache or: a measured choice of the product's class
 /// (in memory or on disk, [`tune::lookup`]), else the model's plan.
 fn chosen_plan(dev: &Device, precision: Precision, g: &RawGemm) -> Result<(Plan, Chosen, PlanKey)> {
