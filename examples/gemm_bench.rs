@@ -1312,9 +1312,9 @@ fn print_plans() -> Res<()> {
             // The autotuner: at most STAGE_ONE + STAGE_TWO candidates x (1 checked run + 2
             // rounds x reps), plus an L2 flush (about 25 us) before each timed run of products
             // whose operands fit in L2.
-            let cands = (tune::STAGE_ONE + tune::STAGE_TWO) as f64;
+            let tuned = (tune::STAGE_ONE + tune::STAGE_TWO) as f64;
             let reps = tune::reps_for(model.estimate_us) as f64;
-            shape_ms += cands * (t * (1.0 + 2.0 * reps) + 2.0 * reps * 0.025);
+            shape_ms += tuned * (t * (1.0 + 2.0 * reps) + 2.0 * reps * 0.025);
             for c in all.iter().filter(|x| x.estimate_us <= 4.0 * best).take(40) {
                 shape_ms += sample(c.estimate_us / 1e3, 5.0, 1.0) + 0.3;
                 cands += 1;

@@ -795,7 +795,7 @@ pub(crate) fn write_binary_vector<T: DType>(
 ) -> Result<bool> {
     let e = Expr::of(a).combine(op, Expr::of(b));
     match e.vector_modes(&e.leaves, out)? {
-        Some(modes) if out.len() > 0 => {
+        Some(modes) if !out.is_empty() => {
             e.launch_vector(&e.leaves, out, &modes)?;
             Ok(true)
         }

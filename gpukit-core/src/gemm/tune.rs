@@ -16,43 +16,68 @@
 //!    choice).
 //! 2. **Candidates** ([`stage_one`], [`stage_two`]): the model's plan, then the model's best plan
 //!    of every other tile configuration whose estimate is within [`WITHIN`] of the best (at
-//!    most [`STAGE_ONE`] in all); after they are timed, the winner's neighbours (the split factors
-//!    next to its own, its other operand layouts: at most [`STAGE_TWO`]).
-//! 3. **Timing** ([`measure`]): each candidate runs once untimed (kernel compile and load), then
-//!    [`ROUNDS`] rounds, candidates interleaved, of `reps` back-to-back runs between two CUDA
-//!    events (`reps` sized so a round lasts about [`ROUND_TARGET_US`], at most [`MAX_REPS`]);
-//!    a candidate's time is its best round. The model's plan is kept unless another is more than
-//!    [`KEEP_MARGIN`] faster (noise never flips a choice). A candidate that fails to run (out of
-//!    memory under a quota, for instance) is skipped.
+//!    most [`STAGE_ONE`] in all); after they are timed, the neighbours (the split factors next to
+//!    its own, its other operand layouts) of the winner and of a runner-up within [`RUNNER_UP`]
+//!    of it: at most [`STAGE_TWO`].
+//! 3. **Checking and timing** ([`measure`]): each candidate first runs once untimed (kernel
+//!    compile and load) into a scratch C filled with a signalling NaN, and elements at the
+//!    corners and middles of C (first and last batch entry) are read back: a candidate that left
+//!    one unwritten is never chosen (counted in [`TuneStats::unwritten_candidates`]; if it was
+//!    the model's plan and nothing else ran, `sgemm` returns
+//!    [`crate::Error::GemmUnwritten`] instead of running it). Then
+//!    [`ROUNDS`] rounds, candidates interleaved, of `reps` runs (`reps` sized so a round lasts
+//!    about [`ROUND_TARGET_US`], at most [`MAX_REPS`]) between CUDA events, each run after an L2
+//!    flush where A, B and C fit in twice the L2 (so that the product's operands come from
+//!    memory, as among other work); a candidate's time is its best round. The choice is the
+//!    fastest candidate, the model's plan kept unless another is more than [`KEEP_MARGIN`]
+//!    faster (noise never flips a choice). A candidate that fails to run (out of memory under a
+//!    quota, for instance) is skipped.
 //! 4. **Where it runs**: on the caller's stream, before the product itself, reading the caller's
 //!    A and B (which the product reads anyway) and writing a scratch C from the device's
-//!    allocator (charged to the current owner, returned in stream order): never the caller's C.
-//!    The host waits for the timing events once per class. Products whose model estimate is
-//!    above [`MAX_TUNED_US`] are not tuned (the model is calibrated where products are large,
-//!    and one timing round would cost as much as many products); nor is a product enqueued while
-//!    the stream is being captured into a CUDA graph, nor one whose scratch C cannot be
+//!    allocator (charged to the current owner, returned in stream order; at the caller's C's
+//!    offset within 16 bytes, so that the kernels' vector stores apply as for the product):
+//!    never the caller's C. Products whose model estimate is above [`MAX_TUNED_US`] are not
+//!    tuned (one timing round would cost as much as many products); nor is a product enqueued
+//!    while the stream is being captured into a CUDA graph, nor one whose scratch C cannot be
 //!    allocated: those take the model's plan.
-//! 5. **Cost**: at most `STAGE_ONE + STAGE_TWO` candidates x (1 + ROUNDS x reps) runs, about
-//!    `12 x (1 + 2 x 2) ~ 60` products of a 250 us shape (15 ms), `12 x 3 = 36` of a 5 ms one,
-//!    plus the first compile of each candidate kernel not yet in the kernel cache; paid once per
-//!    class and device, then read from disk by every later process.
-//! 6. **Disk**: one small text file per class under `<kernel cache dir>/gemm-tuning/` (the
-//!    kernel cache's directory, `GPUKIT_CACHE_DIR`; none when `GPUKIT_CACHE=off`), written
-//!    atomically (a temporary file renamed). A file is trusted only if it is a regular file
-//!    (symbolic links and FIFOs are not followed or read), at most [`MAX_FILE_BYTES`], whose
-//!    header, full class key and checksum match and whose plan is one of the current plan space
-//!    that fits the product ([`Choice::plan_for`]); anything else is ignored (counted in
-//!    [`TuneStats::rejected_files`]) and replaced by a fresh measurement. A file can at worst
-//!    name a slower plan of ours, never an invalid one.
+//! 5. **Cost, bounded and reported**: at most `STAGE_ONE + STAGE_TWO` = 14 candidates x (1 +
+//!    ROUNDS x reps) runs (about 70 products of a 250 us shape: 18 ms; 42 of a 5 ms one), one
+//!    host wait per candidate for its check and one per timed round. Kernels not yet in the
+//!    kernel cache are compiled by their first run; those runs stop once the class has taken
+//!    [`WARM_BUDGET`] of host time, and such a partial measurement is kept in this
+//!    process only (not written), so that a later process, with those kernels cached, measures
+//!    the class in full. [`stats`] counts classes, candidates, partial measurements, the host
+//!    time spent and the longest class; `gemm_bench` prints them per shape.
+//! 6. **Threads and processes**: one thread measures a class at a time ([`begin`]); others
+//!    asking for it wait (at most [`CLAIM_WAIT`]) and then run its choice, so every caller of a
+//!    process runs the same plan. Processes sharing the tuning directory take turns with an
+//!    exclusive `flock` on it ([`lock_dir`], at most [`LOCK_WAIT`]), and one that waited reads
+//!    what the other measured.
+//! 7. **Disk**: one small text file per class under `<kernel cache dir>/gemm-tuning/` (the
+//!    kernel cache's directory, `GPUKIT_CACHE_DIR`; none when `GPUKIT_CACHE=off`), handled with
+//!    the kernel cache's trust rules through gpukit-trust: the directory is reached by the
+//!    link-safe walk and used only if it and every directory above it is this user's or root's
+//!    and not writable by others unless sticky ([`open_dir`]); a file is read only if it is a
+//!    regular file (opened without following links or blocking) of this user, writable by nobody
+//!    else, at most [`MAX_FILE_BYTES`] ([`refusal`], [`read_file`]); files are written under an
+//!    unpredictable temporary name, created exclusively, then renamed ([`write_file`]). What is
+//!    read is data to validate: its header, full class key and checksum must match and its plan
+//!    must be one of the current plan space that fits the product ([`Choice::plan_for`]), and the
+//!    launch checks the plan against the device and the operands again; anything else is ignored
+//!    (counted in [`TuneStats::rejected_files`]) and replaced by a fresh measurement. A file can
+//!    at worst name a slower plan of ours, never an invalid one.
 //!
 //! `GPUKIT_GEMM_TUNE` ([`TUNE_ENV`]): `off` (the default: the model's plan always,
-//! deterministic, no timing, no files read or written), `on` (also `auto`) or `fresh` (ignore the files,
-//! measure each class again once in this process and write the result: what `gemm_bench` uses
-//! so that its column reflects a measurement of its own). Any other value is an error naming the
-//! variable. Tuning is off by default in this version: on the H200 its GPU test
-//! (`autotuner_measures_a_class_once_and_its_choice_runs_correctly`) found the product of a
-//! freshly tuned class left unwritten (the poisoned output read back as NaN); until that is
-//! found and fixed, only an explicit `on` / `fresh` measures.
+//! deterministic, no timing, no files read or written), `on` (also `auto`) or `fresh` (ignore
+//! the files, measure each class again once in this process and write the result: what
+//! `gemm_bench` uses so that its column reflects a measurement of its own). Any other value is
+//! an error naming the variable.
+//!
+//! The H200 failure of 2026-12-02 that kept tuning off by default was the test's, not the
+//! tuner's: `autotuner_measures_a_class_once_and_its_choice_runs_correctly` checked that tuning
+//! left the caller's C alone with `assert_eq!` on a `Vec<f32>` filled with the NaN poison, which
+//! can never hold (NaN != NaN) and printed both vectors (the 4 MB of NaN in the log). The test
+//! now compares bits, and checks every element of the tuned products.
 
 use super::desc::Precision;
 use super::kernels;
@@ -90,11 +115,11 @@ pub const MAX_REPS: u32 = 8;
 pub const KEEP_MARGIN: f64 = 0.01;
 /// Products estimated longer than this (microseconds) are not tuned.
 pub const MAX_TUNED_US: f64 = 20_000.0;
-/// Host time the untimed first runs of one stage may take in all (they compile and load the
-/// kernels not in the kernel cache yet: about a second each for the `wgmma` kernels, a few
-/// milliseconds each from the disk cache). Past it the stage's remaining candidates are not
-/// run, and the choice is kept in this process only (a later process, finding those kernels
-/// cached, measures the class in full).
+/// Host time the measurement of one class may spend before its remaining untimed first runs are
+/// skipped (they compile and load the kernels not in the kernel cache yet: about a second each
+/// for the `wgmma` kernels, a few milliseconds each from the disk cache). Past it the remaining
+/// candidates are not run (each stage's first one always is), and the choice is kept in this
+/// process only (a later process, finding those kernels cached, measures the class in full).
 pub const WARM_BUDGET: Duration = Duration::from_millis(1500);
 /// Longest wait for another thread's measurement of the same class (then the model's plan runs
 /// this once).
@@ -815,10 +840,11 @@ pub struct Tuned {
 }
 
 /// The tuning of one product: both stages ([`stage_one`], then [`stage_two`] around the winner
-/// and a runner-up within [`RUNNER_UP`]), the untimed runs within `warm_budget` of host time per
-/// stage. The choice is the fastest of all candidates, the model's plan (`model`, first) kept
+/// and a runner-up within [`RUNNER_UP`]), the untimed runs within `warm_budget` of host time in
+/// all (the second stage gets what the first left; its first candidate always runs). The choice is the fastest of all candidates, the model's plan (`model`, first) kept
 /// unless another is faster by more than [`KEEP_MARGIN`].
 pub fn tune(model: &Plan, all: &[Plan], timer: &mut dyn Timer, warm_budget: Duration) -> Tuned {
+    let start = Instant::now();
     let first = stage_one(model, all);
     let m1 = measure(&first, timer, warm_budget);
     let mut timed: Vec<(Plan, f64)> = first
@@ -852,7 +878,9 @@ pub fn tune(model: &Plan, all: &[Plan], timer: &mut dyn Timer, warm_budget: Dura
     let plans: Vec<Plan> = timed.iter().map(|x| x.0).collect();
     let second = stage_two(&bases, all, &plans);
     if !second.is_empty() && complete {
-        let m2 = measure(&second, timer, warm_budget);
+        // What the first stage left of the budget (its timed rounds count too).
+        let left = warm_budget.saturating_sub(start.elapsed());
+        let m2 = measure(&second, timer, left);
         complete &= m2.complete;
         timed.extend(second.iter().copied().zip(m2.times.iter().copied()));
     }
