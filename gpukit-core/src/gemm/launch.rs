@@ -184,7 +184,8 @@ pub fn plan_with_paths(
 
 /// Single-precision GEMM with our kernels; the plan is chosen per shape and device: on the first
 /// product of a shape class the autotuner times the model's best candidates on this stream
-/// (scratch C, the caller's A and B; see [`super::tune`]) unless `GPUKIT_GEMM_TUNE=off`.
+/// (scratch C, the caller's A and B; see [`super::tune`]) unless `GPUKIT_GEMM_TUNE=off`, or
+/// takes the class's choice measured before (this process, or its file on disk).
 ///
 /// # Safety
 /// `g.a`, `g.b` and `g.c` must be device addresses in the context of `stream`, valid for
@@ -232,8 +233,8 @@ unsafe fn tune_class(
     if model.estimate_us > tune::MAX_TUNED_US {
         return untuned(true);
     }
-    if stream_is_capturing(stream) {
-        // Not now (no host waits inside a capture); the next call outside one tunes.
+    if can_measure_on(stream).is_err() {
+        // Not on this stream (see can_measure_on); a later call on another stream may tune.
         return untuned(false);
     }
     let (_, _, problem, paths, mode) = key;
@@ -295,7 +296,8 @@ pub struct TuneReport {
 /// the result the class's plan (in memory, and on disk where the kernel cache has a directory
 /// and tuning is not off): what [`sgemm`] does on a class's first product, without the product
 /// itself and without the limits that keep the first product cheap ([`tune::MAX_TUNED_US`]).
-/// For benches and tests. An error when the stream is being captured, when the model's plan
+/// For benches and tests. An error when the stream cannot be measured on (a driver older than
+/// CUDA 12.8, a green context's stream, a stream being captured), when the model's plan
 /// left an element of C unwritten and no other candidate ran ([`Error::GemmUnwritten`]), or when
 /// no candidate could run (no scratch C).
 ///
@@ -315,10 +317,10 @@ pub unsafe fn tune_now(stream: &Stream, precision: Precision, g: &RawGemm) -> Re
             "the product is empty (nothing to time)",
         ));
     }
-    if stream_is_capturing(stream) {
+    if let Err(why) = can_measure_on(stream) {
         return Err(Error::invalid(
             "gemm tuning",
-            "the stream is being captured into a graph; tune outside the capture",
+            format!("cannot measure on this stream: {why}; tune on a stream of the whole device"),
         ));
     }
     let class = class_key(&dev, precision, &problem, &paths);
@@ -421,6 +423,29 @@ unsafe fn measure_class(
         complete: tuned.complete,
         host_us,
     }))
+}
+
+/// Whether the tuner can measure on `stream`: `Err(why)` when the driver lacks the event timing
+/// the CUDA 13 bindings call (`cuEventElapsedTime_v2`, CUDA 12.8; calling it on an older driver
+/// would panic in cudarc), when the stream belongs to a green context (a share of the SMs: a
+/// choice measured there would be stored for the whole device), or when it is being captured
+/// into a CUDA graph (no host waits inside a capture).
+fn can_measure_on(stream: &Stream) -> std::result::Result<(), &'static str> {
+    use gpukit_jit::cudarc::driver::sys;
+    if driver_version() < 12080 {
+        return Err("the driver is older than CUDA 12.8 (no cuEventElapsedTime_v2)");
+    }
+    let mut green: sys::CUgreenCtx = std::ptr::null_mut();
+    // SAFETY: the stream handle is live (we hold its Arc); the entry point exists from CUDA
+    // 12.4 (the driver is 12.8 or later, checked above); the call writes one handle.
+    let r = unsafe { sys::cuStreamGetGreenCtx(stream.cuda().cu_stream(), &mut green) };
+    if r != sys::CUresult::CUDA_SUCCESS || !green.is_null() {
+        return Err("the stream belongs to a green context (a share of the device's SMs)");
+    }
+    if stream_is_capturing(stream) {
+        return Err("the stream is being captured into a graph");
+    }
+    Ok(())
 }
 
 /// Whether `stream` is being captured into a CUDA graph (where the tuner cannot wait for
