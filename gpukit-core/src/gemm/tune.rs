@@ -38,8 +38,10 @@
 //!    offset within 16 bytes, so that the kernels' vector stores apply as for the product):
 //!    never the caller's C. Products whose model estimate is above [`MAX_TUNED_US`] are not
 //!    tuned (one timing round would cost as much as many products); nor is a product enqueued
-//!    while the stream is being captured into a CUDA graph, nor one whose scratch C cannot be
-//!    allocated: those take the model's plan.
+//!    while the stream is being captured into a CUDA graph, or on a green context's stream (a
+//!    share of the SMs: its timings would be stored for the whole device), or under a driver
+//!    older than CUDA 12.8 (no `cuEventElapsedTime_v2`, which the CUDA 13 bindings call), nor
+//!    one whose scratch C cannot be allocated: those take the model's plan.
 //! 5. **Cost, bounded and reported**: at most `STAGE_ONE + STAGE_TWO` = 14 candidates x (1 +
 //!    ROUNDS x reps) runs (about 70 products of a 250 us shape: 18 ms; 42 of a 5 ms one), one
 //!    host wait per candidate for its check and one per timed round. Kernels not yet in the
