@@ -69,8 +69,8 @@
 //!    (counted in [`TuneStats::rejected_files`]) and replaced by a fresh measurement. A file can
 //!    at worst name a slower plan of ours, never an invalid one.
 //!
-//! `GPUKIT_GEMM_TUNE` ([`TUNE_ENV`]): `off` (the default: the model's plan always,
-//! deterministic, no timing, no files read or written), `on` (also `auto`) or `fresh` (ignore
+//! `GPUKIT_GEMM_TUNE` ([`TUNE_ENV`]): `on` (the default; also `auto` or empty), `off` (the
+//! model's plan always: deterministic, no timing, no files read or written) or `fresh` (ignore
 //! the files, measure each class again once in this process and write the result: what
 //! `gemm_bench` uses so that its column reflects a measurement of its own). Any other value is
 //! an error naming the variable.
@@ -136,30 +136,31 @@ pub const DIR_NAME: &str = "gemm-tuning";
 /// What `GPUKIT_GEMM_TUNE` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum TuneMode {
-    /// Measured choices, read from and written to disk.
-    On,
-    /// The model's plan, always (the default).
+    /// Measured choices, read from and written to disk (the default).
     #[default]
+    On,
+    /// The model's plan, always.
     Off,
     /// Measure each class again once in this process (files not read; results written).
     Fresh,
 }
 
 impl TuneMode {
-    /// Parses `on` / `auto`, `off` or `fresh` (any case, blanks ignored); `None` otherwise.
+    /// Parses `on` / `auto` (or nothing: the default), `off` or `fresh` (any case, blanks
+    /// ignored); `None` otherwise.
     pub fn parse(s: &str) -> Option<TuneMode> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "on" | "auto" => Some(TuneMode::On),
-            "" | "off" => Some(TuneMode::Off),
+            "" | "on" | "auto" => Some(TuneMode::On),
+            "off" => Some(TuneMode::Off),
             "fresh" => Some(TuneMode::Fresh),
             _ => None,
         }
     }
 
-    /// The mode `GPUKIT_GEMM_TUNE` asks for ([`TuneMode::Off`] when unset).
+    /// The mode `GPUKIT_GEMM_TUNE` asks for ([`TuneMode::On`] when unset or empty).
     pub fn from_env() -> Result<TuneMode> {
         match std::env::var_os(TUNE_ENV) {
-            None => Ok(TuneMode::Off),
+            None => Ok(TuneMode::On),
             Some(v) => v.to_str().and_then(TuneMode::parse).ok_or_else(|| {
                 Error::invalid(
                     "gemm",
@@ -1875,7 +1876,8 @@ mod tests {
         assert_eq!(reps_for(5000.0), 1);
         assert_eq!(TuneMode::parse(" OFF"), Some(TuneMode::Off));
         assert_eq!(TuneMode::parse("auto"), Some(TuneMode::On));
-        assert_eq!(TuneMode::parse(""), Some(TuneMode::Off));
+        assert_eq!(TuneMode::parse(""), Some(TuneMode::On));
+        assert_eq!(TuneMode::default(), TuneMode::On);
         assert_eq!(TuneMode::parse("Fresh"), Some(TuneMode::Fresh));
         assert_eq!(TuneMode::parse("sometimes"), None);
         // Every family the planner may use appears in some class's enumeration on an H200.
