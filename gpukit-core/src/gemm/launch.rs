@@ -53,6 +53,9 @@ type PlanKey = (usize, Precision, Problem, Paths, TuneMode);
 enum Chosen {
     /// The model's plan: [`sgemm`] tunes the class on its next call (unless tuning is off).
     Model,
+    /// A choice read from the class's file and not yet run through the write check in this
+    /// process: [`sgemm`] checks it on a scratch C first ([`check_stored`]).
+    Unchecked,
     /// A measured choice (or the model's plan where tuning is off or did not apply).
     Final,
 }
@@ -147,7 +150,8 @@ fn chosen_plan(dev: &Device, precision: Precision, g: &RawGemm) -> Result<(Plan,
         )
     };
     let (plan, chosen) = match measured {
-        Some(p) => (p, Chosen::Final),
+        Some((p, true)) => (p, Chosen::Final),
+        Some((p, false)) => (p, Chosen::Unchecked),
         None => {
             let model = plan_with_paths(dev.attributes(), &paths, precision, g)?;
             let chosen = if mode == TuneMode::Off {
@@ -195,10 +199,13 @@ pub unsafe fn sgemm(stream: &Stream, precision: Precision, g: &RawGemm) -> Resul
     g.validate()?;
     let dev = device_of(stream)?;
     let (mut plan, chosen, key) = chosen_plan(&dev, precision, g)?;
-    if chosen == Chosen::Model {
+    match chosen {
         // SAFETY: forwarded from the caller (the tuner reads A and B within their spans and
         // writes only its own scratch C).
-        plan = unsafe { tune_class(stream, &dev, precision, g, plan, key) }?;
+        Chosen::Model => plan = unsafe { tune_class(stream, &dev, precision, g, plan, key) }?,
+        // SAFETY: as above.
+        Chosen::Unchecked => plan = unsafe { check_stored(stream, &dev, precision, g, plan, key) }?,
+        Chosen::Final => {}
     }
     // SAFETY: forwarded from the caller.
     unsafe { run(stream, &dev, g, &plan) }
@@ -245,24 +252,30 @@ unsafe fn tune_class(
             // Measured by another thread meanwhile (a choice of this class always fits its
             // products: `plan_for` fails only for a choice of another plan space).
             return match choice.plan_for(precision, &problem, dev.attributes(), &paths) {
-                Some(p) => {
+                Some(p) if tune::checked(&class) => {
                     cache(key, p, Chosen::Final);
                     Ok(p)
                 }
+                // Read from disk by another thread, not checked yet.
+                // SAFETY: forwarded from the caller.
+                Some(p) => unsafe { check_stored(stream, dev, precision, g, p, key) },
                 None => untuned(true),
             };
         }
         tune::Begin::Busy => return untuned(false),
     };
     let dir = tune::disk_dir();
-    let _turn = dir.as_deref().and_then(tune::lock_dir);
+    let turn = dir.as_deref().and_then(tune::lock_dir);
     if mode == TuneMode::On {
         if let Some(p) = dir
             .as_deref()
             .and_then(|d| tune::lookup_disk(&class, d, &problem, dev.attributes()))
         {
-            cache(key, p, Chosen::Final);
-            return Ok(p);
+            // Another process measured the class meanwhile: its file is checked like any other.
+            drop((turn, claim));
+            cache(key, p, Chosen::Unchecked);
+            // SAFETY: forwarded from the caller.
+            return unsafe { check_stored(stream, dev, precision, g, p, key) };
         }
     }
     // SAFETY: forwarded from the caller.
@@ -272,6 +285,59 @@ unsafe fn tune_class(
         Some(r) => Ok(r.chosen),
         // No scratch C, or no candidate ran: the model's plan now, tuning again next time.
         None => untuned(false),
+    }
+}
+
+/// Runs a choice read from disk (`stored`, for `g`) once into a scratch C through the write check
+/// ([`GpuTimer::check`]) before the product uses it, once per class and process: a file is data
+/// to validate, and a valid-looking one could still name a plan that leaves C unwritten. Passed:
+/// the class's choice is marked checked and `stored` returned. Failed: the choice is dropped
+/// (counted as a rejected file) and the class measured anew ([`tune_class`], which overwrites
+/// the file). Where no check can be made now (a stream in graph capture, no scratch memory),
+/// `stored` runs unchecked this time and is checked on a later call.
+///
+/// # Safety
+/// As for [`sgemm`]; `g` is validated.
+unsafe fn check_stored(
+    stream: &Stream,
+    dev: &Device,
+    precision: Precision,
+    g: &RawGemm,
+    stored: Plan,
+    key: PlanKey,
+) -> Result<Plan> {
+    let (_, _, problem, paths, _) = key;
+    let class = class_key(dev, precision, &problem, &paths);
+    if tune::checked(&class) {
+        cache(key, stored, Chosen::Final);
+        return Ok(stored);
+    }
+    if g.m == 0 || g.n == 0 || g.batch == 0 || g.k == 0 || g.alpha == 0.0 {
+        // Nothing to check: these run the beta-scaling kernel whatever the plan.
+        return Ok(stored);
+    }
+    if stream_is_capturing(stream) {
+        return Ok(stored);
+    }
+    // SAFETY: forwarded from the caller (A and B read within their spans).
+    let Some(timer) = (unsafe { GpuTimer::new(stream, dev, g, false) })? else {
+        return Ok(stored);
+    };
+    match timer.check(&stored) {
+        Ok(()) => {
+            tune::mark_checked(&class);
+            cache(key, stored, Chosen::Final);
+            Ok(stored)
+        }
+        Err(Error::GemmUnwritten { .. }) => {
+            drop(timer);
+            tune::reject_held(&class);
+            let model = plan_with_paths(dev.attributes(), &paths, precision, g)?;
+            cache(key, model, Chosen::Model);
+            // SAFETY: forwarded from the caller.
+            unsafe { tune_class(stream, dev, precision, g, model, key) }
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -394,7 +460,7 @@ unsafe fn measure_class(
         }));
     }
     // SAFETY: forwarded from the caller (A and B read within their spans).
-    let Some(mut timer) = (unsafe { GpuTimer::new(stream, dev, g) })? else {
+    let Some(mut timer) = (unsafe { GpuTimer::new(stream, dev, g, true) })? else {
         return Ok(None);
     };
     let tuned = tune::tune(&model, &all, &mut timer, tune::WARM_BUDGET);
@@ -485,12 +551,18 @@ struct GpuTimer<'a> {
 
 impl<'a> GpuTimer<'a> {
     /// The timer of `g` on `stream`: a zeroed scratch C from the device's allocator (charged
-    /// to the current owner) and, where A, B and C together are smaller than twice the L2, a
-    /// flush buffer of the L2's size. `None` when the scratch C cannot be allocated.
+    /// to the current owner) and, with `timing` where A, B and C together are smaller than
+    /// twice the L2, a flush buffer of the L2's size. `None` when the scratch C cannot be
+    /// allocated.
     ///
     /// # Safety
     /// As for [`sgemm`]; `g` is validated.
-    unsafe fn new(stream: &'a Stream, dev: &'a Device, g: &RawGemm) -> Result<Option<Self>> {
+    unsafe fn new(
+        stream: &'a Stream,
+        dev: &'a Device,
+        g: &RawGemm,
+        timing: bool,
+    ) -> Result<Option<Self>> {
         let (la, lb, lc) = g.required_len();
         let offset = (g.c % 16) as usize;
         let bytes = lc.max(1) * 4 + 16;
@@ -511,7 +583,7 @@ impl<'a> GpuTimer<'a> {
             return Ok(None);
         }
         let l2 = dev.attributes().l2_cache_bytes;
-        let flush = if l2 > 0 && (la + lb + lc) * 4 < 2 * l2 {
+        let flush = if timing && l2 > 0 && (la + lb + lc) * 4 < 2 * l2 {
             dev.allocator().alloc_for(&owner, l2, stream).ok()
         } else {
             None

@@ -64,10 +64,12 @@
 //!    else, at most [`MAX_FILE_BYTES`] ([`refusal`], [`read_file`]); files are written under an
 //!    unpredictable temporary name, created exclusively, then renamed ([`write_file`]). What is
 //!    read is data to validate: its header, full class key and checksum must match and its plan
-//!    must be one of the current plan space that fits the product ([`Choice::plan_for`]), and the
-//!    launch checks the plan against the device and the operands again; anything else is ignored
-//!    (counted in [`TuneStats::rejected_files`]) and replaced by a fresh measurement. A file can
-//!    at worst name a slower plan of ours, never an invalid one.
+//!    must be one of the current plan space that fits the product ([`Choice::plan_for`]), the
+//!    launch checks the plan against the device and the operands again, and before a process
+//!    first uses a choice read from disk it runs it once through the same write check as a
+//!    measured candidate (on a scratch C; a plan that fails is dropped and the class measured
+//!    anew); anything else is ignored (counted in [`TuneStats::rejected_files`]) and replaced by
+//!    a fresh measurement. A file can at worst name a slower plan of ours, never an invalid one.
 //!
 //! `GPUKIT_GEMM_TUNE` ([`TUNE_ENV`]): `on` (the default; also `auto` or empty), `off` (the
 //! model's plan always: deterministic, no timing, no files read or written) or `fresh` (ignore
@@ -897,9 +899,17 @@ pub fn tune(model: &Plan, all: &[Plan], timer: &mut dyn Timer, warm_budget: Dura
     }
 }
 
+/// A choice this process holds for a class, and whether it was checked here (measured, or run
+/// once through the write check: [`mark_checked`]); a choice read from disk is not, until then.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    choice: Choice,
+    checked: bool,
+}
+
 /// The choices known in this process, by class.
-fn memory() -> &'static Mutex<HashMap<ClassKey, Choice>> {
-    static M: OnceLock<Mutex<HashMap<ClassKey, Choice>>> = OnceLock::new();
+fn memory() -> &'static Mutex<HashMap<ClassKey, Held>> {
+    static M: OnceLock<Mutex<HashMap<ClassKey, Held>>> = OnceLock::new();
     M.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -916,36 +926,68 @@ pub fn disk_dir() -> Option<PathBuf> {
 
 /// The choice this process holds for `key`, if any.
 pub fn known(key: &ClassKey) -> Option<Choice> {
-    memory().lock().ok().and_then(|m| m.get(key).copied())
+    memory()
+        .lock()
+        .ok()
+        .and_then(|m| m.get(key).map(|h| h.choice))
 }
 
-/// The stored choice of `key` under `mode`: from memory, else (mode `On`) from the file in `dir`,
-/// validated for `p` ([`Choice::plan_for`]). Files that are present but unusable are counted as
-/// rejected.
+/// Whether this process holds a choice for `key` that it checked (measured it, or ran it through
+/// the write check since reading it from disk).
+pub fn checked(key: &ClassKey) -> bool {
+    memory()
+        .lock()
+        .ok()
+        .is_some_and(|m| m.get(key).is_some_and(|h| h.checked))
+}
+
+/// Records that the choice held for `key` passed the write check in this process.
+pub fn mark_checked(key: &ClassKey) {
+    if let Ok(mut m) = memory().lock() {
+        if let Some(h) = m.get_mut(key) {
+            h.checked = true;
+        }
+    }
+}
+
+/// Drops the choice held for `key` because it failed the write check (a file naming a plan that
+/// left C unwritten): counted as a rejected file; the class is measured again.
+pub fn reject_held(key: &ClassKey) {
+    if let Ok(mut m) = memory().lock() {
+        m.remove(key);
+    }
+    counters().rejected_files.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The stored choice of `key` under `mode`, and whether it was checked in this process ([`Held`]):
+/// from memory, else (mode `On`) from the file in `dir` (unchecked), validated for `p`
+/// ([`Choice::plan_for`]). Files that are present but unusable are counted as rejected.
 pub fn lookup(
     key: &ClassKey,
     mode: TuneMode,
     dir: Option<&Path>,
     p: &Problem,
     dev: &DeviceAttributes,
-) -> Option<Plan> {
+) -> Option<(Plan, bool)> {
     if mode == TuneMode::Off {
         return None;
     }
     let c = counters();
-    if let Some(choice) = known(key) {
-        if let Some(plan) = choice.plan_for(key.precision, p, dev, &key.paths) {
+    let held = memory().lock().ok().and_then(|m| m.get(key).copied());
+    if let Some(h) = held {
+        if let Some(plan) = h.choice.plan_for(key.precision, p, dev, &key.paths) {
             c.memory_hits.fetch_add(1, Ordering::Relaxed);
-            return Some(plan);
+            return Some((plan, h.checked));
         }
     }
     if mode != TuneMode::On {
         return None;
     }
-    lookup_disk(key, dir?, p, dev)
+    lookup_disk(key, dir?, p, dev).map(|plan| (plan, false))
 }
 
-/// The choice of `key` in its file in `dir` (remembered in memory when valid for `p`).
+/// The choice of `key` in its file in `dir` (remembered in memory, unchecked, when valid for
+/// `p`).
 pub fn lookup_disk(
     key: &ClassKey,
     dir: &Path,
@@ -966,7 +1008,7 @@ pub fn lookup_disk(
     match plan {
         Some((choice, plan)) => {
             c.disk_hits.fetch_add(1, Ordering::Relaxed);
-            remember(key, choice);
+            remember(key, choice, false);
             Some(plan)
         }
         None => {
@@ -976,12 +1018,12 @@ pub fn lookup_disk(
     }
 }
 
-fn remember(key: &ClassKey, choice: Choice) {
+fn remember(key: &ClassKey, choice: Choice, checked: bool) {
     if let Ok(mut m) = memory().lock() {
         if m.len() >= MEMORY_CLASSES {
             m.clear();
         }
-        m.insert(key.clone(), choice);
+        m.insert(key.clone(), Held { choice, checked });
     }
 }
 
@@ -1004,7 +1046,8 @@ pub fn store(
         .fetch_add(times.len() as u64, Ordering::Relaxed);
     c.tuning_us.fetch_add(host_us, Ordering::Relaxed);
     c.max_class_us.fetch_max(host_us, Ordering::Relaxed);
-    remember(key, choice);
+    // Every candidate that could be chosen passed the write check in `measure`.
+    remember(key, choice, true);
     let Some(dir) = dir.filter(|_| complete) else {
         return;
     };
@@ -1428,10 +1471,10 @@ mod tests {
         let pick = all[all.len() / 2];
         let c = Choice::of(&pick);
         store(&k, c, &[(pick, 10.0)], Some(&d), true, 0);
-        // In memory.
+        // In memory, checked (a measurement's choice).
         assert_eq!(
-            lookup(&k, TuneMode::On, None, &p, &dev).map(|x| Choice::of(&x)),
-            Some(c)
+            lookup(&k, TuneMode::On, None, &p, &dev).map(|x| (Choice::of(&x.0), x.1)),
+            Some((c, true))
         );
         // Off never answers.
         assert_eq!(lookup(&k, TuneMode::Off, Some(&d), &p, &dev), None);
@@ -1440,8 +1483,24 @@ mod tests {
         forget_memory();
         let before = stats();
         let q = Problem::shape(770, 1540, 2300, 1);
-        let got = lookup(&k, TuneMode::On, Some(&d), &q, &dev).unwrap();
+        let (got, checked_here) = lookup(&k, TuneMode::On, Some(&d), &q, &dev).unwrap();
         assert_eq!(Choice::of(&got).config, c.config);
+        // Read from disk: data to check before use, in memory as such until it passes.
+        assert!(!checked_here && !checked(&k));
+        assert_eq!(
+            lookup(&k, TuneMode::On, None, &q, &dev).map(|x| x.1),
+            Some(false)
+        );
+        mark_checked(&k);
+        assert_eq!(
+            lookup(&k, TuneMode::On, None, &q, &dev).map(|x| x.1),
+            Some(true)
+        );
+        // A choice that failed the check is dropped and counted.
+        let before_reject = stats().rejected_files;
+        reject_held(&k);
+        assert_eq!(known(&k), None);
+        assert!(stats().rejected_files > before_reject);
         assert_eq!(
             got.k_per_split,
             plan::normalize_split(&pick.config, q.k, c.splits).1
