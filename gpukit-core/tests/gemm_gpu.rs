@@ -920,8 +920,9 @@ fn tf32x3_is_as_accurate_as_cublas_sgemm() {
             let e_cublas = normwise(&case, &cub, &r, "cuBLAS SGEMM");
             let mut row = format!("{data:?} {m}x{n}x{k}: cuBLAS SGEMM {e_cublas:.3e}");
             for p in [Precision::Tf32x3, Precision::Fp32] {
-                let plan = plan_for(&gpu().dev, p, &case.raw(0, 0, 0)).unwrap();
                 let c = ours_on(&case, &a, &b, &c0, p, None);
+                // The plan that ran (the autotuner's choice for the class once it has run).
+                let plan = plan_for(&gpu().dev, p, &case.raw(0, 0, 0)).unwrap();
                 let e = normwise(&case, &c, &r, "ours");
                 row += &format!(", {p:?} ({} s{}) {e:.3e}", plan.config.name, plan.splits);
                 let three = plan.config.family == Family::Wgmma3;
@@ -986,7 +987,14 @@ fn skinny_and_small_long_k_shapes_use_split_k_and_stay_accurate() {
     for (m, n, k) in [(96, 80, 30_000), (384, 384, 8192), (250, 260, 8192)] {
         for p in [Precision::Fp32, Precision::Tf32, Precision::Tf32x3] {
             let case = Case::square(m, n, k);
-            let plan = plan_for(&gpu().dev, p, &case.raw(0, 0, 0)).unwrap();
+            // The model's plan (what the autotuner starts from; its choice may differ).
+            let plan = plan::choose(
+                p,
+                &case.problem(),
+                gpu().dev.attributes(),
+                &paths_for(&gpu().dev).unwrap(),
+            )
+            .unwrap();
             assert!(plan.splits > 1, "{m}x{n}x{k} {p:?}: {plan:?}");
             check(&case, p, None, 9);
         }
@@ -1147,7 +1155,9 @@ fn check_every_element(case: &Case, p: Precision, plan: Option<&Plan>, seed: u64
 /// row stride and A transposed, a batch with B transposed and a negative alpha, a skinny
 /// output, beta != 0 (C read through the tuned plan); TF32, FP32 and 3xTF32. Each with a
 /// sibling of the same class (dimensions 4 and 8 smaller: the same quarter-octave buckets and
-/// alignments).
+/// alignments). No other test of this binary runs a product of these classes through `sgemm`
+/// (`tune_now` measures a class anew, and a test running the class's plan twice meanwhile
+/// would see two plans): the random shapes stay below 700 rows and columns with batches below 4.
 fn tuned_cases() -> Vec<(Case, Precision)> {
     let sq = Case::square;
     vec![
@@ -1160,7 +1170,7 @@ fn tuned_cases() -> Vec<(Case, Precision)> {
             },
             Precision::Fp32,
         ),
-        (sq(96, 80, 30_000), Precision::Tf32),
+        (sq(112, 76, 24_000), Precision::Tf32),
         (
             Case {
                 ta: true,
@@ -1182,7 +1192,7 @@ fn tuned_cases() -> Vec<(Case, Precision)> {
         (
             Case {
                 beta: 1.5,
-                ..sq(640, 480, 320)
+                ..sq(800, 480, 320)
             },
             Precision::Tf32,
         ),
