@@ -38,6 +38,11 @@
 //! is the best plan's time over the planner's plan's time in the same sweep (issue 23: >= 0.95
 //! on every shape).
 //!
+//! The last table puts it all in one row per shape: the planner's plan and its speed as `sgemm`
+//! runs it, the best plan of the sweep, "planner / best", cuBLAS TF32 and cuBLAS SGEMM beside
+//! ours, and what the shape's first product cost on the host (the autotuner's measurement of
+//! its class included, with the number of candidates it timed).
+//!
 //! Columns: "ours FP32" is `Precision::Fp32` as the library runs it (on Hopper: 3xTF32 for the
 //! shapes the planner finds faster, else SIMT), "ours TF32" `Precision::Tf32`. Plan names:
 //! configuration, `sN` K slices, the `wgmma` operands (`swap`: P = op(B)^T; `P:k` / `P:mn` read
@@ -323,6 +328,24 @@ fn real_main() -> Res<()> {
             }
         }
     }
+    if opts.sweep_plans {
+        println!();
+        println!(
+            "One table (issue 23), per shape: the planner's plan as `sgemm` runs it (TFLOP/s, \
+             median of 9 samples) beside the best plan we have (plan sweep, median of 5 \
+             samples; planner / best from the same sweep) and cuBLAS (TF32 / SGEMM, median of \
+             9 samples); last column: the first product's host time to completion (ms, TF32 / \
+             FP32): the autotuner's measurement of the class (candidates timed TF32 / FP32; \
+             0: the class was known) and any kernel not in the kernel cache yet:"
+        );
+        println!("| shape | TF32 planner (plan) | TF32 best (plan) | planner / best | cuBLAS TF32 | planner / cuBLAS TF32 | FP32 planner (plan) | FP32 best (plan) | planner / best | cuBLAS SGEMM | planner / cuBLAS SGEMM | first use ms (candidates) |");
+        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+        for r in &rows {
+            if let Some(line) = &r.combined {
+                println!("{line}");
+            }
+        }
+    }
     let worst = |f: &dyn Fn(&Row) -> f64| {
         rows.iter()
             .map(|r| (f(r), r.name.clone()))
@@ -384,7 +407,26 @@ fn real_main() -> Res<()> {
             );
         }
     }
-    println!("autotuner: {:?}", tune::stats());
+    let st = tune::stats();
+    let slowest = rows
+        .iter()
+        .map(|r| (r.first_use_ms, r.name.as_str()))
+        .filter(|x| x.0.is_finite())
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    println!(
+        "autotuner: {} classes measured ({} cut short by the compile budget), {} candidates \
+         timed, {} failed ({} left C unwritten), {:.1} s of host time in all, longest class \
+         {:.0} ms; slowest first product {}",
+        st.tuned,
+        st.partial,
+        st.timed_candidates,
+        st.failed_candidates,
+        st.unwritten_candidates,
+        st.tuning_us as f64 / 1e6,
+        st.max_class_us as f64 / 1e3,
+        slowest.map_or("-".to_string(), |(ms, n)| format!("{ms:.0} ms ({n})"))
+    );
+    println!("autotuner: {st:?}");
     println!("total {:.0} s", t_start.elapsed().as_secs_f64());
     if let Some(dir) = std::env::var_os("OUT") {
         let path = std::path::Path::new(&dir).join("gemm_bench.tsv");
@@ -431,6 +473,10 @@ struct Row {
     forced: Option<String>,
     planner: Option<String>,
     planner_row: Option<String>,
+    /// The one-table row: planner, best plan, cuBLAS, first-use cost (with the plan sweep).
+    combined: Option<String>,
+    /// The longest first call (host ms to completion) of the two precisions.
+    first_use_ms: f64,
     tsv: String,
     fp32_ratio: f64,
     tf32_ratio: f64,
@@ -567,10 +613,14 @@ fn measure(bch: &mut Bench, device: &Device, opts: &Opts) -> Res<Row> {
     let e_c32 = bch.error(cublas(BlasType::F32), &reference)?;
     let c_tf = bch.time(cublas(BlasType::F32Tf32))?;
     let e_ctf = bch.error(cublas(BlasType::F32Tf32), &reference)?;
-    // The first calls (the warm-up of `time`) tune the class; plan_for then names the choice.
+    // The first call of each precision tunes the class (what a program's first product of the
+    // class costs: measured here on its own, host time to completion); plan_for then names the
+    // choice.
+    let first32 = first_use(&stream, &g0, ours(Precision::Fp32))?;
     let o32 = bch.time(ours(Precision::Fp32))?;
     let p32 = plan_for(device, Precision::Fp32, &g0)?;
     let e_o32 = bch.error(ours(Precision::Fp32), &reference)?;
+    let firsttf = first_use(&stream, &g0, ours(Precision::Tf32))?;
     let otf = bch.time(ours(Precision::Tf32))?;
     let ptf = plan_for(device, Precision::Tf32, &g0)?;
     let e_otf = bch.error(ours(Precision::Tf32), &reference)?;
@@ -597,7 +647,7 @@ fn measure(bch: &mut Bench, device: &Device, opts: &Opts) -> Res<Row> {
         plan_name(&ptf),
         c_tf / otf,
     );
-    let (mut planner, mut planner_row) = (None, None);
+    let (mut planner, mut planner_row, mut combined) = (None, None, None);
     let (mut vs_tf, mut vs_32) = (f64::NAN, f64::NAN);
     let mut tsv_best = "-\t-\t-\t-\t-\t-".to_string();
     if opts.sweep_plans {
@@ -621,6 +671,27 @@ fn measure(bch: &mut Bench, device: &Device, opts: &Opts) -> Res<Row> {
             "| {name} | {} | {} |",
             cell(&st, c_tf),
             cell(&s3, c32)
+        ));
+        let one = |sw: &Sweep, ours_ms: f64, cub: f64| {
+            format!(
+                "{:.1} ({}) | {:.1} ({}) | {:.2} | {:.1} | {:.2}",
+                tf(ours_ms),
+                plan_name(&sw.planner.0),
+                tf(sw.best.1),
+                plan_name(&sw.best.0),
+                sw.best.1 / sw.planner.1,
+                tf(cub),
+                cub / ours_ms
+            )
+        };
+        combined = Some(format!(
+            "| {name} | {} | {} | {:.0} / {:.0} ({} / {}) |",
+            one(&st, otf, c_tf),
+            one(&s3, o32, c32),
+            firsttf.0,
+            first32.0,
+            firsttf.1,
+            first32.1
         ));
         planner = Some(format!(
             "  planner vs best: TF32 {:.2} (best {} {:.1}), FP32 {:.2} (best {} {:.1})",
@@ -761,9 +832,29 @@ fn measure(bch: &mut Bench, device: &Device, opts: &Opts) -> Res<Row> {
         tsv,
         fp32_ratio: c32 / o32,
         tf32_ratio: c_tf / otf,
+        combined,
+        first_use_ms: firsttf.0.max(first32.0),
         tf32_planner_vs_best: vs_tf,
         fp32_planner_vs_best: vs_32,
     })
+}
+
+/// The first call of `f` on `g`: host milliseconds until its work has completed, and the
+/// candidates the autotuner timed meanwhile (0: the class was known).
+fn first_use(
+    stream: &Stream,
+    g: &RawGemm,
+    f: impl Fn(&RawGemm) -> gpukit_core::Result<()>,
+) -> Res<(f64, u64)> {
+    stream.synchronize()?;
+    let before = tune::stats().timed_candidates;
+    let t0 = std::time::Instant::now();
+    f(g)?;
+    stream.synchronize()?;
+    Ok((
+        t0.elapsed().as_secs_f64() * 1e3,
+        tune::stats().timed_candidates - before,
+    ))
 }
 
 /// `--explore`: for one shape, cuBLAS and the library's plan (through `sgemm`, and the same plan
@@ -1218,8 +1309,12 @@ fn print_plans() -> Res<()> {
             shape_ms += 2.0 * sample(t, 9.0, 3.0) + 2.0 * t;
             let all = plan::enumerate(p, &problem, &attrs, &paths)?;
             let best = all.first().map_or(f64::INFINITY, |x| x.estimate_us);
-            // The autotuner: at most 12 candidates x (1 + 2 rounds x reps).
-            shape_ms += 12.0 * t * (1.0 + 2.0 * tune::reps_for(model.estimate_us) as f64);
+            // The autotuner: at most STAGE_ONE + STAGE_TWO candidates x (1 checked run + 2
+            // rounds x reps), plus an L2 flush (about 25 us) before each timed run of products
+            // whose operands fit in L2.
+            let tuned = (tune::STAGE_ONE + tune::STAGE_TWO) as f64;
+            let reps = tune::reps_for(model.estimate_us) as f64;
+            shape_ms += tuned * (t * (1.0 + 2.0 * reps) + 2.0 * reps * 0.025);
             for c in all.iter().filter(|x| x.estimate_us <= 4.0 * best).take(40) {
                 shape_ms += sample(c.estimate_us / 1e3, 5.0, 1.0) + 0.3;
                 cands += 1;

@@ -129,6 +129,27 @@ pub enum Error {
         /// Why (from the hook).
         reason: String,
     },
+    /// A GEMM plan ran without writing every element of C: the autotuner found it when it
+    /// checked the candidate's first run on a poisoned scratch output, before any timing. The
+    /// plan was not used (another candidate was, or this error was returned instead of running
+    /// it).
+    #[error("GEMM plan `{plan}` left C[{batch}][{row}][{col}] unwritten on a {m}x{n}x{k} product (checked on a poisoned scratch output before it could be chosen); it was not used. This is a gpukit bug: please report the shape and the plan; GPUKIT_GEMM_TF32 / GPUKIT_GEMM_FP32 select other kernel families meanwhile")]
+    GemmUnwritten {
+        /// The plan (configuration, K slices, operand layout, grid limit).
+        plan: String,
+        /// Rows of C.
+        m: usize,
+        /// Columns of C.
+        n: usize,
+        /// The inner dimension.
+        k: usize,
+        /// The batch entry of the element found unwritten.
+        batch: usize,
+        /// Its row.
+        row: usize,
+        /// Its column.
+        col: usize,
+    },
     /// A CUDA driver call failed.
     #[error("CUDA driver call failed while {action}: {source}")]
     Driver {

@@ -781,6 +781,28 @@ impl<T: DType> Expr<T> {
     }
 }
 
+/// `out = a OP b` through the expression's **vector kernel** when it reads `a`, `b` and `out`
+/// (see [`LeafMode`]): the path of the named binary methods (`a.add(&b)`, `a.mul_into(..)`)
+/// for the broadcasts their contiguous kernel does not take, so that they and the operators run
+/// the same kernel. `Ok(false)` (nothing queued) when the vector kernel does not apply. Shapes,
+/// devices and the operation's element type are the caller's to have checked; `out` distinct
+/// from the inputs or identical to them, element for element.
+pub(crate) fn write_binary_vector<T: DType>(
+    op: BinaryOp,
+    a: &GpuArray<T>,
+    b: &GpuArray<T>,
+    out: &GpuArray<T>,
+) -> Result<bool> {
+    let e = Expr::of(a).combine(op, Expr::of(b));
+    match e.vector_modes(&e.leaves, out)? {
+        Some(modes) if !out.is_empty() => {
+            e.launch_vector(&e.leaves, out, &modes)?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
 macro_rules! unary_functions {
     ($($name:ident, $op:ident;)*) => {
         impl<T: DType> Expr<T> {

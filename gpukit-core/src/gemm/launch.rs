@@ -53,6 +53,9 @@ type PlanKey = (usize, Precision, Problem, Paths, TuneMode);
 enum Chosen {
     /// The model's plan: [`sgemm`] tunes the class on its next call (unless tuning is off).
     Model,
+    /// A choice read from the class's file and not yet run through the write check in this
+    /// process: [`sgemm`] checks it on a scratch C first ([`check_stored`]).
+    Unchecked,
     /// A measured choice (or the model's plan where tuning is off or did not apply).
     Final,
 }
@@ -117,6 +120,14 @@ fn class_key(dev: &Device, precision: Precision, p: &Problem, paths: &Paths) -> 
     tune::ClassKey::new(device, precision, p, paths)
 }
 
+/// The autotuner's shape class of `g` on `dev` for `precision`, under the paths of
+/// [`paths_for`]: the key of its choice in memory ([`tune::known`]) and of its file
+/// ([`tune::ClassKey::file_name`] in [`tune::disk_dir`]).
+pub fn class_of(dev: &Device, precision: Precision, g: &RawGemm) -> Result<tune::ClassKey> {
+    let paths = paths_for(dev)?;
+    Ok(class_key(dev, precision, &Problem::of(g), &paths))
+}
+
 /// The plan and how it was chosen, from the cache or: a measured choice of the product's class
 /// (in memory or on disk, [`tune::lookup`]), else the model's plan.
 fn chosen_plan(dev: &Device, precision: Precision, g: &RawGemm) -> Result<(Plan, Chosen, PlanKey)> {
@@ -139,7 +150,8 @@ fn chosen_plan(dev: &Device, precision: Precision, g: &RawGemm) -> Result<(Plan,
         )
     };
     let (plan, chosen) = match measured {
-        Some(p) => (p, Chosen::Final),
+        Some((p, true)) => (p, Chosen::Final),
+        Some((p, false)) => (p, Chosen::Unchecked),
         None => {
             let model = plan_with_paths(dev.attributes(), &paths, precision, g)?;
             let chosen = if mode == TuneMode::Off {
@@ -176,7 +188,8 @@ pub fn plan_with_paths(
 
 /// Single-precision GEMM with our kernels; the plan is chosen per shape and device: on the first
 /// product of a shape class the autotuner times the model's best candidates on this stream
-/// (scratch C, the caller's A and B; see [`super::tune`]) unless `GPUKIT_GEMM_TUNE=off`.
+/// (scratch C, the caller's A and B; see [`super::tune`]) unless `GPUKIT_GEMM_TUNE=off`, or
+/// takes the class's choice measured before (this process, or its file on disk).
 ///
 /// # Safety
 /// `g.a`, `g.b` and `g.c` must be device addresses in the context of `stream`, valid for
@@ -186,17 +199,22 @@ pub unsafe fn sgemm(stream: &Stream, precision: Precision, g: &RawGemm) -> Resul
     g.validate()?;
     let dev = device_of(stream)?;
     let (mut plan, chosen, key) = chosen_plan(&dev, precision, g)?;
-    if chosen == Chosen::Model {
+    match chosen {
         // SAFETY: forwarded from the caller (the tuner reads A and B within their spans and
         // writes only its own scratch C).
-        plan = unsafe { tune_class(stream, &dev, precision, g, plan, key) }?;
+        Chosen::Model => plan = unsafe { tune_class(stream, &dev, precision, g, plan, key) }?,
+        // SAFETY: as above.
+        Chosen::Unchecked => plan = unsafe { check_stored(stream, &dev, precision, g, plan, key) }?,
+        Chosen::Final => {}
     }
     // SAFETY: forwarded from the caller.
     unsafe { run(stream, &dev, g, &plan) }
 }
 
 /// Times the product's candidates on `stream` ([`tune::tune`]) and records the choice; the
-/// model's plan where the product is not tuned (see [`super::tune`]).
+/// model's plan where the product is not tuned (see [`super::tune`]). One thread measures a
+/// class at a time (others wait for its choice, [`tune::begin`]); processes sharing the tuning
+/// directory take turns ([`tune::lock_dir`]) and read what another one measured meanwhile.
 ///
 /// # Safety
 /// As for [`sgemm`]; `g` is validated.
@@ -222,14 +240,104 @@ unsafe fn tune_class(
     if model.estimate_us > tune::MAX_TUNED_US {
         return untuned(true);
     }
-    if stream_is_capturing(stream) {
-        // Not now (no host waits inside a capture); the next call outside one tunes.
+    if can_measure_on(stream).is_err() {
+        // Not on this stream (see can_measure_on); a later call on another stream may tune.
         return untuned(false);
     }
+    let (_, _, problem, paths, mode) = key;
+    let class = class_key(dev, precision, &problem, &paths);
+    let claim = match tune::begin(&class, true) {
+        tune::Begin::Measure(c) => c,
+        tune::Begin::Known(choice) => {
+            // Measured by another thread meanwhile (a choice of this class always fits its
+            // products: `plan_for` fails only for a choice of another plan space).
+            return match choice.plan_for(precision, &problem, dev.attributes(), &paths) {
+                Some(p) if tune::checked(&class) => {
+                    cache(key, p, Chosen::Final);
+                    Ok(p)
+                }
+                // Read from disk by another thread, not checked yet.
+                // SAFETY: forwarded from the caller.
+                Some(p) => unsafe { check_stored(stream, dev, precision, g, p, key) },
+                None => untuned(true),
+            };
+        }
+        tune::Begin::Busy => return untuned(false),
+    };
+    let dir = tune::disk_dir();
+    let turn = dir.as_deref().and_then(tune::lock_dir);
+    if mode == TuneMode::On {
+        if let Some(p) = dir
+            .as_deref()
+            .and_then(|d| tune::lookup_disk(&class, d, &problem, dev.attributes()))
+        {
+            // Another process measured the class meanwhile: its file is checked like any other.
+            drop((turn, claim));
+            cache(key, p, Chosen::Unchecked);
+            // SAFETY: forwarded from the caller.
+            return unsafe { check_stored(stream, dev, precision, g, p, key) };
+        }
+    }
     // SAFETY: forwarded from the caller.
-    match unsafe { measure_class(stream, dev, precision, g, model, key) }? {
-        Some(report) => Ok(report.chosen),
-        None => untuned(true),
+    let report = unsafe { measure_class(stream, dev, precision, g, model, key, &class, dir) }?;
+    drop(claim);
+    match report {
+        Some(r) => Ok(r.chosen),
+        // No scratch C, or no candidate ran: the model's plan now, tuning again next time.
+        None => untuned(false),
+    }
+}
+
+/// Runs a choice read from disk (`stored`, for `g`) once into a scratch C through the write check
+/// ([`GpuTimer::check`]) before the product uses it, once per class and process: a file is data
+/// to validate, and a valid-looking one could still name a plan that leaves C unwritten. Passed:
+/// the class's choice is marked checked and `stored` returned. Failed: the choice is dropped
+/// (counted as a rejected file) and the class measured anew ([`tune_class`], which overwrites
+/// the file). Where no check can be made now (a stream in graph capture, no scratch memory),
+/// `stored` runs unchecked this time and is checked on a later call.
+///
+/// # Safety
+/// As for [`sgemm`]; `g` is validated.
+unsafe fn check_stored(
+    stream: &Stream,
+    dev: &Device,
+    precision: Precision,
+    g: &RawGemm,
+    stored: Plan,
+    key: PlanKey,
+) -> Result<Plan> {
+    let (_, _, problem, paths, _) = key;
+    let class = class_key(dev, precision, &problem, &paths);
+    if tune::checked(&class) {
+        cache(key, stored, Chosen::Final);
+        return Ok(stored);
+    }
+    if g.m == 0 || g.n == 0 || g.batch == 0 || g.k == 0 || g.alpha == 0.0 {
+        // Nothing to check: these run the beta-scaling kernel whatever the plan.
+        return Ok(stored);
+    }
+    if stream_is_capturing(stream) {
+        return Ok(stored);
+    }
+    // SAFETY: forwarded from the caller (A and B read within their spans).
+    let Some(timer) = (unsafe { GpuTimer::new(stream, dev, g, false) })? else {
+        return Ok(stored);
+    };
+    match timer.check(&stored) {
+        Ok(()) => {
+            tune::mark_checked(&class);
+            cache(key, stored, Chosen::Final);
+            Ok(stored)
+        }
+        Err(Error::GemmUnwritten { .. }) => {
+            drop(timer);
+            tune::reject_held(&class);
+            let model = plan_with_paths(dev.attributes(), &paths, precision, g)?;
+            cache(key, model, Chosen::Model);
+            // SAFETY: forwarded from the caller.
+            unsafe { tune_class(stream, dev, precision, g, model, key) }
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -240,15 +348,24 @@ pub struct TuneReport {
     pub chosen: Plan,
     /// The model's plan.
     pub model: Plan,
-    /// Every candidate timed, with its microseconds per product (infinite: it failed to run).
+    /// Every candidate, with its microseconds per product (infinite: it failed to run, or was
+    /// not run within [`tune::WARM_BUDGET`]).
     pub timed: Vec<(Plan, f64)>,
+    /// Every candidate ran (else the choice is kept in this process only).
+    pub complete: bool,
+    /// Host time the measurement took (microseconds: kernel compiles and loads, the timed
+    /// runs, the waits for them).
+    pub host_us: u64,
 }
 
 /// Measures the shape class of `g` now on `stream`, whatever is known of it already, and makes
-/// the result the class's plan (in memory, and on disk where the kernel cache has a directory):
-/// what [`sgemm`] does on a class's first product, without the product itself and without the
-/// limits that keep the first product cheap ([`tune::MAX_TUNED_US`]). For benches and tests.
-/// An error when the stream is being captured, or when no candidate could run (no scratch C).
+/// the result the class's plan (in memory, and on disk where the kernel cache has a directory
+/// and tuning is not off): what [`sgemm`] does on a class's first product, without the product
+/// itself and without the limits that keep the first product cheap ([`tune::MAX_TUNED_US`]).
+/// For benches and tests. An error when the stream cannot be measured on (a driver older than
+/// CUDA 12.8, a green context's stream, a stream being captured), when the model's plan
+/// left an element of C unwritten and no other candidate ran ([`Error::GemmUnwritten`]), or when
+/// no candidate could run (no scratch C).
 ///
 /// # Safety
 /// As for [`sgemm`], except that C is neither read nor written.
@@ -257,13 +374,8 @@ pub unsafe fn tune_now(stream: &Stream, precision: Precision, g: &RawGemm) -> Re
     let dev = device_of(stream)?;
     let paths = paths_for(&dev)?;
     let problem = Problem::of(g);
-    let key: PlanKey = (
-        dev.ordinal(),
-        precision,
-        problem,
-        paths,
-        TuneMode::from_env()?,
-    );
+    let mode = TuneMode::from_env()?;
+    let key: PlanKey = (dev.ordinal(), precision, problem, paths, mode);
     let model = plan_with_paths(dev.attributes(), &paths, precision, g)?;
     if g.m == 0 || g.n == 0 || g.batch == 0 || g.k == 0 || g.alpha == 0.0 {
         return Err(Error::invalid(
@@ -271,14 +383,35 @@ pub unsafe fn tune_now(stream: &Stream, precision: Precision, g: &RawGemm) -> Re
             "the product is empty (nothing to time)",
         ));
     }
-    if stream_is_capturing(stream) {
+    if let Err(why) = can_measure_on(stream) {
         return Err(Error::invalid(
             "gemm tuning",
-            "the stream is being captured into a graph; tune outside the capture",
+            format!("cannot measure on this stream: {why}; tune on a stream of the whole device"),
         ));
     }
+    let class = class_key(&dev, precision, &problem, &paths);
+    let claim = match tune::begin(&class, false) {
+        tune::Begin::Measure(c) => c,
+        _ => {
+            return Err(Error::invalid(
+                "gemm tuning",
+                format!(
+                    "another thread has been measuring this class for more than {} s",
+                    tune::CLAIM_WAIT.as_secs()
+                ),
+            ))
+        }
+    };
+    let dir = if mode == TuneMode::Off {
+        None
+    } else {
+        tune::disk_dir()
+    };
+    let _turn = dir.as_deref().and_then(tune::lock_dir);
     // SAFETY: forwarded from the caller (C is replaced by the tuner's scratch).
-    unsafe { measure_class(stream, &dev, precision, g, model, key) }?.ok_or_else(|| {
+    let report = unsafe { measure_class(stream, &dev, precision, g, model, key, &class, dir) }?;
+    drop(claim);
+    report.ok_or_else(|| {
         Error::invalid(
             "gemm tuning",
             "no candidate plan ran (the scratch C could not be allocated, or every candidate \
@@ -288,10 +421,13 @@ pub unsafe fn tune_now(stream: &Stream, precision: Precision, g: &RawGemm) -> Re
 }
 
 /// Times the candidates of `g`'s product on `stream` with a scratch C and records the choice
-/// (memory, disk, the plan cache). `None` when the scratch could not be had or nothing ran.
+/// (memory, the file in `dir` when the measurement is complete, the plan cache). `None` when
+/// the scratch could not be had or nothing ran; [`Error::GemmUnwritten`] when the model's plan
+/// left C unwritten and no other plan ran (running it would leave the caller's C unwritten).
 ///
 /// # Safety
 /// As for [`sgemm`] (C is not touched); `g` is validated and describes a non-empty product.
+#[allow(clippy::too_many_arguments)]
 unsafe fn measure_class(
     stream: &Stream,
     dev: &Device,
@@ -299,64 +435,83 @@ unsafe fn measure_class(
     g: &RawGemm,
     model: Plan,
     key: PlanKey,
+    class: &tune::ClassKey,
+    dir: Option<std::path::PathBuf>,
 ) -> Result<Option<TuneReport>> {
+    let t0 = std::time::Instant::now();
     let (_, _, problem, paths, _) = key;
     let all = plan::enumerate(precision, &problem, dev.attributes(), &paths)?;
-    let class = class_key(dev, precision, &problem, &paths);
-    let dir = if key.4 == TuneMode::Off {
-        None
-    } else {
-        tune::disk_dir()
-    };
     if all.len() <= 1 {
-        tune::store(&class, tune::Choice::of(&model), &[], dir.as_deref());
+        tune::store(
+            class,
+            tune::Choice::of(&model),
+            &[],
+            dir.as_deref(),
+            true,
+            0,
+        );
         cache(key, model, Chosen::Final);
         return Ok(Some(TuneReport {
             chosen: model,
             model,
             timed: Vec::new(),
+            complete: true,
+            host_us: 0,
         }));
     }
-    let (_, _, lc) = g.required_len();
-    let Ok(scratch) = dev
-        .allocator()
-        .alloc_for(&current_owner(), lc.max(1) * 4, stream)
-    else {
+    // SAFETY: forwarded from the caller (A and B read within their spans).
+    let Some(mut timer) = (unsafe { GpuTimer::new(stream, dev, g, true) })? else {
         return Ok(None);
     };
-    // SAFETY: `scratch` is this call's allocation of lc * 4 bytes, ordered on `stream`.
-    let zeroed = unsafe {
-        gpukit_jit::cudarc::driver::result::memset_d8_async(
-            scratch.ptr(),
-            0,
-            lc.max(1) * 4,
-            stream.cuda().cu_stream(),
-        )
+    let tuned = tune::tune(&model, &all, &mut timer, tune::WARM_BUDGET);
+    // The scratch buffers return to the allocator in stream order, after the timed runs.
+    drop(timer);
+    let host_us = t0.elapsed().as_micros().min(u64::MAX as u128) as u64;
+    let Some(chosen) = tuned.chosen else {
+        return match tuned.model_error {
+            Some(e @ Error::GemmUnwritten { .. }) => Err(e),
+            _ => Ok(None),
+        };
     };
-    if zeroed.is_err() {
-        return Ok(None);
-    }
-    let mut timer = GpuTimer {
-        stream,
-        dev,
-        g: RawGemm {
-            c: scratch.ptr(),
-            ..*g
-        },
-    };
-    let (chosen, timed) = tune::tune(&model, &all, &mut timer);
-    // The scratch returns to the allocator in stream order, after the timed runs.
-    drop(scratch);
-    if timed.iter().all(|(_, t)| !t.is_finite()) {
-        return Ok(None);
-    }
-    tune::store(&class, tune::Choice::of(&chosen), &timed, dir.as_deref());
+    tune::store(
+        class,
+        tune::Choice::of(&chosen),
+        &tuned.timed,
+        dir.as_deref(),
+        tuned.complete,
+        host_us,
+    );
     cache(key, chosen, Chosen::Final);
     Ok(Some(TuneReport {
         chosen,
         model,
-        timed,
+        timed: tuned.timed,
+        complete: tuned.complete,
+        host_us,
     }))
+}
+
+/// Whether the tuner can measure on `stream`: `Err(why)` when the driver lacks the event timing
+/// the CUDA 13 bindings call (`cuEventElapsedTime_v2`, CUDA 12.8; calling it on an older driver
+/// would panic in cudarc), when the stream belongs to a green context (a share of the SMs: a
+/// choice measured there would be stored for the whole device), or when it is being captured
+/// into a CUDA graph (no host waits inside a capture).
+fn can_measure_on(stream: &Stream) -> std::result::Result<(), &'static str> {
+    use gpukit_jit::cudarc::driver::sys;
+    if driver_version() < 12080 {
+        return Err("the driver is older than CUDA 12.8 (no cuEventElapsedTime_v2)");
+    }
+    let mut green: sys::CUgreenCtx = std::ptr::null_mut();
+    // SAFETY: the stream handle is live (we hold its Arc); the entry point exists from CUDA
+    // 12.4 (the driver is 12.8 or later, checked above); the call writes one handle.
+    let r = unsafe { sys::cuStreamGetGreenCtx(stream.cuda().cu_stream(), &mut green) };
+    if r != sys::CUresult::CUDA_SUCCESS || !green.is_null() {
+        return Err("the stream belongs to a green context (a share of the device's SMs)");
+    }
+    if stream_is_capturing(stream) {
+        return Err("the stream is being captured into a graph");
+    }
+    Ok(())
 }
 
 /// Whether `stream` is being captured into a CUDA graph (where the tuner cannot wait for
@@ -370,31 +525,211 @@ fn stream_is_capturing(stream: &Stream) -> bool {
         || status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
 }
 
+/// The bits the tuner fills a candidate's scratch C with before its first run: a signalling
+/// NaN, which no arithmetic produces (a NaN result is always quiet), so an element that still
+/// holds it was not written.
+const UNWRITTEN: u32 = 0x7F80_DEAD;
+
 /// The tuner's GPU timer: runs plans of one product (the caller's A and B, a scratch C) on the
-/// caller's stream between CUDA events.
+/// caller's stream between CUDA events. Each candidate's first run writes a poisoned scratch C
+/// and is checked ([`GpuTimer::check`]); where the product's operands fit in L2 the timed runs
+/// are separated by an L2 flush (so that each reads its operands from memory, as the product
+/// itself does among other work).
 struct GpuTimer<'a> {
     stream: &'a Stream,
     dev: &'a Device,
     /// The product with C replaced by the scratch buffer (validated; A and B the caller's).
     g: RawGemm,
+    /// Its scratch C: `required_len` elements from `g.c`, which sits at the caller's C's offset
+    /// within 16 bytes (so the same kernel variants run as for the product).
+    scratch: crate::alloc::DeviceBuffer,
+    /// Elements of C checked after a candidate's first run (batch entry, row, column).
+    samples: Vec<(usize, usize, usize)>,
+    /// The L2 flush buffer (bytes: the device's L2), where the operands fit in L2.
+    flush: Option<crate::alloc::DeviceBuffer>,
+}
+
+impl<'a> GpuTimer<'a> {
+    /// The timer of `g` on `stream`: a zeroed scratch C from the device's allocator (charged
+    /// to the current owner) and, with `timing` where A, B and C together are smaller than
+    /// twice the L2, a flush buffer of the L2's size. `None` when the scratch C cannot be
+    /// allocated.
+    ///
+    /// # Safety
+    /// As for [`sgemm`]; `g` is validated.
+    unsafe fn new(
+        stream: &'a Stream,
+        dev: &'a Device,
+        g: &RawGemm,
+        timing: bool,
+    ) -> Result<Option<Self>> {
+        let (la, lb, lc) = g.required_len();
+        let offset = (g.c % 16) as usize;
+        let bytes = lc.max(1) * 4 + 16;
+        let owner = current_owner();
+        let Ok(scratch) = dev.allocator().alloc_for(&owner, bytes, stream) else {
+            return Ok(None);
+        };
+        // SAFETY: `scratch` is this call's allocation of `bytes` bytes, ordered on `stream`.
+        let zeroed = unsafe {
+            gpukit_jit::cudarc::driver::result::memset_d8_async(
+                scratch.ptr(),
+                0,
+                bytes,
+                stream.cuda().cu_stream(),
+            )
+        };
+        if zeroed.is_err() {
+            return Ok(None);
+        }
+        let l2 = dev.attributes().l2_cache_bytes;
+        let flush = if timing && l2 > 0 && (la + lb + lc) * 4 < 2 * l2 {
+            dev.allocator().alloc_for(&owner, l2, stream).ok()
+        } else {
+            None
+        };
+        let pick = |n: usize| {
+            let mut v = vec![0, n / 2, n.saturating_sub(1)];
+            v.dedup();
+            v
+        };
+        let mut samples = Vec::new();
+        for b in pick(g.batch) {
+            for i in pick(g.m) {
+                for j in pick(g.n) {
+                    samples.push((b, i, j));
+                }
+            }
+        }
+        Ok(Some(GpuTimer {
+            stream,
+            dev,
+            g: RawGemm {
+                c: scratch.ptr() + offset as u64,
+                ..*g
+            },
+            scratch,
+            samples,
+            flush,
+        }))
+    }
+
+    /// Fills the scratch C with [`UNWRITTEN`], runs `plan` into it with beta = 0 (the kernels'
+    /// write path; the timed runs then use the product's beta on what it wrote) and reads the
+    /// sampled elements back: [`Error::GemmUnwritten`] naming the first that still holds the
+    /// poison.
+    fn check(&self, plan: &Plan) -> Result<()> {
+        let s = self.stream.cuda();
+        let words = self.scratch.len_bytes() / 4;
+        // SAFETY: the scratch buffer holds `words` 32-bit words, live and ordered on `stream`.
+        unsafe {
+            gpukit_jit::cudarc::driver::sys::cuMemsetD32Async(
+                self.scratch.ptr(),
+                UNWRITTEN,
+                words,
+                s.cu_stream(),
+            )
+        }
+        .result()
+        .map_err(|e| Error::driver("poisoning the tuner's scratch C", e))?;
+        let g = RawGemm {
+            beta: 0.0,
+            ..self.g
+        };
+        // SAFETY: A and B as the caller of `sgemm` guarantees; C is the tuner's scratch of
+        // required_len elements from `g.c` (this RawGemm's own layout), live until after the
+        // reads below (the stream is synchronised before the buffer can be dropped).
+        unsafe { run(self.stream, self.dev, &g, plan) }?;
+        let mut got = vec![0u32; self.samples.len()];
+        s.context()
+            .bind_to_thread()
+            .map_err(|e| Error::driver("binding the context", e))?;
+        for (word, &(b, i, j)) in got.iter_mut().zip(&self.samples) {
+            let at = g.c + 4 * (b * g.stride_c + i * g.ldc + j) as u64;
+            // SAFETY: `at` is an element of C within required_len (b < batch, i < m, j < n);
+            // the destination is one live u32 of `got`, which outlives the synchronisation
+            // below (a copy to pageable memory has completed when the call returns anyway).
+            unsafe {
+                gpukit_jit::cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
+                    word as *mut u32 as *mut std::ffi::c_void,
+                    at,
+                    4,
+                    s.cu_stream(),
+                )
+            }
+            .result()
+            .map_err(|e| Error::driver("reading the tuner's scratch C", e))?;
+        }
+        self.stream.synchronize()?;
+        if let Some(k) = got.iter().position(|&w| w == UNWRITTEN) {
+            tune::count_unwritten();
+            let (batch, row, col) = self.samples[k];
+            return Err(Error::GemmUnwritten {
+                plan: format!(
+                    "{} s{} {} blocks {}",
+                    plan.config.name,
+                    plan.splits,
+                    plan.operands.label(),
+                    plan.max_blocks
+                ),
+                m: g.m,
+                n: g.n,
+                k: g.k,
+                batch,
+                row,
+                col,
+            });
+        }
+        Ok(())
+    }
 }
 
 impl tune::Timer for GpuTimer<'_> {
     fn warm(&mut self, plan: &Plan) -> Result<()> {
-        // SAFETY: A and B as the caller of `sgemm` guarantees; C is the tuner's scratch of
-        // required_len elements (this RawGemm's own layout), live until after these runs.
-        unsafe { run(self.stream, self.dev, &self.g, plan) }
+        self.check(plan)
     }
 
     fn time_us(&mut self, plan: &Plan, reps: u32) -> Result<f64> {
-        let e0 = self.stream.record()?;
-        for _ in 0..reps.max(1) {
-            // SAFETY: as in `warm`.
+        let reps = reps.max(1);
+        let Some(flush) = &self.flush else {
+            let e0 = self.stream.record()?;
+            for _ in 0..reps {
+                // SAFETY: A and B as the caller of `sgemm` guarantees; C is the tuner's scratch
+                // of required_len elements (this RawGemm's own layout), live until after these
+                // runs.
+                unsafe { run(self.stream, self.dev, &self.g, plan) }?;
+            }
+            let e1 = self.stream.record()?;
+            e1.synchronize()?;
+            return Ok(e0.elapsed_ms(&e1)? as f64 * 1e3 / reps as f64);
+        };
+        let mut marks = Vec::with_capacity(reps as usize);
+        for _ in 0..reps {
+            // SAFETY: the flush buffer holds len_bytes / 4 words of this call's allocation,
+            // live and ordered on `stream`.
+            unsafe {
+                gpukit_jit::cudarc::driver::sys::cuMemsetD32Async(
+                    flush.ptr(),
+                    0,
+                    flush.len_bytes() / 4,
+                    self.stream.cuda().cu_stream(),
+                )
+            }
+            .result()
+            .map_err(|e| Error::driver("flushing L2 between timed runs", e))?;
+            let e0 = self.stream.record()?;
+            // SAFETY: as above.
             unsafe { run(self.stream, self.dev, &self.g, plan) }?;
+            marks.push((e0, self.stream.record()?));
         }
-        let e1 = self.stream.record()?;
-        e1.synchronize()?;
-        Ok(e0.elapsed_ms(&e1)? as f64 * 1e3 / reps.max(1) as f64)
+        if let Some((_, last)) = marks.last() {
+            last.synchronize()?;
+        }
+        let mut ms = 0.0f64;
+        for (a, b) in &marks {
+            ms += a.elapsed_ms(b)? as f64;
+        }
+        Ok(ms * 1e3 / reps as f64)
     }
 }
 
@@ -435,6 +770,23 @@ fn check_fits(cfg: &TileConfig, g: &RawGemm, dev: &DeviceAttributes) -> Result<(
             )
         },
     ))
+}
+
+/// `lc`, or an error when a grid or block dimension is 0: gpukit-jit treats such a launch as
+/// nothing to do and returns success, which here would leave C unwritten without a word (a
+/// non-empty product always has at least one block; this guards the planning arithmetic).
+pub(super) fn nonempty(lc: LaunchConfig, kernel: &str) -> Result<LaunchConfig> {
+    let (g, b) = (lc.grid, lc.block);
+    if g.0 == 0 || g.1 == 0 || g.2 == 0 || b.0 == 0 || b.1 == 0 || b.2 == 0 {
+        return Err(Error::invalid(
+            "gemm",
+            format!(
+                "{kernel} would launch an empty grid {:?} x block {:?} for a non-empty product                  (a gpukit bug: please report the shape)",
+                g, b
+            ),
+        ));
+    }
+    Ok(lc)
 }
 
 /// Where the main kernel of one batch chunk writes: C itself, or the split-K workspace.
@@ -648,11 +1000,14 @@ impl MainKernel<'_> {
         let cfg = self.cfg;
         let smem = cfg.smem_bytes(self.variant.trans_a, self.variant.trans_b);
         if !cfg.family.is_wgmma() {
-            let lc = LaunchConfig {
-                grid: (self.tiles as u32, 1, (nb * self.splits) as u32),
-                block: (cfg.threads(), 1, 1),
-                shared_mem_bytes: smem,
-            };
+            let lc = nonempty(
+                LaunchConfig {
+                    grid: (self.tiles as u32, 1, (nb * self.splits) as u32),
+                    block: (cfg.threads(), 1, 1),
+                    shared_mem_bytes: smem,
+                },
+                cfg.name,
+            )?;
             let args = simt_args(g, b0, t, self.splits, self.k_per_split);
             // SAFETY: this fn's contract (A, B within the caller's RawGemm, `t` valid for the
             // outputs of nb * splits entries, not overlapping A or B, live until the work has
@@ -682,11 +1037,14 @@ impl MainKernel<'_> {
             self.max_blocks as u64
         };
         let grid = units.min(limit).min(i32::MAX as u64) as u32;
-        let lc = LaunchConfig {
-            grid: (grid, 1, 1),
-            block: (cfg.threads(), 1, 1),
-            shared_mem_bytes: smem,
-        };
+        let lc = nonempty(
+            LaunchConfig {
+                grid: (grid, 1, 1),
+                block: (cfg.threads(), 1, 1),
+                shared_mem_bytes: smem,
+            },
+            cfg.name,
+        )?;
         let args = wgmma_args(&WgmmaCall {
             p: &p,
             q: &q,

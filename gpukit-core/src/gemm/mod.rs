@@ -75,8 +75,8 @@ pub mod tune;
 pub use cublas::{cublas_gemm, BlasType};
 pub use desc::{Precision, RawGemm, Transpose};
 pub use launch::{
-    forget_plans, pack_only, paths_for, plan_for, plan_with_paths, sgemm, sgemm_with_plan,
-    tune_now, TuneReport,
+    class_of, forget_plans, pack_only, paths_for, plan_for, plan_with_paths, sgemm,
+    sgemm_with_plan, tune_now, TuneReport,
 };
 pub use tma::{tensor_copies_round, TmaRounding};
 

@@ -95,14 +95,17 @@ pub(crate) unsafe fn pack(
     let dst = buf.ptr();
     let kernel = kernels::pack_instantiation(cfg).load(dev)?;
     let args = pack_args(p, q, dst, q_offset, num_kt);
-    let lc = LaunchConfig::new(
-        (
-            num_kt as u32,
-            ((mp + np) / PACK_ROWS) as u32,
-            ep.max(eq) as u32,
+    let lc = super::launch::nonempty(
+        LaunchConfig::new(
+            (
+                num_kt as u32,
+                ((mp + np) / PACK_ROWS) as u32,
+                ep.max(eq) as u32,
+            ),
+            (256, 1, 1),
         ),
-        (256, 1, 1),
-    );
+        &kernels::pack_instantiation(cfg).expr,
+    )?;
     // SAFETY: the caller's contract (the views of P and Q lie within live device memory of
     // the stream's device until the work has run) covers the reads; `dst` is this call's own
     // allocation of `elements` floats, which the grid covers exactly.

@@ -16,43 +16,72 @@
 //!    choice).
 //! 2. **Candidates** ([`stage_one`], [`stage_two`]): the model's plan, then the model's best plan
 //!    of every other tile configuration whose estimate is within [`WITHIN`] of the best (at
-//!    most [`STAGE_ONE`] in all); after they are timed, the winner's neighbours (the split factors
-//!    next to its own, its other operand layouts: at most [`STAGE_TWO`]).
-//! 3. **Timing** ([`measure`]): each candidate runs once untimed (kernel compile and load), then
-//!    [`ROUNDS`] rounds, candidates interleaved, of `reps` back-to-back runs between two CUDA
-//!    events (`reps` sized so a round lasts about [`ROUND_TARGET_US`], at most [`MAX_REPS`]);
-//!    a candidate's time is its best round. The model's plan is kept unless another is more than
-//!    [`KEEP_MARGIN`] faster (noise never flips a choice). A candidate that fails to run (out of
-//!    memory under a quota, for instance) is skipped.
+//!    most [`STAGE_ONE`] in all); after they are timed, the neighbours (the split factors next to
+//!    its own, its other operand layouts) of the winner and of a runner-up within [`RUNNER_UP`]
+//!    of it: at most [`STAGE_TWO`].
+//! 3. **Checking and timing** ([`measure`]): each candidate first runs once untimed (kernel
+//!    compile and load) into a scratch C filled with a signalling NaN, and elements at the
+//!    corners and middles of C (first and last batch entry) are read back: a candidate that left
+//!    one unwritten is never chosen (counted in [`TuneStats::unwritten_candidates`]; if it was
+//!    the model's plan and nothing else ran, `sgemm` returns
+//!    [`crate::Error::GemmUnwritten`] instead of running it). Then
+//!    [`ROUNDS`] rounds, candidates interleaved, of `reps` runs (`reps` sized so a round lasts
+//!    about [`ROUND_TARGET_US`], at most [`MAX_REPS`]) between CUDA events, each run after an L2
+//!    flush where A, B and C fit in twice the L2 (so that the product's operands come from
+//!    memory, as among other work); a candidate's time is its best round. The choice is the
+//!    fastest candidate, the model's plan kept unless another is more than [`KEEP_MARGIN`]
+//!    faster (noise never flips a choice). A candidate that fails to run (out of memory under a
+//!    quota, for instance) is skipped.
 //! 4. **Where it runs**: on the caller's stream, before the product itself, reading the caller's
 //!    A and B (which the product reads anyway) and writing a scratch C from the device's
-//!    allocator (charged to the current owner, returned in stream order): never the caller's C.
-//!    The host waits for the timing events once per class. Products whose model estimate is
-//!    above [`MAX_TUNED_US`] are not tuned (the model is calibrated where products are large,
-//!    and one timing round would cost as much as many products); nor is a product enqueued while
-//!    the stream is being captured into a CUDA graph, nor one whose scratch C cannot be
-//!    allocated: those take the model's plan.
-//! 5. **Cost**: at most `STAGE_ONE + STAGE_TWO` candidates x (1 + ROUNDS x reps) runs, about
-//!    `12 x (1 + 2 x 2) ~ 60` products of a 250 us shape (15 ms), `12 x 3 = 36` of a 5 ms one,
-//!    plus the first compile of each candidate kernel not yet in the kernel cache; paid once per
-//!    class and device, then read from disk by every later process.
-//! 6. **Disk**: one small text file per class under `<kernel cache dir>/gemm-tuning/` (the
-//!    kernel cache's directory, `GPUKIT_CACHE_DIR`; none when `GPUKIT_CACHE=off`), written
-//!    atomically (a temporary file renamed). A file is trusted only if it is a regular file
-//!    (symbolic links and FIFOs are not followed or read), at most [`MAX_FILE_BYTES`], whose
-//!    header, full class key and checksum match and whose plan is one of the current plan space
-//!    that fits the product ([`Choice::plan_for`]); anything else is ignored (counted in
-//!    [`TuneStats::rejected_files`]) and replaced by a fresh measurement. A file can at worst
-//!    name a slower plan of ours, never an invalid one.
+//!    allocator (charged to the current owner, returned in stream order; at the caller's C's
+//!    offset within 16 bytes, so that the kernels' vector stores apply as for the product):
+//!    never the caller's C. Products whose model estimate is above [`MAX_TUNED_US`] are not
+//!    tuned (one timing round would cost as much as many products); nor is a product enqueued
+//!    while the stream is being captured into a CUDA graph, or on a green context's stream (a
+//!    share of the SMs: its timings would be stored for the whole device), or under a driver
+//!    older than CUDA 12.8 (no `cuEventElapsedTime_v2`, which the CUDA 13 bindings call), nor
+//!    one whose scratch C cannot be allocated: those take the model's plan.
+//! 5. **Cost, bounded and reported**: at most `STAGE_ONE + STAGE_TWO` = 14 candidates x (1 +
+//!    ROUNDS x reps) runs (about 70 products of a 250 us shape: 18 ms; 42 of a 5 ms one), one
+//!    host wait per candidate for its check and one per timed round. Kernels not yet in the
+//!    kernel cache are compiled by their first run; those runs stop once the class has taken
+//!    [`WARM_BUDGET`] of host time, and such a partial measurement is kept in this
+//!    process only (not written), so that a later process, with those kernels cached, measures
+//!    the class in full. [`stats`] counts classes, candidates, partial measurements, the host
+//!    time spent and the longest class; `gemm_bench` prints them per shape.
+//! 6. **Threads and processes**: one thread measures a class at a time ([`begin`]); others
+//!    asking for it wait (at most [`CLAIM_WAIT`]) and then run its choice, so every caller of a
+//!    process runs the same plan. Processes sharing the tuning directory take turns with an
+//!    exclusive `flock` on it ([`lock_dir`], at most [`LOCK_WAIT`]), and one that waited reads
+//!    what the other measured.
+//! 7. **Disk**: one small text file per class under `<kernel cache dir>/gemm-tuning/` (the
+//!    kernel cache's directory, `GPUKIT_CACHE_DIR`; none when `GPUKIT_CACHE=off`), handled with
+//!    the kernel cache's trust rules through gpukit-trust: the directory is reached by the
+//!    link-safe walk and used only if it and every directory above it is this user's or root's
+//!    and not writable by others unless sticky ([`open_dir`]); a file is read only if it is a
+//!    regular file (opened without following links or blocking) of this user, writable by nobody
+//!    else, at most [`MAX_FILE_BYTES`] ([`refusal`], [`read_file`]); files are written under an
+//!    unpredictable temporary name, created exclusively, then renamed ([`write_file`]). What is
+//!    read is data to validate: its header, full class key and checksum must match and its plan
+//!    must be one of the current plan space that fits the product ([`Choice::plan_for`]), the
+//!    launch checks the plan against the device and the operands again, and before a process
+//!    first uses a choice read from disk it runs it once through the same write check as a
+//!    measured candidate (on a scratch C; a plan that fails is dropped and the class measured
+//!    anew); anything else is ignored (counted in [`TuneStats::rejected_files`]) and replaced by
+//!    a fresh measurement. A file can at worst name a slower plan of ours, never an invalid one.
 //!
-//! `GPUKIT_GEMM_TUNE` ([`TUNE_ENV`]): `off` (the default: the model's plan always,
-//! deterministic, no timing, no files read or written), `on` (also `auto`) or `fresh` (ignore the files,
-//! measure each class again once in this process and write the result: what `gemm_bench` uses
-//! so that its column reflects a measurement of its own). Any other value is an error naming the
-//! variable. Tuning is off by default in this version: on the H200 its GPU test
-//! (`autotuner_measures_a_class_once_and_its_choice_runs_correctly`) found the product of a
-//! freshly tuned class left unwritten (the poisoned output read back as NaN); until that is
-//! found and fixed, only an explicit `on` / `fresh` measures.
+//! `GPUKIT_GEMM_TUNE` ([`TUNE_ENV`]): `on` (the default; also `auto` or empty), `off` (the
+//! model's plan always: deterministic, no timing, no files read or written) or `fresh` (ignore
+//! the files, measure each class again once in this process and write the result: what
+//! `gemm_bench` uses so that its column reflects a measurement of its own). Any other value is
+//! an error naming the variable.
+//!
+//! The H200 failure of 2026-12-02 that kept tuning off by default was the test's, not the
+//! tuner's: `autotuner_measures_a_class_once_and_its_choice_runs_correctly` checked that tuning
+//! left the caller's C alone with `assert_eq!` on a `Vec<f32>` filled with the NaN poison, which
+//! can never hold (NaN != NaN) and printed both vectors (the 4 MB of NaN in the log). The test
+//! now compares bits, and checks every element of the tuned products.
 
 use super::desc::Precision;
 use super::kernels;
@@ -60,11 +89,12 @@ use super::path::Paths;
 use super::plan::{self, config_by_name, Operands, Plan, Problem, Source, SPLIT_CANDIDATES};
 use crate::attributes::DeviceAttributes;
 use crate::error::{Error, Result};
-use std::collections::HashMap;
-use std::io::Read;
+use gpukit_trust as trust;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// The environment variable that switches the autotuner.
 pub const TUNE_ENV: &str = "GPUKIT_GEMM_TUNE";
@@ -73,7 +103,10 @@ pub const PLAN_SPACE_VERSION: u32 = 1;
 /// Most candidates of the first stage.
 pub const STAGE_ONE: usize = 8;
 /// Most candidates of the second stage.
-pub const STAGE_TWO: usize = 4;
+pub const STAGE_TWO: usize = 6;
+/// The second stage also explores the first stage's runner-up when it is within this fraction
+/// of the winner's time.
+pub const RUNNER_UP: f64 = 0.10;
 /// First-stage candidates: estimates within this factor of the best.
 pub const WITHIN: f64 = 3.0;
 /// Timed rounds per candidate.
@@ -86,6 +119,17 @@ pub const MAX_REPS: u32 = 8;
 pub const KEEP_MARGIN: f64 = 0.01;
 /// Products estimated longer than this (microseconds) are not tuned.
 pub const MAX_TUNED_US: f64 = 20_000.0;
+/// Host time the measurement of one class may spend before its remaining untimed first runs are
+/// skipped (they compile and load the kernels not in the kernel cache yet: about a second each
+/// for the `wgmma` kernels, a few milliseconds each from the disk cache). Past it the remaining
+/// candidates are not run (each stage's first one always is), and the choice is kept in this
+/// process only (a later process, finding those kernels cached, measures the class in full).
+pub const WARM_BUDGET: Duration = Duration::from_millis(1500);
+/// Longest wait for another thread's measurement of the same class (then the model's plan runs
+/// this once).
+pub const CLAIM_WAIT: Duration = Duration::from_secs(30);
+/// Longest wait for another process's measurement (see [`lock_dir`]).
+pub const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// Largest tuning file read.
 pub const MAX_FILE_BYTES: u64 = 4096;
 /// Subdirectory of the kernel cache's directory that holds the tuning files.
@@ -94,30 +138,31 @@ pub const DIR_NAME: &str = "gemm-tuning";
 /// What `GPUKIT_GEMM_TUNE` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum TuneMode {
-    /// Measured choices, read from and written to disk.
-    On,
-    /// The model's plan, always (the default).
+    /// Measured choices, read from and written to disk (the default).
     #[default]
+    On,
+    /// The model's plan, always.
     Off,
     /// Measure each class again once in this process (files not read; results written).
     Fresh,
 }
 
 impl TuneMode {
-    /// Parses `on` / `auto`, `off` or `fresh` (any case, blanks ignored); `None` otherwise.
+    /// Parses `on` / `auto` (or nothing: the default), `off` or `fresh` (any case, blanks
+    /// ignored); `None` otherwise.
     pub fn parse(s: &str) -> Option<TuneMode> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "on" | "auto" => Some(TuneMode::On),
-            "" | "off" => Some(TuneMode::Off),
+            "" | "on" | "auto" => Some(TuneMode::On),
+            "off" => Some(TuneMode::Off),
             "fresh" => Some(TuneMode::Fresh),
             _ => None,
         }
     }
 
-    /// The mode `GPUKIT_GEMM_TUNE` asks for ([`TuneMode::Off`] when unset).
+    /// The mode `GPUKIT_GEMM_TUNE` asks for ([`TuneMode::On`] when unset or empty).
     pub fn from_env() -> Result<TuneMode> {
         match std::env::var_os(TUNE_ENV) {
-            None => Ok(TuneMode::Off),
+            None => Ok(TuneMode::On),
             Some(v) => v.to_str().and_then(TuneMode::parse).ok_or_else(|| {
                 Error::invalid(
                     "gemm",
@@ -272,9 +317,14 @@ impl ClassKey {
         )
     }
 
+    /// The name of this class's file: a hash of [`ClassKey::text`].
+    pub fn file_name(&self) -> String {
+        format!("{:016x}.tune", fnv64(self.text().as_bytes()))
+    }
+
     /// The file of this class in `dir`.
     pub fn file_in(&self, dir: &Path) -> PathBuf {
-        dir.join(format!("{:016x}.tune", fnv64(self.text().as_bytes())))
+        dir.join(self.file_name())
     }
 }
 
@@ -424,69 +474,102 @@ pub fn parse_file(text: &str, key: &ClassKey) -> Option<Choice> {
     Some(choice)
 }
 
-/// Reads a tuning file: a regular file (symbolic links are not followed, FIFOs and devices are
-/// not read) of at most [`MAX_FILE_BYTES`] bytes of UTF-8. `None` when absent, `Some(Err)` when
-/// present but unusable.
-pub fn read_file(path: &Path) -> Option<std::result::Result<String, String>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => return Some(Err(format!("opening {}: {e}", path.display()))),
-    };
-    let meta = match file.metadata() {
-        Ok(m) => m,
-        Err(e) => return Some(Err(e.to_string())),
-    };
-    if !meta.is_file() {
-        return Some(Err(format!("{} is not a regular file", path.display())));
+/// Why a file under a tuning file's name is not read as one of ours, if it is not: the kernel
+/// cache's rule for its entries (gpukit-jit's `cache/disk.rs`): only a regular file of this
+/// user that nobody else may write, within [`MAX_FILE_BYTES`].
+pub fn refusal(meta: &trust::Meta, me: u32) -> Option<String> {
+    if !meta.is_regular() {
+        return Some("not a regular file".into());
     }
-    if meta.len() > MAX_FILE_BYTES {
-        return Some(Err(format!(
-            "{} is larger than {MAX_FILE_BYTES} bytes",
-            path.display()
-        )));
+    if meta.uid != me {
+        return Some(format!(
+            "owned by uid {} (this process runs as uid {me})",
+            meta.uid
+        ));
     }
-    let mut bytes = Vec::new();
-    if let Err(e) = file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes) {
-        return Some(Err(e.to_string()));
+    if meta.mode & 0o022 != 0 {
+        return Some(format!(
+            "writable by others (mode {:04o})",
+            meta.mode & 0o7777
+        ));
     }
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Some(Err(format!(
-            "{} grew past {MAX_FILE_BYTES} bytes",
-            path.display()
-        )));
+    if meta.size > MAX_FILE_BYTES {
+        return Some(format!("{} bytes, more than {MAX_FILE_BYTES}", meta.size));
     }
-    Some(String::from_utf8(bytes).map_err(|_| "not UTF-8".to_string()))
+    None
 }
 
-/// Writes `text` to `path` atomically (a temporary file beside it, then a rename).
-pub fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
+/// Opens the tuning directory `dir` with gpukit-trust's link-safe walk (every directory on the
+/// way owned by this user or root and not writable by others unless sticky: the kernel cache's
+/// rules), creating missing directories (mode 0700) when `create`. `None` when it is missing
+/// (and not created) or not trusted (counted in [`TuneStats::untrusted_dirs`]).
+pub fn open_dir(dir: &Path, create: bool) -> Option<trust::Dir> {
+    let how = if create {
+        trust::Walk::CREATE_PRIVATE
+    } else {
+        trust::Walk::EXISTING
+    };
+    match trust::walk(dir, how) {
+        Ok(w) => Some(w.dir),
+        Err(trust::Error::Untrusted { .. }) => {
+            counters().untrusted_dirs.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// Reads the tuning file `name` in `dir`: opened relative to the directory's descriptor without
+/// following a link or blocking ([`trust::Dir::open_entry`]), accepted by [`refusal`], read with
+/// a bound ([`trust::read_bounded`]), UTF-8. `None` when absent, `Some(Err)` when something is
+/// there that is not read.
+pub fn read_file(dir: &trust::Dir, name: &str) -> Option<std::result::Result<String, String>> {
+    let (file, meta) = match dir.open_entry(name) {
+        Ok(Some(f)) => f,
+        Ok(None) => return Some(Err(format!("{name} is not a regular file"))),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return None,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Some(Err(format!("{name} is a symbolic link")))
+        }
+        Err(e) => return Some(Err(format!("opening {name}: {e}"))),
+    };
+    if let Some(why) = refusal(&meta, trust::euid()) {
+        return Some(Err(format!("{name}: {why}")));
+    }
+    match trust::read_bounded(&file, &meta, MAX_FILE_BYTES) {
+        Ok(Some(bytes)) => Some(String::from_utf8(bytes).map_err(|_| format!("{name}: not UTF-8"))),
+        Ok(None) => Some(Err(format!("{name} grew past {MAX_FILE_BYTES} bytes"))),
+        Err(e) => Some(Err(format!("reading {name}: {e}"))),
+    }
+}
+
+/// Writes `text` as `name` in `dir` atomically: a temporary file with an unpredictable name
+/// ([`trust::random_hex`]), created exclusively without following links (mode 0600), synced,
+/// then renamed over `name` (readers in other processes see the old file or the new one).
+pub fn write_file(dir: &trust::Dir, name: &str, text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.{}.{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("tune"),
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
+    let (tmp, mut f) = 'made: {
+        for _ in 0..16 {
+            let tmp = format!(".{name}.{}.tmp", trust::random_hex()?);
+            match dir.create_new(&tmp, 0o600) {
+                Ok(f) => break 'made (tmp, f),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "16 random temporary names were all taken",
+        ));
+    };
     let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        dir.rename(&tmp, name)
     })();
     if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        // Best effort: the write's own error is what is reported.
+        let _ = dir.unlink(&tmp);
     }
     result
 }
@@ -496,32 +579,52 @@ pub fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
 pub struct TuneStats {
     /// Classes measured in this process.
     pub tuned: u64,
+    /// Of those, measurements cut short by [`WARM_BUDGET`] (kept in memory, not written).
+    pub partial: u64,
     /// Classes found in memory.
     pub memory_hits: u64,
     /// Classes read from disk.
     pub disk_hits: u64,
-    /// Files ignored as garbled, foreign or naming no valid plan.
+    /// Files ignored as garbled, foreign, not ours to read or naming no valid plan.
     pub rejected_files: u64,
+    /// Tuning directories not used because another user could change them.
+    pub untrusted_dirs: u64,
     /// Files that could not be written.
     pub write_errors: u64,
-    /// Products that took the model's plan untuned (too long, stream capture, no scratch).
+    /// Products that took the model's plan untuned (too long, stream capture, no scratch, a
+    /// measurement of the class by another thread that did not end in time).
     pub untuned: u64,
     /// Candidate timings that failed (the candidate was skipped).
     pub failed_candidates: u64,
+    /// Of those, candidates that left an element of the scratch C unwritten.
+    pub unwritten_candidates: u64,
     /// Candidates timed in all.
     pub timed_candidates: u64,
+    /// Waits for another process's measurement that ended at [`LOCK_WAIT`].
+    pub lock_timeouts: u64,
+    /// Host time spent measuring, all classes (microseconds: kernel compiles and loads, the
+    /// timed runs, the host's waits).
+    pub tuning_us: u64,
+    /// The longest measurement of one class (microseconds).
+    pub max_class_us: u64,
 }
 
 #[derive(Default)]
 struct Counters {
     tuned: AtomicU64,
+    partial: AtomicU64,
     memory_hits: AtomicU64,
     disk_hits: AtomicU64,
     rejected_files: AtomicU64,
+    untrusted_dirs: AtomicU64,
     write_errors: AtomicU64,
     untuned: AtomicU64,
     failed_candidates: AtomicU64,
+    unwritten_candidates: AtomicU64,
     timed_candidates: AtomicU64,
+    lock_timeouts: AtomicU64,
+    tuning_us: AtomicU64,
+    max_class_us: AtomicU64,
 }
 
 fn counters() -> &'static Counters {
@@ -535,18 +638,30 @@ pub fn stats() -> TuneStats {
     let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
     TuneStats {
         tuned: g(&c.tuned),
+        partial: g(&c.partial),
         memory_hits: g(&c.memory_hits),
         disk_hits: g(&c.disk_hits),
         rejected_files: g(&c.rejected_files),
+        untrusted_dirs: g(&c.untrusted_dirs),
         write_errors: g(&c.write_errors),
         untuned: g(&c.untuned),
         failed_candidates: g(&c.failed_candidates),
+        unwritten_candidates: g(&c.unwritten_candidates),
         timed_candidates: g(&c.timed_candidates),
+        lock_timeouts: g(&c.lock_timeouts),
+        tuning_us: g(&c.tuning_us),
+        max_class_us: g(&c.max_class_us),
     }
 }
 
 pub(super) fn count_untuned() {
     counters().untuned.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(super) fn count_unwritten() {
+    counters()
+        .unwritten_candidates
+        .fetch_add(1, Ordering::Relaxed);
 }
 
 /// The first stage's candidates: `model` (the planner's plan) first, then the best plan of each
@@ -569,41 +684,47 @@ pub fn stage_one(model: &Plan, all: &[Plan]) -> Vec<Plan> {
     v
 }
 
-/// The second stage's candidates around the first stage's winner `w`: the plans of `all` with
-/// its configuration and the split factors next to its own (same operands and grid), then its
-/// configuration and split with other operand layouts; none of `timed`; at most
-/// [`STAGE_TWO`].
-pub fn stage_two(w: &Plan, all: &[Plan], timed: &[Plan]) -> Vec<Plan> {
-    let same = |p: &Plan| p.config.name == w.config.name;
-    let mut splits: Vec<u32> = all
-        .iter()
-        .filter(|p| same(p) && p.operands == w.operands)
-        .map(|p| p.splits)
-        .collect();
-    splits.sort_unstable();
-    splits.dedup();
-    let at = splits.iter().position(|&s| s == w.splits);
-    let mut want: Vec<(u32, Option<Operands>)> = Vec::new();
-    if let Some(i) = at {
-        if i > 0 {
-            want.push((splits[i - 1], Some(w.operands)));
-        }
-        if i + 1 < splits.len() {
-            want.push((splits[i + 1], Some(w.operands)));
-        }
-    }
-    want.push((w.splits, None));
+/// The second stage's candidates around the first stage's leaders `bases` (the winner, then a
+/// runner-up within [`RUNNER_UP`] of it): for each, the plans of `all` with its configuration
+/// and the split factors next to its own (same operands and grid), then its configuration and
+/// split with other operand layouts; none of `timed`; at most [`STAGE_TWO`] in all, shared
+/// equally between the bases, the winner's first.
+pub fn stage_two(bases: &[Plan], all: &[Plan], timed: &[Plan]) -> Vec<Plan> {
     let mut v: Vec<Plan> = Vec::new();
-    for (s, ops) in want {
-        for p in all.iter().filter(|p| {
-            same(p)
-                && p.splits == s
-                && ops.is_none_or(|o| p.operands == o)
-                && (ops.is_some() || p.operands != w.operands)
-        }) {
-            let seen = |q: &Plan| Choice::of(q) == Choice::of(p);
-            if v.len() < STAGE_TWO && !timed.iter().any(seen) && !v.iter().any(seen) {
-                v.push(*p);
+    // Each base gets an equal share of the stage.
+    let share = STAGE_TWO.div_ceil(bases.len().max(1));
+    for (b, w) in bases.iter().enumerate() {
+        let cap = (share * (b + 1)).min(STAGE_TWO);
+        let same = |p: &Plan| p.config.name == w.config.name;
+        let mut splits: Vec<u32> = all
+            .iter()
+            .filter(|p| same(p) && p.operands == w.operands)
+            .map(|p| p.splits)
+            .collect();
+        splits.sort_unstable();
+        splits.dedup();
+        let at = splits.iter().position(|&s| s == w.splits);
+        let mut want: Vec<(u32, Option<Operands>)> = Vec::new();
+        if let Some(i) = at {
+            if i > 0 {
+                want.push((splits[i - 1], Some(w.operands)));
+            }
+            if i + 1 < splits.len() {
+                want.push((splits[i + 1], Some(w.operands)));
+            }
+        }
+        want.push((w.splits, None));
+        for (s, ops) in want {
+            for p in all.iter().filter(|p| {
+                same(p)
+                    && p.splits == s
+                    && ops.is_none_or(|o| p.operands == o)
+                    && (ops.is_some() || p.operands != w.operands)
+            }) {
+                let seen = |q: &Plan| Choice::of(q) == Choice::of(p);
+                if v.len() < cap && !timed.iter().any(seen) && !v.iter().any(seen) {
+                    v.push(*p);
+                }
             }
         }
     }
@@ -612,10 +733,11 @@ pub fn stage_two(w: &Plan, all: &[Plan], timed: &[Plan]) -> Vec<Plan> {
 
 /// Times plans on the GPU (or, in tests, a fake).
 pub trait Timer {
-    /// Microseconds per run of `plan` over `reps` back-to-back runs (after it ran at least once
-    /// before: [`Timer::warm`]); `Err` when the plan cannot run here.
+    /// Microseconds per run of `plan` over `reps` runs (after it ran at least once before:
+    /// [`Timer::warm`]); `Err` when the plan cannot run here.
     fn time_us(&mut self, plan: &Plan, reps: u32) -> Result<f64>;
-    /// Runs `plan` once, untimed (compiles and loads its kernels).
+    /// Runs `plan` once, untimed (compiles and loads its kernels), and checks that it wrote
+    /// what it must; `Err` when it cannot run or did not write every checked element.
     fn warm(&mut self, plan: &Plan) -> Result<()>;
 }
 
@@ -624,11 +746,40 @@ pub fn reps_for(estimate_us: f64) -> u32 {
     ((ROUND_TARGET_US / estimate_us.max(1.0)).round() as u32).clamp(1, MAX_REPS)
 }
 
-/// Times `cands` ([`ROUNDS`] interleaved rounds after one untimed run each): each candidate's
-/// best round in microseconds per run, infinite for one that failed.
-pub fn measure(cands: &[Plan], timer: &mut dyn Timer) -> Vec<f64> {
+/// What [`measure`] found: each candidate's best round in microseconds per run (infinite for
+/// one that failed or was not run), the first error of each failed candidate, and whether every
+/// candidate ran (`false`: [`WARM_BUDGET`] was spent before the last ones were compiled).
+#[derive(Debug)]
+pub struct Measured {
+    /// Microseconds per run, per candidate.
+    pub times: Vec<f64>,
+    /// The error of each candidate that failed (`None`: it ran, or was not run).
+    pub errors: Vec<Option<Error>>,
+    /// Every candidate ran (none was skipped for the budget).
+    pub complete: bool,
+}
+
+/// Times `cands` ([`ROUNDS`] interleaved rounds after one untimed run each). The untimed runs
+/// (which compile and load kernels not yet in the kernel cache) stop once they have taken
+/// `warm_budget` of host time in all: the candidates after that are not run (the first, the
+/// model's plan, always is).
+pub fn measure(cands: &[Plan], timer: &mut dyn Timer, warm_budget: Duration) -> Measured {
     let mut t = vec![f64::INFINITY; cands.len()];
-    let mut ok: Vec<bool> = cands.iter().map(|p| timer.warm(p).is_ok()).collect();
+    let mut errors: Vec<Option<Error>> = (0..cands.len()).map(|_| None).collect();
+    let mut ok = vec![false; cands.len()];
+    let mut complete = true;
+    let start = Instant::now();
+    for (i, p) in cands.iter().enumerate() {
+        if i > 0 && start.elapsed() > warm_budget {
+            complete = false;
+            break;
+        }
+        match timer.warm(p) {
+            Ok(()) => ok[i] = true,
+            Err(e) => errors[i] = Some(e),
+        }
+    }
+    let ran: Vec<bool> = ok.clone();
     for _ in 0..ROUNDS {
         for (i, p) in cands.iter().enumerate() {
             if !ok[i] {
@@ -636,17 +787,33 @@ pub fn measure(cands: &[Plan], timer: &mut dyn Timer) -> Vec<f64> {
             }
             match timer.time_us(p, reps_for(p.estimate_us)) {
                 Ok(us) if us.is_finite() && us > 0.0 => t[i] = t[i].min(us),
-                _ => ok[i] = false,
+                Ok(us) => {
+                    ok[i] = false;
+                    errors[i] = Some(Error::invalid(
+                        "gemm tuning",
+                        format!("a timed round measured {us} us"),
+                    ));
+                }
+                Err(e) => {
+                    ok[i] = false;
+                    errors[i] = Some(e);
+                }
             }
         }
     }
-    for (i, good) in ok.iter().enumerate() {
-        if !good {
+    for i in 0..cands.len() {
+        if !ok[i] {
             t[i] = f64::INFINITY;
-            counters().failed_candidates.fetch_add(1, Ordering::Relaxed);
+            if ran[i] || errors[i].is_some() {
+                counters().failed_candidates.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
-    t
+    Measured {
+        times: t,
+        errors,
+        complete,
+    }
 }
 
 /// The index of the fastest of `times`, keeping index 0 (the model's plan) unless another is
@@ -663,38 +830,86 @@ pub fn fastest(times: &[f64]) -> Option<usize> {
     }
 }
 
-/// The tuning of one product: both stages. Returns the chosen plan and every timed candidate
-/// with its time (microseconds; infinite for a failure). `model` must be one of `all` or not;
-/// both stages draw from `all`.
-pub fn tune(model: &Plan, all: &[Plan], timer: &mut dyn Timer) -> (Plan, Vec<(Plan, f64)>) {
+/// The outcome of tuning one product ([`tune`]).
+#[derive(Debug)]
+pub struct Tuned {
+    /// The chosen plan (`None`: no candidate ran; see [`Tuned::model_error`]).
+    pub chosen: Option<Plan>,
+    /// Every candidate, with its microseconds per product (infinite: failed or not run); the
+    /// model's plan first.
+    pub timed: Vec<(Plan, f64)>,
+    /// Why the model's plan failed to run, if it did.
+    pub model_error: Option<Error>,
+    /// Every candidate planned ran (the measurement was not cut short by the budget).
+    pub complete: bool,
+}
+
+/// The tuning of one product: both stages ([`stage_one`], then [`stage_two`] around the winner
+/// and a runner-up within [`RUNNER_UP`]), the untimed runs within `warm_budget` of host time in
+/// all (the second stage gets what the first left; its first candidate always runs). The choice is the fastest of all candidates, the model's plan (`model`, first) kept
+/// unless another is faster by more than [`KEEP_MARGIN`].
+pub fn tune(model: &Plan, all: &[Plan], timer: &mut dyn Timer, warm_budget: Duration) -> Tuned {
+    let start = Instant::now();
     let first = stage_one(model, all);
-    let t1 = measure(&first, timer);
-    let mut timed: Vec<(Plan, f64)> = first.iter().copied().zip(t1.iter().copied()).collect();
-    let Some(w) = fastest(&t1) else {
-        return (*model, timed);
+    let m1 = measure(&first, timer, warm_budget);
+    let mut timed: Vec<(Plan, f64)> = first
+        .iter()
+        .copied()
+        .zip(m1.times.iter().copied())
+        .collect();
+    let mut errors = m1.errors;
+    let model_error = errors.first_mut().and_then(Option::take);
+    let Some(w) = fastest(&m1.times) else {
+        return Tuned {
+            chosen: None,
+            timed,
+            model_error,
+            complete: m1.complete,
+        };
     };
-    let winner = first[w];
-    let plans: Vec<Plan> = timed.iter().map(|x| x.0).collect();
-    let second = stage_two(&winner, all, &plans);
-    if second.is_empty() {
-        return (winner, timed);
-    }
-    let t2 = measure(&second, timer);
-    timed.extend(second.iter().copied().zip(t2.iter().copied()));
-    let best2 = t2
+    let mut complete = m1.complete;
+    let mut bases = vec![first[w]];
+    let runner = m1
+        .times
         .iter()
         .enumerate()
-        .filter(|(_, t)| t.is_finite())
+        .filter(|(i, t)| *i != w && t.is_finite())
         .min_by(|a, b| a.1.total_cmp(b.1));
-    match best2 {
-        Some((j, &t)) if t * (1.0 + KEEP_MARGIN) < t1[w] => (second[j], timed),
-        _ => (winner, timed),
+    if let Some((r, &tr)) = runner {
+        if tr <= m1.times[w] * (1.0 + RUNNER_UP) {
+            bases.push(first[r]);
+        }
+    }
+    let plans: Vec<Plan> = timed.iter().map(|x| x.0).collect();
+    let second = stage_two(&bases, all, &plans);
+    if !second.is_empty() && complete {
+        // What the first stage left of the budget (its timed rounds count too).
+        let left = warm_budget.saturating_sub(start.elapsed());
+        let m2 = measure(&second, timer, left);
+        complete &= m2.complete;
+        timed.extend(second.iter().copied().zip(m2.times.iter().copied()));
+    }
+    let times: Vec<f64> = timed.iter().map(|x| x.1).collect();
+    let chosen = fastest(&times).map(|i| timed[i].0);
+    Tuned {
+        chosen,
+        timed,
+        model_error,
+        complete,
     }
 }
 
+/// A choice this process holds for a class, and whether it was checked here (measured, or run
+/// once through the write check: [`mark_checked`]); a choice read from disk is not, until then.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    choice: Choice,
+    checked: bool,
+}
+
 /// The choices known in this process, by class.
-fn memory() -> &'static Mutex<HashMap<ClassKey, Choice>> {
-    static M: OnceLock<Mutex<HashMap<ClassKey, Choice>>> = OnceLock::new();
+fn memory() -> &'static Mutex<HashMap<ClassKey, Held>> {
+    static M: OnceLock<Mutex<HashMap<ClassKey, Held>>> = OnceLock::new();
     M.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -702,38 +917,86 @@ fn memory() -> &'static Mutex<HashMap<ClassKey, Choice>> {
 const MEMORY_CLASSES: usize = 4096;
 
 /// Where the tuning files go: `<kernel cache dir>/gemm-tuning`, or `None` without a disk cache.
+/// (Every use walks it with [`open_dir`]: a directory another user could change is not used.)
 pub fn disk_dir() -> Option<PathBuf> {
     gpukit_jit::KernelCache::global()
         .ok()
         .and_then(|c| c.disk_dir().map(|d| d.join(DIR_NAME)))
 }
 
-/// The stored choice of `key` under `mode`: from memory, else (mode `On`) from the file in `dir`,
-/// validated for `p` ([`Choice::plan_for`]). Files that are present but unusable are counted as
-/// rejected.
+/// The choice this process holds for `key`, if any.
+pub fn known(key: &ClassKey) -> Option<Choice> {
+    memory()
+        .lock()
+        .ok()
+        .and_then(|m| m.get(key).map(|h| h.choice))
+}
+
+/// Whether this process holds a choice for `key` that it checked (measured it, or ran it through
+/// the write check since reading it from disk).
+pub fn checked(key: &ClassKey) -> bool {
+    memory()
+        .lock()
+        .ok()
+        .is_some_and(|m| m.get(key).is_some_and(|h| h.checked))
+}
+
+/// Records that the choice held for `key` passed the write check in this process.
+pub fn mark_checked(key: &ClassKey) {
+    if let Ok(mut m) = memory().lock() {
+        if let Some(h) = m.get_mut(key) {
+            h.checked = true;
+        }
+    }
+}
+
+/// Drops the choice held for `key` because it failed the write check (a file naming a plan that
+/// left C unwritten): counted as a rejected file; the class is measured again.
+pub fn reject_held(key: &ClassKey) {
+    if let Ok(mut m) = memory().lock() {
+        m.remove(key);
+    }
+    counters().rejected_files.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The stored choice of `key` under `mode`, and whether it was checked in this process ([`Held`]):
+/// from memory, else (mode `On`) from the file in `dir` (unchecked), validated for `p`
+/// ([`Choice::plan_for`]). Files that are present but unusable are counted as rejected.
 pub fn lookup(
     key: &ClassKey,
     mode: TuneMode,
     dir: Option<&Path>,
     p: &Problem,
     dev: &DeviceAttributes,
-) -> Option<Plan> {
+) -> Option<(Plan, bool)> {
     if mode == TuneMode::Off {
         return None;
     }
     let c = counters();
-    let known = memory().lock().ok().and_then(|m| m.get(key).copied());
-    if let Some(choice) = known {
-        if let Some(plan) = choice.plan_for(key.precision, p, dev, &key.paths) {
+    let held = memory().lock().ok().and_then(|m| m.get(key).copied());
+    if let Some(h) = held {
+        if let Some(plan) = h.choice.plan_for(key.precision, p, dev, &key.paths) {
             c.memory_hits.fetch_add(1, Ordering::Relaxed);
-            return Some(plan);
+            return Some((plan, h.checked));
         }
     }
     if mode != TuneMode::On {
         return None;
     }
-    let path = key.file_in(dir?);
-    let text = match read_file(&path)? {
+    lookup_disk(key, dir?, p, dev).map(|plan| (plan, false))
+}
+
+/// The choice of `key` in its file in `dir` (remembered in memory, unchecked, when valid for
+/// `p`).
+pub fn lookup_disk(
+    key: &ClassKey,
+    dir: &Path,
+    p: &Problem,
+    dev: &DeviceAttributes,
+) -> Option<Plan> {
+    let c = counters();
+    let d = open_dir(dir, false)?;
+    let text = match read_file(&d, &key.file_name())? {
         Ok(t) => t,
         Err(_) => {
             c.rejected_files.fetch_add(1, Ordering::Relaxed);
@@ -745,7 +1008,7 @@ pub fn lookup(
     match plan {
         Some((choice, plan)) => {
             c.disk_hits.fetch_add(1, Ordering::Relaxed);
-            remember(key, choice);
+            remember(key, choice, false);
             Some(plan)
         }
         None => {
@@ -755,35 +1018,52 @@ pub fn lookup(
     }
 }
 
-fn remember(key: &ClassKey, choice: Choice) {
+fn remember(key: &ClassKey, choice: Choice, checked: bool) {
     if let Ok(mut m) = memory().lock() {
         if m.len() >= MEMORY_CLASSES {
             m.clear();
         }
-        m.insert(key.clone(), choice);
+        m.insert(key.clone(), Held { choice, checked });
     }
 }
 
-/// Records a measured choice: in memory, and (unless `dir` is `None`) in its file.
-pub fn store(key: &ClassKey, choice: Choice, times: &[(Plan, f64)], dir: Option<&Path>) {
-    counters().tuned.fetch_add(1, Ordering::Relaxed);
-    counters()
-        .timed_candidates
+/// Records a measured choice: in memory, and (when the measurement was `complete` and `dir` is
+/// not `None`) in its file; `host_us` is what the measurement cost (counted in [`stats`]).
+pub fn store(
+    key: &ClassKey,
+    choice: Choice,
+    times: &[(Plan, f64)],
+    dir: Option<&Path>,
+    complete: bool,
+    host_us: u64,
+) {
+    let c = counters();
+    c.tuned.fetch_add(1, Ordering::Relaxed);
+    if !complete {
+        c.partial.fetch_add(1, Ordering::Relaxed);
+    }
+    c.timed_candidates
         .fetch_add(times.len() as u64, Ordering::Relaxed);
-    remember(key, choice);
-    if let Some(dir) = dir {
-        let named: Vec<(String, f64)> = times
-            .iter()
-            .map(|(p, t)| {
-                (
-                    format!("{} s{} {}", p.config.name, p.splits, p.operands.label()),
-                    *t,
-                )
-            })
-            .collect();
-        if write_file(&key.file_in(dir), &file_text(key, &choice, &named)).is_err() {
-            counters().write_errors.fetch_add(1, Ordering::Relaxed);
-        }
+    c.tuning_us.fetch_add(host_us, Ordering::Relaxed);
+    c.max_class_us.fetch_max(host_us, Ordering::Relaxed);
+    // Every candidate that could be chosen passed the write check in `measure`.
+    remember(key, choice, true);
+    let Some(dir) = dir.filter(|_| complete) else {
+        return;
+    };
+    let named: Vec<(String, f64)> = times
+        .iter()
+        .map(|(p, t)| {
+            (
+                format!("{} s{} {}", p.config.name, p.splits, p.operands.label()),
+                *t,
+            )
+        })
+        .collect();
+    let written = open_dir(dir, true)
+        .map(|d| write_file(&d, &key.file_name(), &file_text(key, &choice, &named)));
+    if !matches!(written, Some(Ok(()))) {
+        c.write_errors.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -791,6 +1071,102 @@ pub fn store(key: &ClassKey, choice: Choice, times: &[(Plan, f64)], dir: Option<
 pub fn forget_memory() {
     if let Ok(mut m) = memory().lock() {
         m.clear();
+    }
+}
+
+/// The classes being measured in this process now.
+fn in_flight() -> &'static (Mutex<HashSet<ClassKey>>, Condvar) {
+    static F: OnceLock<(Mutex<HashSet<ClassKey>>, Condvar)> = OnceLock::new();
+    F.get_or_init(|| (Mutex::new(HashSet::new()), Condvar::new()))
+}
+
+/// This thread's right to measure one class: while it is held, other threads asking for the
+/// class wait ([`begin`]); dropping it wakes them (after [`store`], they find the choice).
+#[derive(Debug)]
+pub struct Claim {
+    key: ClassKey,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let (set, done) = in_flight();
+        // A poisoned lock (a panic while holding it) leaves the class claimed; waiters give up
+        // at CLAIM_WAIT.
+        if let Ok(mut s) = set.lock() {
+            s.remove(&self.key);
+        }
+        done.notify_all();
+    }
+}
+
+/// What [`begin`] found.
+#[derive(Debug)]
+pub enum Begin {
+    /// Measure the class (no other thread is; nothing is known of it, or `fresh_only`).
+    Measure(Claim),
+    /// The class's choice (another thread measured it meanwhile, or it was known).
+    Known(Choice),
+    /// Another thread's measurement of the class did not end within [`CLAIM_WAIT`].
+    Busy,
+}
+
+/// Claims the measurement of `key` for this thread, waiting (at most [`CLAIM_WAIT`]) while
+/// another thread measures it: one measurement per class and process, and every caller then
+/// runs the same plan. With `use_known`, a choice already in memory is returned instead.
+pub fn begin(key: &ClassKey, use_known: bool) -> Begin {
+    let (set, done) = in_flight();
+    let deadline = Instant::now() + CLAIM_WAIT;
+    let Ok(mut s) = set.lock() else {
+        return Begin::Busy;
+    };
+    loop {
+        if use_known {
+            if let Some(c) = known(key) {
+                return Begin::Known(c);
+            }
+        }
+        if !s.contains(key) {
+            s.insert(key.clone());
+            return Begin::Measure(Claim { key: key.clone() });
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Begin::Busy;
+        }
+        s = match done.wait_timeout(s, left) {
+            Ok((g, _)) => g,
+            Err(_) => return Begin::Busy,
+        };
+    }
+}
+
+/// An exclusive `flock` on a tuning directory: the measurements of processes sharing it take
+/// turns (each would slow the other's timed runs). Released when dropped (and by the kernel
+/// when the process ends).
+#[derive(Debug)]
+pub struct DirLock {
+    _fd: std::os::fd::OwnedFd,
+}
+
+/// Takes [`DirLock`] on `dir` (created if missing), waiting at most [`LOCK_WAIT`] for another
+/// process's measurement to end; `None` when the directory cannot be used or the wait ran out
+/// (counted in [`TuneStats::lock_timeouts`]): the measurement then goes ahead without it.
+pub fn lock_dir(dir: &Path) -> Option<DirLock> {
+    use std::os::fd::AsRawFd;
+    let d = open_dir(dir, true)?;
+    let fd = d.reopen().ok()?;
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        // SAFETY: `fd` is an open descriptor owned here; flock only takes an advisory lock.
+        if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Some(DirLock { _fd: fd });
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) || Instant::now() >= deadline {
+            counters().lock_timeouts.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -991,42 +1367,97 @@ mod tests {
         ));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
+        set_mode(&d, 0o700);
         d
     }
     static SEQ: AtomicU64 = AtomicU64::new(0);
 
+    fn set_mode(p: &Path, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
     #[test]
-    fn files_are_read_only_when_regular_small_and_utf8() {
+    fn files_are_read_only_when_regular_ours_private_small_and_utf8() {
         let d = temp_dir("read");
-        let f = d.join("a.tune");
-        assert!(read_file(&f).is_none());
-        write_file(&f, "hello").unwrap();
-        assert_eq!(read_file(&f), Some(Ok("hello".into())));
-        write_file(&f, "again").unwrap();
-        assert_eq!(read_file(&f), Some(Ok("again".into())));
-        // No temporary file is left behind.
+        let dir = open_dir(&d, false).expect("a private directory under the temp dir is trusted");
+        assert!(read_file(&dir, "a.tune").is_none());
+        write_file(&dir, "a.tune", "hello").unwrap();
+        assert_eq!(read_file(&dir, "a.tune"), Some(Ok("hello".into())));
+        write_file(&dir, "a.tune", "again").unwrap();
+        assert_eq!(read_file(&dir, "a.tune"), Some(Ok("again".into())));
+        // No temporary file is left behind, and the file is this user's, mode 0600 at most.
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
-        let big = d.join("big.tune");
-        std::fs::write(&big, vec![b'x'; MAX_FILE_BYTES as usize + 1]).unwrap();
-        assert!(matches!(read_file(&big), Some(Err(_))));
-        let bin = d.join("bin.tune");
-        std::fs::write(&bin, [0xff, 0xfe, 0x00]).unwrap();
-        assert!(matches!(read_file(&bin), Some(Err(_))));
-        let link = d.join("link.tune");
-        std::os::unix::fs::symlink(&f, &link).unwrap();
+        let meta = trust::lstat(&d.join("a.tune")).unwrap();
+        assert_eq!(refusal(&meta, trust::euid()), None);
+        assert_eq!(meta.mode & 0o077, 0, "{:o}", meta.mode);
+        // Writable by the group or by everybody: another user could have put it there.
+        for mode in [0o620, 0o602, 0o666] {
+            set_mode(&d.join("a.tune"), mode);
+            let got = read_file(&dir, "a.tune");
+            assert!(
+                matches!(&got, Some(Err(e)) if e.contains("writable by others")),
+                "{mode:o}: {got:?}"
+            );
+        }
+        // Another user's file (the rule itself: files of other uids cannot be made here).
+        let other = trust::Meta {
+            uid: trust::euid() + 1,
+            ..meta
+        };
+        assert!(refusal(&other, trust::euid())
+            .unwrap()
+            .contains("owned by uid"));
+        std::fs::write(d.join("big.tune"), vec![b'x'; MAX_FILE_BYTES as usize + 1]).unwrap();
+        set_mode(&d.join("big.tune"), 0o600);
+        assert!(matches!(read_file(&dir, "big.tune"), Some(Err(e)) if e.contains("more than")));
+        std::fs::write(d.join("bin.tune"), [0xff, 0xfe, 0x00]).unwrap();
+        set_mode(&d.join("bin.tune"), 0o600);
+        assert!(matches!(read_file(&dir, "bin.tune"), Some(Err(e)) if e.contains("UTF-8")));
+        set_mode(&d.join("a.tune"), 0o600);
+        std::os::unix::fs::symlink(d.join("a.tune"), d.join("link.tune")).unwrap();
         assert!(
-            matches!(read_file(&link), Some(Err(_))),
+            matches!(read_file(&dir, "link.tune"), Some(Err(e)) if e.contains("symbolic link")),
             "a symlink is not followed"
         );
-        let sub = d.join("dir.tune");
-        std::fs::create_dir(&sub).unwrap();
-        assert!(matches!(read_file(&sub), Some(Err(_))));
+        std::fs::create_dir(d.join("dir.tune")).unwrap();
+        assert!(matches!(read_file(&dir, "dir.tune"), Some(Err(_))));
         // A FIFO with no writer must neither block nor be read.
         let fifo = d.join("fifo.tune");
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: a NUL-terminated path; mkfifo only creates the node.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        assert!(matches!(read_file(&fifo), Some(Err(_))));
+        assert!(matches!(read_file(&dir, "fifo.tune"), Some(Err(_))));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_directory_others_may_change_is_neither_read_nor_written() {
+        let d = temp_dir("untrusted");
+        let p = Problem::shape(771, 1549, 2331, 1);
+        let k = key("untrusted-dir-device", &p);
+        let dev = h200();
+        let pick = enumerate(Precision::Tf32, &p, &dev, &Paths::default()).unwrap()[0];
+        let c = Choice::of(&pick);
+        // A valid file, then the directory made writable by everybody (not sticky).
+        store(&k, c, &[(pick, 10.0)], Some(&d), true, 0);
+        assert!(k.file_in(&d).exists());
+        set_mode(&d, 0o777);
+        forget_memory();
+        let before = stats();
+        assert_eq!(lookup(&k, TuneMode::On, Some(&d), &p, &dev), None);
+        assert!(stats().untrusted_dirs > before.untrusted_dirs);
+        // Nor is anything written into it, nor into a directory below it.
+        let sub = d.join("sub");
+        let k2 = key("untrusted-dir-device-2", &p);
+        store(&k2, c, &[(pick, 10.0)], Some(&sub), true, 0);
+        assert!(!k2.file_in(&d).exists() && !sub.exists());
+        assert!(stats().write_errors > before.write_errors);
+        // Sticky (like /tmp): trusted again.
+        set_mode(&d, 0o1777);
+        forget_memory();
+        assert!(lookup(&k, TuneMode::On, Some(&d), &p, &dev).is_some());
+        set_mode(&d, 0o700);
         let _ = std::fs::remove_dir_all(&d);
     }
 
@@ -1039,11 +1470,11 @@ mod tests {
         let all = enumerate(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
         let pick = all[all.len() / 2];
         let c = Choice::of(&pick);
-        store(&k, c, &[(pick, 10.0)], Some(&d));
-        // In memory.
+        store(&k, c, &[(pick, 10.0)], Some(&d), true, 0);
+        // In memory, checked (a measurement's choice).
         assert_eq!(
-            lookup(&k, TuneMode::On, None, &p, &dev).map(|x| Choice::of(&x)),
-            Some(c)
+            lookup(&k, TuneMode::On, None, &p, &dev).map(|x| (Choice::of(&x.0), x.1)),
+            Some((c, true))
         );
         // Off never answers.
         assert_eq!(lookup(&k, TuneMode::Off, Some(&d), &p, &dev), None);
@@ -1052,8 +1483,24 @@ mod tests {
         forget_memory();
         let before = stats();
         let q = Problem::shape(770, 1540, 2300, 1);
-        let got = lookup(&k, TuneMode::On, Some(&d), &q, &dev).unwrap();
+        let (got, checked_here) = lookup(&k, TuneMode::On, Some(&d), &q, &dev).unwrap();
         assert_eq!(Choice::of(&got).config, c.config);
+        // Read from disk: data to check before use, in memory as such until it passes.
+        assert!(!checked_here && !checked(&k));
+        assert_eq!(
+            lookup(&k, TuneMode::On, None, &q, &dev).map(|x| x.1),
+            Some(false)
+        );
+        mark_checked(&k);
+        assert_eq!(
+            lookup(&k, TuneMode::On, None, &q, &dev).map(|x| x.1),
+            Some(true)
+        );
+        // A choice that failed the check is dropped and counted.
+        let before_reject = stats().rejected_files;
+        reject_held(&k);
+        assert_eq!(known(&k), None);
+        assert!(stats().rejected_files > before_reject);
         assert_eq!(
             got.k_per_split,
             plan::normalize_split(&pick.config, q.k, c.splits).1
@@ -1070,7 +1517,169 @@ mod tests {
         let before = stats();
         assert_eq!(lookup(&k, TuneMode::On, Some(&d), &p, &dev), None);
         assert!(stats().rejected_files > before.rejected_files);
+        // A partial measurement stays in memory and is not written.
+        let k3 = key("lookup-test-device-partial", &p);
+        store(&k3, c, &[(pick, 10.0)], Some(&d), false, 5);
+        assert!(!k3.file_in(&d).exists());
+        assert_eq!(known(&k3), Some(c));
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Runs this test binary's test `name` as a child process with `GPUKIT_TUNE_TEST_CHILD` set
+    /// to `role` (the child side of the multi-process tests), stdin and stdout piped.
+    fn child(name: &str, role: &str, dir: &Path) -> std::process::Child {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture", "--test-threads", "1"])
+            .env("GPUKIT_TUNE_TEST_CHILD", role)
+            .env("GPUKIT_TUNE_TEST_DIR", dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn child_role() -> Option<(String, PathBuf)> {
+        Some((
+            std::env::var("GPUKIT_TUNE_TEST_CHILD").ok()?,
+            PathBuf::from(std::env::var_os("GPUKIT_TUNE_TEST_DIR")?),
+        ))
+    }
+
+    /// Processes sharing the directory take turns measuring: another process's lock is waited
+    /// for, and taken when that process lets go (here: when it ends).
+    #[test]
+    fn measurements_of_processes_sharing_a_directory_take_turns() {
+        use std::io::{BufRead, Read};
+        const NAME: &str =
+            "gemm::tune::tests::measurements_of_processes_sharing_a_directory_take_turns";
+        if let Some((role, d)) = child_role() {
+            assert_eq!(role, "hold");
+            let lock = lock_dir(&d).expect("the child takes the free lock");
+            println!("locked");
+            // Hold it until the parent closes our stdin.
+            let mut rest = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut rest);
+            drop(lock);
+            return;
+        }
+        let d = temp_dir("lock");
+        let mut holder = child(NAME, "hold", &d);
+        let mut out = std::io::BufReader::new(holder.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("locked") {
+            line.clear();
+            assert!(
+                out.read_line(&mut line).unwrap() > 0,
+                "the child ended without the lock"
+            );
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d2 = d.clone();
+        let waiter = std::thread::spawn(move || {
+            let l = lock_dir(&d2);
+            tx.send(()).unwrap();
+            l.is_some()
+        });
+        // While the child holds it, this process waits.
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "took a lock another process holds"
+        );
+        drop(holder.stdin.take());
+        assert!(
+            waiter.join().unwrap(),
+            "the lock was not taken after the child let go"
+        );
+        assert!(holder.wait().unwrap().success());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Processes writing a class's file while another reads it: every read sees a complete,
+    /// valid file (one writer's or the other's), never a torn one.
+    #[test]
+    fn concurrent_writers_in_other_processes_never_show_a_torn_file() {
+        const NAME: &str =
+            "gemm::tune::tests::concurrent_writers_in_other_processes_never_show_a_torn_file";
+        let dev = h200();
+        let p = Problem::shape(1500, 700, 450, 1);
+        let k = key("torn-test-device", &p);
+        let all = enumerate(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
+        let (c0, c1) = (Choice::of(&all[0]), Choice::of(&all[all.len() - 1]));
+        // Long files (many measured lines) so that a torn write would show.
+        let times: Vec<(String, f64)> =
+            (0..40).map(|i| (format!("cand{i} s1"), i as f64)).collect();
+        if let Some((role, d)) = child_role() {
+            let dir = open_dir(&d, false).unwrap();
+            let c = if role == "w0" { c0 } else { c1 };
+            for _ in 0..300 {
+                write_file(&dir, &k.file_name(), &file_text(&k, &c, &times)).unwrap();
+            }
+            return;
+        }
+        let d = temp_dir("torn");
+        let mut kids = [child(NAME, "w0", &d), child(NAME, "w1", &d)];
+        let dir = open_dir(&d, false).unwrap();
+        let (mut reads, mut seen) = (0, std::collections::HashSet::new());
+        loop {
+            let done = kids.iter_mut().all(|c| c.try_wait().unwrap().is_some());
+            if let Some(text) = read_file(&dir, &k.file_name()) {
+                let text = text.unwrap();
+                let choice = parse_file(&text, &k).unwrap_or_else(|| panic!("torn: {text}"));
+                assert!(choice == c0 || choice == c1);
+                seen.insert(choice);
+                reads += 1;
+            }
+            if done {
+                break;
+            }
+        }
+        for c in &mut kids {
+            assert!(c.wait().unwrap().success());
+        }
+        assert!(reads > 0);
+        // Only the final file and no temporary file remain.
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn one_thread_measures_a_class_and_the_others_wait_for_its_choice() {
+        let p = Problem::shape(333, 444, 555, 1);
+        let k = key("claim-test-device", &p);
+        let dev = h200();
+        let pick = Choice::of(&enumerate(Precision::Tf32, &p, &dev, &Paths::default()).unwrap()[0]);
+        let Begin::Measure(claim) = begin(&k, true) else {
+            panic!("nothing measures this class yet");
+        };
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let k = k.clone();
+                std::thread::spawn(move || match begin(&k, true) {
+                    Begin::Known(c) => Some(c),
+                    _ => None,
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            waiters.iter().all(|w| !w.is_finished()),
+            "a waiter did not wait"
+        );
+        store(&k, pick, &[], None, true, 0);
+        drop(claim);
+        for w in waiters {
+            assert_eq!(w.join().unwrap(), Some(pick));
+        }
+        // `tune_now`'s claim ignores what is known, and is exclusive too.
+        let Begin::Measure(again) = begin(&k, false) else {
+            panic!("a known class can be measured again");
+        };
+        let k2 = k.clone();
+        let other = std::thread::spawn(move || matches!(begin(&k2, false), Begin::Measure(_)));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!other.is_finished());
+        drop(again);
+        assert!(other.join().unwrap());
     }
 
     /// A fake GPU: each plan's time is a function of its configuration and split (microseconds
@@ -1100,6 +1709,13 @@ mod tests {
         }
     }
 
+    /// [`tune`] with the real budget: the chosen plan and every candidate's time.
+    fn run(model: &Plan, all: &[Plan], t: &mut dyn Timer) -> (Option<Plan>, Vec<(Plan, f64)>) {
+        let r = tune(model, all, t, WARM_BUDGET);
+        assert!(r.complete, "an instant fake never runs out of budget");
+        (r.chosen, r.timed)
+    }
+
     fn fake<F: Fn(&Plan) -> Option<f64>>(cost: F) -> Fake<F> {
         Fake {
             cost,
@@ -1124,8 +1740,8 @@ mod tests {
             assert!(first.len() <= STAGE_ONE);
             // The model is exact: nothing moves it.
             let mut t = fake(|x: &Plan| Some(x.estimate_us));
-            let (chosen, timed) = tune(&model, &all, &mut t);
-            assert_eq!(Choice::of(&chosen), Choice::of(&model), "{p:?}");
+            let (chosen, timed) = run(&model, &all, &mut t);
+            assert_eq!(Choice::of(&chosen.unwrap()), Choice::of(&model), "{p:?}");
             assert!(timed.len() <= STAGE_ONE + STAGE_TWO);
             assert_eq!(t.warmed.len(), timed.len());
             assert_eq!(t.timed.len(), ROUNDS * timed.len());
@@ -1142,8 +1758,8 @@ mod tests {
                             },
                     )
                 });
-                let (chosen, _) = tune(&model, &all, &mut t);
-                assert_eq!(Choice::of(&chosen), fast, "{p:?}");
+                let (chosen, _) = run(&model, &all, &mut t);
+                assert_eq!(Choice::of(&chosen.unwrap()), fast, "{p:?}");
             }
         }
     }
@@ -1178,7 +1794,7 @@ mod tests {
                 },
             )
         });
-        let (chosen, _) = tune(&model, &all, &mut t);
+        let chosen = run(&model, &all, &mut t).0.unwrap();
         assert_eq!(
             (chosen.config.name, chosen.splits),
             (model.config.name, better)
@@ -1197,13 +1813,13 @@ mod tests {
         // Within the margin the model's plan stays.
         let mut t = fake(|x: &Plan| Some(if Choice::of(x) == other { 99.5 } else { 100.0 }));
         assert_eq!(
-            Choice::of(&tune(&model, &all, &mut t).0),
+            Choice::of(&run(&model, &all, &mut t).0.unwrap()),
             Choice::of(&model)
         );
         // A candidate slow only in its first round (a cold clock) still wins on its best round.
         let mut t = fake(|x: &Plan| Some(if Choice::of(x) == other { 50.0 } else { 100.0 }));
         t.noise = 4.0;
-        assert_eq!(Choice::of(&tune(&model, &all, &mut t).0), other);
+        assert_eq!(Choice::of(&run(&model, &all, &mut t).0.unwrap()), other);
         // Failing candidates are skipped; when all fail, the model's plan stays.
         let mut t = fake(|x: &Plan| {
             if Choice::of(x) == other {
@@ -1212,19 +1828,104 @@ mod tests {
                 Some(x.estimate_us)
             }
         });
-        let (chosen, timed) = tune(&model, &all, &mut t);
-        assert_ne!(Choice::of(&chosen), other);
+        let (chosen, timed) = run(&model, &all, &mut t);
+        assert_ne!(Choice::of(&chosen.unwrap()), other);
         assert!(timed
             .iter()
             .any(|(x, us)| Choice::of(x) == other && us.is_infinite()));
+        // When every candidate fails nothing is chosen, and the model's own error is kept (the
+        // caller then runs the model's plan, or returns that error if it left C unwritten).
         let mut t = fake(|_: &Plan| None);
-        assert_eq!(
-            Choice::of(&tune(&model, &all, &mut t).0),
-            Choice::of(&model)
-        );
+        let r = tune(&model, &all, &mut t, WARM_BUDGET);
+        assert!(r.chosen.is_none());
+        assert!(r.model_error.unwrap().to_string().contains("fails"));
+        // The model's plan failing alone: another is chosen, the error is kept.
+        let m = Choice::of(&model);
+        let mut t = fake(|x: &Plan| (Choice::of(x) != m).then_some(x.estimate_us));
+        let r = tune(&model, &all, &mut t, WARM_BUDGET);
+        assert_ne!(Choice::of(&r.chosen.unwrap()), m);
+        assert!(r.model_error.is_some());
         assert_eq!(fastest(&[f64::INFINITY, f64::INFINITY]), None);
         assert_eq!(fastest(&[f64::INFINITY, 3.0, 2.0]), Some(2));
         assert_eq!(fastest(&[2.01, 3.0, 2.0]), Some(0));
+    }
+
+    /// A timer whose untimed runs take 20 ms each (kernels being compiled).
+    struct Slow(Vec<Plan>);
+    impl Timer for Slow {
+        fn warm(&mut self, plan: &Plan) -> Result<()> {
+            std::thread::sleep(Duration::from_millis(20));
+            self.0.push(*plan);
+            Ok(())
+        }
+        fn time_us(&mut self, plan: &Plan, _reps: u32) -> Result<f64> {
+            Ok(plan.estimate_us)
+        }
+    }
+
+    #[test]
+    fn the_untimed_runs_stop_at_the_budget_and_the_choice_is_partial() {
+        let dev = h200();
+        let p = Problem::shape(2048, 3000, 1000, 1);
+        let all = enumerate(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
+        let model = plan::choose(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
+        assert!(stage_one(&model, &all).len() > 3);
+        let mut t = Slow(Vec::new());
+        let r = tune(&model, &all, &mut t, Duration::from_millis(30));
+        assert!(!r.complete);
+        // The model's plan always runs; the budget stops the untimed runs after it is spent.
+        assert!((1..=2).contains(&t.0.len()), "{} run", t.0.len());
+        assert_eq!(Choice::of(&t.0[0]), Choice::of(&model));
+        let ran = r.timed.iter().filter(|x| x.1.is_finite()).count();
+        assert_eq!(ran, t.0.len());
+        assert!(t
+            .0
+            .iter()
+            .any(|x| Choice::of(x) == Choice::of(&r.chosen.unwrap())));
+        // No budget at all: the model's plan alone.
+        let mut t = Slow(Vec::new());
+        let r = tune(&model, &all, &mut t, Duration::ZERO);
+        assert_eq!(t.0.len(), 1);
+        assert_eq!(Choice::of(&r.chosen.unwrap()), Choice::of(&model));
+        assert!(!r.complete);
+    }
+
+    #[test]
+    fn the_second_stage_explores_a_close_runner_up_too() {
+        let dev = h200();
+        let p = Problem::shape(2048, 3000, 1000, 1);
+        let all = enumerate(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
+        let model = plan::choose(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
+        let first = stage_one(&model, &all);
+        let (w, r) = (Choice::of(&first[0]), Choice::of(&first[1]));
+        let near = stage_two(&[first[1]], &all, &first);
+        assert!(!near.is_empty(), "{:?} has neighbours", first[1]);
+        let best = Choice::of(&near[0]);
+        // The winner at 100, the runner-up at 105 (within 10 %), its neighbour at 50.
+        let cost = move |x: &Plan| {
+            let c = Choice::of(x);
+            Some(if c == w {
+                100.0
+            } else if c == r {
+                105.0
+            } else if c == best {
+                50.0
+            } else {
+                1000.0
+            })
+        };
+        let mut t = fake(cost);
+        assert_eq!(Choice::of(&run(&model, &all, &mut t).0.unwrap()), best);
+        // A runner-up 20 % behind is not explored.
+        let mut t = fake(move |x: &Plan| {
+            let c = Choice::of(x);
+            Some(if c == r { 120.0 } else { cost(x).unwrap() })
+        });
+        assert_eq!(Choice::of(&run(&model, &all, &mut t).0.unwrap()), w);
+        // Both bases share the stage.
+        let two = stage_two(&[first[0], first[1]], &all, &first);
+        assert!(two.len() <= STAGE_TWO);
+        assert!(two.iter().any(|x| x.config.name == first[1].config.name));
     }
 
     #[test]
@@ -1234,7 +1935,8 @@ mod tests {
         assert_eq!(reps_for(5000.0), 1);
         assert_eq!(TuneMode::parse(" OFF"), Some(TuneMode::Off));
         assert_eq!(TuneMode::parse("auto"), Some(TuneMode::On));
-        assert_eq!(TuneMode::parse(""), Some(TuneMode::Off));
+        assert_eq!(TuneMode::parse(""), Some(TuneMode::On));
+        assert_eq!(TuneMode::default(), TuneMode::On);
         assert_eq!(TuneMode::parse("Fresh"), Some(TuneMode::Fresh));
         assert_eq!(TuneMode::parse("sometimes"), None);
         // Every family the planner may use appears in some class's enumeration on an H200.
