@@ -311,7 +311,20 @@ pub struct Event {
 impl Event {
     /// Milliseconds between this event and `later` (both must have completed or will be waited
     /// for). Both must be timing events (made by [`Stream::record`]).
+    /// Needs a driver of CUDA 12.8 or later (`cuEventElapsedTime_v2`, which the CUDA 13
+    /// bindings call): an older driver gives [`Error::InvalidArgument`] saying so (cudarc would
+    /// panic on the missing entry point).
     pub fn elapsed_ms(&self, later: &Event) -> Result<f32> {
+        let v = driver_version();
+        if v < EVENT_TIMING_DRIVER {
+            return Err(Error::InvalidArgument {
+                op: "Event::elapsed_ms".into(),
+                reason: format!(
+                    "event timing needs a CUDA 12.8 or later driver (cuEventElapsedTime_v2); \
+                     this driver reports version {v}: update the NVIDIA driver"
+                ),
+            });
+        }
         self.inner
             .elapsed_ms(&later.inner)
             .ctx("reading the time between two events")
@@ -331,6 +344,26 @@ impl Event {
     pub fn cuda(&self) -> &CudaEvent {
         &self.inner
     }
+}
+
+/// The first driver version (`cuDriverGetVersion`) with `cuEventElapsedTime_v2`: CUDA 12.8.
+pub(crate) const EVENT_TIMING_DRIVER: i32 = 12080;
+
+/// The `cuDriverGetVersion` of this process's driver (0 if it cannot be read). Call only once a
+/// [`crate::Device`] exists (the driver library is then loaded).
+pub(crate) fn driver_version() -> i32 {
+    static V: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        let mut v = 0;
+        // SAFETY: a Device exists (every Event comes from one), so the driver library is loaded
+        // and initialised; the call writes one int into `v`, which outlives it.
+        let status = unsafe { sys::cuDriverGetVersion(&mut v) };
+        if status == sys::CUresult::CUDA_SUCCESS {
+            v
+        } else {
+            0
+        }
+    })
 }
 
 thread_local! {

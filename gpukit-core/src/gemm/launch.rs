@@ -18,7 +18,7 @@ use crate::alloc::current_owner;
 use crate::attributes::DeviceAttributes;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::stream::Stream;
+use crate::stream::{driver_version, Stream, EVENT_TIMING_DRIVER};
 use gpukit_jit::{KernelArg, LaunchConfig};
 
 /// Grouped tile order of every kernel: GROUP_M tile rows per group (L2 reuse).
@@ -93,21 +93,6 @@ pub fn forget_plans() {
         *guard = None;
     }
     tune::forget_memory();
-}
-
-/// The `cuDriverGetVersion` of this process's driver (0 if it cannot be read).
-fn driver_version() -> i32 {
-    static V: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
-    *V.get_or_init(|| {
-        let mut v = 0;
-        // SAFETY: a Device exists, so the driver library is loaded; the call writes one int.
-        let status = unsafe { gpukit_jit::cudarc::driver::sys::cuDriverGetVersion(&mut v) };
-        if status == gpukit_jit::cudarc::driver::sys::CUresult::CUDA_SUCCESS {
-            v
-        } else {
-            0
-        }
-    })
 }
 
 /// The autotuner's class of a product on `dev` ([`tune::ClassKey`]).
@@ -498,7 +483,7 @@ unsafe fn measure_class(
 /// into a CUDA graph (no host waits inside a capture).
 fn can_measure_on(stream: &Stream) -> std::result::Result<(), &'static str> {
     use gpukit_jit::cudarc::driver::sys;
-    if driver_version() < 12080 {
+    if driver_version() < EVENT_TIMING_DRIVER {
         return Err("the driver is older than CUDA 12.8 (no cuEventElapsedTime_v2)");
     }
     let mut green: sys::CUgreenCtx = std::ptr::null_mut();
