@@ -2,8 +2,8 @@
 //!
 //! Using a directory that several users of one machine can reach, without letting any of them
 //! but the caller (and root) decide what the caller reads, writes or deletes there. gpukit-mutex
-//! keeps its device locks in such a directory and gpukit-jit its kernel cache; both go through
-//! this crate, so both apply the same rules. No CUDA, no other gpukit crate: only `libc`.
+//! keeps its device locks in such a directory and gpukit-jit its kernel cache; both (and gpukit-core's GEMM tuning files) go
+//! through this crate, so both apply the same rules. No CUDA, no other gpukit crate: only `libc`.
 //!
 //! **Trust** ([`rule`]). A directory can be trusted when it is owned by the caller or by root
 //! and nobody else may write to it, unless it has the sticky bit (like `/tmp`: others may then
@@ -22,6 +22,11 @@
 //! is refused, a FIFO neither blocks nor passes for a file), only regular files are handed out,
 //! new files are created exclusively with unpredictable names ([`random_hex`]), and removing
 //! a name first checks that it still is the file meant.
+//!
+//! **Own files** ([`own_file_refusal`], [`Dir::create_temp`]). A file is read as the caller's
+//! own only when it is a regular file of the caller's that nobody else may write, within the
+//! reader's bound; a new one is written under a fresh hidden name and renamed into place. The
+//! kernel cache's entries and the GEMM tuner's files follow this one rule.
 //!
 //! **Reads** ([`read_bounded`]). A file is read only up to a bound, checked on its size before
 //! a byte is read and again while reading (a huge sparse file, or one that grows while it is
@@ -48,6 +53,7 @@
 mod dir;
 mod error;
 mod meta;
+mod own_file;
 mod random;
 mod read;
 pub mod rule;
@@ -56,6 +62,7 @@ mod walk;
 pub use dir::{Dir, Entries};
 pub use error::{Error, Result};
 pub use meta::{euid, fstat, lstat, FileId, Meta};
+pub use own_file::own_file_refusal;
 pub use random::{random_hex, RANDOM_HEX_LEN};
 pub use read::read_bounded;
 pub use rule::{distrust, link_distrust, Distrust};

@@ -61,7 +61,7 @@
 //!    link-safe walk and used only if it and every directory above it is this user's or root's
 //!    and not writable by others unless sticky ([`open_dir`]); a file is read only if it is a
 //!    regular file (opened without following links or blocking) of this user, writable by nobody
-//!    else, at most [`MAX_FILE_BYTES`] ([`refusal`], [`read_file`]); files are written under an
+//!    else, at most [`MAX_FILE_BYTES`] ([`trust::own_file_refusal`], [`read_file`]); files are written under an
 //!    unpredictable temporary name, created exclusively, then renamed ([`write_file`]). What is
 //!    read is data to validate: its header, full class key and checksum must match and its plan
 //!    must be one of the current plan space that fits the product ([`Choice::plan_for`]), the
@@ -474,31 +474,6 @@ pub fn parse_file(text: &str, key: &ClassKey) -> Option<Choice> {
     Some(choice)
 }
 
-/// Why a file under a tuning file's name is not read as one of ours, if it is not: the kernel
-/// cache's rule for its entries (gpukit-jit's `cache/disk.rs`): only a regular file of this
-/// user that nobody else may write, within [`MAX_FILE_BYTES`].
-pub fn refusal(meta: &trust::Meta, me: u32) -> Option<String> {
-    if !meta.is_regular() {
-        return Some("not a regular file".into());
-    }
-    if meta.uid != me {
-        return Some(format!(
-            "owned by uid {} (this process runs as uid {me})",
-            meta.uid
-        ));
-    }
-    if meta.mode & 0o022 != 0 {
-        return Some(format!(
-            "writable by others (mode {:04o})",
-            meta.mode & 0o7777
-        ));
-    }
-    if meta.size > MAX_FILE_BYTES {
-        return Some(format!("{} bytes, more than {MAX_FILE_BYTES}", meta.size));
-    }
-    None
-}
-
 /// Opens the tuning directory `dir` with gpukit-trust's link-safe walk (every directory on the
 /// way owned by this user or root and not writable by others unless sticky: the kernel cache's
 /// rules), creating missing directories (mode 0700) when `create`. `None` when it is missing
@@ -520,7 +495,7 @@ pub fn open_dir(dir: &Path, create: bool) -> Option<trust::Dir> {
 }
 
 /// Reads the tuning file `name` in `dir`: opened relative to the directory's descriptor without
-/// following a link or blocking ([`trust::Dir::open_entry`]), accepted by [`refusal`], read with
+/// following a link or blocking ([`trust::Dir::open_entry`]), accepted by [`trust::own_file_refusal`], read with
 /// a bound ([`trust::read_bounded`]), UTF-8. `None` when absent, `Some(Err)` when something is
 /// there that is not read.
 pub fn read_file(dir: &trust::Dir, name: &str) -> Option<std::result::Result<String, String>> {
@@ -533,7 +508,7 @@ pub fn read_file(dir: &trust::Dir, name: &str) -> Option<std::result::Result<Str
         }
         Err(e) => return Some(Err(format!("opening {name}: {e}"))),
     };
-    if let Some(why) = refusal(&meta, trust::euid()) {
+    if let Some(why) = trust::own_file_refusal(&meta, trust::euid(), MAX_FILE_BYTES) {
         return Some(Err(format!("{name}: {why}")));
     }
     match trust::read_bounded(&file, &meta, MAX_FILE_BYTES) {
@@ -544,24 +519,11 @@ pub fn read_file(dir: &trust::Dir, name: &str) -> Option<std::result::Result<Str
 }
 
 /// Writes `text` as `name` in `dir` atomically: a temporary file with an unpredictable name
-/// ([`trust::random_hex`]), created exclusively without following links (mode 0600), synced,
+/// ([`trust::Dir::create_temp`]), created exclusively without following links (mode 0600), synced,
 /// then renamed over `name` (readers in other processes see the old file or the new one).
 pub fn write_file(dir: &trust::Dir, name: &str, text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    let (tmp, mut f) = 'made: {
-        for _ in 0..16 {
-            let tmp = format!(".{name}.{}.tmp", trust::random_hex()?);
-            match dir.create_new(&tmp, 0o600) {
-                Ok(f) => break 'made (tmp, f),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::AlreadyExists,
-            "16 random temporary names were all taken",
-        ));
-    };
+    let (tmp, mut f) = dir.create_temp(name, 0o600)?;
     let result = (|| {
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
@@ -1389,7 +1351,10 @@ mod tests {
         // No temporary file is left behind, and the file is this user's, mode 0600 at most.
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
         let meta = trust::lstat(&d.join("a.tune")).unwrap();
-        assert_eq!(refusal(&meta, trust::euid()), None);
+        assert_eq!(
+            trust::own_file_refusal(&meta, trust::euid(), MAX_FILE_BYTES),
+            None
+        );
         assert_eq!(meta.mode & 0o077, 0, "{:o}", meta.mode);
         // Writable by the group or by everybody: another user could have put it there.
         for mode in [0o620, 0o602, 0o666] {
@@ -1405,9 +1370,11 @@ mod tests {
             uid: trust::euid() + 1,
             ..meta
         };
-        assert!(refusal(&other, trust::euid())
-            .unwrap()
-            .contains("owned by uid"));
+        assert!(
+            trust::own_file_refusal(&other, trust::euid(), MAX_FILE_BYTES)
+                .unwrap()
+                .contains("owned by uid")
+        );
         std::fs::write(d.join("big.tune"), vec![b'x'; MAX_FILE_BYTES as usize + 1]).unwrap();
         set_mode(&d.join("big.tune"), 0o600);
         assert!(matches!(read_file(&dir, "big.tune"), Some(Err(e)) if e.contains("more than")));

@@ -32,7 +32,6 @@ use crate::error::Error;
 use crate::options::Output;
 use gpukit_trust::{self as trust, Dir, Meta, Walk};
 use sha2::{Digest, Sha256};
-use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -112,7 +111,7 @@ impl DiskCache {
             }
             Err(e) => return Lookup::Refused(e.to_string()),
         };
-        if let Some(reason) = refusal(&meta, trust::euid(), self.max_bytes) {
+        if let Some(reason) = trust::own_file_refusal(&meta, trust::euid(), self.max_bytes) {
             return Lookup::Refused(reason);
         }
         let decoded = trust::read_bounded(&file, &meta, self.max_bytes)
@@ -139,7 +138,7 @@ impl DiskCache {
             .open()
             .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))?;
         let bytes = encode(key, module);
-        let (tmp, mut f) = create_temp(dir, &key.hex())?;
+        let (tmp, mut f) = dir.create_temp(&key.hex(), 0o600)?;
         let result = (|| {
             f.write_all(&bytes)?;
             f.sync_data()?;
@@ -200,50 +199,6 @@ fn open_dir(dir: &Path) -> Result<Dir, trust::Error> {
     let opened = trust::walk(dir, Walk::CREATE_PRIVATE)?.dir;
     opened.check_access()?;
     Ok(opened)
-}
-
-/// Why a file under an entry's name cannot be read as one of ours, if it cannot: only a regular
-/// file of this user that nobody else may write, within the bound, is.
-fn refusal(meta: &Meta, me: u32, max_bytes: u64) -> Option<String> {
-    if !meta.is_regular() {
-        return Some("not a regular file".into());
-    }
-    if meta.uid != me {
-        return Some(format!(
-            "owned by uid {} (this process runs as uid {me})",
-            meta.uid
-        ));
-    }
-    if meta.mode & 0o022 != 0 {
-        return Some(format!(
-            "writable by others (mode {:04o})",
-            meta.mode & 0o7777
-        ));
-    }
-    if meta.size > max_bytes {
-        return Some(format!(
-            "{} bytes, more than the cache's bound of {max_bytes}",
-            meta.size
-        ));
-    }
-    None
-}
-
-/// Creates a new file for an entry under an unpredictable hidden name, exclusively, without
-/// following links, mode 0600; returns its name and the file.
-fn create_temp(dir: &Dir, stem: &str) -> io::Result<(String, File)> {
-    for _ in 0..16 {
-        let name = format!(".{stem}.{}.tmp", trust::random_hex()?);
-        match dir.create_new(&name, 0o600) {
-            Ok(f) => return Ok((name, f)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::AlreadyExists,
-        "16 random temporary names were all taken",
-    ))
 }
 
 /// Removes `name` if it is still the file `meta` describes and this process's own (never
@@ -411,30 +366,6 @@ mod tests {
             panic!("needs root to give files to another uid (GPUKIT_REQUIRE_ROOT=1 requires it)");
         }
         root
-    }
-
-    #[test]
-    fn only_own_regular_files_no_one_else_may_write_within_the_bound_are_read() {
-        let m = |uid, mode, size| Meta {
-            id: trust::FileId { dev: 0, ino: 0 },
-            uid,
-            mode,
-            size,
-            mtime: SystemTime::UNIX_EPOCH,
-        };
-        assert!(refusal(&m(1000, 0o100600, 10), 1000, 100).is_none());
-        assert!(refusal(&m(1000, 0o100644, 10), 1000, 100).is_none());
-        assert!(refusal(&m(1000, 0o100600, 100), 1000, 100).is_none());
-        let reason = |meta| refusal(&meta, 1000, 100).expect("refused");
-        assert!(reason(m(1001, 0o100600, 10)).contains("uid 1001"));
-        assert!(reason(m(1000, 0o100666, 10)).contains("writable by others"));
-        assert!(reason(m(1000, 0o100620, 10)).contains("writable by others"));
-        assert!(reason(m(1000, 0o100600, 101)).contains("bound"));
-        assert!(reason(m(1000, 0o010600, 0)).contains("regular"), "FIFO");
-        assert!(
-            reason(m(1000, 0o040700, 0)).contains("regular"),
-            "directory"
-        );
     }
 
     #[test]
