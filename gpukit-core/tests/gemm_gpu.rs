@@ -1240,16 +1240,6 @@ fn autotuner_measures_a_class_once_and_its_choice_runs_correctly() {
         // SAFETY: buffers sized by required_len of this layout, on this stream.
         let report = unsafe { tune_now(&gpu().stream, p, &g) }.unwrap();
         let after = tune::stats();
-        assert!(
-            !report.timed.is_empty() && report.timed.len() <= STAGE_ONE + STAGE_TWO,
-            "{case:?}: {} candidates",
-            report.timed.len()
-        );
-        assert!(report.host_us > 0 && after.tuned > before.tuned);
-        assert_eq!(
-            after.unwritten_candidates, before.unwritten_candidates,
-            "{case:?} {p:?}: a candidate left the scratch C unwritten"
-        );
         let space: Vec<Choice> = plan::enumerate(
             p,
             &case.problem(),
@@ -1260,32 +1250,54 @@ fn autotuner_measures_a_class_once_and_its_choice_runs_correctly() {
         .iter()
         .map(Choice::of)
         .collect();
-        let best = report
-            .timed
-            .iter()
-            .map(|x| x.1)
-            .fold(f64::INFINITY, f64::min);
-        let chosen_time = report
-            .timed
-            .iter()
-            .find(|x| Choice::of(&x.0) == Choice::of(&report.chosen))
-            .map(|x| x.1)
-            .unwrap();
-        println!(
-            "tuned {case:?} {p:?}: model {} chose {} ({chosen_time:.1} us, best {best:.1} us of \
-             {}, {} ms on the host, complete: {})",
-            plan_name(&report.model),
-            plan_name(&report.chosen),
-            report.timed.len(),
-            report.host_us / 1000,
-            report.complete
-        );
         assert!(space.contains(&Choice::of(&report.chosen)));
-        assert!(best.is_finite() && chosen_time.is_finite());
-        assert!(
-            chosen_time <= best * (1.0 + tune::KEEP_MARGIN),
-            "{case:?}: chose {chosen_time} us, best {best} us"
-        );
+        if space.len() <= 1 {
+            // One plan fits this class on this device (e.g. 3xTF32 with an unaligned C): there
+            // is nothing to time, and the class takes it at once.
+            println!(
+                "tuned {case:?} {p:?}: one plan fits ({}), nothing timed",
+                plan_name(&report.model)
+            );
+            assert!(report.timed.is_empty() && report.complete, "{case:?}");
+            assert_eq!(Choice::of(&report.chosen), Choice::of(&report.model));
+        } else {
+            assert!(
+                !report.timed.is_empty() && report.timed.len() <= STAGE_ONE + STAGE_TWO,
+                "{case:?}: {} candidates of {} plans",
+                report.timed.len(),
+                space.len()
+            );
+            assert!(report.host_us > 0 && after.tuned > before.tuned);
+            assert_eq!(
+                after.unwritten_candidates, before.unwritten_candidates,
+                "{case:?} {p:?}: a candidate left the scratch C unwritten"
+            );
+            let best = report
+                .timed
+                .iter()
+                .map(|x| x.1)
+                .fold(f64::INFINITY, f64::min);
+            let chosen_time = report
+                .timed
+                .iter()
+                .find(|x| Choice::of(&x.0) == Choice::of(&report.chosen))
+                .map(|x| x.1)
+                .unwrap();
+            println!(
+                "tuned {case:?} {p:?}: model {} chose {} ({chosen_time:.1} us, best {best:.1} us \
+                 of {}, {} ms on the host, complete: {})",
+                plan_name(&report.model),
+                plan_name(&report.chosen),
+                report.timed.len(),
+                report.host_us / 1000,
+                report.complete
+            );
+            assert!(best.is_finite() && chosen_time.is_finite());
+            assert!(
+                chosen_time <= best * (1.0 + tune::KEEP_MARGIN),
+                "{case:?}: chose {chosen_time} us, best {best} us"
+            );
+        }
         // The caller's C was not touched (the tuner writes a scratch C), bit for bit.
         let now_c = download(&c);
         assert!(

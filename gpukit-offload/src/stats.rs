@@ -134,6 +134,8 @@ pub(crate) fn slot(r: Routine, p: Precision) -> usize {
 struct Counters {
     calls: AtomicU64,
     gpu: AtomicU64,
+    /// Calls the GPU lost while copying results out (reported as errors, never re-run).
+    lost: AtomicU64,
     reasons: [AtomicU64; NREASON],
     time_ns: AtomicU64,
     gpu_time_ns: AtomicU64,
@@ -172,6 +174,7 @@ impl Stats {
         for c in &self.slots {
             c.calls.store(0, Relaxed);
             c.gpu.store(0, Relaxed);
+            c.lost.store(0, Relaxed);
             for r in &c.reasons {
                 r.store(0, Relaxed);
             }
@@ -202,6 +205,16 @@ impl Stats {
         if let Some(s) = seconds {
             c.time_ns.fetch_add(ns(s).max(0) as u64, Relaxed);
         }
+    }
+
+    /// Records a call the GPU lost while its results were copied out: reported to the caller
+    /// as an error (the caller's in-place operands are partly overwritten), run on neither
+    /// backend to completion, never re-run. Its time counts in `timed_s`.
+    pub fn record_lost(&self, slot: usize, seconds: f64) {
+        let c = &self.slots[slot];
+        c.calls.fetch_add(1, Relaxed);
+        c.lost.fetch_add(1, Relaxed);
+        c.time_ns.fetch_add(ns(seconds).max(0) as u64, Relaxed);
     }
 
     /// Records a call that ran on the GPU: its time and the CPU time it replaced, `measured`
@@ -235,6 +248,7 @@ impl Stats {
                     continue;
                 }
                 let gpu = c.gpu.load(Relaxed);
+                let lost = c.lost.load(Relaxed);
                 let reasons = Reason::ALL
                     .iter()
                     .zip(c.reasons.iter())
@@ -257,7 +271,8 @@ impl Stats {
                     precision: p,
                     calls,
                     gpu,
-                    cpu: calls.saturating_sub(gpu),
+                    lost,
+                    cpu: calls.saturating_sub(gpu).saturating_sub(lost),
                     reasons,
                     timed_s: c.time_ns.load(Relaxed) as f64 * 1e-9,
                     gpu_s: c.gpu_time_ns.load(Relaxed) as f64 * 1e-9,
@@ -284,6 +299,9 @@ pub struct RoutineStats {
     pub calls: u64,
     /// Calls run on the GPU.
     pub gpu: u64,
+    /// Calls the GPU lost while copying their results out (each reported to its caller as an
+    /// error, as LAPACK reports one, and never re-run).
+    pub lost: u64,
     /// Calls run on the CPU.
     pub cpu: u64,
     /// CPU calls by reason (non-zero only).
@@ -338,6 +356,9 @@ impl StatsSnapshot {
                 "gpukit-offload: {} calls={} gpu={} cpu={} saved={:.2}s predicted-saved={:.2}s timed={:.2}s",
                 r.name, r.calls, r.gpu, r.cpu, r.measured_saved_s, r.predicted_saved_s, r.timed_s
             );
+            if r.lost > 0 {
+                let _ = write!(s, " lost={}", r.lost);
+            }
             if !r.reasons.is_empty() {
                 let reasons: Vec<String> = r
                     .reasons
@@ -382,6 +403,17 @@ mod tests {
         );
         assert!(line.contains("reasons=small:9,cpu-faster:1"), "{line}");
         assert!(snap.get("sgemm").is_none());
+        assert!(!line.contains("lost="), "{line}");
+        // A lost call: counted, neither GPU nor CPU, named in the summary.
+        let p = slot(Routine::Potrf, Precision::D);
+        st.record_lost(p, 0.25);
+        let snap = st.snapshot();
+        let r = snap.get("dpotrf").unwrap();
+        assert_eq!((r.calls, r.gpu, r.lost, r.cpu), (1, 0, 1, 0));
+        assert!((r.timed_s - 0.25).abs() < 1e-9);
+        assert!(r.reasons.is_empty());
+        assert!(snap.summary().contains("dpotrf calls=1 gpu=0 cpu=0"));
+        assert!(snap.summary().contains(" lost=1"));
         st.reset();
         assert!(st.snapshot().rows.is_empty());
     }

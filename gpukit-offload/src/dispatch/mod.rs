@@ -440,6 +440,7 @@ impl Dispatcher {
                             // after `Lost` the caller's in-place operands are partly
                             // overwritten: the CPU must not run on them
                             let Some(reason) = f.kind.fallback_reason() else {
+                                self.stats.record_lost(req.slot, secs);
                                 return Err(Error::GpuLost {
                                     routine: req.name(),
                                     detail: f.detail,

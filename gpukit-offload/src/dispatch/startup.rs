@@ -243,7 +243,12 @@ impl Dispatcher {
             if !calls.is_empty() {
                 presized = g.presize(&calls).ok();
             }
-            if !self.profile_machine.gpu.is_empty() && self.profile_machine.gpu != g.name() {
+            // informational (the figures are corrected either way): printed only where the
+            // user asked for output, never under GPUKIT_OFFLOAD_LOG=off
+            if self.config.log != LogMode::Off
+                && !self.profile_machine.gpu.is_empty()
+                && self.profile_machine.gpu != g.name()
+            {
                 self.warn_once(&format!(
                     "the profile's GPU figures were measured on {}, this GPU is {}; they are corrected from this process's calls",
                     self.profile_machine.gpu,
