@@ -55,7 +55,9 @@ line "-- sched done at $((SECONDS - T0)) s"
 # 3. offload, the shims, mutex discovery
 for pat in "gpukit-offload.gpu.test" "*.offload_shim.test" "*.gpumutex_run.test" "*.gpumutex_preload.test" "gpukit-mutex.devices.test"; do
   for bin in $B/tests/$pat; do
-    [ -x "$bin" ] && one "$(basename "$bin")" 200 "$bin"
+    # one test at a time: the harness names each test before it runs, so a crash (the H100
+    # run of 2026-12-06 died by SIGSEGV in parallel, its failures' messages lost) names its test
+    [ -x "$bin" ] && one "$(basename "$bin")" 200 "$bin" --test-threads=1
   done
 done
 line "-- offload/mutex done at $((SECONDS - T0)) s"
