@@ -2,8 +2,8 @@
 //!
 //! Using a directory that several users of one machine can reach, without letting any of them
 //! but the caller (and root) decide what the caller reads, writes or deletes there. gpukit-mutex
-//! keeps its device locks in such a directory and gpukit-jit its kernel cache; both (and gpukit-core's GEMM tuning files) go
-//! through this crate, so both apply the same rules. No CUDA, no other gpukit crate: only `libc`.
+//! keeps its device locks in such a directory, gpukit-jit its kernel cache and gpukit-core its
+//! GEMM tuning files; all go through this crate, so all apply the same rules. No CUDA, no other gpukit crate: only `libc`.
 //!
 //! **Trust** ([`rule`]). A directory can be trusted when it is owned by the caller or by root
 //! and nobody else may write to it, unless it has the sticky bit (like `/tmp`: others may then

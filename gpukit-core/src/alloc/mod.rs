@@ -486,8 +486,7 @@ impl Allocator {
         if !st.retired.is_empty() {
             return Ok(());
         }
-        let retired = &st.retired;
-        let segs = st.pool.take_free_segments(|s| !retired.contains(&s));
+        let segs = st.pool.take_free_segments(|_| true);
         for (base, _) in segs {
             // SAFETY: `base` came from malloc_sync and no block of its segment is allocated
             // (take_free_segments only returns wholly free segments); the device was

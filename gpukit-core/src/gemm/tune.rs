@@ -61,10 +61,11 @@
 //!    link-safe walk and used only if it and every directory above it is this user's or root's
 //!    and not writable by others unless sticky ([`open_dir`]); a file is read only if it is a
 //!    regular file (opened without following links or blocking) of this user, writable by nobody
-//!    else, at most [`MAX_FILE_BYTES`] ([`trust::own_file_refusal`], [`read_file`]); files are written under an
-//!    unpredictable temporary name, created exclusively, then renamed ([`write_file`]). What is
-//!    read is data to validate: its header, full class key and checksum must match and its plan
-//!    must be one of the current plan space that fits the product ([`Choice::plan_for`]), the
+//!    else, at most [`MAX_FILE_BYTES`] ([`trust::own_file_refusal`], [`read_file`]); files are
+//!    written under an unpredictable temporary name, created exclusively, then renamed
+//!    ([`write_file`]). What is read is data to validate: its header, full class key and
+//!    checksum must match and its plan must be one of the current plan space that fits the
+//!    product ([`Choice::plan_for`]), the
 //!    launch checks the plan against the device and the operands again, and before a process
 //!    first uses a choice read from disk it runs it once through the same write check as a
 //!    measured candidate (on a scratch C; a plan that fails is dropped and the class measured
@@ -495,8 +496,8 @@ pub fn open_dir(dir: &Path, create: bool) -> Option<trust::Dir> {
 }
 
 /// Reads the tuning file `name` in `dir`: opened relative to the directory's descriptor without
-/// following a link or blocking ([`trust::Dir::open_entry`]), accepted by [`trust::own_file_refusal`], read with
-/// a bound ([`trust::read_bounded`]), UTF-8. `None` when absent, `Some(Err)` when something is
+/// following a link or blocking ([`trust::Dir::open_entry`]), accepted by
+/// [`trust::own_file_refusal`], read with a bound ([`trust::read_bounded`]), UTF-8. `None` when absent, `Some(Err)` when something is
 /// there that is not read.
 pub fn read_file(dir: &trust::Dir, name: &str) -> Option<std::result::Result<String, String>> {
     let (file, meta) = match dir.open_entry(name) {
@@ -519,8 +520,8 @@ pub fn read_file(dir: &trust::Dir, name: &str) -> Option<std::result::Result<Str
 }
 
 /// Writes `text` as `name` in `dir` atomically: a temporary file with an unpredictable name
-/// ([`trust::Dir::create_temp`]), created exclusively without following links (mode 0600), synced,
-/// then renamed over `name` (readers in other processes see the old file or the new one).
+/// ([`trust::Dir::create_temp`]), created exclusively without following links (mode 0600),
+/// synced, then renamed over `name` (readers in other processes see the old file or the new one).
 pub fn write_file(dir: &trust::Dir, name: &str, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     let (tmp, mut f) = dir.create_temp(name, 0o600)?;
