@@ -13,9 +13,7 @@ B=${BUNDLE:-.gpu-bundle}
 PART=${1:?part 1 or 2}
 OUT=${OUT:-/tmp/final-bench}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 RUST_BACKTRACE=1
-if [ -d "$B/kcache" ] && [ -z "${GPUKIT_CACHE_DIR:-}" ]; then
-  export GPUKIT_CACHE_DIR=$(mktemp -d); cp -r "$B/kcache"/. "$GPUKIT_CACHE_DIR"/; chmod -R go-rwx "$GPUKIT_CACHE_DIR"
-fi
+. "$(dirname "$0")/kcache.sh"
 T0=$SECONDS
 step() { echo; echo "=== $1 (t=$((SECONDS - T0)) s)"; }
 if [ "$PART" = 1 ]; then

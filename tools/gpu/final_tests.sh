@@ -14,9 +14,7 @@ set -u
 B=${BUNDLE:-.gpu-bundle}
 OUT=${OUT:-/tmp/final-tests}; mkdir -p "$OUT/logs"
 export GPUKIT_REQUIRE_GPU=1 RUST_BACKTRACE=1 PYTHONUNBUFFERED=1
-if [ -d "$B/kcache" ] && [ -z "${GPUKIT_CACHE_DIR:-}" ]; then
-  export GPUKIT_CACHE_DIR=$(mktemp -d); cp -r "$B/kcache"/. "$GPUKIT_CACHE_DIR"/; chmod -R go-rwx "$GPUKIT_CACHE_DIR"
-fi
+. "$(dirname "$0")/kcache.sh"
 T0=$SECONDS
 SUM=$OUT/summary.txt; : > "$SUM"
 line() { echo "$*" | tee -a "$SUM"; }

@@ -8,9 +8,7 @@ set -u
 B=${BUNDLE:-.gpu-bundle}
 OUT=${OUT:-/tmp/wave3-bench}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 RUST_BACKTRACE=1
-if [ -d "$B/kcache" ] && [ -z "${GPUKIT_CACHE_DIR:-}" ]; then
-  export GPUKIT_CACHE_DIR=$(mktemp -d); cp -r "$B/kcache"/. "$GPUKIT_CACHE_DIR"/; chmod -R go-rwx "$GPUKIT_CACHE_DIR"
-fi
+. "$(dirname "$0")/kcache.sh"
 T0=$SECONDS
 step() { echo; echo "=== $1 (t=$((SECONDS - T0)) s)"; }
 step "gemm_bench --sweep-only (tuner on; the kernel cache copy holds no tuning files)"
