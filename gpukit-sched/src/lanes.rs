@@ -27,7 +27,7 @@
 
 use crate::error::Result;
 use crate::green::{GreenContext, GreenStream, SmSplit};
-use crate::sm::GroupSet;
+use crate::sm::{GroupSet, SmLayout};
 use cudarc::driver::sys;
 use gpukit_core::{Allocator, Device, OwnerId, Stream};
 use parking_lot::Mutex;
@@ -138,8 +138,9 @@ struct Cache {
 }
 
 /// Lanes of schedulers that have gone but whose streams were still referenced (or whose
-/// device had hung work), with their allocator and device ordinal.
-type Orphan = (Lane, Option<Allocator>, usize);
+/// device had hung work), with their allocator, device ordinal and the SM layout their keys
+/// refer to.
+type Orphan = (Lane, Option<Allocator>, usize, SmLayout);
 static ORPHANS: Mutex<Vec<Orphan>> = Mutex::new(Vec::new());
 
 /// Destroys `lane` of device `ordinal` if nothing else can use its stream and the device has
@@ -174,11 +175,23 @@ fn sweep_orphans() {
         return;
     }
     let all = std::mem::take(&mut *orphans);
-    for (lane, alloc, ordinal) in all {
+    for (lane, alloc, ordinal, layout) in all {
         if let Err(lane) = try_destroy(lane, alloc.as_ref(), ordinal) {
-            orphans.push((lane, alloc, ordinal));
+            orphans.push((lane, alloc, ordinal, layout));
         }
     }
+}
+
+/// An orphaned idle lane of device `ordinal` with `key` over the same SM layout, taken for
+/// reuse: a later scheduler on the device adopts the lanes an earlier one left instead of
+/// creating new ones (beside a kernel that never ends, creating a context can block in the
+/// driver, while a lane that exists runs its loaded kernels).
+fn adopt_orphan(ordinal: usize, layout: SmLayout, key: LaneKey) -> Option<Lane> {
+    let mut orphans = ORPHANS.lock();
+    let i = orphans
+        .iter()
+        .position(|(l, _, o, lay)| *o == ordinal && *lay == layout && l.key == key)?;
+    Some(orphans.swap_remove(i).0)
 }
 
 /// The bounded pool of idle lanes.
@@ -192,12 +205,15 @@ pub(crate) struct Lanes {
     alloc: Option<Allocator>,
     /// The device's ordinal.
     ordinal: usize,
+    /// The SM layout the lanes' keys refer to.
+    layout: SmLayout,
 }
 
 impl Lanes {
-    pub fn new(cap: usize, alloc: Option<Allocator>, ordinal: usize) -> Self {
+    pub fn new(cap: usize, alloc: Option<Allocator>, ordinal: usize, layout: SmLayout) -> Self {
         Lanes {
             ordinal,
+            layout,
             cache: Mutex::new(Cache::default()),
             cap,
             created: AtomicU64::new(0),
@@ -206,7 +222,8 @@ impl Lanes {
         }
     }
 
-    /// An idle lane with `key`, or a new one from `make`.
+    /// An idle lane with `key`, an orphaned one an earlier scheduler of the device left, or a
+    /// new one from `make`.
     pub fn checkout(&self, key: LaneKey, make: impl FnOnce() -> Result<Lane>) -> Result<Lane> {
         {
             let mut c = self.cache.lock();
@@ -215,6 +232,9 @@ impl Lanes {
                     return Ok(l);
                 }
             }
+        }
+        if let Some(l) = adopt_orphan(self.ordinal, self.layout, key) {
+            return Ok(l);
         }
         let lane = make()?;
         self.created.fetch_add(1, Ordering::Relaxed);
@@ -295,7 +315,9 @@ impl Lanes {
                 }
                 Err(l) => {
                     kept += 1;
-                    ORPHANS.lock().push((l, self.alloc.clone(), self.ordinal));
+                    ORPHANS
+                        .lock()
+                        .push((l, self.alloc.clone(), self.ordinal, self.layout));
                 }
             }
         }

@@ -376,7 +376,7 @@ impl Scheduler {
             timer_wake: Condvar::new(),
             idle: Condvar::new(),
             memory,
-            lanes: Lanes::new(cfg.max_cached_lanes, lane_alloc, ordinal),
+            lanes: Lanes::new(cfg.max_cached_lanes, lane_alloc, ordinal, layout),
             token: crate::pacer::Token::default(),
             layout,
             mechanism,

@@ -80,8 +80,10 @@ pub struct TaskSpec {
     /// deadline first within a priority, and a task still queued at its deadline ends with
     /// [`Error::DeadlineExpired`] (on a timer, whatever else happens).
     pub deadline: Option<Duration>,
-    /// Run-time limit, counted from the start of its closure: past it the task is stopped
-    /// like a cancellation and ends with [`Error::TimedOut`].
+    /// Run-time limit, counted from the task's start (it leaves the queue: the scheduler makes
+    /// room in memory and readies its lane, then its closure runs): past it the task is
+    /// stopped like a cancellation and ends with [`Error::TimedOut`]. A start that the driver
+    /// blocks (a new green context beside a kernel that never ends) ends this way too.
     pub timeout: Option<Duration>,
     /// The partition to run in (default: the unpartitioned rest of the GPU).
     pub partition: Option<String>,

@@ -261,16 +261,27 @@ impl Inner {
                 None,
             );
         };
-        let gpu = match self.task_gpu(task, &grant) {
-            Ok(g) => g,
-            Err(e) => return (Ended::Err(e), None),
-        };
-        task.set_state(TaskState::Running);
+        // The timeout counts from here: the lane the task needs may be created now, and beside
+        // a kernel that never ends the driver can block that creation (a new context loads
+        // every module in it under CUDA_MODULE_LOADING=EAGER), so the start is bounded too.
         if let Some(timeout) = task.spec.timeout {
             let mut st = self.state.lock();
             st.timers.entry(task.id).or_default().timeout_at = crate::timer::after(timeout);
             self.arm_timer(&mut st);
         }
+        let gpu = match self.task_gpu(task, &grant) {
+            Ok(g) => g,
+            Err(e) => return (Ended::Err(e), None),
+        };
+        // Stopped while its lane was made (timed out, cancelled, shut down; detached already
+        // if that took past the grace period): the closure never runs.
+        if let Err(e) = task.safe_point() {
+            if let Some(g) = gpu {
+                self.checkin(g.home);
+            }
+            return (Ended::Err(e), None);
+        }
+        task.set_state(TaskState::Running);
         let mut ctx = TaskContext {
             inner: self.clone(),
             task: task.clone(),

@@ -252,6 +252,60 @@ fn quarantine_settled(st: &SchedulerStats) -> bool {
             .all(|q| st.partitions[0].pool.groups_quarantined.contains(q.groups))
 }
 
+/// The `i`-th run of `q` SM groups (the groups a quarter of the GPU gets, lowest first).
+fn quarter_at(q: u32, i: u32) -> gpukit_sched::GroupSet {
+    gpukit_sched::GroupSet::first((i + 1) * q).minus(gpukit_sched::GroupSet::first(i * q))
+}
+
+/// Submits task `name` on an eighth of the GPU (two groups after the lowest free ones: no lane
+/// exists for them) beside hung work, with a timeout of 1 s, and checks it has its outcome
+/// within the timeout plus the grace period plus slack: `Ok` (the driver made the lane) or
+/// `TimedOut` (its start blocked; detached at the grace period). Returns the task's id when it
+/// was detached.
+fn new_lane_beside_the_hang(
+    sched: &Scheduler,
+    k: &TestKernels,
+    t0: Instant,
+    child: &str,
+    name: &str,
+) -> Option<u64> {
+    let timeout = Duration::from_millis(1000);
+    let t = Instant::now();
+    let h = sched
+        .submit(
+            noops(k, 5),
+            TaskSpec::new(name)
+                .memory("16MiB", "16MiB")
+                .compute(0.125, 0.125)
+                .timeout(timeout),
+        )
+        .unwrap();
+    let id = h.id();
+    let r = outcome(sched, h, timeout + GRACE + Duration::from_millis(1000));
+    let took = t.elapsed();
+    let ts = sched.task_stats(id).unwrap();
+    step(
+        t0,
+        child,
+        format!(
+            "a task on a new lane ({:?}) beside the hung kernel: {r:?} after {took:?} (detached {})",
+            ts.compute.as_ref().map(|c| c.groups),
+            ts.detached
+        ),
+    );
+    match r {
+        Ok(_) => None,
+        Err(Error::TimedOut { .. }) => {
+            assert!(
+                took < timeout + GRACE + Duration::from_millis(500),
+                "{took:?}"
+            );
+            ts.detached.then_some(id)
+        }
+        Err(e) => panic!("{name}: {e}"),
+    }
+}
+
 fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + timeout;
     while !f() {
@@ -311,6 +365,13 @@ fn child_never_ending_kernel_green() {
     );
     let l = sched.layout();
     step(t0, name, sched.mechanism());
+    // Lanes for the two quarters after the first, made before anything hangs (the planner
+    // gives each task the lowest free groups: the hung task the first quarter, `a` and `b`
+    // these two).
+    let q = l.groups_for_share(0.25);
+    sched
+        .prewarm(&[(quarter_at(q, 1), false), (quarter_at(q, 2), false)])
+        .expect("prewarm");
     let t = Instant::now();
     let hung = sched
         .submit(
@@ -361,7 +422,7 @@ fn child_never_ending_kernel_green() {
         m.contains(&format!("gpukit_sched_quarantined_sms {q_sms}")),
         "{m}"
     );
-    // New tasks are admitted and run on the other groups (lanes created after the hang),
+    // New tasks are admitted and run on the other groups, on lanes made before the hang,
     // each within a bound, on groups the hung work does not occupy.
     let out = st.quarantine[0].groups;
     let t = Instant::now();
@@ -378,13 +439,14 @@ fn child_never_ending_kernel_green() {
         )
         .unwrap();
     let b = sched.submit(noops(&k, 20), quarter("b")).unwrap();
-    for h in [&a, &b] {
+    for (h, i) in [(&a, 1), (&b, 2)] {
         let Admission::Admitted(g) = h.admission() else {
             panic!("{:?}", h.admission())
         };
         assert!(g.compute.groups.intersect(out).is_empty(), "{g:?} on {out}");
+        assert_eq!(g.compute.groups, quarter_at(q, i), "not a prewarmed lane");
     }
-    let want = l.sms(l.groups_for_share(0.25));
+    let want = l.sms(q);
     assert_eq!(outcome(&sched, a, STEP).unwrap(), want);
     assert_eq!(outcome(&sched, b, STEP).unwrap(), want);
     step(
@@ -392,6 +454,11 @@ fn child_never_ending_kernel_green() {
         name,
         format!("two new tasks beside the hung kernel: {:?}", t.elapsed()),
     );
+    // A task whose lane does not exist yet: the driver may block creating a context beside the
+    // hung kernel (under EAGER loading a new context loads every module). Either way the task
+    // has its outcome within its timeout plus the grace period (its timeout counts from its
+    // start, lane creation included); the child prints which way it went.
+    let c = new_lane_beside_the_hang(&sched, &k, t0, name, "c");
     // The hung kernel's groups are not given away: the whole GPU is not free.
     let all = sched
         .submit(
@@ -409,10 +476,19 @@ fn child_never_ending_kernel_green() {
     // The kernel ends after all: the quarantine lifts and the queued task runs.
     flag.release();
     step(t0, name, "flag released");
+
     assert_eq!(
         outcome(&sched, all, Duration::from_secs(10)).unwrap(),
         l.sms(l.groups)
     );
+    if let Some(cid) = c {
+        // `c`, detached while its lane was made, gave its groups back once the driver
+        // returned (`all` had every group) and kept its outcome.
+        assert_eq!(
+            sched.task_stats(cid).map(|t| t.state),
+            Some(TaskState::TimedOut)
+        );
+    }
     let st = sched.stats();
     assert_eq!(st.quarantined, 0);
     assert!(st.quarantine.is_empty());
@@ -458,6 +534,11 @@ fn child_shutdown_beside_a_hung_kernel() {
     let flag = Flag::new(&dev);
     let cfg = SchedulerConfig::default().workers(2).stop_grace(GRACE);
     let sched = Scheduler::new(dev.clone(), cfg.clone()).unwrap();
+    // A lane for the second quarter, made before anything hangs (the task `a` runs on it).
+    let q = sched.layout().groups_for_share(0.25);
+    sched
+        .prewarm(&[(quarter_at(q, 1), false)])
+        .expect("prewarm");
     let hung = sched
         .submit(
             hang(&k, flag.ptr(), Arc::new(AtomicBool::new(false))),
@@ -488,15 +569,56 @@ fn child_shutdown_beside_a_hung_kernel() {
         (rep.quarantine[0].name.as_str(), rep.quarantine[0].id),
         ("hung", hid)
     );
-    // The kernel still runs; a new scheduler on the device works beside it.
-    let again = Scheduler::new(dev.clone(), cfg).unwrap();
-    let b = again.submit(noops(&k, 5), quarter("b")).unwrap();
-    outcome(&again, b, STEP).unwrap();
+    // The kernel still runs; a new scheduler on the device works beside it: it adopts the
+    // idle lanes the first one left (`a`'s), and a task that needs a new lane ends within its
+    // bound whatever the driver does.
+    let again = Scheduler::new(dev.clone(), cfg.clone().workers(3)).unwrap();
+    let b = again
+        .submit(
+            noops(&k, 5),
+            quarter("b").timeout(Duration::from_millis(1000)),
+        )
+        .unwrap();
+    let bid = b.id();
+    let rb = outcome(&again, b, Duration::from_millis(1000) + GRACE + STEP);
+    let bts = again.task_stats(bid).unwrap();
     step(
         t0,
         name,
-        "a second scheduler ran a task beside the hung kernel",
+        format!(
+            "second scheduler, task on groups {:?}: {rb:?} (detached {})",
+            bts.compute.as_ref().map(|c| c.groups),
+            bts.detached
+        ),
     );
+    assert!(
+        rb.is_ok() || matches!(rb, Err(Error::TimedOut { .. })),
+        "{rb:?}"
+    );
+    let adopted = again
+        .submit(
+            noops(&k, 5),
+            TaskSpec::new("adopted")
+                .memory("16MiB", "16MiB")
+                .compute(0.25, 0.25),
+        )
+        .unwrap();
+    let Admission::Admitted(g) = adopted.admission().clone() else {
+        panic!("{:?}", adopted.admission())
+    };
+    let ra = outcome(&again, adopted, STEP + Duration::from_millis(1000));
+    step(
+        t0,
+        name,
+        format!(
+            "second scheduler, task on groups {}: {ra:?}",
+            g.compute.groups
+        ),
+    );
+    if g.compute.groups == quarter_at(q, 1) {
+        // The lane the first scheduler made before the hang, adopted.
+        assert!(ra.is_ok(), "{ra:?}");
+    }
     let t = Instant::now();
     let rep = again.shutdown(Duration::from_millis(200));
     assert!(t.elapsed() < SHUTDOWN_BOUND, "{rep:?}");
