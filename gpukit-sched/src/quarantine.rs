@@ -29,16 +29,27 @@
 //! New tasks are admitted and run on the remaining groups. A watcher thread (running only
 //! while something is quarantined, so that the timer thread never calls the driver and its
 //! deadlines fire even if a driver call blocks) checks quarantined work every [`POLL`]; when
-//! it ends after all, everything is released and the lanes go back to the pool. When the scheduler goes first, the quarantined lanes are leaked on purpose
-//! (their work may still run) and the device stays marked as having hung work.
+//! it ends after all, everything is released and the lanes go back to the pool. When the
+//! scheduler goes first, the quarantined lanes are leaked on purpose (their work may still
+//! run), the device stays marked as having hung work, and its idle lanes are left as orphans
+//! that a later scheduler of the device adopts. A scheduler started while such work runs
+//! keeps the SM groups it occupies out of service (inherited: reported in
+//! [`PoolInfo::groups_quarantined`](crate::PoolInfo)) until it ends.
 //!
-//! One hazard lies in the driver, outside the scheduler: with CUDA's lazy module loading
-//! (the default since CUDA 12.2), the first launch of a kernel in a context loads it, and
-//! loading may synchronise the context — with a kernel that never ends there, that launch
-//! never returns. A task caught in it reaches no safe point: it is detached at its stop's
-//! grace period (its worker stays blocked). Processes that must survive hung kernels run with
-//! `CUDA_MODULE_LOADING=EAGER` (kernels are loaded when their module is), or launch each
-//! kernel once on every lane before work can hang.
+//! # What the driver may block beside a kernel that never ends
+//! Work on lanes that exist, with kernels already loaded in their contexts, goes on. Two
+//! driver steps may wait for the device instead, outside the scheduler's control:
+//! - loading a kernel into a context: with CUDA's lazy module loading (the default since
+//!   CUDA 12.2) the first launch of a kernel in a context loads it there;
+//! - making a new lane: a new green context loads the process's modules into itself (all of
+//!   them under `CUDA_MODULE_LOADING=EAGER`).
+//!
+//! A task caught in either is bounded by its timeout, which counts from its start (lane
+//! creation included): at the timeout plus the grace period it ends `TimedOut`, detached (its
+//! worker stays blocked until the driver returns; its closure never runs if the block was in
+//! the start). Processes that must keep running new work beside hung kernels make their
+//! lanes beforehand ([`Scheduler::prewarm`](crate::Scheduler::prewarm)) and launch each kernel
+//! once on them before work can hang.
 //!
 //! # Health: a sticky error
 //! See [`crate::health`]: the first sticky CUDA error a task ends with marks the scheduler
@@ -49,7 +60,7 @@ use crate::error::Error;
 use crate::lanes::{Lane, LaneKey};
 use crate::plan::TaskId;
 use crate::scheduler::{push_finished, Inner};
-use crate::sm::GroupSet;
+use crate::sm::{GroupSet, SmLayout};
 use crate::task::{Task, TaskState};
 use gpukit_core::{Event, OwnerId};
 use parking_lot::Mutex;
@@ -63,8 +74,14 @@ pub(crate) const POLL: Duration = Duration::from_millis(20);
 
 /// Work that may never end.
 enum Hung {
-    /// Quarantined work: the event completes when it ends.
-    Work(Event),
+    /// Quarantined work: the event completes when it ends; the SM groups it may occupy (of
+    /// the scheduler `by`, whose layout is `layout`).
+    Work {
+        done: Event,
+        groups: GroupSet,
+        layout: SmLayout,
+        by: u64,
+    },
     /// A detached task (its outcome decided at its stop's grace period): its closure, and the
     /// GPU work it queues, may still run until its resources are released.
     Closure(Weak<Task>),
@@ -75,7 +92,7 @@ impl Hung {
     /// counts as running). Never waits.
     fn running(&self) -> bool {
         match self {
-            Hung::Work(e) => !matches!(e.is_complete(), Ok(true)),
+            Hung::Work { done, .. } => !matches!(done.is_complete(), Ok(true)),
             Hung::Closure(t) => t
                 .upgrade()
                 .is_some_and(|t| t.status.lock().released_at.is_none()),
@@ -94,6 +111,25 @@ pub(crate) fn device_has_hung_work(ordinal: usize) -> bool {
     let mut h = HUNG.lock();
     h.retain(|(_, w)| w.running());
     h.iter().any(|(o, _)| *o == ordinal)
+}
+
+/// The SM groups that quarantined work of other schedulers of device `ordinal` (over the
+/// same `layout`) may still occupy: a scheduler started beside it keeps them out of service
+/// ([`Planner::set_inherited`](crate::plan::Planner::set_inherited)). Never waits.
+pub(crate) fn inherited_groups(ordinal: usize, layout: SmLayout, own: u64) -> GroupSet {
+    let mut h = HUNG.lock();
+    h.retain(|(_, w)| w.running());
+    h.iter()
+        .filter(|(o, _)| *o == ordinal)
+        .fold(GroupSet::EMPTY, |acc, (_, w)| match w {
+            Hung::Work {
+                groups,
+                layout: l,
+                by,
+                ..
+            } if *l == layout && *by != own => acc.union(*groups),
+            _ => acc,
+        })
 }
 
 /// Records that `task` of device `ordinal` was detached: until its closure returns, no lane
@@ -161,9 +197,24 @@ impl Inner {
         bound: Option<OwnerId>,
     ) {
         let mut stream_bytes = 0u64;
+        let groups = lanes
+            .iter()
+            .fold(GroupSet::EMPTY, |acc, l| acc.union(l.key.groups()));
         if let Some(g) = &self.gpu {
-            HUNG.lock()
-                .push((self.ordinal, Hung::Work(pending.clone())));
+            let own = task
+                .status
+                .lock()
+                .grant
+                .map_or(GroupSet::EMPTY, |g| g.compute.groups);
+            HUNG.lock().push((
+                self.ordinal,
+                Hung::Work {
+                    done: pending.clone(),
+                    groups: groups.union(own),
+                    layout: self.layout,
+                    by: self.id,
+                },
+            ));
             for l in &lanes {
                 g.dev.allocator().retire_stream(&l.stream);
                 stream_bytes += g.dev.allocator().stream_reserved(&l.stream) as u64;
@@ -172,9 +223,6 @@ impl Inner {
         self.token.abandon(task.id);
         self.memory
             .with(|l| l.quarantine(&task.owner, stream_bytes));
-        let groups = lanes
-            .iter()
-            .fold(GroupSet::EMPTY, |acc, l| acc.union(l.key.groups()));
         let floor = lanes
             .iter()
             .any(|l| matches!(l.key, LaneKey::Green(_, true)));
@@ -195,8 +243,34 @@ impl Inner {
         self.watch_quarantine();
     }
 
-    /// Starts the watcher thread unless it runs: it polls quarantined work every [`POLL`]
-    /// until none is left or the scheduler has shut down (holding the scheduler only while it
+    /// Keeps the groups that other schedulers' hung work occupies out of service (see
+    /// [`inherited_groups`]) and follows that work until it ends. Called when the scheduler
+    /// starts.
+    pub(crate) fn inherit_hung_work(self: &Arc<Self>) {
+        if self.gpu.is_none() || self.refresh_inherited(true).is_empty() {
+            return;
+        }
+        self.watch_quarantine();
+    }
+
+    /// Sets the planner's inherited groups from the registry (`first`: even when it had none).
+    /// Returns them.
+    fn refresh_inherited(&self, first: bool) -> GroupSet {
+        let mut st = self.state.lock();
+        if !first && st.planner.inherited().is_empty() {
+            return GroupSet::EMPTY;
+        }
+        let groups = inherited_groups(self.ordinal, self.layout, self.id);
+        let now = self.now();
+        let events = st.planner.set_inherited(groups, now);
+        self.apply_events(&mut st, events);
+        self.release(st);
+        groups
+    }
+
+    /// Starts the watcher thread unless it runs: it polls quarantined work (and the hung work
+    /// of other schedulers whose groups this one keeps out of service) every [`POLL`] until
+    /// none is left or the scheduler has shut down (holding the scheduler only while it
     /// polls).
     fn watch_quarantine(self: &Arc<Self>) {
         if self.watching.swap(true, Ordering::AcqRel) {
@@ -211,9 +285,10 @@ impl Inner {
                     return;
                 };
                 inner.recover_quarantined();
+                let inherited = inner.refresh_inherited(false);
                 let done = inner.state.lock().timer_exit;
                 let q = inner.quarantine.lock();
-                if q.is_empty() || done {
+                if (q.is_empty() && inherited.is_empty()) || done {
                     // Under the quarantine lock: a task quarantined from now on starts a
                     // new watcher.
                     inner.watching.store(false, Ordering::Release);

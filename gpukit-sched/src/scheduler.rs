@@ -135,6 +135,8 @@ pub(crate) struct Inner {
     pub gpu: Option<Gpu>,
     /// The device's ordinal (a CPU-only scheduler's simulated one).
     pub ordinal: usize,
+    /// This scheduler among the process's (tells its own hung work from other schedulers').
+    pub id: u64,
     pub cfg: SchedulerConfig,
     epoch: Instant,
     pub state: Mutex<State>,
@@ -345,9 +347,11 @@ impl Scheduler {
             None => None,
         };
         let lane_alloc = gpu.as_ref().map(|g| g.dev.allocator().clone());
+        static NEXT_SCHEDULER: AtomicU64 = AtomicU64::new(1);
         let inner = Arc::new(Inner {
             gpu,
             ordinal,
+            id: NEXT_SCHEDULER.fetch_add(1, Ordering::Relaxed),
             cfg: cfg.clone(),
             epoch: Instant::now(),
             state: Mutex::new(State {
@@ -397,6 +401,8 @@ impl Scheduler {
                 return Err(e);
             }
         };
+        // SM groups that an earlier scheduler's hung work still occupies stay out of service.
+        inner.inherit_hung_work();
         Ok(Scheduler {
             inner,
             workers: Some(workers),

@@ -211,8 +211,11 @@ pub struct Planner {
     next_deadline: u64,
     /// Pools changed since queued tasks were last checked against them.
     recheck: bool,
-    /// Quarantined tasks (none: no pool holds groups out of service).
+    /// Quarantined tasks (none: no pool holds groups out of service but `inherited`).
     quarantined: usize,
+    /// Groups that work an earlier scheduler of the device left running may occupy (see
+    /// [`set_inherited`](Self::set_inherited)).
+    inherited: GroupSet,
 }
 
 impl Planner {
@@ -242,6 +245,7 @@ impl Planner {
             next_deadline: u64::MAX,
             recheck: false,
             quarantined: 0,
+            inherited: GroupSet::EMPTY,
         }
     }
 
@@ -717,7 +721,7 @@ impl Planner {
         Some(e)
     }
 
-    /// Recomputes a pool's `held` groups from its quarantined tasks.
+    /// Recomputes a pool's `held` groups from its quarantined tasks and the inherited groups.
     fn recompute_held(&mut self, key: &Option<String>) {
         let held =
             self.tasks
@@ -728,8 +732,31 @@ impl Planner {
                     _ => acc,
                 });
         if let Some(pool) = self.pools.get_mut(key) {
-            pool.held = held;
+            pool.held = held.union(self.inherited.intersect(pool.groups));
         }
+    }
+
+    /// Sets the groups that work an earlier scheduler of the device left running may occupy
+    /// (a kernel that never ended, quarantined there, whose SMs are still busy): like a
+    /// quarantined task's, they are given to no task and lent to none while set. Setting
+    /// fewer starts the queued tasks that fit.
+    pub fn set_inherited(&mut self, groups: GroupSet, now: u64) -> Vec<Event> {
+        let groups = groups.intersect(self.cfg.layout.all());
+        if groups == self.inherited {
+            return Vec::new();
+        }
+        self.inherited = groups;
+        let keys: Vec<Option<String>> = self.pools.keys().cloned().collect();
+        for k in &keys {
+            self.recompute_held(k);
+        }
+        self.recheck = true;
+        self.schedule(now)
+    }
+
+    /// The groups set by [`set_inherited`](Self::set_inherited).
+    pub fn inherited(&self) -> GroupSet {
+        self.inherited
     }
 
     /// A running task ended: its resources return and queued tasks start.
@@ -871,9 +898,10 @@ impl Planner {
                     sms: self.cfg.layout.sms(p.groups.len()),
                     groups_assigned: p.assigned,
                     groups_quarantined: if self.quarantined == 0 {
-                        GroupSet::EMPTY
+                        self.inherited.intersect(p.groups)
                     } else {
                         self.quarantined_groups(k)
+                            .union(self.inherited.intersect(p.groups))
                     },
                     priority_band: p.band,
                     running,

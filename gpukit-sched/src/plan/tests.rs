@@ -768,3 +768,42 @@ fn quarantined_work_keeps_lent_groups_that_another_task_owns_out_of_service() {
     assert_eq!(pool.groups_quarantined, GroupSet::EMPTY);
     assert_eq!(pool.memory_committed, 0);
 }
+
+/// Groups an earlier scheduler's hung work occupies (inherited) are given to no task and lent
+/// to none; a task that needs them waits; setting fewer starts it.
+#[test]
+fn inherited_groups_are_out_of_service_until_set_again() {
+    let mut p = Planner::new(cfg());
+    let hung = GroupSet::first(4);
+    assert!(p.set_inherited(hung, 0).is_empty());
+    assert_eq!(p.inherited(), hung);
+    assert_eq!(p.pools()[0].groups_quarantined, hung);
+    // A quarter goes to the groups after them.
+    let (d, _) = p.submit(1, g("a", GIB, 0.25), 0).unwrap();
+    let Admission::Admitted(grant) = d else {
+        panic!("{d:?}")
+    };
+    assert!(grant.compute.groups.intersect(hung).is_empty(), "{grant:?}");
+    // A borrower is lent nothing of them.
+    let b = TaskSpec::new("burst")
+        .memory_request(GIB)
+        .compute(0.25, 1.0)
+        .resolve()
+        .unwrap();
+    p.submit(2, b, 0).unwrap();
+    let (own_b, lent_b) = p.running_groups(2).unwrap();
+    assert!(own_b.union(lent_b).intersect(hung).is_empty());
+    // The whole GPU waits until the work ends.
+    assert!(matches!(
+        p.submit(3, g("all", GIB, 1.0), 1).unwrap().0,
+        Admission::Queued { .. }
+    ));
+    assert!(p.finish(1, 2).is_empty());
+    assert!(
+        p.finish(2, 3).is_empty(),
+        "the inherited groups are still out"
+    );
+    let started = p.set_inherited(GroupSet::EMPTY, 4);
+    assert!(matches!(started[..], [Event::Started(3, _)]), "{started:?}");
+    assert_eq!(p.pools()[0].groups_quarantined, GroupSet::EMPTY);
+}
