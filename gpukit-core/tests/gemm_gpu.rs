@@ -564,6 +564,48 @@ fn every_config_and_split_on_awkward_shapes() {
     }
 }
 
+/// Every plan the autotuner may choose (`plan::enumerate`) on tiny shapes, every element
+/// within its rounding bound: the tuner times candidates and keeps the fastest that wrote
+/// every sampled element, so a plan that is fast but inaccurate on a shape must not exist
+/// (the H100 run of 2026-12-06 saw a 1 x 3 x 1 3xTF32 product exceed its bound).
+#[test]
+fn every_candidate_plan_of_tiny_shapes_is_accurate() {
+    if !gpukit_jit::testing::cublas("every_candidate_plan_of_tiny_shapes_is_accurate") {
+        return;
+    }
+    let paths = paths_for(&gpu().dev).expect("paths");
+    let mut seed = 7000;
+    let mut checked = 0;
+    for &(m, n, k) in &[
+        (1, 3, 1),
+        (1, 1, 1),
+        (3, 1, 1),
+        (2, 3, 2),
+        (1, 5, 3),
+        (7, 2, 1),
+        (1, 3, 9),
+    ] {
+        for (ta, tb) in [(false, false), (true, true), (false, true)] {
+            let case = Case {
+                ta,
+                tb,
+                ..Case::square(m, n, k)
+            };
+            for p in [Precision::Fp32, Precision::Tf32x3, Precision::Tf32] {
+                let plans = plan::enumerate(p, &case.problem(), gpu().dev.attributes(), &paths)
+                    .expect("enumerate");
+                for plan in &plans {
+                    seed += 1;
+                    println!("{m}x{n}x{k} ta={ta} tb={tb} {p:?} {}", plan_name(plan));
+                    check(&case, p, Some(plan), seed);
+                    checked += 1;
+                }
+            }
+        }
+    }
+    println!("{checked} plans checked");
+}
+
 /// The Hopper `wgmma` paths, forced, on shapes with tails in every dimension, every transpose,
 /// odd leading dimensions, a misaligned A (4-byte aligned only), alpha/beta, batches with and
 /// without a broadcast operand: TF32 128x256 and 128x128 (A through the tensor map and packed)

@@ -446,15 +446,7 @@ pub unsafe fn init() {
         // SAFETY: this function's contract.
         unsafe { d.report_warnings_once() };
         crate::fork::install();
-        extern "C" fn at_exit() {
-            let _ = catch_unwind(|| {
-                if let Some(d) = Dispatcher::global_if_created() {
-                    d.finish();
-                }
-            });
-        }
-        // SAFETY: registers a plain extern "C" function that never unwinds.
-        unsafe { libc::atexit(at_exit) };
+        crate::exit_hook::install();
         if d.config().log == crate::dispatch::LogMode::Calls {
             // SAFETY: getppid has no preconditions.
             let ppid = unsafe { libc::getppid() };

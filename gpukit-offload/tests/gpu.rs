@@ -3078,6 +3078,8 @@ fn tiny_calls_body() {
         for n in [1usize, 2, 3, 4, 7, 16, 2] {
             for (name, ops, _, _) in lapack_calls(p, n, &mut rng) {
                 let what = format!("{}{name} n={n}", p.letter());
+                // Each call named before it runs (shown with --nocapture): a crash names it.
+                eprintln!("{what}");
                 let mut c = Operands {
                     mats: ops.mats.clone(),
                     ints: ops.ints.clone(),

@@ -64,6 +64,9 @@ pub(super) struct Phase {
     pub(super) state: AtomicU8,
     /// Nanoseconds after the dispatcher's creation at which the phase began (0: not begun).
     pub(super) since_ns: AtomicU64,
+    /// The background thread running the phase, joined at exit (see
+    /// [`Dispatcher::settle_startup`]).
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Phase {
@@ -71,6 +74,28 @@ impl Phase {
         Phase {
             state: AtomicU8::new(NOT_STARTED),
             since_ns: AtomicU64::new(0),
+            thread: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Keeps the phase's thread for the join at exit.
+    fn keep(&self, h: std::thread::JoinHandle<()>) {
+        if let Ok(mut t) = self.thread.lock() {
+            *t = Some(h);
+        }
+    }
+
+    /// Joins the phase's thread once it has finished, waiting for that until `end` at most (a
+    /// thread still running then is left alone).
+    fn join_by(&self, end: Instant) {
+        let Some(h) = self.thread.lock().ok().and_then(|mut t| t.take()) else {
+            return;
+        };
+        while !h.is_finished() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if h.is_finished() {
+            let _ = h.join();
         }
     }
 
@@ -327,9 +352,13 @@ impl Dispatcher {
             .name("gpukit-offload-start".into())
             .spawn(move || {
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| me.run_start()));
+                crate::exit_hook::register_again();
             });
-        if spawned.is_err() {
-            self.run_start();
+        match spawned {
+            Ok(h) => self.core.keep(h),
+            Err(_) => {
+                self.run_start();
+            }
         }
     }
 
@@ -362,9 +391,11 @@ impl Dispatcher {
             .name("gpukit-offload-solver".into())
             .spawn(move || {
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
+                crate::exit_hook::register_again();
             });
-        if spawned.is_err() {
-            self.solver.state.store(FAILED, Relaxed);
+        match spawned {
+            Ok(h) => self.solver.keep(h),
+            Err(_) => self.solver.state.store(FAILED, Relaxed),
         }
     }
 
@@ -386,6 +417,11 @@ impl Dispatcher {
         {
             std::thread::sleep(Duration::from_millis(1));
         }
+        // A start-up thread that has set its phase may still be ending (its thread-local
+        // destructors, the driver's among them): the exit's library teardown must not run
+        // beside that, so the finished threads are joined.
+        self.core.join_by(end);
+        self.solver.join_by(end);
     }
 
     /// Starts CUDA in the background now when the policy is [`StartPolicy::Eager`] and a GPU
