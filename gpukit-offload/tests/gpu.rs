@@ -3088,6 +3088,20 @@ fn tiny_calls_body() {
                     f.err(format!("{what}: cpu {e}"));
                     continue;
                 }
+                let mut probe = Operands {
+                    mats: ops.mats.clone(),
+                    ints: ops.ints.clone(),
+                };
+                if let Some(why) =
+                    gpukit_offload::gpu::unsupported(&lapack_call(p, &name, &mut probe))
+                {
+                    // small gelsd stays on the CPU library (see `unsupported`)
+                    f.check(
+                        name == "gelsd" && n < gpukit_offload::gpu::GELSD_MIN_ORDER,
+                        || format!("{what}: refused by the GPU: {why}"),
+                    );
+                    continue;
+                }
                 for round in 0..2 {
                     let mut g = Operands {
                         mats: ops.mats.clone(),
