@@ -66,10 +66,10 @@ pub(crate) enum Done {
     RetryQr,
 }
 
-/// Why the GPU path cannot run this call, if it cannot (the dispatcher runs it on the CPU).
 /// The smallest `min(m, n)` of a gelsd call the GPU runs (see [`unsupported`]).
 pub const GELSD_MIN_ORDER: usize = 17;
 
+/// Why the GPU path cannot run this call, if it cannot (the dispatcher runs it on the CPU).
 pub fn unsupported(call: &Call) -> Option<&'static str> {
     let alpha_zero = match &call.op {
         Op::Gemm { alpha, .. }
