@@ -174,7 +174,7 @@ pub(crate) struct Quarantined {
     lanes: ManuallyDrop<Vec<Lane>>,
     /// Completes when the lanes' work has ended.
     pending: Event,
-    /// SM groups the work may occupy (the lanes' groups).
+    /// SM groups the work may occupy: the task's own and those its lanes cover.
     pub groups: GroupSet,
     /// The lanes include the floor.
     floor: bool,
@@ -197,20 +197,18 @@ impl Inner {
         bound: Option<OwnerId>,
     ) {
         let mut stream_bytes = 0u64;
-        let groups = lanes
-            .iter()
-            .fold(GroupSet::EMPTY, |acc, l| acc.union(l.key.groups()));
+        let own = task
+            .status
+            .lock()
+            .grant
+            .map_or(GroupSet::EMPTY, |g| g.compute.groups);
+        let groups = lanes.iter().fold(own, |acc, l| acc.union(l.key.groups()));
         if let Some(g) = &self.gpu {
-            let own = task
-                .status
-                .lock()
-                .grant
-                .map_or(GroupSet::EMPTY, |g| g.compute.groups);
             HUNG.lock().push((
                 self.ordinal,
                 Hung::Work {
                     done: pending.clone(),
-                    groups: groups.union(own),
+                    groups,
                     layout: self.layout,
                     by: self.id,
                 },
@@ -313,13 +311,7 @@ impl Inner {
         let mut out: Vec<QuarantinedTask> = q
             .values()
             .map(|q| {
-                let own = q
-                    .task
-                    .status
-                    .lock()
-                    .grant
-                    .map_or(GroupSet::EMPTY, |g| g.compute.groups);
-                let groups = q.groups.union(own);
+                let groups = q.groups;
                 let floor_sms = if q.floor {
                     self.layout.remainder_sms
                 } else {

@@ -181,10 +181,15 @@ fn noops(
     }
 }
 
-fn quarter(name: &str) -> TaskSpec {
+/// A Guaranteed task of 16 MiB with `share` of the GPU.
+fn share(name: &str, share: f64) -> TaskSpec {
     TaskSpec::new(name)
         .memory("16MiB", "16MiB")
-        .compute(0.25, 0.25)
+        .compute(share, share)
+}
+
+fn quarter(name: &str) -> TaskSpec {
+    share(name, 0.25)
 }
 
 /// Prints a step of a child with the milliseconds since `t0`.
@@ -272,13 +277,7 @@ fn new_lane_beside_the_hang(
     let timeout = Duration::from_millis(1000);
     let t = Instant::now();
     let h = sched
-        .submit(
-            noops(k, 5),
-            TaskSpec::new(name)
-                .memory("16MiB", "16MiB")
-                .compute(0.125, 0.125)
-                .timeout(timeout),
-        )
+        .submit(noops(k, 5), share(name, 0.125).timeout(timeout))
         .unwrap();
     let id = h.id();
     let r = outcome(sched, h, timeout + GRACE + Duration::from_millis(1000));
@@ -460,14 +459,7 @@ fn child_never_ending_kernel_green() {
     // start, lane creation included); the child prints which way it went.
     let c = new_lane_beside_the_hang(&sched, &k, t0, name, "c");
     // The hung kernel's groups are not given away: the whole GPU is not free.
-    let all = sched
-        .submit(
-            noops(&k, 1),
-            TaskSpec::new("all")
-                .memory("16MiB", "16MiB")
-                .compute(1.0, 1.0),
-        )
-        .unwrap();
+    let all = sched.submit(noops(&k, 1), share("all", 1.0)).unwrap();
     assert!(
         matches!(all.admission(), Admission::Queued { .. }),
         "{:?}",
@@ -604,14 +596,7 @@ fn child_shutdown_beside_a_hung_kernel() {
         "the inherited groups did not come back: {:?}",
         again.stats().partitions[0].pool
     );
-    let all = again
-        .submit(
-            noops(&k, 1),
-            TaskSpec::new("all")
-                .memory("16MiB", "16MiB")
-                .compute(1.0, 1.0),
-        )
-        .unwrap();
+    let all = again.submit(noops(&k, 1), share("all", 1.0)).unwrap();
     outcome(&again, all, STEP).unwrap();
     let t = Instant::now();
     let rep = again.shutdown(Duration::from_millis(200));

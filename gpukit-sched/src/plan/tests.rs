@@ -27,6 +27,15 @@ fn g(name: &str, mem: u64, share: f64) -> crate::ResolvedSpec {
         .unwrap()
 }
 
+/// A Burstable task of 1 GiB requesting `request` of the GPU, up to `limit`.
+fn burst(request: f64, limit: f64) -> crate::ResolvedSpec {
+    TaskSpec::new("burst")
+        .memory_request(GIB)
+        .compute(request, limit)
+        .resolve()
+        .unwrap()
+}
+
 fn started(ev: &[Event]) -> Vec<TaskId> {
     ev.iter()
         .filter_map(|e| match e {
@@ -295,11 +304,7 @@ fn partitions_create_resize_remove() {
 #[test]
 fn lending_is_work_conserving_and_revocable() {
     let mut p = Planner::new(cfg());
-    let b = TaskSpec::new("burst")
-        .memory_request(GIB)
-        .compute(0.25, 1.0)
-        .resolve()
-        .unwrap();
+    let b = burst(0.25, 1.0);
     assert_eq!(b.qos, QosClass::Burstable);
     p.submit(1, b, 0).unwrap();
     let (own, lent) = p.running_groups(1).unwrap();
@@ -715,11 +720,7 @@ fn quarantine_keeps_groups_and_memory_but_frees_the_slot() {
 #[test]
 fn quarantined_work_keeps_lent_groups_that_another_task_owns_out_of_service() {
     let mut p = Planner::new(cfg());
-    let b = TaskSpec::new("burst")
-        .memory_request(GIB)
-        .compute(0.25, 0.5)
-        .resolve()
-        .unwrap();
+    let b = burst(0.25, 0.5);
     p.submit(1, b, 0).unwrap();
     let (own_b, lent_b) = p.running_groups(1).unwrap();
     assert_eq!((own_b.len(), lent_b.len()), (4, 4));
@@ -785,11 +786,7 @@ fn inherited_groups_are_out_of_service_until_set_again() {
     };
     assert!(grant.compute.groups.intersect(hung).is_empty(), "{grant:?}");
     // A borrower is lent nothing of them.
-    let b = TaskSpec::new("burst")
-        .memory_request(GIB)
-        .compute(0.25, 1.0)
-        .resolve()
-        .unwrap();
+    let b = burst(0.25, 1.0);
     p.submit(2, b, 0).unwrap();
     let (own_b, lent_b) = p.running_groups(2).unwrap();
     assert!(own_b.union(lent_b).intersect(hung).is_empty());
