@@ -337,6 +337,21 @@ pub(crate) struct Exec<'a> {
     /// Non-finite check flags: (status offset, the operands' names, whether they are inputs).
     finite: Vec<(usize, Operands, bool)>,
     outs: Vec<Out>,
+    /// Bytes of cuSOLVER host workspace handed out ([`Exec::host_ws`]); the guard zone
+    /// after them is checked once the call's work has finished.
+    host_ws: Option<usize>,
+}
+
+/// Bytes after a call's cuSOLVER host workspace that are filled with [`GUARD_BYTE`] and
+/// checked after the call: a library that writes past the size it reported is caught there
+/// (the call fails and goes to the CPU library) instead of corrupting the process's heap.
+pub(crate) const HOST_WS_GUARD: usize = 4096;
+const GUARD_BYTE: u8 = 0xA5;
+
+/// Whether the guard zone after `used` bytes of `buf` still holds [`GUARD_BYTE`] everywhere.
+pub(crate) fn guard_intact(buf: &[u8], used: usize) -> bool {
+    buf.get(used..used + HOST_WS_GUARD)
+        .is_some_and(|g| g.iter().all(|&b| b == GUARD_BYTE))
 }
 
 impl<'a> Exec<'a> {
@@ -430,6 +445,7 @@ impl<'a> Exec<'a> {
             infos: Vec::new(),
             finite: Vec::new(),
             outs: Vec::new(),
+            host_ws: None,
         })
     }
 
@@ -501,12 +517,31 @@ impl<'a> Exec<'a> {
             .ok_or_else(|| fail(GpuFailKind::Error, "cuSOLVER handle not held by this call"))
     }
 
-    /// Host workspace of at least `bytes` (cuSOLVER's `bufferOnHost`).
+    /// Host workspace of at least `bytes` (cuSOLVER's `bufferOnHost`), followed by a guard
+    /// zone ([`HOST_WS_GUARD`]) that [`Exec::finish`] checks. One call asks once (every
+    /// routine of the call shares the largest size).
     pub(crate) fn host_ws(&mut self, bytes: usize) -> *mut std::ffi::c_void {
-        if self.lane.host_ws.len() < bytes.max(1) {
-            self.lane.host_ws.resize(bytes.max(1), 0);
+        let used = bytes.max(1);
+        let ws = &mut self.lane.host_ws;
+        if ws.len() < used + HOST_WS_GUARD {
+            ws.resize(used + HOST_WS_GUARD, 0);
         }
-        self.lane.host_ws.as_mut_ptr() as *mut std::ffi::c_void
+        ws[used..used + HOST_WS_GUARD].fill(GUARD_BYTE);
+        self.host_ws = Some(used);
+        ws.as_mut_ptr() as *mut std::ffi::c_void
+    }
+
+    /// Fails the call when a library wrote into the guard zone after its host workspace.
+    fn check_host_ws(&self) -> GResult<()> {
+        match self.host_ws {
+            Some(used) if !guard_intact(&self.lane.host_ws, used) => Err(fail(
+                GpuFailKind::Error,
+                format!(
+                    "cuSOLVER wrote past the {used} bytes of host workspace it asked for (caught in the guard zone after them)"
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Queues the upload of a caller's matrix (packed) to buffer offset `off`. Mirrored, it is
@@ -699,6 +734,7 @@ impl<'a> Exec<'a> {
         let status_at = queued?;
         self.lane.mark(Phase::CopyOut);
         self.lane.sync_compute(self.used_h2d)?;
+        self.check_host_ws()?;
         let bytes = match status_at {
             Some(b) => {
                 // SAFETY: the bounce range holds the status words, copied before the sync.
@@ -988,6 +1024,7 @@ impl Exec<'_> {
             return Err(out_of_layout("a read", off, len, self.dev_len));
         }
         self.lane.sync_compute(self.used_h2d)?;
+        self.check_host_ws()?;
         self.record(false);
         self.lane.clock.t.copies_out += 1;
         let (src, d2h) = (self.addr(off), self.lane.d2h);
@@ -1075,6 +1112,30 @@ pub(crate) fn i64_bytes(v: &[i64]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The host workspace's guard zone reads intact until any byte of it changes, and a buffer
+    /// too short to hold it never reads intact.
+    #[test]
+    fn the_host_workspace_guard_sees_every_stray_byte() {
+        let used = 100;
+        let mut buf = vec![0u8; used + HOST_WS_GUARD];
+        buf[used..].fill(GUARD_BYTE);
+        assert!(guard_intact(&buf, used));
+        // writes inside the workspace are the library's own
+        buf[..used].fill(7);
+        assert!(guard_intact(&buf, used));
+        for at in [
+            used,
+            used + 1,
+            used + HOST_WS_GUARD / 2,
+            used + HOST_WS_GUARD - 1,
+        ] {
+            let mut b = buf.clone();
+            b[at] = 0;
+            assert!(!guard_intact(&b, used), "a write at {at} is seen");
+        }
+        assert!(!guard_intact(&buf[..used + HOST_WS_GUARD - 1], used));
+    }
 
     /// A byte upload moves exactly its bytes whatever the call's element size: packed into a
     /// guarded buffer it writes `len` bytes and reads no more (the fixed-cost branch read and
