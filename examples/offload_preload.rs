@@ -18,6 +18,23 @@ extern "C" fn offload_shim_init() {
     unsafe { gpukit_offload::interpose::init() };
 }
 
+/// The shim's `__cxa_atexit` (`atexit` and C++ static constructors call it): exit handlers that
+/// the CUDA libraries register on gpukit-offload's start-up threads run after its exit hook, which
+/// waits for those threads, so a program that exits during the start-up never has the libraries
+/// torn down under them (see `gpukit_offload::exit_hook`).
+///
+/// # Safety
+/// `__cxa_atexit`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn __cxa_atexit(
+    func: gpukit_offload::exit_hook::ExitFn,
+    arg: *mut std::ffi::c_void,
+    dso: *mut std::ffi::c_void,
+) -> std::ffi::c_int {
+    // SAFETY: forwarded (the function never unwinds).
+    unsafe { gpukit_offload::exit_hook::cxa_atexit(func, arg, dso) }
+}
+
 /// Runs when the shim is loaded: creates the dispatcher (reading the environment and profile,
 /// printing configuration problems) and registers the exit hook (summary, learned corrections).
 #[used]

@@ -56,7 +56,7 @@ pub mod cpu;
 pub mod dispatch;
 pub mod embedded;
 mod error;
-mod exit_hook;
+pub mod exit_hook;
 pub mod ffi;
 mod fork;
 pub mod gpu;

@@ -351,6 +351,7 @@ impl Dispatcher {
         let spawned = std::thread::Builder::new()
             .name("gpukit-offload-start".into())
             .spawn(move || {
+                crate::exit_hook::mark_loader_thread();
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| me.run_start()));
                 crate::exit_hook::register_again();
             });
@@ -390,6 +391,7 @@ impl Dispatcher {
         let spawned = std::thread::Builder::new()
             .name("gpukit-offload-solver".into())
             .spawn(move || {
+                crate::exit_hook::mark_loader_thread();
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
                 crate::exit_hook::register_again();
             });
