@@ -51,8 +51,10 @@ pub enum LogMode {
 /// When CUDA is started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StartPolicy {
-    /// At once, on a background thread, when the dispatcher is created (`offload run`'s
-    /// default: the user asked for offload, and a one-shot program's heavy calls come early).
+    /// On a background thread at the process's first BLAS or LAPACK call, of any size
+    /// (`offload run`'s default for the process it starts: the user asked for offload, and a
+    /// one-shot program's heavy calls come early; a process that never calls the library, a
+    /// shell running a script, starts nothing).
     Eager,
     /// On a background thread at the first call the model would send to the GPU.
     Lazy,

@@ -37,6 +37,10 @@ impl Dispatcher {
         self.learner.forked_child();
         self.missed_ns.store(0, Relaxed);
         self.missed_calls.lock().clear();
+        // the eager start is the process's own: a child does not inherit it armed
+        if self.eager_armed.swap(false, Relaxed) {
+            self.compute_thresholds();
+        }
         // a parent whose start failed (no driver) leaves the child as it is: no GPU, `no-gpu`
         let parent_started = matches!(self.core.get(), STARTING | READY);
         if self.config.gpu != GpuMode::Off && (cuda_at_fork || parent_started) {

@@ -128,6 +128,9 @@ pub struct Dispatcher {
     warned: Lock<Vec<String>>,
     /// This is a forked child of the process that created the dispatcher.
     forked: AtomicBool,
+    /// The eager start is armed: it begins at this process's first BLAS/LAPACK call (see
+    /// [`Dispatcher::start_if_eager`]); until then every call takes the slow path.
+    eager_armed: AtomicBool,
     /// This process's calls in flight and its slot on the GPU's load board.
     load: load::Load,
 }
@@ -221,6 +224,7 @@ impl Dispatcher {
             notices,
             warned: Lock::new(Vec::new()),
             forked: AtomicBool::new(false),
+            eager_armed: AtomicBool::new(false),
             load: load::Load::default(),
         };
         if d.config.gpu != GpuMode::Off
@@ -293,6 +297,13 @@ impl Dispatcher {
     }
 
     fn compute_thresholds(&self) {
+        if self.eager_armed.load(Relaxed) {
+            // the first call of any size must reach the slow path, which starts the GPU
+            for t in &self.thresholds {
+                t.store(0, Relaxed);
+            }
+            return;
+        }
         // (a forked child keeps the model's thresholds: its calls that would pay on the GPU
         // are counted as `forked`, not as small)
         let never = self.config.gpu != GpuMode::Off
@@ -366,6 +377,10 @@ impl Dispatcher {
         cpu: &mut dyn FnMut() -> Result<i64>,
         gpu_ok: &mut dyn FnMut() -> bool,
     ) -> Result<Outcome> {
+        if self.eager_armed.load(Relaxed) && self.eager_armed.swap(false, Relaxed) {
+            self.start_background();
+            self.compute_thresholds();
+        }
         let s = req.slot;
         let quick = |reason: Reason, cpu: &mut dyn FnMut() -> Result<i64>| {
             self.untimed_cpu(s, reason, None, cpu)
@@ -675,6 +690,50 @@ mod tests {
             persist: false,
             ..Config::default()
         }
+    }
+
+    /// The eager start waits for the process's first BLAS/LAPACK call: armed, nothing starts
+    /// and every call size takes the slow path; the first call (a tiny one) starts the GPU
+    /// (here its start-up panics by injection, so it ends FAILED) and the thresholds come back.
+    /// A dispatcher that never gets a call never starts; a GPU that is off is never armed.
+    #[test]
+    fn the_eager_start_begins_at_the_first_call() {
+        let lib = LibId::of_path("/nonexistent/libopenblas.so.0");
+        let eager = |gpu| {
+            Arc::new(Dispatcher::new(Config {
+                start: StartPolicy::Eager,
+                inject: Inject::StartPanic,
+                ..cfg(1, gpu)
+            }))
+        };
+        let d = eager(GpuMode::Auto);
+        d.start_if_eager();
+        assert!(d.eager_start_armed());
+        assert_eq!(d.core.get(), NOT_STARTED, "nothing starts before a call");
+        for r in Routine::ALL {
+            assert_eq!(d.threshold(r, Precision::D), 0, "{r:?}: every call is seen");
+        }
+        let idle = eager(GpuMode::Auto);
+        idle.start_if_eager();
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(idle.core.get(), NOT_STARTED, "no call, no start");
+        let mut buf = vec![0.0f64; 16];
+        let req = Request::new(gemm(2, 2, 2, &mut buf), lib);
+        let mut cpu = || Ok(0);
+        // SAFETY: the closure stands in for the library: no pointer is read.
+        let o = unsafe { d.execute(&req, &mut cpu) }.unwrap();
+        assert_eq!(o.backend, Backend::Cpu);
+        assert!(!d.eager_start_armed());
+        assert_ne!(d.core.get(), NOT_STARTED, "the first call started the GPU");
+        d.settle_startup(Duration::from_secs(10));
+        assert_eq!(d.core.get(), FAILED, "(the injected panic)");
+        assert!(
+            d.threshold(Routine::Gemm, Precision::D) > 0,
+            "thresholds back"
+        );
+        let off = eager(GpuMode::Off);
+        off.start_if_eager();
+        assert!(!off.eager_start_armed());
     }
 
     #[test]
