@@ -1654,14 +1654,15 @@ fn gelsd_body() {
     f.done();
 }
 
-/// Diagnostic of the crash seen with small gelsd calls on the GPU (numpy.linalg's lstsq tests
-/// forced onto the GPU, H100, 2026-12-06): gelsd of orders below
-/// `gpukit_offload::gpu::GELSD_MIN_ORDER` on the GPU backend itself, past the dispatcher's
-/// gate, each case named before it runs and run `GELSD_ROUNDS` times (default 3). Run by hand
-/// on a GPU host (`--ignored --nocapture`), one precision per process (`GELSD_PREC=S|D|C|Z`),
-/// from case `GELSD_FROM` (default 0): a crash names its case.
+/// gelsd of orders below `gpukit_offload::gpu::GELSD_MIN_ORDER` (which the dispatcher keeps on
+/// the CPU library) on the GPU backend itself, past that gate: tall and wide, one and four
+/// right-hand sides, two rank-deficient problems, every precision, `GELSD_ROUNDS` times each
+/// (default 2), against a CPU SVD reference. Each case is named before it runs, so a crash names
+/// it (the gate came from SIGSEGVs in numpy.linalg's lstsq tests forced onto the GPU, H100,
+/// 2026-12-06; this test, three rounds on an H100 the same day, found none). By hand:
+/// `GELSD_PREC=S|D|C|Z` runs one precision, `GELSD_FROM=k` starts at case k
+/// (`tools/gpu/gelsd_diag.sh` restarts after a crash).
 #[test]
-#[ignore = "diagnostic: gelsd below the gate's order, run by hand on a GPU host"]
 fn small_gelsd_on_the_backend_past_the_gate() {
     big_stack(small_gelsd_body);
 }

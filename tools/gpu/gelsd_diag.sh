@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The small-gelsd crash diagnostic on the GPU host: gpukit-offload's ignored test
+# The small-gelsd crash diagnostic on the GPU host: gpukit-offload's test
 # `small_gelsd_on_the_backend_past_the_gate`, one process per precision, restarted after a
 # crash from the case after the one it died in (each case is named before it runs). Prints one
 # line per crash (signal, case) and a summary per precision. Logs under $OUT.
@@ -15,7 +15,7 @@ for p in S D C Z; do
   while [ $runs -lt 12 ]; do
     runs=$((runs + 1))
     log=$OUT/$p.$runs.log
-    GELSD_PREC=$p GELSD_FROM=$from timeout 120 "$BIN" --ignored --exact \
+    GELSD_PREC=$p GELSD_FROM=$from timeout 120 "$BIN" --exact \
       small_gelsd_on_the_backend_past_the_gate --nocapture > "$log" 2>&1
     rc=$?
     last=$(grep -o '^case [0-9]*' "$log" | tail -1 | awk '{print $2}')
