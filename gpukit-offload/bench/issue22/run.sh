@@ -17,6 +17,7 @@
 #   tests/offload_shim-* (as /work/shared/gpu/pack makes).
 # PYTHON (default python3). OUT: logs (default /tmp/issue22-out); the summary is
 # $OUT/issue22.log. PROGRAMS: which programs (default "small pool njobs short").
+# NUMPY_BUDGET: the numpy.linalg suite's limit in seconds (default 200; within RUN_BUDGET).
 # Exit status: 0 when every run finished (a step over its limit or the budget counts as failed).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -98,7 +99,7 @@ fi
 
 say ""
 say "== numpy.linalg test suite, GPU forced, 8 workers"
-l=$(left); lim=$(( l > 200 ? 200 : l ))
+l=$(left); nb=${NUMPY_BUDGET:-200}; lim=$(( l > nb ? nb : l ))
 if [ "$lim" -gt 20 ]; then
   t0=$(date +%s.%N)
   GPUKIT_OFFLOAD_GPU=always GPUKIT_OFFLOAD_LOG=summary timeout "$lim" "$OFFLOAD" run "$PY" -m pytest --pyargs numpy.linalg -n 8 -q -p no:cacheprovider --durations=12 > "$OUT/numpy_suite.log" 2>&1
