@@ -283,6 +283,22 @@ fn out_of_memory_is_an_error_and_memory_is_usable_afterwards() {
     al.empty_cache().unwrap();
 }
 
+/// Restores a retired stream when a failing test unwinds (after waiting for its marker).
+struct RestoreOnPanic<'a>(
+    &'a gpukit_core::Allocator,
+    &'a gpukit_core::Stream,
+    &'a gpukit_core::Event,
+);
+
+impl Drop for RestoreOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.2.synchronize();
+            self.0.restore_stream(self.1);
+        }
+    }
+}
+
 /// A retired stream (gpukit-sched quarantines the stream of a kernel that does not end) is never
 /// waited for: `empty_cache` and the out-of-memory retry, which synchronise before releasing
 /// cached segments, return while its kernel still runs (before: `cuCtxSynchronize`, the
@@ -309,6 +325,11 @@ fn retired_streams_are_never_waited_for() {
     slow_fill_for(&dev, &mut x, 2.0, &hung, 0);
     let end = hung.record_marker().unwrap();
     al.retire_stream(&hung);
+    // Should an assertion below fail, the stream is restored all the same once its kernel
+    // has ended: left retired, it would keep every later test of this binary from releasing
+    // memory (`reserved_memory_stays_bounded_over_cycles` failed after this one on the H100,
+    // 2026-12-06).
+    let _restore = RestoreOnPanic(al, &hung, &end);
     drop((x, y));
     let t = std::time::Instant::now();
     al.empty_cache().unwrap();

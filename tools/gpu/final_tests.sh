@@ -45,8 +45,7 @@ if [ -x "$GG" ]; then
 fi
 wait
 # gpu_alloc fills the GPU's memory on purpose (its out-of-memory test takes nearly all of it):
-# alone, after the others, so neither it nor they fail for memory the other holds (its
-# reserved-memory test failed beside them on the H100, 2026-12-06, and passed alone)
+# alone, after the others, so that no other binary fails for memory it holds
 A=$(ls "$B"/tests/gpukit-core.gpu_alloc* 2>/dev/null | grep -v '\.d$' | head -1)
 [ -n "$A" ] && [ -x "$A" ] && one "$(basename "$A")" 120 "$A"
 line "-- core/jit/gemm done at $((SECONDS - T0)) s"
