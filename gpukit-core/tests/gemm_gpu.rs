@@ -180,7 +180,6 @@ impl Case {
     }
 }
 
-/// Whether a plan (or a precision's default path) computes in TF32 (for the error bounds).
 /// The error of one 3xTF32 product beyond f32 accumulation, relative to `|a b|`: each operand
 /// splits into `big = rn_tf32(x)` and `small = rn_tf32(x - big)` with `|x - big| <= 2^-11 |x|`,
 /// so rounding `small` loses at most `2^-22 |x|` of each operand and the product
@@ -189,14 +188,22 @@ impl Case {
 const SPLIT_PRODUCT: f64 = 3.0 / 4_194_304.0;
 
 /// Whether the kernel that runs `case` may be the 3xTF32 one: the plan's family, or without a
-/// plan the precision (`Tf32x3`, or `Fp32` where the planner may pick 3xTF32: K >= 256).
+/// plan the precision (`Tf32x3`, or `Fp32` where the planner's own rule lets it pick 3xTF32).
 fn may_split(case: &Case, precision: Precision, plan: Option<&Plan>) -> bool {
     match plan {
         Some(p) => p.config.family == Family::Wgmma3,
-        None => precision == Precision::Tf32x3 || (precision == Precision::Fp32 && case.k >= 256),
+        None => {
+            precision == Precision::Tf32x3
+                || (precision == Precision::Fp32
+                    && plan::fp32_prefers_tf32x3(
+                        gpu().dev.attributes().compute_capability,
+                        case.k as u32,
+                    ))
+        }
     }
 }
 
+/// Whether a plan (or a precision's default path) computes in TF32 (for the error bounds).
 fn is_tf32(precision: Precision, plan: Option<&Plan>) -> bool {
     match plan {
         Some(p) => matches!(p.config.family, Family::Tf32 | Family::Wgmma),

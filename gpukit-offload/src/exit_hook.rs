@@ -105,7 +105,9 @@ fn real() -> Option<CxaAtexit> {
 
 /// The shim's `__cxa_atexit`: a registration on a start-up thread of the shim's process (the
 /// hook not run yet) is wrapped to run after the hook; every other one goes to the C library
-/// as it is. Returns the C library's answer (-1 if it cannot be found).
+/// as it is. Returns the C library's answer (-1 if it cannot be found). Never panics (it is
+/// called from C): an atomic load, a `dlsym`, a thread-local read that cannot fail
+/// (`try_with`), and a box whose allocation failure aborts rather than unwinds.
 ///
 /// # Safety
 /// `__cxa_atexit`'s contract: `func(arg)` may be called once at exit (or when `dso` is

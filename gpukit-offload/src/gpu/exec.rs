@@ -345,7 +345,7 @@ pub(crate) struct Exec<'a> {
 /// Bytes after a call's cuSOLVER host workspace that are filled with [`GUARD_BYTE`] and
 /// checked after the call: a library that writes past the size it reported is caught there
 /// (the call fails and goes to the CPU library) instead of corrupting the process's heap.
-pub(crate) const HOST_WS_GUARD: usize = 4096;
+const HOST_WS_GUARD: usize = 4096;
 const GUARD_BYTE: u8 = 0xA5;
 
 /// Whether the guard zone after `used` bytes of `buf` still holds [`GUARD_BYTE`] everywhere.
