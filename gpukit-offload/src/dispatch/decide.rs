@@ -127,4 +127,43 @@ impl Dispatcher {
             Plan::Cpu(Reason::GpuStarting)
         }
     }
+
+    /// Carries out a [`Plan::Wait`] of `first` for a call estimated at `e`: waits for the
+    /// start-up, and when a wait ends before the GPU is ready (a start running past its expected
+    /// time, as on a machine slower to start than the profile's), decides again with what is
+    /// left of it ([`Dispatcher::wait_or_cpu`]) instead of sending the call to the CPU at once:
+    /// a call the GPU would run in milliseconds once ready is worth a few hundred milliseconds
+    /// more of waiting, seconds of CPU time are not worth giving up for it. The waits together
+    /// never pass the call's CPU time (then it runs there: a start that never ends costs at
+    /// most twice the CPU time, the break-even rule of renting versus buying).
+    pub(super) fn await_start(&self, req: &Request, e: &Estimate, first: Duration) -> Plan {
+        let lapack = crate::gpu::needs_solver(&req.call.op);
+        let need = required_speedup(self.config.level);
+        let began = Instant::now();
+        let mut limit = first.min(Duration::from_secs_f64(e.cpu_s.max(0.0)));
+        loop {
+            let ready = self.wait_for(
+                |d| {
+                    d.core.get() != STARTING
+                        && (!lapack || d.core.get() != READY || d.solver.get() != STARTING)
+                },
+                Some(limit),
+            );
+            if ready {
+                return match self.core.get() {
+                    READY => Plan::Gpu,
+                    _ => Plan::Cpu(Reason::NoGpu),
+                };
+            }
+            let left = e.cpu_s - began.elapsed().as_secs_f64();
+            if left <= 0.0 {
+                self.note_missed(&req.call);
+                return Plan::Cpu(Reason::GpuStarting);
+            }
+            match self.wait_or_cpu(req, e, need, lapack) {
+                Plan::Wait(next) => limit = next.min(Duration::from_secs_f64(left)),
+                other => return other,
+            }
+        }
+    }
 }

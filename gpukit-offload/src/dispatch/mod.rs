@@ -408,20 +408,8 @@ impl Dispatcher {
         // Some(the uncontended estimate) when the machine was quiet, None under contention
         let learn = now.quiet().then_some(raw);
         let mut plan = self.decide(req, est.as_ref());
-        if let Plan::Wait(limit) = plan {
-            let lapack = crate::gpu::needs_solver(&req.call.op);
-            let ready = self.wait_for(
-                |d| {
-                    d.core.get() != STARTING
-                        && (!lapack || d.core.get() != READY || d.solver.get() != STARTING)
-                },
-                Some(limit),
-            );
-            plan = if ready && self.core.get() == READY {
-                Plan::Gpu
-            } else {
-                Plan::Cpu(Reason::GpuStarting)
-            };
+        if let (Plan::Wait(limit), Some(e)) = (&plan, &est) {
+            plan = self.await_start(req, e, *limit);
         }
         match plan {
             Plan::Gpu => {
@@ -1208,6 +1196,87 @@ mod tests {
         // alone again: learned (a call above the cheap-call sampling)
         gemm_outcome(&off, 700);
         assert!(d.learner.dirty(), "a quiet call was not learned from");
+    }
+
+    /// A start-up running past its expected time: the call that decided to wait keeps waiting
+    /// while the CPU would still take longer (before, the first wait's end sent a call of
+    /// seconds to the CPU: a 4 s `dsyevd` of issue 22's thread pool, on an H100 slower to start
+    /// than the profile said), and a start that never ends costs at most the call's CPU time.
+    #[test]
+    fn an_overrunning_start_up_is_waited_for_while_the_cpu_would_take_longer() {
+        let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
+        d.core.state.store(STARTING, Relaxed);
+        d.core.since_ns.store(d.now_ns().max(1), Relaxed);
+        let mut buf = vec![0.0f64; 16];
+        let req = Request::new(gemm(64, 64, 64, &mut buf), LibId::UNKNOWN);
+        let est = |cpu_s: f64| Estimate {
+            cpu_s,
+            cpu_known: true,
+            gpu_s: 1e-3,
+            h2d_s: 0.0,
+            compute_s: 1e-3,
+            d2h_s: 0.0,
+        };
+        let need = required_speedup(5);
+        let start_s = d.model.startup.start_s;
+        // the start ends well after the first wait would have given up
+        let ready_after = Duration::from_secs_f64(start_s) + WAIT_SLACK * 4;
+        let e = est(20.0);
+        let Plan::Wait(first) = d.wait_or_cpu(&req, &e, need, false) else {
+            panic!("a 20 s call does not wait for a start of {start_s} s");
+        };
+        assert!(first < ready_after, "{first:?} {ready_after:?}");
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(ready_after);
+                d.core.state.store(READY, Relaxed);
+                d.notify();
+            });
+            let plan = d.await_start(&req, &e, first);
+            assert!(
+                matches!(plan, Plan::Gpu),
+                "gave up waiting after {:?}",
+                t.elapsed()
+            );
+        });
+        assert!(t.elapsed() >= ready_after);
+
+        // a start that never ends: the call runs on the CPU once it has waited its CPU time
+        let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
+        d.core.state.store(STARTING, Relaxed);
+        d.core.since_ns.store(d.now_ns().max(1), Relaxed);
+        let cpu_s = (start_s * 3.0).clamp(0.3, 2.0);
+        let e = est(cpu_s);
+        let t = Instant::now();
+        let plan = match d.wait_or_cpu(&req, &e, need, false) {
+            Plan::Wait(first) => d.await_start(&req, &e, first),
+            other => other,
+        };
+        let waited = t.elapsed().as_secs_f64();
+        assert!(
+            matches!(plan, Plan::Cpu(Reason::GpuStarting)),
+            "a start that never ends"
+        );
+        assert!(
+            waited <= cpu_s + 0.2,
+            "waited {waited} s for a {cpu_s} s call"
+        );
+
+        // a start that fails while a call waits: the CPU, as `no-gpu`
+        let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
+        d.core.state.store(STARTING, Relaxed);
+        d.core.since_ns.store(d.now_ns().max(1), Relaxed);
+        let e = est(20.0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                d.core.state.store(FAILED, Relaxed);
+                d.notify();
+            });
+            let plan = d.await_start(&req, &e, Duration::from_secs(5));
+            assert!(matches!(plan, Plan::Cpu(Reason::NoGpu)));
+        });
     }
 
     proptest! {
