@@ -340,6 +340,17 @@ mod tests {
         // mapped, swapped or not.
         assert_eq!(variants_of(&WGMMA_CONFIGS[1]).len(), 7);
         assert_eq!(variants_of(&WGMMA3_CONFIGS[0]).len(), 1);
+        // The two-blocks-per-SM tile: packed only, its block count the last template argument.
+        let two = crate::gemm::plan::config_by_name("wgmma_128x128_2").unwrap();
+        assert_eq!(variants_of(&two), vec![Variant::default()]);
+        assert_eq!(
+            instantiation(&two, v).expr,
+            "gemm_wgmma<128,3,1,0,false,false,2>"
+        );
+        assert_eq!(
+            pack_instantiation(&two),
+            pack_instantiation(&WGMMA_CONFIGS[1])
+        );
         let all = all_instantiations(true);
         let mut exprs: Vec<&str> = all.iter().map(|i| i.expr.as_str()).collect();
         let n = exprs.len();

@@ -1629,6 +1629,80 @@ pub(crate) mod tests {
         }
     }
 
+    /// Version 9's two-blocks-per-SM tile: two blocks fit an sm_90 SM, it is a packed candidate
+    /// (persistent over two blocks per SM) on the short-K shapes issue 23 missed, the model does
+    /// not take it where 128x256 wins, and it is no candidate where two blocks do not fit.
+    #[test]
+    fn two_blocks_per_sm_tile_is_a_candidate_for_short_k() {
+        let d = h200();
+        let c = config_by_name("wgmma_128x128_2").unwrap();
+        assert_eq!((c.occupancy, c.stages, c.threads()), (2, 3, 384));
+        assert_eq!(c.smem_bytes(false, false), 3 * 32 * 1024 + 1024);
+        assert_eq!(c.occupancy_on(&d, false, false), 2);
+        assert!(
+            2 * (c.smem_bytes(true, true) as usize + 1024) <= d.shared_memory_per_multiprocessor
+        );
+        // Registers: 2 blocks x 384 threads x 80 at entry fit the SM's 65536.
+        assert!(
+            2 * c.threads() * ((65536 / (2 * c.threads())) & !7)
+                <= d.registers_per_multiprocessor as u32
+        );
+        for (m, n, k, ta, tb) in [
+            (4096, 4096, 256, false, false),
+            (8192, 2048, 256, false, false),
+            (2500, 2500, 500, false, false),
+            (1500, 1500, 300, true, true),
+            (4096, 4096, 1024, false, false),
+        ] {
+            let p = Problem {
+                trans_a: ta,
+                trans_b: tb,
+                ..Problem::shape(m, n, k, 1)
+            };
+            let all = enumerate(Precision::Tf32, &p, &d, &auto()).unwrap();
+            let mine: Vec<&Plan> = all.iter().filter(|q| q.config.name == c.name).collect();
+            assert!(!mine.is_empty(), "{m}x{n}x{k}");
+            assert!(
+                mine.iter().all(|q| q.operands == Operands::PACKED),
+                "{m}x{n}x{k}"
+            );
+            let best = mine[0];
+            let tiles = m.div_ceil(128) * n.div_ceil(128);
+            if tiles > 2 * d.multiprocessor_count {
+                assert_eq!(best.max_blocks, 2 * d.multiprocessor_count, "{m}x{n}x{k}");
+            }
+            // Within the tuner's first-stage reach of the model's best.
+            assert!(best.estimate_us <= super::super::tune::WITHIN * all[0].estimate_us);
+            let model = choose(Precision::Tf32, &p, &d, &auto()).unwrap();
+            let stage = super::super::tune::stage_one(&model, &all);
+            assert!(stage.iter().any(|q| q.config.name == c.name), "{m}x{n}x{k}");
+        }
+        for n in [4096, 8192] {
+            let model = choose(Precision::Tf32, &sq(n), &d, &auto()).unwrap();
+            assert_eq!(model.config.name, "wgmma_128x256", "n={n}");
+        }
+        // Where two blocks do not fit (an SM of 164 KB) it is no candidate: one block of it would
+        // be a shallower wgmma_128x128.
+        let small = DeviceAttributes {
+            shared_memory_per_multiprocessor: 164 << 10,
+            ..h200()
+        };
+        assert_eq!(c.occupancy_on(&small, false, false), 1);
+        let p = Problem::shape(4096, 4096, 256, 1);
+        assert!(!estimate(&c, &p, 1, &Operands::PACKED, &small).is_finite());
+        assert!(enumerate(Precision::Tf32, &p, &small, &auto())
+            .unwrap()
+            .iter()
+            .all(|q| q.config.name != c.name));
+        // Nor on a device without wgmma, nor with a tensor-mapped layout.
+        assert_eq!(c.occupancy_on(&a100(), false, false), 0);
+        assert_eq!(
+            config_operand_choices(&c, &p, &Paths::default()),
+            vec![Operands::PACKED]
+        );
+        assert!(config_operand_choices(&WGMMA_CONFIGS[1], &p, &Paths::default()).len() > 1);
+    }
+
     #[test]
     fn shared_memory_fits_the_h200_and_names_are_stable() {
         for c in all_configs() {
