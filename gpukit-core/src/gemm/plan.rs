@@ -1644,8 +1644,7 @@ pub(crate) mod tests {
         );
         // Registers: 2 blocks x 384 threads x 80 at entry fit the SM's 65536.
         assert!(
-            2 * c.threads() * ((65536 / (2 * c.threads())) & !7)
-                <= d.registers_per_multiprocessor as u32
+            2 * c.threads() * ((65536 / (2 * c.threads())) & !7) <= d.registers_per_multiprocessor
         );
         for (m, n, k, ta, tb) in [
             (4096, 4096, 256, false, false),
