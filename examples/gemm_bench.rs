@@ -921,7 +921,7 @@ fn explore(bch: &mut Bench, device: &Device, fp32: bool) -> Res<()> {
             if cfg.occupancy_on(dev, sh.ta, sh.tb) == 0 {
                 continue;
             }
-            let ops = plan::operand_choices(*fam, &problem, &paths)[0];
+            let ops = plan::config_operand_choices(cfg, &problem, &paths)[0];
             for sp in plan::SPLIT_CANDIDATES {
                 if sp > 1 && (sh.k as u32 / sp < 128 || sh.batch > 1) {
                     continue;

@@ -286,8 +286,8 @@ __device__ __forceinline__ void load_p_fragments(float* f, const unsigned char* 
 // (coordinate = batch index of the unit), pBroadcast / qBroadcast: operands shared by every entry
 // (coordinate 0); nz: output slices (batch entries x splits) of this launch; vec: C (or the
 // workspace) allows 8-byte stores.
-template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP>
-__global__ void __launch_bounds__(384, 1)
+template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP, int MINB = 1>
+__global__ void __launch_bounds__(384, MINB)
     gemm_wgmma(const float* __restrict__ Pp, const float* __restrict__ Qp, float* __restrict__ C,
                const __grid_constant__ TmaDesc tmP, const __grid_constant__ TmaDesc tmQ, int PR,
                int QR, int K, int ldc, long long strideP, long long strideQ, long long strideC,
@@ -300,6 +300,8 @@ __global__ void __launch_bounds__(384, 1)
     static_assert(SPLIT == 1 || (PSRC == SRC_PACKED && !QTMA), "3xTF32 reads packed operands");
     static_assert(!SWAP || PSRC == SRC_TMA_MN, "a swapped product reads the MN-major B as P");
     static_assert(!QTMA || PSRC != SRC_PACKED, "a tensor-mapped Q comes with a tensor-mapped P");
+    static_assert(MINB == 1 || (MINB == 2 && SPLIT == 1 && BN <= 128),
+                  "two blocks per SM: TF32 with at most 64 accumulators per thread");
     constexpr int BM = 128;
     constexpr int BK = 32;
     constexpr int PARTS = SPLIT == 3 ? 2 : 1;
@@ -310,6 +312,18 @@ __global__ void __launch_bounds__(384, 1)
     constexpr u32 Q_BYTES = PARTS * Q_PART;
     constexpr u32 STAGE_BYTES = P_BYTES + Q_BYTES;
     constexpr u32 MN_BOX_BYTES = 16 * BK * 4;  // SRC_TMA_MN: one box of 16 rows x 32 k
+    // Registers per thread after setmaxnreg (multiples of 8, in 24 .. 256): the producer's and the
+    // consumers' shares of the block's entry allocation, 65536 / (384 MINB) rounded down to 8 (168
+    // for one block per SM, 80 for two), which they fill exactly: 128 x 40 + 256 x 232 = 384 x 168,
+    // 128 x 32 + 256 x 104 = 384 x 80.
+    constexpr int PRODUCER_REGS = MINB == 1 ? 40 : 32;
+    constexpr int CONSUMER_REGS = MINB == 1 ? 232 : 104;
+    static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= 384 * ((65536 / (384 * MINB)) & ~7),
+                  "setmaxnreg shares exceed the entry allocation");
+    // ptxas sizes a wgmma instruction's operands by the entry register count, not by setmaxnreg
+    // (C7602: an m64n128k8 .f32 needs at least 90 at entry): under two blocks' 80, each k8 step of
+    // a 64 x 128 warpgroup tile is two m64n64k8 halves on one A operand.
+    constexpr bool HALVES = MINB == 2;
 
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) u64 full[STAGES];
@@ -338,7 +352,7 @@ __global__ void __launch_bounds__(384, 1)
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         // Producer warpgroup: one thread issues every copy.
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS) : "memory");
         if (threadIdx.x == 0) {
             int s = 0;
             u32 phase = 0;
@@ -386,7 +400,7 @@ __global__ void __launch_bounds__(384, 1)
         }
     } else {
     // Consumer warpgroups (the rest of the kernel; one if/else, so that ptxas honours setmaxnreg).
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS) : "memory");
     const int cw = wg - 1;  // P rows 64 cw .. 64 cw + 63 of the block tile
     const int lane = threadIdx.x & 31;
     const int q = (threadIdx.x & 127) >> 5;
@@ -420,21 +434,31 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int kk = 0; kk < BK / 8; ++kk) {
                 const u64 db = smem_desc(qAddr + kk * 32);
+                // HALVES: Q rows 64 .. 127 start 64 x 128 bytes on (a whole number of swizzle
+                // periods), and their accumulators are d[32 ..] (chunks j >= 8).
                 if (PSRC != SRC_PACKED) {
-                    if (BN == 256)
+                    if (BN == 256) {
                         wgmma_n256_rs(d, &af[4 * kk], db, 1);
-                    else if (BN == 128)
-                        wgmma_n128_rs(d, &af[4 * kk], db, 1);
-                    else
+                    } else if (BN == 128 && HALVES) {
                         wgmma_n64_rs(d, &af[4 * kk], db, 1);
+                        wgmma_n64_rs(d + 32, &af[4 * kk], smem_desc(qAddr + 64 * 128 + kk * 32), 1);
+                    } else if (BN == 128) {
+                        wgmma_n128_rs(d, &af[4 * kk], db, 1);
+                    } else {
+                        wgmma_n64_rs(d, &af[4 * kk], db, 1);
+                    }
                 } else {
                     const u64 da = smem_desc(stage + cw * (64 * 128) + kk * 32);
-                    if (BN == 256)
+                    if (BN == 256) {
                         wgmma_n256_ss(d, da, db, 1);
-                    else if (BN == 128)
-                        wgmma_n128_ss(d, da, db, 1);
-                    else
+                    } else if (BN == 128 && HALVES) {
                         wgmma_n64_ss(d, da, db, 1);
+                        wgmma_n64_ss(d + 32, da, smem_desc(qAddr + 64 * 128 + kk * 32), 1);
+                    } else if (BN == 128) {
+                        wgmma_n128_ss(d, da, db, 1);
+                    } else {
+                        wgmma_n64_ss(d, da, db, 1);
+                    }
                 }
             }
             wgmma_commit();

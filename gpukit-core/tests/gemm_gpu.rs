@@ -8,8 +8,8 @@
 
 use gpukit_core::gemm::desc::{Precision, RawGemm, Transpose};
 use gpukit_core::gemm::plan::{
-    self, fixed_plan, operand_choices, Family, Operands, Plan, Problem, Source, SGEMM_CONFIGS,
-    TF32_CONFIGS, WGMMA3_CONFIGS, WGMMA_CONFIGS,
+    self, config_operand_choices, fixed_plan, Family, Operands, Plan, Problem, Source,
+    SGEMM_CONFIGS, TF32_CONFIGS, WGMMA3_CONFIGS, WGMMA_CONFIGS,
 };
 use gpukit_core::gemm::{
     cublas_gemm, paths_for, plan_for, sgemm, sgemm_with_plan, tensor_copies_round, BlasType,
@@ -481,7 +481,7 @@ fn plans_for(configs: &[plan::TileConfig], case: &Case, splits: &[u32]) -> Vec<P
                 v.push(plan);
                 continue;
             }
-            for (i, ops) in operand_choices(c.family, &p, &paths)
+            for (i, ops) in config_operand_choices(c, &p, &paths)
                 .into_iter()
                 .enumerate()
             {

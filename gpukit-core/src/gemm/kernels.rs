@@ -7,7 +7,7 @@
 //! built-in kernels use too.
 
 use super::path::Paths;
-use super::plan::{operand_choices, Family, Operands, Problem, TileConfig};
+use super::plan::{config_operand_choices, Family, Operands, Problem, TileConfig};
 use crate::device::Device;
 use crate::error::Result;
 use gpukit_jit::{CompileOptions, Kernel, ProgramSpec};
@@ -127,7 +127,8 @@ impl Instantiation {
 /// The instantiation of `config` for `v`, e.g. `gemm_tf32<128,256,32,64,64,3,false,true,true>`
 /// or, for the `wgmma` families (whose kernel depends only on the tile, stages, products per
 /// step and the operands: P's source code, Q tensor-mapped, swapped),
-/// `gemm_wgmma<256,4,1,2,true,true>`.
+/// `gemm_wgmma<256,4,1,2,true,true>` (a configuration of two blocks per SM adds the count:
+/// `gemm_wgmma<128,3,1,2,true,true,2>`).
 pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
     let file = match config.family {
         Family::Tf32 => SourceFile::Tf32,
@@ -145,8 +146,15 @@ pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
         } else {
             Operands::PACKED
         };
+        // Blocks per SM, the template's last argument: left to its default (1) for the
+        // one-block configurations, whose name expressions stay as they were.
+        let minb = if config.occupancy > 1 {
+            format!(",{}", config.occupancy)
+        } else {
+            String::new()
+        };
         format!(
-            "gemm_wgmma<{},{},{split},{},{},{}>",
+            "gemm_wgmma<{},{},{split},{},{},{}{minb}>",
             config.bn,
             config.stages,
             o.p.code(),
@@ -210,7 +218,8 @@ pub fn reduce_instantiation() -> Instantiation {
 
 /// The distinct variants a configuration is instantiated for: every transpose x `vec`
 /// combination for the `mma.sync` and SIMT kernels; every operand layout the planner can choose
-/// for the `wgmma` families ([`operand_choices`] over all layouts; packed for 3xTF32).
+/// for the `wgmma` families ([`config_operand_choices`] over all layouts; packed for 3xTF32 and
+/// for the two-blocks-per-SM configuration).
 pub fn variants_of(config: &TileConfig) -> Vec<Variant> {
     match config.family {
         Family::Wgmma | Family::Wgmma3 => {
@@ -229,7 +238,7 @@ pub fn variants_of(config: &TileConfig) -> Vec<Variant> {
                             tma_rounding,
                             ..Paths::default()
                         };
-                        for operands in operand_choices(config.family, &p, &paths) {
+                        for operands in config_operand_choices(config, &p, &paths) {
                             let var = Variant {
                                 operands,
                                 ..Variant::default()
@@ -331,6 +340,17 @@ mod tests {
         // mapped, swapped or not.
         assert_eq!(variants_of(&WGMMA_CONFIGS[1]).len(), 7);
         assert_eq!(variants_of(&WGMMA3_CONFIGS[0]).len(), 1);
+        // The two-blocks-per-SM tile: packed only, its block count the last template argument.
+        let two = crate::gemm::plan::config_by_name("wgmma_128x128_2").unwrap();
+        assert_eq!(variants_of(&two), vec![Variant::default()]);
+        assert_eq!(
+            instantiation(&two, v).expr,
+            "gemm_wgmma<128,3,1,0,false,false,2>"
+        );
+        assert_eq!(
+            pack_instantiation(&two),
+            pack_instantiation(&WGMMA_CONFIGS[1])
+        );
         let all = all_instantiations(true);
         let mut exprs: Vec<&str> = all.iter().map(|i| i.expr.as_str()).collect();
         let n = exprs.len();

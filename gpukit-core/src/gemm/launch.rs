@@ -796,7 +796,7 @@ fn check_operands(dev: &Device, g: &RawGemm, cfg: &TileConfig, ops: &Operands) -
         tma_rounding: ops.q_tma && tma::tensor_copies_round(dev)?.rounds,
         ..Paths::default()
     };
-    if plan::operand_choices(cfg.family, &problem, &paths).contains(ops) {
+    if plan::config_operand_choices(cfg, &problem, &paths).contains(ops) {
         return Ok(());
     }
     Err(Error::invalid(
@@ -887,6 +887,15 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
         p_rounding,
     };
     let kernel = kernels::instantiation(cfg, main.variant).load(dev)?;
+    if cfg.family.is_wgmma() && cfg.occupancy > 1 {
+        // Two blocks per SM need the largest shared-memory carveout (2 x 98 KB of the SM's 228):
+        // ask for it rather than leave it to the driver's choice (a hint; the launch sets the
+        // dynamic size itself).
+        kernel.set_attribute(
+            gpukit_jit::cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+            100,
+        )?;
+    }
 
     if splits == 1 {
         let mut b0 = 0usize;

@@ -311,7 +311,8 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
 ];
 
 /// The Hopper `wgmma` TF32 configurations: 384 threads (a producer warpgroup and two consumer
-/// warpgroups of 64 x BN), k tile 32, one block per SM (168 registers per thread at entry).
+/// warpgroups of 64 x BN), k tile 32, one block per SM (168 registers per thread at entry) except
+/// `wgmma_128x128_2` (two).
 /// `gflops_per_sm` is the rate of the GEMM kernel alone (the pack is modelled separately).
 ///
 /// - `wgmma_128x256`: 4 stages of 48 KB (193 KB with the alignment slack): 3180 per SM, the
@@ -321,7 +322,14 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
 ///   (estimated 2700 before the run: m64n128 wgmma, twice the L2 traffic per flop of 128x256; the
 ///   run showed about 1900-2400 at K = 1000-3000, where the pipeline fill and the epilogue of a
 ///   single wave weigh in, which the model does not separate).
-pub const WGMMA_CONFIGS: [TileConfig; 3] = [
+/// - `wgmma_128x128_2` (version 9): the 128x128 tile built for two blocks per SM (3 stages of
+///   32 KB, 97 KB with the slack; 80 registers per thread at entry, setmaxnreg 32 / 104; each
+///   k8 step two m64n64 wgmma halves), so that one block's epilogue (storing its tile straight
+///   from registers) overlaps the other block's main loop: for K of a few hundred, where a
+///   one-block tile spends about as long storing as computing. Planned at the 128x128 tile's
+///   rate, 2200 per SM (2700 packed), so the model keeps its choices and the autotuner, which
+///   times it on every class where it is within reach, decides: not measured yet.
+pub const WGMMA_CONFIGS: [TileConfig; 4] = [
     TileConfig {
         name: "wgmma_128x256",
         family: Family::Wgmma,
@@ -357,6 +365,18 @@ pub const WGMMA_CONFIGS: [TileConfig; 3] = [
         stages: 8,
         occupancy: 1,
         gflops_per_sm: 1400,
+    },
+    TileConfig {
+        name: "wgmma_128x128_2",
+        family: Family::Wgmma,
+        bm: 128,
+        bn: 128,
+        bk: 32,
+        wm: 64,
+        wn: 128,
+        stages: 3,
+        occupancy: 2,
+        gflops_per_sm: 2200,
     },
 ];
 
@@ -521,6 +541,18 @@ pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operan
     }
     v.push(Operands::PACKED);
     v
+}
+
+/// The operand layouts configuration `config` can use for `p` under `paths`: those of its family
+/// ([`operand_choices`]), except that a `wgmma` configuration of several blocks per SM
+/// (`wgmma_128x128_2`) reads packed operands only: with P from registers (the tensor-mapped
+/// layouts) its kernel does not fit two blocks' 80 registers per thread without spilling and
+/// serialising its wgmma instructions (ptxas C7512), while the packed kernel does.
+pub fn config_operand_choices(config: &TileConfig, p: &Problem, paths: &Paths) -> Vec<Operands> {
+    if config.family.is_wgmma() && config.occupancy > 1 {
+        return vec![Operands::PACKED];
+    }
+    operand_choices(config.family, p, paths)
 }
 
 /// The shape and layout facts of one product that the planner uses.
@@ -699,7 +731,9 @@ pub fn estimate(
     dev: &DeviceAttributes,
 ) -> f64 {
     let occupancy = config.occupancy_on(dev, p.trans_a, p.trans_b);
-    if occupancy == 0 {
+    if occupancy == 0 || (config.family.is_wgmma() && occupancy < config.occupancy) {
+        // A `wgmma` kernel built for several blocks per SM exists for their overlap; with fewer
+        // it is a shallower copy of its one-block sibling.
         return f64::INFINITY;
     }
     let (splits, per) = normalize_split(config, p.k, splits);
@@ -787,9 +821,9 @@ pub fn persistent_blocks(
 /// the module docs for the model), or `None` when no configuration of the family fits the
 /// device.
 pub fn plan(family: Family, p: &Problem, dev: &DeviceAttributes, paths: &Paths) -> Option<Plan> {
-    let choices = operand_choices(family, p, paths);
     let mut best: Option<Plan> = None;
     for config in configs(family) {
+        let choices = config_operand_choices(config, p, paths);
         for &want in &SPLIT_CANDIDATES {
             if want > 1 && (p.k / want < MIN_K_PER_SPLIT || p.batch > 1) {
                 continue;
@@ -971,8 +1005,8 @@ pub fn enumerate(
 ) -> Result<Vec<Plan>> {
     let mut v = Vec::new();
     for family in families(precision, p, dev, paths)? {
-        let choices = operand_choices(family, p, paths);
         for config in configs(family) {
+            let choices = config_operand_choices(config, p, paths);
             for &want in &SPLIT_CANDIDATES {
                 if want > 1 && (p.k / want < MIN_K_PER_SPLIT || p.batch > 1) {
                     continue;
@@ -1003,14 +1037,14 @@ pub fn enumerate(
 
 /// A plan for a fixed configuration and split factor (benches and tests that sweep them), with
 /// the operand layout that packs the least under [`Paths::default`] (the first of
-/// [`operand_choices`]) and one block per work unit; [`Plan::with`] changes either.
+/// [`config_operand_choices`]) and one block per work unit; [`Plan::with`] changes either.
 pub fn fixed_plan(config: TileConfig, p: &Problem, splits: u32) -> Plan {
     let (splits, per) = normalize_split(&config, p.k, splits);
     Plan {
         config,
         splits,
         k_per_split: per,
-        operands: operand_choices(config.family, p, &Paths::default())[0],
+        operands: config_operand_choices(&config, p, &Paths::default())[0],
         max_blocks: 0,
         estimate_us: f64::NAN,
     }
@@ -1593,6 +1627,79 @@ pub(crate) mod tests {
                 }
             }
         }
+    }
+
+    /// Version 9's two-blocks-per-SM tile: two blocks fit an sm_90 SM, it is a packed candidate
+    /// (persistent over two blocks per SM) on the short-K shapes issue 23 missed, the model does
+    /// not take it where 128x256 wins, and it is no candidate where two blocks do not fit.
+    #[test]
+    fn two_blocks_per_sm_tile_is_a_candidate_for_short_k() {
+        let d = h200();
+        let c = config_by_name("wgmma_128x128_2").unwrap();
+        assert_eq!((c.occupancy, c.stages, c.threads()), (2, 3, 384));
+        assert_eq!(c.smem_bytes(false, false), 3 * 32 * 1024 + 1024);
+        assert_eq!(c.occupancy_on(&d, false, false), 2);
+        assert!(
+            2 * (c.smem_bytes(true, true) as usize + 1024) <= d.shared_memory_per_multiprocessor
+        );
+        // Registers: 2 blocks x 384 threads x 80 at entry fit the SM's 65536.
+        assert!(
+            2 * c.threads() * ((65536 / (2 * c.threads())) & !7) <= d.registers_per_multiprocessor
+        );
+        for (m, n, k, ta, tb) in [
+            (4096, 4096, 256, false, false),
+            (8192, 2048, 256, false, false),
+            (2500, 2500, 500, false, false),
+            (1500, 1500, 300, true, true),
+            (4096, 4096, 1024, false, false),
+        ] {
+            let p = Problem {
+                trans_a: ta,
+                trans_b: tb,
+                ..Problem::shape(m, n, k, 1)
+            };
+            let all = enumerate(Precision::Tf32, &p, &d, &auto()).unwrap();
+            let mine: Vec<&Plan> = all.iter().filter(|q| q.config.name == c.name).collect();
+            assert!(!mine.is_empty(), "{m}x{n}x{k}");
+            assert!(
+                mine.iter().all(|q| q.operands == Operands::PACKED),
+                "{m}x{n}x{k}"
+            );
+            let best = mine[0];
+            let tiles = m.div_ceil(128) * n.div_ceil(128);
+            if tiles > 2 * d.multiprocessor_count {
+                assert_eq!(best.max_blocks, 2 * d.multiprocessor_count, "{m}x{n}x{k}");
+            }
+            // Within the tuner's first-stage reach of the model's best.
+            assert!(best.estimate_us <= super::super::tune::WITHIN * all[0].estimate_us);
+            let model = choose(Precision::Tf32, &p, &d, &auto()).unwrap();
+            let stage = super::super::tune::stage_one(&model, &all);
+            assert!(stage.iter().any(|q| q.config.name == c.name), "{m}x{n}x{k}");
+        }
+        for n in [4096, 8192] {
+            let model = choose(Precision::Tf32, &sq(n), &d, &auto()).unwrap();
+            assert_eq!(model.config.name, "wgmma_128x256", "n={n}");
+        }
+        // Where two blocks do not fit (an SM of 164 KB) it is no candidate: one block of it would
+        // be a shallower wgmma_128x128.
+        let small = DeviceAttributes {
+            shared_memory_per_multiprocessor: 164 << 10,
+            ..h200()
+        };
+        assert_eq!(c.occupancy_on(&small, false, false), 1);
+        let p = Problem::shape(4096, 4096, 256, 1);
+        assert!(!estimate(&c, &p, 1, &Operands::PACKED, &small).is_finite());
+        assert!(enumerate(Precision::Tf32, &p, &small, &auto())
+            .unwrap()
+            .iter()
+            .all(|q| q.config.name != c.name));
+        // Nor on a device without wgmma, nor with a tensor-mapped layout.
+        assert_eq!(c.occupancy_on(&a100(), false, false), 0);
+        assert_eq!(
+            config_operand_choices(&c, &p, &Paths::default()),
+            vec![Operands::PACKED]
+        );
+        assert!(config_operand_choices(&WGMMA_CONFIGS[1], &p, &Paths::default()).len() > 1);
     }
 
     #[test]

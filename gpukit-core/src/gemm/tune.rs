@@ -370,7 +370,7 @@ impl Choice {
             .ok()?
             .contains(&config.family)
             || !SPLIT_CANDIDATES.contains(&self.splits)
-            || !plan::operand_choices(config.family, p, paths).contains(&self.operands)
+            || !plan::config_operand_choices(&config, p, paths).contains(&self.operands)
         {
             return None;
         }
