@@ -12,7 +12,7 @@ use crate::error::{DriverContext, Error, Result};
 use crate::pinned::PinnedPool;
 use crate::stream::{self, Stream};
 use crate::transfer::Transfers;
-use cudarc::driver::CudaContext;
+use cudarc::driver::{sys, CudaContext};
 use gpukit_jit::{Arch, CompileOptions, Kernel, KernelSet};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -26,6 +26,22 @@ pub(crate) fn ensure_driver() -> Result<()> {
     static INIT: OnceLock<std::result::Result<(), cudarc::driver::DriverError>> = OnceLock::new();
     (*INIT.get_or_init(cudarc::driver::result::init)).ctx("initialising the CUDA driver (cuInit)")
 }
+
+/// How host threads wait for a device's work: see [`Device::set_host_wait`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostWait {
+    /// The driver's choice (spin while the process has fewer contexts than cores, else yield).
+    Auto,
+    /// Spin: the lowest latency; holds a core while waiting.
+    Spin,
+    /// Spin, yielding the core to any other runnable thread at each turn.
+    Yield,
+    /// Sleep until the GPU signals completion: frees the core, costs a wake-up.
+    Block,
+}
+
+/// The first driver with `cuCtxSetFlags` (CUDA 12.1).
+const CTX_SET_FLAGS_DRIVER: i32 = 12010;
 
 pub(crate) struct DeviceInner {
     attrs: Arc<DeviceAttributes>,
@@ -180,6 +196,49 @@ impl Device {
     /// The device's own compute stream (the default current stream).
     pub fn compute_stream(&self) -> &Stream {
         &self.inner.compute
+    }
+
+    /// How host threads wait for this device's work (`cuCtxSetFlags`' scheduling flags on
+    /// the device's context; every later wait of the process on it, and of libraries sharing
+    /// the primary context, follows it). The driver's default (`Auto`) spins while the process
+    /// has fewer contexts than cores: the lowest latency, but a spinning wait holds a core,
+    /// and beside a CPU library whose threads fill every core (OpenBLAS, MKL) one held core
+    /// slows each of the library's parallel regions to the pace of its descheduled thread.
+    /// Needs a CUDA 12.1 or later driver (`cuCtxSetFlags`); older ones get
+    /// [`Error::InvalidArgument`] and keep their flags.
+    pub fn set_host_wait(&self, wait: HostWait) -> Result<()> {
+        let v = stream::driver_version();
+        if v < CTX_SET_FLAGS_DRIVER {
+            return Err(Error::InvalidArgument {
+                op: "Device::set_host_wait".into(),
+                reason: format!(
+                    "setting how host threads wait needs a CUDA 12.1 or later driver \
+                     (cuCtxSetFlags); this driver reports version {v}"
+                ),
+            });
+        }
+        self.inner.ctx.bind_to_thread().ctx("binding the context")?;
+        let sched = match wait {
+            HostWait::Auto => sys::CUctx_flags::CU_CTX_SCHED_AUTO,
+            HostWait::Spin => sys::CUctx_flags::CU_CTX_SCHED_SPIN,
+            HostWait::Yield => sys::CUctx_flags::CU_CTX_SCHED_YIELD,
+            HostWait::Block => sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC,
+        } as u32;
+        let mut now: u32 = 0;
+        // SAFETY: the device's context is current on this thread (bound above); the call
+        // writes one unsigned int into `now`, which outlives it; cuCtxGetFlags exists in
+        // every driver cudarc binds (CUDA 7 and later).
+        unsafe { sys::cuCtxGetFlags(&mut now) }
+            .result()
+            .ctx("reading the context's flags (cuCtxGetFlags)")?;
+        let mask = sys::CUctx_flags::CU_CTX_SCHED_MASK as u32;
+        // cuCtxSetFlags replaces every flag: only the scheduling bits change. The driver has
+        // it (version checked above), so cudarc's lazy symbol lookup cannot panic.
+        // SAFETY: the context is current on this thread; the flags are the context's own with
+        // the scheduling bits replaced by one valid scheduling flag.
+        unsafe { sys::cuCtxSetFlags((now & !mask) | sched) }
+            .result()
+            .ctx("setting how host threads wait for the GPU (cuCtxSetFlags)")
     }
 
     /// `(lowest, highest)` priority: numerically, lowest >= highest (0 and -5 on the H200).

@@ -62,7 +62,7 @@ pub use array::{
     where_, BinaryOp, CompareOp, Expr, GpuArray, LogicalOp, Predicate, ReduceOp, ScanOp, UnaryOp,
 };
 pub use attributes::DeviceAttributes;
-pub use device::Device;
+pub use device::{Device, HostWait};
 pub use dtype::{DType, DTypeKind};
 pub use error::{Error, Result};
 pub use gpukit_jit::{Arch, CompileOptions, Kernel, KernelArg, LaunchConfig};

@@ -312,6 +312,19 @@ fn retired_streams_are_never_waited_for() {
     };
     let _g = SERIAL.lock();
     let al = dev.allocator();
+    // First most of the GPU's memory is taken and given back to the driver: after that (the
+    // state `out_of_memory_is_an_error_and_memory_is_usable_afterwards` leaves), a failing
+    // cuMemAlloc waited for the whole device on the H100, where in a fresh process it did not.
+    let mut held = Vec::new();
+    while held.len() < 1000 {
+        match al.alloc(4 << 30) {
+            Ok(b) => held.push(b),
+            Err(_) => break,
+        }
+    }
+    assert!(!held.is_empty(), "not even 4 GiB could be allocated");
+    drop(held);
+    al.empty_cache().unwrap();
     let hung = dev.new_stream(0).unwrap();
     // A block of the stream's own segment, and a block of the compute stream it uses last.
     let own = al

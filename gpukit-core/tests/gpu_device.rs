@@ -176,3 +176,63 @@ fn user_kernels_take_arrays_as_arguments() {
     assert!(e.contains("contiguous"), "{e}");
     assert!(a.to_vec().unwrap().iter().all(|&x| x == 2.0));
 }
+
+/// `set_host_wait` sets the context's scheduling bits and nothing else, and work still
+/// completes and is waited for under every setting; a yielding or blocking wait leaves the
+/// core to other threads (a waiting thread's CPU time stays well under the wall time of the
+/// wait, where a spinning one uses nearly all of it).
+#[test]
+fn host_wait_sets_the_scheduling_flags_and_frees_the_core() {
+    use gpukit_core::HostWait;
+    let Some(dev) = device("host_wait_sets_the_scheduling_flags_and_frees_the_core") else {
+        return;
+    };
+    let flags = || {
+        dev.context().bind_to_thread().unwrap();
+        let mut f = 0u32;
+        // SAFETY: the context is current on this thread; the call writes one u32.
+        let r = unsafe { cudarc::driver::sys::cuCtxGetFlags(&mut f) };
+        assert_eq!(r, cudarc::driver::sys::CUresult::CUDA_SUCCESS);
+        f
+    };
+    let before = flags();
+    let cpu_s = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes the timespec it is given.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    };
+    let mut x = GpuArray::<f32>::zeros(&dev, &[1 << 20]).unwrap();
+    for (w, bits) in [
+        (HostWait::Spin, 1u32),
+        (HostWait::Yield, 2),
+        (HostWait::Block, 4),
+        (HostWait::Auto, 0),
+    ] {
+        dev.set_host_wait(w).unwrap();
+        let f = flags();
+        assert_eq!(f & 7, bits, "{w:?}: flags {f:#x}");
+        assert_eq!(
+            f & !7,
+            before & !7,
+            "{w:?} changed other flags: {f:#x} vs {before:#x}"
+        );
+        // about 0.3 s of GPU work, then a host wait for it
+        common::slow::slow_fill_for(&dev, &mut x, 1.0, &dev.stream(), 3 * common::slow::SPIN);
+        let (t, c) = (std::time::Instant::now(), cpu_s());
+        dev.synchronize().unwrap();
+        let (wall, cpu) = (t.elapsed().as_secs_f64(), cpu_s() - c);
+        assert_eq!(x.to_vec().unwrap()[12345], 1.0, "{w:?}");
+        println!("{w:?}: waited {wall:.3} s, {cpu:.3} s of this thread's CPU time");
+        if w == HostWait::Block {
+            assert!(
+                cpu < 0.5 * wall,
+                "a blocking wait used {cpu:.3} s of CPU in {wall:.3} s"
+            );
+        }
+    }
+    dev.set_host_wait(HostWait::Auto).unwrap();
+}

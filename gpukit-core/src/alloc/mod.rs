@@ -422,6 +422,22 @@ impl Allocator {
         // 3. The driver; on OOM release every cached segment and retry once.
         let seg = segment_size(rounded);
         self.inner.ctx.bind_to_thread().ctx("binding the context")?;
+        if !st.retired.is_empty() {
+            // The driver's own out-of-memory path may wait for the whole device: on the H100 a
+            // failing cuMemAlloc waited 3 s for a retired stream's kernel once the process had
+            // freed most of the GPU's memory (gpu_alloc's tests in one process; in a fresh
+            // process it returns in milliseconds). While a stream is retired the driver is
+            // asked only for what it reports free, so it never gets there.
+            let free = self.inner.ctx.mem_get_info().map(|m| m.0).unwrap_or(0);
+            if free < seg {
+                st.stats.oom_errors += 1;
+                return Err(Error::OutOfMemory {
+                    requested: seg,
+                    free,
+                    reserved: st.pool.counters().reserved,
+                });
+            }
+        }
         let base = match self.driver_alloc(seg) {
             Ok(p) => p,
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {

@@ -4,6 +4,7 @@ use crate::cpu::CpuBackend;
 use crate::error::Error;
 use crate::gpu::Inject;
 use crate::model::DEFAULT_LEVEL;
+use gpukit_core::HostWait;
 use std::path::PathBuf;
 
 #[cfg(test)]
@@ -108,6 +109,9 @@ pub struct Config {
     pub start: StartPolicy,
     /// A GPU failure injected into every GPU call (tests).
     pub inject: Inject,
+    /// How this process's threads wait for the GPU (`GPUKIT_OFFLOAD_HOST_WAIT`): see
+    /// [`crate::gpu::DEFAULT_HOST_WAIT`].
+    pub host_wait: HostWait,
 }
 
 impl Default for Config {
@@ -120,6 +124,7 @@ impl Default for Config {
             persist: true,
             start: StartPolicy::Savings,
             inject: Inject::None,
+            host_wait: crate::gpu::DEFAULT_HOST_WAIT,
         }
     }
 }
@@ -127,7 +132,8 @@ impl Default for Config {
 impl Config {
     /// Reads `GPUKIT_OFFLOAD_LEVEL` (1-10), `GPUKIT_OFFLOAD_GPU` (`auto`|`off`|`always`),
     /// `GPUKIT_OFFLOAD_LOG` (`off`|`summary`|`calls`), `GPUKIT_OFFLOAD_PROFILE` and
-    /// `GPUKIT_OFFLOAD_PERSIST` (`1`|`0`). A bad value keeps the default and yields a message.
+    /// `GPUKIT_OFFLOAD_PERSIST` (`1`|`0`), `GPUKIT_OFFLOAD_START`, `GPUKIT_OFFLOAD_HOST_WAIT`
+    /// (`yield`|`block`|`spin`|`auto`). A bad value keeps the default and yields a message.
     ///
     /// `eager` applies only to the process `offload run` started (whose parent is the one named
     /// by [`EAGER_PARENT_ENV`]): its descendants (shell scripts, worker pools, build tools) start
@@ -217,6 +223,22 @@ impl Config {
                     name: "GPUKIT_OFFLOAD_INJECT_FAILURE",
                     value: v,
                     msg: "must be oom, error, info or none (tests only); injecting nothing".into(),
+                }),
+            }
+        }
+        if let Some(v) = get("GPUKIT_OFFLOAD_HOST_WAIT") {
+            match v.to_ascii_lowercase().as_str() {
+                "auto" => c.host_wait = HostWait::Auto,
+                "spin" => c.host_wait = HostWait::Spin,
+                "yield" => c.host_wait = HostWait::Yield,
+                "block" => c.host_wait = HostWait::Block,
+                _ => errs.push(Error::Config {
+                    name: "GPUKIT_OFFLOAD_HOST_WAIT",
+                    value: v,
+                    msg: format!(
+                        "must be yield, block, spin or auto; using {}",
+                        crate::gpu::host_wait_name(crate::gpu::DEFAULT_HOST_WAIT)
+                    ),
                 }),
             }
         }

@@ -786,8 +786,10 @@ mod tests {
             ("GPUKIT_OFFLOAD_GPU", "always"),
             ("GPUKIT_OFFLOAD_START", "eager"),
             ("GPUKIT_OFFLOAD_INJECT_FAILURE", "oom"),
+            ("GPUKIT_OFFLOAD_HOST_WAIT", "Block"),
         ]));
         assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!(c.host_wait, gpukit_core::HostWait::Block);
         assert_eq!((c.level, c.gpu), (3, GpuMode::Always));
         assert_eq!(
             (c.start, c.inject),
@@ -801,11 +803,13 @@ mod tests {
             ("GPUKIT_OFFLOAD_INJECT_FAILURE", "garbage"),
             ("GPUKIT_OFFLOAD_START", "whenever"),
             ("GPUKIT_OFFLOAD_CPU_LIB", "/nonexistent/libblas.so"),
+            ("GPUKIT_OFFLOAD_HOST_WAIT", "nap"),
         ]));
         assert_eq!((c.level, c.gpu), (Config::default().level, GpuMode::Auto));
+        assert_eq!(c.host_wait, crate::gpu::DEFAULT_HOST_WAIT);
         assert_eq!((c.start, c.inject), (StartPolicy::Savings, Inject::None));
         let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
-        assert_eq!(text.len(), 5, "{text:?}");
+        assert_eq!(text.len(), 6, "{text:?}");
         assert!(
             text[0].contains("GPUKIT_OFFLOAD_LEVEL=\"eleven\""),
             "{text:?}"
@@ -818,6 +822,7 @@ mod tests {
             "GPUKIT_OFFLOAD_START=\"whenever\"",
             "GPUKIT_OFFLOAD_INJECT_FAILURE=\"garbage\"",
             "GPUKIT_OFFLOAD_CPU_LIB=\"/nonexistent/libblas.so\"",
+            "GPUKIT_OFFLOAD_HOST_WAIT=\"nap\"",
         ] {
             assert!(text.iter().any(|t| t.contains(name)), "{name}: {text:?}");
         }

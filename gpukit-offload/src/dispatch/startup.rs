@@ -246,7 +246,9 @@ impl Dispatcher {
             panic!("injected panic in the GPU start-up");
         }
         let t0 = Instant::now();
-        let r = GpuBackend::start().map(Arc::new).map_err(|e| e.to_string());
+        let r = GpuBackend::start_waiting(0, self.config.host_wait)
+            .map(Arc::new)
+            .map_err(|e| e.to_string());
         let mut presized = None;
         if let Ok(g) = &r {
             if self.config.inject != Inject::None {
@@ -322,7 +324,7 @@ impl Dispatcher {
         }
         let mut all = vec![g0];
         for i in 1..count {
-            match GpuBackend::start_on(i) {
+            match GpuBackend::start_waiting(i, self.config.host_wait) {
                 Ok(g) => {
                     if self.config.inject != Inject::None {
                         g.set_inject(self.config.inject);

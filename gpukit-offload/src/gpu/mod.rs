@@ -44,6 +44,26 @@ pub use phases::{Phase, PhaseTimes};
 pub use presize::{presize_plan, Presized, PRESIZE_PINNED_MAX};
 pub use startup::{StartupReport, Step};
 
+use gpukit_core::HostWait;
+
+/// How the offload backend's threads wait for the GPU unless `GPUKIT_OFFLOAD_HOST_WAIT` says
+/// otherwise: yielding. The driver's default spins (one core held per waiting thread, the
+/// start-up's among them), and a program under `offload run` runs CPU-library calls beside
+/// GPU ones: OpenBLAS's threads fill every core, and each parallel region of a CPU call then
+/// waits for the thread the spinning wait pushed off its core (issue 22's thread pool: a
+/// 3000 x 3000 `dgesv` predicted at 0.36 s took 3.4 s on the CPU while the GPU started).
+pub const DEFAULT_HOST_WAIT: HostWait = HostWait::Yield;
+
+/// The setting's name in `GPUKIT_OFFLOAD_HOST_WAIT`.
+pub fn host_wait_name(w: HostWait) -> &'static str {
+    match w {
+        HostWait::Auto => "auto",
+        HostWait::Spin => "spin",
+        HostWait::Yield => "yield",
+        HostWait::Block => "block",
+    }
+}
+
 use crate::call::{Call, Op};
 use crate::ops::{OpKind, Precision};
 use exec::SIZING_ONLY;
@@ -205,8 +225,16 @@ impl GpuBackend {
     }
 
     /// [`GpuBackend::start`] on the GPU of ordinal `ordinal` in the visible set (a process
-    /// with several GPUs runs one backend per GPU: [`devices::Devices`]).
+    /// with several GPUs runs one backend per GPU: [`devices::Devices`]), its threads waiting
+    /// for the GPU as [`DEFAULT_HOST_WAIT`] says.
     pub fn start_on(ordinal: usize) -> crate::Result<GpuBackend> {
+        GpuBackend::start_waiting(ordinal, DEFAULT_HOST_WAIT)
+    }
+
+    /// [`GpuBackend::start_on`] with the way host threads wait for the GPU (the context's
+    /// scheduling flags, [`gpukit_core::Device::set_host_wait`]). A driver that cannot set it
+    /// (older than CUDA 12.1) keeps its own, noted in the start-up report.
+    pub fn start_waiting(ordinal: usize, wait: HostWait) -> crate::Result<GpuBackend> {
         let unavailable = |e: String| crate::Error::GpuUnavailable(e);
         let mut report = StartupReport::default();
         let t = Instant::now();
@@ -229,6 +257,9 @@ impl GpuBackend {
         dev.context()
             .bind_to_thread()
             .map_err(|e| unavailable(e.to_string()))?;
+        if let Err(e) = dev.set_host_wait(wait) {
+            report.note(format!("host wait {} not set: {e}", host_wait_name(wait)));
+        }
         report.record(Step::Context, t.elapsed());
         let lane = new_lane(&dev, Some(&mut report)).map_err(|e| unavailable(e.to_string()))?;
         report.mark_started();

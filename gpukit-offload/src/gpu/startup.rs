@@ -68,6 +68,8 @@ pub struct StartupReport {
     /// Each step with its duration; `later` steps ran after [`crate::gpu::GpuBackend::start`]
     /// returned (inside a call, a warm-up or a presize).
     pub steps: Vec<(Step, Duration, bool)>,
+    /// What the start could not do as asked (printed after the steps).
+    pub notes: Vec<String>,
     started: bool,
 }
 
@@ -75,6 +77,11 @@ impl StartupReport {
     /// Records a step.
     pub fn record(&mut self, step: Step, d: Duration) {
         self.steps.push((step, d, self.started));
+    }
+
+    /// Notes something the start could not do as asked.
+    pub fn note(&mut self, note: String) {
+        self.notes.push(note);
     }
 
     /// Marks the end of `start`: steps recorded from now on are `later`.
@@ -128,6 +135,9 @@ impl fmt::Display for StartupReport {
                 self.later_time().as_secs_f64(),
                 part(true)
             )?;
+        }
+        for n in &self.notes {
+            write!(f, "; {n}")?;
         }
         Ok(())
     }
