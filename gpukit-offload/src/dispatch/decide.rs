@@ -64,13 +64,16 @@ impl Dispatcher {
                 match self.config.start {
                     StartPolicy::Savings => {
                         // the savings this call misses are added up; once they would have paid
-                        // for start-up, CUDA starts on a background thread while this call runs
-                        // on the CPU
+                        // for start-up (with cuSOLVER's load for a LAPACK call, which it needs
+                        // too), CUDA starts on a background thread while this call runs on the
+                        // CPU
                         let gain = (e.cpu_s - e.gpu_s).max(0.0);
                         let missed = self.missed_ns.fetch_add((gain * 1e9) as u64, Relaxed) as f64
                             * 1e-9
                             + gain;
-                        if missed > self.model.startup.start_s {
+                        let st = &self.model.startup;
+                        let price = st.start_s + if lapack { st.solver_s } else { 0.0 };
+                        if missed > price {
                             self.start_background();
                         }
                         return Plan::Cpu(Reason::StartupNotPaid);

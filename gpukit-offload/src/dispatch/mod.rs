@@ -1203,6 +1203,50 @@ mod tests {
         assert!(d.learner.dirty(), "a quiet call was not learned from");
     }
 
+    /// The savings start: CUDA starts once the missed savings pay for the start-up, and for a
+    /// LAPACK call that price includes loading cuSOLVER, which it needs as well.
+    #[test]
+    fn savings_pay_for_the_start_up_and_for_cusolver_where_a_call_needs_it() {
+        let st = Dispatcher::new(cfg(5, GpuMode::Auto)).model.startup;
+        let gain = st.start_s + 0.5 * st.solver_s;
+        let est = |cpu_s| Estimate {
+            cpu_s,
+            cpu_known: true,
+            gpu_s: 1e-3,
+            h2d_s: 0.0,
+            compute_s: 1e-3,
+            d2h_s: 0.0,
+        };
+        let mut buf = vec![0.0f64; 64];
+        for (lapack, starts) in [(true, false), (false, true)] {
+            let d = Arc::new(Dispatcher::new(Config {
+                start: StartPolicy::Savings,
+                ..cfg(5, GpuMode::Auto)
+            }));
+            // as on a machine with a GPU (here the dispatcher knows there is none)
+            d.core.state.store(NOT_STARTED, Relaxed);
+            let call = if lapack {
+                potrf(4, &mut buf)
+            } else {
+                gemm(4, 4, 4, &mut buf)
+            };
+            let req = Request::new(call, LibId::UNKNOWN);
+            let plan = d.decide(&req, Some(&est(gain + 1e-3)));
+            match plan {
+                Plan::Cpu(Reason::StartupNotPaid) => {}
+                Plan::Cpu(r) => panic!("lapack {lapack}: cpu ({})", r.as_str()),
+                _ => panic!("lapack {lapack}: not the CPU"),
+            }
+            assert_eq!(
+                d.core.get() != NOT_STARTED,
+                starts,
+                "lapack {lapack}: savings {gain} s against start {} s + cuSOLVER {} s",
+                st.start_s,
+                st.solver_s
+            );
+        }
+    }
+
     /// A start-up running past its expected time: the call that decided to wait keeps waiting
     /// while the CPU would still take longer (before, the first wait's end sent a call of
     /// seconds to the CPU: a 4 s `dsyevd` of issue 22's thread pool, on an H100 slower to start
