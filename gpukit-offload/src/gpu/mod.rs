@@ -47,12 +47,13 @@ pub use startup::{StartupReport, Step};
 use gpukit_core::HostWait;
 
 /// How the offload backend's threads wait for the GPU unless `GPUKIT_OFFLOAD_HOST_WAIT` says
-/// otherwise: yielding. The driver's default spins (one core held per waiting thread, the
-/// start-up's among them), and a program under `offload run` runs CPU-library calls beside
-/// GPU ones: OpenBLAS's threads fill every core, and each parallel region of a CPU call then
-/// waits for the thread the spinning wait pushed off its core (issue 22's thread pool: a
-/// 3000 x 3000 `dgesv` predicted at 0.36 s took 3.4 s on the CPU while the GPU started).
-pub const DEFAULT_HOST_WAIT: HostWait = HostWait::Yield;
+/// otherwise: the driver's choice (spinning, with fewer contexts than cores). Measured on an
+/// H100 host, 16 cores, 2026-12-06, one call: issue 22's thread pool under `offload run`
+/// (CPU-library calls beside GPU ones) took 5.11 / 4.82 s spinning, 5.70 / 5.43 yielding and
+/// 5.17 / 5.38 blocking (two rounds, interleaved), so a spinning wait does not slow the CPU
+/// library beside it there; and a blocking wait costs a wake-up on every call (a 64 x 64
+/// `dgemm` 57 us instead of 34, a 4 x 4 `dpotrf` 83 instead of 42).
+pub const DEFAULT_HOST_WAIT: HostWait = HostWait::Auto;
 
 /// The setting's name in `GPUKIT_OFFLOAD_HOST_WAIT`.
 pub fn host_wait_name(w: HostWait) -> &'static str {
@@ -232,7 +233,8 @@ impl GpuBackend {
     }
 
     /// [`GpuBackend::start_on`] with the way host threads wait for the GPU (the context's
-    /// scheduling flags, [`gpukit_core::Device::set_host_wait`]). A driver that cannot set it
+    /// scheduling flags, [`gpukit_core::Device::set_host_wait`]; `Auto` leaves the context's
+    /// flags as they are). A driver that cannot set it
     /// (older than CUDA 12.1) keeps its own, noted in the start-up report.
     pub fn start_waiting(ordinal: usize, wait: HostWait) -> crate::Result<GpuBackend> {
         let unavailable = |e: String| crate::Error::GpuUnavailable(e);
@@ -257,8 +259,12 @@ impl GpuBackend {
         dev.context()
             .bind_to_thread()
             .map_err(|e| unavailable(e.to_string()))?;
-        if let Err(e) = dev.set_host_wait(wait) {
-            report.note(format!("host wait {} not set: {e}", host_wait_name(wait)));
+        // `Auto` leaves the context's flags as they are (the driver's, or those another user
+        // of the primary context in this process chose)
+        if wait != HostWait::Auto {
+            if let Err(e) = dev.set_host_wait(wait) {
+                report.note(format!("host wait {} not set: {e}", host_wait_name(wait)));
+            }
         }
         report.record(Step::Context, t.elapsed());
         let lane = new_lane(&dev, Some(&mut report)).map_err(|e| unavailable(e.to_string()))?;
