@@ -109,6 +109,16 @@ impl Dispatcher {
 
     /// A GPU-bound call while the GPU (or cuSOLVER) is starting: wait when the start-up still
     /// needed plus the GPU time beats the CPU by the required speedup, else run on the CPU.
+    ///
+    /// Also wait, whatever the CPU estimate, when another CPU-library call of this process is
+    /// in flight (the call's own GPU time beating its CPU time by the required speedup): the
+    /// CPU estimate then cannot be trusted. Concurrent calls into one multithreaded CPU library
+    /// do not share the cores as the load price's `k` times assumes: each starts a full team of
+    /// threads, and the teams thrash. Measured in issue 22's thread pool on an H100 host (16
+    /// cores, OpenBLAS, four threads calling at once while the GPU started, 2026-12-06): a
+    /// 3000 x 3000 `dgesv` priced at 0.36 s ran 3.4-3.7 s on the CPU, a 1500 x 1500 `dsyevd`
+    /// priced at 0.32 s ran 3.0 s, while the same program with every call waiting for the GPU
+    /// took 2.5-3.1 s in all. A call waiting leaves the cores to the one already running.
     pub(super) fn wait_or_cpu(&self, req: &Request, e: &Estimate, need: f64, lapack: bool) -> Plan {
         let st = &self.model.startup;
         let mut remaining = match self.core.get() {
@@ -123,7 +133,8 @@ impl Dispatcher {
                 _ => st.solver_s,
             };
         }
-        if e.cpu_s >= need * (remaining + e.gpu_s) {
+        let crowded = self.load.snapshot().cpu_others > 0 && e.cpu_s >= need * e.gpu_s;
+        if crowded || e.cpu_s >= need * (remaining + e.gpu_s) {
             Plan::Wait(Duration::from_secs_f64(remaining) + WAIT_SLACK)
         } else {
             self.note_missed(&req.call);
@@ -137,13 +148,16 @@ impl Dispatcher {
     /// left of it ([`Dispatcher::wait_or_cpu`]) instead of sending the call to the CPU at once:
     /// a call the GPU would run in milliseconds once ready is worth a few hundred milliseconds
     /// more of waiting, seconds of CPU time are not worth giving up for it. The waits together
-    /// never pass the call's CPU time (then it runs there: a start that never ends costs at
-    /// most twice the CPU time, the break-even rule of renting versus buying).
+    /// never pass the call's CPU time or the first wait, whichever is longer (then it runs
+    /// there: a start that never ends costs at most twice that, the break-even rule of renting
+    /// versus buying; the first wait may be the longer for a call that waits because the CPU
+    /// library is busy with another call, see [`Dispatcher::wait_or_cpu`]).
     pub(super) fn await_start(&self, req: &Request, e: &Estimate, first: Duration) -> Plan {
         let lapack = crate::gpu::needs_solver(&req.call.op);
         let need = required_speedup(self.config.level);
         let began = Instant::now();
-        let mut limit = first.min(Duration::from_secs_f64(e.cpu_s.max(0.0)));
+        let bound = e.cpu_s.max(first.as_secs_f64());
+        let mut limit = first;
         loop {
             let ready = self.wait_for(
                 |d| {
@@ -158,7 +172,7 @@ impl Dispatcher {
                     _ => Plan::Cpu(Reason::NoGpu),
                 };
             }
-            let left = e.cpu_s - began.elapsed().as_secs_f64();
+            let left = bound - began.elapsed().as_secs_f64();
             if left <= 0.0 {
                 self.note_missed(&req.call);
                 return Plan::Cpu(Reason::GpuStarting);

@@ -1247,6 +1247,65 @@ mod tests {
         }
     }
 
+    /// With another CPU-library call of the process in flight, a call the GPU would win waits
+    /// for the start-up even where its (untrustworthy) CPU estimate is below the start-up
+    /// left, and may wait that long; alone, the same call runs on the CPU.
+    #[test]
+    fn a_call_beside_another_cpu_call_waits_for_the_starting_gpu() {
+        let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
+        d.core.state.store(STARTING, Relaxed);
+        d.core.since_ns.store(d.now_ns().max(1), Relaxed);
+        let mut buf = vec![0.0f64; 16];
+        let req = Request::new(gemm(64, 64, 64, &mut buf), LibId::UNKNOWN);
+        let need = required_speedup(5);
+        let start_s = d.model.startup.start_s;
+        // a call the GPU wins by far, whose CPU estimate is under the start-up left
+        let e = Estimate {
+            cpu_s: start_s / 4.0,
+            cpu_known: true,
+            gpu_s: start_s / 400.0,
+            h2d_s: 0.0,
+            compute_s: start_s / 400.0,
+            d2h_s: 0.0,
+        };
+        assert!(matches!(
+            d.wait_or_cpu(&req, &e, need, false),
+            Plan::Cpu(Reason::GpuStarting)
+        ));
+        let other = d.load.cpu_turn();
+        let Plan::Wait(first) = d.wait_or_cpu(&req, &e, need, false) else {
+            panic!("a call beside another CPU call did not wait");
+        };
+        assert!(first.as_secs_f64() > e.cpu_s);
+        // the start ends after the call's CPU estimate but within the first wait: it waits
+        let ready_after = Duration::from_secs_f64(start_s / 2.0);
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(ready_after);
+                d.core.state.store(READY, Relaxed);
+                d.notify();
+            });
+            let plan = d.await_start(&req, &e, first);
+            assert!(matches!(plan, Plan::Gpu), "gave up after {:?}", t.elapsed());
+        });
+        drop(other);
+        // a call the GPU does not win by the required speedup never waits for it
+        let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
+        d.core.state.store(STARTING, Relaxed);
+        d.core.since_ns.store(d.now_ns().max(1), Relaxed);
+        let _other = d.load.cpu_turn();
+        let slow_gpu = Estimate {
+            gpu_s: e.cpu_s,
+            compute_s: e.cpu_s,
+            ..e
+        };
+        assert!(matches!(
+            d.wait_or_cpu(&req, &slow_gpu, need, false),
+            Plan::Cpu(Reason::GpuStarting)
+        ));
+    }
+
     /// A start-up running past its expected time: the call that decided to wait keeps waiting
     /// while the CPU would still take longer (before, the first wait's end sent a call of
     /// seconds to the CPU: a 4 s `dsyevd` of issue 22's thread pool, on an H100 slower to start
@@ -1329,8 +1388,8 @@ mod tests {
     }
 
     proptest! {
-        /// The start-up decision: wait exactly when the remaining start-up plus the GPU time
-        /// beats the CPU by the required speedup.
+        /// The start-up decision of a call alone on the CPU library: wait exactly when the
+        /// remaining start-up plus the GPU time beats the CPU by the required speedup.
         #[test]
         fn waits_only_when_start_up_plus_gpu_beats_the_cpu(
             cpu in 1e-3f64..10.0, gpu in 1e-4f64..5.0, start in 0.01f64..3.0, level in 1u8..=10
