@@ -15,20 +15,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
 . tools/gpu/kcache.sh
 for part in ${PARTS:-probe alloc sched calls}; do
 case $part in
-probe)
-  echo "== driver sync probe ($((SECONDS - T0)) s)"
-  timeout 90 python3 tools/gpu/driver_sync_probe.py 2>&1 | tail -20
-  echo "== reduce_partial registers ($((SECONDS - T0)) s)"
-  timeout 120 bash tools/gpu/reduce_regs.sh 2>&1 | tail -12 ;;
-alloc)
-  echo "== gpu_alloc ($((SECONDS - T0)) s)"
-  A=$B/tests/gpukit-core.gpu_alloc.test
-  for i in 1 2; do
-    GPUKIT_REQUIRE_GPU=1 timeout 30 "$A" --exact retired_streams_are_never_waited_for > "$OUT/alloc.alone.$i" 2>&1
-    echo "  alone $i: rc $? $(grep -h '^test result' "$OUT/alloc.alone.$i") $(grep -h 'waited' "$OUT/alloc.alone.$i" | head -1 | cut -c1-200)"
-  done
-  GPUKIT_REQUIRE_GPU=1 timeout 90 "$A" --test-threads=1 > "$OUT/alloc.serial" 2>&1
-  echo "  serial: rc $? $(grep '^test result' "$OUT/alloc.serial") $(grep -h 'waited\|panicked' "$OUT/alloc.serial" | head -3 | cut -c1-200)" ;;
+probe|alloc)
+  # the same parts as session_g.sh (where they grew: the reduce_partial registers were a
+  # one-off of this call, tools/gpu/reduce_regs.sh)
+  B=$B OUT=$OUT PARTS=$part bash tools/gpu/session_g.sh | grep -v '^total' ;;
 sched)
   echo "== sched_bench base / now ($((SECONDS - T0)) s)"
   for r in 1 2; do

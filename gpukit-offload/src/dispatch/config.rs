@@ -169,29 +169,31 @@ impl Config {
                 }),
             }
         }
-        if let Some(v) = get("GPUKIT_OFFLOAD_GPU") {
-            match v.to_ascii_lowercase().as_str() {
-                "auto" | "on" | "1" => c.gpu = GpuMode::Auto,
-                "off" | "0" => c.gpu = GpuMode::Off,
-                "always" => c.gpu = GpuMode::Always,
-                _ => errs.push(Error::Config {
-                    name: "GPUKIT_OFFLOAD_GPU",
-                    value: v,
-                    msg: "must be auto, off or always; using auto".into(),
-                }),
-            }
+        if let Some(m) = choice(
+            get("GPUKIT_OFFLOAD_GPU"),
+            "GPUKIT_OFFLOAD_GPU",
+            &[
+                (&["auto", "on", "1"], GpuMode::Auto),
+                (&["off", "0"], GpuMode::Off),
+                (&["always"], GpuMode::Always),
+            ],
+            "must be auto, off or always; using auto",
+            &mut errs,
+        ) {
+            c.gpu = m;
         }
-        if let Some(v) = get("GPUKIT_OFFLOAD_LOG") {
-            match v.to_ascii_lowercase().as_str() {
-                "off" | "none" | "0" => c.log = LogMode::Off,
-                "summary" | "1" => c.log = LogMode::Summary,
-                "calls" | "debug" => c.log = LogMode::Calls,
-                _ => errs.push(Error::Config {
-                    name: "GPUKIT_OFFLOAD_LOG",
-                    value: v,
-                    msg: "must be summary, calls or off; using off".into(),
-                }),
-            }
+        if let Some(m) = choice(
+            get("GPUKIT_OFFLOAD_LOG"),
+            "GPUKIT_OFFLOAD_LOG",
+            &[
+                (&["off", "none", "0"], LogMode::Off),
+                (&["summary", "1"], LogMode::Summary),
+                (&["calls", "debug"], LogMode::Calls),
+            ],
+            "must be summary, calls or off; using off",
+            &mut errs,
+        ) {
+            c.log = m;
         }
         if let Some(v) = get("GPUKIT_OFFLOAD_PERSIST") {
             match v.as_str() {
@@ -204,17 +206,18 @@ impl Config {
                 }),
             }
         }
-        if let Some(v) = get("GPUKIT_OFFLOAD_START") {
-            match v.to_ascii_lowercase().as_str() {
-                "eager" => c.start = StartPolicy::Eager,
-                "lazy" => c.start = StartPolicy::Lazy,
-                "savings" => c.start = StartPolicy::Savings,
-                _ => errs.push(Error::Config {
-                    name: "GPUKIT_OFFLOAD_START",
-                    value: v,
-                    msg: "must be eager, lazy or savings; using savings".into(),
-                }),
-            }
+        if let Some(p) = choice(
+            get("GPUKIT_OFFLOAD_START"),
+            "GPUKIT_OFFLOAD_START",
+            &[
+                (&["eager"], StartPolicy::Eager),
+                (&["lazy"], StartPolicy::Lazy),
+                (&["savings"], StartPolicy::Savings),
+            ],
+            "must be eager, lazy or savings; using savings",
+            &mut errs,
+        ) {
+            c.start = p;
         }
         if let Some(v) = get("GPUKIT_OFFLOAD_INJECT_FAILURE") {
             match Inject::parse(&v) {
@@ -226,21 +229,23 @@ impl Config {
                 }),
             }
         }
-        if let Some(v) = get("GPUKIT_OFFLOAD_HOST_WAIT") {
-            match v.to_ascii_lowercase().as_str() {
-                "auto" => c.host_wait = HostWait::Auto,
-                "spin" => c.host_wait = HostWait::Spin,
-                "yield" => c.host_wait = HostWait::Yield,
-                "block" => c.host_wait = HostWait::Block,
-                _ => errs.push(Error::Config {
-                    name: "GPUKIT_OFFLOAD_HOST_WAIT",
-                    value: v,
-                    msg: format!(
-                        "must be yield, block, spin or auto; using {}",
-                        crate::gpu::host_wait_name(crate::gpu::DEFAULT_HOST_WAIT)
-                    ),
-                }),
-            }
+        let fallback = format!(
+            "must be yield, block, spin or auto; using {}",
+            crate::gpu::host_wait_name(crate::gpu::DEFAULT_HOST_WAIT)
+        );
+        if let Some(w) = choice(
+            get("GPUKIT_OFFLOAD_HOST_WAIT"),
+            "GPUKIT_OFFLOAD_HOST_WAIT",
+            &[
+                (&["auto"], HostWait::Auto),
+                (&["spin"], HostWait::Spin),
+                (&["yield"], HostWait::Yield),
+                (&["block"], HostWait::Block),
+            ],
+            &fallback,
+            &mut errs,
+        ) {
+            c.host_wait = w;
         }
         if let Some(v) = get(crate::cpu::CPU_LIB_ENV) {
             if let Err(e) = CpuBackend::open(&[v.as_str()]) {
@@ -254,4 +259,29 @@ impl Config {
         c.profile_path = get(crate::profile::PROFILE_ENV).map(PathBuf::from);
         (c, errs)
     }
+}
+
+/// The option `value` (if set) names, case-insensitively, among `options`; an unknown value
+/// is reported as `name=value: msg` and gives `None` (the default stays).
+fn choice<T: Copy>(
+    value: Option<String>,
+    name: &'static str,
+    options: &[(&[&str], T)],
+    msg: &str,
+    errs: &mut Vec<Error>,
+) -> Option<T> {
+    let v = value?;
+    let lower = v.to_ascii_lowercase();
+    let found = options
+        .iter()
+        .find(|(names, _)| names.contains(&lower.as_str()))
+        .map(|(_, t)| *t);
+    if found.is_none() {
+        errs.push(Error::Config {
+            name,
+            value: v,
+            msg: msg.into(),
+        });
+    }
+    found
 }

@@ -1203,20 +1203,52 @@ mod tests {
         assert!(d.learner.dirty(), "a quiet call was not learned from");
     }
 
+    /// A dispatcher whose GPU start-up has just begun (as on a machine with a GPU).
+    fn starting() -> Arc<Dispatcher> {
+        let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
+        d.core.state.store(STARTING, Relaxed);
+        d.core.since_ns.store(d.now_ns().max(1), Relaxed);
+        d
+    }
+
+    /// An estimate of `cpu_s` on the CPU and `gpu_s` of GPU compute.
+    fn est(cpu_s: f64, gpu_s: f64) -> Estimate {
+        Estimate {
+            cpu_s,
+            cpu_known: true,
+            gpu_s,
+            h2d_s: 0.0,
+            compute_s: gpu_s,
+            d2h_s: 0.0,
+        }
+    }
+
+    /// [`Dispatcher::await_start`] while another thread ends the start-up (`state`) after
+    /// `after`.
+    fn await_ending_after(
+        d: &Arc<Dispatcher>,
+        req: &Request,
+        e: &Estimate,
+        first: Duration,
+        after: Duration,
+        state: u8,
+    ) -> Plan {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(after);
+                d.core.state.store(state, Relaxed);
+                d.notify();
+            });
+            d.await_start(req, e, first)
+        })
+    }
+
     /// The savings start: CUDA starts once the missed savings pay for the start-up, and for a
     /// LAPACK call that price includes loading cuSOLVER, which it needs as well.
     #[test]
     fn savings_pay_for_the_start_up_and_for_cusolver_where_a_call_needs_it() {
         let st = Dispatcher::new(cfg(5, GpuMode::Auto)).model.startup;
         let gain = st.start_s + 0.5 * st.solver_s;
-        let est = |cpu_s| Estimate {
-            cpu_s,
-            cpu_known: true,
-            gpu_s: 1e-3,
-            h2d_s: 0.0,
-            compute_s: 1e-3,
-            d2h_s: 0.0,
-        };
         let mut buf = vec![0.0f64; 64];
         for (lapack, starts) in [(true, false), (false, true)] {
             let d = Arc::new(Dispatcher::new(Config {
@@ -1231,7 +1263,7 @@ mod tests {
                 gemm(4, 4, 4, &mut buf)
             };
             let req = Request::new(call, LibId::UNKNOWN);
-            let plan = d.decide(&req, Some(&est(gain + 1e-3)));
+            let plan = d.decide(&req, Some(&est(gain + 1e-3, 1e-3)));
             match plan {
                 Plan::Cpu(Reason::StartupNotPaid) => {}
                 Plan::Cpu(r) => panic!("lapack {lapack}: cpu ({})", r.as_str()),
@@ -1252,22 +1284,13 @@ mod tests {
     /// left, and may wait that long; alone, the same call runs on the CPU.
     #[test]
     fn a_call_beside_another_cpu_call_waits_for_the_starting_gpu() {
-        let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
-        d.core.state.store(STARTING, Relaxed);
-        d.core.since_ns.store(d.now_ns().max(1), Relaxed);
+        let d = starting();
         let mut buf = vec![0.0f64; 16];
         let req = Request::new(gemm(64, 64, 64, &mut buf), LibId::UNKNOWN);
         let need = required_speedup(5);
         let start_s = d.model.startup.start_s;
         // a call the GPU wins by far, whose CPU estimate is under the start-up left
-        let e = Estimate {
-            cpu_s: start_s / 4.0,
-            cpu_known: true,
-            gpu_s: start_s / 400.0,
-            h2d_s: 0.0,
-            compute_s: start_s / 400.0,
-            d2h_s: 0.0,
-        };
+        let e = est(start_s / 4.0, start_s / 400.0);
         assert!(matches!(
             d.wait_or_cpu(&req, &e, need, false),
             Plan::Cpu(Reason::GpuStarting)
@@ -1280,26 +1303,13 @@ mod tests {
         // the start ends after the call's CPU estimate but within the first wait: it waits
         let ready_after = Duration::from_secs_f64(start_s / 2.0);
         let t = Instant::now();
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                std::thread::sleep(ready_after);
-                d.core.state.store(READY, Relaxed);
-                d.notify();
-            });
-            let plan = d.await_start(&req, &e, first);
-            assert!(matches!(plan, Plan::Gpu), "gave up after {:?}", t.elapsed());
-        });
+        let plan = await_ending_after(&d, &req, &e, first, ready_after, READY);
+        assert!(matches!(plan, Plan::Gpu), "gave up after {:?}", t.elapsed());
         drop(other);
         // a call the GPU does not win by the required speedup never waits for it
-        let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
-        d.core.state.store(STARTING, Relaxed);
-        d.core.since_ns.store(d.now_ns().max(1), Relaxed);
+        let d = starting();
         let _other = d.load.cpu_turn();
-        let slow_gpu = Estimate {
-            gpu_s: e.cpu_s,
-            compute_s: e.cpu_s,
-            ..e
-        };
+        let slow_gpu = est(e.cpu_s, e.cpu_s);
         assert!(matches!(
             d.wait_or_cpu(&req, &slow_gpu, need, false),
             Plan::Cpu(Reason::GpuStarting)
@@ -1312,50 +1322,31 @@ mod tests {
     /// than the profile said), and a start that never ends costs at most the call's CPU time.
     #[test]
     fn an_overrunning_start_up_is_waited_for_while_the_cpu_would_take_longer() {
-        let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
-        d.core.state.store(STARTING, Relaxed);
-        d.core.since_ns.store(d.now_ns().max(1), Relaxed);
+        let d = starting();
         let mut buf = vec![0.0f64; 16];
         let req = Request::new(gemm(64, 64, 64, &mut buf), LibId::UNKNOWN);
-        let est = |cpu_s: f64| Estimate {
-            cpu_s,
-            cpu_known: true,
-            gpu_s: 1e-3,
-            h2d_s: 0.0,
-            compute_s: 1e-3,
-            d2h_s: 0.0,
-        };
         let need = required_speedup(5);
         let start_s = d.model.startup.start_s;
         // the start ends well after the first wait would have given up
         let ready_after = Duration::from_secs_f64(start_s) + WAIT_SLACK * 4;
-        let e = est(20.0);
+        let e = est(20.0, 1e-3);
         let Plan::Wait(first) = d.wait_or_cpu(&req, &e, need, false) else {
             panic!("a 20 s call does not wait for a start of {start_s} s");
         };
         assert!(first < ready_after, "{first:?} {ready_after:?}");
         let t = Instant::now();
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                std::thread::sleep(ready_after);
-                d.core.state.store(READY, Relaxed);
-                d.notify();
-            });
-            let plan = d.await_start(&req, &e, first);
-            assert!(
-                matches!(plan, Plan::Gpu),
-                "gave up waiting after {:?}",
-                t.elapsed()
-            );
-        });
+        let plan = await_ending_after(&d, &req, &e, first, ready_after, READY);
+        assert!(
+            matches!(plan, Plan::Gpu),
+            "gave up waiting after {:?}",
+            t.elapsed()
+        );
         assert!(t.elapsed() >= ready_after);
 
         // a start that never ends: the call runs on the CPU once it has waited its CPU time
-        let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
-        d.core.state.store(STARTING, Relaxed);
-        d.core.since_ns.store(d.now_ns().max(1), Relaxed);
+        let d = starting();
         let cpu_s = (start_s * 3.0).clamp(0.3, 2.0);
-        let e = est(cpu_s);
+        let e = est(cpu_s, 1e-3);
         let t = Instant::now();
         let plan = match d.wait_or_cpu(&req, &e, need, false) {
             Plan::Wait(first) => d.await_start(&req, &e, first),
@@ -1372,19 +1363,17 @@ mod tests {
         );
 
         // a start that fails while a call waits: the CPU, as `no-gpu`
-        let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
-        d.core.state.store(STARTING, Relaxed);
-        d.core.since_ns.store(d.now_ns().max(1), Relaxed);
-        let e = est(20.0);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                std::thread::sleep(Duration::from_millis(50));
-                d.core.state.store(FAILED, Relaxed);
-                d.notify();
-            });
-            let plan = d.await_start(&req, &e, Duration::from_secs(5));
-            assert!(matches!(plan, Plan::Cpu(Reason::NoGpu)));
-        });
+        let d = starting();
+        let e = est(20.0, 1e-3);
+        let plan = await_ending_after(
+            &d,
+            &req,
+            &e,
+            Duration::from_secs(5),
+            Duration::from_millis(50),
+            FAILED,
+        );
+        assert!(matches!(plan, Plan::Cpu(Reason::NoGpu)));
     }
 
     proptest! {
