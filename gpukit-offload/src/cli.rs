@@ -356,7 +356,7 @@ fn run_shim(cmd: &[OsString], preload: Option<PathBuf>) -> i32 {
             std::process::id().to_string(),
         );
     }
-    match c.status() {
+    match crate::child::run(&mut c) {
         Ok(s) => {
             use std::os::unix::process::ExitStatusExt;
             match (s.code(), s.signal()) {
@@ -514,6 +514,46 @@ mod tests {
         assert_eq!(killed, 128 + libc::SIGTERM);
         let missing = main_with_args(args(&["offload", "run", "/nonexistent/program"]), Some(lib));
         assert_eq!(missing, 127);
+    }
+
+    /// While the program runs, SIGINT and SIGQUIT sent to the wrapper's process group reach
+    /// the program alone (the wrapper waits on and reports the program's status; before, it
+    /// died at once), SIGTERM and SIGHUP sent to the wrapper reach the program, and the program
+    /// starts with the default dispositions; afterwards the wrapper's own are back.
+    #[test]
+    fn run_keeps_waiting_through_an_interrupt_and_passes_termination_on() {
+        let lib = some_library();
+        let run = |script: &str| {
+            main_with_args(
+                args(&["offload", "run", "sh", "-c", script]),
+                Some(lib.clone()),
+            )
+        };
+        // the program interrupts its parent (the wrapper: this test process) and then itself
+        assert_eq!(
+            run("trap 'exit 7' INT; kill -INT $PPID; kill -INT $$; sleep 1; exit 9"),
+            7
+        );
+        // SIGINT's default in the program: it ends by the signal
+        assert_eq!(run("kill -INT $$; sleep 1; exit 9"), 128 + libc::SIGINT);
+        // SIGTERM to the wrapper alone is passed on to the program
+        assert_eq!(
+            run("trap 'exit 5' TERM; kill -TERM $PPID; sleep 1; exit 9"),
+            5
+        );
+        assert_eq!(
+            run("trap 'exit 6' HUP; kill -HUP $PPID; sleep 1; exit 9"),
+            6
+        );
+        // this process's dispositions are its own again
+        for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: sigaction is plain data; zeroed is a valid value for it.
+            let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: a null new action only reads the disposition into `now`, of this frame.
+            let r = unsafe { libc::sigaction(sig, std::ptr::null(), &mut now) };
+            assert_eq!(r, 0);
+            assert_ne!(now.sa_sigaction, libc::SIG_IGN, "signal {sig} left ignored");
+        }
     }
 
     /// A shim that is not there: status 1, nothing run.

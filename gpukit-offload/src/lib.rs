@@ -51,6 +51,8 @@ pub mod api;
 pub mod calibrate;
 pub mod call;
 #[cfg(feature = "cli")]
+mod child;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod cpu;
 pub mod dispatch;
