@@ -428,14 +428,9 @@ impl Allocator {
             // freed most of the GPU's memory (gpu_alloc's tests in one process; in a fresh
             // process it returns in milliseconds). While a stream is retired the driver is
             // asked only for what it reports free, so it never gets there.
-            let free = self.inner.ctx.mem_get_info().map(|m| m.0).unwrap_or(0);
+            let free = self.free_memory();
             if free < seg {
-                st.stats.oom_errors += 1;
-                return Err(Error::OutOfMemory {
-                    requested: seg,
-                    free,
-                    reserved: st.pool.counters().reserved,
-                });
+                return Err(Self::out_of_memory(st, seg, free));
             }
         }
         let base = match self.driver_alloc(seg) {
@@ -447,13 +442,7 @@ impl Allocator {
                 match self.driver_alloc(seg) {
                     Ok(p) => p,
                     Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-                        st.stats.oom_errors += 1;
-                        let free = self.inner.ctx.mem_get_info().map(|m| m.0).unwrap_or(0);
-                        return Err(Error::OutOfMemory {
-                            requested: seg,
-                            free,
-                            reserved: st.pool.counters().reserved,
-                        });
+                        return Err(Self::out_of_memory(st, seg, self.free_memory()));
                     }
                     Err(e) => return Err(Error::driver("allocating device memory", e)),
                 }
@@ -469,6 +458,21 @@ impl Allocator {
                 "internal: a fresh segment did not serve its request",
             )
         })
+    }
+
+    /// The device's free memory as the driver reports it (0 if it cannot be read).
+    fn free_memory(&self) -> usize {
+        self.inner.ctx.mem_get_info().map(|m| m.0).unwrap_or(0)
+    }
+
+    /// Counts and describes an allocation of `requested` bytes that cannot be served.
+    fn out_of_memory(st: &mut State, requested: usize, free: usize) -> Error {
+        st.stats.oom_errors += 1;
+        Error::OutOfMemory {
+            requested,
+            free,
+            reserved: st.pool.counters().reserved,
+        }
     }
 
     fn driver_alloc(&self, bytes: usize) -> std::result::Result<u64, DriverError> {

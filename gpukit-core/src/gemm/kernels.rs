@@ -148,7 +148,7 @@ pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
         };
         // Blocks per SM, the template's last argument: left to its default (1) for the
         // one-block configurations, whose name expressions stay as they were.
-        let minb = if config.occupancy > 1 {
+        let minb = if config.wgmma_of_several_blocks() {
             format!(",{}", config.occupancy)
         } else {
             String::new()

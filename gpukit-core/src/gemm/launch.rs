@@ -887,7 +887,7 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
         p_rounding,
     };
     let kernel = kernels::instantiation(cfg, main.variant).load(dev)?;
-    if cfg.family.is_wgmma() && cfg.occupancy > 1 {
+    if cfg.wgmma_of_several_blocks() {
         // Two blocks per SM need the largest shared-memory carveout (2 x 98 KB of the SM's 228):
         // ask for it rather than leave it to the driver's choice (a hint; the launch sets the
         // dynamic size itself).

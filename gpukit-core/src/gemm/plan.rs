@@ -110,6 +110,12 @@ pub struct TileConfig {
 }
 
 impl TileConfig {
+    /// A `wgmma` kernel built for several blocks per SM (`wgmma_128x128_2`): packed operands
+    /// only, and a candidate only where that many blocks fit.
+    pub fn wgmma_of_several_blocks(&self) -> bool {
+        self.family.is_wgmma() && self.occupancy > 1
+    }
+
     /// Threads per block (for the `wgmma` families: one producer warpgroup plus one consumer
     /// warpgroup per `wm` rows).
     pub fn threads(&self) -> u32 {
@@ -328,7 +334,9 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
 ///   from registers) overlaps the other block's main loop: for K of a few hundred, where a
 ///   one-block tile spends about as long storing as computing. Planned at the 128x128 tile's
 ///   rate, 2200 per SM (2700 packed), so the model keeps its choices and the autotuner, which
-///   times it on every class where it is within reach, decides: not measured yet.
+///   times it on every class where it is within reach, decides. Measured on an H100
+///   (2026-12-06): 11-26 % faster than the one-block 128x128 on short-K shapes, never the best
+///   plan (GEMM_NOTES.md, version 9).
 pub const WGMMA_CONFIGS: [TileConfig; 4] = [
     TileConfig {
         name: "wgmma_128x256",
@@ -549,7 +557,7 @@ pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operan
 /// layouts) its kernel does not fit two blocks' 80 registers per thread without spilling and
 /// serialising its wgmma instructions (ptxas C7512), while the packed kernel does.
 pub fn config_operand_choices(config: &TileConfig, p: &Problem, paths: &Paths) -> Vec<Operands> {
-    if config.family.is_wgmma() && config.occupancy > 1 {
+    if config.wgmma_of_several_blocks() {
         return vec![Operands::PACKED];
     }
     operand_choices(config.family, p, paths)

@@ -236,12 +236,7 @@ impl Config {
         if let Some(w) = choice(
             get("GPUKIT_OFFLOAD_HOST_WAIT"),
             "GPUKIT_OFFLOAD_HOST_WAIT",
-            &[
-                (&["auto"], HostWait::Auto),
-                (&["spin"], HostWait::Spin),
-                (&["yield"], HostWait::Yield),
-                (&["block"], HostWait::Block),
-            ],
+            &crate::gpu::HOST_WAIT_NAMES,
             &fallback,
             &mut errs,
         ) {

@@ -55,14 +55,21 @@ use gpukit_core::HostWait;
 /// `dgemm` 57 us instead of 34, a 4 x 4 `dpotrf` 83 instead of 42).
 pub const DEFAULT_HOST_WAIT: HostWait = HostWait::Auto;
 
+/// The settings of `GPUKIT_OFFLOAD_HOST_WAIT`, by name (the configuration parses them, the
+/// start-up report names them).
+pub const HOST_WAIT_NAMES: [(&[&str], HostWait); 4] = [
+    (&["auto"], HostWait::Auto),
+    (&["spin"], HostWait::Spin),
+    (&["yield"], HostWait::Yield),
+    (&["block"], HostWait::Block),
+];
+
 /// The setting's name in `GPUKIT_OFFLOAD_HOST_WAIT`.
 pub fn host_wait_name(w: HostWait) -> &'static str {
-    match w {
-        HostWait::Auto => "auto",
-        HostWait::Spin => "spin",
-        HostWait::Yield => "yield",
-        HostWait::Block => "block",
-    }
+    HOST_WAIT_NAMES
+        .iter()
+        .find(|(_, v)| *v == w)
+        .map_or("auto", |(names, _)| names[0])
 }
 
 use crate::call::{Call, Op};
