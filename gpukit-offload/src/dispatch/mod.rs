@@ -120,6 +120,10 @@ pub struct Dispatcher {
     /// start-up thread sizes the GPU buffers for them.
     missed_calls: Lock<Vec<ShapeOnly>>,
     thresholds: [AtomicU64; NSLOT],
+    /// A routine and precision (a stats slot) had its first GPU call in this process: that
+    /// call loads its kernels (CUDA loads a module's kernels at their first launch) and is not
+    /// learned from.
+    gpu_seen: [AtomicBool; NSLOT],
     cpu: OnceLock<std::result::Result<CpuBackend, String>>,
     warnings: Vec<String>,
     /// Notes printed when logging is on (a foreign profile).
@@ -204,6 +208,7 @@ impl Dispatcher {
             id: NEXT_DISPATCHER_ID.fetch_add(1, Relaxed),
             created: Instant::now(),
             thresholds: [const { AtomicU64::new(0) }; NSLOT],
+            gpu_seen: [const { AtomicBool::new(false) }; NSLOT],
             config,
             model,
             learner,
@@ -411,6 +416,9 @@ impl Dispatcher {
         if let (Plan::Wait(limit), Some(e)) = (&plan, &est) {
             plan = self.await_start(req, e, *limit);
         }
+        // the call's own time starts here: a wait for the start-up is the user's time (in
+        // `secs` below, the statistics and the log) but not the backend's (learned from)
+        let ran = Instant::now();
         match plan {
             Plan::Gpu => {
                 if !gpu_ok() {
@@ -435,10 +443,16 @@ impl Dispatcher {
                         }
                     };
                     let secs = t0.elapsed().as_secs_f64();
-                    // alone before and still alone after: the time is the machine's
-                    let learn = learn.filter(|_| self.load.snapshot().quiet());
+                    let run_s = ran.elapsed().as_secs_f64();
+                    // alone before and still alone after: the time is the machine's; and not
+                    // the routine's first GPU call, which loads its kernels
+                    let first = !self.gpu_seen[s % NSLOT].swap(true, Relaxed);
+                    let learn = learn.filter(|_| !first && self.load.snapshot().quiet());
                     match r {
-                        Ok(()) => return Ok(self.gpu_done(req, e, learn.flatten(), secs)),
+                        Ok(()) => {
+                            let learn = learn.flatten().map(|l| (l, run_s));
+                            return Ok(self.gpu_done(req, e, learn, secs));
+                        }
                         Err(f) => {
                             // after `Lost` the caller's in-place operands are partly
                             // overwritten: the CPU must not run on them
@@ -466,14 +480,22 @@ impl Dispatcher {
         }
     }
 
-    /// Learning and statistics of a call the GPU ran in `secs`.
-    fn gpu_done(&self, req: &Request, e: Estimate, learn: Option<Estimate>, secs: f64) -> Outcome {
+    /// Learning and statistics of a call that took `secs` (a wait for the start-up included)
+    /// and ran on the GPU, learned from when `learn` has the uncontended estimate and the
+    /// seconds the GPU path itself took.
+    fn gpu_done(
+        &self,
+        req: &Request,
+        e: Estimate,
+        learn: Option<(Estimate, f64)>,
+        secs: f64,
+    ) -> Outcome {
         let lib = req.lib.key_id();
-        if let Some(l) = learn {
+        if let Some((l, run_s)) = learn {
             self.learner.observe(
                 CorrKey::new(req.kind, req.prec(), Backend::Gpu, lib, req.features),
                 l.gpu_s,
-                secs,
+                run_s,
             );
         }
         let measured = self
