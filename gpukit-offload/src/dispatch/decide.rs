@@ -111,14 +111,18 @@ impl Dispatcher {
     /// needed plus the GPU time beats the CPU by the required speedup, else run on the CPU.
     ///
     /// Also wait, whatever the CPU estimate, when another CPU-library call of this process is
-    /// in flight (the call's own GPU time beating its CPU time by the required speedup): the
-    /// CPU estimate then cannot be trusted. Concurrent calls into one multithreaded CPU library
-    /// do not share the cores as the load price's `k` times assumes: each starts a full team of
-    /// threads, and the teams thrash. Measured in issue 22's thread pool on an H100 host (16
-    /// cores, OpenBLAS, four threads calling at once while the GPU started, 2026-12-06): a
+    /// in flight, or other threads of this process have called the library (a thread pool),
+    /// and the call's own GPU time beats its CPU time by the required speedup: the CPU estimate
+    /// then cannot be trusted. Concurrent calls into one multithreaded CPU library do not share
+    /// the cores as the load price's `k` times assumes: each starts a full team of threads, and
+    /// the teams thrash; a team beside the pool's other threads' work (NumPy's element-wise
+    /// operations, random numbers) thrashes too. Measured in issue 22's thread pool on an H100
+    /// host (16 cores, OpenBLAS, four threads, 2026-12-06): with calls in flight beside it, a
     /// 3000 x 3000 `dgesv` priced at 0.36 s ran 3.4-3.7 s on the CPU, a 1500 x 1500 `dsyevd`
-    /// priced at 0.32 s ran 3.0 s, while the same program with every call waiting for the GPU
-    /// took 2.5-3.1 s in all. A call waiting leaves the cores to the one already running.
+    /// priced at 0.32 s ran 3.0 s; with none in flight but the other threads busy, that
+    /// `dsyevd` priced at 0.32 s ran 1.1-2.4 s (three runs of four), and a 3000 x 3000 `dgesv`
+    /// priced at 0.09 s 0.9 s. The same program with every call waiting for the GPU took
+    /// 2.5-3.1 s in all. A call waiting leaves the cores to the work already running.
     pub(super) fn wait_or_cpu(&self, req: &Request, e: &Estimate, need: f64, lapack: bool) -> Plan {
         let st = &self.model.startup;
         let mut remaining = match self.core.get() {
@@ -133,7 +137,8 @@ impl Dispatcher {
                 _ => st.solver_s,
             };
         }
-        let crowded = self.load.snapshot().cpu_others > 0 && e.cpu_s >= need * e.gpu_s;
+        let now = self.load.snapshot();
+        let crowded = (now.cpu_others > 0 || now.callers > 1) && e.cpu_s >= need * e.gpu_s;
         if crowded || e.cpu_s >= need * (remaining + e.gpu_s) {
             Plan::Wait(Duration::from_secs_f64(remaining) + WAIT_SLACK)
         } else {

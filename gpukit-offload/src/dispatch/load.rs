@@ -22,6 +22,7 @@
 //! [`BOARD_STALE`] is ignored (a process killed mid-call). Processes of other users, and GPU work
 //! that does not go through gpukit-offload, are not seen.
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -42,6 +43,10 @@ pub struct Snapshot {
     pub gpu_queued_s: f64,
     /// GPU compute seconds queued by other processes on the same GPU (the board).
     pub gpu_others_s: f64,
+    /// Threads of this process that have made a call decided here (this one's included once
+    /// it has): several mean a thread pool, whose other threads call the library, and take
+    /// cores for their other work, at any moment.
+    pub callers: u32,
 }
 
 impl Snapshot {
@@ -65,9 +70,20 @@ pub fn price(cpu_s: f64, gpu_s: f64, load: &Snapshot, cores: usize) -> (f64, f64
 #[derive(Default)]
 pub struct Load {
     cpu_inflight: AtomicU32,
+    callers: AtomicU32,
+    /// This load's key in the threads' [`CALLED_THROUGH`] lists (given at the first call).
+    key: std::sync::OnceLock<u64>,
     gpu_queued_ns: AtomicI64,
     board: std::sync::OnceLock<Option<Board>>,
     cores: std::sync::OnceLock<usize>,
+}
+
+/// Keys of loads (one per dispatcher) given out so far.
+static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The loads (their keys) this thread has made a call through.
+    static CALLED_THROUGH: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Counts a CPU-library call in flight while it lives.
@@ -111,6 +127,25 @@ impl Load {
                 Some(Some(b)) => b.others_s(),
                 _ => 0.0,
             },
+            callers: self.callers.load(Relaxed),
+        }
+    }
+
+    /// The calling thread makes a call decided here: counted among the callers once.
+    pub fn note_caller(&self) {
+        let key = *self.key.get_or_init(|| NEXT_KEY.fetch_add(1, Relaxed));
+        let first = CALLED_THROUGH
+            .try_with(|c| {
+                let mut c = c.borrow_mut();
+                let first = !c.contains(&key);
+                if first {
+                    c.push(key);
+                }
+                first
+            })
+            .unwrap_or(false);
+        if first {
+            self.callers.fetch_add(1, Relaxed);
         }
     }
 
@@ -310,7 +345,29 @@ mod tests {
             cpu_others,
             gpu_queued_s: mine,
             gpu_others_s: others,
+            callers: 1,
         }
+    }
+
+    /// Each thread counts once per load, however many calls it makes, and not for another load.
+    #[test]
+    fn callers_are_threads_counted_once() {
+        let (a, b) = (Load::default(), Load::default());
+        assert_eq!(a.snapshot().callers, 0);
+        a.note_caller();
+        a.note_caller();
+        assert_eq!(a.snapshot().callers, 1);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    a.note_caller();
+                    a.note_caller();
+                });
+            }
+        });
+        assert_eq!(a.snapshot().callers, 4);
+        b.note_caller();
+        assert_eq!((a.snapshot().callers, b.snapshot().callers), (4, 1));
     }
 
     /// Four concurrent CPU callers on 16 cores: each call at a quarter of its speed; the GPU

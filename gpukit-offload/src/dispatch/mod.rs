@@ -135,6 +135,10 @@ pub struct Dispatcher {
     /// The eager start is armed: it begins at this process's first BLAS/LAPACK call (see
     /// [`Dispatcher::start_if_eager`]); until then every call takes the slow path.
     eager_armed: AtomicBool,
+    /// The process is exiting (the exit hook runs): a start-up still running skips its
+    /// optional steps (warming kernels, sizing buffers, the other GPUs) so that the exit, which
+    /// waits for it, is not held up by work nobody will use.
+    exiting: AtomicBool,
     /// This process's calls in flight and its slot on the GPU's load board.
     load: load::Load,
 }
@@ -230,6 +234,7 @@ impl Dispatcher {
             warned: Lock::new(Vec::new()),
             forked: AtomicBool::new(false),
             eager_armed: AtomicBool::new(false),
+            exiting: AtomicBool::new(false),
             load: load::Load::default(),
         };
         if d.config.gpu != GpuMode::Off
@@ -399,6 +404,7 @@ impl Dispatcher {
         if req.call.check().is_err() {
             return quick(Reason::InvalidArgs, cpu);
         }
+        self.load.note_caller();
         let t0 = Instant::now();
         let raw = self.estimate(req);
         // the decision prices the machine as it is now (see `load`); learning uses the
@@ -1219,7 +1225,14 @@ mod tests {
             !d.learner.dirty(),
             "a call measured under contention was learned from"
         );
-        assert_eq!(d.load.snapshot(), load::Snapshot::default());
+        // nothing in flight; the pool's threads and this one have called
+        assert_eq!(
+            d.load.snapshot(),
+            load::Snapshot {
+                callers: pool as u32 + 1,
+                ..load::Snapshot::default()
+            }
+        );
         // alone again: learned (a call above the cheap-call sampling)
         gemm_outcome(&off, 700);
         assert!(d.learner.dirty(), "a quiet call was not learned from");
@@ -1301,9 +1314,10 @@ mod tests {
         }
     }
 
-    /// With another CPU-library call of the process in flight, a call the GPU would win waits
-    /// for the start-up even where its (untrustworthy) CPU estimate is below the start-up
-    /// left, and may wait that long; alone, the same call runs on the CPU.
+    /// With another CPU-library call of the process in flight, or another thread that has
+    /// called the library, a call the GPU would win waits for the start-up even where its
+    /// (untrustworthy) CPU estimate is below the start-up left, and may wait that long; alone,
+    /// the same call runs on the CPU.
     #[test]
     fn a_call_beside_another_cpu_call_waits_for_the_starting_gpu() {
         let d = starting();
@@ -1328,6 +1342,21 @@ mod tests {
         let plan = await_ending_after(&d, &req, &e, first, ready_after, READY);
         assert!(matches!(plan, Plan::Gpu), "gave up after {:?}", t.elapsed());
         drop(other);
+        // nothing in flight, but another thread of the process has called the library (a
+        // thread pool): it waits too
+        let d = starting();
+        d.load.note_caller();
+        assert!(matches!(
+            d.wait_or_cpu(&req, &e, need, false),
+            Plan::Cpu(Reason::GpuStarting)
+        ));
+        std::thread::scope(|s| {
+            s.spawn(|| d.load.note_caller());
+        });
+        assert!(
+            matches!(d.wait_or_cpu(&req, &e, need, false), Plan::Wait(_)),
+            "a call of a thread pool did not wait"
+        );
         // a call the GPU does not win by the required speedup never waits for it
         let d = starting();
         let _other = d.load.cpu_turn();

@@ -71,7 +71,9 @@ impl Dispatcher {
     /// The end-of-run work: prints the summary (per the log mode) and persists what was
     /// learned. Never panics; problems are printed.
     pub fn finish(&self) {
-        // a start-up still running would race the exit (see settle_startup)
+        // a start-up still running would race the exit (see settle_startup); it skips what is
+        // left of its optional steps
+        self.exiting.store(true, Relaxed);
         self.settle_startup(Duration::from_secs(10));
         self.load.leave_board();
         if self.config.log != LogMode::Off {

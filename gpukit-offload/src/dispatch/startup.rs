@@ -261,13 +261,14 @@ impl Dispatcher {
                 calls.iter().map(|c| (c.kind(), c.prec)).collect();
             kinds.sort();
             kinds.dedup();
-            if !kinds.is_empty() {
+            let exiting = || self.exiting.load(Relaxed);
+            if !kinds.is_empty() && !exiting() {
                 g.warm_up(&kinds);
             }
             if calls.iter().any(|c| crate::gpu::needs_solver(&c.op)) && g.solver_loaded() {
                 self.solver.state.store(READY, Relaxed);
             }
-            if !calls.is_empty() {
+            if !calls.is_empty() && !exiting() {
                 presized = g.presize(&calls).ok();
             }
             // informational (the figures are corrected either way): printed only where the
@@ -293,7 +294,7 @@ impl Dispatcher {
             self.compute_thresholds();
         }
         self.notify();
-        if let Some(g0) = first {
+        if let Some(g0) = first.filter(|_| !self.exiting.load(Relaxed)) {
             self.start_other_gpus(g0);
         }
         if self.config.log == LogMode::Calls {
