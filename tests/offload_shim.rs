@@ -705,8 +705,8 @@ fn policies(err: &str) -> Vec<&str> {
 }
 
 /// A shell script that starts many short Python processes under `offload run`: only the
-/// process `offload run` starts (the shell) is eager; every Python child starts CUDA only when
-/// its own calls pay for it (`savings`), runs, and prints its own summary.
+/// process `offload run` starts (the shell) is eager; every Python child starts CUDA only at a
+/// call that pays on the GPU (`lazy`; these calls do not), runs, and prints its own summary.
 #[test]
 fn a_shell_script_of_short_processes_starts_cuda_only_where_it_pays() {
     if !have(
@@ -735,7 +735,7 @@ fn a_shell_script_of_short_processes_starts_cuda_only_where_it_pays() {
     let p = policies(&err);
     assert_eq!(p.len(), 7, "{err}");
     assert_eq!(p.iter().filter(|s| **s == "eager").count(), 1, "{p:?}");
-    assert_eq!(p.iter().filter(|s| **s == "savings").count(), 6, "{p:?}");
+    assert_eq!(p.iter().filter(|s| **s == "lazy").count(), 6, "{p:?}");
     assert_eq!(
         err.lines()
             .filter(|l| l.starts_with("gpukit-offload: dgemm calls=1 "))
@@ -746,8 +746,8 @@ fn a_shell_script_of_short_processes_starts_cuda_only_where_it_pays() {
 }
 
 /// Python's multiprocessing with spawn under `offload run`: the main process is eager, each
-/// worker (and multiprocessing's helper process) starts CUDA only when its calls pay, and every
-/// result is right. (Pool workers leave through `os._exit`, which runs no exit hook: they print
+/// worker (and multiprocessing's helper process) starts CUDA only at a call that pays on the
+/// GPU (`lazy`), and every result is right. (Pool workers leave through `os._exit`, which runs no exit hook: they print
 /// no summary.)
 #[test]
 fn multiprocessing_spawn_workers_start_cuda_only_where_it_pays() {
@@ -789,7 +789,7 @@ if __name__ == "__main__":
     let p = policies(&err);
     assert!(p.len() >= 4, "{err}");
     assert_eq!(p.iter().filter(|s| **s == "eager").count(), 1, "{p:?}");
-    assert!(p.iter().skip(1).all(|s| *s == "savings"), "{p:?}");
+    assert!(p.iter().skip(1).all(|s| *s == "lazy"), "{p:?}");
 }
 
 /// Short programs that exit at every moment of the eager GPU start-up (which begins at their

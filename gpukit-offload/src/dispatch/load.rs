@@ -66,6 +66,38 @@ pub fn price(cpu_s: f64, gpu_s: f64, load: &Snapshot, cores: usize) -> (f64, f64
     )
 }
 
+/// Runnable threads of other processes on the machine at this moment: the kernel's count of
+/// runnable tasks (`/proc/loadavg`'s fourth field, `running/total`) less this process's own
+/// running threads (`/proc/self/task/*/stat`, state `R`; the calling thread is in both). `None`
+/// where `/proc` cannot be read. A few hundred microseconds with a hundred threads: for
+/// decisions about calls of milliseconds and more.
+pub fn others_running() -> Option<u32> {
+    let all = runnable_tasks(&std::fs::read_to_string("/proc/loadavg").ok()?)?;
+    let mut own = 0u32;
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        own += u32::from(task_state(&stat) == Some('R'));
+    }
+    Some(all.saturating_sub(own))
+}
+
+/// The runnable tasks of a `/proc/loadavg` line (`0.52 0.58 0.59 3/1234 5678` -> 3).
+fn runnable_tasks(loadavg: &str) -> Option<u32> {
+    loadavg
+        .split_whitespace()
+        .nth(3)?
+        .split('/')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The state letter of a `/proc/<pid>/task/<tid>/stat` line: the field after the command
+/// name, which is in parentheses and may itself hold spaces and parentheses.
+fn task_state(stat: &str) -> Option<char> {
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
 /// This process's load counters and its slot on the GPU's board.
 #[derive(Default)]
 pub struct Load {
@@ -73,6 +105,9 @@ pub struct Load {
     callers: AtomicU32,
     /// This load's key in the threads' [`CALLED_THROUGH`] lists (given at the first call).
     key: std::sync::OnceLock<u64>,
+    /// What [`Load::others_running`] reports instead of the machine's figure (tests: the
+    /// machine they run on is not quiet).
+    others_fixed: std::sync::OnceLock<Option<u32>>,
     gpu_queued_ns: AtomicI64,
     board: std::sync::OnceLock<Option<Board>>,
     cores: std::sync::OnceLock<usize>,
@@ -129,6 +164,20 @@ impl Load {
             },
             callers: self.callers.load(Relaxed),
         }
+    }
+
+    /// Runnable threads of other processes on the machine now ([`others_running`]).
+    pub fn others_running(&self) -> Option<u32> {
+        match self.others_fixed.get() {
+            Some(fixed) => *fixed,
+            None => others_running(),
+        }
+    }
+
+    /// Makes [`Load::others_running`] report `n` from now on (tests).
+    #[cfg(test)]
+    pub fn fix_others_running(&self, n: Option<u32>) {
+        let _ = self.others_fixed.set(n);
     }
 
     /// The calling thread makes a call decided here: counted among the callers once.
@@ -347,6 +396,62 @@ mod tests {
             gpu_others_s: others,
             callers: 1,
         }
+    }
+
+    /// `/proc`'s lines parsed, hostile command names included.
+    #[test]
+    fn loadavg_and_task_states_are_parsed() {
+        assert_eq!(runnable_tasks("0.52 0.58 0.59 3/1234 5678\n"), Some(3));
+        assert_eq!(runnable_tasks("0.52 0.58"), None);
+        assert_eq!(runnable_tasks("a b c x/1 2"), None);
+        assert_eq!(task_state("42 (python3) R 1 42"), Some('R'));
+        assert_eq!(task_state("42 (a) b) S 1 42"), Some('S'));
+        assert_eq!(task_state("42 (no end"), None);
+        assert_eq!(task_state(""), None);
+    }
+
+    /// Other processes' runnable threads are counted, this process's own are not: three
+    /// spinning child processes show (each is runnable, on a core or waiting for one), three
+    /// spinning threads of this process do not add three.
+    #[test]
+    fn other_processes_running_threads_are_seen_and_our_own_are_not() {
+        if others_running().is_none() {
+            eprintln!("SKIPPED: no /proc here");
+            return;
+        }
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let own_while_spinning = std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    while !stop.load(Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            let n = (0..20).map(|_| others_running().unwrap()).min().unwrap();
+            stop.store(true, Relaxed);
+            n
+        });
+        let mut kids: Vec<_> = (0..3)
+            .map(|_| {
+                std::process::Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                    .expect("sh")
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        let with_kids = (0..20).map(|_| others_running().unwrap()).max().unwrap();
+        for k in &mut kids {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+        assert!(with_kids >= 3, "three spinning processes, {with_kids} seen");
+        assert!(
+            own_while_spinning < 3,
+            "this process's own spinning threads were counted: {own_while_spinning}"
+        );
     }
 
     /// Each thread counts once per load, however many calls it makes, and not for another load.

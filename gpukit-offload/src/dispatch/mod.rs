@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 
 mod config;
 mod decide;
+pub use decide::OTHERS_RUNNING_MAX;
 mod estimate;
 mod fork;
 pub mod load;
@@ -1241,6 +1242,8 @@ mod tests {
     /// A dispatcher whose GPU start-up has just begun (as on a machine with a GPU).
     fn starting() -> Arc<Dispatcher> {
         let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
+        // a quiet machine (the one the tests run on may not be)
+        d.load.fix_others_running(Some(0));
         d.core.state.store(STARTING, Relaxed);
         d.core.since_ns.store(d.now_ns().max(1), Relaxed);
         d
@@ -1357,6 +1360,20 @@ mod tests {
             matches!(d.wait_or_cpu(&req, &e, need, false), Plan::Wait(_)),
             "a call of a thread pool did not wait"
         );
+        // nothing of this process, but more than OTHERS_RUNNING_MAX threads of other
+        // processes running: it waits; up to that many, it does not
+        for (others, waits) in [(OTHERS_RUNNING_MAX, false), (OTHERS_RUNNING_MAX + 1, true)] {
+            let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
+            d.load.fix_others_running(Some(others));
+            d.core.state.store(STARTING, Relaxed);
+            d.core.since_ns.store(d.now_ns().max(1), Relaxed);
+            let plan = d.wait_or_cpu(&req, &e, need, false);
+            assert_eq!(
+                matches!(plan, Plan::Wait(_)),
+                waits,
+                "{others} others running"
+            );
+        }
         // a call the GPU does not win by the required speedup never waits for it
         let d = starting();
         let _other = d.load.cpu_turn();
@@ -1435,6 +1452,7 @@ mod tests {
             cpu in 1e-3f64..10.0, gpu in 1e-4f64..5.0, start in 0.01f64..3.0, level in 1u8..=10
         ) {
             let d = Arc::new(Dispatcher::new(cfg(level, GpuMode::Auto)));
+            d.load.fix_others_running(Some(0));
             // pretend the backend started `start` seconds' worth ago, with a long expected start
             d.core.state.store(STARTING, Relaxed);
             d.core.since_ns.store(d.now_ns().max(1), Relaxed);
