@@ -2799,6 +2799,12 @@ fn concurrent_calls_from_several_threads_body() {
     );
 }
 
+/// `C = A A` of order `n` through the dispatcher.
+fn square_product(off: &Offload, n: usize, a: &[f64], c: &mut [f64]) -> gpukit_offload::Outcome {
+    off.gemm(Trans::No, Trans::No, n, n, n, 1.0, a, n, a, n, 0.0, c, n)
+        .unwrap()
+}
+
 /// The dispatcher starts CUDA lazily: small calls never start it; large ones start it once the
 /// savings missed pay for start-up, and the start-up thread sizes the GPU for them.
 #[test]
@@ -2818,22 +2824,7 @@ fn lazy_start_body() {
     let a = vec![1.0f64; n * n];
     let mut c = vec![0.0; n * n];
     for _ in 0..10 {
-        off.gemm(
-            Trans::No,
-            Trans::No,
-            n,
-            n,
-            n,
-            1.0,
-            &a,
-            n,
-            &a,
-            n,
-            0.0,
-            &mut c,
-            n,
-        )
-        .unwrap();
+        square_product(&off, n, &a, &mut c);
     }
     assert!(
         off.dispatcher().gpu().is_none(),
@@ -2906,24 +2897,7 @@ fn first_gpu_call_body() {
     let mut rng = Rng::new(41);
     let a: Vec<f64> = (0..n * n).map(|_| rng.next()).collect();
     let mut c = vec![0.0f64; n * n];
-    let mut product = |off: &Offload| {
-        off.gemm(
-            Trans::No,
-            Trans::No,
-            n,
-            n,
-            n,
-            1.0,
-            &a,
-            n,
-            &a,
-            n,
-            0.0,
-            &mut c,
-            n,
-        )
-        .unwrap()
-    };
+    let mut product = |off: &Offload| square_product(off, n, &a, &mut c);
     let o = product(&off);
     assert_eq!(o.backend, Backend::Gpu, "{o:?}");
     assert!(
