@@ -833,8 +833,11 @@ fn a_hard_link_to_a_live_ticket_cannot_stall_the_queue() {
             .spawn()
             .expect("waiter"),
     );
+    // the waiter queued (its ticket complete, as status reads it), not merely its ticket file
+    // created: a link to a ticket still being written left both names unreadable and the
+    // status without a waiter (CI, 1 run in 5)
     wait_until("the waiter's ticket", Duration::from_secs(20), || {
-        ticket_names(&s.locks).len() == 1
+        ticket_names(&s.locks).len() == 1 && status(&s.locks, &[0]).waiters.len() == 1
     });
     let target = ticket_names(&s.locks).remove(0);
     let seq = ticket_seq(&target);
