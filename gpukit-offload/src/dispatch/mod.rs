@@ -1241,9 +1241,14 @@ mod tests {
 
     /// A dispatcher whose GPU start-up has just begun (as on a machine with a GPU).
     fn starting() -> Arc<Dispatcher> {
-        let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
         // a quiet machine (the one the tests run on may not be)
-        d.load.fix_others_running(Some(0));
+        starting_beside(0)
+    }
+
+    /// [`starting`] on a machine where `others` threads of other processes are running.
+    fn starting_beside(others: u32) -> Arc<Dispatcher> {
+        let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
+        d.load.fix_others_running(Some(others));
         d.core.state.store(STARTING, Relaxed);
         d.core.since_ns.store(d.now_ns().max(1), Relaxed);
         d
@@ -1363,10 +1368,7 @@ mod tests {
         // nothing of this process, but more than OTHERS_RUNNING_MAX threads of other
         // processes running: it waits; up to that many, it does not
         for (others, waits) in [(OTHERS_RUNNING_MAX, false), (OTHERS_RUNNING_MAX + 1, true)] {
-            let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
-            d.load.fix_others_running(Some(others));
-            d.core.state.store(STARTING, Relaxed);
-            d.core.since_ns.store(d.now_ns().max(1), Relaxed);
+            let d = starting_beside(others);
             let plan = d.wait_or_cpu(&req, &e, need, false);
             assert_eq!(
                 matches!(plan, Plan::Wait(_)),
