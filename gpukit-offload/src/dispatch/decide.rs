@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// Threads of other processes running beside a call (see [`load::others_running`]) beyond
+/// Threads of other processes running beside a call (see [`load::running_beside`]) beyond
 /// which its CPU estimate is not trusted while the GPU starts: a multithreaded CPU library's
 /// team spans every core, and a core taken by another program stalls the whole team at each of
 /// its barriers. Issue 22's script of short processes (four Python processes at a time with
@@ -120,8 +120,11 @@ impl Dispatcher {
     ///
     /// Also wait, whatever the CPU estimate, when another CPU-library call of this process is
     /// in flight, or other threads of this process have called the library (a thread pool), or
-    /// more than [`OTHERS_RUNNING_MAX`] threads of other processes are running on the machine,
-    /// and the call's own GPU time beats its CPU time by the required speedup: the CPU estimate
+    /// other threads of this process are at work beside it (the library's own team and
+    /// gpukit's threads aside, [`load::Beside::own`]: a pool whose other threads have not
+    /// called yet), or more than [`OTHERS_RUNNING_MAX`] threads of other processes are running
+    /// on the machine, and the call's own GPU time beats its CPU time by the required speedup:
+    /// the CPU estimate
     /// then cannot be trusted. Concurrent calls into one multithreaded CPU library do not share
     /// the cores as the load price's `k` times assumes: each starts a full team of threads, and
     /// the teams thrash; a team beside the pool's other threads' work (NumPy's element-wise
@@ -131,7 +134,10 @@ impl Dispatcher {
     /// priced at 0.32 s ran 3.0 s; with none in flight but the other threads busy, that
     /// `dsyevd` priced at 0.32 s ran 1.1-2.4 s (three runs of four), and a 3000 x 3000 `dgesv`
     /// priced at 0.09 s 0.9 s. The same program with every call waiting for the GPU took
-    /// 2.5-3.1 s in all. A call waiting leaves the cores to the work already running.
+    /// 2.5-3.1 s in all; when that `dsyevd` was the process's first call (nothing in flight, no
+    /// other thread had called, the pool's other threads making their requests' data), it
+    /// ran 4.2-4.7 s on the CPU in three runs of six. A call waiting leaves the cores to the
+    /// work already running.
     pub(super) fn wait_or_cpu(&self, req: &Request, e: &Estimate, need: f64, lapack: bool) -> Plan {
         let st = &self.model.startup;
         let mut remaining = match self.core.get() {
@@ -152,8 +158,8 @@ impl Dispatcher {
                 || now.callers > 1
                 || self
                     .load
-                    .others_running()
-                    .is_some_and(|n| n > OTHERS_RUNNING_MAX));
+                    .beside()
+                    .is_some_and(|b| b.own > 0 || b.other_processes > OTHERS_RUNNING_MAX));
         if crowded || e.cpu_s >= need * (remaining + e.gpu_s) {
             Plan::Wait(Duration::from_secs_f64(remaining) + WAIT_SLACK)
         } else {

@@ -66,19 +66,90 @@ pub fn price(cpu_s: f64, gpu_s: f64, load: &Snapshot, cores: usize) -> (f64, f64
     )
 }
 
-/// Runnable threads of other processes on the machine at this moment: the kernel's count of
-/// runnable tasks (`/proc/loadavg`'s fourth field, `running/total`) less this process's own
-/// running threads (`/proc/self/task/*/stat`, state `R`; the calling thread is in both). `None`
-/// where `/proc` cannot be read. A few hundred microseconds with a hundred threads: for
-/// decisions about calls of milliseconds and more.
-pub fn others_running() -> Option<u32> {
+/// Threads running beside a call at the moment of its decision (see [`running_beside`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Beside {
+    /// Runnable threads of other processes.
+    pub other_processes: u32,
+    /// Running threads of this process that are none of: the calling thread, gpukit's own
+    /// threads (named `gpukit-*`), the CUDA driver's (`cuda*`), and the CPU library's team of
+    /// worker threads (see [`app_threads`]): the program's other threads at work (a thread pool
+    /// making its next request's data, a loader), which hold cores the library's team needs.
+    pub own: u32,
+}
+
+/// How long after a CPU-library call ends its team of worker threads may still spin waiting
+/// for the next one: OpenBLAS spins 2^28 time-stamp cycles (0.1-0.15 s at 2-3 GHz) before it
+/// sleeps, Intel's OpenMP runtime 200 ms (`KMP_BLOCKTIME`), GNU's far less.
+pub const TEAM_SPIN: Duration = Duration::from_millis(300);
+
+/// The threads running beside the calling thread now: other processes' runnable threads (the
+/// kernel's count of runnable tasks, `/proc/loadavg`'s fourth field `running/total`, less this
+/// process's own running threads, `/proc/self/task/*/stat` state `R`), and this process's own
+/// (see [`Beside::own`]), where the CPU library's team has `team` threads and may be spinning
+/// (`team_may_spin`: a call ended within [`TEAM_SPIN`]). `None` where `/proc` cannot be read.
+/// A few hundred microseconds with a hundred threads: for decisions about calls of
+/// milliseconds and more.
+pub fn running_beside(team: u32, team_may_spin: bool) -> Option<Beside> {
     let all = runnable_tasks(&std::fs::read_to_string("/proc/loadavg").ok()?)?;
-    let mut own = 0u32;
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() }.to_string();
+    let (mut own_running, mut others) = (0u32, 0u32);
     for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
         let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-        own += u32::from(task_state(&stat) == Some('R'));
+        if task_state(&stat) != Some('R') {
+            continue;
+        }
+        own_running += 1;
+        let name = task_name(&stat).unwrap_or("");
+        if task.file_name().to_str() != Some(me.as_str())
+            && !name.starts_with("gpukit-")
+            && !name.starts_with("cuda")
+        {
+            others += 1;
+        }
     }
-    Some(all.saturating_sub(own))
+    Some(Beside {
+        other_processes: all.saturating_sub(own_running),
+        own: app_threads(others, team.saturating_sub(1), team_may_spin),
+    })
+}
+
+/// Of `running` threads of this process (the caller and gpukit's excluded), those that are not
+/// the CPU library's `workers` (its team less the calling thread). The team cannot be told
+/// apart by name (OpenBLAS does not name its threads), but its spinning shows as a whole: right
+/// after a call (`may_spin`) up to `workers` running threads are taken for the team; otherwise
+/// the team is asleep, unless as many threads as it has are running (a team spinning after
+/// its creation, or after a call made outside gpukit), and then they are taken for it.
+pub fn app_threads(running: u32, workers: u32, may_spin: bool) -> u32 {
+    if may_spin || running >= workers {
+        running.saturating_sub(workers)
+    } else {
+        running
+    }
+}
+
+/// The threads of the program's CPU library's team: the thread count its environment sets
+/// (`OPENBLAS_NUM_THREADS`, `GOTO_NUM_THREADS`, `MKL_NUM_THREADS`, `OMP_NUM_THREADS`, in the
+/// order OpenBLAS reads them; the first entry of an OpenMP list), else one per core.
+pub fn team_size(cores: usize, env: impl Fn(&str) -> Option<String>) -> u32 {
+    [
+        "OPENBLAS_NUM_THREADS",
+        "GOTO_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OMP_NUM_THREADS",
+    ]
+    .iter()
+    .find_map(|k| {
+        env(k)?
+            .split(',')
+            .next()?
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| n > 0)
+    })
+    .unwrap_or(cores.max(1) as u32)
 }
 
 /// The runnable tasks of a `/proc/loadavg` line (`0.52 0.58 0.59 3/1234 5678` -> 3).
@@ -98,6 +169,12 @@ fn task_state(stat: &str) -> Option<char> {
     stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }
 
+/// The command name of a `/proc/<pid>/task/<tid>/stat` line (between the first `(` and the
+/// last `)`).
+fn task_name(stat: &str) -> Option<&str> {
+    stat.get(stat.find('(')? + 1..stat.rfind(')')?)
+}
+
 /// This process's load counters and its slot on the GPU's board.
 #[derive(Default)]
 pub struct Load {
@@ -105,9 +182,13 @@ pub struct Load {
     callers: AtomicU32,
     /// This load's key in the threads' [`CALLED_THROUGH`] lists (given at the first call).
     key: std::sync::OnceLock<u64>,
-    /// What [`Load::others_running`] reports instead of the machine's figure (tests: the
-    /// machine they run on is not quiet).
-    others_fixed: std::sync::OnceLock<Option<u32>>,
+    /// What [`Load::beside`] reports instead of the machine's figure (tests: the machine they
+    /// run on is not quiet).
+    beside_fixed: std::sync::OnceLock<Option<Beside>>,
+    /// When the last CPU-library call of this process ended (monotonic nanoseconds; 0: none
+    /// yet): its team may spin for [`TEAM_SPIN`] after it.
+    cpu_ended_ns: AtomicU64,
+    team: std::sync::OnceLock<u32>,
     gpu_queued_ns: AtomicI64,
     board: std::sync::OnceLock<Option<Board>>,
     cores: std::sync::OnceLock<usize>,
@@ -126,6 +207,7 @@ pub struct CpuTurn<'a>(&'a Load);
 
 impl Drop for CpuTurn<'_> {
     fn drop(&mut self) {
+        self.0.cpu_ended_ns.store(monotonic_ns(), Relaxed);
         self.0.cpu_inflight.fetch_sub(1, Relaxed);
     }
 }
@@ -166,18 +248,26 @@ impl Load {
         }
     }
 
-    /// Runnable threads of other processes on the machine now ([`others_running`]).
-    pub fn others_running(&self) -> Option<u32> {
-        match self.others_fixed.get() {
-            Some(fixed) => *fixed,
-            None => others_running(),
+    /// The threads running beside the calling thread now ([`running_beside`]), with this
+    /// process's CPU-library team ([`team_size`]) taken as possibly spinning within
+    /// [`TEAM_SPIN`] of its last call (or during one).
+    pub fn beside(&self) -> Option<Beside> {
+        if let Some(fixed) = self.beside_fixed.get() {
+            return *fixed;
         }
+        let team = *self
+            .team
+            .get_or_init(|| team_size(self.cores(), |k| std::env::var(k).ok()));
+        let ended = self.cpu_ended_ns.load(Relaxed);
+        let may_spin = self.cpu_inflight.load(Relaxed) > 0
+            || (ended > 0 && monotonic_ns().saturating_sub(ended) < TEAM_SPIN.as_nanos() as u64);
+        running_beside(team, may_spin)
     }
 
-    /// Makes [`Load::others_running`] report `n` from now on (tests).
+    /// Makes [`Load::beside`] report `b` from now on (tests).
     #[cfg(test)]
-    pub fn fix_others_running(&self, n: Option<u32>) {
-        let _ = self.others_fixed.set(n);
+    pub fn fix_beside(&self, b: Option<Beside>) {
+        let _ = self.beside_fixed.set(b);
     }
 
     /// The calling thread makes a call decided here: counted among the callers once.
@@ -408,31 +498,53 @@ mod tests {
         assert_eq!(task_state("42 (a) b) S 1 42"), Some('S'));
         assert_eq!(task_state("42 (no end"), None);
         assert_eq!(task_state(""), None);
+        assert_eq!(task_name("42 (a) b) S 1 42"), Some("a) b"));
+        assert_eq!(task_name("42 (cuda-EvtHandlr) S 1"), Some("cuda-EvtHandlr"));
+        assert_eq!(task_name("42 no name"), None);
     }
 
-    /// Other processes' runnable threads are counted, this process's own are not: three
-    /// spinning child processes show (each is runnable, on a core or waiting for one), three
-    /// spinning threads of this process do not add three.
+    /// Other processes' runnable threads are counted as theirs, this process's as its own:
+    /// three spinning threads of the program are three of its own (and not other processes'),
+    /// three more named as gpukit's are not counted; three spinning child processes show.
     #[test]
-    fn other_processes_running_threads_are_seen_and_our_own_are_not() {
-        if others_running().is_none() {
+    fn running_threads_are_told_apart() {
+        if running_beside(16, false).is_none() {
             eprintln!("SKIPPED: no /proc here");
             return;
         }
         let stop = std::sync::atomic::AtomicBool::new(false);
-        let own_while_spinning = std::thread::scope(|s| {
-            for _ in 0..3 {
-                s.spawn(|| {
-                    while !stop.load(Relaxed) {
-                        std::hint::spin_loop();
-                    }
-                });
+        let spin = || {
+            while !stop.load(Relaxed) {
+                std::hint::spin_loop();
+            }
+        };
+        // a team of 64 whose 63 workers are asleep (fewer running than that): nothing discounted
+        let seen = std::thread::scope(|s| {
+            for i in 0..6 {
+                let name = if i < 3 { "app" } else { "gpukit-test" };
+                std::thread::Builder::new()
+                    .name(name.into())
+                    .spawn_scoped(s, spin)
+                    .unwrap();
             }
             std::thread::sleep(Duration::from_millis(50));
-            let n = (0..20).map(|_| others_running().unwrap()).min().unwrap();
+            // other tests' threads may run too: they only add, so take the least of a few looks
+            let seen: Vec<Beside> = (0..20)
+                .map(|_| running_beside(64, false).unwrap())
+                .collect();
             stop.store(true, Relaxed);
-            n
+            seen
         });
+        let own = seen.iter().map(|b| b.own).min().unwrap();
+        let others = seen.iter().map(|b| b.other_processes).min().unwrap();
+        assert!(
+            (3..6).contains(&own),
+            "three running threads of the program (and three of gpukit's) counted as {own}"
+        );
+        assert!(
+            others < 3,
+            "this process's own threads counted as others': {others}"
+        );
         let mut kids: Vec<_> = (0..3)
             .map(|_| {
                 std::process::Command::new("sh")
@@ -442,16 +554,59 @@ mod tests {
             })
             .collect();
         std::thread::sleep(Duration::from_millis(100));
-        let with_kids = (0..20).map(|_| others_running().unwrap()).max().unwrap();
+        let with_kids = (0..20)
+            .map(|_| running_beside(64, false).unwrap().other_processes)
+            .max()
+            .unwrap();
         for k in &mut kids {
             let _ = k.kill();
             let _ = k.wait();
         }
         assert!(with_kids >= 3, "three spinning processes, {with_kids} seen");
-        assert!(
-            own_while_spinning < 3,
-            "this process's own spinning threads were counted: {own_while_spinning}"
+    }
+
+    /// The CPU library's team: right after a call up to its workers are taken for it; else
+    /// only when as many as it has run (all spinning, as after its creation); the program's
+    /// threads beyond it are counted either way.
+    #[test]
+    fn the_library_team_is_told_from_the_programs_threads() {
+        // OpenBLAS's team of 16 on 16 cores: 15 workers
+        for (running, may_spin, own) in [
+            (0, false, 0),
+            (3, false, 3),  // a pool's three threads, the team asleep
+            (15, false, 0), // the team spinning after its creation
+            (18, false, 3), // ... beside the pool's three
+            (10, true, 0),  // the team after a call, some asleep already
+            (15, true, 0),
+            (17, true, 2),
+        ] {
+            assert_eq!(
+                app_threads(running, 15, may_spin),
+                own,
+                "{running} {may_spin}"
+            );
+        }
+        // a single-threaded library has no team to discount
+        assert_eq!(app_threads(2, 0, true), 2);
+        let env = |set: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                set.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(team_size(16, env(&[])), 16);
+        assert_eq!(team_size(16, env(&[("OMP_NUM_THREADS", "4,2")])), 4);
+        assert_eq!(
+            team_size(
+                16,
+                env(&[("OMP_NUM_THREADS", "4"), ("OPENBLAS_NUM_THREADS", "2")])
+            ),
+            2
         );
+        assert_eq!(team_size(16, env(&[("MKL_NUM_THREADS", "0")])), 16);
+        assert_eq!(team_size(16, env(&[("GOTO_NUM_THREADS", "x")])), 16);
+        assert_eq!(team_size(0, env(&[])), 1);
     }
 
     /// Each thread counts once per load, however many calls it makes, and not for another load.

@@ -1242,13 +1242,13 @@ mod tests {
     /// A dispatcher whose GPU start-up has just begun (as on a machine with a GPU).
     fn starting() -> Arc<Dispatcher> {
         // a quiet machine (the one the tests run on may not be)
-        starting_beside(0)
+        starting_beside(load::Beside::default())
     }
 
-    /// [`starting`] on a machine where `others` threads of other processes are running.
-    fn starting_beside(others: u32) -> Arc<Dispatcher> {
+    /// [`starting`] with `beside` running beside its calls.
+    fn starting_beside(beside: load::Beside) -> Arc<Dispatcher> {
         let d = Arc::new(Dispatcher::new(cfg(5, GpuMode::Auto)));
-        d.load.fix_others_running(Some(others));
+        d.load.fix_beside(Some(beside));
         d.core.state.store(STARTING, Relaxed);
         d.core.since_ns.store(d.now_ns().max(1), Relaxed);
         d
@@ -1365,10 +1365,23 @@ mod tests {
             matches!(d.wait_or_cpu(&req, &e, need, false), Plan::Wait(_)),
             "a call of a thread pool did not wait"
         );
+        // no other thread has called, but one of the program's threads is at work beside the
+        // call (a pool's thread making its first request's data): it waits
+        let d = starting_beside(load::Beside {
+            other_processes: 0,
+            own: 1,
+        });
+        assert!(
+            matches!(d.wait_or_cpu(&req, &e, need, false), Plan::Wait(_)),
+            "a call beside the program's other running thread did not wait"
+        );
         // nothing of this process, but more than OTHERS_RUNNING_MAX threads of other
         // processes running: it waits; up to that many, it does not
         for (others, waits) in [(OTHERS_RUNNING_MAX, false), (OTHERS_RUNNING_MAX + 1, true)] {
-            let d = starting_beside(others);
+            let d = starting_beside(load::Beside {
+                other_processes: others,
+                own: 0,
+            });
             let plan = d.wait_or_cpu(&req, &e, need, false);
             assert_eq!(
                 matches!(plan, Plan::Wait(_)),
@@ -1454,7 +1467,7 @@ mod tests {
             cpu in 1e-3f64..10.0, gpu in 1e-4f64..5.0, start in 0.01f64..3.0, level in 1u8..=10
         ) {
             let d = Arc::new(Dispatcher::new(cfg(level, GpuMode::Auto)));
-            d.load.fix_others_running(Some(0));
+            d.load.fix_beside(Some(load::Beside::default()));
             // pretend the backend started `start` seconds' worth ago, with a long expected start
             d.core.state.store(STARTING, Relaxed);
             d.core.since_ns.store(d.now_ns().max(1), Relaxed);
