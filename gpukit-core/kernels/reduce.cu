@@ -118,10 +118,20 @@ template <typename T, int OP> struct MaxMin {
     static __device__ __forceinline__ A id() { return OP == R_MAX ? lowest_of<A>() : highest_of<A>(); }
     static __device__ __forceinline__ A lift(T x, long long) { return (A)Cv<T>::up(x); }
     static __device__ __forceinline__ A comb(A a, A b) {
-        if (is_nan_c(a)) return a;
-        if (is_nan_c(b)) return b;
-        if constexpr (OP == R_MAX) return a > b ? a : b;
-        else return a < b ? a : b;
+        if constexpr (sizeof(A) == 4 && !Cv<A>::is_int) {
+            // f32 (and f16 / bf16, compared in f32): PTX's NaN-propagating max / min (sm_80+),
+            // one instruction instead of two NaN tests, a compare and a select: the 1 GiB
+            // reduction was 0.95x torch's with them
+            A r;
+            if constexpr (OP == R_MAX) asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+            else asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+            return r;
+        } else {
+            if (is_nan_c(a)) return a;
+            if (is_nan_c(b)) return b;
+            if constexpr (OP == R_MAX) return a > b ? a : b;
+            else return a < b ? a : b;
+        }
     }
     static __device__ __forceinline__ A shfl(A a, int o, int w) { return shfl_down(a, o, w); }
     static __device__ __forceinline__ O fin(A a, long long, long long) { return Cv<T>::down((typename Cv<T>::C)a); }
@@ -244,6 +254,21 @@ template <typename R> __device__ typename R::A block_reduce(typename R::A v) {
     return v;
 }
 
+// The V elements of a 16-byte vector whose first element has index `base`, combined pairwise
+// (a chain of log2 V combines, not V: the chain is latency the loads of the next vectors wait
+// behind; the earlier elements stay on the left, so ties keep resolving to the first index).
+template <typename R, typename T, int V>
+__device__ __forceinline__ typename R::A vec_comb(const Pack<T, V>& p, long long base) {
+    typename R::A a[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) a[k] = R::lift(p.v[k], base + k);
+#pragma unroll
+    for (int w = 1; w < V; w <<= 1)
+#pragma unroll
+        for (int k = 0; k + w < V; k += 2 * w) a[k] = R::comb(a[k], a[k + w]);
+    return a[0];
+}
+
 // Pass 1 of a full reduction: each block writes one accumulator to partial[blockIdx.x].
 template <typename T, int OP>
 __global__ void reduce_partial(const T* __restrict__ x, long long n, void* partial) {
@@ -265,19 +290,10 @@ __global__ void reduce_partial(const T* __restrict__ x, long long n, void* parti
 #pragma unroll
             for (int u = 0; u < 4; ++u) p[u] = px[i + u * nt];
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                A s = R::id();
-#pragma unroll
-                for (int k = 0; k < V; ++k) s = R::comb(s, R::lift(p[u].v[k], (i + u * nt) * V + k));
-                acc[u] = R::comb(acc[u], s);
-            }
+            for (int u = 0; u < 4; ++u) acc[u] = R::comb(acc[u], vec_comb<R, T, V>(p[u], (i + u * nt) * V));
         }
         for (; i < nv; i += nt) {
-            P p = px[i];
-            A s = R::id();
-#pragma unroll
-            for (int k = 0; k < V; ++k) s = R::comb(s, R::lift(p.v[k], i * V + k));
-            acc[0] = R::comb(acc[0], s);
+            acc[0] = R::comb(acc[0], vec_comb<R, T, V>(px[i], i * V));
         }
         tail = nv * V;
     }

@@ -40,6 +40,7 @@ fn big_stack(f: impl FnOnce() + Send + 'static) {
 fn alone(test: &str, body: fn()) {
     const CHILD: &str = "GPUKIT_OFFLOAD_TEST_ALONE";
     if std::env::var_os(CHILD).is_some_and(|v| v == test) {
+        report_crashes();
         big_stack(body);
         return;
     }
@@ -66,6 +67,43 @@ fn alone(test: &str, body: fn()) {
         text.contains("1 passed"),
         "{test}: its own process ran no test"
     );
+}
+
+extern "C" {
+    // glibc's <execinfo.h> (not bound by the libc crate)
+    fn backtrace(buffer: *mut *mut libc::c_void, size: libc::c_int) -> libc::c_int;
+    fn backtrace_symbols_fd(buffer: *const *mut libc::c_void, size: libc::c_int, fd: libc::c_int);
+}
+
+/// In a test's own process ([`alone`]): a crash (SIGSEGV, SIGBUS) prints the faulting address
+/// and the frames (library + offset where there are no symbols) to stderr before the process
+/// dies of it, so that a crash on the GPU host names the library it happened in.
+fn report_crashes() {
+    extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        let mut frames = [std::ptr::null_mut::<libc::c_void>(); 64];
+        // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler; backtrace writes
+        // at most 64 frames into the array; the process dies right after (only write(2)-based
+        // output and the default action follow, for a process that is crashing anyway).
+        unsafe {
+            let addr = (*info).si_addr() as usize;
+            let msg = format!("\nfatal signal {sig} at address {addr:#x}; frames:\n");
+            libc::write(2, msg.as_ptr() as *const libc::c_void, msg.len());
+            let n = backtrace(frames.as_mut_ptr(), 64);
+            backtrace_symbols_fd(frames.as_ptr(), n, 2);
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+    }
+    for sig in [libc::SIGSEGV, libc::SIGBUS] {
+        // SAFETY: installs a handler with SA_SIGINFO and SA_ONSTACK on a zeroed sigaction; the
+        // handler's signature matches SA_SIGINFO's.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_fault as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
 }
 
 fn backends(test: &str) -> Option<(&'static CpuBackend, &'static GpuBackend)> {

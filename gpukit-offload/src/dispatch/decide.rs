@@ -11,6 +11,17 @@ use super::*;
 /// ran 1.0-1.4 s. One such thread (a daemon waking) is tolerated.
 pub const OTHERS_RUNNING_MAX: u32 = 1;
 
+/// How many times its calibrated CPU time a call the CPU estimate of which cannot be trusted
+/// ([`Dispatcher::crowded`]) is taken to cost on the CPU when it decides how long to wait for a
+/// start-up that overruns ([`Dispatcher::await_start`]): the low end of what such calls ran,
+/// measured on an H100 host (16 cores, OpenBLAS's 16 threads, 2026-12-06): 3.4-7.5x (a
+/// `dsyevd` beside a pool's busy threads), 10-15x (`dgesv` in four processes at once), 13-38x
+/// (beside other CPU-library calls of the process). In issue 22's thread pool on a freshly
+/// started machine (the CUDA libraries read from disk, a start far longer than the profile's),
+/// the four threads' first calls each waited their first wait, gave up together and ran on the
+/// CPU side by side in 1.8-2.8 s: the program took 6.1 s against 2.7 s forced.
+pub const CROWDED_CPU_FACTOR: f64 = 8.0;
+
 /// What to do with a call.
 pub(super) enum Plan {
     Gpu,
@@ -152,20 +163,28 @@ impl Dispatcher {
                 _ => st.solver_s,
             };
         }
-        let now = self.load.snapshot();
-        let crowded = e.cpu_s >= need * e.gpu_s
-            && (now.cpu_others > 0
-                || now.callers > 1
-                || self
-                    .load
-                    .beside()
-                    .is_some_and(|b| b.own > 0 || b.other_processes > OTHERS_RUNNING_MAX));
-        if crowded || e.cpu_s >= need * (remaining + e.gpu_s) {
+        if self.crowded(e, need) || e.cpu_s >= need * (remaining + e.gpu_s) {
             Plan::Wait(Duration::from_secs_f64(remaining) + WAIT_SLACK)
         } else {
             self.note_missed(&req.call);
             Plan::Cpu(Reason::GpuStarting)
         }
+    }
+
+    /// True when a call estimated at `e`, which the GPU wins by the required speedup `need`,
+    /// would run on a CPU its estimate does not describe (see [`Dispatcher::wait_or_cpu`]):
+    /// another CPU-library call of the process in flight, other threads of the process that
+    /// have called the library or are at work beside it, or more than [`OTHERS_RUNNING_MAX`]
+    /// threads of other processes running.
+    pub(super) fn crowded(&self, e: &Estimate, need: f64) -> bool {
+        let now = self.load.snapshot();
+        e.cpu_s >= need * e.gpu_s
+            && (now.cpu_others > 0
+                || now.callers > 1
+                || self
+                    .load
+                    .beside()
+                    .is_some_and(|b| b.own > 0 || b.other_processes > OTHERS_RUNNING_MAX))
     }
 
     /// Carries out a [`Plan::Wait`] of `first` for a call estimated at `e`: waits for the
@@ -177,12 +196,21 @@ impl Dispatcher {
     /// never pass the call's CPU time or the first wait, whichever is longer (then it runs
     /// there: a start that never ends costs at most twice that, the break-even rule of renting
     /// versus buying; the first wait may be the longer for a call that waits because the CPU
-    /// library is busy with another call, see [`Dispatcher::wait_or_cpu`]).
+    /// library is busy with another call, see [`Dispatcher::wait_or_cpu`]). A call whose CPU
+    /// estimate cannot be trusted ([`Dispatcher::crowded`], looked at again after each wait)
+    /// counts its CPU time as [`CROWDED_CPU_FACTOR`] times the estimate.
     pub(super) fn await_start(&self, req: &Request, e: &Estimate, first: Duration) -> Plan {
         let lapack = crate::gpu::needs_solver(&req.call.op);
         let need = required_speedup(self.config.level);
         let began = Instant::now();
-        let bound = e.cpu_s.max(first.as_secs_f64());
+        let bound = |crowded: bool| {
+            let cpu = if crowded {
+                e.cpu_s * CROWDED_CPU_FACTOR
+            } else {
+                e.cpu_s
+            };
+            cpu.max(first.as_secs_f64())
+        };
         let mut limit = first;
         loop {
             let ready = self.wait_for(
@@ -198,7 +226,7 @@ impl Dispatcher {
                     _ => Plan::Cpu(Reason::NoGpu),
                 };
             }
-            let left = bound - began.elapsed().as_secs_f64();
+            let left = bound(self.crowded(e, need)) - began.elapsed().as_secs_f64();
             if left <= 0.0 {
                 self.note_missed(&req.call);
                 return Plan::Cpu(Reason::GpuStarting);

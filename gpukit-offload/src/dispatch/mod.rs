@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 mod config;
 mod decide;
-pub use decide::OTHERS_RUNNING_MAX;
+pub use decide::{CROWDED_CPU_FACTOR, OTHERS_RUNNING_MAX};
 mod estimate;
 mod fork;
 pub mod load;
@@ -1457,6 +1457,54 @@ mod tests {
             FAILED,
         );
         assert!(matches!(plan, Plan::Cpu(Reason::NoGpu)));
+    }
+
+    /// A call whose CPU estimate cannot be trusted (here: beside another CPU-library call)
+    /// keeps waiting for a start-up that overruns its first wait, up to CROWDED_CPU_FACTOR
+    /// times its CPU estimate (issue 22's thread pool on a freshly started H100: the four
+    /// threads' first calls gave up together at their first wait's end and ran on the CPU side
+    /// by side, 6.1 s against 2.7 s forced); a start that never ends costs it that much.
+    #[test]
+    fn a_crowded_call_waits_longer_for_an_overrunning_start_up() {
+        let mut buf = vec![0.0f64; 16];
+        let req = Request::new(gemm(64, 64, 64, &mut buf), LibId::UNKNOWN);
+        let need = required_speedup(5);
+        let start_s = starting().model.startup.start_s;
+        // under the start-up left: alone, it would run on the CPU at once
+        let e = est(start_s / 4.0, start_s / 400.0);
+        let bound = (e.cpu_s * CROWDED_CPU_FACTOR).max(start_s);
+
+        let d = starting();
+        let _other = d.load.cpu_turn();
+        let Plan::Wait(first) = d.wait_or_cpu(&req, &e, need, false) else {
+            panic!("a crowded call did not wait");
+        };
+        assert!(first.as_secs_f64() < bound, "{first:?} against {bound} s");
+        // the start ends after the first wait, well within the crowded bound
+        let ready_after = first + Duration::from_secs_f64((bound - first.as_secs_f64()) / 4.0);
+        let t = Instant::now();
+        let plan = await_ending_after(&d, &req, &e, first, ready_after, READY);
+        assert!(
+            matches!(plan, Plan::Gpu),
+            "gave up after {:?} (first wait {first:?})",
+            t.elapsed()
+        );
+
+        // a start that never ends: the CPU once the crowded bound has passed
+        let d = starting();
+        let _other = d.load.cpu_turn();
+        let Plan::Wait(first) = d.wait_or_cpu(&req, &e, need, false) else {
+            panic!("a crowded call did not wait");
+        };
+        let t = Instant::now();
+        let plan = d.await_start(&req, &e, first);
+        let waited = t.elapsed().as_secs_f64();
+        assert!(matches!(plan, Plan::Cpu(Reason::GpuStarting)));
+        let expect = bound.max(first.as_secs_f64());
+        assert!(
+            waited >= expect - 0.02 && waited <= expect + 0.3,
+            "waited {waited} s, bound {expect} s"
+        );
     }
 
     proptest! {
