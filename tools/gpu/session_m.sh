@@ -45,4 +45,16 @@ for r in 1 2 3; do
   grep -A40 "fatal signal" "$OUT/gelsd.$r.log" | head -45 | cut -c1-200
   grep -B2 "fatal signal" "$OUT/gelsd.$r.log" | head -3 | cut -c1-200
 done
+echo "== 4. the one-shot programs' first calls, wave 2's offload run (BASE) and now, every call logged (t=$((SECONDS - T0)))"
+ONE=gpukit-offload/bench/oneshot
+for p in numpy_oneshot statsmodels_fits; do
+  for m in base now; do
+    off=$B/examples/offload; [ $m = base ] && off=${BASE:-.gpu-base}/offload
+    [ -x "$off" ] || continue
+    log=$OUT/$p.$m.calls.log; t0=$(date +%s.%N)
+    GPUKIT_OFFLOAD_LOG=calls timeout 60 "$off" run python3 $ONE/$p.py > "$log" 2>&1
+    echo "  $p $m: rc $? process $(awk "BEGIN { printf \"%.2f\", $(date +%s.%N) - $t0 }") s; $(grep -E '^section' "$log" | head -3 | sed 's/^section //' | tr '\n' ' ')"
+    grep -E "^gpukit-offload: .* -> (cpu|gpu)" "$log" | grep -v "(small)\|(nested)\|(empty)" | head -6 | sed 's/^gpukit-offload: /      /' | cut -c1-170
+  done
+done
 echo "total $((SECONDS - T0)) s"
