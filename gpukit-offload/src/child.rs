@@ -117,6 +117,30 @@ fn leave() {
     }
 }
 
+/// Tests: where this process started with any of the signals the rules touch ignored (a test
+/// binary started in the background by a non-interactive shell has SIGINT and SIGQUIT ignored,
+/// one under `nohup` SIGHUP too), makes them the default, in the dispositions saved while
+/// programs run as well, so that a test sees a wrapper started as from a terminal.
+#[cfg(test)]
+pub(crate) fn unignore_for_tests() {
+    let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    if st.users > 0 {
+        for (_, old) in st.saved.iter_mut() {
+            if old.sa_sigaction == libc::SIG_IGN {
+                old.sa_sigaction = libc::SIG_DFL;
+            }
+        }
+        return;
+    }
+    for sig in IGNORED.iter().chain(&FORWARDED) {
+        if let Ok(old) = set(*sig, libc::SIG_DFL) {
+            if old.sa_sigaction != libc::SIG_IGN {
+                restore(&[(*sig, old)]);
+            }
+        }
+    }
+}
+
 /// Runs `cmd` to its end under the rules of the module docs and returns its status.
 pub(crate) fn run(cmd: &mut Command) -> io::Result<ExitStatus> {
     let before = enter()?;

@@ -522,6 +522,10 @@ mod tests {
     /// starts with the default dispositions; afterwards the wrapper's own are back.
     #[test]
     fn run_keeps_waiting_through_an_interrupt_and_passes_termination_on() {
+        // a test binary run in the background has SIGINT and SIGQUIT ignored from the start,
+        // which the program would keep (ignored stays ignored): this test is about a wrapper
+        // started from a terminal
+        crate::child::unignore_for_tests();
         let lib = some_library();
         let run = |script: &str| {
             main_with_args(
