@@ -792,8 +792,8 @@ if __name__ == "__main__":
     assert!(p.iter().skip(1).all(|s| *s == "lazy"), "{p:?}");
 }
 
-/// Short programs that exit at every moment of the eager GPU start-up (which begins at their
-/// first BLAS call; they exit 0 to 700 ms after it, before and after the start has ended) end
+/// Short programs that exit at every moment of the eager GPU start-up (which begins at load;
+/// they exit 0 to 700 ms after their first BLAS call, before and after the start has ended) end
 /// cleanly with their summary: the CUDA libraries' exit handlers registered on the start-up
 /// threads run only after the exit hook, which waits for those threads (about one such run in
 /// twenty ended in SIGSEGV without a summary on the H100, 2026-12-06). Meaningful on a GPU

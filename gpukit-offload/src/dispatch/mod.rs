@@ -55,7 +55,7 @@ use decide::Plan;
 use estimate::{MemoEntry, MEMO_SLOTS};
 pub(crate) use fork::ForkHold;
 pub use persist::WARNED_ENV;
-pub use startup::PRESIZE_CALLS;
+pub use startup::{is_launcher, LAUNCHERS, PRESIZE_CALLS};
 use startup::{Phase, ShapeOnly, FAILED, NOT_STARTED, READY, STARTING, WAIT_SLACK};
 
 /// Where a call ran and why.
@@ -709,12 +709,13 @@ mod tests {
         }
     }
 
-    /// The eager start waits for the process's first BLAS/LAPACK call: armed, nothing starts
-    /// and every call size takes the slow path; the first call (a tiny one) starts the GPU
-    /// (here its start-up panics by injection, so it ends FAILED) and the thresholds come back.
-    /// A dispatcher that never gets a call never starts; a GPU that is off is never armed.
+    /// The eager start of a shell waits for the process's first BLAS/LAPACK call: armed,
+    /// nothing starts and every call size takes the slow path; the first call (a tiny one)
+    /// starts the GPU (here its start-up panics by injection, so it ends FAILED) and the
+    /// thresholds come back. A dispatcher that never gets a call never starts; a GPU that is
+    /// off is never armed. A program that is no launcher starts at once.
     #[test]
-    fn the_eager_start_begins_at_the_first_call() {
+    fn the_eager_start_begins_at_load_or_for_a_launcher_at_the_first_call() {
         let lib = LibId::of_path("/nonexistent/libopenblas.so.0");
         let eager = |gpu| {
             Arc::new(Dispatcher::new(Config {
@@ -723,15 +724,32 @@ mod tests {
                 ..cfg(1, gpu)
             }))
         };
+        // a program that computes: at once
+        let now = eager(GpuMode::Auto);
+        now.start_if_eager_as("/usr/bin/python3.12");
+        assert!(!now.eager_start_armed());
+        assert_ne!(
+            now.core.get(),
+            NOT_STARTED,
+            "python3.12 did not start at load"
+        );
+        now.settle_startup(Duration::from_secs(10));
+        assert_eq!(now.core.get(), FAILED, "(the injected panic)");
+        for sh in ["/bin/sh", "bash", "/usr/bin/dash"] {
+            assert!(is_launcher(sh), "{sh}");
+        }
+        for prog in ["/usr/bin/python3", "/opt/R/bin/R", "julia", "/bin/shx", ""] {
+            assert!(!is_launcher(prog), "{prog}");
+        }
         let d = eager(GpuMode::Auto);
-        d.start_if_eager();
+        d.start_if_eager_as("/bin/sh");
         assert!(d.eager_start_armed());
         assert_eq!(d.core.get(), NOT_STARTED, "nothing starts before a call");
         for r in Routine::ALL {
             assert_eq!(d.threshold(r, Precision::D), 0, "{r:?}: every call is seen");
         }
         let idle = eager(GpuMode::Auto);
-        idle.start_if_eager();
+        idle.start_if_eager_as("bash");
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(idle.core.get(), NOT_STARTED, "no call, no start");
         let mut buf = vec![0.0f64; 16];
@@ -749,7 +767,7 @@ mod tests {
             "thresholds back"
         );
         let off = eager(GpuMode::Off);
-        off.start_if_eager();
+        off.start_if_eager_as("/usr/bin/python3");
         assert!(!off.eager_start_armed());
     }
 

@@ -429,20 +429,38 @@ impl Dispatcher {
         self.solver.join_by(end);
     }
 
-    /// Arms the eager start when the policy is [`StartPolicy::Eager`] and a GPU may be used:
-    /// CUDA starts in the background at the process's first BLAS or LAPACK call, of any size
-    /// (until then every call takes the slow path, which starts it). A process that never calls
-    /// the library pays nothing: `offload run sh script.sh` made the shell start CUDA and hold a
-    /// context while it forked every command, and the script of short Python processes took
-    /// 22 s instead of 12 s (H100, 2026-12-06; with the shell not starting, 13 s).
+    /// The eager start ([`StartPolicy::Eager`], where a GPU may be used) of this process
+    /// ([`Dispatcher::start_if_eager_as`] with its executable, `/proc/self/exe`).
     pub fn start_if_eager(self: &Arc<Self>) {
+        let exe = std::fs::read_link("/proc/self/exe")
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.start_if_eager_as(&exe);
+    }
+
+    /// The eager start of a process running `exe`: CUDA starts in the background now (at
+    /// load), unless `exe` is a shell or another launcher ([`is_launcher`]); then it is armed
+    /// to start at the process's first BLAS or LAPACK call, of any size (until then every call
+    /// takes the slow path, which starts it), and a launcher that never calls the library pays
+    /// nothing: `offload run sh script.sh` made the shell start CUDA and hold a context while
+    /// it forked every command, and the script of short Python processes took 22 s instead of
+    /// 12 s (H100, 2026-12-06; with the shell not starting, 13 s). A program that computes
+    /// gets the start's head start from its first line: starting only at the first call cost
+    /// issue 11's one-shot numpy program 0.2-0.3 s in its first section (a 6000 x 3000 least
+    /// squares waiting for the start: 0.64-0.77 s against 0.36-0.50 s with wave 2's start at
+    /// load, H100, 2026-12-06).
+    pub fn start_if_eager_as(self: &Arc<Self>, exe: &str) {
         if self.config.start == StartPolicy::Eager
             && self.config.gpu != GpuMode::Off
             && self.core.get() == NOT_STARTED
             && !self.forked.load(Relaxed)
         {
-            self.eager_armed.store(true, Relaxed);
-            self.compute_thresholds();
+            if is_launcher(exe) {
+                self.eager_armed.store(true, Relaxed);
+                self.compute_thresholds();
+            } else {
+                self.start_background();
+            }
         }
     }
 
@@ -463,4 +481,19 @@ impl Dispatcher {
     pub(super) fn note_missed(&self, call: &Call) {
         keep_largest(&mut self.missed_calls.lock(), call, PRESIZE_CALLS);
     }
+}
+
+/// Executables that start other programs rather than compute: shells, job runners, build
+/// tools, MPI and Slurm launchers, tracers. The eager start waits for their first BLAS or LAPACK
+/// call (which they rarely make) instead of starting CUDA at load.
+pub const LAUNCHERS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", "ksh93", "mksh", "yash", "fish", "csh", "tcsh", "busybox",
+    "env", "nice", "nohup", "time", "timeout", "xargs", "parallel", "make", "gmake", "ninja",
+    "srun", "mpirun", "mpiexec", "orterun", "prterun", "strace", "ltrace",
+];
+
+/// Whether the executable `exe` (a path or a bare name) is one of [`LAUNCHERS`].
+pub fn is_launcher(exe: &str) -> bool {
+    let base = exe.rsplit('/').next().unwrap_or(exe);
+    LAUNCHERS.contains(&base)
 }
