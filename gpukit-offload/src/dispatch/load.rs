@@ -94,25 +94,36 @@ pub fn running_beside(team: u32, team_may_spin: bool) -> Option<Beside> {
     let all = runnable_tasks(&std::fs::read_to_string("/proc/loadavg").ok()?)?;
     // SAFETY: gettid has no preconditions.
     let me = unsafe { libc::gettid() }.to_string();
-    let (mut own_running, mut others) = (0u32, 0u32);
-    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-        if task_state(&stat) != Some('R') {
-            continue;
-        }
-        own_running += 1;
-        let name = task_name(&stat).unwrap_or("");
-        if task.file_name().to_str() != Some(me.as_str())
-            && !name.starts_with("gpukit-")
-            && !name.starts_with("cuda")
-        {
-            others += 1;
-        }
-    }
+    let tasks = std::fs::read_dir("/proc/self/task")
+        .ok()?
+        .flatten()
+        .map(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            (t.file_name().to_string_lossy().into_owned(), stat)
+        });
+    let (own_running, others) = running_tasks(tasks, &me);
     Some(Beside {
         other_processes: all.saturating_sub(own_running),
         own: app_threads(others, team.saturating_sub(1), team_may_spin),
     })
+}
+
+/// Of this process's tasks (`(tid, stat line)`): how many are running (state `R`), and how
+/// many of those are neither the calling thread `me` nor gpukit's (`gpukit-*`) nor the CUDA
+/// driver's (`cuda*`) threads.
+fn running_tasks(tasks: impl Iterator<Item = (String, String)>, me: &str) -> (u32, u32) {
+    let (mut running, mut others) = (0u32, 0u32);
+    for (tid, stat) in tasks {
+        if task_state(&stat) != Some('R') {
+            continue;
+        }
+        running += 1;
+        let name = task_name(&stat).unwrap_or("");
+        if tid != me && !name.starts_with("gpukit-") && !name.starts_with("cuda") {
+            others += 1;
+        }
+    }
+    (running, others)
 }
 
 /// Of `running` threads of this process (the caller and gpukit's excluded), those that are not
@@ -503,9 +514,11 @@ mod tests {
         assert_eq!(task_name("42 no name"), None);
     }
 
-    /// Other processes' runnable threads are counted as theirs, this process's as its own:
-    /// three spinning threads of the program are three of its own (and not other processes'),
-    /// three more named as gpukit's are not counted; three spinning child processes show.
+    /// This process's running threads are told apart: three spinning threads of the program
+    /// count, three named as gpukit's, one named as the driver's and the caller do not (looked
+    /// at through their own `/proc` entries: the test harness runs other tests' threads beside
+    /// them); other processes' runnable threads are counted as theirs: three spinning child
+    /// processes show, the spinning threads of this process do not.
     #[test]
     fn running_threads_are_told_apart() {
         if running_beside(16, false).is_none() {
@@ -513,33 +526,46 @@ mod tests {
             return;
         }
         let stop = std::sync::atomic::AtomicBool::new(false);
-        let spin = || {
-            while !stop.load(Relaxed) {
-                std::hint::spin_loop();
-            }
-        };
-        // a team of 64 whose 63 workers are asleep (fewer running than that): nothing discounted
-        let seen = std::thread::scope(|s| {
-            for i in 0..6 {
-                let name = if i < 3 { "app" } else { "gpukit-test" };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (counted, others) = std::thread::scope(|s| {
+            for i in 0..7 {
+                let name = match i {
+                    0..=2 => "app",
+                    3..=5 => "gpukit-test",
+                    _ => "cuda-EvtHandlr",
+                };
+                let (tx, stop) = (tx.clone(), &stop);
                 std::thread::Builder::new()
                     .name(name.into())
-                    .spawn_scoped(s, spin)
+                    .spawn_scoped(s, move || {
+                        // SAFETY: gettid has no preconditions.
+                        tx.send(unsafe { libc::gettid() }.to_string()).unwrap();
+                        while !stop.load(Relaxed) {
+                            std::hint::spin_loop();
+                        }
+                    })
                     .unwrap();
             }
-            std::thread::sleep(Duration::from_millis(50));
-            // other tests' threads may run too: they only add, so take the least of a few looks
-            let seen: Vec<Beside> = (0..20)
-                .map(|_| running_beside(64, false).unwrap())
-                .collect();
+            // SAFETY: gettid has no preconditions.
+            let me = unsafe { libc::gettid() }.to_string();
+            let mut tids: Vec<String> = (0..7).map(|_| rx.recv().unwrap()).collect();
+            tids.push(me.clone());
+            let read = |tid: &String| {
+                let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+                (tid.clone(), stat)
+            };
+            let counted = running_tasks(tids.iter().map(read), &me);
+            let others = (0..20)
+                .map(|_| running_beside(64, false).unwrap().other_processes)
+                .min()
+                .unwrap();
             stop.store(true, Relaxed);
-            seen
+            (counted, others)
         });
-        let own = seen.iter().map(|b| b.own).min().unwrap();
-        let others = seen.iter().map(|b| b.other_processes).min().unwrap();
-        assert!(
-            (3..6).contains(&own),
-            "three running threads of the program (and three of gpukit's) counted as {own}"
+        assert_eq!(
+            counted,
+            (8, 3),
+            "(running, counted): eight running, the three of the program counted"
         );
         assert!(
             others < 3,
