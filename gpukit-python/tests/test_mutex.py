@@ -164,7 +164,10 @@ def test_ctrl_c_while_waiting_raises_keyboard_interrupt_quickly(lockdir):
     h = holder(lockdir)
     p = py(
         """
-        import sys, time, gpukit.mutex as gm
+        import signal, sys, time, gpukit.mutex as gm
+        # as from a terminal: a test run started in the background (`&` in a script) hands
+        # its children SIGINT ignored, and Python then installs no KeyboardInterrupt
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         print("waiting", flush=True)
         try:
             gm.acquire(1, visible_devices="0", lock_dir=%r)
