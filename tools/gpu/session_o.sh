@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# 2026-12-06, sixth session, call 3 (the device budget allowed one short call: session_n's steps
+# without numpy.linalg's suite, tests first):
+#   1. the one-shot numpy and statsmodels programs plain / wave 2's `offload run` (BASE,
+#      32b903b) / now (the eager start at load again outside launchers);
+#   2. issue 22's thread pool with the CUDA libraries dropped from the page cache before each
+#      run, `offload run` / forced, two rounds, then one warm round;
+#   3. the small-gelsd crash by precision order (GELSD_PREC), crash frames counted only;
+#   4. gpukit-core's gpu_reduce and gpu_ops (the max / min kernel change), gpukit-offload's GPU
+#      tests, the offload shim tests;
+#   tar xJf .gpu-bundle.tar.xz && tar xJf .gpu-base.tar.xz && B=.gpu-bundle OUT=$OUT bash tools/gpu/session_o.sh
+set -u
+B=${B:-.gpu-bundle}; BASE=${BASE:-.gpu-base}; OUT=${OUT:-/tmp/session-n}; mkdir -p "$OUT"
+I22=gpukit-offload/bench/issue22; ONE=gpukit-offload/bench/oneshot
+here=$(dirname "$0")
+export PYTHONUNBUFFERED=1 GPUKIT_OFFLOAD_PERSIST=0
+. "$here/kcache.sh"
+T0=$SECONDS
+echo "host $(hostname) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+one() { # name mode evict command...
+  local name=$1 m=$2 ev=$3; shift 3
+  local log=$OUT/$name.$m.log t0 t1 rc
+  [ "$ev" = 1 ] && python3 "$here/evict_cuda_libs.py" 2> /dev/null
+  t0=$(date +%s.%N)
+  case $m in
+    plain) timeout 90 "$@" > "$log" 2>&1 ;;
+    base) GPUKIT_OFFLOAD_LOG=summary timeout 90 "$BASE/offload" run "$@" > "$log" 2>&1 ;;
+    now*) GPUKIT_OFFLOAD_LOG=summary timeout 90 "$B/examples/offload" run "$@" > "$log" 2>&1 ;;
+    forced*) GPUKIT_OFFLOAD_GPU=always GPUKIT_OFFLOAD_LOG=summary timeout 90 "$B/examples/offload" run "$@" > "$log" 2>&1 ;;
+  esac
+  rc=$?; t1=$(date +%s.%N)
+  echo "  $name $m: rc $rc $(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }") s; $(grep -E '^wall|^section' "$log" | head -4 | sed 's/^section //' | tr '\n' ' ')ck $(grep -E '^checksum' "$log" | md5sum | cut -c1-6) cpu-starting $(grep -ho 'gpu-starting:[0-9]*' "$log" | awk -F: '{s += $2} END {print s + 0}')"
+}
+echo "== 4. tests (t=$((SECONDS - T0)))"
+for t in gpukit-core.gpu_reduce.test gpukit-core.gpu_ops.test gpukit-offload.gpu.test main.offload_shim.test; do
+  GPUKIT_REQUIRE_GPU=1 timeout 150 "$B/tests/$t" --test-threads=1 > "$OUT/$t.log" 2>&1
+  echo "  $t rc=$? $(grep -E '^test result' "$OUT/$t.log" | tail -1)"
+  grep -E "^test .* FAILED" "$OUT/$t.log" | head -4
+done
+echo "== 2. pool (t=$((SECONDS - T0)))"
+for r in 1; do one pool now-cold$r 1 python3 $I22/service_pool.py; one pool forced-cold$r 1 python3 $I22/service_pool.py; done
+one pool now-warm 0 python3 $I22/service_pool.py; one pool forced-warm 0 python3 $I22/service_pool.py
+echo "== 1. one-shot programs (plain / wave 2 / now)"
+for p in numpy_oneshot statsmodels_fits; do for m in plain base now; do one $p $m 0 python3 $ONE/$p.py; done; done
+echo "== 3. small gelsd by precision order (t=$((SECONDS - T0)))"
+for prec in z cz sz dz scz; do
+  GELSD_PREC=$prec GELSD_ROUNDS=1 GPUKIT_REQUIRE_GPU=1 timeout 60 "$B/tests/gpukit-offload.gpu.test" --exact small_gelsd_on_the_backend_past_the_gate --test-threads=1 > "$OUT/gelsd.$prec.log" 2>&1
+  echo "  GELSD_PREC=$prec rc=$? $(grep -cE '^case ' "$OUT/gelsd.$prec.log") cases; $(grep -m1 -B1 'fatal signal' "$OUT/gelsd.$prec.log" | head -1 | cut -c1-80) $(grep -m1 -oE 'lib[a-zA-Z]*\.so[.0-9]*\([A-Za-z_]*Matmul' "$OUT/gelsd.$prec.log")"
+done
+echo "total $((SECONDS - T0)) s"
