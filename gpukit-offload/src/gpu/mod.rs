@@ -119,9 +119,14 @@ pub fn unsupported(call: &Call) -> Option<&'static str> {
     // 2026-12-06, second session). The GPU path itself, run on every small shape past this
     // gate three times over in every precision (`small_gelsd_on_the_backend_past_the_gate`,
     // with cuSOLVER's host workspace guarded; H100, 2026-12-06, third session), neither
-    // crashed nor erred, so the cause may lie outside it; the gate stays until a forced numpy
-    // suite without it runs clean. Orders from GELSD_MIN_ORDER up ran right in every GPU test
-    // and program. The dispatcher would not send such a call to the GPU unless forced.
+    // crashed nor erred one precision per process; all four precisions in one process (s, d,
+    // c, then z), it died at the first complex-double case (1 x 1) three times of three, of a
+    // null-pointer read on the host inside cuBLASLt: `cublasGemmEx_64` (one of gelsd's small
+    // products, `lstsq::gemm`) -> `cublasLtZZZMatmul` -> libcublasLt.so.13 +0x1c0e9ec (H100,
+    // 2026-12-06, sixth session, crash frames from the test's own process). Which earlier
+    // precision leaves cuBLAS in that state is not known yet; the gate stays until a forced
+    // numpy suite without it runs clean. Orders from GELSD_MIN_ORDER up ran right in every GPU
+    // test and program. The dispatcher would not send such a call to the GPU unless forced.
     if let Op::Gelsd { m, n, .. } = &call.op {
         if (*m).min(*n) < GELSD_MIN_ORDER {
             return Some("gelsd of order below 17: its GPU path is not trusted on small shapes");
