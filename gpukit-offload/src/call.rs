@@ -69,8 +69,15 @@ pub enum Piv {
     I64(*mut i64),
 }
 
-/// A scalar (alpha, beta) as raw bytes of the call's precision.
+/// A scalar (alpha, beta) as raw bytes of the call's precision, aligned as CUDA's
+/// `cuDoubleComplex` (16 bytes): cuBLAS reads host scalars (host pointer mode) with aligned
+/// vector loads, and a complex-double scalar at an address 8 mod 16 is a general-protection
+/// fault, a SIGSEGV at address 0 (one of gelsd's small products, `cublasGemmEx_64` ->
+/// `cublasLtZZZMatmul`, killed the GPU test process at its first complex-double case, H100,
+/// 2026-12-06; with byte alignment where the scalar landed depended on the stack, so it came and
+/// went with the calls made before).
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C, align(16))]
 pub struct Scalar(pub [u8; 16]);
 
 impl Scalar {
@@ -749,6 +756,26 @@ pub fn info_meaning(r: Routine) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    /// Host scalars sit at 16-byte boundaries wherever they are kept (after a byte in a struct,
+    /// in an array, in a call's operation), as cuBLAS's complex-double loads need.
+    #[test]
+    fn scalars_are_aligned_as_cuda_complex_double() {
+        assert_eq!(std::mem::align_of::<Scalar>(), 16);
+        #[repr(C)]
+        struct AfterAByte {
+            _b: u8,
+            s: Scalar,
+        }
+        let one = Scalar::of([1.0f64, 0.0]);
+        let held = AfterAByte { _b: 1, s: one };
+        assert_eq!(held.s.as_ptr() as usize % 16, 0);
+        let many = [one; 3];
+        assert!(many.iter().all(|x| x.as_ptr() as usize % 16 == 0));
+        let boxed = Box::new((0u8, one));
+        assert_eq!(boxed.1.as_ptr() as usize % 16, 0);
+        assert_eq!(held.s, one, "the bytes are unchanged");
+    }
+
     use super::*;
     use crate::calibrate::Case;
     use crate::ops::OpKind;

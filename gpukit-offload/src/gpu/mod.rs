@@ -123,9 +123,12 @@ pub fn unsupported(call: &Call) -> Option<&'static str> {
     // c, then z), it died at the first complex-double case (1 x 1) three times of three, of a
     // null-pointer read on the host inside cuBLASLt: `cublasGemmEx_64` (one of gelsd's small
     // products, `lstsq::gemm`) -> `cublasLtZZZMatmul` -> libcublasLt.so.13 +0x1c0e9ec (H100,
-    // 2026-12-06, sixth session, crash frames from the test's own process). Which earlier
-    // precision leaves cuBLAS in that state is not known yet; the gate stays until a forced
-    // numpy suite without it runs clean. Orders from GELSD_MIN_ORDER up ran right in every GPU
+    // 2026-12-06, sixth session, crash frames from the test's own process). The likely cause,
+    // found afterwards: host scalars (`call::Scalar`) were byte-aligned, and cuBLAS loads a
+    // complex-double scalar with 16-byte aligned loads (a general-protection fault reads as a
+    // SIGSEGV at address 0; where the scalar landed depended on the stack, hence on the calls
+    // before). `Scalar` is 16-byte aligned since; not yet run on a GPU, so the gate stays
+    // until the small-gelsd test and a forced numpy suite without it run clean. Orders from GELSD_MIN_ORDER up ran right in every GPU
     // test and program. The dispatcher would not send such a call to the GPU unless forced.
     if let Op::Gelsd { m, n, .. } = &call.op {
         if (*m).min(*n) < GELSD_MIN_ORDER {
