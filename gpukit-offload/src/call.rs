@@ -770,7 +770,9 @@ mod tests {
         let held = AfterAByte { _b: 1, s: one };
         assert_eq!(held.s.as_ptr() as usize % 16, 0);
         let many = [one; 3];
-        assert!(many.iter().all(|x| x.as_ptr() as usize % 16 == 0));
+        assert!(many
+            .iter()
+            .all(|x| (x.as_ptr() as usize).is_multiple_of(16)));
         let boxed = Box::new((0u8, one));
         assert_eq!(boxed.1.as_ptr() as usize % 16, 0);
         assert_eq!(held.s, one, "the bytes are unchanged");
