@@ -756,6 +756,10 @@ pub fn info_meaning(r: Routine) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::calibrate::Case;
+    use crate::ops::OpKind;
+
     /// Host scalars sit at 16-byte boundaries wherever they are kept (after a byte in a struct,
     /// in an array, in a call's operation), as cuBLAS's complex-double loads need.
     #[test]
@@ -768,19 +772,15 @@ mod tests {
         }
         let one = Scalar::of([1.0f64, 0.0]);
         let held = AfterAByte { _b: 1, s: one };
-        assert_eq!(held.s.as_ptr() as usize % 16, 0);
+        assert!((held.s.as_ptr() as usize).is_multiple_of(16));
         let many = [one; 3];
         assert!(many
             .iter()
             .all(|x| (x.as_ptr() as usize).is_multiple_of(16)));
         let boxed = Box::new((0u8, one));
-        assert_eq!(boxed.1.as_ptr() as usize % 16, 0);
+        assert!((boxed.1.as_ptr() as usize).is_multiple_of(16));
         assert_eq!(held.s, one, "the bytes are unchanged");
     }
-
-    use super::*;
-    use crate::calibrate::Case;
-    use crate::ops::OpKind;
 
     /// Every operand of every routine is visited: a call without data has no address left,
     /// and its footprint is that of its matrices (the calibration's cases of every kind and

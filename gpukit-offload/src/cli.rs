@@ -346,10 +346,11 @@ fn run_shim(cmd: &[OsString], preload: Option<PathBuf>) -> i32 {
     if std::env::var_os("GPUKIT_OFFLOAD_LOG").is_none() {
         c.env("GPUKIT_OFFLOAD_LOG", "summary");
     }
-    // the user asked for offload: CUDA starts in the background at the first BLAS/LAPACK call
-    // of the process this command starts (a process without a usable GPU finds that out at
-    // load time and never tries); its descendants start CUDA at their first call that pays on
-    // the GPU (crate::dispatch::start_for)
+    // the user asked for offload: CUDA starts in the background at load in the process this
+    // command starts, or at its first BLAS/LAPACK call where that is a shell or another
+    // launcher (a process without a usable GPU finds that out at load time and never tries);
+    // its descendants start CUDA at their first call that pays on the GPU
+    // (crate::dispatch::start_for)
     if std::env::var_os("GPUKIT_OFFLOAD_START").is_none() {
         c.env("GPUKIT_OFFLOAD_START", "eager").env(
             crate::dispatch::EAGER_PARENT_ENV,

@@ -135,10 +135,9 @@ impl Dispatcher {
     /// gpukit's threads aside, [`load::Beside::own`]: a pool whose other threads have not
     /// called yet), or more than [`OTHERS_RUNNING_MAX`] threads of other processes are running
     /// on the machine, and the call's own GPU time beats its CPU time by the required speedup:
-    /// the CPU estimate
-    /// then cannot be trusted. Concurrent calls into one multithreaded CPU library do not share
-    /// the cores as the load price's `k` times assumes: each starts a full team of threads, and
-    /// the teams thrash; a team beside the pool's other threads' work (NumPy's element-wise
+    /// the CPU estimate then cannot be trusted. Concurrent calls into one multithreaded CPU
+    /// library do not share the cores as the load price's `k` times assumes: each starts a full
+    /// team of threads, and the teams thrash; a team beside the pool's other threads' work (NumPy's element-wise
     /// operations, random numbers) thrashes too. Measured in issue 22's thread pool on an H100
     /// host (16 cores, OpenBLAS, four threads, 2026-12-06): with calls in flight beside it, a
     /// 3000 x 3000 `dgesv` priced at 0.36 s ran 3.4-3.7 s on the CPU, a 1500 x 1500 `dsyevd`
@@ -163,7 +162,8 @@ impl Dispatcher {
                 _ => st.solver_s,
             };
         }
-        if self.crowded(e, need) || e.cpu_s >= need * (remaining + e.gpu_s) {
+        // the cheap test first: `crowded` reads /proc
+        if e.cpu_s >= need * (remaining + e.gpu_s) || self.crowded(e, need) {
             Plan::Wait(Duration::from_secs_f64(remaining) + WAIT_SLACK)
         } else {
             self.note_missed(&req.call);

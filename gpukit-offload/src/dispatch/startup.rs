@@ -430,12 +430,15 @@ impl Dispatcher {
     }
 
     /// The eager start ([`StartPolicy::Eager`], where a GPU may be used) of this process
-    /// ([`Dispatcher::start_if_eager_as`] with its executable, `/proc/self/exe`).
+    /// ([`Dispatcher::start_if_eager_as`] with its executable, `/proc/self/exe`, read only where
+    /// the policy is eager).
     pub fn start_if_eager(self: &Arc<Self>) {
-        let exe = std::fs::read_link("/proc/self/exe")
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        self.start_if_eager_as(&exe);
+        self.eager_start(|| {
+            let exe = std::fs::read_link("/proc/self/exe")
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            is_launcher(&exe)
+        });
     }
 
     /// The eager start of a process running `exe`: CUDA starts in the background now (at
@@ -450,12 +453,17 @@ impl Dispatcher {
     /// squares waiting for the start: 0.64-0.77 s against 0.36-0.50 s with wave 2's start at
     /// load, H100, 2026-12-06).
     pub fn start_if_eager_as(self: &Arc<Self>, exe: &str) {
+        self.eager_start(|| is_launcher(exe));
+    }
+
+    /// [`Dispatcher::start_if_eager_as`], asking `launcher` only where the policy applies.
+    fn eager_start(self: &Arc<Self>, launcher: impl FnOnce() -> bool) {
         if self.config.start == StartPolicy::Eager
             && self.config.gpu != GpuMode::Off
             && self.core.get() == NOT_STARTED
             && !self.forked.load(Relaxed)
         {
-            if is_launcher(exe) {
+            if launcher() {
                 self.eager_armed.store(true, Relaxed);
                 self.compute_thresholds();
             } else {

@@ -128,8 +128,9 @@ pub fn unsupported(call: &Call) -> Option<&'static str> {
     // complex-double scalar with 16-byte aligned loads (a general-protection fault reads as a
     // SIGSEGV at address 0; where the scalar landed depended on the stack, hence on the calls
     // before). `Scalar` is 16-byte aligned since; not yet run on a GPU, so the gate stays
-    // until the small-gelsd test and a forced numpy suite without it run clean. Orders from GELSD_MIN_ORDER up ran right in every GPU
-    // test and program. The dispatcher would not send such a call to the GPU unless forced.
+    // until the small-gelsd test and a forced numpy suite without it run clean. Orders from
+    // GELSD_MIN_ORDER up ran right in every GPU test and program. The dispatcher would not
+    // send such a call to the GPU unless forced.
     if let Op::Gelsd { m, n, .. } = &call.op {
         if (*m).min(*n) < GELSD_MIN_ORDER {
             return Some("gelsd of order below 17: its GPU path is not trusted on small shapes");
