@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The small-gelsd crash diagnostic on the GPU host: gpukit-offload's test
-# `small_gelsd_on_the_backend_past_the_gate`, one process per precision, restarted after a
+# `small_gelsd_of_every_precision_in_one_process`, one process per precision, restarted after a
 # crash from the case after the one it died in (each case is named before it runs). Prints one
 # line per crash (signal, case) and a summary per precision. Logs under $OUT.
 #   BUNDLE=.gpu-bundle OUT=/tmp/gelsd bash tools/gpu/gelsd_diag.sh
@@ -16,7 +16,7 @@ for p in S D C Z; do
     runs=$((runs + 1))
     log=$OUT/$p.$runs.log
     GELSD_PREC=$p GELSD_FROM=$from timeout 120 "$BIN" --exact \
-      small_gelsd_on_the_backend_past_the_gate --nocapture > "$log" 2>&1
+      small_gelsd_of_every_precision_in_one_process --nocapture > "$log" 2>&1
     rc=$?
     last=$(grep -o '^case [0-9]*' "$log" | tail -1 | awk '{print $2}')
     if [ $rc -eq 0 ] || grep -q "^test result" "$log"; then

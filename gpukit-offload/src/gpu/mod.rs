@@ -94,9 +94,6 @@ pub(crate) enum Done {
     RetryQr,
 }
 
-/// The smallest `min(m, n)` of a gelsd call the GPU runs (see [`unsupported`]).
-pub const GELSD_MIN_ORDER: usize = 17;
-
 /// Why the GPU path cannot run this call, if it cannot (the dispatcher runs it on the CPU).
 pub fn unsupported(call: &Call) -> Option<&'static str> {
     let alpha_zero = match &call.op {
@@ -113,28 +110,6 @@ pub fn unsupported(call: &Call) -> Option<&'static str> {
         // BLAS does not read A (and B) then: only C (B) is scaled, at memory speed on the CPU,
         // and NaN in the unread operands must not show
         return Some("alpha = 0: nothing to compute but a scaling");
-    }
-    // gelsd of a small order stays on the CPU library: the process ended in SIGSEGV in numpy's
-    // lstsq tests forced onto the GPU (twice) and in this crate's tiny-call test (H100,
-    // 2026-12-06, second session). The GPU path itself, run on every small shape past this
-    // gate three times over in every precision (`small_gelsd_on_the_backend_past_the_gate`,
-    // with cuSOLVER's host workspace guarded; H100, 2026-12-06, third session), neither
-    // crashed nor erred one precision per process; all four precisions in one process (s, d,
-    // c, then z), it died at the first complex-double case (1 x 1) three times of three, of a
-    // null-pointer read on the host inside cuBLASLt: `cublasGemmEx_64` (one of gelsd's small
-    // products, `lstsq::gemm`) -> `cublasLtZZZMatmul` -> libcublasLt.so.13 +0x1c0e9ec (H100,
-    // 2026-12-06, sixth session, crash frames from the test's own process). The likely cause,
-    // found afterwards: host scalars (`call::Scalar`) were byte-aligned, and cuBLAS loads a
-    // complex-double scalar with 16-byte aligned loads (a general-protection fault reads as a
-    // SIGSEGV at address 0; where the scalar landed depended on the stack, hence on the calls
-    // before). `Scalar` is 16-byte aligned since; not yet run on a GPU, so the gate stays
-    // until the small-gelsd test and a forced numpy suite without it run clean. Orders from
-    // GELSD_MIN_ORDER up ran right in every GPU test and program. The dispatcher would not
-    // send such a call to the GPU unless forced.
-    if let Op::Gelsd { m, n, .. } = &call.op {
-        if (*m).min(*n) < GELSD_MIN_ORDER {
-            return Some("gelsd of order below 17: its GPU path is not trusted on small shapes");
-        }
     }
     // the 32-bit legacy cuSOLVER functions (potri, orgqr, ormqr of the full SVD and of gelsd)
     // bound the order
