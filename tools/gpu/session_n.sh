@@ -20,20 +20,7 @@ export PYTHONUNBUFFERED=1 GPUKIT_OFFLOAD_PERSIST=0
 . "$here/kcache.sh"
 T0=$SECONDS
 echo "host $(hostname) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
-one() { # name mode evict command...
-  local name=$1 m=$2 ev=$3; shift 3
-  local log=$OUT/$name.$m.log t0 t1 rc
-  [ "$ev" = 1 ] && python3 "$here/evict_cuda_libs.py" 2> /dev/null
-  t0=$(date +%s.%N)
-  case $m in
-    plain) timeout 90 "$@" > "$log" 2>&1 ;;
-    base) GPUKIT_OFFLOAD_LOG=summary timeout 90 "$BASE/offload" run "$@" > "$log" 2>&1 ;;
-    now*) GPUKIT_OFFLOAD_LOG=summary timeout 90 "$B/examples/offload" run "$@" > "$log" 2>&1 ;;
-    forced*) GPUKIT_OFFLOAD_GPU=always GPUKIT_OFFLOAD_LOG=summary timeout 90 "$B/examples/offload" run "$@" > "$log" 2>&1 ;;
-  esac
-  rc=$?; t1=$(date +%s.%N)
-  echo "  $name $m: rc $rc $(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }") s; $(grep -E '^wall|^section' "$log" | head -4 | sed 's/^section //' | tr '\n' ' ')ck $(grep -E '^checksum' "$log" | md5sum | cut -c1-6) cpu-starting $(grep -ho 'gpu-starting:[0-9]*' "$log" | awk -F: '{s += $2} END {print s + 0}')"
-}
+. "$here/program_run.sh"
 echo "== 4. tests (t=$((SECONDS - T0)))"
 for t in gpukit-core.gpu_reduce.test gpukit-core.gpu_ops.test gpukit-offload.gpu.test main.offload_shim.test; do
   GPUKIT_REQUIRE_GPU=1 timeout 150 "$B/tests/$t" --test-threads=1 > "$OUT/$t.log" 2>&1
