@@ -6,7 +6,8 @@
 #   2. the one-shot programs plain / wave 2's `offload run` (BASE, 32b903b) / now (the eager
 #      start at load outside launchers, never run on a GPU before);
 #   3. the process trees: short processes and scikit-learn n_jobs, plain / `offload run`;
-#   4. core_bench beside torch (operators, fused expressions, max / min), joined.
+#   4. the fixed cost of one tiny GPU call beside cuBLAS / cuSOLVER's floor (examples/fixed_cost);
+#   5. core_bench beside torch (operators, fused expressions, max / min), joined.
 #   tar xJf .gpu-bundle.tar.xz && tar xJf .gpu-base.tar.xz && B=.gpu-bundle OUT=$OUT bash tools/gpu/session_p.sh
 set -u
 B=${B:-.gpu-bundle}; BASE=${BASE:-.gpu-base}; OUT=${OUT:-/tmp/session-p}; mkdir -p "$OUT"
@@ -27,7 +28,10 @@ echo "== 3. process trees, plain / offload run (t=$((SECONDS - T0)))"
 for m in plain now; do one short $m 0 bash $I22/short_processes.sh; done
 for m in plain now; do one njobs $m 0 python3 $I22/sklearn_njobs.py; done
 grep -c "worker stopped" "$OUT"/njobs.*.log
-echo "== 4. core_bench beside torch (t=$((SECONDS - T0)))"
+echo "== 4. fixed cost (t=$((SECONDS - T0)))"
+timeout 60 "$B/examples/fixed_cost" 300 > "$OUT/fixed_cost.log" 2>&1; echo "fixed_cost rc=$?"
+grep -E "^\|" "$OUT/fixed_cost.log" | head -24 | cut -c1-170
+echo "== 5. core_bench beside torch (t=$((SECONDS - T0)))"
 CORE_BENCH_TSV="$OUT/gpukit.tsv" timeout 100 "$B/examples/core_bench" > "$OUT/core_bench.log" 2>&1; echo "core_bench rc=$?"
 timeout 45 python3 "$here/core_torch.py" "$OUT/torch.tsv" > "$OUT/torch.log" 2>&1; echo "torch rc=$?"
 python3 "$here/core_join.py" "$OUT/gpukit.tsv" "$OUT/torch.tsv" > "$OUT/core_table.md" 2> "$OUT/join.err"
