@@ -842,3 +842,252 @@ fn programs_that_exit_during_the_gpu_start_up_end_cleanly() {
         bad.join("\n")
     );
 }
+
+/// A stand-in for nvidia-cuda-mps-control in a directory of its own (for `PATH`): `-f` makes a
+/// FIFO where the control socket goes and waits on it for a command; the client mode writes its
+/// standard input into the FIFO. What it does is appended to `record`. `start` replaces the
+/// daemon's body (a daemon that fails).
+fn fake_mps_control(dir: &std::path::Path, start: Option<&str>) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let record = dir.join("record");
+    let serve = "mkfifo \"$CUDA_MPS_PIPE_DIRECTORY/control\"; read cmd < \"$CUDA_MPS_PIPE_DIRECTORY/control\"; echo \"took $cmd\" >> \"$R\"";
+    let prog = dir.join("nvidia-cuda-mps-control");
+    std::fs::write(
+        &prog,
+        format!(
+            "#!/bin/sh\nR='{}'\nif [ \"$1\" = -f ]; then\n  echo \"daemon $CUDA_MPS_PIPE_DIRECTORY\" >> \"$R\"\n  {}\nelse\n  read cmd; echo \"$cmd\" > \"$CUDA_MPS_PIPE_DIRECTORY/control\"\nfi\n",
+            record.display(),
+            start.unwrap_or(serve)
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    record
+}
+
+/// `offload run` with `fake` first on PATH, a program of `sh -c script`; its output.
+fn run_with_fake_mps(fake: &std::path::Path, script: &str, env: &[(&str, &str)]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = std::env::join_paths(std::iter::once(fake.to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
+    let mut c = Command::new(offload());
+    c.args(["run", "sh", "-c", script]).env("PATH", path);
+    isolated(&mut c, &dir);
+    c.env_remove("GPUKIT_OFFLOAD_GPU")
+        .env_remove("GPUKIT_OFFLOAD_SHARE")
+        .env_remove("CUDA_MPS_PIPE_DIRECTORY")
+        .env_remove("GPUKIT_OFFLOAD_LOG");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("spawn offload")
+}
+
+/// Under `offload run` the program's processes are pointed at an MPS daemon of its own: a
+/// fresh directory of mode 0700 named by `CUDA_MPS_PIPE_DIRECTORY` (and the log directory), the
+/// same for a child of the program, the daemon ready before the program starts; when the
+/// program ends the daemon is told to quit and the directory is gone, and the exit status is
+/// the program's. `GPUKIT_OFFLOAD_SHARE=off`, a daemon the environment already names and
+/// `GPUKIT_OFFLOAD_GPU=off` start none; a daemon that fails to start is reported (not under
+/// `GPUKIT_OFFLOAD_LOG=off`) and the program runs without one. (A stand-in daemon: no GPU
+/// needed.)
+#[test]
+fn the_program_tree_shares_a_private_mps_daemon() {
+    let script = "echo \"pipe=$CUDA_MPS_PIPE_DIRECTORY\"; echo \"log=$CUDA_MPS_LOG_DIRECTORY\"; \
+                  [ -p \"$CUDA_MPS_PIPE_DIRECTORY/control\" ] && echo ready; \
+                  stat -c 'mode=%a' \"$CUDA_MPS_PIPE_DIRECTORY/..\" 2>/dev/null; \
+                  sh -c 'echo \"child=$CUDA_MPS_PIPE_DIRECTORY\"'; exit 7";
+    let value = |out: &str, key: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let fake = tempfile::tempdir().unwrap();
+    let record = fake_mps_control(fake.path(), None);
+    let o = run_with_fake_mps(fake.path(), script, &[]);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(7), "{out}\n{err}");
+    let pipe = value(&out, "pipe=");
+    assert!(pipe.ends_with("/pipe"), "{out}\n{err}");
+    assert_eq!(value(&out, "log="), pipe.replace("/pipe", "/log"));
+    assert!(out.contains("\nready\n"), "{out}");
+    assert_eq!(value(&out, "mode="), "700", "{out}");
+    assert_eq!(value(&out, "child="), pipe);
+    let rec = std::fs::read_to_string(&record).unwrap();
+    assert!(rec.contains(&format!("daemon {pipe}")), "{rec}");
+    assert!(rec.contains("took quit"), "{rec}");
+    assert!(!std::path::Path::new(&pipe).parent().unwrap().exists());
+    assert!(!err.contains("share the GPU"), "{err}");
+
+    for env in [
+        &[("GPUKIT_OFFLOAD_SHARE", "off")][..],
+        &[("GPUKIT_OFFLOAD_GPU", "off")][..],
+        &[("CUDA_MPS_PIPE_DIRECTORY", "/run/their-mps")][..],
+    ] {
+        let fake = tempfile::tempdir().unwrap();
+        let record = fake_mps_control(fake.path(), None);
+        let o = run_with_fake_mps(fake.path(), script, env);
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        assert_eq!(o.status.code(), Some(7));
+        let expected = if env[0].0 == "CUDA_MPS_PIPE_DIRECTORY" {
+            env[0].1
+        } else {
+            ""
+        };
+        assert_eq!(value(&out, "pipe="), expected, "{env:?}: {out}");
+        assert!(!record.exists(), "{env:?}: a daemon was started");
+    }
+
+    let fake = tempfile::tempdir().unwrap();
+    fake_mps_control(fake.path(), Some("exit 3"));
+    let o = run_with_fake_mps(fake.path(), script, &[]);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(7));
+    assert_eq!(value(&out, "pipe="), "", "{out}");
+    assert!(
+        err.contains("do not share the GPU") && err.contains("exited at start"),
+        "{err}"
+    );
+    let o = run_with_fake_mps(fake.path(), script, &[("GPUKIT_OFFLOAD_LOG", "off")]);
+    assert_eq!(o.status.code(), Some(7));
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Whether a process whose command line holds `what` runs with `dir` in its environment (its
+/// own, or its parent's: the MPS server is the control daemon's child).
+fn mps_process_with(what: &str, dir: &str) -> bool {
+    let read = |pid: &str, f: &str| std::fs::read(format!("/proc/{pid}/{f}")).unwrap_or_default();
+    let holds = |b: &[u8], s: &str| b.windows(s.len()).any(|w| w == s.as_bytes());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let pid = e.file_name().to_string_lossy().to_string();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || !holds(&read(&pid, "cmdline"), what) {
+            return false;
+        }
+        let ppid = String::from_utf8_lossy(&read(&pid, "stat"))
+            .rsplit(')')
+            .next()
+            .and_then(|s| s.split_whitespace().nth(1).map(str::to_string))
+            .unwrap_or_default();
+        holds(&read(&pid, "environ"), dir) || holds(&read(&ppid, "environ"), dir)
+    })
+}
+
+/// On a GPU host with nvidia-cuda-mps-control: two Python processes of one program under
+/// `offload run` with the GPU forced run their products on the GPU through the program's own
+/// MPS server (a `nvidia-cuda-mps-server` of its daemon, told apart by the program's pipe
+/// directory in its environment or its parent's, runs while they compute, and every result is
+/// right); when the program ends the daemon and the server are gone and so is the
+/// directory. Skips (printed) without a GPU or without the control program.
+#[test]
+fn the_program_tree_runs_on_one_mps_server_on_the_gpu() {
+    let name = "the_program_tree_runs_on_one_mps_server_on_the_gpu";
+    if !have(name, "numpy") {
+        return;
+    }
+    if gpukit::offload::share::on_path(gpukit::offload::share::CONTROL).is_none() {
+        eprintln!("SKIPPED {name}: nvidia-cuda-mps-control is not on PATH");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let child = dir.path().join("child.py");
+    std::fs::write(
+        &child,
+        r#"
+import os, numpy as np
+rng = np.random.default_rng(int(os.environ["K"]))
+a = rng.standard_normal((1500, 1500))
+c = a @ a
+assert np.allclose(c[:4], a[:4] @ a), "wrong product"
+d = os.environ["CUDA_MPS_PIPE_DIRECTORY"].encode()
+def env_has(pid):
+    try:
+        return d in open(f"/proc/{pid}/environ", "rb").read()
+    except OSError:
+        return False
+seen = False
+for p in os.listdir("/proc"):
+    try:
+        if p.isdigit() and b"nvidia-cuda-mps-server" in open(f"/proc/{p}/cmdline", "rb").read():
+            ppid = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]
+            seen = seen or env_has(p) or env_has(ppid)
+    except OSError:
+        pass
+print("pipe=" + d.decode(), "server=" + str(seen))
+"#,
+    )
+    .unwrap();
+    let script = format!(
+        "K=1 {py} {child} & K=2 {py} {child}; wait",
+        py = python(),
+        child = child.display()
+    );
+    let mut c = Command::new("timeout");
+    c.args([
+        "120",
+        offload().to_str().unwrap(),
+        "run",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    isolated(&mut c, &dir);
+    c.env("GPUKIT_OFFLOAD_GPU", "always")
+        .env("GPUKIT_OFFLOAD_LOG", "summary")
+        .env_remove("GPUKIT_OFFLOAD_SHARE")
+        .env_remove("CUDA_MPS_PIPE_DIRECTORY");
+    let o = run(&mut c);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("pipe=")).collect();
+    assert_eq!(lines.len(), 2, "{out}\n{err}");
+    let gpu_lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("gpukit-offload: dgemm calls="))
+        .collect();
+    if gpu_lines.is_empty() || gpu_lines.iter().any(|l| l.contains(" gpu=0 ")) {
+        assert!(
+            !std::env::var("GPUKIT_REQUIRE_GPU").is_ok_and(|v| v == "1"),
+            "{name}: the products did not run on the GPU: {err}"
+        );
+        eprintln!("SKIPPED {name}: no GPU ran the products ({gpu_lines:?})");
+        return;
+    }
+    assert_eq!(gpu_lines.len(), 2, "{err}");
+    let pipe = lines[0]
+        .split(' ')
+        .next()
+        .unwrap()
+        .trim_start_matches("pipe=");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.starts_with(&format!("pipe={pipe} "))),
+        "{out}"
+    );
+    assert!(
+        lines.iter().all(|l| l.ends_with("server=True")),
+        "{out}\n{err}"
+    );
+    // gone once the program has ended (the daemon had no client left)
+    let t0 = std::time::Instant::now();
+    while mps_process_with("nvidia-cuda-mps", pipe) && t0.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        !mps_process_with("nvidia-cuda-mps", pipe),
+        "the daemon outlived the program"
+    );
+    assert!(!std::path::Path::new(pipe).exists());
+}

@@ -11,9 +11,10 @@ use crate::calibrate::{
     calibrate, calibrate_cpu, merge_into, python_libraries, CalibrateOptions, StartupFigures,
 };
 use crate::cpu::{CpuBackend, CPU_LIB_ENV};
+use crate::dispatch::LogMode;
 use crate::model::required_speedup;
 use crate::profile::Profile;
-use crate::{output, Config, Dispatcher, Error, OpKind, Result};
+use crate::{output, share, Config, Dispatcher, Error, OpKind, Result};
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
 use std::io::Write;
@@ -83,8 +84,10 @@ enum Cmd {
         #[arg(long = "max-size", value_name = "N")]
         max_size: Option<f64>,
     },
-    /// Run a program under the LD_PRELOAD shim (CUDA starts at once in the background; prints
-    /// the per-routine summary at exit; keeps the program's exit status).
+    /// Run a program under the LD_PRELOAD shim (CUDA starts at once in the background; the
+    /// program's processes share the GPU through an MPS daemon of their own where
+    /// nvidia-cuda-mps-control is on PATH, unless GPUKIT_OFFLOAD_SHARE=off; prints the
+    /// per-routine summary at exit; keeps the program's exit status).
     Run {
         /// The command and its arguments.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
@@ -357,7 +360,41 @@ fn run_shim(cmd: &[OsString], preload: Option<PathBuf>) -> i32 {
             std::process::id().to_string(),
         );
     }
-    match crate::child::run(&mut c) {
+    let (cfg, _) = Config::from_vars(|k| std::env::var(k).ok());
+    let quiet = std::env::var_os("GPUKIT_OFFLOAD_LOG").is_some() && cfg.log == LogMode::Off;
+    // the program's processes share the GPU through a daemon of its own (crate::share)
+    let daemon = match share::plan(
+        cfg.share,
+        cfg.gpu,
+        |k| std::env::var_os(k),
+        |p| p.exists(),
+        share::on_path,
+    ) {
+        share::Plan::Start(control) => match share::Daemon::start(&control) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                if !quiet {
+                    output::line(&format!(
+                        "offload: the program's processes do not share the GPU ({e}); each starts a CUDA context of its own (GPUKIT_OFFLOAD_SHARE=off: no daemon is tried)"
+                    ));
+                }
+                None
+            }
+        },
+        share::Plan::Skip(_) => None,
+    };
+    if let Some(d) = &daemon {
+        c.envs(d.env());
+    }
+    let ran = crate::child::run(&mut c);
+    if let Some(d) = daemon {
+        if let Err(e) = d.stop() {
+            if !quiet {
+                output::line(&format!("offload: stopping the program's MPS daemon: {e}"));
+            }
+        }
+    }
+    match ran {
         Ok(s) => {
             use std::os::unix::process::ExitStatusExt;
             match (s.code(), s.signal()) {

@@ -45,6 +45,7 @@
 //! | `GPUKIT_OFFLOAD_PROFILE` | profile path |
 //! | `GPUKIT_OFFLOAD_PERSIST` | `1` (default) / `0`: save learned corrections at exit |
 //! | `GPUKIT_OFFLOAD_CPU_LIB` | CPU BLAS/LAPACK library for the typed API |
+//! | `GPUKIT_OFFLOAD_SHARE` | `auto` (default) / `off`: `offload run` shares the GPU among the program's processes through a private MPS daemon ([`share`]) |
 //! | `GPUKIT_OFFLOAD_INJECT_FAILURE` | tests: `oom`, `error`, `info` make every GPU call fail |
 
 pub mod api;
@@ -71,6 +72,7 @@ pub mod output;
 pub mod profile;
 pub mod request;
 pub mod routines;
+pub mod share;
 pub mod stats;
 mod sync;
 

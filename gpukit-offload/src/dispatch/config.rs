@@ -4,6 +4,7 @@ use crate::cpu::CpuBackend;
 use crate::error::Error;
 use crate::gpu::Inject;
 use crate::model::DEFAULT_LEVEL;
+use crate::share::SharePolicy;
 use gpukit_core::HostWait;
 use std::path::PathBuf;
 
@@ -120,6 +121,9 @@ pub struct Config {
     /// How this process's threads wait for the GPU (`GPUKIT_OFFLOAD_HOST_WAIT`): see
     /// [`crate::gpu::DEFAULT_HOST_WAIT`].
     pub host_wait: HostWait,
+    /// Whether `offload run` shares one GPU among the program's processes through a private
+    /// MPS daemon (`GPUKIT_OFFLOAD_SHARE`, `auto` or `off`; [`crate::share`]).
+    pub share: SharePolicy,
 }
 
 impl Default for Config {
@@ -133,6 +137,7 @@ impl Default for Config {
             start: StartPolicy::Savings,
             inject: Inject::None,
             host_wait: crate::gpu::DEFAULT_HOST_WAIT,
+            share: SharePolicy::Auto,
         }
     }
 }
@@ -141,7 +146,7 @@ impl Config {
     /// Reads `GPUKIT_OFFLOAD_LEVEL` (1-10), `GPUKIT_OFFLOAD_GPU` (`auto`|`off`|`always`),
     /// `GPUKIT_OFFLOAD_LOG` (`off`|`summary`|`calls`), `GPUKIT_OFFLOAD_PROFILE` and
     /// `GPUKIT_OFFLOAD_PERSIST` (`1`|`0`), `GPUKIT_OFFLOAD_START`, `GPUKIT_OFFLOAD_HOST_WAIT`
-    /// (`yield`|`block`|`spin`|`auto`). A bad value keeps the default and yields a message.
+    /// (`yield`|`block`|`spin`|`auto`), `GPUKIT_OFFLOAD_SHARE` (`auto`|`off`). A bad value keeps the default and yields a message.
     ///
     /// `eager` applies only to the process `offload run` started (whose parent is the one named
     /// by [`EAGER_PARENT_ENV`]): its descendants (shell scripts, worker pools, build tools) start
@@ -249,6 +254,18 @@ impl Config {
             &mut errs,
         ) {
             c.host_wait = w;
+        }
+        if let Some(p) = choice(
+            get("GPUKIT_OFFLOAD_SHARE"),
+            "GPUKIT_OFFLOAD_SHARE",
+            &[
+                (&["auto", "on", "1"], SharePolicy::Auto),
+                (&["off", "0", "no"], SharePolicy::Off),
+            ],
+            "must be auto or off; using auto",
+            &mut errs,
+        ) {
+            c.share = p;
         }
         if let Some(v) = get(crate::cpu::CPU_LIB_ENV) {
             if let Err(e) = CpuBackend::open(&[v.as_str()]) {

@@ -834,9 +834,12 @@ mod tests {
             ("GPUKIT_OFFLOAD_START", "eager"),
             ("GPUKIT_OFFLOAD_INJECT_FAILURE", "oom"),
             ("GPUKIT_OFFLOAD_HOST_WAIT", "Block"),
+            ("GPUKIT_OFFLOAD_SHARE", "Off"),
         ]));
         assert!(errs.is_empty(), "{errs:?}");
         assert_eq!(c.host_wait, gpukit_core::HostWait::Block);
+        assert_eq!(c.share, crate::share::SharePolicy::Off);
+        assert_eq!(Config::default().share, crate::share::SharePolicy::Auto);
         assert_eq!((c.level, c.gpu), (3, GpuMode::Always));
         assert_eq!(
             (c.start, c.inject),
@@ -851,12 +854,14 @@ mod tests {
             ("GPUKIT_OFFLOAD_START", "whenever"),
             ("GPUKIT_OFFLOAD_CPU_LIB", "/nonexistent/libblas.so"),
             ("GPUKIT_OFFLOAD_HOST_WAIT", "nap"),
+            ("GPUKIT_OFFLOAD_SHARE", "sometimes"),
         ]));
         assert_eq!((c.level, c.gpu), (Config::default().level, GpuMode::Auto));
+        assert_eq!(c.share, crate::share::SharePolicy::Auto);
         assert_eq!(c.host_wait, crate::gpu::DEFAULT_HOST_WAIT);
         assert_eq!((c.start, c.inject), (StartPolicy::Savings, Inject::None));
         let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
-        assert_eq!(text.len(), 6, "{text:?}");
+        assert_eq!(text.len(), 7, "{text:?}");
         assert!(
             text[0].contains("GPUKIT_OFFLOAD_LEVEL=\"eleven\""),
             "{text:?}"
@@ -870,6 +875,7 @@ mod tests {
             "GPUKIT_OFFLOAD_INJECT_FAILURE=\"garbage\"",
             "GPUKIT_OFFLOAD_CPU_LIB=\"/nonexistent/libblas.so\"",
             "GPUKIT_OFFLOAD_HOST_WAIT=\"nap\"",
+            "GPUKIT_OFFLOAD_SHARE=\"sometimes\"",
         ] {
             assert!(text.iter().any(|t| t.contains(name)), "{name}: {text:?}");
         }
