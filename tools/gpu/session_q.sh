@@ -5,7 +5,8 @@
 #      daemon, and `the_program_tree_runs_on_one_mps_server_on_the_gpu`);
 #   2. numpy.linalg's suite forced under 8 workers through `offload run`, as users run it;
 #   3. the programs with the daemon (auto) and without (GPUKIT_OFFLOAD_SHARE=off), plain beside:
-#      the thread pool, the n_jobs and short-process trees, the one-shot programs.
+#      the thread pool, the n_jobs and short-process trees, the one-shot programs;
+#   4. gemm_bench's benchmark shapes, the planner beside cuBLAS (--quick: no plan sweep).
 #   tar xJf .gpu-bundle.tar.xz && B=.gpu-bundle OUT=$OUT bash tools/gpu/session_q.sh
 set -u
 B=${B:-.gpu-bundle}; OUT=${OUT:-/tmp/session-q}; mkdir -p "$OUT"
@@ -32,5 +33,8 @@ for p in numpy_oneshot statsmodels_fits sklearn_pipeline; do
   one $p now 0 python3 $ONE/$p.py; GPUKIT_OFFLOAD_SHARE=off one $p now-noshare 0 python3 $ONE/$p.py
 done
 grep -c "worker stopped" "$OUT"/njobs.*.log
+echo "== 4. gemm_bench, benchmark shapes, planner and cuBLAS only (t=$((SECONDS - T0)))"
+OUT=$OUT timeout 90 "$B/examples/gemm_bench" --bench-only --quick > "$OUT/gemm_bench.log" 2>&1; echo "gemm_bench rc=$?"
+sed -n '/GEMM on/,$p' "$OUT/gemm_bench.log" | grep -E "^\||GEMM on" | head -30 | cut -c1-200
 tar cJf "$OUT/logs.tar.xz" -C "$OUT" --exclude=logs.tar.xz . 2> /dev/null
 echo "total $((SECONDS - T0)) s"
