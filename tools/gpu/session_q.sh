@@ -18,7 +18,7 @@ export PYTHONUNBUFFERED=1 GPUKIT_OFFLOAD_PERSIST=0
 T0=$SECONDS
 echo "host $(hostname) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1); $(command -v nvidia-cuda-mps-control)"
 echo "== 1. shim tests (t=$((SECONDS - T0)))"
-GPUKIT_REQUIRE_GPU=1 timeout 200 "$B/tests/main.offload_shim.test" --test-threads=1 > "$OUT/shim.log" 2>&1
+GPUKIT_REQUIRE_GPU=1 timeout 120 "$B/tests/main.offload_shim.test" --test-threads=1 > "$OUT/shim.log" 2>&1
 echo "  rc=$? $(grep -E '^test result' "$OUT/shim.log" | tail -1)"
 grep -E "^test .* (FAILED|ok)$|SKIPPED" "$OUT/shim.log" | grep -E "FAILED|SKIPPED|mps|tree|spawn|shell" | head -12
 echo "== 2. numpy.linalg forced under 8 workers through offload run (t=$((SECONDS - T0)))"
