@@ -5,7 +5,9 @@
 #      daemon, and `the_program_tree_runs_on_one_mps_server_on_the_gpu`);
 #   2. numpy.linalg's suite forced under 8 workers through `offload run`, as users run it;
 #   3. the programs with the daemon (auto) and without (GPUKIT_OFFLOAD_SHARE=off): the thread
-#      pool (forced beside), the n_jobs and short-process trees, the one-shot numpy program.
+#      pool (forced beside), the n_jobs and short-process trees, the one-shot numpy program;
+#   4. the one-shot numpy program plain / `offload run` beside another process that keeps the
+#      GPU busy (bench/issue22/gpu_hog.py, torch).
 # (Cut to about 3 minutes: a failed start left 387 s of device time.)
 #   tar xJf .gpu-bundle.tar.xz && B=.gpu-bundle OUT=$OUT bash tools/gpu/session_q.sh
 set -u
@@ -30,5 +32,10 @@ for p in pool njobs short numpy_oneshot; do
   [ $p = pool ] && one $p forced 0 "${cmd[@]}"
 done
 grep -c "worker stopped" "$OUT"/njobs.*.log
+echo "== 4. beside another process that keeps the GPU busy (torch products): plain / offload run (t=$((SECONDS - T0)))"
+timeout 60 python3 $I22/gpu_hog.py 45 > "$OUT/hog.log" 2>&1 & hog=$!
+sleep 4
+one numpy_oneshot plain-hog 0 python3 $ONE/numpy_oneshot.py; one numpy_oneshot now-hog 0 python3 $ONE/numpy_oneshot.py
+kill -INT $hog 2> /dev/null; wait $hog; cat "$OUT/hog.log" | tail -2
 tar cJf "$OUT/logs.tar.xz" -C "$OUT" --exclude=logs.tar.xz . 2> /dev/null
 echo "total $((SECONDS - T0)) s"
