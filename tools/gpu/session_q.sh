@@ -33,9 +33,9 @@ for p in pool njobs short numpy_oneshot; do
 done
 grep -c "worker stopped" "$OUT"/njobs.*.log
 echo "== 4. beside another process that keeps the GPU busy (torch products): plain / offload run (t=$((SECONDS - T0)))"
-timeout 60 python3 $I22/gpu_hog.py 45 > "$OUT/hog.log" 2>&1 & hog=$!
+timeout 60 python3 $I22/gpu_hog.py 28 > "$OUT/hog.log" 2>&1 & hog=$!
 sleep 4
-one numpy_oneshot plain-hog 0 python3 $ONE/numpy_oneshot.py; one numpy_oneshot now-hog 0 python3 $ONE/numpy_oneshot.py
-kill -INT $hog 2> /dev/null; wait $hog; cat "$OUT/hog.log" | tail -2
+one numpy_oneshot now-hog 0 python3 $ONE/numpy_oneshot.py; one numpy_oneshot plain-hog 0 python3 $ONE/numpy_oneshot.py
+wait $hog; tail -2 "$OUT/hog.log"
 tar cJf "$OUT/logs.tar.xz" -C "$OUT" --exclude=logs.tar.xz . 2> /dev/null
 echo "total $((SECONDS - T0)) s"
