@@ -46,6 +46,8 @@ pub const LOG_ENV: &str = "CUDA_MPS_LOG_DIRECTORY";
 pub const SYSTEM_PIPE_DIR: &str = "/tmp/nvidia-mps";
 /// How long a starting daemon may take to open its control socket.
 const READY_WITHIN: Duration = Duration::from_secs(3);
+/// How long `stop` waits for the control program's client mode to take `quit`.
+const CLIENT_WITHIN: Duration = Duration::from_secs(2);
 /// How long `stop` waits for the daemon to exit after `quit`.
 const QUIT_WITHIN: Duration = Duration::from_secs(5);
 /// A Unix socket's path is limited to 107 bytes; the pipe directory gets this many for its own.
@@ -200,8 +202,10 @@ impl Daemon {
         ]
     }
 
-    /// Tells the daemon to quit and waits up to 5 s for it to exit (it waits for processes
-    /// still connected to it); kills it when it did not take the command. The private
+    /// Tells the daemon to quit (the control program's client mode, given 2 s) and waits up to
+    /// 5 s for it to exit (it waits for processes still connected to it); kills it when it did
+    /// not take the command (without waiting for it). Returns within about 5 s whatever the
+    /// daemon does. The private
     /// directory is removed once the daemon has exited; a daemon still serving processes that
     /// outlived the program keeps it until they end.
     pub fn stop(mut self) -> io::Result<()> {
@@ -213,12 +217,18 @@ impl Daemon {
             return Ok(());
         };
         let told = self.quit();
+        // a daemon that did not take the command is not waited for
+        let within = if told.is_ok() {
+            QUIT_WITHIN
+        } else {
+            Duration::ZERO
+        };
         let t0 = Instant::now();
         let exited = loop {
             if child.try_wait()?.is_some() {
                 break true;
             }
-            if t0.elapsed() > QUIT_WITHIN {
+            if t0.elapsed() >= within {
                 break false;
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -248,7 +258,22 @@ impl Daemon {
             .take()
             .map(|mut s| s.write_all(b"quit\n"))
             .unwrap_or(Ok(()));
-        let status = c.wait()?;
+        // bounded: a control program that never answers must not hold `offload run` at exit
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(status) = c.try_wait()? {
+                break status;
+            }
+            if t0.elapsed() > CLIENT_WITHIN {
+                let _ = c.kill();
+                c.wait()?;
+                return Err(io::Error::other(format!(
+                    "`quit` got no answer within {} s",
+                    CLIENT_WITHIN.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
         wrote?;
         if status.success() {
             Ok(())

@@ -218,3 +218,21 @@ fn the_search_finds_executables_in_absolute_directories_only() {
     assert_eq!(find_in(&list(&[&rel]), CONTROL), None);
     assert_eq!(find_in(&list(&[&rel, &first]), CONTROL), Some(a));
 }
+
+/// A control program whose client mode never answers does not hold `stop`: the client is
+/// killed after its bound, the daemon after it, and the error says so.
+#[test]
+fn a_control_program_that_never_answers_does_not_hold_the_stop() {
+    let t = tempfile::tempdir().unwrap();
+    let deaf = "  mkfifo \"$CUDA_MPS_PIPE_DIRECTORY/control\"\n  exec sleep 30";
+    let (prog, record) = fake(t.path(), deaf, "  exec sleep 30");
+    let d = Daemon::start(&prog).unwrap();
+    let top = d.env()[0].1.parent().unwrap().to_path_buf();
+    let pid = daemon_pid(&record);
+    let t0 = Instant::now();
+    let e = d.stop().unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+    assert!(e.to_string().contains("no answer"), "{e}");
+    assert!(!alive(pid));
+    assert!(!top.exists());
+}
