@@ -13,14 +13,8 @@
 # Run in the order 4, 2, 1, 3, 5.
 #   tar xJf .gpu-bundle.tar.xz && tar xJf .gpu-base.tar.xz && B=.gpu-bundle OUT=$OUT bash tools/gpu/session_n.sh
 set -u
-B=${B:-.gpu-bundle}; BASE=${BASE:-.gpu-base}; OUT=${OUT:-/tmp/session-n}; mkdir -p "$OUT"
-I22=gpukit-offload/bench/issue22; ONE=gpukit-offload/bench/oneshot
-here=$(dirname "$0")
-export PYTHONUNBUFFERED=1 GPUKIT_OFFLOAD_PERSIST=0
-. "$here/kcache.sh"
-T0=$SECONDS
-echo "host $(hostname) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
-. "$here/program_run.sh"
+OUT=${OUT:-/tmp/session-n}
+. "$(dirname "$0")/session_common.sh"
 echo "== 4. tests (t=$((SECONDS - T0)))"
 for t in gpukit-core.gpu_reduce.test gpukit-core.gpu_ops.test gpukit-offload.gpu.test main.offload_shim.test; do
   GPUKIT_REQUIRE_GPU=1 timeout 150 "$B/tests/$t" --test-threads=1 > "$OUT/$t.log" 2>&1

@@ -10,14 +10,8 @@
 #   5. core_bench beside torch (operators, fused expressions, max / min), joined.
 #   tar xJf .gpu-bundle.tar.xz && tar xJf .gpu-base.tar.xz && B=.gpu-bundle OUT=$OUT bash tools/gpu/session_p.sh
 set -u
-B=${B:-.gpu-bundle}; BASE=${BASE:-.gpu-base}; OUT=${OUT:-/tmp/session-p}; mkdir -p "$OUT"
-I22=gpukit-offload/bench/issue22; ONE=gpukit-offload/bench/oneshot
-here=$(dirname "$0")
-export PYTHONUNBUFFERED=1 GPUKIT_OFFLOAD_PERSIST=0
-. "$here/kcache.sh"
-. "$here/program_run.sh"
-T0=$SECONDS
-echo "host $(hostname) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+OUT=${OUT:-/tmp/session-p}
+. "$(dirname "$0")/session_common.sh"
 echo "== 1. pool (t=$((SECONDS - T0)))"
 one pool plain 0 python3 $I22/service_pool.py
 for r in 1 2; do one pool now-cold$r 1 python3 $I22/service_pool.py; one pool forced-cold$r 1 python3 $I22/service_pool.py; done

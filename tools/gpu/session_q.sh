@@ -11,14 +11,9 @@
 # (Cut to about 3 minutes: a failed start left 387 s of device time.)
 #   tar xJf .gpu-bundle.tar.xz && B=.gpu-bundle OUT=$OUT bash tools/gpu/session_q.sh
 set -u
-B=${B:-.gpu-bundle}; OUT=${OUT:-/tmp/session-q}; mkdir -p "$OUT"
-I22=gpukit-offload/bench/issue22; ONE=gpukit-offload/bench/oneshot
-here=$(dirname "$0")
-export PYTHONUNBUFFERED=1 GPUKIT_OFFLOAD_PERSIST=0
-. "$here/kcache.sh"
-. "$here/program_run.sh"
-T0=$SECONDS
-echo "host $(hostname) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1); $(command -v nvidia-cuda-mps-control)"
+OUT=${OUT:-/tmp/session-q}
+. "$(dirname "$0")/session_common.sh"
+echo "mps control: $(command -v nvidia-cuda-mps-control || echo none)"
 echo "== 1. shim tests (t=$((SECONDS - T0)))"
 GPUKIT_REQUIRE_GPU=1 timeout 120 "$B/tests/main.offload_shim.test" --test-threads=1 > "$OUT/shim.log" 2>&1
 echo "  rc=$? $(grep -E '^test result' "$OUT/shim.log" | tail -1)"
