@@ -4,11 +4,12 @@
 #   1. the offload shim tests (GPUKIT_REQUIRE_GPU=1; the process-tree tests now run under the
 #      daemon, and `the_program_tree_runs_on_one_mps_server_on_the_gpu`);
 #   2. numpy.linalg's suite forced under 8 workers through `offload run`, as users run it;
-#   3. the programs with the daemon (auto) and without (GPUKIT_OFFLOAD_SHARE=off): the thread
-#      pool (forced beside), the n_jobs and short-process trees, the one-shot numpy program;
+#   3. the programs plain, under `offload run` with the daemon (auto) and without
+#      (GPUKIT_OFFLOAD_SHARE=off): the thread pool (forced beside), the n_jobs and short-process
+#      trees, the one-shot numpy program;
 #   4. the one-shot numpy program plain / `offload run` beside another process that keeps the
 #      GPU busy (bench/issue22/gpu_hog.py, torch).
-# (Cut to about 3 minutes: a failed start left 387 s of device time.)
+# Never ran in the seventh session (a failed start left too little device time); about 4 minutes.
 #   tar xJf .gpu-bundle.tar.xz && B=.gpu-bundle OUT=$OUT bash tools/gpu/session_q.sh
 set -u
 OUT=${OUT:-/tmp/session-q}
@@ -20,10 +21,10 @@ echo "  rc=$? $(grep -E '^test result' "$OUT/shim.log" | tail -1)"
 grep -E "^test .* (FAILED|ok)$|SKIPPED" "$OUT/shim.log" | grep -E "FAILED|SKIPPED|mps|tree|spawn|shell" | head -12
 echo "== 2. numpy.linalg forced under 8 workers through offload run (t=$((SECONDS - T0)))"
 RUNNER=offload B=$B OUT=$OUT/numpy BUDGET=110 bash "$here/numpy_diag.sh" 2>&1 | grep -E "^forced|passed|failed|^ +[0-9.]+ s " | head -12
-echo "== 3. programs: offload run with the daemon / without (GPUKIT_OFFLOAD_SHARE=off) (t=$((SECONDS - T0)))"
+echo "== 3. programs: plain / offload run with the daemon / without (GPUKIT_OFFLOAD_SHARE=off) (t=$((SECONDS - T0)))"
 for p in pool njobs short numpy_oneshot; do
   case $p in pool) cmd=(python3 $I22/service_pool.py) ;; njobs) cmd=(python3 $I22/sklearn_njobs.py) ;; short) cmd=(bash $I22/short_processes.sh) ;; *) cmd=(python3 $ONE/$p.py) ;; esac
-  one $p now 0 "${cmd[@]}"; GPUKIT_OFFLOAD_SHARE=off one $p now-noshare 0 "${cmd[@]}"
+  one $p plain 0 "${cmd[@]}"; one $p now 0 "${cmd[@]}"; GPUKIT_OFFLOAD_SHARE=off one $p now-noshare 0 "${cmd[@]}"
   [ $p = pool ] && one $p forced 0 "${cmd[@]}"
 done
 grep -c "worker stopped" "$OUT"/njobs.*.log
