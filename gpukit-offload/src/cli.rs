@@ -360,7 +360,9 @@ fn run_shim(cmd: &[OsString], preload: Option<PathBuf>) -> i32 {
             std::process::id().to_string(),
         );
     }
-    let (cfg, _) = Config::from_vars(|k| std::env::var(k).ok());
+    // the wrapper reads its own settings only: the CPU library is the program's to open
+    let (cfg, _) =
+        Config::from_vars(|k| (k != CPU_LIB_ENV).then(|| std::env::var(k).ok()).flatten());
     let quiet = std::env::var_os("GPUKIT_OFFLOAD_LOG").is_some() && cfg.log == LogMode::Off;
     // the program's processes share the GPU through a daemon of its own (crate::share)
     let daemon = match share::plan(

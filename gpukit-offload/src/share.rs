@@ -290,33 +290,23 @@ impl Drop for Daemon {
 }
 
 /// A fresh directory of mode 0700 under the temporary directory (`/tmp` where that path would
-/// not leave room for the daemon's socket names). Created, never reused: a name that exists
-/// (another user's, or a leftover) is skipped.
+/// not leave room for the daemon's socket names), named with 64 unpredictable bits
+/// ([`gpukit_trust::random_hex`]): created, never reused, so nobody can have planted it.
 fn private_dir() -> io::Result<PathBuf> {
     let mut base = std::env::temp_dir();
     if base.as_os_str().len() > SOCKET_PATH_MAX - 40 {
         base = PathBuf::from("/tmp");
     }
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    for attempt in 0..64u32 {
-        let p = base.join(format!(
-            "gpukit-mps-{}-{:08x}",
-            std::process::id(),
-            nanos.wrapping_add(attempt.wrapping_mul(0x9e37_79b9))
-        ));
+    let mut last = None;
+    for _ in 0..4 {
+        let p = base.join(format!("gpukit-mps-{}", &gpukit_trust::random_hex()?[..16]));
         match std::fs::DirBuilder::new().mode(0o700).create(&p) {
             Ok(()) => return Ok(p),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
             Err(e) => return Err(e),
         }
     }
-    Err(io::Error::other(format!(
-        "no fresh directory could be made under {}",
-        base.display()
-    )))
+    Err(last.unwrap_or_else(|| io::Error::other("no fresh directory")))
 }
 
 #[cfg(test)]
