@@ -286,7 +286,8 @@ __device__ __forceinline__ void load_p_fragments(float* f, const unsigned char* 
 // (coordinate = batch index of the unit), pBroadcast / qBroadcast: operands shared by every entry
 // (coordinate 0); nz: output slices (batch entries x splits) of this launch; vec: C (or the
 // workspace) allows 8-byte stores.
-template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP, int MINB = 1>
+template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP, int MINB = 1,
+          bool PP = false>
 __global__ void __launch_bounds__(384, MINB)
     gemm_wgmma(const float* __restrict__ Pp, const float* __restrict__ Qp, float* __restrict__ C,
                const __grid_constant__ TmaDesc tmP, const __grid_constant__ TmaDesc tmQ, int PR,
@@ -302,10 +303,15 @@ __global__ void __launch_bounds__(384, MINB)
     static_assert(!QTMA || PSRC != SRC_PACKED, "a tensor-mapped Q comes with a tensor-mapped P");
     static_assert(MINB == 1 || (MINB == 2 && SPLIT == 1 && BN <= 128),
                   "two blocks per SM: TF32 with at most 64 accumulators per thread");
+    static_assert(!PP || (SPLIT == 1 && BN == 128 && MINB == 1),
+                  "ping-pong: TF32, one 128 x 128 tile (128 accumulators) per consumer warpgroup");
     constexpr int BM = 128;
     constexpr int BK = 32;
     constexpr int PARTS = SPLIT == 3 ? 2 : 1;
     constexpr int NACC = BN / 2;  // f32 accumulators per thread of a 64 x BN warpgroup tile
+    // 64-row slabs of the block tile each consumer warpgroup computes: its own (cooperative), or
+    // both (ping-pong: the whole tile, of every other work unit).
+    constexpr int SLABS = PP ? 2 : 1;
     constexpr u32 P_PART = BM * BK * 4;
     constexpr u32 Q_PART = BN * BK * 4;
     constexpr u32 P_BYTES = PARTS * P_PART;
@@ -328,6 +334,9 @@ __global__ void __launch_bounds__(384, MINB)
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) u64 full[STAGES];
     __shared__ __align__(8) u64 empty[STAGES];
+    // Ping-pong: order[w] completes a phase when consumer warpgroup 1 - w has issued the last
+    // wgmma of a unit's main loop, so that the two main loops take turns (module comment).
+    __shared__ __align__(8) u64 order[2];
     // The swizzle pattern repeats every 1024 bytes: align the stage buffers to that (the launch
     // asks for 1024 bytes of slack).
     const u32 raw = smem_addr(smem_raw);
@@ -342,8 +351,10 @@ __global__ void __launch_bounds__(384, MINB)
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(smem_addr(&full[s]), 1);
-            mbar_init(smem_addr(&empty[s]), 2);
+            mbar_init(smem_addr(&empty[s]), PP ? 1 : 2);
         }
+        mbar_init(smem_addr(&order[0]), 1);
+        mbar_init(smem_addr(&order[1]), 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     }
@@ -409,16 +420,87 @@ __global__ void __launch_bounds__(384, MINB)
     const bool leader = (threadIdx.x & 127) == 0;
     int s = 0;
     u32 phase = 0;
-    for (long long u = blockIdx.x; u < units; u += gridDim.x) {
+    u32 orderPhase = 0;
+    long long nth = 0;  // this block's work units so far
+    for (long long u = blockIdx.x; u < units; u += gridDim.x, ++nth) {
     const WorkUnit w = work_unit(u, tiles, tilesP, tilesQ, groupM, splits, ktPerSplit, numKT);
-    float d[NACC];
+    if (PP && (int)(nth & 1) != cw) {
+        // Ping-pong: the other consumer's unit; its stages pass by.
+        const int adv = s + w.nk;
+        s = adv % STAGES;
+        phase ^= (u32)(adv / STAGES) & 1u;
+        continue;
+    }
+    // Ping-pong: this main loop starts once the other consumer has issued its last one's wgmma
+    // (so every stage of that unit has landed: the full barriers are at most one phase ahead of
+    // this consumer's count, and the parity waits below cannot be fooled).
+    if (PP && nth > 0) {
+        mbar_wait(smem_addr(&order[cw]), orderPhase);
+        orderPhase ^= 1u;
+    }
+    float d[SLABS * NACC];
 #pragma unroll
-    for (int i = 0; i < NACC; ++i) d[i] = 0.0f;
+    for (int i = 0; i < SLABS * NACC; ++i) d[i] = 0.0f;
 
-    if (SPLIT == 1) {
+    if (SPLIT == 1 && PP && PSRC != SRC_PACKED) {
+        // Ping-pong with P from registers: one main loop at a time has the tensor cores, so the
+        // fragments are double-buffered (fa, fb): tile i's wgmma run while tile i + 1's
+        // fragments are loaded into the set that tile i - 1 (retired by wait<1>) used.
+        u32 fa[16 * SLABS], fb[16 * SLABS];
+        int prev = 0;
+        auto load = [&](u32* af, int st) {
+            const unsigned char* stage = smem_raw + (base + st * STAGE_BYTES - raw);
+#pragma unroll
+            for (int m = 0; m < SLABS; ++m) {
+                float f[16];
+                load_p_fragments<PSRC>(f, stage, m, q, g, t);
+#pragma unroll
+                for (int e = 0; e < 16; ++e) af[16 * m + e] = cvt_rna_tf32(f[e]);
+            }
+        };
+        auto step = [&](u32* cur, u32* nxt, int i) {
+            const u32 qAddr = base + s * STAGE_BYTES + P_BYTES;
+            fence_regs<SLABS * NACC>(d);
+            fence_regs<16 * SLABS>(cur);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 8; ++kk) {
+                const u64 db = smem_desc(qAddr + kk * 32);
+#pragma unroll
+                for (int m = 0; m < SLABS; ++m) wgmma_n128_rs(d + m * NACC, &cur[16 * m + 4 * kk], db, 1);
+            }
+            wgmma_commit();
+            fence_regs<SLABS * NACC>(d);
+            wgmma_wait<1>();
+            fence_regs<SLABS * NACC>(d);
+            fence_regs<16 * SLABS>(nxt);
+            if (i > 0 && leader) mbar_arrive(smem_addr(&empty[prev]));
+            prev = s;
+            if (++s == STAGES) {
+                s = 0;
+                phase ^= 1u;
+            }
+            if (i + 1 < w.nk) {
+                mbar_wait(smem_addr(&full[s]), phase);
+                load(nxt, s);
+            }
+        };
+        if (w.nk > 0) {
+            mbar_wait(smem_addr(&full[s]), phase);
+            load(fa, s);
+        }
+        for (int i = 0; i < w.nk; i += 2) {
+            step(fa, fb, i);
+            if (i + 1 < w.nk) step(fb, fa, i + 1);
+        }
+        if (leader) mbar_arrive(smem_addr(&order[cw ^ 1]));
+        wgmma_wait<0>();
+        fence_regs<SLABS * NACC>(d);
+        if (w.nk > 0 && leader) mbar_arrive(smem_addr(&empty[prev]));
+    } else if (SPLIT == 1) {
         int prev = 0;
         // P from registers: the wgmma A fragments of one k tile (4 k8 steps x 4 registers).
-        u32 af[16];
+        u32 af[16 * SLABS];
         for (int i = 0; i < w.nk; ++i) {
             mbar_wait(smem_addr(&full[s]), phase);
             const u32 stage = base + s * STAGE_BYTES;
@@ -429,7 +511,7 @@ __global__ void __launch_bounds__(384, MINB)
 #pragma unroll
                 for (int e = 0; e < 16; ++e) af[e] = cvt_rna_tf32(f[e]);
             }
-            fence_regs<NACC>(d);
+            fence_regs<SLABS * NACC>(d);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 8; ++kk) {
@@ -448,32 +530,37 @@ __global__ void __launch_bounds__(384, MINB)
                         wgmma_n64_rs(d, &af[4 * kk], db, 1);
                     }
                 } else {
-                    const u64 da = smem_desc(stage + cw * (64 * 128) + kk * 32);
-                    if (BN == 256) {
-                        wgmma_n256_ss(d, da, db, 1);
-                    } else if (BN == 128 && HALVES) {
-                        wgmma_n64_ss(d, da, db, 1);
-                        wgmma_n64_ss(d + 32, da, smem_desc(qAddr + 64 * 128 + kk * 32), 1);
-                    } else if (BN == 128) {
-                        wgmma_n128_ss(d, da, db, 1);
-                    } else {
-                        wgmma_n64_ss(d, da, db, 1);
+#pragma unroll
+                    for (int m = 0; m < SLABS; ++m) {
+                        // Ping-pong: both slabs of P, each into its own accumulators.
+                        const u64 da = smem_desc(stage + (PP ? m : cw) * (64 * 128) + kk * 32);
+                        float* dm = d + m * NACC;
+                        if (BN == 256) {
+                            wgmma_n256_ss(dm, da, db, 1);
+                        } else if (BN == 128 && HALVES) {
+                            wgmma_n64_ss(dm, da, db, 1);
+                            wgmma_n64_ss(dm + 32, da, smem_desc(qAddr + 64 * 128 + kk * 32), 1);
+                        } else if (BN == 128) {
+                            wgmma_n128_ss(dm, da, db, 1);
+                        } else {
+                            wgmma_n64_ss(dm, da, db, 1);
+                        }
                     }
                 }
             }
             wgmma_commit();
-            fence_regs<NACC>(d);
+            fence_regs<SLABS * NACC>(d);
             if (PSRC != SRC_PACKED) {
                 // Retire this tile before the next one rewrites the fragments (see the top).
                 wgmma_wait<0>();
-                fence_regs<NACC>(d);
+                fence_regs<SLABS * NACC>(d);
                 fence_regs<16>(af);
                 if (leader) mbar_arrive(smem_addr(&empty[s]));
             } else {
                 // Tile i - 1 is complete once at most one group (tile i) is pending: release its
                 // stage to the producer.
                 wgmma_wait<1>();
-                fence_regs<NACC>(d);
+                fence_regs<SLABS * NACC>(d);
                 if (i > 0 && leader) mbar_arrive(smem_addr(&empty[prev]));
             }
             prev = s;
@@ -482,8 +569,9 @@ __global__ void __launch_bounds__(384, MINB)
                 phase ^= 1u;
             }
         }
+        if (PP && leader) mbar_arrive(smem_addr(&order[cw ^ 1]));
         wgmma_wait<0>();
-        fence_regs<NACC>(d);
+        fence_regs<SLABS * NACC>(d);
         // The last stage of the unit (shared-memory P): release it too, the producer may already
         // be waiting for it with the next unit's tiles.
         if (PSRC == SRC_PACKED && w.nk > 0 && leader) mbar_arrive(smem_addr(&empty[prev]));
@@ -525,7 +613,15 @@ __global__ void __launch_bounds__(384, MINB)
     // Epilogue: C = alpha * D + beta * C (beta == 0 never reads C); SWAP stores D^T. P row of
     // accumulator row g + 8h (module comment):
     float* Cb = C + (long long)w.z * strideC;
-    const int pBase = w.tp * BM + cw * 64 + q * 16;
+#pragma unroll
+    for (int m = 0; m < SLABS; ++m) {
+    // Ping-pong: slab m of the tile, from accumulators d[m * NACC ..].
+    const float* dm = d + m * NACC;
+    // C's row stride, opaque per slab: otherwise ptxas hoists the swapped store addresses (the
+    // same columns for both slabs) out of the slab loop and spills them beside 128 accumulators.
+    int ldcm = ldc;
+    if (PP) asm volatile("" : "+r"(ldcm));
+    const int pBase = w.tp * BM + (PP ? m : cw) * 64 + q * 16;
     const int qBase = w.tq * BN + 2 * t;
     const int pRow0 = PSRC == SRC_TMA_MN ? pBase + 2 * g : pBase + g;
     const int pRow1 = PSRC == SRC_TMA_MN ? pBase + 2 * g + 1 : pBase + g + 8;
@@ -540,10 +636,10 @@ __global__ void __launch_bounds__(384, MINB)
             for (int e = 0; e < 2; ++e) {
                 const int c = qBase + 8 * j + e;
                 if (c >= QR || pRow0 >= PR) continue;
-                const float v0 = d[4 * j + e];
-                const float v1 = d[4 * j + 2 + e];
+                const float v0 = dm[4 * j + e];
+                const float v1 = dm[4 * j + 2 + e];
                 const bool in1 = pRow1 < PR;
-                float* dst = Cb + (long long)c * ldc + pRow0;
+                float* dst = Cb + (long long)c * ldcm + pRow0;
                 if (vec && in1) {
                     float2 o = make_float2(alpha * v0, alpha * v1);
                     if (beta != 0.0f) {
@@ -563,12 +659,12 @@ __global__ void __launch_bounds__(384, MINB)
         for (int h = 0; h < 2; ++h) {
             const int r = h ? pRow1 : pRow0;
             if (r >= PR) continue;
-            float* crow = Cb + (long long)r * ldc;
+            float* crow = Cb + (long long)r * ldcm;
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j) {
                 const int c = qBase + 8 * j;
-                const float v0 = d[4 * j + 2 * h];
-                const float v1 = d[4 * j + 2 * h + 1];
+                const float v0 = dm[4 * j + 2 * h];
+                const float v1 = dm[4 * j + 2 * h + 1];
                 bool ok0 = true, ok1 = true;
                 if (SPLIT == 3) {
                     ok0 = !isnan(v0);
@@ -613,9 +709,10 @@ __global__ void __launch_bounds__(384, MINB)
                 v = fmaf(packed_big<BM, PARTS>(pB, numKT, r, k),
                          packed_big<BN, PARTS>(qB, numKT, c, k), v);
             }
-            store1(Cb + (long long)r * ldc, c, v, alpha, beta);
+            store1(Cb + (long long)r * ldcm, c, v, alpha, beta);
         }
     }
+    }  // slabs
     }  // work units
     }  // consumer warpgroups
 }

@@ -488,9 +488,11 @@ fn plans_for(configs: &[plan::TileConfig], case: &Case, splits: &[u32]) -> Vec<P
                 if i == 0 {
                     v.push(plan.with(ops, 0));
                 }
+                // A ping-pong kernel's second consumer only works in a block of several units:
+                // every layout of it runs persistent on few blocks too.
                 v.push(plan.with(
                     ops,
-                    if (i + s as usize).is_multiple_of(2) {
+                    if c.pingpong || (i + s as usize).is_multiple_of(2) {
                         FEW_BLOCKS
                     } else {
                         0

@@ -143,9 +143,9 @@ fn wgmma_kernels_compile_for_sm90a_without_spills() {
         .into_iter()
         .filter(|i| i.file == SourceFile::Wgmma)
         .collect();
-    // 7 operand layouts x 3 TF32 tiles, the two-blocks-per-SM tile (packed only), the 3xTF32
-    // kernel, 4 packs, the tensor-copy probe.
-    assert_eq!(hopper.len(), 21 + 1 + 1 + 4 + 1, "{hopper:?}");
+    // 7 operand layouts x 4 TF32 tiles (three cooperative, one ping-pong), the two-blocks-per-SM
+    // tile (packed only), the 3xTF32 kernel, 4 packs, the tensor-copy probe.
+    assert_eq!(hopper.len(), 28 + 1 + 1 + 4 + 1, "{hopper:?}");
     // Each GEMM kernel under its entry cap: 65536 registers over its blocks per SM x 384 threads,
     // rounded down to the allocation unit of 8 (168 for one block, 80 for two).
     let caps: Vec<(String, u32)> = plan::WGMMA_CONFIGS

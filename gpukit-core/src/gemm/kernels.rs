@@ -146,9 +146,12 @@ pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
         } else {
             Operands::PACKED
         };
-        // Blocks per SM, the template's last argument: left to its default (1) for the
-        // one-block configurations, whose name expressions stay as they were.
-        let minb = if config.wgmma_of_several_blocks() {
+        // Blocks per SM, the template's next argument: left to its default (1) for the
+        // one-block configurations, whose name expressions stay as they were, unless followed
+        // by the ping-pong flag (`,1,true`).
+        let minb = if config.pingpong {
+            format!(",{},true", config.occupancy)
+        } else if config.wgmma_of_several_blocks() {
             format!(",{}", config.occupancy)
         } else {
             String::new()

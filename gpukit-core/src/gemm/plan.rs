@@ -103,6 +103,11 @@ pub struct TileConfig {
     /// Blocks per multiprocessor the kernel is built for (its register budget); the planner
     /// caps it further by the device's shared memory and threads per SM.
     pub occupancy: u32,
+    /// `wgmma` families: the two consumer warpgroups take alternate work units, each the whole
+    /// `bm` x `bn` tile (two 64-row slabs), and their main loops take turns on the tensor cores,
+    /// so that one's epilogue runs under the other's main loop (ping-pong); otherwise both
+    /// consumers share each tile, one 64-row slab each (cooperative).
+    pub pingpong: bool,
     /// Sustained rate of one full multiprocessor with this tile, in GFLOP/s of the product
     /// (`2mnk`): measured on the H200 (TFLOP/s of the config at large sizes divided by 132 SMs,
     /// `gemm_bench --sweep`), or estimated where noted.
@@ -210,6 +215,7 @@ pub const TF32_CONFIGS: [TileConfig; 3] = [
         wn: 64,
         stages: 3,
         occupancy: 1,
+        pingpong: false,
         gflops_per_sm: 1045,
     },
     TileConfig {
@@ -222,6 +228,7 @@ pub const TF32_CONFIGS: [TileConfig; 3] = [
         wn: 64,
         stages: 3,
         occupancy: 2,
+        pingpong: false,
         gflops_per_sm: 970,
     },
     TileConfig {
@@ -234,6 +241,7 @@ pub const TF32_CONFIGS: [TileConfig; 3] = [
         wn: 32,
         stages: 4,
         occupancy: 3,
+        pingpong: false,
         gflops_per_sm: 680,
     },
 ];
@@ -264,6 +272,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
         wn: 64,
         stages: 4,
         occupancy: 1,
+        pingpong: false,
         gflops_per_sm: 363,
     },
     TileConfig {
@@ -276,6 +285,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
         wn: 64,
         stages: 4,
         occupancy: 2,
+        pingpong: false,
         gflops_per_sm: 356,
     },
     TileConfig {
@@ -288,6 +298,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
         wn: 32,
         stages: 3,
         occupancy: 8,
+        pingpong: false,
         gflops_per_sm: 280,
     },
     TileConfig {
@@ -300,6 +311,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
         wn: 64,
         stages: 4,
         occupancy: 2,
+        pingpong: false,
         gflops_per_sm: 300,
     },
     TileConfig {
@@ -312,6 +324,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
         wn: 64,
         stages: 4,
         occupancy: 2,
+        pingpong: false,
         gflops_per_sm: 300,
     },
 ];
@@ -337,7 +350,16 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
 ///   times it on every class where it is within reach, decides. Measured on an H100
 ///   (2026-12-06): 11-26 % faster than the one-block 128x128 on short-K shapes, never the best
 ///   plan (GEMM_NOTES.md, version 9).
-pub const WGMMA_CONFIGS: [TileConfig; 4] = [
+/// - `wgmma_128x128_pp` (version 10): ping-pong. Each consumer warpgroup computes whole 128x128
+///   tiles (two m64n128 wgmma per k8 step, 128 accumulators per thread) of every other work
+///   unit of its block, and the two main loops take turns, so that one warpgroup's epilogue
+///   runs while the other's main loop has the tensor cores; with P from registers the
+///   fragments are double-buffered (one main loop at a time cannot hide their loads behind the
+///   other's). 7 stages of 32 KB (225 KB with the slack), one block per SM, persistent grids
+///   only (one unit per block would leave the second consumer idle). Planned at the cooperative
+///   128x128's rate, 2200 per SM, until measured, so that the model keeps its choices (ties go
+///   to the configuration listed first); the autotuner times it wherever it is within reach.
+pub const WGMMA_CONFIGS: [TileConfig; 5] = [
     TileConfig {
         name: "wgmma_128x256",
         family: Family::Wgmma,
@@ -348,6 +370,7 @@ pub const WGMMA_CONFIGS: [TileConfig; 4] = [
         wn: 256,
         stages: 4,
         occupancy: 1,
+        pingpong: false,
         gflops_per_sm: 3180,
     },
     TileConfig {
@@ -360,6 +383,7 @@ pub const WGMMA_CONFIGS: [TileConfig; 4] = [
         wn: 128,
         stages: 4,
         occupancy: 1,
+        pingpong: false,
         gflops_per_sm: 2200,
     },
     TileConfig {
@@ -372,6 +396,7 @@ pub const WGMMA_CONFIGS: [TileConfig; 4] = [
         wn: 64,
         stages: 8,
         occupancy: 1,
+        pingpong: false,
         gflops_per_sm: 1400,
     },
     TileConfig {
@@ -384,6 +409,20 @@ pub const WGMMA_CONFIGS: [TileConfig; 4] = [
         wn: 128,
         stages: 3,
         occupancy: 2,
+        pingpong: false,
+        gflops_per_sm: 2200,
+    },
+    TileConfig {
+        name: "wgmma_128x128_pp",
+        family: Family::Wgmma,
+        bm: 128,
+        bn: 128,
+        bk: 32,
+        wm: 64,
+        wn: 128,
+        stages: 7,
+        occupancy: 1,
+        pingpong: true,
         gflops_per_sm: 2200,
     },
 ];
@@ -403,6 +442,7 @@ pub const WGMMA3_CONFIGS: [TileConfig; 1] = [TileConfig {
     wn: 128,
     stages: 3,
     occupancy: 1,
+    pingpong: false,
     gflops_per_sm: 960,
 }];
 
@@ -745,6 +785,11 @@ pub fn estimate(
         return f64::INFINITY;
     }
     let (splits, per) = normalize_split(config, p.k, splits);
+    if config.pingpong && persistent_blocks(config, p, splits, ops, dev) == 0 {
+        // One unit per block leaves a ping-pong kernel's second consumer idle and nothing to
+        // overlap: its sibling cooperative tile does that better.
+        return f64::INFINITY;
+    }
     let (pr, qr) = p.pq_rows(ops);
     let tiles = (pr.div_ceil(config.bm) as u64) * (qr.div_ceil(config.bn) as u64) * p.batch as u64;
     let blocks = tiles * splits as u64;
