@@ -816,6 +816,29 @@ fn measure(bch: &mut Bench, device: &Device, opts: &Opts) -> Res<Row> {
                     flops / est / 1e12
                 );
             }
+            // The `wgmma` tiles also on the planner's persistent grid, every operand layout (the
+            // row above is one block per unit in the first layout; a ping-pong tile needs
+            // several units per block).
+            let pers = plan::persistent_blocks(
+                cfg,
+                &problem,
+                1,
+                &plan::fixed_plan(*cfg, &problem, 1).operands,
+                dev,
+            );
+            if cfg.family.is_wgmma() && pers > 0 {
+                for ops in plan::config_operand_choices(cfg, &problem, &paths) {
+                    let p = plan::fixed_plan(*cfg, &problem, 1).with(ops, pers);
+                    let ms = bch.time(with(p))?;
+                    let est = plan::estimate(cfg, &problem, 1, &ops, dev);
+                    println!(
+                        "config {name} {}: {:.1} TFLOP/s (model {:.1})",
+                        plan_name(&p),
+                        tf(ms),
+                        flops / est / 1e12
+                    );
+                }
+            }
         }
     }
     if let Some(dir) = &opts.cubin_dir {
