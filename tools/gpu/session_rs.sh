@@ -12,5 +12,6 @@ if [ $((SECONDS - T0)) -le 400 ]; then
 else
   echo "session_s skipped: $((SECONDS - T0)) s passed"
 fi
-tar cJf "$OUT/logs.tar.xz" -C "$OUT" r/logs.tar.xz s/logs.tar.xz 2> /dev/null
+# only this one file comes back (the device tool returns a few files)
+tar cf "$OUT/all.tar" -C "$OUT" r/logs.tar.xz s/logs.tar.xz 2> /dev/null; rm -rf "$OUT/r" "$OUT/s"
 echo "all: $((SECONDS - T0)) s"
