@@ -359,6 +359,9 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
 ///   only (one unit per block would leave the second consumer idle). Planned at the cooperative
 ///   128x128's rate, 2200 per SM, until measured, so that the model keeps its choices (ties go
 ///   to the configuration listed first); the autotuner times it wherever it is within reach.
+///   Measured on an H100 (2026-12-06, GEMM_NOTES.md version 10): 7-16 % ahead of the
+///   cooperative 128x128 with packed operands at short K, the tuner's choice on five sweep
+///   shapes, no gain with P from registers.
 pub const WGMMA_CONFIGS: [TileConfig; 5] = [
     TileConfig {
         name: "wgmma_128x256",
