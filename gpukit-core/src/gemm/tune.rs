@@ -15,8 +15,9 @@
 //!    factors and the GEMM kernels' sources, so that a changed kernel never inherits a stale
 //!    choice).
 //! 2. **Candidates** ([`stage_one`], [`stage_two`]): the model's plan, then the model's best plan
-//!    of every other tile configuration whose estimate is within [`WITHIN`] of the best (at
-//!    most [`STAGE_ONE`] in all); after they are timed, the neighbours (the split factors next to
+//!    of every other tile configuration whose estimate is within [`WITHIN`] of the best, for
+//!    the `wgmma` tiles one with P from registers and one with P from shared memory (at most
+//!    [`STAGE_ONE`] in all); after they are timed, the neighbours (the split factors next to
 //!    its own, its other operand layouts) of the winner and of a runner-up within [`RUNNER_UP`]
 //!    of it: at most [`STAGE_TWO`].
 //! 3. **Checking and timing** ([`measure`]): each candidate first runs once untimed (kernel
@@ -42,7 +43,7 @@
 //!    share of the SMs: its timings would be stored for the whole device), or under a driver
 //!    older than CUDA 12.8 (no `cuEventElapsedTime_v2`, which the CUDA 13 bindings call), nor
 //!    one whose scratch C cannot be allocated: those take the model's plan.
-//! 5. **Cost, bounded and reported**: at most `STAGE_ONE + STAGE_TWO` = 14 candidates x (1 +
+//! 5. **Cost, bounded and reported**: at most `STAGE_ONE + STAGE_TWO` = 16 candidates x (1 +
 //!    ROUNDS x reps) runs (about 70 products of a 250 us shape: 18 ms; 42 of a 5 ms one), one
 //!    host wait per candidate for its check and one per timed round. Kernels not yet in the
 //!    kernel cache are compiled by their first run; those runs stop once the class has taken
@@ -102,7 +103,7 @@ pub const TUNE_ENV: &str = "GPUKIT_GEMM_TUNE";
 /// Bumped when the meaning of a stored choice changes (part of [`plan_space`]).
 pub const PLAN_SPACE_VERSION: u32 = 1;
 /// Most candidates of the first stage.
-pub const STAGE_ONE: usize = 8;
+pub const STAGE_ONE: usize = 10;
 /// Most candidates of the second stage.
 pub const STAGE_TWO: usize = 6;
 /// The second stage also explores the first stage's runner-up when it is within this fraction
@@ -629,18 +630,24 @@ pub(super) fn count_unwritten() {
 
 /// The first stage's candidates: `model` (the planner's plan) first, then the best plan of each
 /// other configuration of `all` ([`plan::enumerate`], cheapest first) within [`WITHIN`] of the
-/// best estimate, at most [`STAGE_ONE`].
+/// best estimate, at most [`STAGE_ONE`]; a `wgmma` configuration gets two, its best plan with
+/// P from registers (the tensor-mapped layouts) and its best with P from shared memory
+/// (packed), because the model ranks those two least reliably: version 10's H100 run measured
+/// the ping-pong tile at 2500x2500x500 at 93.9 TFLOP/s with P from registers (the model's
+/// pick for it) and 148.5 with both operands packed, the fastest plan of the shape, which the
+/// tuner then never timed.
 pub fn stage_one(model: &Plan, all: &[Plan]) -> Vec<Plan> {
     let best = all
         .first()
         .map_or(model.estimate_us, |p| p.estimate_us)
         .min(model.estimate_us);
+    let kind = |p: &Plan| (p.config.name, p.operands.p == Source::Packed);
     let mut v = vec![*model];
     for p in all {
         if v.len() >= STAGE_ONE || p.estimate_us > WITHIN * best {
             break;
         }
-        if v.iter().all(|q| q.config.name != p.config.name) {
+        if v.iter().all(|q| kind(q) != kind(p)) {
             v.push(*p);
         }
     }
@@ -1828,6 +1835,40 @@ mod tests {
         }
         fn time_us(&mut self, plan: &Plan, _reps: u32) -> Result<f64> {
             Ok(plan.estimate_us)
+        }
+    }
+
+    /// Each `wgmma` tile in reach is timed with P from registers and with P from shared memory:
+    /// at 2500x2500x500 the model puts every tile's register layouts first, and the fastest
+    /// plan measured on the H100 was the ping-pong tile with both operands packed.
+    #[test]
+    fn the_first_stage_times_each_wgmma_tile_with_both_sources_of_p() {
+        let dev = h200();
+        let p = Problem::shape(2500, 2500, 500, 1);
+        let all = enumerate(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
+        let model = plan::choose(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
+        assert_ne!(model.operands.p, Source::Packed, "{model:?}");
+        let first = stage_one(&model, &all);
+        assert!(first.len() <= STAGE_ONE);
+        assert_eq!(Choice::of(&first[0]), Choice::of(&model));
+        for name in ["wgmma_128x256", "wgmma_128x128", "wgmma_128x128_pp"] {
+            for packed in [false, true] {
+                assert!(
+                    first.iter().any(
+                        |x| x.config.name == name && (x.operands.p == Source::Packed) == packed
+                    ),
+                    "{name} packed={packed}: {first:#?}"
+                );
+            }
+        }
+        // One plan per tile and source of P.
+        for (i, a) in first.iter().enumerate() {
+            for b in &first[i + 1..] {
+                assert!(
+                    a.config.name != b.config.name
+                        || (a.operands.p == Source::Packed) != (b.operands.p == Source::Packed)
+                );
+            }
         }
     }
 
