@@ -1146,6 +1146,15 @@ mod tests {
     use crate::gemm::plan::tests::h200;
     use crate::gemm::plan::{enumerate, Family, WGMMA_CONFIGS};
 
+    /// The planner's TF32 plan for `p` on the H200-like device and every plan of the space
+    /// ([`enumerate`]), default paths.
+    fn tf32_space(p: &Problem) -> (Plan, Vec<Plan>) {
+        let dev = h200();
+        let all = enumerate(Precision::Tf32, p, &dev, &Paths::default()).unwrap();
+        let model = plan::choose(Precision::Tf32, p, &dev, &Paths::default()).unwrap();
+        (model, all)
+    }
+
     fn device(name: &str) -> DeviceKey {
         DeviceKey::new(
             &DeviceAttributes {
@@ -1702,10 +1711,8 @@ mod tests {
 
     #[test]
     fn the_fastest_candidate_is_chosen_and_the_cost_is_bounded() {
-        let dev = h200();
         for p in shapes() {
-            let all = enumerate(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
-            let model = plan::choose(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
+            let (model, all) = tf32_space(&p);
             assert!(
                 all.iter().any(|x| Choice::of(x) == Choice::of(&model)),
                 "{p:?}"
@@ -1741,10 +1748,8 @@ mod tests {
 
     #[test]
     fn the_second_stage_finds_a_better_split_of_the_winner() {
-        let dev = h200();
         let p = Problem::shape(128, 128, 65536, 1);
-        let all = enumerate(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
-        let model = plan::choose(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
+        let (model, all) = tf32_space(&p);
         // Real times: the model's configuration, one split factor up, is best by far.
         let splits: Vec<u32> = {
             let mut v: Vec<u32> = all
@@ -1778,10 +1783,8 @@ mod tests {
 
     #[test]
     fn noise_failures_and_margins() {
-        let dev = h200();
         let p = Problem::shape(2048, 3000, 1000, 1);
-        let all = enumerate(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
-        let model = plan::choose(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
+        let (model, all) = tf32_space(&p);
         let first = stage_one(&model, &all);
         assert!(first.len() > 2);
         let other = Choice::of(&first[1]);
@@ -1843,10 +1846,8 @@ mod tests {
     /// plan measured on the H100 was the ping-pong tile with both operands packed.
     #[test]
     fn the_first_stage_times_each_wgmma_tile_with_both_sources_of_p() {
-        let dev = h200();
         let p = Problem::shape(2500, 2500, 500, 1);
-        let all = enumerate(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
-        let model = plan::choose(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
+        let (model, all) = tf32_space(&p);
         assert_ne!(model.operands.p, Source::Packed, "{model:?}");
         let first = stage_one(&model, &all);
         assert!(first.len() <= STAGE_ONE);
@@ -1874,10 +1875,8 @@ mod tests {
 
     #[test]
     fn the_untimed_runs_stop_at_the_budget_and_the_choice_is_partial() {
-        let dev = h200();
         let p = Problem::shape(2048, 3000, 1000, 1);
-        let all = enumerate(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
-        let model = plan::choose(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
+        let (model, all) = tf32_space(&p);
         assert!(stage_one(&model, &all).len() > 3);
         let mut t = Slow(Vec::new());
         let r = tune(&model, &all, &mut t, Duration::from_millis(30));
@@ -1901,10 +1900,8 @@ mod tests {
 
     #[test]
     fn the_second_stage_explores_a_close_runner_up_too() {
-        let dev = h200();
         let p = Problem::shape(2048, 3000, 1000, 1);
-        let all = enumerate(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
-        let model = plan::choose(Precision::Tf32, &p, &dev, &Paths::default()).unwrap();
+        let (model, all) = tf32_space(&p);
         let first = stage_one(&model, &all);
         let (w, r) = (Choice::of(&first[0]), Choice::of(&first[1]));
         let near = stage_two(&[first[1]], &all, &first);
