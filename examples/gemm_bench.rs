@@ -816,19 +816,17 @@ fn measure(bch: &mut Bench, device: &Device, opts: &Opts) -> Res<Row> {
                     flops / est / 1e12
                 );
             }
-            // The `wgmma` tiles also on the planner's persistent grid, every operand layout (the
-            // row above is one block per unit in the first layout; a ping-pong tile needs
-            // several units per block).
-            let pers = plan::persistent_blocks(
-                cfg,
-                &problem,
-                1,
-                &plan::fixed_plan(*cfg, &problem, 1).operands,
-                dev,
-            );
-            if cfg.family.is_wgmma() && pers > 0 {
+            // The `wgmma` tiles also on the planner's persistent grid, every operand layout that
+            // has one (the rows above are one block per unit in the first layout; a ping-pong
+            // tile needs several units per block).
+            if cfg.family.is_wgmma() {
+                let base = plan::fixed_plan(*cfg, &problem, 1);
                 for ops in plan::config_operand_choices(cfg, &problem, &paths) {
-                    let p = plan::fixed_plan(*cfg, &problem, 1).with(ops, pers);
+                    let pers = plan::persistent_blocks(cfg, &problem, 1, &ops, dev);
+                    if pers == 0 {
+                        continue;
+                    }
+                    let p = base.with(ops, pers);
                     let ms = bch.time(with(p))?;
                     let est = plan::estimate(cfg, &problem, 1, &ops, dev);
                     println!(

@@ -33,7 +33,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// The MPS control program.
@@ -223,17 +223,7 @@ impl Daemon {
         } else {
             Duration::ZERO
         };
-        let t0 = Instant::now();
-        let exited = loop {
-            if child.try_wait()?.is_some() {
-                break true;
-            }
-            if t0.elapsed() >= within {
-                break false;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        if !exited {
+        if exited_within(&mut child, within)?.is_none() {
             if told.is_ok() {
                 // it took the command and waits for connected processes: leave it to them
                 return Ok(());
@@ -259,20 +249,13 @@ impl Daemon {
             .map(|mut s| s.write_all(b"quit\n"))
             .unwrap_or(Ok(()));
         // bounded: a control program that never answers must not hold `offload run` at exit
-        let t0 = Instant::now();
-        let status = loop {
-            if let Some(status) = c.try_wait()? {
-                break status;
-            }
-            if t0.elapsed() > CLIENT_WITHIN {
-                let _ = c.kill();
-                c.wait()?;
-                return Err(io::Error::other(format!(
-                    "`quit` got no answer within {} s",
-                    CLIENT_WITHIN.as_secs()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(2));
+        let Some(status) = exited_within(&mut c, CLIENT_WITHIN)? else {
+            let _ = c.kill();
+            c.wait()?;
+            return Err(io::Error::other(format!(
+                "`quit` got no answer within {} s",
+                CLIENT_WITHIN.as_secs()
+            )));
         };
         wrote?;
         if status.success() {
@@ -280,6 +263,20 @@ impl Daemon {
         } else {
             Err(io::Error::other(format!("`quit` ended with {status}")))
         }
+    }
+}
+
+/// `child`'s exit status if it exits within `within` (polled every 2 ms; checked at least once).
+fn exited_within(child: &mut Child, within: Duration) -> io::Result<Option<ExitStatus>> {
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if t0.elapsed() >= within {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
