@@ -257,12 +257,12 @@ impl Daemon {
                 CLIENT_WITHIN.as_secs()
             )));
         };
-        wrote?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(io::Error::other(format!("`quit` ended with {status}")))
+        // the client's status first: one that exits without reading its input makes the write
+        // fail with a broken pipe, which says less than the status
+        if !status.success() {
+            return Err(io::Error::other(format!("`quit` ended with {status}")));
         }
+        wrote.map_err(|e| io::Error::other(format!("sending `quit`: {e}")))
     }
 }
 
