@@ -286,14 +286,20 @@ __device__ __forceinline__ void load_p_fragments(float* f, const unsigned char* 
 // (coordinate = batch index of the unit), pBroadcast / qBroadcast: operands shared by every entry
 // (coordinate 0); nz: output slices (batch entries x splits) of this launch; vec: C (or the
 // workspace) allows 8-byte stores.
-template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP, int MINB = 1,
-          bool PP = false>
-__global__ void __launch_bounds__(384, MINB)
-    gemm_wgmma(const float* __restrict__ Pp, const float* __restrict__ Qp, float* __restrict__ C,
-               const __grid_constant__ TmaDesc tmP, const __grid_constant__ TmaDesc tmQ, int PR,
-               int QR, int K, int ldc, long long strideP, long long strideQ, long long strideC,
-               int pBroadcast, int qBroadcast, float alpha, float beta, int splits,
-               int ktPerSplit, int nz, int vec, int groupM) {
+//
+// CM = 2 (the gemm_wgmma_c2 kernels, clusters of two blocks along x): the two blocks of a cluster
+// compute P tiles 2 i and 2 i + 1 beside the same Q tile (a work unit is then such a pair, its
+// P index i), so that each block copies its own P tile and half of the shared Q tile, which the
+// copy engine multicasts into both blocks' stages (half the L2 reads of Q; cuBLAS's TF32 kernels
+// on Hopper run in clusters of 2 to 16). A stage may be refilled only when the consumers of both
+// blocks have released it: each consumer arrives on the empty barrier of both blocks. A block of
+// a pair whose P tile lies beyond PR still copies its half of Q and computes, storing nothing.
+template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP, int MINB, bool PP, int CM>
+__device__ __forceinline__ void gemm_wgmma_body(
+    const float* __restrict__ Pp, const float* __restrict__ Qp, float* __restrict__ C,
+    const TmaDesc& tmP, const TmaDesc& tmQ, int PR, int QR, int K, int ldc, long long strideP,
+    long long strideQ, long long strideC, int pBroadcast, int qBroadcast, float alpha, float beta,
+    int splits, int ktPerSplit, int nz, int vec, int groupM) {
     static_assert(BN == 64 || BN == 128 || BN == 256,
                   "consumer warpgroups are 64 x 64, 64 x 128 or 64 x 256");
     static_assert(SPLIT == 1 || SPLIT == 3, "TF32 (1 product) or 3xTF32 (3 products)");
@@ -305,6 +311,8 @@ __global__ void __launch_bounds__(384, MINB)
                   "two blocks per SM: TF32 with at most 64 accumulators per thread");
     static_assert(!PP || (SPLIT == 1 && BN == 128 && MINB == 1),
                   "ping-pong: TF32, one 128 x 128 tile (128 accumulators) per consumer warpgroup");
+    static_assert(CM == 1 || (CM == 2 && SPLIT == 1 && MINB == 1),
+                  "clusters of two: TF32 kernels of one block per SM");
     constexpr int BM = 128;
     constexpr int BK = 32;
     constexpr int PARTS = SPLIT == 3 ? 2 : 1;
@@ -344,21 +352,45 @@ __global__ void __launch_bounds__(384, MINB)
 
     const int tilesP = (PR + BM - 1) / BM;
     const int tilesQ = (QR + BN - 1) / BN;
-    const int tiles = tilesP * tilesQ;
+    // Work units per output slice: block tiles, or (CM = 2) pairs of P tiles beside one Q tile.
+    const int unitsP = (tilesP + CM - 1) / CM;
+    const int tiles = unitsP * tilesQ;
     const int numKT = (K + BK - 1) / BK;
     const long long units = (long long)tiles * nz;
+    // This block's first unit and the step between its units: its cluster's (CM = 2).
+    const u32 rank = CM == 1 ? 0u : cluster_rank();
+    const int firstUnit = CM == 1 ? (int)blockIdx.x : (int)cluster_index();
+    const int unitStep = CM == 1 ? (int)gridDim.x : (int)cluster_count();
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(smem_addr(&full[s]), 1);
-            mbar_init(smem_addr(&empty[s]), PP ? 1 : 2);
+            // Each consumer warpgroup (ping-pong: the one whose unit it is) of each block of the
+            // cluster releases every stage.
+            mbar_init(smem_addr(&empty[s]), (PP ? 1 : 2) * CM);
         }
         mbar_init(smem_addr(&order[0]), 1);
         mbar_init(smem_addr(&order[1]), 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     }
-    __syncthreads();
+    // CM = 2: the other block's barriers are initialised before any copy or arrival reaches them.
+    if (CM == 1) {
+        __syncthreads();
+    } else {
+        cluster_sync();
+    }
+    // A consumer warpgroup's release of stage `st`: on its own block's empty barrier, and (CM =
+    // 2) on the other block's, whose producer multicasts into this block's stage too.
+    auto release = [&](int st) {
+        const u32 bar = smem_addr(&empty[st]);
+        if (CM == 1) {
+            mbar_arrive(bar);
+        } else {
+            mbar_arrive_cluster(cluster_addr(bar, 0));
+            mbar_arrive_cluster(cluster_addr(bar, 1));
+        }
+    };
 
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
@@ -368,20 +400,29 @@ __global__ void __launch_bounds__(384, MINB)
             int s = 0;
             u32 phase = 0;
             long long it = 0;  // k tiles issued so far (all units)
-            for (long long u = blockIdx.x; u < units; u += gridDim.x) {
-                const WorkUnit w =
-                    work_unit(u, tiles, tilesP, tilesQ, groupM, splits, ktPerSplit, numKT);
+            for (long long u = firstUnit; u < units; u += unitStep) {
+                WorkUnit w = work_unit(u, tiles, unitsP, tilesQ, groupM, splits, ktPerSplit, numKT);
+                w.tp = w.tp * CM + (int)rank;
+                // CM = 2: a P tile beyond PR (the second of an odd count) is not copied.
+                const bool pIn = w.tp < tilesP;
                 const float* pp =
                     Pp + w.bIdx * strideP + (long long)w.tp * numKT * (PARTS * BM * BK);
-                const float* qp =
-                    Qp + w.bIdx * strideQ + (long long)w.tq * numKT * (PARTS * BN * BK);
+                // CM = 2: this block's half of each Q tile (rows BN/2 rank ..; a packed tile's rows
+                // are 128 bytes apart and its swizzle period is 8 rows, so a half is a plain
+                // bulk copy and the tensor map's box is BN/2 rows).
+                const float* qp = Qp + w.bIdx * strideQ +
+                                  (long long)w.tq * numKT * (PARTS * BN * BK) +
+                                  (CM == 1 ? 0 : (int)rank * (BN / 2 * BK));
+                const int q0 = w.tq * BN + (CM == 1 ? 0 : (int)rank * (BN / 2));
                 const int zp = pBroadcast ? 0 : w.bIdx;
                 const int zq = qBroadcast ? 0 : w.bIdx;
                 const int p0 = w.tp * BM;
                 // SRC_TMA_MN: boxes wholly beyond PR are not copied (their rows feed only outputs
                 // that are never stored).
-                const int boxes = min(BM / 16, (PR - p0 + 15) / 16);
-                const u32 bytes = (PSRC == SRC_TMA_MN ? boxes * MN_BOX_BYTES : P_BYTES) + Q_BYTES;
+                const int boxes = pIn ? min(BM / 16, (PR - p0 + 15) / 16) : 0;
+                const u32 pBytes = PSRC == SRC_TMA_MN ? boxes * MN_BOX_BYTES : (pIn ? P_BYTES : 0u);
+                // CM = 2: both halves of Q land here, this block's and the other block's.
+                const u32 bytes = pBytes + Q_BYTES;
                 for (int i = 0; i < w.nk; ++i, ++it) {
                     const int kt = w.ktBegin + i;
                     if (it >= STAGES) mbar_wait(smem_addr(&empty[s]), phase ^ 1u);
@@ -389,19 +430,42 @@ __global__ void __launch_bounds__(384, MINB)
                     const u32 dst = base + s * STAGE_BYTES;
                     mbar_arrive_expect_tx(fb, bytes);
                     if (PSRC == SRC_TMA_K) {
-                        tma_g2s_3d(dst, &tmP, kt * BK, p0, zp, fb);
+                        if (pIn) tma_g2s_3d(dst, &tmP, kt * BK, p0, zp, fb);
                     } else if (PSRC == SRC_TMA_MN) {
                         for (int b = 0; b < boxes; ++b)
                             tma_g2s_3d(dst + b * MN_BOX_BYTES, &tmP, p0 + 16 * b, kt * BK, zp, fb);
-                    } else {
+                    } else if (pIn) {
                         bulk_g2s(dst, pp + (long long)kt * (PARTS * BM * BK), P_BYTES, fb);
                     }
-                    if (QTMA) {
-                        tma_g2s_3d(dst + P_BYTES, &tmQ, kt * BK, w.tq * BN, zq, fb);
+                    const float* qk = qp + (long long)kt * (PARTS * BN * BK);
+                    if (CM == 1) {
+                        if (QTMA) {
+                            tma_g2s_3d(dst + P_BYTES, &tmQ, kt * BK, q0, zq, fb);
+                        } else {
+                            bulk_g2s(dst + P_BYTES, qk, Q_BYTES, fb);
+                        }
                     } else {
-                        bulk_g2s(dst + P_BYTES, qp + (long long)kt * (PARTS * BN * BK), Q_BYTES,
-                                 fb);
+                        // Into both blocks, at this block's half of the stage's Q tile.
+                        const u32 qdst = dst + P_BYTES + rank * (Q_BYTES / 2);
+                        if (QTMA) {
+                            tma_g2s_3d_mc(qdst, &tmQ, kt * BK, q0, zq, fb, 3);
+                        } else {
+                            bulk_g2s_mc(qdst, qk, Q_BYTES / 2, fb, 3);
+                        }
                     }
+                    if (++s == STAGES) {
+                        s = 0;
+                        phase ^= 1u;
+                    }
+                }
+            }
+            if (CM == 2) {
+                // No block may leave while the other's consumers can still arrive on its empty
+                // barriers: wait until every stage filled has been released by the consumers of
+                // both blocks (as the next STAGES copies would). Copies into a block's stages
+                // complete before its own consumers finish, which wait for them.
+                for (int j = 0; j < STAGES; ++j, ++it) {
+                    if (it >= STAGES) mbar_wait(smem_addr(&empty[s]), phase ^ 1u);
                     if (++s == STAGES) {
                         s = 0;
                         phase ^= 1u;
@@ -422,8 +486,9 @@ __global__ void __launch_bounds__(384, MINB)
     u32 phase = 0;
     u32 orderPhase = 0;
     long long nth = 0;  // this block's work units so far
-    for (long long u = blockIdx.x; u < units; u += gridDim.x, ++nth) {
-    const WorkUnit w = work_unit(u, tiles, tilesP, tilesQ, groupM, splits, ktPerSplit, numKT);
+    for (long long u = firstUnit; u < units; u += unitStep, ++nth) {
+    WorkUnit w = work_unit(u, tiles, unitsP, tilesQ, groupM, splits, ktPerSplit, numKT);
+    w.tp = w.tp * CM + (int)rank;
     if (PP && (int)(nth & 1) != cw) {
         // Ping-pong: the other consumer's unit; its stages pass by.
         const int adv = s + w.nk;
@@ -474,7 +539,7 @@ __global__ void __launch_bounds__(384, MINB)
             wgmma_wait<1>();
             fence_regs<SLABS * NACC>(d);
             fence_regs<16 * SLABS>(nxt);
-            if (i > 0 && leader) mbar_arrive(smem_addr(&empty[prev]));
+            if (i > 0 && leader) release(prev);
             prev = s;
             if (++s == STAGES) {
                 s = 0;
@@ -496,7 +561,7 @@ __global__ void __launch_bounds__(384, MINB)
         if (leader) mbar_arrive(smem_addr(&order[cw ^ 1]));
         wgmma_wait<0>();
         fence_regs<SLABS * NACC>(d);
-        if (w.nk > 0 && leader) mbar_arrive(smem_addr(&empty[prev]));
+        if (w.nk > 0 && leader) release(prev);
     } else if (SPLIT == 1) {
         int prev = 0;
         // P from registers: the wgmma A fragments of one k tile (4 k8 steps x 4 registers).
@@ -555,13 +620,13 @@ __global__ void __launch_bounds__(384, MINB)
                 wgmma_wait<0>();
                 fence_regs<SLABS * NACC>(d);
                 fence_regs<16>(af);
-                if (leader) mbar_arrive(smem_addr(&empty[s]));
+                if (leader) release(s);
             } else {
                 // Tile i - 1 is complete once at most one group (tile i) is pending: release its
                 // stage to the producer.
                 wgmma_wait<1>();
                 fence_regs<SLABS * NACC>(d);
-                if (i > 0 && leader) mbar_arrive(smem_addr(&empty[prev]));
+                if (i > 0 && leader) release(prev);
             }
             prev = s;
             if (++s == STAGES) {
@@ -574,7 +639,7 @@ __global__ void __launch_bounds__(384, MINB)
         fence_regs<SLABS * NACC>(d);
         // The last stage of the unit (shared-memory P): release it too, the producer may already
         // be waiting for it with the next unit's tiles.
-        if (PSRC == SRC_PACKED && w.nk > 0 && leader) mbar_arrive(smem_addr(&empty[prev]));
+        if (PSRC == SRC_PACKED && w.nk > 0 && leader) release(prev);
     } else {
         // 3xTF32: stage = [P big | P small | Q big | Q small].
         float x[NACC];
@@ -600,7 +665,7 @@ __global__ void __launch_bounds__(384, MINB)
             fence_regs<NACC>(x);
             wgmma_wait<0>();
             fence_regs<NACC>(x);
-            if (leader) mbar_arrive(smem_addr(&empty[s]));
+            if (leader) release(s);
 #pragma unroll
             for (int j = 0; j < NACC; ++j) d[j] += x[j];
             if (++s == STAGES) {
@@ -715,6 +780,35 @@ __global__ void __launch_bounds__(384, MINB)
     }  // slabs
     }  // work units
     }  // consumer warpgroups
+}
+
+// The kernels (arguments as gemm_wgmma_body's): gemm_wgmma, one block per work unit or
+// persistent, and gemm_wgmma_c2, the same in clusters of two blocks that share Q's tiles (CM
+// above).
+template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP, int MINB = 1,
+          bool PP = false>
+__global__ void __launch_bounds__(384, MINB)
+    gemm_wgmma(const float* __restrict__ Pp, const float* __restrict__ Qp, float* __restrict__ C,
+               const __grid_constant__ TmaDesc tmP, const __grid_constant__ TmaDesc tmQ, int PR,
+               int QR, int K, int ldc, long long strideP, long long strideQ, long long strideC,
+               int pBroadcast, int qBroadcast, float alpha, float beta, int splits,
+               int ktPerSplit, int nz, int vec, int groupM) {
+    gemm_wgmma_body<BN, STAGES, SPLIT, PSRC, QTMA, SWAP, MINB, PP, 1>(
+        Pp, Qp, C, tmP, tmQ, PR, QR, K, ldc, strideP, strideQ, strideC, pBroadcast, qBroadcast,
+        alpha, beta, splits, ktPerSplit, nz, vec, groupM);
+}
+
+template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP, int MINB = 1,
+          bool PP = false>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
+    gemm_wgmma_c2(const float* __restrict__ Pp, const float* __restrict__ Qp, float* __restrict__ C,
+                  const __grid_constant__ TmaDesc tmP, const __grid_constant__ TmaDesc tmQ, int PR,
+                  int QR, int K, int ldc, long long strideP, long long strideQ, long long strideC,
+                  int pBroadcast, int qBroadcast, float alpha, float beta, int splits,
+                  int ktPerSplit, int nz, int vec, int groupM) {
+    gemm_wgmma_body<BN, STAGES, SPLIT, PSRC, QTMA, SWAP, MINB, PP, 2>(
+        Pp, Qp, C, tmP, tmQ, PR, QR, K, ldc, strideP, strideQ, strideC, pBroadcast, qBroadcast,
+        alpha, beta, splits, ktPerSplit, nz, vec, groupM);
 }
 
 // Whether this GPU's tensor copies round f32 to TF32 for a map of type TFLOAT32 (the host plans

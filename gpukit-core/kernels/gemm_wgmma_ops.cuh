@@ -108,6 +108,71 @@ __device__ __forceinline__ void tma_g2s_3d(u32 dst, const TmaDesc* map, int c0, 
         : "memory");
 }
 
+// Thread-block clusters (a `__cluster_dims__` kernel): this block's rank in its cluster, the
+// cluster's index in the grid and the number of clusters (x dimension; the kernels' clusters
+// lie along x).
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ u32 cluster_index() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ u32 cluster_count() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%nclusterid.x;\n" : "=r"(r));
+    return r;
+}
+
+// Every thread of every block of the cluster arrives, then waits for all the others: writes
+// before it (shared memory, mbarrier initialisation) are visible cluster-wide after it, and no
+// block of the cluster runs past it while another may still reach into its shared memory.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile(
+        "barrier.cluster.arrive.release;\n"
+        "barrier.cluster.wait.acquire;\n" ::
+            : "memory");
+}
+
+// The address in the shared::cluster window of the variable at this block's shared address
+// `addr` in the block of rank `rank` of the cluster (the same offset there).
+__device__ __forceinline__ u32 cluster_addr(u32 addr, u32 rank) {
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+
+// Arrives on the mbarrier at shared::cluster address `bar` (this block's or another block's of
+// the cluster), ordering this thread's prior memory accesses before it at cluster scope.
+__device__ __forceinline__ void mbar_arrive_cluster(u32 bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar)
+                 : "memory");
+}
+
+// bulk_g2s multicast: the same bytes land at `dst` in the shared memory of every block of the
+// cluster whose rank bit is set in `mask`, each completing them on its own mbarrier at `bar`.
+__device__ __forceinline__ void bulk_g2s_mc(u32 dst, const void* src, u32 bytes, u32 bar,
+                                            unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+        "[%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "h"(mask)
+        : "memory");
+}
+
+// tma_g2s_3d multicast (as bulk_g2s_mc).
+__device__ __forceinline__ void tma_g2s_3d_mc(u32 dst, const TmaDesc* map, int c0, int c1, int c2,
+                                              u32 bar, unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
+        : "memory");
+}
+
 // Descriptor of a 128B-swizzled K-major operand starting at shared address `addr`: bits 0-13
 // start address >> 4, bits 16-29 leading byte offset >> 4 (unused for swizzled K-major layouts;
 // 1 by convention), bits 32-45 stride byte offset >> 4 (1024 bytes between groups of 8 rows),

@@ -127,7 +127,7 @@ fn every_gemm_kernel_compiles_for_sm80_and_sm90_without_spills() {
 }
 
 /// The Hopper `wgmma` kernels (TF32 128x256 and 128x128 and 3xTF32, every operand layout each,
-/// the two-blocks-per-SM 128x128 tile, the pack kernels and the tensor-copy probe) compile for
+/// the ping-pong tile, clusters of two, the two-blocks-per-SM 128x128 tile, the pack kernels and the tensor-copy probe) compile for
 /// `sm_90a` (chosen automatically for a source using wgmma), with no spills or stack, the GEMM
 /// kernels under their entry cap (384 threads: 168 registers for one block per SM, 80 for two),
 /// and no ptxas warning that `setmaxnreg` was ignored (C7508) or that the wgmma instructions were
@@ -143,9 +143,10 @@ fn wgmma_kernels_compile_for_sm90a_without_spills() {
         .into_iter()
         .filter(|i| i.file == SourceFile::Wgmma)
         .collect();
-    // 7 operand layouts x 4 TF32 tiles (three cooperative, one ping-pong), the two-blocks-per-SM
-    // tile (packed only), the 3xTF32 kernel, 4 packs, the tensor-copy probe.
-    assert_eq!(hopper.len(), 28 + 1 + 1 + 4 + 1, "{hopper:?}");
+    // 7 operand layouts x 6 TF32 tiles (three cooperative, one ping-pong, and the 128x256 and
+    // ping-pong tiles in clusters of two), the two-blocks-per-SM tile (packed only), the 3xTF32
+    // kernel, 4 packs, the tensor-copy probe.
+    assert_eq!(hopper.len(), 42 + 1 + 1 + 4 + 1, "{hopper:?}");
     // Each GEMM kernel under its entry cap: 65536 registers over its blocks per SM x 384 threads,
     // rounded down to the allocation unit of 8 (168 for one block, 80 for two).
     let caps: Vec<(String, u32)> = plan::WGMMA_CONFIGS

@@ -2,7 +2,8 @@
 //! reach the driver.
 //!
 //! The parser understands what kernels are usually written as: `extern "C" __global__ void
-//! name(T* p, float a, int n)`, `__launch_bounds__`, `const` / `__restrict__` qualifiers, and
+//! name(T* p, float a, int n)`, `__launch_bounds__` and `__cluster_dims__`, `const` /
+//! `__restrict__` qualifiers, and
 //! `template <typename T, int N> __global__ void name(...)` whose type parameters are bound from
 //! a name expression (`name<float, 4>`). Parameters of other types (structs, unknown typedefs)
 //! are recorded as [`ParamKind::Opaque`] and accept any by-value argument.
@@ -203,7 +204,8 @@ fn parse_one(src: &str, at: usize) -> Option<KernelSignature> {
         })
         .unwrap_or_default();
 
-    // After `__global__`: qualifiers, `__launch_bounds__(...)`, the return type, the name, '('.
+    // After `__global__`: qualifiers, `__launch_bounds__(...)` / `__cluster_dims__(...)`, the
+    // return type, the name, '('.
     let bytes = src.as_bytes();
     let mut i = at + "__global__".len();
     let mut last_ident = String::new();
@@ -216,7 +218,7 @@ fn parse_one(src: &str, at: usize) -> Option<KernelSignature> {
         }
         let c = bytes[i] as char;
         if c == '(' {
-            if last_ident == "__launch_bounds__" {
+            if last_ident == "__launch_bounds__" || last_ident == "__cluster_dims__" {
                 i = matching(src, i, '(', ')')? + 1;
                 last_ident.clear();
                 continue;
@@ -235,7 +237,10 @@ fn parse_one(src: &str, at: usize) -> Option<KernelSignature> {
             return None;
         }
     }
-    if last_ident.is_empty() || last_ident == "__launch_bounds__" {
+    if last_ident.is_empty()
+        || last_ident == "__launch_bounds__"
+        || last_ident == "__cluster_dims__"
+    {
         return None;
     }
     let close = matching(src, i, '(', ')')?;
@@ -545,10 +550,14 @@ mod tests {
             template <typename T, int N>
             __global__ void axpy(T* y, const T* x, T alpha, unsigned long long n) {}
             __global__ void plain(void) {}
+            template <int N>
+            __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) pair(float* x, int n) {}
         "#;
         let ks = parse_kernels(src);
         let names: Vec<_> = ks.iter().map(|k| k.name.as_str()).collect();
-        assert_eq!(names, ["a", "axpy", "plain"]);
+        assert_eq!(names, ["a", "axpy", "plain", "pair"]);
+        assert_eq!(ks[3].params.len(), 2);
+        assert_eq!(ks[3].params[1].kind, ParamKind::Int(32));
         assert!(ks[0].extern_c);
         assert!(!ks[1].extern_c);
         assert_eq!(ks[0].params[2].kind, ParamKind::Int(64));

@@ -128,7 +128,8 @@ impl Instantiation {
 /// or, for the `wgmma` families (whose kernel depends only on the tile, stages, products per
 /// step and the operands: P's source code, Q tensor-mapped, swapped),
 /// `gemm_wgmma<256,4,1,2,true,true>` (a configuration of two blocks per SM adds the count:
-/// `gemm_wgmma<128,3,1,2,true,true,2>`).
+/// `gemm_wgmma<128,3,1,2,true,true,2>`; clusters of two blocks name their own template:
+/// `gemm_wgmma_c2<256,4,1,2,true,true>`).
 pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
     let file = match config.family {
         Family::Tf32 => SourceFile::Tf32,
@@ -157,7 +158,8 @@ pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
             String::new()
         };
         format!(
-            "gemm_wgmma<{},{},{split},{},{},{}{minb}>",
+            "{}<{},{},{split},{},{},{}{minb}>",
+            config.kernel_name(),
             config.bn,
             config.stages,
             o.p.code(),

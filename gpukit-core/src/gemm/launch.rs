@@ -855,8 +855,8 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
     } else {
         ops
     };
-    let (pr, qr) = Problem::of(g).pq_rows(&ops);
-    let tiles = (pr.div_ceil(cfg.bm) as u64) * (qr.div_ceil(cfg.bn) as u64);
+    // Block tiles of one output slice (P tiles rounded up to whole clusters).
+    let tiles = cfg.blocks_per_slice(&Problem::of(g), &ops);
     if tiles > i32::MAX as u64 {
         return Err(Error::invalid(
             "gemm",
@@ -1022,15 +1022,18 @@ impl MainKernel<'_> {
                 (!ops.q_tma).then_some(&q),
             )
         }?;
-        let units = self.tiles * (nb * self.splits) as u64;
-        // The kernel walks units in steps of the grid size, so any grid from 1 block up is
-        // correct; one block per unit is the classic launch.
+        // Work units: block tiles, or with clusters the clusters' tiles (a pair of P tiles beside
+        // one Q tile for two blocks). The kernel walks units in steps of the grid's cluster
+        // count, so any grid of whole clusters is correct; one cluster per unit is the classic
+        // launch.
+        let cluster = cfg.cluster.max(1) as u64;
+        let units = self.tiles / cluster * (nb * self.splits) as u64;
         let limit = if self.max_blocks == 0 {
             u64::MAX
         } else {
-            self.max_blocks as u64
+            (self.max_blocks as u64 / cluster).max(1)
         };
-        let grid = units.min(limit).min(i32::MAX as u64) as u32;
+        let grid = (units.min(limit) * cluster).min(i32::MAX as u64 / cluster * cluster) as u32;
         let lc = nonempty(
             LaunchConfig {
                 grid: (grid, 1, 1),
@@ -1080,8 +1083,14 @@ fn tensor_maps(
         Source::TmaKMajor => Some(tma::kmajor_map(p, cfg.bm, p_rounding)?),
         Source::TmaMnMajor => Some(tma::mnmajor_map(p, p_rounding)?),
     };
+    // A cluster's blocks each copy their share of Q's tile (multicast to all of them): boxes of
+    // bn / cluster rows.
     let qmap = if ops.q_tma {
-        Some(tma::kmajor_map(q, cfg.bn, Rounding::Tf32)?)
+        Some(tma::kmajor_map(
+            q,
+            cfg.bn / cfg.cluster.max(1),
+            Rounding::Tf32,
+        )?)
     } else {
         None
     };

@@ -108,6 +108,11 @@ pub struct TileConfig {
     /// so that one's epilogue runs under the other's main loop (ping-pong); otherwise both
     /// consumers share each tile, one 64-row slab each (cooperative).
     pub pingpong: bool,
+    /// `wgmma` TF32 families: blocks per thread-block cluster (1, or 2: the two blocks of a
+    /// cluster compute neighbouring P tiles beside one Q tile, each copies half of that Q tile
+    /// and the copy engine multicasts it into both, halving the L2 reads of Q; the grid is a
+    /// whole number of clusters).
+    pub cluster: u32,
     /// Sustained rate of one full multiprocessor with this tile, in GFLOP/s of the product
     /// (`2mnk`): measured on the H200 (TFLOP/s of the config at large sizes divided by 132 SMs,
     /// `gemm_bench --sweep`), or estimated where noted.
@@ -119,6 +124,14 @@ impl TileConfig {
     /// only, and a candidate only where that many blocks fit.
     pub fn wgmma_of_several_blocks(&self) -> bool {
         self.family.is_wgmma() && self.occupancy > 1
+    }
+
+    /// Blocks of one output slice (one batch entry, one K slice) when each runs one tile: the
+    /// tiles of `p` under `ops`, the P tiles rounded up to whole clusters.
+    pub fn blocks_per_slice(&self, p: &Problem, ops: &Operands) -> u64 {
+        let (pr, qr) = p.pq_rows(ops);
+        let cluster = self.cluster.max(1);
+        (pr.div_ceil(self.bm).div_ceil(cluster) * cluster) as u64 * qr.div_ceil(self.bn) as u64
     }
 
     /// Threads per block (for the `wgmma` families: one producer warpgroup plus one consumer
@@ -166,11 +179,13 @@ impl TileConfig {
             .unwrap_or(0)
     }
 
-    /// The kernel template's name (`gemm_tf32`, `gemm_sgemm` or `gemm_wgmma`).
+    /// The kernel template's name (`gemm_tf32`, `gemm_sgemm`, `gemm_wgmma`, or `gemm_wgmma_c2`
+    /// for a cluster of two blocks).
     pub fn kernel_name(&self) -> &'static str {
         match self.family {
             Family::Tf32 => "gemm_tf32",
             Family::Sgemm => "gemm_sgemm",
+            Family::Wgmma if self.cluster == 2 => "gemm_wgmma_c2",
             Family::Wgmma | Family::Wgmma3 => "gemm_wgmma",
         }
     }
@@ -216,6 +231,7 @@ pub const TF32_CONFIGS: [TileConfig; 3] = [
         stages: 3,
         occupancy: 1,
         pingpong: false,
+        cluster: 1,
         gflops_per_sm: 1045,
     },
     TileConfig {
@@ -229,6 +245,7 @@ pub const TF32_CONFIGS: [TileConfig; 3] = [
         stages: 3,
         occupancy: 2,
         pingpong: false,
+        cluster: 1,
         gflops_per_sm: 970,
     },
     TileConfig {
@@ -242,6 +259,7 @@ pub const TF32_CONFIGS: [TileConfig; 3] = [
         stages: 4,
         occupancy: 3,
         pingpong: false,
+        cluster: 1,
         gflops_per_sm: 680,
     },
 ];
@@ -273,6 +291,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
         stages: 4,
         occupancy: 1,
         pingpong: false,
+        cluster: 1,
         gflops_per_sm: 363,
     },
     TileConfig {
@@ -286,6 +305,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
         stages: 4,
         occupancy: 2,
         pingpong: false,
+        cluster: 1,
         gflops_per_sm: 356,
     },
     TileConfig {
@@ -299,6 +319,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
         stages: 3,
         occupancy: 8,
         pingpong: false,
+        cluster: 1,
         gflops_per_sm: 280,
     },
     TileConfig {
@@ -312,6 +333,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
         stages: 4,
         occupancy: 2,
         pingpong: false,
+        cluster: 1,
         gflops_per_sm: 300,
     },
     TileConfig {
@@ -325,6 +347,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
         stages: 4,
         occupancy: 2,
         pingpong: false,
+        cluster: 1,
         gflops_per_sm: 300,
     },
 ];
@@ -350,6 +373,12 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
 ///   times it on every class where it is within reach, decides. Measured on an H100
 ///   (2026-12-06): 11-26 % faster than the one-block 128x128 on short-K shapes, never the best
 ///   plan (GEMM_NOTES.md, version 9).
+/// - `wgmma_128x256_c2`, `wgmma_128x128_pp_c2` (version 11): the 128x256 and ping-pong tiles in
+///   clusters of two blocks along P that share each Q tile (each block copies half of it, the
+///   copy engine multicasts both halves into both blocks): cuBLAS's TF32 kernels on an H100 run
+///   their 128x256 and 128x128 tiles in clusters of 2 (ncu, 2026-12-06). Planned at their
+///   siblings' rates until measured, so that the model keeps its choices (ties go to the
+///   configuration listed first); the autotuner times them.
 /// - `wgmma_128x128_pp` (version 10): ping-pong. Each consumer warpgroup computes whole 128x128
 ///   tiles (two m64n128 wgmma per k8 step, 128 accumulators per thread) of every other work
 ///   unit of its block, and the two main loops take turns, so that one warpgroup's epilogue
@@ -362,7 +391,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
 ///   Measured on an H100 (2026-12-06, GEMM_NOTES.md version 10): 7-16 % ahead of the
 ///   cooperative 128x128 with packed operands at short K, the tuner's choice on five sweep
 ///   shapes, no gain with P from registers.
-pub const WGMMA_CONFIGS: [TileConfig; 5] = [
+pub const WGMMA_CONFIGS: [TileConfig; 7] = [
     TileConfig {
         name: "wgmma_128x256",
         family: Family::Wgmma,
@@ -374,6 +403,7 @@ pub const WGMMA_CONFIGS: [TileConfig; 5] = [
         stages: 4,
         occupancy: 1,
         pingpong: false,
+        cluster: 1,
         gflops_per_sm: 3180,
     },
     TileConfig {
@@ -387,6 +417,7 @@ pub const WGMMA_CONFIGS: [TileConfig; 5] = [
         stages: 4,
         occupancy: 1,
         pingpong: false,
+        cluster: 1,
         gflops_per_sm: 2200,
     },
     TileConfig {
@@ -400,6 +431,7 @@ pub const WGMMA_CONFIGS: [TileConfig; 5] = [
         stages: 8,
         occupancy: 1,
         pingpong: false,
+        cluster: 1,
         gflops_per_sm: 1400,
     },
     TileConfig {
@@ -413,6 +445,7 @@ pub const WGMMA_CONFIGS: [TileConfig; 5] = [
         stages: 3,
         occupancy: 2,
         pingpong: false,
+        cluster: 1,
         gflops_per_sm: 2200,
     },
     TileConfig {
@@ -426,6 +459,35 @@ pub const WGMMA_CONFIGS: [TileConfig; 5] = [
         stages: 7,
         occupancy: 1,
         pingpong: true,
+        cluster: 1,
+        gflops_per_sm: 2200,
+    },
+    TileConfig {
+        name: "wgmma_128x256_c2",
+        family: Family::Wgmma,
+        bm: 128,
+        bn: 256,
+        bk: 32,
+        wm: 64,
+        wn: 256,
+        stages: 4,
+        occupancy: 1,
+        pingpong: false,
+        cluster: 2,
+        gflops_per_sm: 3180,
+    },
+    TileConfig {
+        name: "wgmma_128x128_pp_c2",
+        family: Family::Wgmma,
+        bm: 128,
+        bn: 128,
+        bk: 32,
+        wm: 64,
+        wn: 128,
+        stages: 7,
+        occupancy: 1,
+        pingpong: true,
+        cluster: 2,
         gflops_per_sm: 2200,
     },
 ];
@@ -446,6 +508,7 @@ pub const WGMMA3_CONFIGS: [TileConfig; 1] = [TileConfig {
     stages: 3,
     occupancy: 1,
     pingpong: false,
+    cluster: 1,
     gflops_per_sm: 960,
 }];
 
@@ -793,8 +856,7 @@ pub fn estimate(
         // overlap: its sibling cooperative tile does that better.
         return f64::INFINITY;
     }
-    let (pr, qr) = p.pq_rows(ops);
-    let tiles = (pr.div_ceil(config.bm) as u64) * (qr.div_ceil(config.bn) as u64) * p.batch as u64;
+    let tiles = config.blocks_per_slice(p, ops) * p.batch as u64;
     let blocks = tiles * splits as u64;
     let sms = dev.multiprocessor_count.max(1) as u64;
     let slots = sms * occupancy as u64;
@@ -859,14 +921,14 @@ pub fn persistent_blocks(
     ops: &Operands,
     dev: &DeviceAttributes,
 ) -> u32 {
-    let (pr, qr) = p.pq_rows(ops);
-    let units = (pr.div_ceil(config.bm) as u64)
-        * (qr.div_ceil(config.bn) as u64)
-        * p.batch as u64
-        * splits as u64;
+    let units = config.blocks_per_slice(p, ops) * p.batch as u64 * splits as u64;
+    let cluster = config.cluster.max(1) as u64;
+    // Whole clusters: a grid is a multiple of the cluster size.
     let slots = dev.multiprocessor_count.max(1) as u64
-        * config.occupancy_on(dev, p.trans_a, p.trans_b).max(1) as u64;
-    if config.family.is_wgmma() && units > slots {
+        * config.occupancy_on(dev, p.trans_a, p.trans_b).max(1) as u64
+        / cluster
+        * cluster;
+    if config.family.is_wgmma() && units > slots && slots > 0 {
         slots.min(u32::MAX as u64) as u32
     } else {
         0
