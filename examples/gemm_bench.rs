@@ -9,6 +9,7 @@
 //! gemm_bench --with-3x            # also the Precision::Tf32x3 column
 //! gemm_bench --forced             # also the forced-path table (SIMT, mma.sync, wgmma layouts)
 //! gemm_bench --configs            # also every tile configuration x split-K per shape
+//! gemm_bench --configs --only wgmma_128x256,wgmma_128x256_c2   # only these configurations
 //! gemm_bench --cubin DIR          # also write the chosen kernels' CUBINs (for cuobjdump -sass)
 //! gemm_bench --precompile DIR     # no GPU needed: compile every GEMM kernel for sm_90 (the
 //!                                 # Hopper ones for sm_90a) into a kernel cache at DIR (carry
@@ -257,6 +258,7 @@ fn real_main() -> Res<()> {
     let opts = Opts {
         forced: flag("--forced"),
         configs: flag("--configs"),
+        only: opt("--only").map(|l| l.split(',').map(str::to_string).collect()),
         with3: flag("--with-3x"),
         sweep_plans: !flag("--quick"),
         cubin_dir,
@@ -462,6 +464,8 @@ fn parse_shapes(list: &str) -> Res<Vec<Shape>> {
 struct Opts {
     forced: bool,
     configs: bool,
+    /// `--only`: the configurations `--configs` times (all when absent).
+    only: Option<Vec<String>>,
     with3: bool,
     sweep_plans: bool,
     cubin_dir: Option<String>,
@@ -799,7 +803,11 @@ fn measure(bch: &mut Bench, device: &Device, opts: &Opts) -> Res<Row> {
     };
     if opts.configs {
         for cfg in plan::all_configs() {
-            if cfg.occupancy_on(dev, sh.ta, sh.tb) == 0 {
+            let wanted = opts
+                .only
+                .as_ref()
+                .is_none_or(|l| l.iter().any(|n| n == cfg.name));
+            if cfg.occupancy_on(dev, sh.ta, sh.tb) == 0 || !wanted {
                 continue;
             }
             for sp in [1u32, 2, 3, 4, 6, 8, 16] {

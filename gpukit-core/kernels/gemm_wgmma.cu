@@ -44,9 +44,10 @@
 // - SPLIT = 1 (TF32): per k tile 4 x wgmma m64nBNk8 into one accumulator set, one commit group.
 //   P from shared memory: after issuing tile kt, wait until at most one group is pending (tile
 //   kt - 1 done) and release the stage of tile kt - 1. P from registers: a pending wgmma whose
-//   register operands are rewritten makes ptxas serialise every wgmma (warning C7513), so each
-//   consumer warpgroup retires its tile (wait 0) and releases the stage before it loads the next
-//   fragments; the other consumer warpgroup keeps the tensor cores busy meanwhile.
+//   register operands are rewritten makes ptxas serialise every wgmma (warning C7513), so the
+//   fragments are double-buffered: tile kt + 1's are loaded into the set tile kt - 1 used, once
+//   wait 1 has retired it, while tile kt's wgmma run (the cooperative 128 x 128 tile keeps one
+//   set: it retires its tile, wait 0, before it loads the next fragments, measured faster).
 // - SPLIT = 3 (3xTF32, BN = 128): per k tile, for each k8 step, small(P) big(Q) + big(P)
 //   small(Q) + big(P) big(Q) into a scratch accumulator (the first wgmma of the tile with
 //   scale-d = 0), then wait, release the stage, and add the scratch into the main accumulator
@@ -387,8 +388,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
         if (CM == 1) {
             mbar_arrive(bar);
         } else {
-            mbar_arrive_cluster(cluster_addr(bar, 0));
-            mbar_arrive_cluster(cluster_addr(bar, 1));
+            mbar_arrive(bar);
+            mbar_arrive_cluster(cluster_addr(bar, rank ^ 1u));
         }
     };
 
@@ -507,10 +508,14 @@ __device__ __forceinline__ void gemm_wgmma_body(
 #pragma unroll
     for (int i = 0; i < SLABS * NACC; ++i) d[i] = 0.0f;
 
-    if (SPLIT == 1 && PP && PSRC != SRC_PACKED) {
-        // Ping-pong with P from registers: one main loop at a time has the tensor cores, so the
-        // fragments are double-buffered (fa, fb): tile i's wgmma run while tile i + 1's
-        // fragments are loaded into the set that tile i - 1 (retired by wait<1>) used.
+    if (SPLIT == 1 && PSRC != SRC_PACKED && (PP || BN != 128)) {
+        // P from registers: the fragments are double-buffered (fa, fb): tile i's wgmma run while
+        // tile i + 1's fragments are loaded into the set that tile i - 1 (retired by wait<1>)
+        // used, so that a warpgroup always has a group queued on the tensor cores (ping-pong:
+        // one main loop at a time has them; cooperative: the fragment loads no longer wait for
+        // the warpgroup's own last group, as cuBLAS's kernels keep two in flight). Measured on
+        // an H100 (GEMM_NOTES.md, version 11): the cooperative 128x256 1-2 % faster at 4096^3,
+        // the 128x128 2-5 % slower on four shapes (it keeps the single buffer below).
         u32 fa[16 * SLABS], fb[16 * SLABS];
         int prev = 0;
         auto load = [&](u32* af, int st) {
@@ -518,7 +523,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
 #pragma unroll
             for (int m = 0; m < SLABS; ++m) {
                 float f[16];
-                load_p_fragments<PSRC>(f, stage, m, q, g, t);
+                load_p_fragments<PSRC>(f, stage, PP ? m : cw, q, g, t);
 #pragma unroll
                 for (int e = 0; e < 16; ++e) af[16 * m + e] = cvt_rna_tf32(f[e]);
             }
@@ -532,7 +537,20 @@ __device__ __forceinline__ void gemm_wgmma_body(
             for (int kk = 0; kk < BK / 8; ++kk) {
                 const u64 db = smem_desc(qAddr + kk * 32);
 #pragma unroll
-                for (int m = 0; m < SLABS; ++m) wgmma_n128_rs(d + m * NACC, &cur[16 * m + 4 * kk], db, 1);
+                for (int m = 0; m < SLABS; ++m) {
+                    const u32* a = &cur[16 * m + 4 * kk];
+                    float* dm = d + m * NACC;
+                    if (BN == 256) {
+                        wgmma_n256_rs(dm, a, db, 1);
+                    } else if (BN == 128 && HALVES) {
+                        wgmma_n64_rs(dm, a, db, 1);
+                        wgmma_n64_rs(dm + 32, a, smem_desc(qAddr + 64 * 128 + kk * 32), 1);
+                    } else if (BN == 128) {
+                        wgmma_n128_rs(dm, a, db, 1);
+                    } else {
+                        wgmma_n64_rs(dm, a, db, 1);
+                    }
+                }
             }
             wgmma_commit();
             fence_regs<SLABS * NACC>(d);
@@ -558,13 +576,14 @@ __device__ __forceinline__ void gemm_wgmma_body(
             step(fa, fb, i);
             if (i + 1 < w.nk) step(fb, fa, i + 1);
         }
-        if (leader) mbar_arrive(smem_addr(&order[cw ^ 1]));
+        if (PP && leader) mbar_arrive(smem_addr(&order[cw ^ 1]));
         wgmma_wait<0>();
         fence_regs<SLABS * NACC>(d);
         if (w.nk > 0 && leader) release(prev);
     } else if (SPLIT == 1) {
         int prev = 0;
-        // P from registers: the wgmma A fragments of one k tile (4 k8 steps x 4 registers).
+        // P from registers (the cooperative 128 x 128 tile, single-buffered; see above): the
+        // wgmma A fragments of one k tile (4 k8 steps x 4 registers).
         u32 af[16 * SLABS];
         for (int i = 0; i < w.nk; ++i) {
             mbar_wait(smem_addr(&full[s]), phase);

@@ -4,8 +4,8 @@
 #   1. every GPU test of the bundle (tools/gpu/final_tests.sh, GPUKIT_REQUIRE_GPU=1; gemm_gpu's
 #      forced-path tests run the new kernels in every operand layout, one cluster per unit and
 #      persistent);
-#   2. gemm_bench --configs on 4096^3, two short-K shapes and 3000^3 (cuBLAS TF32 in the same
-#      process), and ncu's view of the clustered 128x256 at 4096^3 beside the unclustered;
+#   2. gemm_bench --configs --only (the two tiles and their clustered siblings) on 4096^3,
+#      8192^3, two short-K shapes and 3000^3 (cuBLAS TF32 in the same process);
 #   3. gemm_bench's benchmark shapes and sweep with the tuner measuring every class afresh.
 #   tar xJf .gpu-bundle.tar.xz && B=.gpu-bundle OUT=$OUT bash tools/gpu/session_u.sh
 set -u
@@ -19,16 +19,10 @@ grep -vE "^\s*$" "$OUT/final.txt" | grep -E "rc=[1-9]|FAILED|panicked|TIMEOUT|py
 fi
 . "$here/kcache.sh"
 echo "== gemm_bench --configs (t=$((SECONDS - T0)))"
-timeout 120 "$B/examples/gemm_bench" --configs --shapes "4096,4096,4096;4096,4096,256;2500,2500,500;3000,3000,3000" > "$OUT/gemm_configs.log" 2>&1
+GPUKIT_GEMM_TUNE=off timeout 120 "$B/examples/gemm_bench" --quick --configs --only wgmma_128x256,wgmma_128x256_c2,wgmma_128x128_pp,wgmma_128x128_pp_c2 \
+  --shapes "4096,4096,4096;8192,8192,8192;4096,4096,256;2500,2500,500;3000,3000,3000" > "$OUT/gemm_configs.log" 2>&1
 echo "  rc $?"
-grep -E "_c2|wgmma_128x128_pp |wgmma_128x256 |cuBLAS|^#|shape" "$OUT/gemm_configs.log" | head -90 | cut -c1-200
-echo "== ncu, 4096^3 (t=$((SECONDS - T0)))"
-for k in 'gemm_wgmma_c2<.int.256' 'gemm_wgmma<.int.256'; do
-  GPUKIT_GEMM_TUNE=off timeout 60 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \
-    --section MemoryWorkloadAnalysis --kernel-name-base demangled -k regex:"$k" --launch-skip 3 --launch-count 1 \
-    "$B/examples/gemm_bench" --configs --shapes "4096,4096,4096" > "$OUT/ncu_${k%%<*}.txt" 2>&1
-  echo "  $k rc $?"; grep -E "^  void|Duration|SM Frequency|L2 Cache Throughput|DRAM Throughput|SM Busy|Compute \(SM\)" "$OUT/ncu_${k%%<*}.txt" | cut -c1-130
-done
+grep -E "pers:|^\[" "$OUT/gemm_configs.log" | head -90 | cut -c1-200
 echo "== gemm_bench (t=$((SECONDS - T0)))"
 OUT=$OUT timeout ${BENCH_LIMIT:-220} "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
 echo "  rc $?"
