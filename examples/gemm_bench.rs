@@ -10,6 +10,7 @@
 //! gemm_bench --forced             # also the forced-path table (SIMT, mma.sync, wgmma layouts)
 //! gemm_bench --configs            # also every tile configuration x split-K per shape
 //! gemm_bench --configs --only wgmma_128x256,wgmma_128x256_c2   # only these configurations
+//! gemm_bench --paired             # also cuBLAS TF32 and our TF32 timed in alternating samples
 //! gemm_bench --cubin DIR          # also write the chosen kernels' CUBINs (for cuobjdump -sass)
 //! gemm_bench --precompile DIR     # no GPU needed: compile every GEMM kernel for sm_90 (the
 //!                                 # Hopper ones for sm_90a) into a kernel cache at DIR (carry
@@ -260,6 +261,7 @@ fn real_main() -> Res<()> {
         configs: flag("--configs"),
         only: opt("--only").map(|l| l.split(',').map(str::to_string).collect()),
         with3: flag("--with-3x"),
+        paired: flag("--paired"),
         sweep_plans: !flag("--quick"),
         cubin_dir,
     };
@@ -466,6 +468,8 @@ struct Opts {
     configs: bool,
     /// `--only`: the configurations `--configs` times (all when absent).
     only: Option<Vec<String>>,
+    /// `--paired`: cuBLAS TF32 and our TF32 also timed sample by sample in turn.
+    paired: bool,
     with3: bool,
     sweep_plans: bool,
     cubin_dir: Option<String>,
@@ -628,6 +632,18 @@ fn measure(bch: &mut Bench, device: &Device, opts: &Opts) -> Res<Row> {
     let otf = bch.time(ours(Precision::Tf32))?;
     let ptf = plan_for(device, Precision::Tf32, &g0)?;
     let e_otf = bch.error(ours(Precision::Tf32), &reference)?;
+    if opts.paired {
+        // The GPU's clock moves with its power draw over tens of milliseconds: samples taken
+        // in turn see the same clocks, where the two medians above are taken one after the other.
+        let (c, o) = bch.time_pair(cublas(BlasType::F32Tf32), ours(Precision::Tf32), 25, 3.0)?;
+        println!(
+            "paired {name}: cuBLAS TF32 {:.1}, ours TF32 {:.1} TFLOP/s ({}), ours / cuBLAS {:.3} (medians of 25 alternating samples)",
+            tf(c),
+            tf(o),
+            plan_name(&plan_for(device, Precision::Tf32, &g0)?),
+            c / o
+        );
+    }
     let p3 = plan_for(device, Precision::Tf32x3, &g0)?;
     let x3 = if !opts.with3 {
         "- | -".to_string()
@@ -1137,6 +1153,58 @@ impl Bench {
         self.time_with(f, 9, 3.0)
     }
 
+    /// Median milliseconds per call of `f` and of `g` over `n` samples each of about `sample_ms`,
+    /// taken in turn (f, g, f, g, ...) after the warm-up of both.
+    fn time_pair(
+        &mut self,
+        f: impl Fn(&RawGemm) -> gpukit_core::Result<()>,
+        g: impl Fn(&RawGemm) -> gpukit_core::Result<()>,
+        n: usize,
+        sample_ms: f64,
+    ) -> Res<(f64, f64)> {
+        let inner_f = self.calls_per_sample(&f, sample_ms)?;
+        let inner_g = self.calls_per_sample(&g, sample_ms)?;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..n {
+            a.push(self.sample(&f, inner_f)?);
+            b.push(self.sample(&g, inner_g)?);
+        }
+        a.sort_by(|x, y| x.total_cmp(y));
+        b.sort_by(|x, y| x.total_cmp(y));
+        Ok((a[n / 2], b[n / 2]))
+    }
+
+    /// Warms `f` up and returns how many calls make a sample of about `sample_ms`.
+    fn calls_per_sample(
+        &mut self,
+        f: &impl Fn(&RawGemm) -> gpukit_core::Result<()>,
+        sample_ms: f64,
+    ) -> Res<usize> {
+        for i in 0..2 {
+            f(&self.raw(i))?;
+        }
+        self.stream.synchronize()?;
+        let t0 = self.stream.record()?;
+        f(&self.raw(0))?;
+        let t1 = self.stream.record()?;
+        let one = t0.elapsed_ms(&t1)? as f64;
+        Ok(((sample_ms / one.max(1e-3)) as usize).clamp(1, 200))
+    }
+
+    /// Milliseconds per call of `f` over one sample of `inner` calls (rotating the inputs).
+    fn sample(
+        &mut self,
+        f: &impl Fn(&RawGemm) -> gpukit_core::Result<()>,
+        inner: usize,
+    ) -> Res<f64> {
+        let s = self.stream.record()?;
+        for i in 0..inner {
+            f(&self.raw(i))?;
+        }
+        let e = self.stream.record()?;
+        Ok(s.elapsed_ms(&e)? as f64 / inner as f64)
+    }
+
     /// Median milliseconds per call of `f` over 5 samples of about 1 ms (the plan sweep).
     fn time_quick(&mut self, f: impl Fn(&RawGemm) -> gpukit_core::Result<()>) -> Res<f64> {
         self.time_with(f, 5, 1.0)
@@ -1150,24 +1218,10 @@ impl Bench {
         n: usize,
         sample_ms: f64,
     ) -> Res<f64> {
-        for i in 0..2 {
-            f(&self.raw(i))?;
-        }
-        self.stream.synchronize()?;
-        // Calibrate: how many calls make a sample.
-        let t0 = self.stream.record()?;
-        f(&self.raw(0))?;
-        let t1 = self.stream.record()?;
-        let one = t0.elapsed_ms(&t1)? as f64;
-        let inner = ((sample_ms / one.max(1e-3)) as usize).clamp(1, 200);
+        let inner = self.calls_per_sample(&f, sample_ms)?;
         let mut samples = Vec::new();
         for _ in 0..n {
-            let s = self.stream.record()?;
-            for i in 0..inner {
-                f(&self.raw(i))?;
-            }
-            let e = self.stream.record()?;
-            samples.push(s.elapsed_ms(&e)? as f64 / inner as f64);
+            samples.push(self.sample(&f, inner)?);
         }
         samples.sort_by(|a, b| a.total_cmp(b));
         Ok(samples[samples.len() / 2])

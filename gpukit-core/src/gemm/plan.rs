@@ -378,7 +378,10 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
 ///   copy engine multicasts both halves into both blocks): cuBLAS's TF32 kernels on an H100 run
 ///   their 128x256 and 128x128 tiles in clusters of 2 (ncu, 2026-12-06). Planned at their
 ///   siblings' rates until measured, so that the model keeps its choices (ties go to the
-///   configuration listed first); the autotuner times them.
+///   configuration listed first); the autotuner times them. Measured on an H100 (2026-12-06,
+///   GEMM_NOTES.md version 11): the 128x256 even with its sibling (380 against 385 TFLOP/s at
+///   4096^3), the ping-pong tile with packed operands 8-13 % ahead of its sibling from 3000^3
+///   up; the tuner's choice on five sweep shapes.
 /// - `wgmma_128x128_pp` (version 10): ping-pong. Each consumer warpgroup computes whole 128x128
 ///   tiles (two m64n128 wgmma per k8 step, 128 accumulators per thread) of every other work
 ///   unit of its block, and the two main loops take turns, so that one warpgroup's epilogue

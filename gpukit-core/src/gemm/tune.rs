@@ -1841,9 +1841,10 @@ mod tests {
         }
     }
 
-    /// Each `wgmma` tile in reach is timed with P from registers and with P from shared memory:
-    /// at 2500x2500x500 the model puts every tile's register layouts first, and the fastest
-    /// plan measured on the H100 was the ping-pong tile with both operands packed.
+    /// Each `wgmma` tile in reach (the clustered ones too) is timed with P from registers and
+    /// with P from shared memory: at 2500x2500x500 the model puts every tile's register layouts
+    /// first, and the fastest plan measured on the H100 was the ping-pong tile with both
+    /// operands packed.
     #[test]
     fn the_first_stage_times_each_wgmma_tile_with_both_sources_of_p() {
         let p = Problem::shape(2500, 2500, 500, 1);
@@ -1852,7 +1853,13 @@ mod tests {
         let first = stage_one(&model, &all);
         assert!(first.len() <= STAGE_ONE);
         assert_eq!(Choice::of(&first[0]), Choice::of(&model));
-        for name in ["wgmma_128x256", "wgmma_128x128", "wgmma_128x128_pp"] {
+        for name in [
+            "wgmma_128x256",
+            "wgmma_128x128",
+            "wgmma_128x128_pp",
+            "wgmma_128x256_c2",
+            "wgmma_128x128_pp_c2",
+        ] {
             for packed in [false, true] {
                 assert!(
                     first.iter().any(
