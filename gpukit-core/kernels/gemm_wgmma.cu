@@ -222,6 +222,39 @@ __device__ __forceinline__ float packed_big(const float* P, int numKT, int r, in
     return t[rr * 32 + (((kk >> 2) ^ (rr & 7)) << 2) + (kk & 3)];
 }
 
+// One k8 step of a 64 x BN warpgroup tile into the accumulators `d`, the Q operand's k8 slice at
+// shared address `qk`; wgmma A from registers (`a`, 4 of them) or from shared memory (`da`).
+// HALVES (two blocks per SM): two m64n64 halves on one A operand, Q rows 64 .. 127 starting 64 x
+// 128 bytes on (a whole number of swizzle periods), their accumulators d[32 ..].
+template <int BN, bool HALVES>
+__device__ __forceinline__ void wgmma_step_rs(float* d, const u32* a, u32 qk) {
+    const u64 db = smem_desc(qk);
+    if (BN == 256) {
+        wgmma_n256_rs(d, a, db, 1);
+    } else if (BN == 128 && HALVES) {
+        wgmma_n64_rs(d, a, db, 1);
+        wgmma_n64_rs(d + 32, a, smem_desc(qk + 64 * 128), 1);
+    } else if (BN == 128) {
+        wgmma_n128_rs(d, a, db, 1);
+    } else {
+        wgmma_n64_rs(d, a, db, 1);
+    }
+}
+template <int BN, bool HALVES>
+__device__ __forceinline__ void wgmma_step_ss(float* d, u64 da, u32 qk) {
+    const u64 db = smem_desc(qk);
+    if (BN == 256) {
+        wgmma_n256_ss(d, da, db, 1);
+    } else if (BN == 128 && HALVES) {
+        wgmma_n64_ss(d, da, db, 1);
+        wgmma_n64_ss(d + 32, da, smem_desc(qk + 64 * 128), 1);
+    } else if (BN == 128) {
+        wgmma_n128_ss(d, da, db, 1);
+    } else {
+        wgmma_n64_ss(d, da, db, 1);
+    }
+}
+
 // Where the P operand's tiles come from (see the top of this file).
 #define SRC_PACKED 0
 #define SRC_TMA_K 1
@@ -535,22 +568,9 @@ __device__ __forceinline__ void gemm_wgmma_body(
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 8; ++kk) {
-                const u64 db = smem_desc(qAddr + kk * 32);
 #pragma unroll
-                for (int m = 0; m < SLABS; ++m) {
-                    const u32* a = &cur[16 * m + 4 * kk];
-                    float* dm = d + m * NACC;
-                    if (BN == 256) {
-                        wgmma_n256_rs(dm, a, db, 1);
-                    } else if (BN == 128 && HALVES) {
-                        wgmma_n64_rs(dm, a, db, 1);
-                        wgmma_n64_rs(dm + 32, a, smem_desc(qAddr + 64 * 128 + kk * 32), 1);
-                    } else if (BN == 128) {
-                        wgmma_n128_rs(dm, a, db, 1);
-                    } else {
-                        wgmma_n64_rs(dm, a, db, 1);
-                    }
-                }
+                for (int m = 0; m < SLABS; ++m)
+                    wgmma_step_rs<BN, HALVES>(d + m * NACC, &cur[16 * m + 4 * kk], qAddr + kk * 32);
             }
             wgmma_commit();
             fence_regs<SLABS * NACC>(d);
@@ -599,36 +619,14 @@ __device__ __forceinline__ void gemm_wgmma_body(
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 8; ++kk) {
-                const u64 db = smem_desc(qAddr + kk * 32);
-                // HALVES: Q rows 64 .. 127 start 64 x 128 bytes on (a whole number of swizzle
-                // periods), and their accumulators are d[32 ..] (chunks j >= 8).
                 if (PSRC != SRC_PACKED) {
-                    if (BN == 256) {
-                        wgmma_n256_rs(d, &af[4 * kk], db, 1);
-                    } else if (BN == 128 && HALVES) {
-                        wgmma_n64_rs(d, &af[4 * kk], db, 1);
-                        wgmma_n64_rs(d + 32, &af[4 * kk], smem_desc(qAddr + 64 * 128 + kk * 32), 1);
-                    } else if (BN == 128) {
-                        wgmma_n128_rs(d, &af[4 * kk], db, 1);
-                    } else {
-                        wgmma_n64_rs(d, &af[4 * kk], db, 1);
-                    }
+                    wgmma_step_rs<BN, HALVES>(d, &af[4 * kk], qAddr + kk * 32);
                 } else {
 #pragma unroll
                     for (int m = 0; m < SLABS; ++m) {
                         // Ping-pong: both slabs of P, each into its own accumulators.
                         const u64 da = smem_desc(stage + (PP ? m : cw) * (64 * 128) + kk * 32);
-                        float* dm = d + m * NACC;
-                        if (BN == 256) {
-                            wgmma_n256_ss(dm, da, db, 1);
-                        } else if (BN == 128 && HALVES) {
-                            wgmma_n64_ss(dm, da, db, 1);
-                            wgmma_n64_ss(dm + 32, da, smem_desc(qAddr + 64 * 128 + kk * 32), 1);
-                        } else if (BN == 128) {
-                            wgmma_n128_ss(dm, da, db, 1);
-                        } else {
-                            wgmma_n64_ss(dm, da, db, 1);
-                        }
+                        wgmma_step_ss<BN, HALVES>(d + m * NACC, da, qAddr + kk * 32);
                     }
                 }
             }
