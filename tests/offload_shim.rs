@@ -428,10 +428,15 @@ fn the_summary_never_goes_into_a_reused_descriptor() {
 }
 
 /// A parent with three threads doing linear algebra forks children: none hangs (the fork
-/// handlers keep the dispatcher's locks consistent), and each child's summary has its own counts.
+/// handlers keep the dispatcher's locks consistent and its first-use values complete), and each
+/// child's summary has its own counts. The parent's threads multiply through scipy's OpenBLAS,
+/// the children through numpy's, another copy: OpenBLAS's own buffer lock (`alloc_lock` in
+/// `blas_memory_alloc`) is not fork-safe, and a child calling into the copy whose lock a parent
+/// thread held at the fork hangs there with or without the shim (seen here: the child blocked in
+/// `blas_memory_alloc`); both copies' calls go through the one dispatcher.
 #[test]
 fn fork_from_a_threaded_parent_never_hangs() {
-    if !have("fork_from_a_threaded_parent_never_hangs", "numpy") {
+    if !have("fork_from_a_threaded_parent_never_hangs", "numpy, scipy") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -441,12 +446,13 @@ fn fork_from_a_threaded_parent_never_hangs() {
     // program hangs with it too).
     let script = r#"
 import os, sys, threading, ctypes, numpy as np
+from scipy.linalg import blas
 libc_exit = ctypes.CDLL(None).exit
 stop = False
 def work():
-    a = np.random.rand(300, 300)
+    a = np.asfortranarray(np.random.rand(300, 300))
     while not stop:
-        a @ a
+        blas.dgemm(1.0, a, a)
 ts = [threading.Thread(target=work) for _ in range(3)]
 for t in ts: t.start()
 for i in range(40):
@@ -462,20 +468,20 @@ for t in ts: t.join()
 print("forked 40")
 "#;
     for round in 0..3 {
-        let mut c = Command::new("timeout");
-        c.args(["120", &python(), "-c", script])
+        let mut c = Command::new(python());
+        c.args(["-c", script])
             .env("LD_PRELOAD", examples_dir().join("liboffload_preload.so"))
             .env("GPUKIT_OFFLOAD_LOG", "summary")
             .env("GPUKIT_OFFLOAD_GPU", "off")
             .env("GPUKIT_OFFLOAD_PERSIST", "0")
             .env("OPENBLAS_NUM_THREADS", "1")
             .env("GPUKIT_OFFLOAD_PROFILE", local_profile(&dir));
-        let o = c.output().unwrap();
+        let (o, stacks) = output_or_stacks(&mut c, std::time::Duration::from_secs(120));
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(
             o.status.code(),
             Some(0),
-            "round {round} (124: hung):\n{err}"
+            "round {round} (None: hung; the stacks of the hung processes follow the output):\n{err}\n{stacks}"
         );
         assert!(String::from_utf8_lossy(&o.stdout).contains("forked 40"));
         // 40 children's summaries with their own single call, and the parent's with many
@@ -485,6 +491,103 @@ print("forked 40")
             .count();
         assert_eq!(child_lines, 40, "round {round}:\n{err}");
     }
+}
+
+/// Runs `cmd` to completion, or for at most `limit`: a process tree still running then has the
+/// stacks of every process in it taken with gdb (where gdb is installed; a hang seen rarely
+/// on a loaded CI machine is then diagnosable from the log) and is killed. Returns the output
+/// (exit status `None` when killed) and the stacks ("" when it finished).
+fn output_or_stacks(cmd: &mut Command, limit: std::time::Duration) -> (Output, String) {
+    use std::io::Read;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // the pipes are read as the program writes (a full pipe would stall it)
+    let mut out_pipe = child.stdout.take().unwrap();
+    let mut err_pipe = child.stderr.take().unwrap();
+    let out_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out_pipe.read_to_end(&mut v);
+        v
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err_pipe.read_to_end(&mut v);
+        v
+    });
+    let t0 = std::time::Instant::now();
+    let mut stacks = String::new();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > limit {
+            let mut pids = vec![child.id()];
+            let mut i = 0;
+            while i < pids.len() {
+                let kids = Command::new("pgrep")
+                    .args(["-P", &pids[i].to_string()])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                pids.extend(
+                    kids.split_whitespace()
+                        .filter_map(|p| p.parse::<u32>().ok()),
+                );
+                i += 1;
+            }
+            for pid in &pids {
+                let bt = Command::new("timeout")
+                    .args([
+                        "60",
+                        "gdb",
+                        "-p",
+                        &pid.to_string(),
+                        "-batch",
+                        "-ex",
+                        "thread apply all bt",
+                    ])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_else(|e| format!("(no gdb: {e})"));
+                let keep: Vec<&str> = bt
+                    .lines()
+                    .filter(|l| l.starts_with('#') || l.starts_with("Thread"))
+                    .collect();
+                stacks += &format!("=== process {pid}\n{}\n", keep.join("\n"));
+            }
+            // the parent first: it can then start nothing more in its children's place
+            for pid in &pids {
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            }
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let o = Output {
+        status,
+        stdout: out_t.join().unwrap(),
+        stderr: err_t.join().unwrap(),
+    };
+    (o, stacks)
+}
+
+/// The hang guard above: a process tree past its limit is killed, whole, and its processes'
+/// stacks come back.
+#[test]
+fn a_hung_process_tree_is_killed_with_its_stacks() {
+    let mut c = Command::new("sh");
+    c.args(["-c", "sleep 300 & sleep 300; echo never"]);
+    let t0 = std::time::Instant::now();
+    let (o, stacks) = output_or_stacks(&mut c, std::time::Duration::from_secs(1));
+    assert_eq!(o.status.code(), None, "killed by a signal");
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("never"));
+    // the shell and both sleeps
+    assert_eq!(stacks.matches("=== process ").count(), 3, "{stacks}");
+    // the background sleep held the pipes too: it was killed, or this would wait 300 s
+    assert!(t0.elapsed() < std::time::Duration::from_secs(200));
 }
 
 /// A program without any BLAS that finds the shim's symbols (`ctypes.CDLL(None)`) gets a

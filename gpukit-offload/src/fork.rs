@@ -10,7 +10,9 @@
 //! itself to save. When the parent had loaded the CUDA driver the GPU is unusable in the child
 //! (a CUDA context does not survive `fork`): it runs everything on the CPU and its summary says
 //! why (reason `forked`); a child of a parent that had not is a process of its own and starts
-//! CUDA when its own calls pay for it.
+//! CUDA when its own calls pay for it. Values made once on first use are made (or waited for)
+//! before the fork, as is the dispatcher itself when another thread is making it: a child
+//! never inherits one half-made (`std`'s once-cells would make it wait forever).
 
 use crate::dispatch::{Dispatcher, ForkHold};
 use std::cell::RefCell;
@@ -56,6 +58,11 @@ pub(crate) fn cuda_driver_loaded() -> bool {
 
 extern "C" fn prepare() {
     let _ = std::panic::catch_unwind(|| {
+        // another thread making the dispatcher: wait for it (a child would wait forever on
+        // the half-made one); the forking thread itself never does (it is not making one)
+        if Dispatcher::creating_elsewhere() {
+            Dispatcher::global();
+        }
         if let Some(d) = Dispatcher::global_if_created() {
             CUDA_AT_FORK.store(cuda_driver_loaded(), Relaxed);
             let hold = d.fork_hold();

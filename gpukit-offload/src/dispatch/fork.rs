@@ -13,9 +13,12 @@ pub(crate) struct ForkHold<'a> {
 }
 
 impl Dispatcher {
-    /// Fork handler (before): every lock a call can take, taken in one order and held across
-    /// `fork()`; dropping the hold releases them (in the parent and in the child).
+    /// Fork handler (before): the values a call makes on first use completed, then every lock
+    /// a call can take, taken in one order and held across `fork()`; dropping the hold
+    /// releases them (in the parent and in the child).
     pub(crate) fn fork_hold(&self) -> ForkHold<'_> {
+        // first the values made on first use, which no lock covers (see `Load::settle`)
+        self.load.settle();
         ForkHold {
             _warned: self.warned.lock(),
             _missed: self.missed_calls.lock(),

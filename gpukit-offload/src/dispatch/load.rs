@@ -239,6 +239,19 @@ impl Drop for GpuTurn<'_> {
 }
 
 impl Load {
+    /// Completes the values a call computes on first use (the cores, the library's team, this
+    /// load's key): the fork handler's first step ([`crate::fork`]). A `fork()` while another
+    /// thread was computing one of them left it half-made in the child, whose next call then
+    /// waited for it forever (seen: the child of a threaded parent hung in [`Load::cores`]);
+    /// computing or waiting for them here, before the fork, leaves them complete in both. None
+    /// has side effects (an affinity and environment read, a counter).
+    pub fn settle(&self) {
+        self.cores();
+        self.team
+            .get_or_init(|| team_size(self.cores(), |k| std::env::var(k).ok()));
+        self.key.get_or_init(|| NEXT_KEY.fetch_add(1, Relaxed));
+    }
+
     /// The cores CPU calls share (the process's affinity mask).
     pub fn cores(&self) -> usize {
         *self
@@ -489,6 +502,30 @@ impl Drop for Board {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fork handler's first step leaves every value a call makes on first use made, and
+    /// the same values a call would have made.
+    #[test]
+    fn settle_makes_the_first_use_values() {
+        let a = Load::default();
+        assert!(a.cores.get().is_none() && a.team.get().is_none() && a.key.get().is_none());
+        a.settle();
+        assert_eq!(
+            a.cores.get().copied(),
+            Some(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        );
+        assert_eq!(
+            a.team.get().copied(),
+            Some(team_size(a.cores(), |k| std::env::var(k).ok()))
+        );
+        let key = a.key.get().copied().expect("a key");
+        // settling again changes nothing; another load gets another key
+        a.settle();
+        assert_eq!(a.key.get().copied(), Some(key));
+        let b = Load::default();
+        b.settle();
+        assert_ne!(b.key.get().copied(), Some(key));
+    }
 
     fn snap(cpu_others: u32, mine: f64, others: f64) -> Snapshot {
         Snapshot {

@@ -145,6 +145,29 @@ pub struct Dispatcher {
 }
 
 static GLOBAL: OnceLock<Arc<Dispatcher>> = OnceLock::new();
+/// Threads inside [`Dispatcher::global_slow`] now.
+static CREATING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+thread_local! {
+    /// Whether this thread is inside [`Dispatcher::global_slow`] (0 or 1).
+    static CREATING_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks this thread as making the dispatcher while it lives.
+struct CreatingHere;
+
+impl CreatingHere {
+    fn enter() -> CreatingHere {
+        CREATING_HERE.with(|h| h.set(1));
+        CreatingHere
+    }
+}
+
+impl Drop for CreatingHere {
+    fn drop(&mut self) {
+        CREATING_HERE.with(|h| h.set(0));
+    }
+}
 
 impl Dispatcher {
     /// The process-wide dispatcher, configured from the environment on first use. Configuration
@@ -159,6 +182,23 @@ impl Dispatcher {
 
     #[cold]
     fn global_slow() -> &'static Arc<Dispatcher> {
+        // the fork handlers first, so that a fork while the dispatcher is being made waits for
+        // it (`creating_elsewhere`) rather than leaving the child a half-made one to wait on
+        crate::fork::install();
+        CREATING.fetch_add(1, Relaxed);
+        let _here = CreatingHere::enter();
+        let d = Dispatcher::make_global();
+        CREATING.fetch_sub(1, Relaxed);
+        d
+    }
+
+    /// True while another thread makes the process's dispatcher (the fork handler then waits
+    /// for it: see [`crate::fork`]).
+    pub(crate) fn creating_elsewhere() -> bool {
+        CREATING.load(Relaxed) > CREATING_HERE.with(|h| h.get())
+    }
+
+    fn make_global() -> &'static Arc<Dispatcher> {
         GLOBAL.get_or_init(|| {
             let made = std::panic::catch_unwind(|| {
                 let (cfg, errs) = Config::from_env();
@@ -178,7 +218,6 @@ impl Dispatcher {
                     .push("internal error while configuring; every call runs on the CPU".into());
                 d
             });
-            crate::fork::install();
             Arc::new(d)
         })
     }
