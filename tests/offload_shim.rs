@@ -524,18 +524,13 @@ fn output_or_stacks(cmd: &mut Command, limit: std::time::Duration) -> (Output, S
             break st;
         }
         if t0.elapsed() > limit {
+            // the tree from /proc (every process's parent), the program first
+            let parents = process_parents();
             let mut pids = vec![child.id()];
             let mut i = 0;
             while i < pids.len() {
-                let kids = Command::new("pgrep")
-                    .args(["-P", &pids[i].to_string()])
-                    .output()
-                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                    .unwrap_or_default();
-                pids.extend(
-                    kids.split_whitespace()
-                        .filter_map(|p| p.parse::<u32>().ok()),
-                );
+                let p = pids[i];
+                pids.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
                 i += 1;
             }
             for pid in &pids {
@@ -560,7 +555,8 @@ fn output_or_stacks(cmd: &mut Command, limit: std::time::Duration) -> (Output, S
             }
             // the parent first: it can then start nothing more in its children's place
             for pid in &pids {
-                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                // SAFETY: kill(2) of a process of this test's own tree; no memory involved.
+                unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
             }
             break child.wait().unwrap();
         }
@@ -572,6 +568,28 @@ fn output_or_stacks(cmd: &mut Command, limit: std::time::Duration) -> (Output, S
         stderr: err_t.join().unwrap(),
     };
     (o, stacks)
+}
+
+/// (pid, parent pid) of every process in /proc.
+fn process_parents() -> Vec<(u32, u32)> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": the name may hold spaces and parentheses
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            v.push((pid, ppid));
+        }
+    }
+    v
 }
 
 /// The hang guard above: a process tree past its limit is killed, whole, and its processes'
