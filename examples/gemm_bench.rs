@@ -640,7 +640,7 @@ fn measure(bch: &mut Bench, device: &Device, opts: &Opts) -> Res<Row> {
             "paired {name}: cuBLAS TF32 {:.1}, ours TF32 {:.1} TFLOP/s ({}), ours / cuBLAS {:.3} (medians of 25 alternating samples)",
             tf(c),
             tf(o),
-            plan_name(&plan_for(device, Precision::Tf32, &g0)?),
+            plan_name(&ptf),
             c / o
         );
     }
@@ -1169,9 +1169,7 @@ impl Bench {
             a.push(self.sample(&f, inner_f)?);
             b.push(self.sample(&g, inner_g)?);
         }
-        a.sort_by(|x, y| x.total_cmp(y));
-        b.sort_by(|x, y| x.total_cmp(y));
-        Ok((a[n / 2], b[n / 2]))
+        Ok((median(a), median(b)))
     }
 
     /// Warms `f` up and returns how many calls make a sample of about `sample_ms`.
@@ -1223,9 +1221,14 @@ impl Bench {
         for _ in 0..n {
             samples.push(self.sample(&f, inner)?);
         }
-        samples.sort_by(|a, b| a.total_cmp(b));
-        Ok(samples[samples.len() / 2])
+        Ok(median(samples))
     }
+}
+
+/// The median of `v` (the upper one of an even count); `v` is not empty.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
 }
 
 /// The row-major layout of a shape: contiguous operands as stored (transposed ones K x M and

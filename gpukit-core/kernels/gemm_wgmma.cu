@@ -418,12 +418,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
     // 2) on the other block's, whose producer multicasts into this block's stage too.
     auto release = [&](int st) {
         const u32 bar = smem_addr(&empty[st]);
-        if (CM == 1) {
-            mbar_arrive(bar);
-        } else {
-            mbar_arrive(bar);
-            mbar_arrive_cluster(cluster_addr(bar, rank ^ 1u));
-        }
+        mbar_arrive(bar);
+        if (CM == 2) mbar_arrive_cluster(cluster_addr(bar, rank ^ 1u));
     };
 
     const int wg = threadIdx.x / 128;

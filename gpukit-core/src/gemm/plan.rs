@@ -352,6 +352,38 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
     },
 ];
 
+/// `wgmma_128x256` (see [`WGMMA_CONFIGS`]); its clustered sibling differs in name and cluster.
+const WGMMA_128X256: TileConfig = TileConfig {
+    name: "wgmma_128x256",
+    family: Family::Wgmma,
+    bm: 128,
+    bn: 256,
+    bk: 32,
+    wm: 64,
+    wn: 256,
+    stages: 4,
+    occupancy: 1,
+    pingpong: false,
+    cluster: 1,
+    gflops_per_sm: 3180,
+};
+
+/// `wgmma_128x128_pp` (see [`WGMMA_CONFIGS`]); its clustered sibling differs in name and cluster.
+const WGMMA_128X128_PP: TileConfig = TileConfig {
+    name: "wgmma_128x128_pp",
+    family: Family::Wgmma,
+    bm: 128,
+    bn: 128,
+    bk: 32,
+    wm: 64,
+    wn: 128,
+    stages: 7,
+    occupancy: 1,
+    pingpong: true,
+    cluster: 1,
+    gflops_per_sm: 2200,
+};
+
 /// The Hopper `wgmma` TF32 configurations: 384 threads (a producer warpgroup and two consumer
 /// warpgroups of 64 x BN), k tile 32, one block per SM (168 registers per thread at entry) except
 /// `wgmma_128x128_2` (two).
@@ -395,20 +427,7 @@ pub const SGEMM_CONFIGS: [TileConfig; 5] = [
 ///   cooperative 128x128 with packed operands at short K, the tuner's choice on five sweep
 ///   shapes, no gain with P from registers.
 pub const WGMMA_CONFIGS: [TileConfig; 7] = [
-    TileConfig {
-        name: "wgmma_128x256",
-        family: Family::Wgmma,
-        bm: 128,
-        bn: 256,
-        bk: 32,
-        wm: 64,
-        wn: 256,
-        stages: 4,
-        occupancy: 1,
-        pingpong: false,
-        cluster: 1,
-        gflops_per_sm: 3180,
-    },
+    WGMMA_128X256,
     TileConfig {
         name: "wgmma_128x128",
         family: Family::Wgmma,
@@ -451,47 +470,16 @@ pub const WGMMA_CONFIGS: [TileConfig; 7] = [
         cluster: 1,
         gflops_per_sm: 2200,
     },
-    TileConfig {
-        name: "wgmma_128x128_pp",
-        family: Family::Wgmma,
-        bm: 128,
-        bn: 128,
-        bk: 32,
-        wm: 64,
-        wn: 128,
-        stages: 7,
-        occupancy: 1,
-        pingpong: true,
-        cluster: 1,
-        gflops_per_sm: 2200,
-    },
+    WGMMA_128X128_PP,
     TileConfig {
         name: "wgmma_128x256_c2",
-        family: Family::Wgmma,
-        bm: 128,
-        bn: 256,
-        bk: 32,
-        wm: 64,
-        wn: 256,
-        stages: 4,
-        occupancy: 1,
-        pingpong: false,
         cluster: 2,
-        gflops_per_sm: 3180,
+        ..WGMMA_128X256
     },
     TileConfig {
         name: "wgmma_128x128_pp_c2",
-        family: Family::Wgmma,
-        bm: 128,
-        bn: 128,
-        bk: 32,
-        wm: 64,
-        wn: 128,
-        stages: 7,
-        occupancy: 1,
-        pingpong: true,
         cluster: 2,
-        gflops_per_sm: 2200,
+        ..WGMMA_128X128_PP
     },
 ];
 
