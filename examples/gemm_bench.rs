@@ -10,6 +10,8 @@
 //! gemm_bench --forced             # also the forced-path table (SIMT, mma.sync, wgmma layouts)
 //! gemm_bench --configs            # also every tile configuration x split-K per shape
 //! gemm_bench --configs --only wgmma_128x256,wgmma_128x256_c2   # only these configurations
+//! gemm_bench --configs --plan-has "P:mn Q:tma pers"   # only the rows whose plan name has this
+//!                                 # (one plan's launches, for a profiler's launch filter)
 //! gemm_bench --paired             # also cuBLAS TF32 and our TF32 timed in alternating samples
 //! gemm_bench --cubin DIR          # also write the chosen kernels' CUBINs (for cuobjdump -sass)
 //! gemm_bench --precompile DIR     # no GPU needed: compile every GEMM kernel for sm_90 (the
@@ -260,6 +262,7 @@ fn real_main() -> Res<()> {
         forced: flag("--forced"),
         configs: flag("--configs"),
         only: opt("--only").map(|l| l.split(',').map(str::to_string).collect()),
+        plan_has: opt("--plan-has"),
         with3: flag("--with-3x"),
         paired: flag("--paired"),
         sweep_plans: !flag("--quick"),
@@ -468,6 +471,8 @@ struct Opts {
     configs: bool,
     /// `--only`: the configurations `--configs` times (all when absent).
     only: Option<Vec<String>>,
+    /// `--plan-has`: only the `--configs` rows whose plan name contains this.
+    plan_has: Option<String>,
     /// `--paired`: cuBLAS TF32 and our TF32 also timed sample by sample in turn.
     paired: bool,
     with3: bool,
@@ -817,6 +822,11 @@ fn measure(bch: &mut Bench, device: &Device, opts: &Opts) -> Res<Row> {
     } else {
         None
     };
+    let row_wanted = |p: &Plan| {
+        opts.plan_has
+            .as_ref()
+            .is_none_or(|f| plan_name(p).contains(f.as_str()))
+    };
     if opts.configs {
         for cfg in plan::all_configs() {
             let wanted = opts
@@ -828,7 +838,7 @@ fn measure(bch: &mut Bench, device: &Device, opts: &Opts) -> Res<Row> {
             }
             for sp in [1u32, 2, 3, 4, 6, 8, 16] {
                 let p = fixed_plan(*cfg, &problem, sp);
-                if p.splits != sp {
+                if p.splits != sp || !row_wanted(&p) {
                     continue;
                 }
                 let ms = bch.time(with(p))?;
@@ -851,6 +861,9 @@ fn measure(bch: &mut Bench, device: &Device, opts: &Opts) -> Res<Row> {
                         continue;
                     }
                     let p = base.with(ops, pers);
+                    if !row_wanted(&p) {
+                        continue;
+                    }
                     let ms = bch.time(with(p))?;
                     let est = plan::estimate(cfg, &problem, 1, &ops, dev);
                     println!(

@@ -255,6 +255,66 @@ __device__ __forceinline__ void wgmma_step_ss(float* d, u64 da, u32 qk) {
     }
 }
 
+// The epilogue of an interior slab (64 x BN, accumulators `d`, the layout at the top) with vector
+// stores: C = alpha D (+ beta C). Not swapped: the thread's two C rows start at `r0` and `r1`
+// (column qBase), d[4 j + 2 h + e] -> row h, column 8 j + e; the offsets are constants, so each
+// store is one instruction after the two multiplies.
+template <int BN>
+__device__ __forceinline__ void store_slab(float* r0, float* r1, const float* d, float alpha,
+                                           float beta) {
+    if (beta == 0.0f) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            *reinterpret_cast<float2*>(r0 + 8 * j) = make_float2(alpha * d[4 * j], alpha * d[4 * j + 1]);
+            *reinterpret_cast<float2*>(r1 + 8 * j) =
+                make_float2(alpha * d[4 * j + 2], alpha * d[4 * j + 3]);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float2* p = reinterpret_cast<float2*>((h ? r1 : r0) + 8 * j);
+                const float2 old = *p;
+                *p = make_float2(fmaf(beta, old.x, alpha * d[4 * j + 2 * h]),
+                                 fmaf(beta, old.y, alpha * d[4 * j + 2 * h + 1]));
+            }
+        }
+    }
+}
+
+// Swapped (C^T = D): the thread's C row qBase + 8 j + e starts at `c0 + (8 j + e) ldc`, and holds
+// d[4 j + e], d[4 j + 2 + e] in two adjacent columns; two row pointers step by 8 ldc.
+template <int BN>
+__device__ __forceinline__ void store_slab_swapped(float* c0, int ldc, const float* d, float alpha,
+                                                   float beta) {
+    float* p0 = c0;
+    float* p1 = c0 + ldc;
+    const long long step = 8LL * ldc;
+    if (beta == 0.0f) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            *reinterpret_cast<float2*>(p0) = make_float2(alpha * d[4 * j], alpha * d[4 * j + 2]);
+            *reinterpret_cast<float2*>(p1) = make_float2(alpha * d[4 * j + 1], alpha * d[4 * j + 3]);
+            p0 += step;
+            p1 += step;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                float2* p = reinterpret_cast<float2*>(e ? p1 : p0);
+                const float2 old = *p;
+                *p = make_float2(fmaf(beta, old.x, alpha * d[4 * j + e]),
+                                 fmaf(beta, old.y, alpha * d[4 * j + 2 + e]));
+            }
+            p0 += step;
+            p1 += step;
+        }
+    }
+}
+
 // Where the P operand's tiles come from (see the top of this file).
 #define SRC_PACKED 0
 #define SRC_TMA_K 1
@@ -706,7 +766,22 @@ __device__ __forceinline__ void gemm_wgmma_body(
     // 3xTF32: outputs that came out NaN, one bit each (h, j, e) -> bit (h * BN/8 + j) * 2 + e; they
     // are left unwritten here and repaired below.
     unsigned long long nanMask = 0;
-    if (SWAP) {
+    // A TF32 tile wholly inside C (every tile but the last row and column of tiles) with vector
+    // stores allowed takes the straight path: no per-element bounds test, one branch on beta for
+    // the whole slab, addresses stepped by pointer. The general path below spends about 25
+    // instructions per 8-byte store on its tests; at K = 256 ncu sampled half of the consumer
+    // warps' time in it (GEMM_NOTES.md, version 12).
+    const bool interior =
+        SPLIT == 1 && vec && (w.tp + 1) * BM <= PR && (w.tq + 1) * BN <= QR;
+    if (interior) {
+        if (SWAP) {
+            // Thread's C rows qBase + 8 j + e, columns pRow0, pRow0 + 1 (adjacent).
+            store_slab_swapped<BN>(Cb + (long long)qBase * ldcm + pRow0, ldcm, dm, alpha, beta);
+        } else {
+            store_slab<BN>(Cb + (long long)pRow0 * ldcm + qBase, Cb + (long long)pRow1 * ldcm + qBase,
+                           dm, alpha, beta);
+        }
+    } else if (SWAP) {
         // This thread's P rows 2g, 2g + 1 are adjacent in C's row q.
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
