@@ -12,7 +12,7 @@
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus};
-use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::SeqCst};
 use std::sync::Mutex;
 
 /// The signals ignored while a program runs.
@@ -27,6 +27,14 @@ const FREE: AtomicI32 = AtomicI32::new(0);
 /// Process ids of the running programs (0: free), read by the signal handler.
 static RUNNING: [AtomicI32; SLOTS] = [FREE; SLOTS];
 
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO: AtomicU64 = AtomicU64::new(0);
+/// How many of each forwarded signal (indexed as [`FORWARDED`]) this process has received
+/// while programs ran: a program's starter reads them before the fork and again once the
+/// program's slot is filled, and passes on itself what came in between (the handler found no
+/// slot for it then).
+static RECEIVED: [AtomicU64; FORWARDED.len()] = [ZERO; FORWARDED.len()];
+
 /// Programs running, and the dispositions to restore when none is.
 struct Installed {
     users: usize,
@@ -39,6 +47,11 @@ static STATE: Mutex<Installed> = Mutex::new(Installed {
 });
 
 extern "C" fn forward(sig: libc::c_int) {
+    // counted first, so that a starter that reads the count after filling its slot sees every
+    // signal this handler may have missed it for
+    if let Some(i) = FORWARDED.iter().position(|s| *s == sig) {
+        RECEIVED[i].fetch_add(1, SeqCst);
+    }
     for slot in &RUNNING {
         let pid = slot.load(SeqCst);
         if pid > 0 {
@@ -164,13 +177,29 @@ pub(crate) fn run(cmd: &mut Command) -> io::Result<ExitStatus> {
             Ok(())
         })
     };
+    let seen: Vec<u64> = RECEIVED.iter().map(|c| c.load(SeqCst)).collect();
     let result = cmd.spawn().and_then(|mut child| {
-        // a forwarded signal that comes before the slot is filled reaches nobody (the program
-        // has only just started)
         let pid = child.id() as i32;
+        #[cfg(test)]
+        tests::BEFORE_SLOT.with(|h| {
+            if let Some(f) = h.borrow_mut().take() {
+                f();
+            }
+        });
         let slot = RUNNING
             .iter()
             .find(|s| s.compare_exchange(0, pid, SeqCst, SeqCst).is_ok());
+        // a forwarded signal that came between the fork and the slot's filling reached nobody
+        // (the program may already have run far enough to send one itself, as the tests'
+        // `kill -TERM $PPID` does on a busy machine): pass it on now. One that comes after the
+        // slot is filled and before this count is read reaches the program twice (it ends, or
+        // runs its handler, on the first).
+        for (i, sig) in FORWARDED.iter().enumerate() {
+            if RECEIVED[i].load(SeqCst) != seen[i] {
+                // SAFETY: kill on our own child, not yet reaped (it is reaped below).
+                unsafe { libc::kill(pid, *sig) };
+            }
+        }
         // wait for the end without reaping, clear the slot, then reap: the pid cannot be reused
         // by another process while a forwarded signal may still be sent to it
         loop {
@@ -197,4 +226,53 @@ pub(crate) fn run(cmd: &mut Command) -> io::Result<ExitStatus> {
     });
     leave();
     result
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::time::{Duration, Instant};
+
+    thread_local! {
+        /// Runs on this thread between the fork and the filling of the program's slot.
+        pub(crate) static BEFORE_SLOT: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    }
+
+    /// Tests that run programs or send this process forwarded signals take turns (a forwarded
+    /// signal reaches every running program of the process, another test's too).
+    pub(crate) static PROGRAMS: Mutex<()> = Mutex::new(());
+
+    /// A SIGTERM that reaches the wrapper after the fork but before the program's slot is filled
+    /// (on a busy machine the program can get that far: CI saw `kill -TERM $PPID` lost, status
+    /// 9 for 5) is passed on once the slot is filled. The window is held open here until the
+    /// program has set its trap, and the signal raised inside it (sh runs the trap once its
+    /// `sleep` ends).
+    #[test]
+    fn a_signal_between_the_fork_and_the_slot_reaches_the_program() {
+        let _turn = PROGRAMS.lock().unwrap_or_else(|e| e.into_inner());
+        unignore_for_tests();
+        let dir = tempfile::tempdir().unwrap();
+        let ready = dir.path().join("ready");
+        let r = ready.clone();
+        BEFORE_SLOT.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                let t0 = Instant::now();
+                while !r.exists() && t0.elapsed() < Duration::from_secs(20) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                // SAFETY: raise only delivers the signal to this thread; its handler is
+                // `forward`, installed by `run` (async-signal-safe: atomics and kill).
+                unsafe { libc::raise(libc::SIGTERM) };
+            }));
+        });
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(format!(
+            "trap 'exit 5' TERM; touch '{}'; sleep 2; exit 9",
+            ready.display()
+        ));
+        let status = run(&mut cmd).unwrap();
+        assert!(ready.exists(), "the program never got going");
+        assert_eq!(status.code(), Some(5), "{status:?}");
+    }
 }

@@ -531,6 +531,9 @@ mod tests {
     /// and works the same the second time.
     #[test]
     fn run_preloads_the_given_shim_and_keeps_the_status() {
+        let _turn = crate::child::tests::PROGRAMS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let lib = some_library();
         let script = format!(
             "case \"$LD_PRELOAD\" in '{}'*) ;; *) exit 99;; esac; [ \"$GPUKIT_OFFLOAD_LOG\" = summary ] || [ -n \"$OUTER_LOG\" ] || exit 98; exit 7",
@@ -562,6 +565,9 @@ mod tests {
     /// starts with the default dispositions; afterwards the wrapper's own are back.
     #[test]
     fn run_keeps_waiting_through_an_interrupt_and_passes_termination_on() {
+        let _turn = crate::child::tests::PROGRAMS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         // a test binary run in the background has SIGINT and SIGQUIT ignored from the start,
         // which the program would keep (ignored stays ignored): this test is about a wrapper
         // started from a terminal
