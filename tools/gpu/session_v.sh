@@ -8,11 +8,8 @@
 #      the cooperative 128x256 swap P:mn Q:tma, and cuBLAS.
 #   B=.gpu-bundle OUT=$OUT bash tools/gpu/session_v.sh   (B holds examples/gemm_bench)
 set -u
-B=${B:-.gpu-bundle}; OUT=${OUT:-/tmp/session-v}; mkdir -p "$OUT"
-here=$(dirname "$0")
-. "$here/kcache.sh"
-T0=$SECONDS
-echo "host $(hostname) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+OUT=${OUT:-/tmp/session-v}
+. "$(dirname "$0")/session_common.sh"
 GB="$B/examples/gemm_bench"
 echo "== 1. paired (t=$((SECONDS - T0)))"
 timeout 150 "$GB" --quick --paired --shapes "4096,4096,4096;8192,8192,8192;4096,4096,256;8192,2048,256;2500,2500,500" > "$OUT/paired.log" 2>&1
@@ -30,8 +27,8 @@ prof() { # $1 tag, $2 kernel regex, $3 plan filter
   ncu -i "$OUT/$1.ncu-rep" --page source --csv --print-source sass > "$OUT/$1.sass.csv" 2>&1
   grep -E "config |TFLOP" "$OUT/$1.run.txt" | head -5 | cut -c1-160
 }
-prof pp_mn 'gemm_wgmma<.int.128.*true>' "wgmma_128x128_pp s1 swap P:mn Q:tma pers"
-prof pp_packed 'gemm_wgmma<.int.128.*true>' "wgmma_128x128_pp s1 pers"
+prof pp_mn 'gemm_wgmma<.int.128.*bool.1>' "wgmma_128x128_pp s1 swap P:mn Q:tma pers"
+prof pp_packed 'gemm_wgmma<.int.128.*bool.1>' "wgmma_128x128_pp s1 pers"
 prof pp_pack_kernel 'gemm_wgmma_pack' "wgmma_128x128_pp s1 pers"
 prof coop256_mn 'gemm_wgmma<.int.256' "wgmma_128x256 s1 swap P:mn Q:tma pers"
 echo "== 2. ncu cuBLAS (t=$((SECONDS - T0)))"
