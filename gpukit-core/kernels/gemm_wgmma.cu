@@ -255,63 +255,38 @@ __device__ __forceinline__ void wgmma_step_ss(float* d, u64 da, u32 qk) {
     }
 }
 
-// The epilogue of an interior slab (64 x BN, accumulators `d`, the layout at the top) with vector
-// stores: C = alpha D (+ beta C). Not swapped: the thread's two C rows start at `r0` and `r1`
-// (column qBase), d[4 j + 2 h + e] -> row h, column 8 j + e; the offsets are constants, so each
-// store is one instruction after the two multiplies.
-template <int BN>
-__device__ __forceinline__ void store_slab(float* r0, float* r1, const float* d, float alpha,
-                                           float beta) {
-    if (beta == 0.0f) {
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            *reinterpret_cast<float2*>(r0 + 8 * j) = make_float2(alpha * d[4 * j], alpha * d[4 * j + 1]);
-            *reinterpret_cast<float2*>(r1 + 8 * j) =
-                make_float2(alpha * d[4 * j + 2], alpha * d[4 * j + 3]);
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float2* p = reinterpret_cast<float2*>((h ? r1 : r0) + 8 * j);
-                const float2 old = *p;
-                *p = make_float2(fmaf(beta, old.x, alpha * d[4 * j + 2 * h]),
-                                 fmaf(beta, old.y, alpha * d[4 * j + 2 * h + 1]));
-            }
-        }
+// One 8-byte store of the interior epilogue: C[0..1] = alpha (x, y) (+ beta C[0..1] when BETA).
+template <bool BETA>
+__device__ __forceinline__ void store_pair(float* p, float x, float y, float alpha, float beta) {
+    float2 o = make_float2(alpha * x, alpha * y);
+    if (BETA) {
+        const float2 old = *reinterpret_cast<const float2*>(p);
+        o.x = fmaf(beta, old.x, o.x);
+        o.y = fmaf(beta, old.y, o.y);
     }
+    *reinterpret_cast<float2*>(p) = o;
 }
 
-// Swapped (C^T = D): the thread's C row qBase + 8 j + e starts at `c0 + (8 j + e) ldc`, and holds
-// d[4 j + e], d[4 j + 2 + e] in two adjacent columns; two row pointers step by 8 ldc.
-template <int BN>
-__device__ __forceinline__ void store_slab_swapped(float* c0, int ldc, const float* d, float alpha,
-                                                   float beta) {
-    float* p0 = c0;
-    float* p1 = c0 + ldc;
-    const long long step = 8LL * ldc;
-    if (beta == 0.0f) {
+// The epilogue of an interior slab (64 x BN, accumulators `d`, the layout at the top) with vector
+// stores. Not swapped: the thread's two C rows start at `r0` and `r1` (column qBase), d[4 j + 2 h
+// + e] -> row h, column 8 j + e, at constant offsets. Swapped (C^T = D): C row qBase + 8 j + e
+// starts at `r0 + (8 j + e) ldc` and holds d[4 j + e], d[4 j + 2 + e] in two adjacent columns;
+// two row pointers step by 8 ldc.
+template <int BN, bool SWAP, bool BETA>
+__device__ __forceinline__ void store_slab(float* r0, float* r1, int ldc, const float* d,
+                                           float alpha, float beta) {
+    const long long step = SWAP ? 8LL * ldc : 8;
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            *reinterpret_cast<float2*>(p0) = make_float2(alpha * d[4 * j], alpha * d[4 * j + 2]);
-            *reinterpret_cast<float2*>(p1) = make_float2(alpha * d[4 * j + 1], alpha * d[4 * j + 3]);
-            p0 += step;
-            p1 += step;
+    for (int j = 0; j < BN / 8; ++j) {
+        if (SWAP) {
+            store_pair<BETA>(r0, d[4 * j], d[4 * j + 2], alpha, beta);
+            store_pair<BETA>(r1, d[4 * j + 1], d[4 * j + 3], alpha, beta);
+        } else {
+            store_pair<BETA>(r0, d[4 * j], d[4 * j + 1], alpha, beta);
+            store_pair<BETA>(r1, d[4 * j + 2], d[4 * j + 3], alpha, beta);
         }
-    } else {
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                float2* p = reinterpret_cast<float2*>(e ? p1 : p0);
-                const float2 old = *p;
-                *p = make_float2(fmaf(beta, old.x, alpha * d[4 * j + e]),
-                                 fmaf(beta, old.y, alpha * d[4 * j + 2 + e]));
-            }
-            p0 += step;
-            p1 += step;
-        }
+        r0 += step;
+        r1 += step;
     }
 }
 
@@ -774,12 +749,14 @@ __device__ __forceinline__ void gemm_wgmma_body(
     const bool interior =
         SPLIT == 1 && vec && (w.tp + 1) * BM <= PR && (w.tq + 1) * BN <= QR;
     if (interior) {
-        if (SWAP) {
-            // Thread's C rows qBase + 8 j + e, columns pRow0, pRow0 + 1 (adjacent).
-            store_slab_swapped<BN>(Cb + (long long)qBase * ldcm + pRow0, ldcm, dm, alpha, beta);
+        // The thread's first two C rows: qBase and qBase + 1 (swapped, from column pRow0), or
+        // pRow0 and pRow1 (from column qBase).
+        float* r0 = Cb + (SWAP ? (long long)qBase * ldcm + pRow0 : (long long)pRow0 * ldcm + qBase);
+        float* r1 = SWAP ? r0 + ldcm : Cb + (long long)pRow1 * ldcm + qBase;
+        if (beta == 0.0f) {
+            store_slab<BN, SWAP, false>(r0, r1, ldcm, dm, alpha, beta);
         } else {
-            store_slab<BN>(Cb + (long long)pRow0 * ldcm + qBase, Cb + (long long)pRow1 * ldcm + qBase,
-                           dm, alpha, beta);
+            store_slab<BN, SWAP, true>(r0, r1, ldcm, dm, alpha, beta);
         }
     } else if (SWAP) {
         // This thread's P rows 2g, 2g + 1 are adjacent in C's row q.

@@ -177,7 +177,7 @@ pub(crate) fn run(cmd: &mut Command) -> io::Result<ExitStatus> {
             Ok(())
         })
     };
-    let seen: Vec<u64> = RECEIVED.iter().map(|c| c.load(SeqCst)).collect();
+    let seen: [u64; FORWARDED.len()] = std::array::from_fn(|i| RECEIVED[i].load(SeqCst));
     let result = cmd.spawn().and_then(|mut child| {
         let pid = child.id() as i32;
         #[cfg(test)]

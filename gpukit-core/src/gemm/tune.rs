@@ -664,7 +664,10 @@ pub fn stage_one(model: &Plan, all: &[Plan]) -> Vec<Plan> {
         }
         let f = v[i];
         let second = all.iter().find(|p| {
-            in_reach(p) && kind(p) == kind(&f) && p.splits != f.splits && p.operands == f.operands
+            in_reach(p)
+                && p.config.name == f.config.name
+                && p.operands == f.operands
+                && p.splits != f.splits
         });
         if let Some(p) = second {
             if v.iter().all(|q| Choice::of(q) != Choice::of(p)) {
