@@ -4,7 +4,8 @@
 #   2. gemm_bench --paired (cuBLAS TF32 alternating with ours), the kernels before the epilogue
 #      (gemm_bench.old, 56d62f6) then after, nine shapes, both from prewarmed caches;
 #   3. ncu on the new cooperative 128x256 at 4096x4096x256 (per-SASS-line stalls, to set beside
-#      the tenth session's 50 % on the epilogue).
+#      the tenth session's 50 % on the epilogue), and, time allowing, the ping-pong 128x128 with P
+#      from registers (cuBLAS's short-K design, 27 % slower than cuBLAS in version 10).
 #   tar xJf .gpu-bundle.tar.xz && OUT=$OUT bash tools/gpu/session_aa.sh
 set -u
 OUT=${OUT:-/tmp/session-aa}; mkdir -p "$OUT"
@@ -21,12 +22,12 @@ for v in old new; do
   GB=$B/examples/gemm_bench; [ $v = old ] && GB=.gpu-bundle-small/examples/gemm_bench.old
   export GPUKIT_CACHE_DIR=$(mktemp -d); cp -r "$B/kcache"/. "$GPUKIT_CACHE_DIR"/; chmod -R go-rwx "$GPUKIT_CACHE_DIR"
   echo "== paired $v (t=$((SECONDS - T0)))"
-  timeout 110 "$GB" --quick --paired --shapes "$SH" > "$OUT/paired_$v.log" 2>&1
+  timeout 100 "$GB" --quick --paired --shapes "$SH" > "$OUT/paired_$v.log" 2>&1
   echo "  rc $?"
   grep -E "^paired" "$OUT/paired_$v.log" | sed 's/(medians of 25 alternating samples)//' | cut -c1-200
 done
 echo "== ncu 128x256 new at 4096x4096x256 (t=$((SECONDS - T0)))"
-GPUKIT_GEMM_TUNE=off timeout 90 ncu --clock-control none --set full --import-source no --kernel-name-base demangled \
+GPUKIT_GEMM_TUNE=off timeout 70 ncu --clock-control none --set full --import-source no --kernel-name-base demangled \
   -k regex:'gemm_wgmma<.int.256' --launch-skip 2 --launch-count 1 -o "$OUT/coop" -f \
   "$B/examples/gemm_bench" --quick --configs --only wgmma_128x256 --plan-has "swap P:mn Q:tma pers" --shapes 4096,4096,256 > "$OUT/coop.run.txt" 2>&1
 echo "  rc $?"
@@ -34,6 +35,17 @@ ncu -i "$OUT/coop.ncu-rep" --page details > "$OUT/coop.txt" 2>&1
 ncu -i "$OUT/coop.ncu-rep" --page source --csv --print-source sass > "$OUT/coop.sass.csv" 2>&1
 grep -E "^  [a-zA-Z_].*\(|Duration|L2 Cache Throughput|DRAM Throughput|Compute \(SM\)|SM Frequency|SM Active Cycles|Elapsed Cycles" "$OUT/coop.txt" | cut -c1-150 | head -12
 rm -f "$OUT/coop.ncu-rep"
+if [ $((SECONDS - T0)) -lt 470 ]; then
+  echo "== ncu 128x128_pp swap P:mn new at 4096x4096x256 (t=$((SECONDS - T0)))"
+  GPUKIT_GEMM_TUNE=off timeout 70 ncu --clock-control none --set full --import-source no --kernel-name-base demangled \
+    -k regex:'gemm_wgmma<.int.128.*bool.1>' --launch-skip 2 --launch-count 1 -o "$OUT/pp" -f \
+    "$B/examples/gemm_bench" --quick --configs --only wgmma_128x128_pp --plan-has "swap P:mn Q:tma pers" --shapes 4096,4096,256 > "$OUT/pp.run.txt" 2>&1
+  echo "  rc $?"
+  ncu -i "$OUT/pp.ncu-rep" --page details > "$OUT/pp.txt" 2>&1
+  ncu -i "$OUT/pp.ncu-rep" --page source --csv --print-source sass > "$OUT/pp.sass.csv" 2>&1
+  grep -E "^  [a-zA-Z_].*\(|Duration|SM Active Cycles|Elapsed Cycles" "$OUT/pp.txt" | cut -c1-150 | head -6
+  rm -f "$OUT/pp.ncu-rep"
+fi
 tar cJf "$OUT/logs.tar.xz" -C "$OUT" --exclude=logs.tar.xz --exclude=final_logs.tar.xz . 2> /dev/null
 rm -f "$OUT"/*.log "$OUT"/*.txt "$OUT"/*.csv
 echo "total $((SECONDS - T0)) s"
