@@ -7,10 +7,26 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import gpukit
 import gpukit.offload as go
+
+# The package runs from the source checkout (``maturin develop`` links gpukit-python/python into
+# the environment) or from an installed wheel (site-packages). Only a wheel carries the preload
+# libraries, which the build backend adds; a wheel without them is a broken wheel, not a skip.
+FROM_CHECKOUT = (Path(gpukit.__file__).resolve().parents[2] / "pyproject.toml").exists()
+
+
+def require_preloads():
+    missing = [lib for lib in (go.preload_library(), go.gpumutex_preload_library()) if not lib.exists()]
+    if missing and FROM_CHECKOUT:
+        pytest.skip(f"{missing[0]} is missing: gpukit runs from the source checkout (maturin develop), "
+                    "which does not build the preload libraries")
+    assert not missing, f"the installed wheel lacks {', '.join(map(str, missing))}: build it through the " \
+        "package's build backend (pip wheel ./gpukit-python), not with maturin directly"
 
 
 def run(args, **kw):
@@ -38,16 +54,14 @@ def test_gpumutex_run_as_a_module(tmp_path):
 
 
 def test_the_preload_libraries_ship_in_the_wheel():
+    require_preloads()
     for lib in (go.preload_library(), go.gpumutex_preload_library()):
-        if not lib.exists():
-            pytest.skip(f"{lib} is missing: this package was not installed from the wheel (maturin develop)")
         assert lib.stat().st_size > 0
 
 
 def test_offload_run_of_a_numpy_program(tmp_path):
     pytest.importorskip("numpy")
-    if not go.preload_library().exists():
-        pytest.skip("the offload shim is not installed (not a wheel install)")
+    require_preloads()
     script = tmp_path / "prog.py"
     script.write_text(
         "import numpy as np\n"
