@@ -507,6 +507,9 @@ fn plan_name(p: &Plan) -> String {
     if p.max_blocks > 0 {
         s += " pers";
     }
+    if p.tail {
+        s += " tail";
+    }
     s
 }
 

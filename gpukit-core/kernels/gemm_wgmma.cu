@@ -297,20 +297,62 @@ __device__ __forceinline__ void store_slab(float* r0, float* r1, int ldc, const 
 
 // One work unit: block tile (tp, tq) of output slice z = bIdx * splits + split, k tiles
 // [ktBegin, ktBegin + nk).
+// A work unit: block tile (tp, tq) of output slice z (batch entry bIdx), k tiles ktBegin ..
+// ktBegin + nk; a piece of a tail tile (below) also names the tile's slot and its piece index.
 struct WorkUnit {
     int tp, tq, z, bIdx, ktBegin, nk;
+    int slot, piece;  // piece -1: the whole unit, stored by its own epilogue
 };
 
+// Unit u of the launch. Units before tailFrom (or all, tailPieces < 2) are the (tile, slice)
+// units in order; the tile units from tailFrom on (the last, partial wave of a persistent grid:
+// fewer units than blocks) are each cut along K into tailPieces pieces of whole k tiles, units
+// tailFrom + r * tailPieces + j (tail tile r, piece j), so that every block takes at most one
+// piece and the last wave is short (stream-K's remedy for tile quantisation; splits is 1 then).
 __device__ __forceinline__ WorkUnit work_unit(long long u, int tiles, int tilesP, int tilesQ,
-                                              int groupM, int splits, int ktPerSplit, int numKT) {
+                                              int groupM, int splits, int ktPerSplit, int numKT,
+                                              long long tailFrom, int tailPieces) {
     WorkUnit w;
+    w.slot = 0;
+    w.piece = -1;
+    if (tailPieces > 1 && u >= tailFrom) {
+        const long long v = u - tailFrom;
+        w.slot = (int)(v / tailPieces);
+        w.piece = (int)(v - (long long)w.slot * tailPieces);
+        u = tailFrom + w.slot;
+    }
     w.z = (int)(u / tiles);
     tile_coords((int)(u - (long long)w.z * tiles), tilesP, tilesQ, groupM, w.tp, w.tq);
     w.bIdx = w.z / splits;
     const int split = w.z - w.bIdx * splits;
-    w.ktBegin = split * ktPerSplit;
-    w.nk = max(0, min(numKT, w.ktBegin + ktPerSplit) - w.ktBegin);
+    if (w.piece >= 0) {
+        w.ktBegin = (int)((long long)w.piece * numKT / tailPieces);
+        w.nk = (int)((long long)(w.piece + 1) * numKT / tailPieces) - w.ktBegin;
+    } else {
+        w.ktBegin = split * ktPerSplit;
+        w.nk = max(0, min(numKT, w.ktBegin + ktPerSplit) - w.ktBegin);
+    }
     return w;
+}
+
+// bar.sync on named barrier ID (1 .. 15; 0 is __syncthreads) for COUNT threads (immediates:
+// with a register operand ptxas reserves all 16 barriers).
+template <int ID, int COUNT>
+__device__ __forceinline__ void named_sync() {
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(COUNT) : "memory");
+}
+
+// The barrier of the consumers that share a work unit: both consumer warpgroups (cooperative,
+// barrier 1) or consumer warpgroup cw alone (ping-pong, barriers 2 and 3).
+template <bool PP>
+__device__ __forceinline__ void unit_sync(int cw) {
+    if (!PP) {
+        named_sync<1, 256>();
+    } else if (cw == 0) {
+        named_sync<2, 128>();
+    } else {
+        named_sync<3, 128>();
+    }
 }
 
 // This thread's raw wgmma A fragments of one k tile (16 values, module comment) from the P
@@ -368,7 +410,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
     const float* __restrict__ Pp, const float* __restrict__ Qp, float* __restrict__ C,
     const TmaDesc& tmP, const TmaDesc& tmQ, int PR, int QR, int K, int ldc, long long strideP,
     long long strideQ, long long strideC, int pBroadcast, int qBroadcast, float alpha, float beta,
-    int splits, int ktPerSplit, int nz, int vec, int groupM) {
+    int splits, int ktPerSplit, int nz, int vec, int groupM, long long tailFrom, int tailPiecesArg,
+    float* __restrict__ tailWs, unsigned int* __restrict__ tailCount) {
     static_assert(BN == 64 || BN == 128 || BN == 256,
                   "consumer warpgroups are 64 x 64, 64 x 128 or 64 x 256");
     static_assert(SPLIT == 1 || SPLIT == 3, "TF32 (1 product) or 3xTF32 (3 products)");
@@ -414,6 +457,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
     // Ping-pong: order[w] completes a phase when consumer warpgroup 1 - w has issued the last
     // wgmma of a unit's main loop, so that the two main loops take turns (module comment).
     __shared__ __align__(8) u64 order[2];
+    // Tail pieces: whether the unit's consumers hold its last piece (per consumer warpgroup).
+    __shared__ int tailLast[2];
     // The swizzle pattern repeats every 1024 bytes: align the stage buffers to that (the launch
     // asks for 1024 bytes of slack).
     const u32 raw = smem_addr(smem_raw);
@@ -425,7 +470,11 @@ __device__ __forceinline__ void gemm_wgmma_body(
     const int unitsP = (tilesP + CM - 1) / CM;
     const int tiles = unitsP * tilesQ;
     const int numKT = (K + BK - 1) / BK;
-    const long long units = (long long)tiles * nz;
+    // Tail pieces (work_unit): TF32 only (3xTF32 repairs NaN outputs from its own k range).
+    const int tailPieces = SPLIT == 1 && tailPiecesArg > 1 ? tailPiecesArg : 0;
+    const long long units = tailPieces > 1
+                                ? tailFrom + ((long long)tiles * nz - tailFrom) * tailPieces
+                                : (long long)tiles * nz;
     // This block's first unit and the step between its units: its cluster's (CM = 2).
     const u32 rank = CM == 1 ? 0u : cluster_rank();
     const int firstUnit = CM == 1 ? (int)blockIdx.x : (int)cluster_index();
@@ -466,7 +515,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
             u32 phase = 0;
             long long it = 0;  // k tiles issued so far (all units)
             for (long long u = firstUnit; u < units; u += unitStep) {
-                WorkUnit w = work_unit(u, tiles, unitsP, tilesQ, groupM, splits, ktPerSplit, numKT);
+                WorkUnit w = work_unit(u, tiles, unitsP, tilesQ, groupM, splits, ktPerSplit, numKT,
+                                        tailFrom, tailPieces);
                 w.tp = w.tp * CM + (int)rank;
                 // CM = 2: a P tile beyond PR (the second of an odd count) is not copied.
                 const bool pIn = w.tp < tilesP;
@@ -552,7 +602,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
     u32 orderPhase = 0;
     long long nth = 0;  // this block's work units so far
     for (long long u = firstUnit; u < units; u += unitStep, ++nth) {
-    WorkUnit w = work_unit(u, tiles, unitsP, tilesQ, groupM, splits, ktPerSplit, numKT);
+    WorkUnit w = work_unit(u, tiles, unitsP, tilesQ, groupM, splits, ktPerSplit, numKT, tailFrom,
+                           tailPieces);
     w.tp = w.tp * CM + (int)rank;
     if (PP && (int)(nth & 1) != cw) {
         // Ping-pong: the other consumer's unit; its stages pass by.
@@ -723,6 +774,72 @@ __device__ __forceinline__ void gemm_wgmma_body(
         }
     }
 
+    if (SPLIT == 1 && w.piece >= 0) {
+        // A piece of a tail tile: its partial sums go to its slot of the workspace (the tile's
+        // pieces side by side, BM x BN floats each, per block of a cluster); then the unit's
+        // consumers count the piece, and the consumers that count last sum every piece's slot
+        // in piece order (the same sum whichever finishes last: deterministic) and store the
+        // tile through the usual epilogue. Slab layout: float4 i of consumer thread c at
+        // (i * 128 + c) * 4, so that a warp's stores and loads are 512 contiguous bytes.
+        const int grp = PP ? cw : 0;
+        const int ct = threadIdx.x & 127;
+        const long long tileSlot = (long long)w.slot * CM + rank;
+        float* slots = tailWs + tileSlot * tailPieces * (BM * BN);
+        float* mine = slots + (long long)w.piece * (BM * BN);
+#pragma unroll
+        for (int m = 0; m < SLABS; ++m) {
+            float4* dst = reinterpret_cast<float4*>(mine + (PP ? m : cw) * (64 * BN));
+#pragma unroll
+            for (int i = 0; i < NACC / 4; ++i) {
+                const float* v = d + m * NACC + 4 * i;
+                __stcg(dst + i * 128 + ct, make_float4(v[0], v[1], v[2], v[3]));
+            }
+        }
+        __threadfence();
+        unit_sync<PP>(cw);
+        if (leader && (PP || cw == 0)) {
+            tailLast[grp] = atomicAdd(tailCount + tileSlot, 1u) == (unsigned)(tailPieces - 1);
+        }
+        unit_sync<PP>(cw);
+        if (!tailLast[grp]) continue;
+        __threadfence();
+        // The slots summed in piece order, TAIL_CHUNK float4 of each thread's accumulators at a
+        // time (cooperative 8: 32 KB in flight per block; more, or more than 4 in the ping-pong
+        // kernels, made ptxas spill beside 128 accumulators): piece 0's values, then each other
+        // piece's added.
+        constexpr int TAIL_CHUNK = PP ? 4 : 8;
+        static_assert(NACC / 4 % TAIL_CHUNK == 0, "whole chunks of accumulators");
+#pragma unroll
+        for (int m = 0; m < SLABS; ++m) {
+#pragma unroll
+            for (int c = 0; c < NACC / 4; c += TAIL_CHUNK) {
+                const float4* src =
+                    reinterpret_cast<const float4*>(slots + (PP ? m : cw) * (64 * BN)) + c * 128 + ct;
+#pragma unroll
+                for (int i = 0; i < TAIL_CHUNK; ++i) {
+                    const float4 v = __ldcg(src + i * 128);
+                    float* a = d + m * NACC + 4 * (c + i);
+                    a[0] = v.x;
+                    a[1] = v.y;
+                    a[2] = v.z;
+                    a[3] = v.w;
+                }
+                for (int j = 1; j < tailPieces; ++j) {
+                    const float4* sj = src + (long long)j * (BM * BN / 4);
+#pragma unroll
+                    for (int i = 0; i < TAIL_CHUNK; ++i) {
+                        const float4 v = __ldcg(sj + i * 128);
+                        float* a = d + m * NACC + 4 * (c + i);
+                        a[0] += v.x;
+                        a[1] += v.y;
+                        a[2] += v.z;
+                        a[3] += v.w;
+                    }
+                }
+            }
+        }
+    }
+
     // Epilogue: C = alpha * D + beta * C (beta == 0 never reads C); SWAP stores D^T. P row of
     // accumulator row g + 8h (module comment):
     float* Cb = C + (long long)w.z * strideC;
@@ -857,10 +974,11 @@ __global__ void __launch_bounds__(384, MINB)
                const __grid_constant__ TmaDesc tmP, const __grid_constant__ TmaDesc tmQ, int PR,
                int QR, int K, int ldc, long long strideP, long long strideQ, long long strideC,
                int pBroadcast, int qBroadcast, float alpha, float beta, int splits,
-               int ktPerSplit, int nz, int vec, int groupM) {
+               int ktPerSplit, int nz, int vec, int groupM, long long tailFrom, int tailPieces,
+               float* __restrict__ tailWs, unsigned int* __restrict__ tailCount) {
     gemm_wgmma_body<BN, STAGES, SPLIT, PSRC, QTMA, SWAP, MINB, PP, 1>(
         Pp, Qp, C, tmP, tmQ, PR, QR, K, ldc, strideP, strideQ, strideC, pBroadcast, qBroadcast,
-        alpha, beta, splits, ktPerSplit, nz, vec, groupM);
+        alpha, beta, splits, ktPerSplit, nz, vec, groupM, tailFrom, tailPieces, tailWs, tailCount);
 }
 
 template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP, int MINB = 1,
@@ -870,10 +988,11 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
                   const __grid_constant__ TmaDesc tmP, const __grid_constant__ TmaDesc tmQ, int PR,
                   int QR, int K, int ldc, long long strideP, long long strideQ, long long strideC,
                   int pBroadcast, int qBroadcast, float alpha, float beta, int splits,
-                  int ktPerSplit, int nz, int vec, int groupM) {
+                  int ktPerSplit, int nz, int vec, int groupM, long long tailFrom,
+                  int tailPieces, float* __restrict__ tailWs, unsigned int* __restrict__ tailCount) {
     gemm_wgmma_body<BN, STAGES, SPLIT, PSRC, QTMA, SWAP, MINB, PP, 2>(
         Pp, Qp, C, tmP, tmQ, PR, QR, K, ldc, strideP, strideQ, strideC, pBroadcast, qBroadcast,
-        alpha, beta, splits, ktPerSplit, nz, vec, groupM);
+        alpha, beta, splits, ktPerSplit, nz, vec, groupM, tailFrom, tailPieces, tailWs, tailCount);
 }
 
 // Whether this GPU's tensor copies round f32 to TF32 for a map of type TFLOAT32 (the host plans

@@ -447,14 +447,15 @@ fn check(case: &Case, p: Precision, plan: Option<&Plan>, seed: u64) -> f64 {
     o.err
 }
 
-/// A plan's short name for messages: configuration, splits, operands, grid limit.
+/// A plan's short name for messages: configuration, splits, operands, grid limit, tail.
 fn plan_name(p: &Plan) -> String {
     format!(
-        "{} s{} [{}] blocks {}",
+        "{} s{} [{}] blocks {}{}",
         p.config.name,
         p.splits,
         p.operands.label(),
-        p.max_blocks
+        p.max_blocks,
+        if p.tail { " tail" } else { "" }
     )
 }
 
@@ -735,6 +736,73 @@ fn wgmma_paths_on_awkward_shapes() {
             plan_name(&plan)
         );
     }
+}
+
+/// The stream-K tail ([`Plan::tail`]): on persistent grids of a few clusters, every TF32 `wgmma`
+/// configuration (cooperative, ping-pong, clusters of two) in every operand layout, on shapes
+/// whose last wave is partial, cuts the tail tiles into pieces that the last piece to finish
+/// sums: the result matches cuBLAS DGEMM to TF32 accuracy, is the same bits on two runs, and
+/// writes nothing outside C (`ours_on`); with beta, edge tiles among the tail tiles, batches
+/// (tail tiles of several batch entries) and short pieces (K of 3 and 5 k tiles).
+#[test]
+fn tail_pieces_of_the_last_wave_sum_like_whole_tiles() {
+    if !gpukit_jit::testing::cublas("tail_pieces_of_the_last_wave_sum_like_whole_tiles") {
+        return;
+    }
+    if !hopper() {
+        println!(
+            "SKIPPED tail_pieces_of_the_last_wave_sum_like_whole_tiles: the device is not compute capability 9.0"
+        );
+        return;
+    }
+    let paths = paths_for(&gpu().dev).expect("paths");
+    let d = gpu().dev.attributes();
+    let shapes = [
+        (1000, 700, 1000, 1, 0.0),
+        (700, 1000, 300, 1, 1.5),
+        (300, 333, 517, 3, -0.5),
+        (640, 520, 96, 1, 0.0),
+        (520, 640, 160, 2, 1.0),
+    ];
+    let mut seed = 9100;
+    let mut runs = 0;
+    for c in WGMMA_CONFIGS.iter().filter(|c| c.family == Family::Wgmma) {
+        let cluster = c.cluster.max(1);
+        for &(m, n, k, batch, beta) in &shapes {
+            let case = Case {
+                batch,
+                beta,
+                alpha: 1.25,
+                ..Case::square(m, n, k)
+            };
+            if c.occupancy_on(d, case.ta, case.tb) == 0 {
+                continue;
+            }
+            let p = case.problem();
+            for ops in config_operand_choices(c, &p, &paths) {
+                let units = c.blocks_per_slice(&p, &ops) / cluster as u64 * batch as u64;
+                let nkt = p.k.div_ceil(c.bk);
+                // The smallest grid of at least two clusters whose last wave gets pieces.
+                let Some(grid) =
+                    (2..units.min(12)).find(|&g| plan::tail_pieces(units, g, nkt) >= 2)
+                else {
+                    continue;
+                };
+                let plan = fixed_plan(*c, &p, 1)
+                    .with(ops, grid as u32 * cluster)
+                    .with_tail(true);
+                seed += 1;
+                let e = check(&case, Precision::Fp32, Some(&plan), seed);
+                println!(
+                    "{} {m}x{n}x{k} batch {batch}: {units} units on {grid} clusters, {} pieces per tail tile, error {e:.3e}",
+                    plan_name(&plan),
+                    plan::tail_pieces(units, grid, nkt)
+                );
+                runs += 1;
+            }
+        }
+    }
+    assert!(runs >= 20, "only {runs} tail plans ran");
 }
 
 /// TF32 inputs are rounded to nearest, not truncated, on every TF32 path and layout: with

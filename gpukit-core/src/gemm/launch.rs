@@ -12,6 +12,7 @@ use super::operand::{self, OperandView};
 use super::pack;
 use super::path::{self, Paths};
 use super::plan::{self, Family, Operands, Plan, Problem, Source, TileConfig};
+use super::tail::Tail;
 use super::tma::{self, Rounding};
 use super::tune::{self, TuneMode};
 use crate::alloc::current_owner;
@@ -885,6 +886,7 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
             0
         },
         p_rounding,
+        tail: plan.tail && cfg.family == Family::Wgmma && splits == 1,
     };
     let kernel = kernels::instantiation(cfg, main.variant).load(dev)?;
     if cfg.wgmma_of_several_blocks() {
@@ -970,6 +972,8 @@ struct MainKernel<'a> {
     max_blocks: u32,
     /// `wgmma`: the type of P's tensor map.
     p_rounding: Rounding,
+    /// TF32 `wgmma` on a persistent grid: the last wave's tiles cut along K ([`Plan::tail`]).
+    tail: bool,
 }
 
 impl MainKernel<'_> {
@@ -1034,6 +1038,14 @@ impl MainKernel<'_> {
             (self.max_blocks as u64 / cluster).max(1)
         };
         let grid = (units.min(limit) * cluster).min(i32::MAX as u64 / cluster * cluster) as u32;
+        // A persistent grid's last, partial wave cut along K (the kernel walks the whole tiles,
+        // then one piece per block).
+        let tail = if self.tail && self.max_blocks > 0 {
+            let nkt = p.k.div_ceil(cfg.bk as usize) as u32;
+            Tail::prepare(stream, dev, cfg, units, grid as u64 / cluster, nkt)?
+        } else {
+            Tail::none()
+        };
         let lc = nonempty(
             LaunchConfig {
                 grid: (grid, 1, 1),
@@ -1053,15 +1065,19 @@ impl MainKernel<'_> {
             splits: self.splits,
             kt_per_split: self.k_per_split.div_ceil(cfg.bk as usize),
             nz: nb * self.splits,
+            tail: &tail,
         });
         // SAFETY: this fn's contract (P and Q views within A and B, `t` valid for the outputs of
         // nb * splits entries and not overlapping them, all live until the work has run) is
-        // launch_unchecked's; the tensor maps encode those same views, and the pack buffer is
-        // this call's own allocation, dropped below only in stream order.
+        // launch_unchecked's; the tensor maps encode those same views, and the pack buffer and
+        // the tail's workspace (its counters zeroed on this stream before, its slots sized for
+        // every piece of every tail tile: Tail::prepare) are this call's own allocations,
+        // dropped below only in stream order.
         unsafe { kernel.launch_unchecked(stream.cuda(), lc, &args) }?;
-        // The pack buffer returns to the allocator here; stream order keeps it intact until the
-        // kernel above has run.
+        // The pack buffer and the tail's workspace return to the allocator here; stream order
+        // keeps them intact until the kernel above has run.
         drop(packed);
+        drop(tail);
         Ok(())
     }
 }
@@ -1142,6 +1158,8 @@ struct WgmmaCall<'a> {
     kt_per_split: usize,
     /// Output slices (batch entries x splits) of the launch.
     nz: usize,
+    /// The last wave's pieces and their workspace ([`Tail::none`] without).
+    tail: &'a Tail,
 }
 
 /// Arguments of the `wgmma` kernels (`gemm_wgmma`).
@@ -1169,6 +1187,10 @@ fn wgmma_args(c: &WgmmaCall) -> Vec<KernelArg> {
         (c.nz as i32).into(),
         (c.vec_c as i32).into(),
         GROUP_M.into(),
+        (c.tail.from as i64).into(),
+        (c.tail.pieces as i32).into(),
+        KernelArg::Ptr(c.tail.slots),
+        KernelArg::Ptr(c.tail.counters),
     ]
 }
 
@@ -1290,6 +1312,7 @@ mod tests {
         let g = RawGemm::contiguous(8, 8, 8, 256, 512, 4096);
         let packed = pack::Packed::for_test(1024, 2048);
         let (p, q) = operand::a_and_bt(&g, 0, 1);
+        let tail = Tail::none();
         let call = |pmap: Option<&'static [u8]>| WgmmaCall {
             p: &p,
             q: &q,
@@ -1301,6 +1324,7 @@ mod tests {
             splits: 2,
             kt_per_split: 3,
             nz: 2,
+            tail: &tail,
         };
         for config in all_configs() {
             for v in kernels::variants_of(config) {

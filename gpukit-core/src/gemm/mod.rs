@@ -69,6 +69,7 @@ mod operand;
 mod pack;
 pub mod path;
 pub mod plan;
+mod tail;
 pub mod tma;
 pub mod tune;
 

@@ -739,6 +739,9 @@ pub struct Plan {
     /// slice); `n > 0` at most `n` blocks, each walking the units `n` apart (persistent: the
     /// planner uses one per SM above one wave; tests use small `n` to walk many units per block).
     pub max_blocks: u32,
+    /// TF32 `wgmma` on a persistent grid without split: the last, partial wave's tiles cut along
+    /// K into pieces ([`tail_pieces`]) summed by the last piece to finish (a stream-K tail).
+    pub tail: bool,
     /// The planner's estimate in microseconds (for benches and notes).
     pub estimate_us: f64,
 }
@@ -826,6 +829,58 @@ pub fn normalize_split(config: &TileConfig, k: u32, splits: u32) -> (u32, u32) {
     (k.div_ceil(per), per)
 }
 
+/// What one slot of a tail tile costs, in the tile's k tiles: each piece writes its partial
+/// tile to the workspace, and the piece that finishes last reads every piece's back (an SM moves
+/// a 128 x 128 f32 tile through L2 in about the time its tensor cores take for one k tile of it:
+/// 64 KB at ~64 B per cycle, against 128 x 128 x 32 multiply-adds at 512 per cycle).
+const TAIL_SLOT_KT: f64 = 1.0;
+
+/// A tail of `s` pieces of a unit of `nkt` k tiles, in k tiles: the longest piece, then its own
+/// write and the last piece's reads of all `s`.
+fn tail_cost_kt(s: u32, nkt: u32) -> f64 {
+    nkt.div_ceil(s) as f64 + TAIL_SLOT_KT * (s + 1) as f64
+}
+
+/// Pieces each tile of the last, partial wave is cut into when `units` work units of `nkt` k
+/// tiles run on a persistent grid of `grid` units (clusters of blocks), or 0 when the tiles stay
+/// whole: no partial wave (`units` a multiple of `grid`, or at most one wave), or no cut cheaper
+/// than a whole tile. The pieces of the `units % grid` tail tiles take one block each (at most
+/// `grid` in all) and at least two k tiles each; among those counts the cheapest by
+/// [`tail_cost_kt`]. The kernel's `tailFrom` is `units - units % grid`.
+pub fn tail_pieces(units: u64, grid: u64, nkt: u32) -> u32 {
+    if grid == 0 || units <= grid || units.is_multiple_of(grid) {
+        return 0;
+    }
+    let most = (grid / (units % grid)).min(nkt as u64 / 2) as u32;
+    let mut best = (nkt as f64, 0);
+    for s in 2..=most {
+        let c = tail_cost_kt(s, nkt);
+        if c < best.0 {
+            best = (c, s);
+        }
+    }
+    best.1
+}
+
+/// The tail pieces of a plan's kernel for `p` on `dev` ([`tail_pieces`] of its units on its
+/// persistent grid), 0 where the plan cannot have a tail: not the TF32 `wgmma` family, a split,
+/// or one block per unit.
+pub fn plan_tail_pieces(
+    config: &TileConfig,
+    p: &Problem,
+    splits: u32,
+    ops: &Operands,
+    dev: &DeviceAttributes,
+) -> u32 {
+    let grid = persistent_blocks(config, p, splits, ops, dev);
+    if config.family != Family::Wgmma || splits != 1 || grid == 0 {
+        return 0;
+    }
+    let cluster = config.cluster.max(1) as u64;
+    let units = config.blocks_per_slice(p, ops) / cluster * p.batch as u64;
+    tail_pieces(units, grid as u64 / cluster, p.k.div_ceil(config.bk))
+}
+
 /// The planner's time estimate (seconds) for one candidate on `dev`; see the module docs.
 /// Infinite when the configuration does not fit the device.
 pub fn estimate(
@@ -834,6 +889,20 @@ pub fn estimate(
     splits: u32,
     ops: &Operands,
     dev: &DeviceAttributes,
+) -> f64 {
+    estimate_with_tail(config, p, splits, ops, dev, false)
+}
+
+/// [`estimate`] for the plan with a tail (`tail`: [`Plan::tail`]): the last wave costs
+/// [`tail_cost_kt`] of its pieces instead of whole tiles; infinite where the plan cannot have
+/// one ([`plan_tail_pieces`] 0).
+pub fn estimate_with_tail(
+    config: &TileConfig,
+    p: &Problem,
+    splits: u32,
+    ops: &Operands,
+    dev: &DeviceAttributes,
+    tail: bool,
 ) -> f64 {
     let occupancy = config.occupancy_on(dev, p.trans_a, p.trans_b);
     if occupancy == 0 || (config.family.is_wgmma() && occupancy < config.occupancy) {
@@ -851,7 +920,15 @@ pub fn estimate(
     let blocks = tiles * splits as u64;
     let sms = dev.multiprocessor_count.max(1) as u64;
     let slots = sms * occupancy as u64;
-    let waves = blocks.div_ceil(slots) as f64;
+    let mut waves = blocks.div_ceil(slots) as f64;
+    if tail {
+        let pieces = plan_tail_pieces(config, p, splits, ops, dev);
+        if pieces < 2 {
+            return f64::INFINITY;
+        }
+        let nkt = p.k.div_ceil(config.bk);
+        waves = (blocks / slots) as f64 + tail_cost_kt(pieces, nkt) / nkt as f64;
+    }
     let tile_flops = 2.0 * config.bm as f64 * config.bn as f64 * per.max(1) as f64;
     let per_sm = if config.family == Family::Wgmma && config.bn == 128 && *ops == Operands::PACKED {
         // Both operands packed (bulk copies of whole tiles): the 128x128 tile keeps its rate.
@@ -955,6 +1032,7 @@ pub fn plan(family: Family, p: &Problem, dev: &DeviceAttributes, paths: &Paths) 
                         k_per_split: per,
                         operands: *ops,
                         max_blocks: persistent_blocks(config, p, splits, ops, dev),
+                        tail: false,
                         estimate_us: t * 1e6,
                     });
                 }
@@ -1125,16 +1203,19 @@ pub fn enumerate(
                     continue;
                 }
                 for ops in &choices {
-                    let t = estimate(config, p, splits, ops, dev);
-                    if t.is_finite() {
-                        v.push(Plan {
-                            config: *config,
-                            splits,
-                            k_per_split: per,
-                            operands: *ops,
-                            max_blocks: persistent_blocks(config, p, splits, ops, dev),
-                            estimate_us: t * 1e6,
-                        });
+                    for tail in [false, true] {
+                        let t = estimate_with_tail(config, p, splits, ops, dev, tail);
+                        if t.is_finite() {
+                            v.push(Plan {
+                                config: *config,
+                                splits,
+                                k_per_split: per,
+                                operands: *ops,
+                                max_blocks: persistent_blocks(config, p, splits, ops, dev),
+                                tail,
+                                estimate_us: t * 1e6,
+                            });
+                        }
                     }
                 }
             }
@@ -1155,6 +1236,7 @@ pub fn fixed_plan(config: TileConfig, p: &Problem, splits: u32) -> Plan {
         k_per_split: per,
         operands: config_operand_choices(&config, p, &Paths::default())[0],
         max_blocks: 0,
+        tail: false,
         estimate_us: f64::NAN,
     }
 }
@@ -1167,6 +1249,11 @@ impl Plan {
             max_blocks,
             ..self
         }
+    }
+
+    /// This plan with or without a tail ([`Plan::tail`]; tests and benches that force it).
+    pub fn with_tail(self, tail: bool) -> Plan {
+        Plan { tail, ..self }
     }
 }
 
@@ -1741,6 +1828,92 @@ pub(crate) mod tests {
     /// Version 9's two-blocks-per-SM tile: two blocks fit an sm_90 SM, it is a packed candidate
     /// (persistent over two blocks per SM) on the short-K shapes issue 23 missed, the model does
     /// not take it where 128x256 wins, and it is no candidate where two blocks do not fit.
+    /// The tail is cut only where the last wave is partial, into pieces of at least two k tiles
+    /// that take one block each, and only where the cut is cheaper than a whole tile.
+    #[test]
+    fn tail_pieces_cut_only_a_partial_last_wave() {
+        // 2500x2500x500 on 132 SMs: 400 ping-pong tiles (4 in the last wave) of 16 k tiles.
+        assert_eq!(tail_pieces(400, 132, 16), 4);
+        // The same with clusters of two: 200 units on 66 clusters.
+        assert_eq!(tail_pieces(200, 66, 16), 4);
+        // A batch of 8 of 768^3: 288 tiles, 24 in the last wave, 24 k tiles.
+        assert_eq!(tail_pieces(288, 132, 24), 4);
+        // Whole waves, one wave or less, an empty grid, too few k tiles to cut: no tail.
+        for (units, grid, nkt) in [(264, 132, 16), (132, 132, 16), (100, 132, 16), (400, 0, 16)] {
+            assert_eq!(tail_pieces(units, grid, nkt), 0, "{units} {grid} {nkt}");
+        }
+        assert_eq!(tail_pieces(400, 132, 3), 0);
+        // 4096x4096x256 with 128x256 tiles: 512 units, 116 in the last wave: one piece each.
+        assert_eq!(tail_pieces(512, 132, 8), 0);
+        for units in 1..600u64 {
+            for grid in [1u64, 2, 3, 7, 66, 132] {
+                for nkt in [1u32, 2, 3, 4, 5, 8, 16, 31, 128] {
+                    let s = tail_pieces(units, grid, nkt);
+                    if s == 0 {
+                        continue;
+                    }
+                    let r = units % grid;
+                    assert!(units > grid && r > 0, "{units} {grid} {nkt}");
+                    assert!(
+                        s >= 2 && r * s as u64 <= grid && 2 * s <= nkt,
+                        "{units} {grid} {nkt}: {s}"
+                    );
+                    assert!(
+                        tail_cost_kt(s, nkt) < nkt as f64,
+                        "{units} {grid} {nkt}: {s}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Tail plans are candidates of TF32 `wgmma` persistent plans without split whose last wave
+    /// gets pieces, estimated cheaper than their whole-tile twin there; the model's own plan
+    /// never has one (unmeasured by version 13's model), and 3xTF32 never does.
+    #[test]
+    fn tail_plans_are_candidates_only_where_the_last_wave_is_partial() {
+        let d = h200();
+        let paths = Paths::default();
+        let p = Problem::shape(2500, 2500, 500, 1);
+        let pp = config_by_name("wgmma_128x128_pp").unwrap();
+        let ops = Operands::PACKED;
+        let whole = estimate(&pp, &p, 1, &ops, &d);
+        let tail = estimate_with_tail(&pp, &p, 1, &ops, &d, true);
+        assert!(tail < whole, "{tail} vs {whole}");
+        assert_eq!(plan_tail_pieces(&pp, &p, 1, &ops, &d), 4);
+        assert_eq!(plan_tail_pieces(&pp, &p, 2, &ops, &d), 0);
+        let x3 = config_by_name("wgmma3_128x128").unwrap();
+        assert!(estimate_with_tail(&x3, &p, 1, &ops, &d, true).is_infinite());
+        let all = enumerate(Precision::Tf32, &p, &d, &paths).unwrap();
+        assert!(all.iter().any(|x| x.tail));
+        for x in all.iter().filter(|x| x.tail) {
+            assert!(
+                x.config.family == Family::Wgmma && x.splits == 1 && x.max_blocks > 0,
+                "{x:?}"
+            );
+            assert!(
+                plan_tail_pieces(&x.config, &p, 1, &x.operands, &d) >= 2,
+                "{x:?}"
+            );
+        }
+        for q in [
+            p,
+            Problem::shape(4096, 4096, 256, 1),
+            Problem::shape(768, 768, 768, 8),
+        ] {
+            assert!(
+                !choose(Precision::Tf32, &q, &d, &paths).unwrap().tail,
+                "{q:?}"
+            );
+        }
+        // Whole waves (1024 x 2048 of 128x128 tiles: 128 units, one wave): no tail plan.
+        let one = Problem::shape(1024, 2048, 4096, 1);
+        assert!(!enumerate(Precision::Tf32, &one, &d, &paths)
+            .unwrap()
+            .iter()
+            .any(|x| x.tail));
+    }
+
     #[test]
     fn two_blocks_per_sm_tile_is_a_candidate_for_short_k() {
         let d = h200();

@@ -342,6 +342,8 @@ pub struct Choice {
     pub operands: Operands,
     /// A persistent grid where the product has more than one wave of work units.
     pub persistent: bool,
+    /// The last wave's tiles cut along K ([`Plan::tail`]).
+    pub tail: bool,
 }
 
 impl Choice {
@@ -352,6 +354,7 @@ impl Choice {
             splits: plan.splits,
             operands: plan.operands,
             persistent: plan.max_blocks > 0,
+            tail: plan.tail,
         }
     }
 
@@ -375,7 +378,7 @@ impl Choice {
         {
             return None;
         }
-        let est = plan::estimate(&config, p, self.splits, &self.operands, dev);
+        let est = plan::estimate_with_tail(&config, p, self.splits, &self.operands, dev, self.tail);
         if !est.is_finite() {
             return None;
         }
@@ -390,26 +393,28 @@ impl Choice {
             } else {
                 0
             },
+            tail: self.tail,
             estimate_us: est * 1e6,
         })
     }
 
-    /// The file form: one line `choice <config> <splits> <swap> <p> <q_tma> <persistent>`.
+    /// The file form: one line `choice <config> <splits> <swap> <p> <q_tma> <persistent> <tail>`.
     fn line(&self) -> String {
         format!(
-            "choice {} {} {} {} {} {}",
+            "choice {} {} {} {} {} {} {}",
             self.config,
             self.splits,
             self.operands.swap as u8,
             self.operands.p.code(),
             self.operands.q_tma as u8,
-            self.persistent as u8
+            self.persistent as u8,
+            self.tail as u8
         )
     }
 
     fn parse(line: &str) -> Option<Choice> {
         let w: Vec<&str> = line.split(' ').collect();
-        let [tag, config, splits, swap, p, q, pers] = w.as_slice() else {
+        let [tag, config, splits, swap, p, q, pers, tail] = w.as_slice() else {
             return None;
         };
         let flag = |s: &str| match s {
@@ -436,11 +441,12 @@ impl Choice {
                 q_tma: flag(q)?,
             },
             persistent: flag(pers)?,
+            tail: flag(tail)?,
         })
     }
 }
 
-const HEADER: &str = "gpukit gemm tuning v1";
+const HEADER: &str = "gpukit gemm tuning v2";
 
 /// The text of a tuning file for `key` and `choice` (the candidates' times are informative).
 pub fn file_text(key: &ClassKey, choice: &Choice, times: &[(String, f64)]) -> String {
@@ -635,21 +641,25 @@ pub(super) fn count_unwritten() {
 /// (packed), because the model ranks those two least reliably: version 10's H100 run measured
 /// the ping-pong tile at 2500x2500x500 at 93.9 TFLOP/s with P from registers (the model's
 /// pick for it) and 148.5 with both operands packed, the fastest plan of the shape, which the
-/// tuner then never timed. Slots left then go, in the same order, to each of those plans'
-/// second-best split factor (same configuration and source of P): the model's split choice is
+/// tuner then never timed. That first pass ranks whole-tile plans only ([`Plan::tail`] plans are
+/// the model's guess). Slots left then go, in the same order, to each of those plans'
+/// second-best split factor or tail choice (same configuration and operands): the model's split choice is
 /// the other thing it ranks least reliably where a few hundred blocks meet the SM count (at
 /// 192x160x32768 FP32 it put `sgemm_64x64` s64 first and s48 16 % behind; the H100 ran s48 at
 /// 20.3 TFLOP/s, 17 % faster than the plan the tuner kept, and the second stage, which explores
 /// split neighbours of its winner and of a runner-up within [`RUNNER_UP`] only, never timed it).
 pub fn stage_one(model: &Plan, all: &[Plan]) -> Vec<Plan> {
+    // The first pass ranks whole-tile plans only: a tail's price is the model's guess (the
+    // second pass and the second stage time the tail twins).
     let best = all
-        .first()
+        .iter()
+        .find(|p| !p.tail)
         .map_or(model.estimate_us, |p| p.estimate_us)
         .min(model.estimate_us);
     let kind = |p: &Plan| (p.config.name, p.operands.p == Source::Packed);
     let in_reach = |p: &Plan| p.estimate_us <= WITHIN * best;
     let mut v = vec![*model];
-    for p in all {
+    for p in all.iter().filter(|p| !p.tail) {
         if v.len() >= STAGE_ONE || !in_reach(p) {
             break;
         }
@@ -667,7 +677,7 @@ pub fn stage_one(model: &Plan, all: &[Plan]) -> Vec<Plan> {
             in_reach(p)
                 && p.config.name == f.config.name
                 && p.operands == f.operands
-                && p.splits != f.splits
+                && (p.splits, p.tail) != (f.splits, f.tail)
         });
         if let Some(p) = second {
             if v.iter().all(|q| Choice::of(q) != Choice::of(p)) {
@@ -679,10 +689,11 @@ pub fn stage_one(model: &Plan, all: &[Plan]) -> Vec<Plan> {
 }
 
 /// The second stage's candidates around the first stage's leaders `bases` (the winner, then a
-/// runner-up within [`RUNNER_UP`] of it): for each, the plans of `all` with its configuration
-/// and the split factors next to its own (same operands and grid), then its configuration and
-/// split with other operand layouts; none of `timed`; at most [`STAGE_TWO`] in all, shared
-/// equally between the bases, the winner's first.
+/// runner-up within [`RUNNER_UP`] of it): for each, the plans of `all` with its configuration:
+/// its own split and operands with the other tail choice ([`Plan::tail`]), the split
+/// factors next to its own (same operands and grid), then its configuration and split with
+/// other operand layouts; none of `timed`; at most [`STAGE_TWO`] in all, shared equally between
+/// the bases, the winner's first.
 pub fn stage_two(bases: &[Plan], all: &[Plan], timed: &[Plan]) -> Vec<Plan> {
     let mut v: Vec<Plan> = Vec::new();
     // Each base gets an equal share of the stage.
@@ -698,7 +709,9 @@ pub fn stage_two(bases: &[Plan], all: &[Plan], timed: &[Plan]) -> Vec<Plan> {
         splits.sort_unstable();
         splits.dedup();
         let at = splits.iter().position(|&s| s == w.splits);
-        let mut want: Vec<(u32, Option<Operands>)> = Vec::new();
+        // First the base's twin with or without a tail (same split and operands): a tail
+        // changes only the last wave, which the model prices least reliably.
+        let mut want: Vec<(u32, Option<Operands>)> = vec![(w.splits, Some(w.operands))];
         if let Some(i) = at {
             if i > 0 {
                 want.push((splits[i - 1], Some(w.operands)));
@@ -1280,14 +1293,16 @@ mod tests {
                             back.splits,
                             back.k_per_split,
                             back.operands,
-                            back.max_blocks
+                            back.max_blocks,
+                            back.tail
                         ),
                         (
                             plan.config,
                             plan.splits,
                             plan.k_per_split,
                             plan.operands,
-                            plan.max_blocks
+                            plan.max_blocks,
+                            plan.tail
                         ),
                         "{p:?} {precision:?}"
                     );
@@ -1322,17 +1337,20 @@ mod tests {
             let sum = fnv64(body.as_bytes());
             parse_file(&format!("{body}check {sum:016x}\n"), &k)
         };
-        assert_eq!(forged("choice no_such_tile 1 0 0 0 0"), None);
-        assert_eq!(forged("choice wgmma_128x256 1 0 3 0 0"), None);
-        assert_eq!(forged("choice wgmma_128x256 1 0 0 0 0 extra"), None);
-        let ok = forged("choice wgmma_128x256 5 0 0 0 1").unwrap();
+        assert_eq!(forged("choice no_such_tile 1 0 0 0 0 0"), None);
+        assert_eq!(forged("choice wgmma_128x256 1 0 3 0 0 0"), None);
+        assert_eq!(forged("choice wgmma_128x256 1 0 0 0 0 0 extra"), None);
+        // Version 1's lines (no tail field) and a tail flag that is not 0 or 1.
+        assert_eq!(forged("choice wgmma_128x256 1 0 0 0 0"), None);
+        assert_eq!(forged("choice wgmma_128x256 1 0 0 0 1 2"), None);
+        let ok = forged("choice wgmma_128x256 5 0 0 0 1 0").unwrap();
         // Split 5 is not a split the planner uses; an SGEMM tile is not a TF32 plan; Q through
         // a tensor map is not possible with an unaligned B; wgmma does not run on an A100.
         assert_eq!(
             ok.plan_for(Precision::Tf32, &p, &dev, &Paths::default()),
             None
         );
-        let sgemm = forged("choice sgemm_128x256 1 0 0 0 0").unwrap();
+        let sgemm = forged("choice sgemm_128x256 1 0 0 0 0 0").unwrap();
         assert_eq!(
             sgemm.plan_for(Precision::Tf32, &p, &dev, &Paths::default()),
             None
@@ -1340,7 +1358,7 @@ mod tests {
         assert!(sgemm
             .plan_for(Precision::Fp32, &p, &dev, &Paths::default())
             .is_some());
-        let tma = forged("choice wgmma_128x256 1 1 2 1 1").unwrap();
+        let tma = forged("choice wgmma_128x256 1 1 2 1 1 0").unwrap();
         assert!(tma
             .plan_for(Precision::Tf32, &p, &dev, &Paths::default())
             .is_some());
@@ -1744,10 +1762,19 @@ mod tests {
             let first = stage_one(&model, &all);
             assert_eq!(Choice::of(&first[0]), Choice::of(&model));
             assert!(first.len() <= STAGE_ONE);
-            // The model is exact: nothing moves it.
+            // The model is exact: nothing moves it, except its plan's tail twin where the model
+            // prices that cheaper (the model's own choice has no tail; the second stage times
+            // the twin first).
             let mut t = fake(|x: &Plan| Some(x.estimate_us));
             let (chosen, timed) = run(&model, &all, &mut t);
-            assert_eq!(Choice::of(&chosen.unwrap()), Choice::of(&model), "{p:?}");
+            let twin = all
+                .iter()
+                .find(|x| x.tail && Choice::of(&x.with_tail(false)) == Choice::of(&model));
+            let expect = match twin {
+                Some(x) if x.estimate_us < model.estimate_us => Choice::of(x),
+                _ => Choice::of(&model),
+            };
+            assert_eq!(Choice::of(&chosen.unwrap()), expect, "{p:?}");
             assert!(timed.len() <= STAGE_ONE + STAGE_TWO);
             assert_eq!(t.warmed.len(), timed.len());
             assert_eq!(t.timed.len(), ROUNDS * timed.len());
@@ -1971,6 +1998,24 @@ mod tests {
         assert_eq!(t.0.len(), 1);
         assert_eq!(Choice::of(&r.chosen.unwrap()), Choice::of(&model));
         assert!(!r.complete);
+    }
+
+    /// The second stage times its base's twin with the other tail choice first (2500x2500x500:
+    /// the ping-pong tile's last wave is 4 tiles of 400).
+    #[test]
+    fn the_second_stage_times_the_tail_twin_of_its_base_first() {
+        let p = Problem::shape(2500, 2500, 500, 1);
+        let (_, all) = tf32_space(&p);
+        let base = *all
+            .iter()
+            .find(|x| x.config.name == "wgmma_128x128_pp" && !x.tail)
+            .expect("a whole-tile ping-pong plan");
+        let twin = Choice::of(&base.with_tail(true));
+        assert!(all.iter().any(|x| Choice::of(x) == twin));
+        let next = stage_two(&[base], &all, &[base]);
+        assert_eq!(Choice::of(&next[0]), twin, "{next:#?}");
+        let back = stage_two(&[base.with_tail(true)], &all, &[base.with_tail(true)]);
+        assert_eq!(Choice::of(&back[0]), Choice::of(&base), "{back:#?}");
     }
 
     #[test]
