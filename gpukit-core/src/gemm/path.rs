@@ -1,5 +1,5 @@
-//! Environment overrides of the kernel path: `GPUKIT_GEMM_TF32`, `GPUKIT_GEMM_FP32` and
-//! `GPUKIT_GEMM_TMA`.
+//! Environment overrides of the kernel path: `GPUKIT_GEMM_TF32`, `GPUKIT_GEMM_FP32`,
+//! `GPUKIT_GEMM_TMA` and `GPUKIT_GEMM_TAIL`.
 //!
 //! - `GPUKIT_GEMM_TF32` = `auto` (the default: the planner decides), `mma` (`mma.sync` kernels on
 //!   any GPU) or `wgmma` (the Hopper kernels; an error on devices other than compute capability
@@ -10,6 +10,9 @@
 //! - `GPUKIT_GEMM_TMA` = `auto` (the default: the `wgmma` TF32 kernel reads aligned operands in
 //!   place through tensor maps) or `off` (both operands are always packed; an escape hatch should
 //!   a driver mishandle tensor maps).
+//! - `GPUKIT_GEMM_TAIL` = `auto` (the default: the autotuner may cut a persistent grid's last,
+//!   partial wave along K, [`super::plan::Plan::tail`]) or `off` (whole tiles only; benches
+//!   compare the two in one process).
 //!
 //! Any other value makes the affected calls fail with [`Error::InvalidArgument`] naming the
 //! variable and the values it takes. The variables are read on every call (cheap), so a test or
@@ -23,6 +26,8 @@ pub const TF32_PATH_ENV: &str = "GPUKIT_GEMM_TF32";
 pub const FP32_PATH_ENV: &str = "GPUKIT_GEMM_FP32";
 /// Name of the environment variable that turns the tensor-map A of the `wgmma` kernel off.
 pub const TMA_ENV: &str = "GPUKIT_GEMM_TMA";
+/// Name of the environment variable that turns the plans with a tail off.
+pub const TAIL_ENV: &str = "GPUKIT_GEMM_TAIL";
 
 /// Which kernel family runs a TF32 product on a device that has both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -87,6 +92,8 @@ pub struct Paths {
     /// place too. [`paths_from_env`] sets it to [`Paths::tma`]; [`super::launch`] clears it on
     /// devices whose probe ([`super::tma`]) shows no rounding.
     pub tma_rounding: bool,
+    /// Whether plans may cut a persistent grid's last wave along K (`GPUKIT_GEMM_TAIL`).
+    pub tail: bool,
 }
 
 impl Default for Paths {
@@ -96,11 +103,13 @@ impl Default for Paths {
             fp32: Fp32Path::Auto,
             tma: true,
             tma_rounding: true,
+            tail: true,
         }
     }
 }
 
-/// Parses `auto` / `on` (true) or `off` (false) for `GPUKIT_GEMM_TMA`; `None` otherwise.
+/// Parses `auto` / `on` (true) or `off` (false) for `GPUKIT_GEMM_TMA` and `GPUKIT_GEMM_TAIL`;
+/// `None` otherwise.
 pub fn parse_tma(s: &str) -> Option<bool> {
     match s.trim().to_ascii_lowercase().as_str() {
         "" | "auto" | "on" => Some(true),
@@ -137,6 +146,7 @@ pub fn paths_from_env() -> Result<Paths> {
         fp32: fp32_path_from_env()?,
         tma,
         tma_rounding: tma,
+        tail: read(TAIL_ENV, parse_tma, "auto, on, off")?.unwrap_or(true),
     })
 }
 
@@ -166,6 +176,6 @@ mod tests {
         assert_eq!(parse_tma("OFF"), Some(false));
         assert_eq!(parse_tma(" auto"), Some(true));
         assert_eq!(parse_tma("no"), None);
-        assert!(Paths::default().tma);
+        assert!(Paths::default().tma && Paths::default().tail);
     }
 }

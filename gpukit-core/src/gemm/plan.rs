@@ -1204,6 +1204,9 @@ pub fn enumerate(
                 }
                 for ops in &choices {
                     for tail in [false, true] {
+                        if tail && !paths.tail {
+                            continue;
+                        }
                         let t = estimate_with_tail(config, p, splits, ops, dev, tail);
                         if t.is_finite() {
                             v.push(Plan {
@@ -1906,6 +1909,15 @@ pub(crate) mod tests {
                 "{q:?}"
             );
         }
+        // GPUKIT_GEMM_TAIL=off: no tail plan.
+        let off = Paths {
+            tail: false,
+            ..paths
+        };
+        assert!(!enumerate(Precision::Tf32, &p, &d, &off)
+            .unwrap()
+            .iter()
+            .any(|x| x.tail));
         // Whole waves (1024 x 2048 of 128x128 tiles: 128 units, one wave): no tail plan.
         let one = Problem::shape(1024, 2048, 4096, 1);
         assert!(!enumerate(Precision::Tf32, &one, &d, &paths)

@@ -101,7 +101,7 @@ use std::time::{Duration, Instant};
 /// The environment variable that switches the autotuner.
 pub const TUNE_ENV: &str = "GPUKIT_GEMM_TUNE";
 /// Bumped when the meaning of a stored choice changes (part of [`plan_space`]).
-pub const PLAN_SPACE_VERSION: u32 = 1;
+pub const PLAN_SPACE_VERSION: u32 = 2;
 /// Most candidates of the first stage.
 pub const STAGE_ONE: usize = 14;
 /// Most candidates of the second stage.
@@ -295,7 +295,7 @@ impl ClassKey {
             .collect();
         format!(
             "space={:016x} dev={name} cc={}.{} sms={} driver={} nvrtc={}.{} precision={:?} \
-             m={} n={} k={} batch={} ta={} tb={} amap={} bmap={} paths={:?}/{:?}/{}/{}",
+             m={} n={} k={} batch={} ta={} tb={} amap={} bmap={} paths={:?}/{:?}/{}/{}/{}",
             plan_space(),
             d.compute_capability.0,
             d.compute_capability.1,
@@ -316,6 +316,7 @@ impl ClassKey {
             self.paths.fp32,
             self.paths.tma as u8,
             self.paths.tma_rounding as u8,
+            self.paths.tail as u8,
         )
     }
 
@@ -374,6 +375,7 @@ impl Choice {
             .ok()?
             .contains(&config.family)
             || !SPLIT_CANDIDATES.contains(&self.splits)
+            || (self.tail && !paths.tail)
             || !plan::config_operand_choices(&config, p, paths).contains(&self.operands)
         {
             return None;
