@@ -38,16 +38,16 @@ for t in $TS; do
   grep -E "^paired" "$OUT/paired_$t.log" | sed 's/(medians of 25 alternating samples)//' | cut -c1-200
 done
 fresh_cache
-left=$((470 - $(el))); [ $left -gt 100 ] && left=100
+left=$((440 - $(el))); [ $left -gt 100 ] && left=100
 echo "== gemm_bench GPUKIT_GEMM_TAIL=$TAIL ($(el) s, limit $left s)"
 [ $left -gt 30 ] && GPUKIT_GEMM_TAIL=$TAIL OUT=$OUT timeout $left "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
 echo "  rc $?"
 grep -E "^\| (shape|1024x1024x1024|4096x4096x4096 \||8192x8192x8192|4096x4096x256|2500x2500x500|8x 768|1500x1500x300 TT|2000x6000x400 NT)" "$OUT/gemm_bench.log" | tail -n 12 | cut -c1-250
 grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -c1-400
 unset GPUKIT_CACHE_DIR; . "$here/kcache.sh"
-left=$((575 - $(el)))
+left=$((545 - $(el)))
 echo "== core_bench beside torch ($(el) s, limit $left s)"
-if [ $left -gt 50 ]; then
+if [ $left -gt 110 ]; then
   CORE_BENCH_TSV="$OUT/gpukit.tsv" timeout $((left - 30)) "$B/examples/core_bench" > "$OUT/core_bench.log" 2>&1; echo "  core_bench rc $?"
   timeout 25 python3 "$here/core_torch.py" "$OUT/torch.tsv" > "$OUT/torch.log" 2>&1; echo "  torch rc $?"
   python3 "$here/core_join.py" "$OUT/gpukit.tsv" "$OUT/torch.tsv" > "$OUT/table.md" 2> "$OUT/join.err"; echo "  join rc $?"
