@@ -47,7 +47,7 @@ grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -
 unset GPUKIT_CACHE_DIR; . "$here/kcache.sh"
 left=$((545 - $(el)))
 echo "== core_bench beside torch ($(el) s, limit $left s)"
-if [ $left -gt 110 ]; then
+if [ $left -gt 145 ]; then
   CORE_BENCH_TSV="$OUT/gpukit.tsv" timeout $((left - 30)) "$B/examples/core_bench" > "$OUT/core_bench.log" 2>&1; echo "  core_bench rc $?"
   timeout 25 python3 "$here/core_torch.py" "$OUT/torch.tsv" > "$OUT/torch.log" 2>&1; echo "  torch rc $?"
   python3 "$here/core_join.py" "$OUT/gpukit.tsv" "$OUT/torch.tsv" > "$OUT/table.md" 2> "$OUT/join.err"; echo "  join rc $?"
