@@ -26,26 +26,21 @@ for v in old new; do
   echo "  rc $?"
   grep -E "^paired" "$OUT/paired_$v.log" | sed 's/(medians of 25 alternating samples)//' | cut -c1-200
 done
-echo "== ncu 128x256 new at 4096x4096x256 (t=$((SECONDS - T0)))"
-GPUKIT_GEMM_TUNE=off timeout 70 ncu --clock-control none --set full --import-source no --kernel-name-base demangled \
-  -k regex:'gemm_wgmma<.int.256' --launch-skip 2 --launch-count 1 -o "$OUT/coop" -f \
-  "$B/examples/gemm_bench" --quick --configs --only wgmma_128x256 --plan-has "swap P:mn Q:tma pers" --shapes 4096,4096,256 > "$OUT/coop.run.txt" 2>&1
-echo "  rc $?"
-ncu -i "$OUT/coop.ncu-rep" --page details > "$OUT/coop.txt" 2>&1
-ncu -i "$OUT/coop.ncu-rep" --page source --csv --print-source sass > "$OUT/coop.sass.csv" 2>&1
-grep -E "^  [a-zA-Z_].*\(|Duration|L2 Cache Throughput|DRAM Throughput|Compute \(SM\)|SM Frequency|SM Active Cycles|Elapsed Cycles" "$OUT/coop.txt" | cut -c1-150 | head -12
-rm -f "$OUT/coop.ncu-rep"
-if [ $((SECONDS - T0)) -lt 470 ]; then
-  echo "== ncu 128x128_pp swap P:mn new at 4096x4096x256 (t=$((SECONDS - T0)))"
+# ncu_one NAME KERNEL-REGEX CONFIG: one launch of CONFIG's "swap P:mn Q:tma pers" plan at
+# 4096x4096x256 (the tuner off), its details and per-SASS-line source page.
+ncu_one() {
+  echo "== ncu $3 new at 4096x4096x256 (t=$((SECONDS - T0)))"
   GPUKIT_GEMM_TUNE=off timeout 70 ncu --clock-control none --set full --import-source no --kernel-name-base demangled \
-    -k regex:'gemm_wgmma<.int.128.*bool.1>' --launch-skip 2 --launch-count 1 -o "$OUT/pp" -f \
-    "$B/examples/gemm_bench" --quick --configs --only wgmma_128x128_pp --plan-has "swap P:mn Q:tma pers" --shapes 4096,4096,256 > "$OUT/pp.run.txt" 2>&1
+    -k regex:"$2" --launch-skip 2 --launch-count 1 -o "$OUT/$1" -f \
+    "$B/examples/gemm_bench" --quick --configs --only "$3" --plan-has "swap P:mn Q:tma pers" --shapes 4096,4096,256 > "$OUT/$1.run.txt" 2>&1
   echo "  rc $?"
-  ncu -i "$OUT/pp.ncu-rep" --page details > "$OUT/pp.txt" 2>&1
-  ncu -i "$OUT/pp.ncu-rep" --page source --csv --print-source sass > "$OUT/pp.sass.csv" 2>&1
-  grep -E "^  [a-zA-Z_].*\(|Duration|SM Active Cycles|Elapsed Cycles" "$OUT/pp.txt" | cut -c1-150 | head -6
-  rm -f "$OUT/pp.ncu-rep"
-fi
+  ncu -i "$OUT/$1.ncu-rep" --page details > "$OUT/$1.txt" 2>&1
+  ncu -i "$OUT/$1.ncu-rep" --page source --csv --print-source sass > "$OUT/$1.sass.csv" 2>&1
+  grep -E "^  [a-zA-Z_].*\(|Duration|L2 Cache Throughput|DRAM Throughput|Compute \(SM\)|SM Frequency|SM Active Cycles|Elapsed Cycles" "$OUT/$1.txt" | cut -c1-150 | head -12
+  rm -f "$OUT/$1.ncu-rep"
+}
+ncu_one coop 'gemm_wgmma<.int.256' wgmma_128x256
+[ $((SECONDS - T0)) -lt 470 ] && ncu_one pp 'gemm_wgmma<.int.128.*bool.1>' wgmma_128x128_pp
 tar cJf "$OUT/logs.tar.xz" -C "$OUT" --exclude=logs.tar.xz --exclude=final_logs.tar.xz . 2> /dev/null
 rm -f "$OUT"/*.log "$OUT"/*.txt "$OUT"/*.csv
 echo "total $((SECONDS - T0)) s"
