@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# 2026-12-07, eleventh session (issue 23): the stream-K tail's first run when under 600 s of
+# device time are left (the call is about 300 s; every step under `timeout`):
+#   1. the tail's GPU test alone (GPUKIT_REQUIRE_GPU=1); should it fail or hang, the benches run
+#      with GPUKIT_GEMM_TAIL=off;
+#   2. every gemm_gpu test, one process each, in parallel (GPUKIT_REQUIRE_GPU=1), and the wheel's
+#      pytest suite (the preload libraries now in the wheel);
+#   3. gemm_bench --paired with GPUKIT_GEMM_TAIL=off, then on (each process tuning afresh);
+#   4. the full gemm_bench with what time is left.
+#   tar xJf .gpu-bundle.tar.xz && OUT=$OUT bash tools/gpu/session_ac.sh
+set -u
+OUT=${OUT:-/tmp/session-ac}; mkdir -p "$OUT/logs"
+here=$(dirname "$0")
+B=.gpu-bundle
+T0=$SECONDS
+el() { echo $((SECONDS - T0)); }
+echo "host $(hostname) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+fresh_cache() { export GPUKIT_CACHE_DIR=$(mktemp -d); cp -r "$B/kcache"/. "$GPUKIT_CACHE_DIR"/; chmod -R go-rwx "$GPUKIT_CACHE_DIR"; }
+GG=$B/tests/gpukit-core.gemm_gpu.test
+fresh_cache
+GPUKIT_REQUIRE_GPU=1 timeout 70 "$GG" --exact tail_pieces_of_the_last_wave_sum_like_whole_tiles --nocapture > "$OUT/tail_test.log" 2>&1
+rc=$?
+echo "== tail test rc $rc ($(el) s): $(grep -c 'pieces per tail tile' "$OUT/tail_test.log") tail plans ran; $(grep -E '^test result' "$OUT/tail_test.log")"
+grep -E "panicked|error" "$OUT/tail_test.log" | head -5 | cut -c1-300
+TAIL=on; [ $rc -ne 0 ] && TAIL=off
+# 2. gemm_gpu, one process per test (each its own copy of the prewarmed cache), and pytest
+for t in $("$GG" --list 2>/dev/null | sed -n 's/: test$//p'); do
+  (fresh_cache; GPUKIT_REQUIRE_GPU=1 timeout 130 "$GG" --exact "$t" > "$OUT/logs/$t.log" 2>&1; echo "$t rc=$?" >> "$OUT/logs/rc.txt") &
+done
+(python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpukit-site "$B"/wheels/*.whl \
+  && cd gpukit-python/tests && PYTHONPATH=/tmp/gpukit-site PATH=/tmp/gpukit-site/bin:$PATH GPUKIT_REQUIRE_GPU=1 \
+  timeout 120 python3 -m pytest -q -rs -p no:cacheprovider --timeout 100 --hypothesis-seed=0 . > "$OUT/pytest.log" 2>&1) &
+wait
+awk '{print $2}' "$OUT/logs/rc.txt" | sort | uniq -c
+grep -v "rc=0" "$OUT/logs/rc.txt" | head
+cat "$OUT"/logs/*.log | sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' | awk '{p+=$1; f+=$2} END {print "gemm_gpu: " p " passed, " f " failed"}'
+grep -h -A8 "panicked at" "$OUT"/logs/*.log | cut -c1-300 | head -20
+echo "pytest: $(tail -1 "$OUT/pytest.log")"; grep -E "^SKIPPED|^FAILED" "$OUT/pytest.log" | head -5 | cut -c1-200
+echo "== tests done ($(el) s)"
+SH="4096,4096,4096;8192,8192,8192;4096,4096,256;2500,2500,500;8,768,768,768;1000,1000,1000"
+TS="off on"; [ $TAIL = off ] && TS=off
+for t in $TS; do
+  fresh_cache
+  echo "== paired GPUKIT_GEMM_TAIL=$t ($(el) s)"
+  GPUKIT_GEMM_TAIL=$t timeout 60 "$B/examples/gemm_bench" --quick --paired --shapes "$SH" > "$OUT/paired_$t.log" 2>&1
+  echo "  rc $?"
+  grep -E "^paired" "$OUT/paired_$t.log" | sed 's/(medians of 25 alternating samples)//' | cut -c1-200
+done
+fresh_cache
+left=$((290 - $(el))); [ $left -gt 100 ] && left=100
+echo "== gemm_bench GPUKIT_GEMM_TAIL=$TAIL ($(el) s, limit $left s)"
+[ $left -gt 30 ] && GPUKIT_GEMM_TAIL=$TAIL OUT=$OUT timeout $left "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
+echo "  rc $?"
+grep -E "^\| (2500x2500x500|8x 768|4096x4096x4096 \||8192x8192x8192 \|)" "$OUT/gemm_bench.log" | tail -n 4 | cut -c1-250
+grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -c1-400
+(cd "$OUT" && tar cJf logs.tar.xz --exclude=logs.tar.xz --exclude=gemm_bench.tsv . 2> /dev/null)
+echo "total $(el) s"
