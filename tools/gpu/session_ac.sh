@@ -47,7 +47,7 @@ for t in $TS; do
   grep -E "^paired" "$OUT/paired_$t.log" | sed 's/(medians of 25 alternating samples)//' | cut -c1-200
 done
 fresh_cache
-left=$((290 - $(el))); [ $left -gt 100 ] && left=100
+left=$((255 - $(el))); [ $left -gt 100 ] && left=100
 echo "== gemm_bench GPUKIT_GEMM_TAIL=$TAIL ($(el) s, limit $left s)"
 [ $left -gt 30 ] && GPUKIT_GEMM_TAIL=$TAIL OUT=$OUT timeout $left "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
 echo "  rc $?"
