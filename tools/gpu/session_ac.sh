@@ -6,7 +6,7 @@
 #   2. every gemm_gpu test, one process each, in parallel (GPUKIT_REQUIRE_GPU=1), and the wheel's
 #      pytest suite (the preload libraries now in the wheel);
 #   3. gemm_bench --paired with GPUKIT_GEMM_TAIL=off, then on (each process tuning afresh);
-#   4. the full gemm_bench with what time is left.
+#   4. the full gemm_bench with what time is left (it ends by BENCH_END s, default 255).
 #   tar xJf .gpu-bundle.tar.xz && OUT=$OUT bash tools/gpu/session_ac.sh
 set -u
 OUT=${OUT:-/tmp/session-ac}; mkdir -p "$OUT/logs"
@@ -47,7 +47,7 @@ for t in $TS; do
   grep -E "^paired" "$OUT/paired_$t.log" | sed 's/(medians of 25 alternating samples)//' | cut -c1-200
 done
 fresh_cache
-left=$((255 - $(el))); [ $left -gt 100 ] && left=100
+left=$((${BENCH_END:-255} - $(el))); [ $left -gt 100 ] && left=100
 echo "== gemm_bench GPUKIT_GEMM_TAIL=$TAIL ($(el) s, limit $left s)"
 [ $left -gt 30 ] && GPUKIT_GEMM_TAIL=$TAIL OUT=$OUT timeout $left "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
 echo "  rc $?"
