@@ -295,8 +295,6 @@ __device__ __forceinline__ void store_slab(float* r0, float* r1, int ldc, const 
 #define SRC_TMA_K 1
 #define SRC_TMA_MN 2
 
-// One work unit: block tile (tp, tq) of output slice z = bIdx * splits + split, k tiles
-// [ktBegin, ktBegin + nk).
 // A work unit: block tile (tp, tq) of output slice z (batch entry bIdx), k tiles ktBegin ..
 // ktBegin + nk; a piece of a tail tile (below) also names the tile's slot and its piece index.
 struct WorkUnit {

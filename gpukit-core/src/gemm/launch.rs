@@ -886,7 +886,7 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
             0
         },
         p_rounding,
-        tail: plan.tail && cfg.family == Family::Wgmma && splits == 1,
+        tail: plan.tail && cfg.family == Family::Wgmma && splits == 1 && plan.max_blocks > 0,
     };
     let kernel = kernels::instantiation(cfg, main.variant).load(dev)?;
     if cfg.wgmma_of_several_blocks() {
@@ -1040,7 +1040,7 @@ impl MainKernel<'_> {
         let grid = (units.min(limit) * cluster).min(i32::MAX as u64 / cluster * cluster) as u32;
         // A persistent grid's last, partial wave cut along K (the kernel walks the whole tiles,
         // then one piece per block).
-        let tail = if self.tail && self.max_blocks > 0 {
+        let tail = if self.tail {
             let nkt = p.k.div_ceil(cfg.bk as usize) as u32;
             Tail::prepare(stream, dev, cfg, units, grid as u64 / cluster, nkt)?
         } else {

@@ -1828,9 +1828,6 @@ pub(crate) mod tests {
         }
     }
 
-    /// Version 9's two-blocks-per-SM tile: two blocks fit an sm_90 SM, it is a packed candidate
-    /// (persistent over two blocks per SM) on the short-K shapes issue 23 missed, the model does
-    /// not take it where 128x256 wins, and it is no candidate where two blocks do not fit.
     /// The tail is cut only where the last wave is partial, into pieces of at least two k tiles
     /// that take one block each, and only where the cut is cheaper than a whole tile.
     #[test]
@@ -1926,6 +1923,9 @@ pub(crate) mod tests {
             .any(|x| x.tail));
     }
 
+    /// Version 9's two-blocks-per-SM tile: two blocks fit an sm_90 SM, it is a packed candidate
+    /// (persistent over two blocks per SM) on the short-K shapes issue 23 missed, the model does
+    /// not take it where 128x256 wins, and it is no candidate where two blocks do not fit.
     #[test]
     fn two_blocks_per_sm_tile_is_a_candidate_for_short_k() {
         let d = h200();
