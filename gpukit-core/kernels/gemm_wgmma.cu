@@ -7,15 +7,15 @@
 // Operand roles. wgmma multiplies an "A" operand (64 rows per warpgroup, from registers or shared
 // memory) by a "B" operand (BN rows, shared memory only), both K-major for .tf32 (there are no
 // transpose immediates for 32-bit types), and the tensor cores ignore the 13 low bits of each
-// fp32 value (truncation). The kernel computes D = P Q^T on a 128 x BN block tile, P (PR x K) in
+// fp32 value (truncation). The kernel computes D = P Q^T on a BM x BN block tile, P (PR x K) in
 // wgmma's A role and Q (QR x K) in its B role:
 // - SWAP = false: P = op(A), Q = op(B)^T, C[p][q] = D[p][q];
 // - SWAP = true:  P = op(B)^T, Q = op(A), C[q][p] = D[p][q] (C^T = B^T A^T), so that a row-major
 //   B (N-major, the common case) can be the register operand, whose transpose is free.
 // Where each comes from (template PSRC, QTMA):
 // - P: SRC_PACKED (the pack's rounded, swizzled K-major tiles, a bulk copy, wgmma A from shared
-//   memory), SRC_TMA_K (the user's K-major layout through a tensor map, 128 x 32 boxes with the
-//   128-byte swizzle) or SRC_TMA_MN (the user's MN-major layout: eight boxes of 16 rows x 32 k,
+//   memory), SRC_TMA_K (the user's K-major layout through a tensor map, BM x 32 boxes with the
+//   128-byte swizzle) or SRC_TMA_MN (the user's MN-major layout: BM / 16 boxes of 16 rows x 32 k,
 //   unswizzled, [k][row], so a warp's fragment loads are 256 contiguous bytes). In the two tensor
 //   map cases each consumer thread loads its wgmma A fragments from shared memory and rounds them
 //   (cvt.rna; the identity on values a rounding tensor map already rounded), wgmma A from registers.
@@ -27,7 +27,7 @@
 // 3xTF32 (SPLIT = 3) reads both operands packed (big and small parts, wgmma A from shared memory).
 //
 // The pack (gemm_wgmma_pack) writes an operand X (rows x K) rounded to TF32 (round to nearest,
-// ties away; NaN kept NaN) as contiguous tiles of R rows x 32 k (R = 128 for P, BN for Q):
+// ties away; NaN kept NaN) as contiguous tiles of R rows x 32 k (R = BM for P, BN for Q):
 //   packed[(batch, row tile, k tile)] = PARTS x (R x 32 floats), row r at byte r * 128, its
 //   16-byte chunk c stored at chunk position c ^ (r & 7),
 // which is exactly the canonical 128B-swizzled K-major layout once the tile is copied linearly to
@@ -36,11 +36,13 @@
 // row. PARTS = 1 (TF32): the rounded values. PARTS = 2 (3xTF32): the big parts, then the small
 // parts (split_tf32), each R x 32.
 //
-// Block: 128 x BN, k tile 32, 384 threads. Warpgroup 0 (producer): after setmaxnreg.dec, one
+// Block: BM x BN, k tile 32, 384 threads. Warpgroup 0 (producer): after setmaxnreg.dec, one
 // thread walks the same work units as the consumers, waits until a stage is empty, posts the
 // stage's byte count on its full barrier and issues the copies that complete on it. Warpgroups
-// 1 and 2 (consumers, setmaxnreg.inc): warpgroup w owns P rows 64(w-1) .. 64(w-1)+63 of the tile
-// and all BN columns.
+// 1 and 2 (consumers, setmaxnreg.inc): cooperative (BM = 128), warpgroup w owns P rows 64(w-1) ..
+// 64(w-1)+63 of the tile and all BN columns; ping-pong (PP), each takes every other work unit
+// whole (BM = 128: two 64-row slabs; BM = 64: one, which halves the unit, so that a partial last
+// wave idles less of the machine), and the two main loops take turns on the tensor cores.
 // - SPLIT = 1 (TF32): per k tile 4 x wgmma m64nBNk8 into one accumulator set, one commit group.
 //   P from shared memory: after issuing tile kt, wait until at most one group is pending (tile
 //   kt - 1 done) and release the stage of tile kt - 1. P from registers: a pending wgmma whose
@@ -389,7 +391,7 @@ __device__ __forceinline__ void load_p_fragments(float* f, const unsigned char* 
     }
 }
 
-// D = P Q^T per 128 x BN tile (module comment). Pp / Qp: packed operands (unused for operands read
+// D = P Q^T per BM x BN tile (module comment). Pp / Qp: packed operands (unused for operands read
 // through tmP / tmQ); PR / QR: rows of P and Q; strideP / strideQ: elements between the packed
 // batch entries (0: broadcast); tensor maps hold the launch's batch entries from its first
 // (coordinate = batch index of the unit), pBroadcast / qBroadcast: operands shared by every entry
@@ -403,7 +405,8 @@ __device__ __forceinline__ void load_p_fragments(float* f, const unsigned char* 
 // on Hopper run in clusters of 2 to 16). A stage may be refilled only when the consumers of both
 // blocks have released it: each consumer arrives on the empty barrier of both blocks. A block of
 // a pair whose P tile lies beyond PR still copies its half of Q and computes, storing nothing.
-template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP, int MINB, bool PP, int CM>
+template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP, int MINB, bool PP, int CM,
+          int BM>
 __device__ __forceinline__ void gemm_wgmma_body(
     const float* __restrict__ Pp, const float* __restrict__ Qp, float* __restrict__ C,
     const TmaDesc& tmP, const TmaDesc& tmQ, int PR, int QR, int K, int ldc, long long strideP,
@@ -420,16 +423,19 @@ __device__ __forceinline__ void gemm_wgmma_body(
     static_assert(MINB == 1 || (MINB == 2 && SPLIT == 1 && BN <= 128),
                   "two blocks per SM: TF32 with at most 64 accumulators per thread");
     static_assert(!PP || (SPLIT == 1 && BN == 128 && MINB == 1),
-                  "ping-pong: TF32, one 128 x 128 tile (128 accumulators) per consumer warpgroup");
+                  "ping-pong: TF32, one BM x 128 tile per consumer warpgroup");
+    static_assert(BM == 128 || (BM == 64 && PP),
+                  "block tiles of 128 rows (one 64-row slab per consumer warpgroup, or both slabs "
+                  "per ping-pong unit), or of 64 rows (one slab per ping-pong unit)");
     static_assert(CM == 1 || (CM == 2 && SPLIT == 1 && MINB == 1),
                   "clusters of two: TF32 kernels of one block per SM");
-    constexpr int BM = 128;
     constexpr int BK = 32;
     constexpr int PARTS = SPLIT == 3 ? 2 : 1;
     constexpr int NACC = BN / 2;  // f32 accumulators per thread of a 64 x BN warpgroup tile
     // 64-row slabs of the block tile each consumer warpgroup computes: its own (cooperative), or
-    // both (ping-pong: the whole tile, of every other work unit).
-    constexpr int SLABS = PP ? 2 : 1;
+    // all of them (ping-pong: the whole tile, of every other work unit; two for BM 128, one for
+    // BM 64).
+    constexpr int SLABS = PP ? BM / 64 : 1;
     constexpr u32 P_PART = BM * BK * 4;
     constexpr u32 Q_PART = BN * BK * 4;
     constexpr u32 P_BYTES = PARTS * P_PART;
@@ -704,7 +710,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
                 } else {
 #pragma unroll
                     for (int m = 0; m < SLABS; ++m) {
-                        // Ping-pong: both slabs of P, each into its own accumulators.
+                        // Ping-pong: every slab of P, each into its own accumulators.
                         const u64 da = smem_desc(stage + (PP ? m : cw) * (64 * 128) + kk * 32);
                         wgmma_step_ss<BN, HALVES>(d + m * NACC, da, qAddr + kk * 32);
                     }
@@ -966,7 +972,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
 // persistent, and gemm_wgmma_c2, the same in clusters of two blocks that share Q's tiles (CM
 // above).
 template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP, int MINB = 1,
-          bool PP = false>
+          bool PP = false, int BM = 128>
 __global__ void __launch_bounds__(384, MINB)
     gemm_wgmma(const float* __restrict__ Pp, const float* __restrict__ Qp, float* __restrict__ C,
                const __grid_constant__ TmaDesc tmP, const __grid_constant__ TmaDesc tmQ, int PR,
@@ -974,13 +980,13 @@ __global__ void __launch_bounds__(384, MINB)
                int pBroadcast, int qBroadcast, float alpha, float beta, int splits,
                int ktPerSplit, int nz, int vec, int groupM, long long tailFrom, int tailPieces,
                float* __restrict__ tailWs, unsigned int* __restrict__ tailCount) {
-    gemm_wgmma_body<BN, STAGES, SPLIT, PSRC, QTMA, SWAP, MINB, PP, 1>(
+    gemm_wgmma_body<BN, STAGES, SPLIT, PSRC, QTMA, SWAP, MINB, PP, 1, BM>(
         Pp, Qp, C, tmP, tmQ, PR, QR, K, ldc, strideP, strideQ, strideC, pBroadcast, qBroadcast,
         alpha, beta, splits, ktPerSplit, nz, vec, groupM, tailFrom, tailPieces, tailWs, tailCount);
 }
 
 template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP, int MINB = 1,
-          bool PP = false>
+          bool PP = false, int BM = 128>
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
     gemm_wgmma_c2(const float* __restrict__ Pp, const float* __restrict__ Qp, float* __restrict__ C,
                   const __grid_constant__ TmaDesc tmP, const __grid_constant__ TmaDesc tmQ, int PR,
@@ -988,7 +994,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
                   int pBroadcast, int qBroadcast, float alpha, float beta, int splits,
                   int ktPerSplit, int nz, int vec, int groupM, long long tailFrom,
                   int tailPieces, float* __restrict__ tailWs, unsigned int* __restrict__ tailCount) {
-    gemm_wgmma_body<BN, STAGES, SPLIT, PSRC, QTMA, SWAP, MINB, PP, 2>(
+    gemm_wgmma_body<BN, STAGES, SPLIT, PSRC, QTMA, SWAP, MINB, PP, 2, BM>(
         Pp, Qp, C, tmP, tmQ, PR, QR, K, ldc, strideP, strideQ, strideC, pBroadcast, qBroadcast,
         alpha, beta, splits, ktPerSplit, nz, vec, groupM, tailFrom, tailPieces, tailWs, tailCount);
 }

@@ -143,10 +143,10 @@ fn wgmma_kernels_compile_for_sm90a_without_spills() {
         .into_iter()
         .filter(|i| i.file == SourceFile::Wgmma)
         .collect();
-    // 7 operand layouts x 6 TF32 tiles (three cooperative, one ping-pong, and the 128x256 and
-    // ping-pong tiles in clusters of two), the two-blocks-per-SM tile (packed only), the 3xTF32
-    // kernel, 4 packs, the tensor-copy probe.
-    assert_eq!(hopper.len(), 42 + 1 + 1 + 4 + 1, "{hopper:?}");
+    // 7 operand layouts x 8 TF32 tiles (three cooperative, two ping-pong, and the 128x256 and
+    // both ping-pong tiles in clusters of two), the two-blocks-per-SM tile (packed only), the
+    // 3xTF32 kernel, 5 packs, the tensor-copy probe.
+    assert_eq!(hopper.len(), 56 + 1 + 1 + 5 + 1, "{hopper:?}");
     // Each GEMM kernel under its entry cap: 65536 registers over its blocks per SM x 384 threads,
     // rounded down to the allocation unit of 8 (168 for one block, 80 for two).
     let caps: Vec<(String, u32)> = plan::WGMMA_CONFIGS

@@ -128,8 +128,9 @@ impl Instantiation {
 /// or, for the `wgmma` families (whose kernel depends only on the tile, stages, products per
 /// step and the operands: P's source code, Q tensor-mapped, swapped),
 /// `gemm_wgmma<256,4,1,2,true,true>` (a configuration of two blocks per SM adds the count:
-/// `gemm_wgmma<128,3,1,2,true,true,2>`; clusters of two blocks name their own template:
-/// `gemm_wgmma_c2<256,4,1,2,true,true>`).
+/// `gemm_wgmma<128,3,1,2,true,true,2>`, a ping-pong configuration the flag and, for tiles of
+/// other than 128 rows, the rows: `gemm_wgmma<128,9,1,2,true,true,1,true,64>`; clusters of two
+/// blocks name their own template: `gemm_wgmma_c2<256,4,1,2,true,true>`).
 pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
     let file = match config.family {
         Family::Tf32 => SourceFile::Tf32,
@@ -150,7 +151,10 @@ pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
         // Blocks per SM, the template's next argument: left to its default (1) for the
         // one-block configurations, whose name expressions stay as they were, unless followed
         // by the ping-pong flag (`,1,true`).
-        let minb = if config.pingpong {
+        let minb = if config.pingpong && config.bm != 128 {
+            // The block tile's rows, the last argument (default 128).
+            format!(",{},true,{}", config.occupancy, config.bm)
+        } else if config.pingpong {
             format!(",{},true", config.occupancy)
         } else if config.wgmma_of_several_blocks() {
             format!(",{}", config.occupancy)
@@ -188,7 +192,7 @@ pub fn instantiation(config: &TileConfig, v: Variant) -> Instantiation {
     }
 }
 
-/// The operand pack kernel of a `wgmma` configuration: op(A) into 128-row tiles and op(B)^T into
+/// The operand pack kernel of a `wgmma` configuration: op(A) into `bm`-row tiles and op(B)^T into
 /// `bn`-row tiles, with the family's parts, e.g. `gemm_wgmma_pack<128,128,2>`.
 pub fn pack_instantiation(config: &TileConfig) -> Instantiation {
     Instantiation {
@@ -356,6 +360,23 @@ mod tests {
             pack_instantiation(&two),
             pack_instantiation(&WGMMA_CONFIGS[1])
         );
+        // Ping-pong: the flag; the 64-row tile also its rows, in one block or clusters of two.
+        let pp = crate::gemm::plan::config_by_name("wgmma_128x128_pp").unwrap();
+        assert_eq!(
+            instantiation(&pp, w).expr,
+            "gemm_wgmma<128,7,1,2,true,true,1,true>"
+        );
+        let half = crate::gemm::plan::config_by_name("wgmma_64x128_pp").unwrap();
+        assert_eq!(
+            instantiation(&half, w).expr,
+            "gemm_wgmma<128,9,1,2,true,true,1,true,64>"
+        );
+        let half_c2 = crate::gemm::plan::config_by_name("wgmma_64x128_pp_c2").unwrap();
+        assert_eq!(
+            instantiation(&half_c2, v).expr,
+            "gemm_wgmma_c2<128,9,1,0,false,false,1,true,64>"
+        );
+        assert_eq!(pack_instantiation(&half).expr, "gemm_wgmma_pack<64,128,1>");
         let all = all_instantiations(true);
         let mut exprs: Vec<&str> = all.iter().map(|i| i.expr.as_str()).collect();
         let n = exprs.len();

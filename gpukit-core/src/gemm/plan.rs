@@ -104,7 +104,7 @@ pub struct TileConfig {
     /// caps it further by the device's shared memory and threads per SM.
     pub occupancy: u32,
     /// `wgmma` families: the two consumer warpgroups take alternate work units, each the whole
-    /// `bm` x `bn` tile (two 64-row slabs), and their main loops take turns on the tensor cores,
+    /// `bm` x `bn` tile (its 64-row slabs: two, or one for `bm` 64), and their main loops take turns on the tensor cores,
     /// so that one's epilogue runs under the other's main loop (ping-pong); otherwise both
     /// consumers share each tile, one 64-row slab each (cooperative).
     pub pingpong: bool,
@@ -134,11 +134,11 @@ impl TileConfig {
         (pr.div_ceil(self.bm).div_ceil(cluster) * cluster) as u64 * qr.div_ceil(self.bn) as u64
     }
 
-    /// Threads per block (for the `wgmma` families: one producer warpgroup plus one consumer
-    /// warpgroup per `wm` rows).
+    /// Threads per block (for the `wgmma` families: one producer warpgroup plus two consumer
+    /// warpgroups, one per `wm` rows of the tile or, ping-pong, one per unit in flight).
     pub fn threads(&self) -> u32 {
         if self.family.is_wgmma() {
-            128 * (1 + self.bm / self.wm)
+            128 * 3
         } else {
             (self.bm / self.wm) * (self.bn / self.wn) * 32
         }
@@ -384,8 +384,24 @@ const WGMMA_128X128_PP: TileConfig = TileConfig {
     gflops_per_sm: 2200,
 };
 
+/// `wgmma_64x128_pp` (see [`WGMMA_CONFIGS`]); its clustered sibling differs in name and cluster.
+const WGMMA_64X128_PP: TileConfig = TileConfig {
+    name: "wgmma_64x128_pp",
+    family: Family::Wgmma,
+    bm: 64,
+    bn: 128,
+    bk: 32,
+    wm: 64,
+    wn: 128,
+    stages: 9,
+    occupancy: 1,
+    pingpong: true,
+    cluster: 1,
+    gflops_per_sm: 1900,
+};
+
 /// The Hopper `wgmma` TF32 configurations: 384 threads (a producer warpgroup and two consumer
-/// warpgroups of 64 x BN), k tile 32, one block per SM (168 registers per thread at entry) except
+/// warpgroups), k tile 32, one block per SM (168 registers per thread at entry) except
 /// `wgmma_128x128_2` (two).
 /// `gflops_per_sm` is the rate of the GEMM kernel alone (the pack is modelled separately).
 ///
@@ -426,7 +442,15 @@ const WGMMA_128X128_PP: TileConfig = TileConfig {
 ///   Measured on an H100 (2026-12-06, GEMM_NOTES.md version 10): 7-16 % ahead of the
 ///   cooperative 128x128 with packed operands at short K, the tuner's choice on five sweep
 ///   shapes, no gain with P from registers.
-pub const WGMMA_CONFIGS: [TileConfig; 7] = [
+/// - `wgmma_64x128_pp`, `wgmma_64x128_pp_c2` (version 14): the ping-pong tile halved along P,
+///   each consumer computing whole 64 x 128 units (one m64n128 wgmma per k8 step, 64
+///   accumulators per thread), 9 stages of 24 KB (217 KB with the slack). cuBLAS runs this tile
+///   (in clusters of 8 and 16) where a partial last wave of 128-row tiles idles much of the
+///   machine (2500x2500x500: 400 units of 128x128 on 132 SMs take four rounds for 3.03 waves of
+///   work; 800 units of 64x128 take seven for 6.06). A unit moves 1.5 times the operand bytes
+///   per flop of the 128 x 128 (more so without a cluster), so it is planned below that tile's
+///   rate: 1900 per SM (an estimate) until measured; the autotuner times it.
+pub const WGMMA_CONFIGS: [TileConfig; 9] = [
     WGMMA_128X256,
     TileConfig {
         name: "wgmma_128x128",
@@ -480,6 +504,12 @@ pub const WGMMA_CONFIGS: [TileConfig; 7] = [
         name: "wgmma_128x128_pp_c2",
         cluster: 2,
         ..WGMMA_128X128_PP
+    },
+    WGMMA_64X128_PP,
+    TileConfig {
+        name: "wgmma_64x128_pp_c2",
+        cluster: 2,
+        ..WGMMA_64X128_PP
     },
 ];
 
@@ -930,7 +960,10 @@ pub fn estimate_with_tail(
         waves = (blocks / slots) as f64 + tail_cost_kt(pieces, nkt) / nkt as f64;
     }
     let tile_flops = 2.0 * config.bm as f64 * config.bn as f64 * per.max(1) as f64;
-    let per_sm = if config.family == Family::Wgmma && config.bn == 128 && *ops == Operands::PACKED {
+    let per_sm = if config.family == Family::Wgmma
+        && (config.bm, config.bn) == (128, 128)
+        && *ops == Operands::PACKED
+    {
         // Both operands packed (bulk copies of whole tiles): the 128x128 tile keeps its rate.
         WGMMA_128X128_PACKED_GFLOPS
     } else {
@@ -2030,5 +2063,44 @@ pub(crate) mod tests {
             WGMMA3_CONFIGS[0].smem_bytes(false, false),
             3 * 64 * 1024 + 1024
         );
+    }
+
+    /// The 64-row ping-pong tiles (version 14): twice the units of the 128-row tile (800 at
+    /// 2500x2500x500), a 384-thread block of 9 stages of 24 KB, persistent grids only, and in
+    /// the tuner's first stage on the two shapes whose partial last wave they exist for.
+    #[test]
+    fn the_64_row_ping_pong_tile_halves_the_units_and_reaches_the_tuner() {
+        let d = h200();
+        let half = config_by_name("wgmma_64x128_pp").unwrap();
+        let whole = config_by_name("wgmma_128x128_pp").unwrap();
+        let p = Problem::shape(2500, 2500, 500, 1);
+        assert_eq!(half.blocks_per_slice(&p, &Operands::PACKED), 40 * 20);
+        assert_eq!(whole.blocks_per_slice(&p, &Operands::PACKED), 20 * 20);
+        assert_eq!((half.threads(), half.stages), (384, 9));
+        assert_eq!(half.smem_bytes(false, false), 9 * 24 * 1024 + 1024);
+        for p in [
+            Problem::shape(2500, 2500, 500, 1),
+            Problem::shape(768, 768, 768, 8),
+        ] {
+            let all = enumerate(Precision::Tf32, &p, &d, &auto()).unwrap();
+            for name in ["wgmma_64x128_pp", "wgmma_64x128_pp_c2"] {
+                let mine: Vec<&Plan> = all.iter().filter(|q| q.config.name == name).collect();
+                assert!(!mine.is_empty(), "{name} {p:?}");
+                assert!(mine.iter().all(|q| q.max_blocks > 0), "{name} {p:?}");
+            }
+            let model = choose(Precision::Tf32, &p, &d, &auto()).unwrap();
+            let stage = super::super::tune::stage_one(&model, &all);
+            assert!(
+                stage.iter().any(|q| q.config.name == "wgmma_64x128_pp"),
+                "{p:?}: {stage:?}"
+            );
+        }
+        // Units of one wave (32, one k tile: no split) would leave each block's second
+        // consumer idle: no such plan.
+        let one_wave = Problem::shape(512, 512, 32, 1);
+        let all = enumerate(Precision::Tf32, &one_wave, &d, &auto()).unwrap();
+        assert!(all
+            .iter()
+            .all(|q| !q.config.name.starts_with("wgmma_64x128")));
     }
 }
