@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# 2026-12-07, twelfth session (issue 23): the 64-row ping-pong tile's first run (bundle of its
+# commit, `tools/gpu/bundle.sh`), in two calls on one warm machine:
+#   phase 1 (about 380 s): every GPU test of the bundle with GPUKIT_REQUIRE_GPU=1
+#     (final_tests.sh: gemm_gpu's tests run the new tiles in every layout, tails included);
+#     gemm_bench --quick --paired (cuBLAS TF32 and ours alternating, the tuner measuring afresh);
+#     gemm_bench --configs --only the four ping-pong tiles at the two misses (tuner off);
+#   phase 2 (about 250 s): the full gemm_bench; then session_ad's question (gemm_bench of
+#     f4a111f and of 8a112d9, new / old / new, from .gpu-bundle-small.tar.xz).
+#   tar xJf .gpu-bundle.tar.xz && tar xJf .gpu-bundle-small.tar.xz && OUT=$OUT bash tools/gpu/session_ae.sh 1
+set -u
+PH=${1:-1}
+OUT=${OUT:-/tmp/session-ae}; mkdir -p "$OUT"
+here=$(dirname "$0")
+B=.gpu-bundle
+T0=$SECONDS
+el() { echo $((SECONDS - T0)); }
+echo "host $(hostname) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+fresh_cache() { export GPUKIT_CACHE_DIR=$(mktemp -d); cp -r "$B/kcache"/. "$GPUKIT_CACHE_DIR"/; chmod -R go-rwx "$GPUKIT_CACHE_DIR"; }
+if [ "$PH" = 1 ]; then
+  OUT=$OUT/tests timeout 330 bash "$here/final_tests.sh" > "$OUT/final_tests.log" 2>&1
+  echo "== final_tests rc $? ($(el) s)"
+  tail -n 45 "$OUT/final_tests.log" | cut -c1-220
+  (cd "$OUT/tests" && tar cJf ../tests_logs.tar.xz logs 2> /dev/null)
+  SH="4096,4096,4096;8192,8192,8192;4096,4096,256;2500,2500,500;8,768,768,768;1000,1000,1000;3000,3000,3000;1500,1500,300"
+  fresh_cache
+  echo "== paired ($(el) s)"
+  timeout 75 "$B/examples/gemm_bench" --quick --paired --shapes "$SH" > "$OUT/paired.log" 2>&1
+  echo "  rc $?"
+  grep -E "^paired" "$OUT/paired.log" | sed 's/(medians of 25 alternating samples)//' | cut -c1-200
+  fresh_cache
+  echo "== configs ($(el) s)"
+  GPUKIT_GEMM_TUNE=off timeout 60 "$B/examples/gemm_bench" --quick --configs \
+    --only wgmma_128x128_pp,wgmma_128x128_pp_c2,wgmma_64x128_pp,wgmma_64x128_pp_c2 --plan-has pers \
+    --shapes "2500,2500,500;8,768,768,768" > "$OUT/configs.log" 2>&1
+  echo "  rc $?"
+  grep -E "^config|^\| " "$OUT/configs.log" | cut -c1-170 | head -80
+else
+  fresh_cache
+  echo "== gemm_bench ($(el) s)"
+  OUT=$OUT timeout 150 "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
+  echo "  rc $?"
+  grep -E "^\| (2500x2500x500|8x 768|4096x4096x4096 \||8192x8192x8192 \||4096x4096x256 \|)" "$OUT/gemm_bench.log" | cut -c1-250
+  grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -c1-400
+  [ -d .gpu-bundle-small ] && timeout 100 bash "$here/session_ad.sh"
+fi
+(cd "$OUT" && tar cJf logs_$PH.tar.xz --exclude='*.tar.xz' --exclude=tests --exclude=gemm_bench.tsv . 2> /dev/null)
+echo "total $(el) s"
