@@ -9,13 +9,9 @@
 #   4. the full gemm_bench with what time is left (it ends by BENCH_END s, default 255).
 #   tar xJf .gpu-bundle.tar.xz && OUT=$OUT bash tools/gpu/session_ac.sh
 set -u
-OUT=${OUT:-/tmp/session-ac}; mkdir -p "$OUT/logs"
+OUT=${OUT:-/tmp/session-ac}
 here=$(dirname "$0")
-B=.gpu-bundle
-T0=$SECONDS
-el() { echo $((SECONDS - T0)); }
-echo "host $(hostname) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
-fresh_cache() { export GPUKIT_CACHE_DIR=$(mktemp -d); cp -r "$B/kcache"/. "$GPUKIT_CACHE_DIR"/; chmod -R go-rwx "$GPUKIT_CACHE_DIR"; }
+. "$here/gemm_session.sh"
 GG=$B/tests/gpukit-core.gemm_gpu.test
 fresh_cache
 GPUKIT_REQUIRE_GPU=1 timeout 70 "$GG" --exact tail_pieces_of_the_last_wave_sum_like_whole_tiles --nocapture > "$OUT/tail_test.log" 2>&1
@@ -24,19 +20,7 @@ echo "== tail test rc $rc ($(el) s): $(grep -c 'pieces per tail tile' "$OUT/tail
 grep -E "panicked|error" "$OUT/tail_test.log" | head -5 | cut -c1-300
 TAIL=on; [ $rc -ne 0 ] && TAIL=off
 # 2. gemm_gpu, one process per test (each its own copy of the prewarmed cache), and pytest
-for t in $("$GG" --list 2>/dev/null | sed -n 's/: test$//p'); do
-  (fresh_cache; GPUKIT_REQUIRE_GPU=1 timeout 130 "$GG" --exact "$t" > "$OUT/logs/$t.log" 2>&1; echo "$t rc=$?" >> "$OUT/logs/rc.txt") &
-done
-(python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpukit-site "$B"/wheels/*.whl \
-  && cd gpukit-python/tests && PYTHONPATH=/tmp/gpukit-site PATH=/tmp/gpukit-site/bin:$PATH GPUKIT_REQUIRE_GPU=1 \
-  timeout 120 python3 -m pytest -q -rs -p no:cacheprovider --timeout 100 --hypothesis-seed=0 . > "$OUT/pytest.log" 2>&1) &
-wait
-awk '{print $2}' "$OUT/logs/rc.txt" | sort | uniq -c
-grep -v "rc=0" "$OUT/logs/rc.txt" | head
-cat "$OUT"/logs/*.log | sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' | awk '{p+=$1; f+=$2} END {print "gemm_gpu: " p " passed, " f " failed"}'
-grep -h -A8 "panicked at" "$OUT"/logs/*.log | cut -c1-300 | head -20
-echo "pytest: $(tail -1 "$OUT/pytest.log")"; grep -E "^SKIPPED|^FAILED" "$OUT/pytest.log" | head -5 | cut -c1-200
-echo "== tests done ($(el) s)"
+gemm_tests 130
 SH="4096,4096,4096;8192,8192,8192;4096,4096,256;2500,2500,500;8,768,768,768;1000,1000,1000"
 TS="off on"; [ $TAIL = off ] && TS=off
 for t in $TS; do

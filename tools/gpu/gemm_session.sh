@@ -1,0 +1,40 @@
+# Sourced by the GEMM session scripts (session_ad, session_ae): the bundle (B, default
+# .gpu-bundle), the output folder (OUT), the start time T0 and `el` (seconds since), a line naming
+# the host and its GPU; `fresh_cache [DIR]` points GPUKIT_CACHE_DIR at a private copy of a
+# prewarmed kernel cache (default $B/kcache), so that each process tunes afresh but compiles
+# nothing; `paired LOG BIN SHAPES` runs `BIN --quick --paired --shapes SHAPES` (cuBLAS TF32 and
+# ours in alternating samples) into LOG and prints its paired lines.
+B=${B:-.gpu-bundle}
+OUT=${OUT:-/tmp/gemm-session}; mkdir -p "$OUT"
+T0=$SECONDS
+el() { echo $((SECONDS - T0)); }
+echo "host $(hostname) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+fresh_cache() {
+  export GPUKIT_CACHE_DIR=$(mktemp -d)
+  cp -r "${1:-$B/kcache}"/. "$GPUKIT_CACHE_DIR"/
+  chmod -R go-rwx "$GPUKIT_CACHE_DIR"
+}
+paired() { # log bin shapes
+  timeout 75 "$2" --quick --paired --shapes "$3" > "$1" 2>&1
+  echo "  rc $?"
+  grep -E "^paired" "$1" | sed 's/(medians of 25 alternating samples)//; s/^paired //' | cut -c1-190
+}
+gemm_tests() { # limit: every gemm_gpu test of the bundle in a process of its own (each with its
+  # own copy of the cache) and the wheel's pytest suite, in parallel, GPUKIT_REQUIRE_GPU=1;
+  # logs under $OUT/logs, then one summary line each
+  local GG=$B/tests/gpukit-core.gemm_gpu.test t
+  mkdir -p "$OUT/logs"
+  for t in $("$GG" --list 2>/dev/null | sed -n 's/: test$//p'); do
+    (fresh_cache; GPUKIT_REQUIRE_GPU=1 timeout "$1" "$GG" --exact "$t" > "$OUT/logs/$t.log" 2>&1; echo "$t rc=$?" >> "$OUT/logs/rc.txt") &
+  done
+  (python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpukit-site "$B"/wheels/*.whl \
+    && cd gpukit-python/tests && PYTHONPATH=/tmp/gpukit-site PATH=/tmp/gpukit-site/bin:$PATH GPUKIT_REQUIRE_GPU=1 \
+    timeout 120 python3 -m pytest -q -rs -p no:cacheprovider --timeout 100 --hypothesis-seed=0 . > "$OUT/pytest.log" 2>&1) &
+  wait
+  awk '{print $2}' "$OUT/logs/rc.txt" | sort | uniq -c
+  grep -v "rc=0" "$OUT/logs/rc.txt" | head
+  cat "$OUT"/logs/*.log | sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' | awk '{p+=$1; f+=$2} END {print "gemm_gpu: " p " passed, " f " failed"}'
+  grep -h -A8 "panicked at" "$OUT"/logs/*.log | cut -c1-300 | head -20
+  echo "pytest: $(tail -1 "$OUT/pytest.log")"; grep -E "^SKIPPED|^FAILED" "$OUT/pytest.log" | head -5 | cut -c1-200
+  echo "== tests done ($(el) s)"
+}
