@@ -449,7 +449,10 @@ const WGMMA_64X128_PP: TileConfig = TileConfig {
 ///   machine (2500x2500x500: 400 units of 128x128 on 132 SMs take four rounds for 3.03 waves of
 ///   work; 800 units of 64x128 take seven for 6.06). A unit moves 1.5 times the operand bytes
 ///   per flop of the 128 x 128 (more so without a cluster), so it is planned below that tile's
-///   rate: 1900 per SM (an estimate) until measured; the autotuner times it.
+///   rate: 1900 per SM (an estimate); the autotuner times it. Measured on an H100 (2026-12-07,
+///   GEMM_NOTES.md version 14): correct in every layout, but 7-13 % slower than the 128-row
+///   ping-pong tile at 2500x2500x500 and 8 x 768^3 (the partial wave was not their loss); the
+///   tuner's choice on four mid-size sweep shapes, 1-8 % ahead of the plans it took before.
 pub const WGMMA_CONFIGS: [TileConfig; 9] = [
     WGMMA_128X256,
     TileConfig {
