@@ -25,7 +25,7 @@ for plan in "pers:packed" "P:k Q:pack pers:pk"; do
   has=${plan%%:*}; tag=${plan##*:}
   [ "$has" = pers ] && has="wgmma_128x128_pp s1 pers"
   echo "== 2. ncu $has ($(el) s)"
-  GPUKIT_GEMM_TUNE=off timeout 120 $NCU -k regex:'gemm_wgmma' --launch-skip 4 --launch-count 2 -o "$OUT/$tag" -f \
+  GPUKIT_GEMM_TUNE=off timeout 120 $NCU -k regex:'gemm_wgmma<.int.128, .int.7|gemm_wgmma_pack' --launch-skip 2 --launch-count 2 -o "$OUT/$tag" -f \
     "$B/examples/gemm_bench" --quick --configs --only wgmma_128x128_pp --plan-has "$has" --shapes 2500,2500,500 \
     > "$OUT/$tag.run.txt" 2>&1
   echo "  rc $?"
