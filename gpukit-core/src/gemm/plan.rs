@@ -104,9 +104,9 @@ pub struct TileConfig {
     /// caps it further by the device's shared memory and threads per SM.
     pub occupancy: u32,
     /// `wgmma` families: the two consumer warpgroups take alternate work units, each the whole
-    /// `bm` x `bn` tile (its 64-row slabs: two, or one for `bm` 64), and their main loops take turns on the tensor cores,
-    /// so that one's epilogue runs under the other's main loop (ping-pong); otherwise both
-    /// consumers share each tile, one 64-row slab each (cooperative).
+    /// `bm` x `bn` tile (its 64-row slabs: two, or one for `bm` 64), and their main loops take
+    /// turns on the tensor cores, so that one's epilogue runs under the other's main loop
+    /// (ping-pong); otherwise both consumers share each tile, one 64-row slab each (cooperative).
     pub pingpong: bool,
     /// `wgmma` TF32 families: blocks per thread-block cluster (1, or 2: the two blocks of a
     /// cluster compute neighbouring P tiles beside one Q tile, each copies half of that Q tile

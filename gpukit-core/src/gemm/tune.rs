@@ -645,11 +645,12 @@ pub(super) fn count_unwritten() {
 /// pick for it) and 148.5 with both operands packed, the fastest plan of the shape, which the
 /// tuner then never timed. That first pass ranks whole-tile plans only ([`Plan::tail`] plans are
 /// the model's guess). Slots left then go, in the same order, to each of those plans'
-/// second-best split factor or tail choice (same configuration and operands): the model's split choice is
-/// the other thing it ranks least reliably where a few hundred blocks meet the SM count (at
-/// 192x160x32768 FP32 it put `sgemm_64x64` s64 first and s48 16 % behind; the H100 ran s48 at
-/// 20.3 TFLOP/s, 17 % faster than the plan the tuner kept, and the second stage, which explores
-/// split neighbours of its winner and of a runner-up within [`RUNNER_UP`] only, never timed it).
+/// second-best split factor or tail choice (same configuration and operands): the model's
+/// split choice is the other thing it ranks least reliably where a few hundred blocks meet the
+/// SM count (at 192x160x32768 FP32 it put `sgemm_64x64` s64 first and s48 16 % behind; the
+/// H100 ran s48 at 20.3 TFLOP/s, 17 % faster than the plan the tuner kept, and the second
+/// stage, which explores split neighbours of its winner and of a runner-up within
+/// [`RUNNER_UP`] only, never timed it).
 pub fn stage_one(model: &Plan, all: &[Plan]) -> Vec<Plan> {
     // The first pass ranks whole-tile plans only: a tail's price is the model's guess (the
     // second pass and the second stage time the tail twins).
