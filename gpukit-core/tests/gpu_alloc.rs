@@ -373,3 +373,35 @@ fn retired_streams_are_never_waited_for() {
     al.empty_cache().unwrap();
     assert!(al.release_stream(&hung).unwrap());
 }
+
+/// `DeviceBuffer::zero_async` (the one zeroing path of `GpuArray::zeros`, the GEMM tuner's
+/// scratch and the GEMM tail's counters): a prefix zeroed on another stream is ordered after the
+/// buffer's writer and before the copy back, the bytes beyond it are kept, and a length past the
+/// buffer is an error that touches nothing.
+#[test]
+fn zeroing_a_prefix_on_another_stream() {
+    let Some(dev) = device("zeroing_a_prefix_on_another_stream") else {
+        return;
+    };
+    let _g = SERIAL.lock();
+    let n = 1 << 20;
+    let a = GpuArray::<f32>::full(&dev, &[n], 1.1).unwrap();
+    let s2 = dev.new_stream(0).unwrap();
+    let buf = a.buffer();
+    let too_long = buf.zero_async(buf.len_bytes() + 1, &s2);
+    assert!(
+        matches!(too_long, Err(Error::InvalidArgument { .. })),
+        "{too_long:?}"
+    );
+    // 6 bytes past a whole number of elements: the next element loses its two low bytes.
+    let k = 3 * n / 4;
+    buf.zero_async(4 * k + 2, &s2).unwrap();
+    let v = a.to_vec().unwrap();
+    assert!(v[..k].iter().all(|&x| x == 0.0));
+    // 1.1f32 is 0x3f8ccccd: its two low bytes are not zero before.
+    assert_eq!(v[k].to_bits(), 1.1f32.to_bits() & 0xffff_0000);
+    assert!(v[k + 1..].iter().all(|&x| x == 1.1));
+    buf.zero_async(0, &s2).unwrap();
+    let z = GpuArray::<f32>::zeros(&dev, &[n + 3]).unwrap();
+    assert!(z.to_vec().unwrap().iter().all(|&x| x.to_bits() == 0));
+}

@@ -896,6 +896,46 @@ impl DeviceBuffer {
             self.record_stream(stream);
         }
     }
+    /// Queues on `stream` the zeroing of the buffer's first `bytes` bytes (`bytes` at most
+    /// [`len_bytes`](Self::len_bytes)), ordered after the buffer's other uses as
+    /// [`use_on`](Self::use_on) orders them. `stream` must belong to the buffer's device.
+    pub fn zero_async(&self, bytes: usize, stream: &Stream) -> Result<()> {
+        if bytes > self.len {
+            return Err(Error::invalid(
+                "memory",
+                format!(
+                    "cannot zero {bytes} bytes of a {}-byte buffer; pass at most its length",
+                    self.len
+                ),
+            ));
+        }
+        let ctx = stream.cuda().context();
+        if ctx.ordinal() != self.device_ordinal() {
+            return Err(Error::invalid(
+                "memory",
+                format!(
+                    "the buffer lives on device {} but the stream belongs to device {}; zero it \
+                     on a stream of its own device",
+                    self.device_ordinal(),
+                    ctx.ordinal()
+                ),
+            ));
+        }
+        if bytes == 0 {
+            return Ok(());
+        }
+        ctx.bind_to_thread().ctx("binding the context")?;
+        self.use_on(stream);
+        // SAFETY: `[ptr, ptr + bytes)` lies inside this live block (checked above), which
+        // `self` keeps out of the pool; `stream` belongs to the block's device (checked above)
+        // and its context is current on this thread; `use_on` ordered `stream` after the
+        // block's other uses and made its reuse wait for `stream`, so the memset neither races
+        // earlier work nor outlives the block's ownership.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(self.ptr, 0, bytes, stream.cuda().cu_stream())
+        }
+        .ctx("zeroing device memory")
+    }
     /// The stream that used the buffer last ([`use_on`](Self::use_on)): its queue ends after
     /// every use queued so far.
     pub fn last_user(&self) -> Stream {

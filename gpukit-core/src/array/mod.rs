@@ -35,7 +35,7 @@ pub use scan::ScanOp;
 use crate::alloc::{current_owner, DeviceBuffer};
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::error::{DriverContext, Error, Result};
+use crate::error::{Error, Result};
 use crate::kernels::{self, KernelFile};
 use crate::shape;
 use crate::stream::Stream;
@@ -108,19 +108,7 @@ impl<T: DType> GpuArray<T> {
         let stream = dev.stream();
         let a = Self::alloc_on(dev, shape, &stream)?;
         let bytes = a.len() * std::mem::size_of::<T>();
-        if bytes > 0 {
-            dev.context().bind_to_thread().ctx("binding the context")?;
-            // SAFETY: the buffer holds `bytes` bytes and is ordered on `stream`.
-            unsafe {
-                cudarc::driver::result::memset_d8_async(
-                    a.buf.ptr(),
-                    0,
-                    bytes,
-                    stream.cuda().cu_stream(),
-                )
-            }
-            .ctx("zeroing device memory")?;
-        }
+        a.buf.zero_async(bytes, &stream)?;
         Ok(a)
     }
 

@@ -556,15 +556,7 @@ impl<'a> GpuTimer<'a> {
         let Ok(scratch) = dev.allocator().alloc_for(&owner, bytes, stream) else {
             return Ok(None);
         };
-        // SAFETY: `scratch` is this call's allocation of `bytes` bytes, ordered on `stream`.
-        let zeroed = unsafe {
-            gpukit_jit::cudarc::driver::result::memset_d8_async(
-                scratch.ptr(),
-                0,
-                bytes,
-                stream.cuda().cu_stream(),
-            )
-        };
+        let zeroed = scratch.zero_async(bytes, stream);
         if zeroed.is_err() {
             return Ok(None);
         }

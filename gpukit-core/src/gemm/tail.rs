@@ -11,7 +11,7 @@
 use super::plan::{self, TileConfig};
 use crate::alloc::{current_owner, DeviceBuffer};
 use crate::device::Device;
-use crate::error::{DriverContext, Error, Result};
+use crate::error::{Error, Result};
 use crate::stream::Stream;
 
 /// Bytes before the slots: the counters, rounded up so that the slots are 16-byte aligned.
@@ -73,18 +73,8 @@ impl Tail {
             )
         })?;
         let buf = dev.allocator().alloc_for(&current_owner(), len, stream)?;
-        // SAFETY: `buf` is this call's live allocation of `len >= head` bytes on `stream`'s
-        // device; the memset is ordered on `stream` before the kernel that reads the counters,
-        // and the buffer returns to the allocator only in stream order after that kernel.
-        unsafe {
-            gpukit_jit::cudarc::driver::result::memset_d8_async(
-                buf.ptr(),
-                0,
-                head as usize,
-                stream.cuda().cu_stream(),
-            )
-        }
-        .ctx("zeroing the GEMM tail's counters")?;
+        // The counters are ordered on `stream` before the kernel that reads them.
+        buf.zero_async(head as usize, stream)?;
         Ok(Tail {
             counters: buf.ptr(),
             slots: buf.ptr() + head,
