@@ -50,7 +50,8 @@
 //! Columns: "ours FP32" is `Precision::Fp32` as the library runs it (on Hopper: 3xTF32 for the
 //! shapes the planner finds faster, else SIMT), "ours TF32" `Precision::Tf32`. Plan names:
 //! configuration, `sN` K slices, the `wgmma` operands (`swap`: P = op(B)^T; `P:k` / `P:mn` read
-//! through a tensor map, `Q:tma` through a rounding tensor map, `pack` packed first), `pers` a
+//! through a tensor map into registers, `P:ks` through a rounding tensor map straight to wgmma,
+//! `Q:tma` through a rounding tensor map, `pack` packed first), `pers` a
 //! persistent grid. Progress is printed per shape; with `OUT` set the rows are also written to
 //! `$OUT/gemm_bench.tsv`. The whole default run is sized for about 4 minutes on an H200
 //! (`--quick`: about 1).

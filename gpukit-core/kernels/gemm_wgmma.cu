@@ -19,6 +19,9 @@
 //   unswizzled, [k][row], so a warp's fragment loads are 256 contiguous bytes). In the two tensor
 //   map cases each consumer thread loads its wgmma A fragments from shared memory and rounds them
 //   (cvt.rna; the identity on values a rounding tensor map already rounded), wgmma A from registers.
+//   SRC_TMA_KS: the user's K-major layout through a rounding tensor map (as Q's below), whose
+//   BM x 32 boxes with the 128-byte swizzle land in the packed tile's layout, so that wgmma reads
+//   A from shared memory as for SRC_PACKED (no pack, no fragment loads).
 // - Q: the pack's tiles (bulk copy), or (QTMA) the user's K-major layout through a tensor map of
 //   type TFLOAT32: the copy engine rounds every value to TF32 (round to nearest even, NaN and
 //   infinity kept) on its way into shared memory, which the host checks once per device
@@ -296,6 +299,7 @@ __device__ __forceinline__ void store_slab(float* r0, float* r1, int ldc, const 
 #define SRC_PACKED 0
 #define SRC_TMA_K 1
 #define SRC_TMA_MN 2
+#define SRC_TMA_KS 3
 
 // A work unit: block tile (tp, tq) of output slice z (batch entry bIdx), k tiles ktBegin ..
 // ktBegin + nk; a piece of a tail tile (below) also names the tile's slot and its piece index.
@@ -420,6 +424,9 @@ __device__ __forceinline__ void gemm_wgmma_body(
     static_assert(SPLIT == 1 || (PSRC == SRC_PACKED && !QTMA), "3xTF32 reads packed operands");
     static_assert(!SWAP || PSRC == SRC_TMA_MN, "a swapped product reads the MN-major B as P");
     static_assert(!QTMA || PSRC != SRC_PACKED, "a tensor-mapped Q comes with a tensor-mapped P");
+    static_assert(PSRC != SRC_TMA_KS || !SWAP, "P read as K-major boxes by wgmma: not swapped");
+    // P in registers (the fragment loads) or in shared memory (wgmma's descriptor).
+    constexpr bool P_REGS = PSRC == SRC_TMA_K || PSRC == SRC_TMA_MN;
     static_assert(MINB == 1 || (MINB == 2 && SPLIT == 1 && BN <= 128),
                   "two blocks per SM: TF32 with at most 64 accumulators per thread");
     static_assert(!PP || (SPLIT == 1 && BN == 128 && MINB == 1),
@@ -548,7 +555,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
                     const u32 fb = smem_addr(&full[s]);
                     const u32 dst = base + s * STAGE_BYTES;
                     mbar_arrive_expect_tx(fb, bytes);
-                    if (PSRC == SRC_TMA_K) {
+                    if (PSRC == SRC_TMA_K || PSRC == SRC_TMA_KS) {
                         if (pIn) tma_g2s_3d(dst, &tmP, kt * BK, p0, zp, fb);
                     } else if (PSRC == SRC_TMA_MN) {
                         for (int b = 0; b < boxes; ++b)
@@ -627,7 +634,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
 #pragma unroll
     for (int i = 0; i < SLABS * NACC; ++i) d[i] = 0.0f;
 
-    if (SPLIT == 1 && PSRC != SRC_PACKED && (PP || BN != 128)) {
+    if (SPLIT == 1 && P_REGS && (PP || BN != 128)) {
         // P from registers: the fragments are double-buffered (fa, fb): tile i's wgmma run while
         // tile i + 1's fragments are loaded into the set that tile i - 1 (retired by wait<1>)
         // used, so that a warpgroup always has a group queued on the tensor cores (ping-pong:
@@ -695,7 +702,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
             mbar_wait(smem_addr(&full[s]), phase);
             const u32 stage = base + s * STAGE_BYTES;
             const u32 qAddr = stage + P_BYTES;
-            if (PSRC != SRC_PACKED) {
+            if (P_REGS) {
                 float f[16];
                 load_p_fragments<PSRC>(f, smem_raw + (stage - raw), cw, q, g, t);
 #pragma unroll
@@ -705,7 +712,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 8; ++kk) {
-                if (PSRC != SRC_PACKED) {
+                if (P_REGS) {
                     wgmma_step_rs<BN, HALVES>(d, &af[4 * kk], qAddr + kk * 32);
                 } else {
 #pragma unroll
@@ -718,7 +725,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
             }
             wgmma_commit();
             fence_regs<SLABS * NACC>(d);
-            if (PSRC != SRC_PACKED) {
+            if (P_REGS) {
                 // Retire this tile before the next one rewrites the fragments (see the top).
                 wgmma_wait<0>();
                 fence_regs<SLABS * NACC>(d);
@@ -742,7 +749,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
         fence_regs<SLABS * NACC>(d);
         // The last stage of the unit (shared-memory P): release it too, the producer may already
         // be waiting for it with the next unit's tiles.
-        if (PSRC == SRC_PACKED && w.nk > 0 && leader) release(prev);
+        if (!P_REGS && w.nk > 0 && leader) release(prev);
     } else {
         // 3xTF32: stage = [P big | P small | Q big | Q small].
         float x[NACC];

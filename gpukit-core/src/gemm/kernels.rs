@@ -345,9 +345,9 @@ mod tests {
             "gemm_wgmma_pack<128,256,1>"
         );
         assert_eq!(variants_of(&TF32_CONFIGS[0]).len(), 8);
-        // Packed; P K-major with Q packed or mapped; P MN-major (either role) with Q packed or
-        // mapped, swapped or not.
-        assert_eq!(variants_of(&WGMMA_CONFIGS[1]).len(), 7);
+        // Packed; P K-major, into registers or read by wgmma from shared memory, with Q packed
+        // or mapped; P MN-major (either role) with Q packed or mapped, swapped or not.
+        assert_eq!(variants_of(&WGMMA_CONFIGS[1]).len(), 9);
         assert_eq!(variants_of(&WGMMA3_CONFIGS[0]).len(), 1);
         // The two-blocks-per-SM tile: packed only, its block count the last template argument.
         let two = crate::gemm::plan::config_by_name("wgmma_128x128_2").unwrap();

@@ -786,7 +786,8 @@ fn check_operands(dev: &Device, g: &RawGemm, cfg: &TileConfig, ops: &Operands) -
     let problem = Problem::of(g);
     let paths = Paths {
         tma: true,
-        tma_rounding: ops.q_tma && tma::tensor_copies_round(dev)?.rounds,
+        tma_rounding: (ops.q_tma || ops.p == Source::TmaKMajorShared)
+            && tma::tensor_copies_round(dev)?.rounds,
         ..Paths::default()
     };
     if plan::config_operand_choices(cfg, &problem, &paths).contains(ops) {
@@ -1090,6 +1091,8 @@ fn tensor_maps(
         Source::Packed => None,
         Source::TmaKMajor => Some(tma::kmajor_map(p, cfg.bm, p_rounding)?),
         Source::TmaMnMajor => Some(tma::mnmajor_map(p, p_rounding)?),
+        // wgmma reads these boxes as they land: the map must round (check_operands).
+        Source::TmaKMajorShared => Some(tma::kmajor_map(p, cfg.bm, Rounding::Tf32)?),
     };
     // A cluster's blocks each copy their share of Q's tile (multicast to all of them): boxes of
     // bn / cluster rows.

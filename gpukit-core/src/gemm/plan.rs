@@ -571,6 +571,11 @@ pub enum Source {
     /// The user's MN-major layout through a tensor map (the transpose happens in the fragment
     /// loads); fragments rounded in registers.
     TmaMnMajor,
+    /// The user's K-major layout through a rounding (TFLOAT32) tensor map, whose swizzled boxes
+    /// land in the packed tiles' layout: wgmma reads P from shared memory as for
+    /// [`Source::Packed`], with neither a pack nor fragment loads (needs
+    /// [`Paths::tma_rounding`]).
+    TmaKMajorShared,
 }
 
 impl Source {
@@ -580,7 +585,13 @@ impl Source {
             Source::Packed => 0,
             Source::TmaKMajor => 1,
             Source::TmaMnMajor => 2,
+            Source::TmaKMajorShared => 3,
         }
+    }
+
+    /// Whether the kernel loads P's wgmma fragments into registers (and rounds them there).
+    pub fn in_registers(self) -> bool {
+        matches!(self, Source::TmaKMajor | Source::TmaMnMajor)
     }
 }
 
@@ -617,6 +628,7 @@ impl Operands {
             Source::Packed => "P:pack",
             Source::TmaKMajor => "P:k",
             Source::TmaMnMajor => "P:mn",
+            Source::TmaKMajorShared => "P:ks",
         };
         format!(
             "{}{p} Q:{}",
@@ -631,10 +643,12 @@ impl Operands {
 /// [`Family::Wgmma3`] (3xTF32 packs both operands into big and small parts) and of the other
 /// families.
 ///
-/// [`Family::Wgmma`] (TF32): P through a tensor map in either major order (rounded in registers),
-/// Q through a rounding tensor map when it is K-major and the device's copies round
-/// ([`Paths::tma_rounding`]), else Q packed. With aligned operands a NN product packs nothing
-/// (swapped: P = the N-major B, Q = the K-major A), NT and TT nothing either, TN one operand.
+/// [`Family::Wgmma`] (TF32): P through a tensor map in either major order (rounded in registers)
+/// or, when it is K-major and the device's copies round ([`Paths::tma_rounding`]), through a
+/// rounding tensor map straight to wgmma ([`Source::TmaKMajorShared`]); Q through a rounding
+/// tensor map under the same conditions, else Q packed. With aligned operands a NN product packs
+/// nothing (swapped: P = the N-major B, Q = the K-major A), NT and TT nothing either, TN one
+/// operand.
 pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operands> {
     let mut v = Vec::new();
     if family == Family::Wgmma && paths.tma {
@@ -648,34 +662,23 @@ pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operan
         let no_swap_q = paths.tma_rounding && p.b_mappable && p.trans_b;
         let swap_q = paths.tma_rounding && p.a_mappable && !p.trans_a;
         let swap = p.b_mappable && !p.trans_b;
-        if p.a_mappable && no_swap_q {
-            v.push(Operands {
-                swap: false,
-                p: a_src,
-                q_tma: true,
-            });
-        }
-        if swap && swap_q {
-            v.push(Operands {
-                swap: true,
-                p: Source::TmaMnMajor,
-                q_tma: true,
-            });
-        }
-        if p.a_mappable {
-            v.push(Operands {
-                swap: false,
-                p: a_src,
-                q_tma: false,
-            });
-        }
-        if swap {
-            v.push(Operands {
-                swap: true,
-                p: Source::TmaMnMajor,
-                q_tma: false,
-            });
-        }
+        // P = op(A) read by wgmma from shared memory: A K-major, the copies rounding.
+        let p_shared = paths.tma_rounding && p.a_mappable && !p.trans_a;
+        let mut add = |when: bool, swap: bool, src: Source, q_tma: bool| {
+            if when {
+                v.push(Operands {
+                    swap,
+                    p: src,
+                    q_tma,
+                });
+            }
+        };
+        add(p.a_mappable && no_swap_q, false, a_src, true);
+        add(p_shared && no_swap_q, false, Source::TmaKMajorShared, true);
+        add(swap && swap_q, true, Source::TmaMnMajor, true);
+        add(p.a_mappable, false, a_src, false);
+        add(p_shared, false, Source::TmaKMajorShared, false);
+        add(swap, true, Source::TmaMnMajor, false);
     }
     v.push(Operands::PACKED);
     v
@@ -812,7 +815,8 @@ const WGMMA_LAUNCH: f64 = 5.0e-6;
 /// A `wgmma` block's pipeline fill and epilogue (seconds), paid once per wave when each block
 /// runs one tile, once in all when the grid is persistent.
 const WGMMA_FILL: f64 = 1.5e-6;
-/// GFLOP/s per SM of `wgmma_128x128` when both operands are packed (odd leading dimensions):
+/// GFLOP/s per SM of `wgmma_128x128` when wgmma reads P from shared memory (packed, as for odd
+/// leading dimensions, or [`Source::TmaKMajorShared`]):
 /// version 5 planned 2700 and measured that tile ahead of 128x256 on the packed odd sweep shapes
 /// (version 6's run, planned at 2200 everywhere, moved four of them to 128x256 and measured them
 /// 3-24 % slower); the operands read through tensor maps run it at about 2200 (the P:mn boxes,
@@ -965,9 +969,10 @@ pub fn estimate_with_tail(
     let tile_flops = 2.0 * config.bm as f64 * config.bn as f64 * per.max(1) as f64;
     let per_sm = if config.family == Family::Wgmma
         && (config.bm, config.bn) == (128, 128)
-        && *ops == Operands::PACKED
+        && !ops.p.in_registers()
     {
-        // Both operands packed (bulk copies of whole tiles): the 128x128 tile keeps its rate.
+        // P read by wgmma from shared memory (packed, or its K-major boxes as they land): the
+        // 128x128 tile keeps its rate.
         WGMMA_128X128_PACKED_GFLOPS
     } else {
         config.gflops_per_sm
@@ -1783,8 +1788,26 @@ pub(crate) mod tests {
         let sq = sq(256);
         // NN: swapped with nothing packed first; PACKED last.
         let c = operand_choices(Family::Wgmma, &sq, &all);
-        assert_eq!(c[0].label(), "swap P:mn Q:tma");
-        assert_eq!(*c.last().unwrap(), Operands::PACKED);
+        let labels = |c: &[Operands]| c.iter().map(Operands::label).collect::<Vec<_>>();
+        assert_eq!(
+            labels(&c),
+            [
+                "swap P:mn Q:tma",
+                "P:k Q:pack",
+                "P:ks Q:pack",
+                "swap P:mn Q:pack",
+                ""
+            ]
+        );
+        // NT: both K-major, nothing packed, P from registers or straight from the copies.
+        let nt = Problem {
+            trans_b: true,
+            ..sq
+        };
+        assert_eq!(
+            labels(&operand_choices(Family::Wgmma, &nt, &all)),
+            ["P:k Q:tma", "P:ks Q:tma", "P:k Q:pack", "P:ks Q:pack", ""]
+        );
         assert_eq!(
             operand_choices(Family::Wgmma3, &sq, &all),
             vec![Operands::PACKED]
@@ -1815,7 +1838,14 @@ pub(crate) mod tests {
                             ..all
                         },
                     ] {
-                        for o in operand_choices(Family::Wgmma, &p, &paths) {
+                        let c = operand_choices(Family::Wgmma, &p, &paths);
+                        // P read by wgmma as it lands: only a K-major A through rounding copies.
+                        assert_eq!(
+                            c.iter().any(|o| o.p == Source::TmaKMajorShared),
+                            paths.tma && paths.tma_rounding && am && !ta,
+                            "{c:?}"
+                        );
+                        for o in c {
                             // What plays P and Q, and whether that operand is K-major.
                             let (p_is_a, p_mappable, q_mappable) = if o.swap {
                                 (false, bm, am)
@@ -1830,6 +1860,11 @@ pub(crate) mod tests {
                                 Source::TmaMnMajor => {
                                     assert!(p_mappable && !p_kmajor && paths.tma)
                                 }
+                                // wgmma reads the boxes as they land: they must be rounded.
+                                Source::TmaKMajorShared => assert!(
+                                    !o.swap && p_mappable && p_kmajor && paths.tma_rounding,
+                                    "{o:?}"
+                                ),
                             }
                             if o.q_tma {
                                 assert!(q_mappable && q_kmajor && paths.tma_rounding, "{o:?}");

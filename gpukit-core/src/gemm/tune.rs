@@ -432,6 +432,7 @@ impl Choice {
             "0" => Source::Packed,
             "1" => Source::TmaKMajor,
             "2" => Source::TmaMnMajor,
+            "3" => Source::TmaKMajorShared,
             _ => return None,
         };
         Some(Choice {
@@ -639,8 +640,8 @@ pub(super) fn count_unwritten() {
 /// The first stage's candidates: `model` (the planner's plan) first, then the best plan of each
 /// other configuration of `all` ([`plan::enumerate`], cheapest first) within [`WITHIN`] of the
 /// best estimate, at most [`STAGE_ONE`]; a `wgmma` configuration gets two, its best plan with
-/// P from registers (the tensor-mapped layouts) and its best with P from shared memory
-/// (packed), because the model ranks those two least reliably: version 10's H100 run measured
+/// P from registers and its best with P from shared memory (packed, or through a rounding tensor
+/// map: [`Source::TmaKMajorShared`]), because the model ranks those two least reliably: version 10's H100 run measured
 /// the ping-pong tile at 2500x2500x500 at 93.9 TFLOP/s with P from registers (the model's
 /// pick for it) and 148.5 with both operands packed, the fastest plan of the shape, which the
 /// tuner then never timed. That first pass ranks whole-tile plans only ([`Plan::tail`] plans are
@@ -659,7 +660,7 @@ pub fn stage_one(model: &Plan, all: &[Plan]) -> Vec<Plan> {
         .find(|p| !p.tail)
         .map_or(model.estimate_us, |p| p.estimate_us)
         .min(model.estimate_us);
-    let kind = |p: &Plan| (p.config.name, p.operands.p == Source::Packed);
+    let kind = |p: &Plan| (p.config.name, p.operands.p.in_registers());
     let in_reach = |p: &Plan| p.estimate_us <= WITHIN * best;
     let mut v = vec![*model];
     for p in all.iter().filter(|p| !p.tail) {
@@ -1341,7 +1342,7 @@ mod tests {
             parse_file(&format!("{body}check {sum:016x}\n"), &k)
         };
         assert_eq!(forged("choice no_such_tile 1 0 0 0 0 0"), None);
-        assert_eq!(forged("choice wgmma_128x256 1 0 3 0 0 0"), None);
+        assert_eq!(forged("choice wgmma_128x256 1 0 4 0 0 0"), None);
         assert_eq!(forged("choice wgmma_128x256 1 0 0 0 0 0 extra"), None);
         // Version 1's lines (no tail field) and a tail flag that is not 0 or 1.
         assert_eq!(forged("choice wgmma_128x256 1 0 0 0 0"), None);
@@ -1896,14 +1897,14 @@ mod tests {
     }
 
     /// Each `wgmma` tile in reach (the clustered ones too) is timed with P from registers and
-    /// with P from shared memory: at 2500x2500x500 the model puts every tile's register layouts
-    /// first, and the fastest plan measured on the H100 was the ping-pong tile with both
-    /// operands packed.
+    /// with P from shared memory (packed or straight from the copies): at 2500x2500x500 version
+    /// 10's model put every tile's register layouts first, and the fastest plan measured on the
+    /// H100 was the ping-pong tile with both operands packed.
     #[test]
     fn the_first_stage_times_each_wgmma_tile_with_both_sources_of_p() {
         let p = Problem::shape(2500, 2500, 500, 1);
         let (model, all) = tf32_space(&p);
-        assert_ne!(model.operands.p, Source::Packed, "{model:?}");
+        assert!(model.operands.p.in_registers(), "{model:?}");
         let first = stage_one(&model, &all);
         assert!(first.len() <= STAGE_ONE);
         assert_eq!(Choice::of(&first[0]), Choice::of(&model));
@@ -1914,12 +1915,12 @@ mod tests {
             "wgmma_128x256_c2",
             "wgmma_128x128_pp_c2",
         ] {
-            for packed in [false, true] {
+            for regs in [false, true] {
                 assert!(
-                    first.iter().any(
-                        |x| x.config.name == name && (x.operands.p == Source::Packed) == packed
-                    ),
-                    "{name} packed={packed}: {first:#?}"
+                    first
+                        .iter()
+                        .any(|x| x.config.name == name && x.operands.p.in_registers() == regs),
+                    "{name} P in registers={regs}: {first:#?}"
                 );
             }
         }
@@ -1928,7 +1929,7 @@ mod tests {
             for b in &first[i + 1..] {
                 assert!(
                     a.config.name != b.config.name
-                        || (a.operands.p == Source::Packed) != (b.operands.p == Source::Packed)
+                        || a.operands.p.in_registers() != b.operands.p.in_registers()
                         || a.splits != b.splits
                 );
             }
