@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# 2026-12-07, thirteenth session (issue 23): P read by wgmma straight from a rounding tensor map
+# (`P:ks`, a097f28), in two calls on one warm machine (bundle of its commit, tools/gpu/bundle.sh):
+#   phase 1 (about 300 s): gemm_bench --configs (tuner off) of three tiles' persistent plans at
+#     2500x2500x500, 2504x2504x504 and 8 x 768^3 (P:ks beside the packed and swapped plans);
+#     gemm_bench --quick --paired (cuBLAS TF32 and ours alternating, the tuner measuring afresh);
+#     the full gemm_bench (benchmark shapes, sweep, both planners against the best plan);
+#   phase 2 (about 250 s): every GPU test of the bundle with GPUKIT_REQUIRE_GPU=1
+#     (final_tests.sh; gemm_gpu's tests run P:ks in every tile and layout that allows it).
+#   tar xJf .gpu-bundle.tar.xz && OUT=$OUT bash tools/gpu/session_ah.sh 1
+set -u
+PH=${1:-1}
+OUT=${OUT:-/tmp/session-ah}
+here=$(dirname "$0")
+. "$here/gemm_session.sh"
+if [ "$PH" = 1 ]; then
+  fresh_cache
+  echo "== configs ($(el) s)"
+  GPUKIT_GEMM_TUNE=off timeout 120 "$B/examples/gemm_bench" --quick --configs \
+    --only wgmma_128x128_pp,wgmma_128x256_c2,wgmma_128x128 --plan-has pers \
+    --shapes "2500,2500,500;2504,2504,504;8,768,768,768" > "$OUT/configs.log" 2>&1
+  echo "  rc $?"
+  grep -E "^config|^\| " "$OUT/configs.log" | cut -c1-170 | head -80
+  SH="4096,4096,4096;8192,8192,8192;4096,4096,256;2500,2500,500;8,768,768,768;1500,1500,300;1000,1000,1000;1024,1024,1024;3000,3000,3000;2000,6000,400"
+  fresh_cache
+  echo "== paired ($(el) s)"
+  paired "$OUT/paired.log" "$B/examples/gemm_bench" "$SH"
+  fresh_cache
+  echo "== gemm_bench ($(el) s)"
+  OUT=$OUT timeout 200 "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
+  echo "  rc $?"
+  grep -E "^\| (2500x2500x500|8x 768|4096x4096x4096 \||8192x8192x8192 \||4096x4096x256 \|)" "$OUT/gemm_bench.log" | cut -c1-250
+  grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -c1-400
+else
+  OUT=$OUT/tests timeout 400 bash "$here/final_tests.sh" > "$OUT/final_tests.log" 2>&1
+  echo "== final_tests rc $? ($(el) s)"
+  tail -n 45 "$OUT/final_tests.log" | cut -c1-220
+  (cd "$OUT/tests" && tar cJf ../tests_logs.tar.xz logs 2> /dev/null)
+fi
+(cd "$OUT" && tar cJf logs_$PH.tar.xz --exclude='*.tar.xz' --exclude=tests . 2> /dev/null)
+echo "total $(el) s"
