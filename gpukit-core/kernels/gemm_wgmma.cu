@@ -26,7 +26,9 @@
 //   type TFLOAT32: the copy engine rounds every value to TF32 (round to nearest even, NaN and
 //   infinity kept) on its way into shared memory, which the host checks once per device
 //   (gemm_tma_probe below) before it plans this path. Q is then read by wgmma as it lands.
-// So no operand of a NN, NT or TT product with aligned operands is packed, and in TN one is.
+// Any source of P goes with either source of Q (packed P beside a tensor-mapped Q: a TT product
+// packs only its MN-major A and reads both operands from shared memory). So no operand of a NN,
+// NT or TT product with aligned operands needs the pack, and in TN one does.
 // 3xTF32 (SPLIT = 3) reads both operands packed (big and small parts, wgmma A from shared memory).
 //
 // The pack (gemm_wgmma_pack) writes an operand X (rows x K) rounded to TF32 (round to nearest,
@@ -423,7 +425,6 @@ __device__ __forceinline__ void gemm_wgmma_body(
     static_assert(SPLIT == 1 || BN == 128, "3xTF32 keeps two accumulator sets: BN 128 only");
     static_assert(SPLIT == 1 || (PSRC == SRC_PACKED && !QTMA), "3xTF32 reads packed operands");
     static_assert(!SWAP || PSRC == SRC_TMA_MN, "a swapped product reads the MN-major B as P");
-    static_assert(!QTMA || PSRC != SRC_PACKED, "a tensor-mapped Q comes with a tensor-mapped P");
     static_assert(PSRC != SRC_TMA_KS || !SWAP, "P read as K-major boxes by wgmma: not swapped");
     // P in registers (the fragment loads) or in shared memory (wgmma's descriptor).
     constexpr bool P_REGS = PSRC == SRC_TMA_K || PSRC == SRC_TMA_MN;

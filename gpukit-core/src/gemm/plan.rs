@@ -120,8 +120,8 @@ pub struct TileConfig {
 }
 
 impl TileConfig {
-    /// A `wgmma` kernel built for several blocks per SM (`wgmma_128x128_2`): packed operands
-    /// only, and a candidate only where that many blocks fit.
+    /// A `wgmma` kernel built for several blocks per SM (`wgmma_128x128_2`): P in shared memory
+    /// only ([`config_operand_choices`]), and a candidate only where that many blocks fit.
     pub fn wgmma_of_several_blocks(&self) -> bool {
         self.family.is_wgmma() && self.occupancy > 1
     }
@@ -645,8 +645,8 @@ impl Operands {
 ///
 /// [`Family::Wgmma`] (TF32): P through a tensor map in either major order (rounded in registers)
 /// or, when it is K-major and the device's copies round ([`Paths::tma_rounding`]), through a
-/// rounding tensor map straight to wgmma ([`Source::TmaKMajorShared`]); Q through a rounding
-/// tensor map under the same conditions, else Q packed. With aligned operands a NN product packs
+/// rounding tensor map straight to wgmma ([`Source::TmaKMajorShared`]), or packed; Q through a
+/// rounding tensor map under the same conditions, else Q packed. With aligned operands a NN product packs
 /// nothing (swapped: P = the N-major B, Q = the K-major A), NT and TT nothing either, TN one
 /// operand.
 pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operands> {
@@ -676,6 +676,9 @@ pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operan
         add(p.a_mappable && no_swap_q, false, a_src, true);
         add(p_shared && no_swap_q, false, Source::TmaKMajorShared, true);
         add(swap && swap_q, true, Source::TmaMnMajor, true);
+        // P packed beside a tensor-mapped Q where P cannot come straight from its copies (A
+        // MN-major or unaligned): one operand packed, both read by wgmma from shared memory.
+        add(!p_shared && no_swap_q, false, Source::Packed, true);
         add(p.a_mappable, false, a_src, false);
         add(p_shared, false, Source::TmaKMajorShared, false);
         add(swap, true, Source::TmaMnMajor, false);
@@ -686,14 +689,15 @@ pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operan
 
 /// The operand layouts configuration `config` can use for `p` under `paths`: those of its family
 /// ([`operand_choices`]), except that a `wgmma` configuration of several blocks per SM
-/// (`wgmma_128x128_2`) reads packed operands only: with P from registers (the tensor-mapped
-/// layouts) its kernel does not fit two blocks' 80 registers per thread without spilling and
-/// serialising its wgmma instructions (ptxas C7512), while the packed kernel does.
+/// (`wgmma_128x128_2`) takes only those with P in shared memory (packed, or read straight from its
+/// tensor copies): with P from registers its kernel does not fit two blocks' 80 registers per
+/// thread without spilling and serialising its wgmma instructions (ptxas C7512), while those do.
 pub fn config_operand_choices(config: &TileConfig, p: &Problem, paths: &Paths) -> Vec<Operands> {
+    let mut v = operand_choices(config.family, p, paths);
     if config.wgmma_of_several_blocks() {
-        return vec![Operands::PACKED];
+        v.retain(|o| !o.p.in_registers());
     }
-    operand_choices(config.family, p, paths)
+    v
 }
 
 /// The shape and layout facts of one product that the planner uses.
@@ -1808,6 +1812,15 @@ pub(crate) mod tests {
             labels(&operand_choices(Family::Wgmma, &nt, &all)),
             ["P:k Q:tma", "P:ks Q:tma", "P:k Q:pack", "P:ks Q:pack", ""]
         );
+        // TT: the MN-major A from registers, or packed beside the mapped B.
+        let tt = Problem {
+            trans_a: true,
+            ..nt
+        };
+        assert_eq!(
+            labels(&operand_choices(Family::Wgmma, &tt, &all)),
+            ["P:mn Q:tma", "P:pack Q:tma", "P:mn Q:pack", ""]
+        );
         assert_eq!(
             operand_choices(Family::Wgmma3, &sq, &all),
             vec![Operands::PACKED]
@@ -1855,7 +1868,12 @@ pub(crate) mod tests {
                             let p_kmajor = if p_is_a { !ta } else { tb };
                             let q_kmajor = if p_is_a { tb } else { !ta };
                             match o.p {
-                                Source::Packed => assert!(!o.swap && !o.q_tma, "{o:?}"),
+                                // Packed P beside a mapped Q only where P cannot be mapped
+                                // straight to wgmma.
+                                Source::Packed => assert!(
+                                    !o.swap && (!o.q_tma || !(am && !ta && paths.tma_rounding)),
+                                    "{o:?}"
+                                ),
                                 Source::TmaKMajor => assert!(p_mappable && p_kmajor && paths.tma),
                                 Source::TmaMnMajor => {
                                     assert!(p_mappable && !p_kmajor && paths.tma)
@@ -2027,7 +2045,7 @@ pub(crate) mod tests {
             let mine: Vec<&Plan> = all.iter().filter(|q| q.config.name == c.name).collect();
             assert!(!mine.is_empty(), "{m}x{n}x{k}");
             assert!(
-                mine.iter().all(|q| q.operands == Operands::PACKED),
+                mine.iter().all(|q| !q.operands.p.in_registers()),
                 "{m}x{n}x{k}"
             );
             let best = mine[0];
@@ -2039,7 +2057,20 @@ pub(crate) mod tests {
             assert!(best.estimate_us <= super::super::tune::WITHIN * all[0].estimate_us);
             let model = choose(Precision::Tf32, &p, &d, &auto()).unwrap();
             let stage = super::super::tune::stage_one(&model, &all);
-            assert!(stage.iter().any(|q| q.config.name == c.name), "{m}x{n}x{k}");
+            assert!(
+                stage.iter().any(|q| q.config.name == c.name),
+                "{m}x{n}x{k}: {:#?}",
+                stage
+                    .iter()
+                    .map(|q| (
+                        q.config.name,
+                        q.operands.label(),
+                        q.splits,
+                        q.tail,
+                        q.estimate_us
+                    ))
+                    .collect::<Vec<_>>()
+            );
         }
         for n in [4096, 8192] {
             let model = choose(Precision::Tf32, &sq(n), &d, &auto()).unwrap();
@@ -2058,12 +2089,18 @@ pub(crate) mod tests {
             .unwrap()
             .iter()
             .all(|q| q.config.name != c.name));
-        // Nor on a device without wgmma, nor with a tensor-mapped layout.
+        // Nor on a device without wgmma, nor with P in registers: NN reads A straight from its
+        // copies or packs both; NT reads both straight from their copies.
         assert_eq!(c.occupancy_on(&a100(), false, false), 0);
-        assert_eq!(
-            config_operand_choices(&c, &p, &Paths::default()),
-            vec![Operands::PACKED]
-        );
+        let labels = |p: &Problem| {
+            config_operand_choices(&c, p, &Paths::default())
+                .iter()
+                .map(Operands::label)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(labels(&p), ["P:ks Q:pack", ""]);
+        let nt = Problem { trans_b: true, ..p };
+        assert_eq!(labels(&nt), ["P:ks Q:tma", "P:ks Q:pack", ""]);
         assert!(config_operand_choices(&WGMMA_CONFIGS[1], &p, &Paths::default()).len() > 1);
     }
 
