@@ -1870,10 +1870,11 @@ pub(crate) mod tests {
                             match o.p {
                                 // Packed P beside a mapped Q only where P cannot be mapped
                                 // straight to wgmma.
-                                Source::Packed => assert!(
-                                    !o.swap && (!o.q_tma || !(am && !ta && paths.tma_rounding)),
-                                    "{o:?}"
-                                ),
+                                Source::Packed => {
+                                    let p_shared = am && !ta && paths.tma_rounding;
+                                    assert!(!o.swap, "{o:?}");
+                                    assert!(!o.q_tma || !p_shared, "{o:?}");
+                                }
                                 Source::TmaKMajor => assert!(p_mappable && p_kmajor && paths.tma),
                                 Source::TmaMnMajor => {
                                     assert!(p_mappable && !p_kmajor && paths.tma)
