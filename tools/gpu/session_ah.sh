@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # 2026-12-07, thirteenth session (issue 23): P read by wgmma straight from a rounding tensor map
-# (`P:ks`, a097f28), in two calls on one warm machine (bundle of its commit, tools/gpu/bundle.sh):
-#   phase 1 (about 300 s): gemm_bench --configs (tuner off) of three tiles' persistent plans at
+# (`P:ks`, a097f28) and P packed beside a mapped Q (`P:pack Q:tma`, d404874), in two calls on one
+# warm machine (bundle of HEAD, tools/gpu/bundle.sh):
+#   phase 1 (about 300 s): gemm_bench --configs (tuner off) of four tiles' persistent plans at
 #     2500x2500x500, 2504x2504x504 and 8 x 768^3 (P:ks beside the packed and swapped plans);
 #     gemm_bench --quick --paired (cuBLAS TF32 and ours alternating, the tuner measuring afresh);
 #     the full gemm_bench (benchmark shapes, sweep, both planners against the best plan);
 #   phase 2 (about 250 s): every GPU test of the bundle with GPUKIT_REQUIRE_GPU=1
-#     (final_tests.sh; gemm_gpu's tests run P:ks in every tile and layout that allows it).
+#     (final_tests.sh; gemm_gpu's tests run the new layouts in every tile and product they fit).
 #   tar xJf .gpu-bundle.tar.xz && OUT=$OUT bash tools/gpu/session_ah.sh 1
 set -u
 PH=${1:-1}
@@ -17,7 +18,7 @@ if [ "$PH" = 1 ]; then
   fresh_cache
   echo "== configs ($(el) s)"
   GPUKIT_GEMM_TUNE=off timeout 120 "$B/examples/gemm_bench" --quick --configs \
-    --only wgmma_128x128_pp,wgmma_128x256_c2,wgmma_128x128 --plan-has pers \
+    --only wgmma_128x128_pp,wgmma_128x256_c2,wgmma_128x128,wgmma_128x128_2 --plan-has pers \
     --shapes "2500,2500,500;2504,2504,504;8,768,768,768" > "$OUT/configs.log" 2>&1
   echo "  rc $?"
   grep -E "^config|^\| " "$OUT/configs.log" | cut -c1-170 | head -80
