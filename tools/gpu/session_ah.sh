@@ -9,12 +9,20 @@
 #   phase 2 (about 250 s): every GPU test of the bundle with GPUKIT_REQUIRE_GPU=1
 #     (final_tests.sh; gemm_gpu's tests run the new layouts in every tile and product they fit).
 #   tar xJf .gpu-bundle.tar.xz && OUT=$OUT bash tools/gpu/session_ah.sh 1
+#   phase all (one call, about 560 s, when device time is short): phase 2's tests first, then
+#     phase 1's configs and paired bench, then the full gemm_bench within what is left of 570 s.
 set -u
 PH=${1:-1}
 OUT=${OUT:-/tmp/session-ah}
 here=$(dirname "$0")
 . "$here/gemm_session.sh"
-if [ "$PH" = 1 ]; then
+if [ "$PH" = all ]; then
+  OUT=$OUT/tests timeout 330 bash "$here/final_tests.sh" > "$OUT/final_tests.log" 2>&1
+  echo "== final_tests rc $? ($(el) s)"
+  tail -n 45 "$OUT/final_tests.log" | cut -c1-220
+  (cd "$OUT/tests" && tar cJf ../tests_logs.tar.xz logs 2> /dev/null)
+fi
+if [ "$PH" = 1 ] || [ "$PH" = all ]; then
   fresh_cache
   echo "== configs ($(el) s)"
   GPUKIT_GEMM_TUNE=off timeout 120 "$B/examples/gemm_bench" --quick --configs \
@@ -28,11 +36,12 @@ if [ "$PH" = 1 ]; then
   paired "$OUT/paired.log" "$B/examples/gemm_bench" "$SH"
   fresh_cache
   echo "== gemm_bench ($(el) s)"
-  OUT=$OUT timeout 200 "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
+  left=$(( 570 - $(el) )); [ "$left" -gt 200 ] && left=200
+  OUT=$OUT timeout "$left" "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
   echo "  rc $?"
   grep -E "^\| (2500x2500x500|8x 768|4096x4096x4096 \||8192x8192x8192 \||4096x4096x256 \|)" "$OUT/gemm_bench.log" | cut -c1-250
   grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -c1-400
-else
+elif [ "$PH" = 2 ]; then
   OUT=$OUT/tests timeout 400 bash "$here/final_tests.sh" > "$OUT/final_tests.log" 2>&1
   echo "== final_tests rc $? ($(el) s)"
   tail -n 45 "$OUT/final_tests.log" | cut -c1-220
