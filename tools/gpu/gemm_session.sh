@@ -3,7 +3,9 @@
 # the host and its GPU; `fresh_cache [DIR]` points GPUKIT_CACHE_DIR at a private copy of a
 # prewarmed kernel cache (default $B/kcache), so that each process tunes afresh but compiles
 # nothing; `paired LOG BIN SHAPES` runs `BIN --quick --paired --shapes SHAPES` (cuBLAS TF32 and
-# ours in alternating samples) into LOG and prints its paired lines.
+# ours in alternating samples) into LOG and prints its paired lines; `configs LOG LIMIT ONLY SHAPES`
+# runs `gemm_bench --configs --only ONLY` (persistent plans, tuner off) into LOG and prints its
+# rows; `all_tests LIMIT` runs every GPU test of the bundle (final_tests.sh) under $OUT/tests.
 B=${B:-.gpu-bundle}
 OUT=${OUT:-/tmp/gemm-session}; mkdir -p "$OUT"
 T0=$SECONDS
@@ -37,4 +39,17 @@ gemm_tests() { # limit: every gemm_gpu test of the bundle in a process of its ow
   grep -h -A8 "panicked at" "$OUT"/logs/*.log | cut -c1-300 | head -20
   echo "pytest: $(tail -1 "$OUT/pytest.log")"; grep -E "^SKIPPED|^FAILED" "$OUT/pytest.log" | head -5 | cut -c1-200
   echo "== tests done ($(el) s)"
+}
+configs() { # log limit only shapes
+  fresh_cache
+  GPUKIT_GEMM_TUNE=off timeout "$2" "$B/examples/gemm_bench" --quick --configs --only "$3" \
+    --plan-has pers --shapes "$4" > "$1" 2>&1
+  echo "  rc $?"
+  grep -E "^config|^\| [0-9]" "$1" | cut -c1-170 | head -80
+}
+all_tests() { # limit
+  OUT=$OUT/tests timeout "$1" bash "$(dirname "${BASH_SOURCE[0]}")/final_tests.sh" > "$OUT/final_tests.log" 2>&1
+  echo "== final_tests rc $? ($(el) s)"
+  tail -n 45 "$OUT/final_tests.log" | cut -c1-220
+  (cd "$OUT/tests" && tar cJf ../tests_logs.tar.xz logs 2> /dev/null)
 }

@@ -21,23 +21,16 @@ if [ "$PH" = s ]; then
   gemm_tests 150
 fi
 if [ "$PH" = 1 ]; then
-  OUT=$OUT/tests timeout 330 bash "$here/final_tests.sh" > "$OUT/final_tests.log" 2>&1
-  echo "== final_tests rc $? ($(el) s)"
-  tail -n 45 "$OUT/final_tests.log" | cut -c1-220
-  (cd "$OUT/tests" && tar cJf ../tests_logs.tar.xz logs 2> /dev/null)
+  all_tests 330
 fi
 if [ "$PH" = 1 ] || [ "$PH" = s ]; then
   SH="4096,4096,4096;8192,8192,8192;4096,4096,256;2500,2500,500;8,768,768,768;1000,1000,1000;3000,3000,3000;1500,1500,300"
   fresh_cache
   echo "== paired ($(el) s)"
   paired "$OUT/paired.log" "$B/examples/gemm_bench" "$SH"
-  fresh_cache
   echo "== configs ($(el) s)"
-  GPUKIT_GEMM_TUNE=off timeout 60 "$B/examples/gemm_bench" --quick --configs \
-    --only wgmma_128x128_pp,wgmma_128x128_pp_c2,wgmma_64x128_pp,wgmma_64x128_pp_c2 --plan-has pers \
-    --shapes "2500,2500,500;8,768,768,768" > "$OUT/configs.log" 2>&1
-  echo "  rc $?"
-  grep -E "^config|^\| " "$OUT/configs.log" | cut -c1-170 | head -80
+  configs "$OUT/configs.log" 60 wgmma_128x128_pp,wgmma_128x128_pp_c2,wgmma_64x128_pp,wgmma_64x128_pp_c2 \
+    "2500,2500,500;8,768,768,768"
 else
   fresh_cache
   echo "== gemm_bench ($(el) s)"

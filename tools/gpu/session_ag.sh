@@ -12,13 +12,9 @@ set -u
 OUT=${OUT:-/tmp/session-ag}
 here=$(dirname "$0")
 . "$here/gemm_session.sh"
-fresh_cache
 echo "== 1. configs ($(el) s)"
-GPUKIT_GEMM_TUNE=off timeout 150 "$B/examples/gemm_bench" --quick --configs \
-  --only wgmma_128x128_pp,wgmma_64x128_pp_c2,wgmma_128x256_c2 --plan-has pers \
-  --shapes "2500,2500,500;2500,2500,512;2560,2560,512;2504,2504,504" > "$OUT/configs.log" 2>&1
-echo "  rc $?"
-grep -E "^config|^\| [0-9]" "$OUT/configs.log" | cut -c1-170 | head -70
+configs "$OUT/configs.log" 150 wgmma_128x128_pp,wgmma_64x128_pp_c2,wgmma_128x256_c2 \
+  "2500,2500,500;2500,2500,512;2560,2560,512;2504,2504,504"
 # ncu_one TAG KERNEL-REGEX SHAPE [gemm_bench options]: one launch (the third that matches), its
 # details page, raw metrics and SASS source page with stall samples.
 ncu_one() {

@@ -17,19 +17,12 @@ OUT=${OUT:-/tmp/session-ah}
 here=$(dirname "$0")
 . "$here/gemm_session.sh"
 if [ "$PH" = all ]; then
-  OUT=$OUT/tests timeout 330 bash "$here/final_tests.sh" > "$OUT/final_tests.log" 2>&1
-  echo "== final_tests rc $? ($(el) s)"
-  tail -n 45 "$OUT/final_tests.log" | cut -c1-220
-  (cd "$OUT/tests" && tar cJf ../tests_logs.tar.xz logs 2> /dev/null)
+  all_tests 330
 fi
 if [ "$PH" = 1 ] || [ "$PH" = all ]; then
-  fresh_cache
   echo "== configs ($(el) s)"
-  GPUKIT_GEMM_TUNE=off timeout 120 "$B/examples/gemm_bench" --quick --configs \
-    --only wgmma_128x128_pp,wgmma_128x256_c2,wgmma_128x128,wgmma_128x128_2 --plan-has pers \
-    --shapes "2500,2500,500;2504,2504,504;8,768,768,768" > "$OUT/configs.log" 2>&1
-  echo "  rc $?"
-  grep -E "^config|^\| " "$OUT/configs.log" | cut -c1-170 | head -80
+  configs "$OUT/configs.log" 120 wgmma_128x128_pp,wgmma_128x256_c2,wgmma_128x128,wgmma_128x128_2 \
+    "2500,2500,500;2504,2504,504;8,768,768,768"
   SH="4096,4096,4096;8192,8192,8192;4096,4096,256;2500,2500,500;8,768,768,768;1500,1500,300;1000,1000,1000;1024,1024,1024;3000,3000,3000;2000,6000,400"
   fresh_cache
   echo "== paired ($(el) s)"
@@ -42,10 +35,7 @@ if [ "$PH" = 1 ] || [ "$PH" = all ]; then
   grep -E "^\| (2500x2500x500|8x 768|4096x4096x4096 \||8192x8192x8192 \||4096x4096x256 \|)" "$OUT/gemm_bench.log" | cut -c1-250
   grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -c1-400
 elif [ "$PH" = 2 ]; then
-  OUT=$OUT/tests timeout 400 bash "$here/final_tests.sh" > "$OUT/final_tests.log" 2>&1
-  echo "== final_tests rc $? ($(el) s)"
-  tail -n 45 "$OUT/final_tests.log" | cut -c1-220
-  (cd "$OUT/tests" && tar cJf ../tests_logs.tar.xz logs 2> /dev/null)
+  all_tests 400
 fi
 (cd "$OUT" && tar cJf logs_$PH.tar.xz --exclude='*.tar.xz' --exclude=tests . 2> /dev/null)
 echo "total $(el) s"
