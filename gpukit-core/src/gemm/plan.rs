@@ -646,9 +646,9 @@ impl Operands {
 /// [`Family::Wgmma`] (TF32): P through a tensor map in either major order (rounded in registers)
 /// or, when it is K-major and the device's copies round ([`Paths::tma_rounding`]), through a
 /// rounding tensor map straight to wgmma ([`Source::TmaKMajorShared`]), or packed; Q through a
-/// rounding tensor map under the same conditions, else Q packed. With aligned operands a NN product packs
-/// nothing (swapped: P = the N-major B, Q = the K-major A), NT and TT nothing either, TN one
-/// operand.
+/// rounding tensor map under the same conditions, else Q packed. With aligned operands a NN
+/// product packs nothing (swapped: P = the N-major B, Q = the K-major A), NT and TT nothing
+/// either, TN one operand.
 pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operands> {
     let mut v = Vec::new();
     if family == Family::Wgmma && paths.tma {
@@ -1784,6 +1784,35 @@ pub(crate) mod tests {
         let x = WGMMA3_CONFIGS[0];
         let p = Problem::shape(128, 128, 32, 1);
         assert_eq!(pack_bytes(&x, &p, &packed), 4.0 * 3.0 * 256.0 * 32.0);
+    }
+
+    /// P read by wgmma straight from its copies is priced as the packed tile without P's pack:
+    /// the same rate (the 128x128 tile's packed rate included), fewer bytes packed, and with a
+    /// mapped Q no pack at all.
+    #[test]
+    fn p_from_its_copies_is_priced_as_packed_without_the_pack() {
+        let d = h200();
+        let p = Problem::shape(2048, 2048, 512, 1);
+        let ks = |q_tma| Operands {
+            swap: false,
+            p: Source::TmaKMajorShared,
+            q_tma,
+        };
+        for c in WGMMA_CONFIGS.iter().filter(|c| !c.pingpong) {
+            let packed = estimate(c, &p, 1, &Operands::PACKED, &d);
+            let ks_pack = estimate(c, &p, 1, &ks(false), &d);
+            let ks_tma = estimate(c, &p, 1, &ks(true), &d);
+            assert!(ks_tma < ks_pack && ks_pack < packed, "{}", c.name);
+            assert!(pack_bytes(c, &p, &ks(false)) < pack_bytes(c, &p, &Operands::PACKED));
+            assert_eq!(pack_bytes(c, &p, &ks(true)), 0.0);
+        }
+        // The 128x128 tile: the packed rate, above the rate of P from registers.
+        let t = config_by_name("wgmma_128x128").unwrap();
+        let regs = Operands {
+            p: Source::TmaKMajor,
+            ..ks(true)
+        };
+        assert!(estimate(&t, &p, 1, &ks(true), &d) < estimate(&t, &p, 1, &regs, &d));
     }
 
     #[test]
