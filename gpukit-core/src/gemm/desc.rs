@@ -236,6 +236,22 @@ impl RawGemm {
             && (self.batch <= 1 || self.stride_b.is_multiple_of(4))
     }
 
+    /// True when every row of A starts on a 32-byte L2 sector: address, leading dimension and
+    /// batch stride multiples of 32 bytes. The tensor copies of rows that straddle sectors run
+    /// slower (GEMM_NOTES.md, version 15: 2500x2500x500 against 2504x2504x504 on an H100).
+    pub fn a_sector_aligned(&self) -> bool {
+        self.a.is_multiple_of(32)
+            && self.lda.is_multiple_of(8)
+            && (self.batch <= 1 || self.stride_a.is_multiple_of(8))
+    }
+
+    /// The same for B.
+    pub fn b_sector_aligned(&self) -> bool {
+        self.b.is_multiple_of(32)
+            && self.ldb.is_multiple_of(8)
+            && (self.batch <= 1 || self.stride_b.is_multiple_of(8))
+    }
+
     /// True when C also allows vector stores (same conditions).
     pub fn c_vectorizable(&self) -> bool {
         self.c.is_multiple_of(16)
@@ -262,6 +278,30 @@ mod tests {
 
     fn base() -> RawGemm {
         RawGemm::contiguous(3, 5, 7, 0, 0, 0)
+    }
+
+    /// Sector alignment: address, leading dimension and batch stride in 32-byte steps (the
+    /// stride only when there is a batch).
+    #[test]
+    fn sector_alignment_needs_address_pitch_and_stride() {
+        let g = RawGemm::contiguous(4, 8, 16, 0, 0, 0);
+        assert!(g.a_sector_aligned() && g.b_sector_aligned());
+        let odd_k = RawGemm::contiguous(4, 8, 12, 0, 0, 0);
+        assert!(!odd_k.a_sector_aligned() && odd_k.a_tensor_mappable());
+        assert!(odd_k.b_sector_aligned());
+        let shifted = RawGemm { a: 16, ..g };
+        assert!(!shifted.a_sector_aligned() && shifted.a_tensor_mappable());
+        let batched = RawGemm {
+            batch: 2,
+            stride_a: 4 * 16 + 4,
+            ..g
+        };
+        assert!(!batched.a_sector_aligned());
+        assert!(RawGemm {
+            batch: 1,
+            ..batched
+        }
+        .a_sector_aligned());
     }
 
     #[test]

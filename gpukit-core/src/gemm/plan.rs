@@ -719,6 +719,10 @@ pub struct Problem {
     pub a_mappable: bool,
     /// B's storage meets the tensor map rules ([`RawGemm::b_tensor_mappable`]).
     pub b_mappable: bool,
+    /// A's rows start on 32-byte sectors ([`RawGemm::a_sector_aligned`]).
+    pub a_sectors: bool,
+    /// B's rows start on 32-byte sectors ([`RawGemm::b_sector_aligned`]).
+    pub b_sectors: bool,
 }
 
 impl Problem {
@@ -735,10 +739,14 @@ impl Problem {
             trans_b: g.trans_b.is_yes(),
             a_mappable: g.a_tensor_mappable(),
             b_mappable: g.b_tensor_mappable(),
+            a_sectors: g.a_sector_aligned(),
+            b_sectors: g.b_sector_aligned(),
         }
     }
 
-    /// A contiguous, untransposed, aligned problem of this shape (planner tests and benches).
+    /// A contiguous, untransposed, aligned problem of this shape (planner tests and benches):
+    /// its rows start on 32-byte sectors where their length is a multiple of 8 elements (K for
+    /// A, N for B).
     pub fn shape(m: u32, n: u32, k: u32, batch: u32) -> Problem {
         Problem {
             m,
@@ -749,7 +757,21 @@ impl Problem {
             trans_b: false,
             a_mappable: true,
             b_mappable: true,
+            a_sectors: k.is_multiple_of(8),
+            b_sectors: n.is_multiple_of(8),
         }
+    }
+
+    /// Whether a user operand that `ops` reads through a tensor map has rows that straddle
+    /// 32-byte sectors.
+    pub fn mapped_rows_straddle(&self, ops: &Operands) -> bool {
+        // P is op(A) (swapped: op(B)^T), Q the other.
+        let (p_sectors, q_sectors) = if ops.swap {
+            (self.b_sectors, self.a_sectors)
+        } else {
+            (self.a_sectors, self.b_sectors)
+        };
+        (ops.p != Source::Packed && !p_sectors) || (ops.q_tma && !q_sectors)
     }
 
     /// Rows of the `wgmma` kernel's P and Q operands under `ops`: `(M, N)`, swapped `(N, M)`.
@@ -819,6 +841,11 @@ const WGMMA_LAUNCH: f64 = 5.0e-6;
 /// A `wgmma` block's pipeline fill and epilogue (seconds), paid once per wave when each block
 /// runs one tile, once in all when the grid is persistent.
 const WGMMA_FILL: f64 = 1.5e-6;
+/// Share of its rate a `wgmma` plan keeps when it reads an operand whose rows straddle 32-byte
+/// sectors through a tensor map: version 15's H100 run (`--configs`, tuner off) measured the
+/// tensor-mapped plans at 2500x2500x500 (2000- and 10000-byte rows) at 0.74-0.85 of their rate at
+/// 2504x2504x504 (the same tile counts, 32-byte aligned rows), the packed plans at 0.93.
+const STRADDLE_RATE: f64 = 0.85;
 /// GFLOP/s per SM of `wgmma_128x128` when wgmma reads P from shared memory (packed, as for odd
 /// leading dimensions, or [`Source::TmaKMajorShared`]):
 /// version 5 planned 2700 and measured that tile ahead of 128x256 on the packed odd sweep shapes
@@ -982,6 +1009,9 @@ pub fn estimate_with_tail(
         config.gflops_per_sm
     };
     let mut rate = per_sm as f64 * 1e9 * occupancy as f64 / config.occupancy as f64;
+    if config.family == Family::Wgmma && p.mapped_rows_straddle(ops) {
+        rate *= STRADDLE_RATE;
+    }
     let aligned = p.a_mappable && p.b_mappable;
     if !config.family.is_wgmma() && !aligned {
         // Operands that are not 16-byte aligned (an odd leading dimension) take the 4-byte

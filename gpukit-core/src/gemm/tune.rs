@@ -8,8 +8,8 @@
 //! [`sgemm`](super::sgemm) times the model's best few candidates on the GPU and keeps the fastest:
 //!
 //! 1. **Class**: precision, M, N and K rounded up to a quarter octave ([`bucket`]: 1000 and 1024
-//!    share a class, 1025 is the next), the batch likewise, the transposes, the tensor-map
-//!    alignment of A and B and the paths ([`Paths`]), on one device identity ([`DeviceKey`]:
+//!    share a class, 1025 is the next), the batch likewise, the transposes, the tensor-map and
+//!    sector alignment of A and B and the paths ([`Paths`]), on one device identity ([`DeviceKey`]:
 //!    name, compute capability, SM count, driver and NVRTC versions) and one plan space
 //!    ([`plan_space`]: a hash of [`PLAN_SPACE_VERSION`], every tile configuration, the split
 //!    factors and the GEMM kernels' sources, so that a changed kernel never inherits a stale
@@ -295,7 +295,8 @@ impl ClassKey {
             .collect();
         format!(
             "space={:016x} dev={name} cc={}.{} sms={} driver={} nvrtc={}.{} precision={:?} \
-             m={} n={} k={} batch={} ta={} tb={} amap={} bmap={} paths={:?}/{:?}/{}/{}/{}",
+             m={} n={} k={} batch={} ta={} tb={} amap={} bmap={} asec={} bsec={} \
+             paths={:?}/{:?}/{}/{}/{}",
             plan_space(),
             d.compute_capability.0,
             d.compute_capability.1,
@@ -312,6 +313,8 @@ impl ClassKey {
             p.trans_b as u8,
             p.a_mappable as u8,
             p.b_mappable as u8,
+            p.a_sectors as u8,
+            p.b_sectors as u8,
             self.paths.tf32,
             self.paths.fp32,
             self.paths.tma as u8,
@@ -1272,6 +1275,9 @@ mod tests {
         other(&|o| o.precision = Precision::Fp32);
         other(&|o| o.problem.trans_a = true);
         other(&|o| o.problem.b_mappable = false);
+        // 2500 and 2504 share a bucket; rows straddling sectors make another class.
+        other(&|o| o.problem.a_sectors = false);
+        other(&|o| o.problem.b_sectors = false);
         other(&|o| o.problem.batch = 2);
         other(&|o| o.paths.tma_rounding = false);
         assert!(k.text().contains(&format!("space={:016x}", plan_space())));
@@ -1934,6 +1940,28 @@ mod tests {
                 );
             }
         }
+        // Rows that straddle 32-byte sectors (2500: A's 2000 bytes, B's 10000) keep the packed
+        // ping-pong plan, the fastest the H100 ran there (version 15), as that tile's plan with P
+        // in shared memory; 32-byte aligned rows (2504) put P:ks there instead.
+        let has = |first: &[Plan], name: &str, ops: Operands| {
+            first
+                .iter()
+                .any(|x| x.config.name == name && x.operands == ops)
+        };
+        assert!(
+            has(&first, "wgmma_128x128_pp", Operands::PACKED),
+            "{first:#?}"
+        );
+        let q = Problem::shape(2504, 2504, 504, 1);
+        let (model, all) = tf32_space(&q);
+        let aligned = stage_one(&model, &all);
+        let ks = Operands {
+            swap: false,
+            p: Source::TmaKMajorShared,
+            q_tma: false,
+        };
+        assert!(has(&aligned, "wgmma_128x128_pp", ks), "{aligned:#?}");
+        assert!(!has(&aligned, "wgmma_128x128_pp", Operands::PACKED));
     }
 
     /// Where split-K decides, each configuration is timed at its two best split factors by the
