@@ -222,41 +222,40 @@ impl RawGemm {
         self.a_vectorizable() && self.b_vectorizable()
     }
 
+    /// Whether every row (and batch entry) of the f32 matrix at `addr` with leading dimension
+    /// `ld` and batch stride `stride` starts on a multiple of `bytes`.
+    fn rows_aligned(&self, addr: u64, ld: usize, stride: usize, bytes: usize) -> bool {
+        let elems = bytes / 4;
+        addr.is_multiple_of(bytes as u64)
+            && ld.is_multiple_of(elems)
+            && (self.batch <= 1 || stride.is_multiple_of(elems))
+    }
+
     /// The A half of [`ab_vectorizable`](Self::ab_vectorizable).
     pub fn a_vectorizable(&self) -> bool {
-        self.a.is_multiple_of(16)
-            && self.lda.is_multiple_of(4)
-            && (self.batch <= 1 || self.stride_a.is_multiple_of(4))
+        self.rows_aligned(self.a, self.lda, self.stride_a, 16)
     }
 
     /// The B half of [`ab_vectorizable`](Self::ab_vectorizable).
     pub fn b_vectorizable(&self) -> bool {
-        self.b.is_multiple_of(16)
-            && self.ldb.is_multiple_of(4)
-            && (self.batch <= 1 || self.stride_b.is_multiple_of(4))
+        self.rows_aligned(self.b, self.ldb, self.stride_b, 16)
     }
 
     /// True when every row of A starts on a 32-byte L2 sector: address, leading dimension and
     /// batch stride multiples of 32 bytes. The tensor copies of rows that straddle sectors run
     /// slower (GEMM_NOTES.md, version 15: 2500x2500x500 against 2504x2504x504 on an H100).
     pub fn a_sector_aligned(&self) -> bool {
-        self.a.is_multiple_of(32)
-            && self.lda.is_multiple_of(8)
-            && (self.batch <= 1 || self.stride_a.is_multiple_of(8))
+        self.rows_aligned(self.a, self.lda, self.stride_a, 32)
     }
 
     /// The same for B.
     pub fn b_sector_aligned(&self) -> bool {
-        self.b.is_multiple_of(32)
-            && self.ldb.is_multiple_of(8)
-            && (self.batch <= 1 || self.stride_b.is_multiple_of(8))
+        self.rows_aligned(self.b, self.ldb, self.stride_b, 32)
     }
 
     /// True when C also allows vector stores (same conditions).
     pub fn c_vectorizable(&self) -> bool {
-        self.c.is_multiple_of(16)
-            && self.ldc.is_multiple_of(4)
-            && (self.batch <= 1 || self.stride_c.is_multiple_of(4))
+        self.rows_aligned(self.c, self.ldc, self.stride_c, 16)
     }
 
     /// True when the `wgmma` kernel can read A in place through a tensor map (TMA), stored either

@@ -660,10 +660,10 @@ pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operan
         // Q tensor-mapped: Q must be K-major (op(B)^T when B is stored transposed, op(A) when A
         // is not), and the device's tensor copies must round.
         let no_swap_q = paths.tma_rounding && p.b_mappable && p.trans_b;
-        let swap_q = paths.tma_rounding && p.a_mappable && !p.trans_a;
+        // A K-major through rounding copies: Q when swapped, or P read by wgmma from shared
+        // memory.
+        let a_rounded = paths.tma_rounding && p.a_mappable && !p.trans_a;
         let swap = p.b_mappable && !p.trans_b;
-        // P = op(A) read by wgmma from shared memory: A K-major, the copies rounding.
-        let p_shared = paths.tma_rounding && p.a_mappable && !p.trans_a;
         let mut add = |when: bool, swap: bool, src: Source, q_tma: bool| {
             if when {
                 v.push(Operands {
@@ -674,13 +674,13 @@ pub fn operand_choices(family: Family, p: &Problem, paths: &Paths) -> Vec<Operan
             }
         };
         add(p.a_mappable && no_swap_q, false, a_src, true);
-        add(p_shared && no_swap_q, false, Source::TmaKMajorShared, true);
-        add(swap && swap_q, true, Source::TmaMnMajor, true);
+        add(a_rounded && no_swap_q, false, Source::TmaKMajorShared, true);
+        add(swap && a_rounded, true, Source::TmaMnMajor, true);
         // P packed beside a tensor-mapped Q where P cannot come straight from its copies (A
         // MN-major or unaligned): one operand packed, both read by wgmma from shared memory.
-        add(!p_shared && no_swap_q, false, Source::Packed, true);
+        add(!a_rounded && no_swap_q, false, Source::Packed, true);
         add(p.a_mappable, false, a_src, false);
-        add(p_shared, false, Source::TmaKMajorShared, false);
+        add(a_rounded, false, Source::TmaKMajorShared, false);
         add(swap, true, Source::TmaMnMajor, false);
     }
     v.push(Operands::PACKED);

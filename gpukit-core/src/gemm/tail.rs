@@ -4,9 +4,10 @@
 //! then cuts each of those tail tiles into [`super::plan::tail_pieces`] pieces of whole k tiles,
 //! one block each; every piece writes its partial tile to a slot of this workspace and counts
 //! itself on the tile's counter, and the piece that counts last sums the tile's slots in piece
-//! order and stores the tile (`gemm_wgmma.cu`, `work_unit` and the tail epilogue). The counters start at zero for each
-//! launch (a memset on the launch's stream); the workspace comes from the device's caching
-//! allocator under the current owner, like the pack buffer, and returns to it in stream order.
+//! order and stores the tile (`gemm_wgmma.cu`, `work_unit` and the tail epilogue). The counters
+//! start at zero for each launch (a memset on the launch's stream); the workspace comes from
+//! the device's caching allocator under the current owner, like the pack buffer, and returns
+//! to it in stream order.
 
 use super::plan::{self, TileConfig};
 use crate::alloc::{current_owner, DeviceBuffer};

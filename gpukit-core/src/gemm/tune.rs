@@ -9,11 +9,11 @@
 //!
 //! 1. **Class**: precision, M, N and K rounded up to a quarter octave ([`bucket`]: 1000 and 1024
 //!    share a class, 1025 is the next), the batch likewise, the transposes, the tensor-map and
-//!    sector alignment of A and B and the paths ([`Paths`]), on one device identity ([`DeviceKey`]:
-//!    name, compute capability, SM count, driver and NVRTC versions) and one plan space
-//!    ([`plan_space`]: a hash of [`PLAN_SPACE_VERSION`], every tile configuration, the split
-//!    factors and the GEMM kernels' sources, so that a changed kernel never inherits a stale
-//!    choice).
+//!    sector alignment of A and B and the paths ([`Paths`]), on one device identity
+//!    ([`DeviceKey`]: name, compute capability, SM count, driver and NVRTC versions) and one
+//!    plan space ([`plan_space`]: a hash of [`PLAN_SPACE_VERSION`], every tile configuration,
+//!    the split factors and the GEMM kernels' sources, so that a changed kernel never inherits a
+//!    stale choice).
 //! 2. **Candidates** ([`stage_one`], [`stage_two`]): the model's plan, then the model's best plan
 //!    of every other tile configuration whose estimate is within [`WITHIN`] of the best, for
 //!    the `wgmma` tiles one with P from registers and one with P from shared memory (at most
@@ -644,10 +644,10 @@ pub(super) fn count_unwritten() {
 /// other configuration of `all` ([`plan::enumerate`], cheapest first) within [`WITHIN`] of the
 /// best estimate, at most [`STAGE_ONE`]; a `wgmma` configuration gets two, its best plan with
 /// P from registers and its best with P from shared memory (packed, or through a rounding tensor
-/// map: [`Source::TmaKMajorShared`]), because the model ranks those two least reliably: version 10's H100 run measured
-/// the ping-pong tile at 2500x2500x500 at 93.9 TFLOP/s with P from registers (the model's
-/// pick for it) and 148.5 with both operands packed, the fastest plan of the shape, which the
-/// tuner then never timed. That first pass ranks whole-tile plans only ([`Plan::tail`] plans are
+/// map: [`Source::TmaKMajorShared`]), because the model ranks those two least reliably:
+/// version 10's H100 run measured the ping-pong tile at 2500x2500x500 at 93.9 TFLOP/s with P
+/// from registers (the model's pick for it) and 148.5 with both operands packed, the fastest
+/// plan of the shape, which the tuner then never timed. That first pass ranks whole-tile plans only ([`Plan::tail`] plans are
 /// the model's guess). Slots left then go, in the same order, to each of those plans'
 /// second-best split factor or tail choice (same configuration and operands): the model's
 /// split choice is the other thing it ranks least reliably where a few hundred blocks meet the
