@@ -15,8 +15,9 @@
 // Where each comes from (template PSRC, QTMA):
 // - P: SRC_PACKED (the pack's rounded, swizzled K-major tiles, a bulk copy, wgmma A from shared
 //   memory), SRC_TMA_K (the user's K-major layout through a tensor map, BM x 32 boxes with the
-//   128-byte swizzle) or SRC_TMA_MN (the user's MN-major layout: BM / 16 boxes of 16 rows x 32 k,
-//   unswizzled, [k][row], so a warp's fragment loads are 256 contiguous bytes). In the two tensor
+//   128-byte swizzle) or SRC_TMA_MN (the user's MN-major layout: BM / 32 boxes of 32 rows x 32 k,
+//   [k][row] with the 128-byte swizzle, whole 128-byte lines of the operand per copied row; a
+//   warp's fragment loads take two wavefronts each, load_p_fragments). In the two tensor
 //   map cases each consumer thread loads its wgmma A fragments from shared memory and rounds them
 //   (cvt.rna; the identity on values a rounding tensor map already rounded), wgmma A from registers.
 //   SRC_TMA_KS: the user's K-major layout through a rounding tensor map (as Q's below), whose
@@ -363,7 +364,8 @@ __device__ __forceinline__ void unit_sync(int cw) {
 
 // This thread's raw wgmma A fragments of one k tile (16 values, module comment) from the P
 // operand's stage at byte offset `sp0` of shared memory (`smem`): SRC_TMA_K, the 128B-swizzled
-// K-major tile; SRC_TMA_MN, box 4 cw + q of the [k][16 rows] boxes.
+// K-major tile; SRC_TMA_MN, the [k][32 rows] boxes, 128B-swizzled (k row r at r * 128, its 16-byte
+// chunk c at c ^ (r & 7)).
 template <int PSRC>
 __device__ __forceinline__ void load_p_fragments(float* f, const unsigned char* stage, int cw, int q,
                                                  int g, int t) {
@@ -382,17 +384,31 @@ __device__ __forceinline__ void load_p_fragments(float* f, const unsigned char* 
             }
         }
     } else {
-        // Rows 2g, 2g + 1 of the warp's box (accumulator rows g, g + 8) at k = 8 kk + t (+ 4): one
-        // 8-byte load each; a warp's 32 loads cover 256 contiguous bytes.
-        const unsigned char* sp = stage + (4 * cw + q) * (16 * 32 * 4) + 8 * g + 64 * t;
+        // Rows 2g, 2g + 1 of the warp's 16 (accumulator rows g, g + 8) at k = 8 kk + t + 4 h: one
+        // 8-byte load each, from box 2 cw + q / 2, where the warp's rows are the 16-byte chunks
+        // c = 4 (q & 1) + g / 2 of each k row. Within a k tile's eight k rows (kk fixed) the
+        // swizzle keeps c ^ r in the half of the banks c is in for r < 4 and moves it to the
+        // other half for r >= 4, so a load of k = t + 4 h by every lane (h fixed) would put the
+        // warp's 256 bytes in 16 banks (two-way conflicts). Load i instead takes h = i ^ (t & 1):
+        // two of the four k rows in each half, two wavefronts, as few as 256 bytes allow.
+        const unsigned char* sp = stage + (2 * cw + (q >> 1)) * (32 * 32 * 4);
+        const int c = 4 * (q & 1) + (g >> 1);
+        const int odd = t & 1;
+        const int r0 = t + 4 * odd;        // load 0: h = odd
+        const int r1 = t + 4 * (odd ^ 1);  // load 1: h = 1 - odd
+        const int off0 = r0 * 128 + ((c ^ r0) << 4) + 8 * (g & 1);
+        const int off1 = r1 * 128 + ((c ^ r1) << 4) + 8 * (g & 1);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const float2 v = *reinterpret_cast<const float2*>(sp + (8 * kk + 4 * h) * 64);
-                f[4 * kk + 2 * h] = v.x;
-                f[4 * kk + 2 * h + 1] = v.y;
-            }
+            // k rows 8 kk + r: 1024 bytes per kk, and (8 kk + r) & 7 == r.
+            const float2 v0 = *reinterpret_cast<const float2*>(sp + kk * 1024 + off0);
+            const float2 v1 = *reinterpret_cast<const float2*>(sp + kk * 1024 + off1);
+            const float2 lo = odd ? v1 : v0;  // h = 0
+            const float2 hi = odd ? v0 : v1;  // h = 1
+            f[4 * kk + 0] = lo.x;
+            f[4 * kk + 1] = lo.y;
+            f[4 * kk + 2] = hi.x;
+            f[4 * kk + 3] = hi.y;
         }
     }
 }
@@ -449,7 +465,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
     constexpr u32 P_BYTES = PARTS * P_PART;
     constexpr u32 Q_BYTES = PARTS * Q_PART;
     constexpr u32 STAGE_BYTES = P_BYTES + Q_BYTES;
-    constexpr u32 MN_BOX_BYTES = 16 * BK * 4;  // SRC_TMA_MN: one box of 16 rows x 32 k
+    constexpr int MN_BOX_ROWS = 32;  // SRC_TMA_MN: rows per box (32 k per box)
+    constexpr u32 MN_BOX_BYTES = MN_BOX_ROWS * BK * 4;
     // Registers per thread after setmaxnreg (multiples of 8, in 24 .. 256): the producer's and the
     // consumers' shares of the block's entry allocation, 65536 / (384 MINB) rounded down to 8 (168
     // for one block per SM, 80 for two), which they fill exactly: 128 x 40 + 256 x 232 = 384 x 168,
@@ -546,7 +563,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
                 const int p0 = w.tp * BM;
                 // SRC_TMA_MN: boxes wholly beyond PR are not copied (their rows feed only outputs
                 // that are never stored).
-                const int boxes = pIn ? min(BM / 16, (PR - p0 + 15) / 16) : 0;
+                const int boxes =
+                    pIn ? min(BM / MN_BOX_ROWS, (PR - p0 + MN_BOX_ROWS - 1) / MN_BOX_ROWS) : 0;
                 const u32 pBytes = PSRC == SRC_TMA_MN ? boxes * MN_BOX_BYTES : (pIn ? P_BYTES : 0u);
                 // CM = 2: both halves of Q land here, this block's and the other block's.
                 const u32 bytes = pBytes + Q_BYTES;
@@ -560,7 +578,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
                         if (pIn) tma_g2s_3d(dst, &tmP, kt * BK, p0, zp, fb);
                     } else if (PSRC == SRC_TMA_MN) {
                         for (int b = 0; b < boxes; ++b)
-                            tma_g2s_3d(dst + b * MN_BOX_BYTES, &tmP, p0 + 16 * b, kt * BK, zp, fb);
+                            tma_g2s_3d(dst + b * MN_BOX_BYTES, &tmP, p0 + MN_BOX_ROWS * b,
+                                       kt * BK, zp, fb);
                     } else if (pIn) {
                         bulk_g2s(dst, pp + (long long)kt * (PARTS * BM * BK), P_BYTES, fb);
                     }

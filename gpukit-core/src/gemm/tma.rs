@@ -7,8 +7,9 @@
 //! - K-major operand (`(k, rows, batch)`, row stride `ld`): boxes of 32 k x `box_rows` rows with
 //!   the 128-byte swizzle, which land in shared memory exactly in the layout the pack writes (row
 //!   r at byte r * 128, its 16-byte chunk c at c ^ (r & 7)) and wgmma's descriptors read;
-//! - MN-major operand (`(rows, k, batch)`, k stride `ld`): unswizzled boxes of 16 rows x 32 k,
-//!   `[k][16 rows]`, from which each consumer thread loads its two adjacent rows per k.
+//! - MN-major operand (`(rows, k, batch)`, k stride `ld`): boxes of 32 rows x 32 k, `[k][32
+//!   rows]` with the 128-byte swizzle (whole 128-byte lines of each k row of the operand), from
+//!   which each consumer thread loads its two adjacent rows per k.
 //!
 //! Elements beyond the operand (rows, K) are zero-filled. With [`Rounding::Tf32`] the map's type
 //! is TFLOAT32: on devices where [`tensor_copies_round`] holds, the copy engine rounds every
@@ -26,8 +27,8 @@ use std::sync::Mutex;
 
 /// K per box (one 128-byte swizzle row of f32).
 pub const BOX_K: u32 = 32;
-/// Rows per box of an MN-major operand (one consumer warp's 16 rows).
-pub const MN_BOX_ROWS: u32 = 16;
+/// Rows per box of an MN-major operand (two consumer warps' 16 rows each: one 128-byte line).
+pub const MN_BOX_ROWS: u32 = 32;
 
 /// What the tensor copy does to the values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +73,7 @@ pub(crate) fn kmajor_map(op: &OperandView, box_rows: u32, rounding: Rounding) ->
     )
 }
 
-/// The encoded map of an MN-major operand (`op.row_contig == true`), boxes of 16 rows x 32 k.
+/// The encoded map of an MN-major operand (`op.row_contig == true`), boxes of 32 rows x 32 k.
 pub(crate) fn mnmajor_map(op: &OperandView, rounding: Rounding) -> Result<Vec<u8>> {
     if !op.row_contig {
         return Err(Error::invalid(
@@ -86,7 +87,7 @@ pub(crate) fn mnmajor_map(op: &OperandView, rounding: Rounding) -> Result<Vec<u8
         op,
         dims,
         boxes,
-        sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+        sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
         rounding,
     )
 }
