@@ -9,15 +9,17 @@
 #     class's candidates and times, to read the planner's misses), gemm_bench --quick --paired
 #     (cuBLAS TF32 and ours alternating) on the named shapes, and, with .gpu-bundle-ab unpacked,
 #     the A/B of tools/gpu/session_ai.sh (P:ks against the build before it).
-#   tar xJf .gpu-bundle.tar.xz && OUT=$OUT bash tools/gpu/session_aj.sh 1|2
+#   phase 3 (about 420 s, after a call that ran the tests): core_bench beside PyTorch, then the
+#     full gemm_bench and the tuner's files.
+#   tar xJf .gpu-bundle.tar.xz && OUT=$OUT bash tools/gpu/session_aj.sh 1|2|3
 set -u
-PH=${1:?phase 1 or 2}
+PH=${1:?phase 1, 2 or 3}
 OUT=${OUT:-/tmp/session-aj}
 here=$(dirname "$0")
 . "$here/gemm_session.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.sm,power.limit,temperature.gpu --format=csv,noheader
-if [ "$PH" = 1 ]; then
-  all_tests 400
+if [ "$PH" = 1 ] || [ "$PH" = 3 ]; then
+  [ "$PH" = 1 ] && all_tests 400
   echo "== core_bench beside torch ($(el) s)"
   fresh_cache
   CORE_BENCH_TSV="$OUT/gpukit.tsv" timeout 90 "$B/examples/core_bench" > "$OUT/core_bench.log" 2>&1; echo "core_bench rc=$?"
@@ -25,7 +27,8 @@ if [ "$PH" = 1 ]; then
   python3 "$here/core_join.py" "$OUT/gpukit.tsv" "$OUT/torch.tsv" > "$OUT/core_table.md" 2> "$OUT/join.err"
   grep -iE "operator|fused|target" "$OUT/core_bench.log" | head -30
   tail -40 "$OUT/core_table.md"
-else
+fi
+if [ "$PH" = 2 ] || [ "$PH" = 3 ]; then
   fresh_cache
   echo "== gemm_bench ($(el) s)"
   OUT=$OUT timeout 280 "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
@@ -33,6 +36,7 @@ else
   grep -E "^\| (2500x2500x500|8x 768|4096x4096x4096 \||8192x8192x8192 \||4096x4096x256 \|)" "$OUT/gemm_bench.log" | cut -c1-250
   grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -c1-400
   (cd "$GPUKIT_CACHE_DIR" && find . -path '*gemm-tuning*' -type f | tar cJf "$OUT/tuning.tar.xz" -T - 2> /dev/null)
+  [ "$PH" = 3 ] && { (cd "$OUT" && tar cJf logs_$PH.tar.xz --exclude='*.tar.xz' --exclude=tests . 2> /dev/null); echo "total $(el) s"; exit 0; }
   SH="4096,4096,4096;8192,8192,8192;4096,4096,256;2500,2500,500;8,768,768,768;1500,1500,300;1000,1000,1000;1024,1024,1024;3000,3000,3000;2000,6000,400;192,160,32768"
   fresh_cache
   echo "== paired ($(el) s)"
