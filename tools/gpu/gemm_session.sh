@@ -5,7 +5,9 @@
 # nothing; `paired LOG BIN SHAPES` runs `BIN --quick --paired --shapes SHAPES` (cuBLAS TF32 and
 # ours in alternating samples) into LOG and prints its paired lines; `configs LOG LIMIT ONLY SHAPES`
 # runs `gemm_bench --configs --only ONLY` (persistent plans, tuner off) into LOG and prints its
-# rows; `all_tests LIMIT` runs every GPU test of the bundle (final_tests.sh) under $OUT/tests.
+# rows; `all_tests LIMIT` runs every GPU test of the bundle (final_tests.sh) under $OUT/tests;
+# `full_bench LIMIT` runs the full gemm_bench (fresh cache) into $OUT/gemm_bench.log and prints
+# its headline rows and target lines.
 B=${B:-.gpu-bundle}
 OUT=${OUT:-/tmp/gemm-session}; mkdir -p "$OUT"
 T0=$SECONDS
@@ -52,4 +54,12 @@ all_tests() { # limit
   echo "== final_tests rc $? ($(el) s)"
   tail -n 45 "$OUT/final_tests.log" | cut -c1-220
   (cd "$OUT/tests" && tar cJf ../tests_logs.tar.xz logs 2> /dev/null)
+}
+full_bench() { # limit
+  fresh_cache
+  echo "== gemm_bench ($(el) s)"
+  OUT=$OUT timeout "$1" "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
+  echo "  rc $?"
+  grep -E "^\| (2500x2500x500|8x 768|4096x4096x4096 \||8192x8192x8192 \||4096x4096x256 \|)" "$OUT/gemm_bench.log" | cut -c1-250
+  grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -c1-400
 }

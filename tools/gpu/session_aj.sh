@@ -29,26 +29,14 @@ if [ "$PH" = 1 ] || [ "$PH" = 3 ]; then
   tail -40 "$OUT/core_table.md"
 fi
 if [ "$PH" = 2 ] || [ "$PH" = 3 ]; then
-  fresh_cache
-  echo "== gemm_bench ($(el) s)"
-  OUT=$OUT timeout 280 "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
-  echo "  rc $?"
-  grep -E "^\| (2500x2500x500|8x 768|4096x4096x4096 \||8192x8192x8192 \||4096x4096x256 \|)" "$OUT/gemm_bench.log" | cut -c1-250
-  grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -c1-400
+  full_bench 280
   (cd "$GPUKIT_CACHE_DIR" && find . -path '*gemm-tuning*' -type f | tar cJf "$OUT/tuning.tar.xz" -T - 2> /dev/null)
   [ "$PH" = 3 ] && { (cd "$OUT" && tar cJf logs_$PH.tar.xz --exclude='*.tar.xz' --exclude=tests . 2> /dev/null); echo "total $(el) s"; exit 0; }
   SH="4096,4096,4096;8192,8192,8192;4096,4096,256;2500,2500,500;8,768,768,768;1500,1500,300;1000,1000,1000;1024,1024,1024;3000,3000,3000;2000,6000,400;192,160,32768"
   fresh_cache
   echo "== paired ($(el) s)"
   paired "$OUT/paired.log" "$B/examples/gemm_bench" "$SH"
-  if [ -d .gpu-bundle-ab/new ] && [ "$(el)" -lt 420 ]; then
-    SH="1024,1024,1024;3000,3000,3000;8192,64,8192;6000,1000,384;256,256,8192"
-    for v in new old; do
-      fresh_cache ".gpu-bundle-ab/$v/kcache"
-      echo "== paired $v ($(el) s)"
-      paired "$OUT/paired_$v.log" ".gpu-bundle-ab/$v/examples/gemm_bench" "$SH"
-    done
-  fi
+  [ -d .gpu-bundle-ab/new ] && [ "$(el)" -lt 420 ] && OUT=$OUT bash "$here/session_ai.sh"
 fi
 (cd "$OUT" && tar cJf logs_$PH.tar.xz --exclude='*.tar.xz' --exclude=tests . 2> /dev/null)
 echo "total $(el) s"
