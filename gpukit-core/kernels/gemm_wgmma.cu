@@ -304,6 +304,10 @@ __device__ __forceinline__ void store_slab(float* r0, float* r1, int ldc, const 
 #define SRC_TMA_MN 2
 #define SRC_TMA_KS 3
 
+// SRC_TMA_MN: rows per box (tma::MN_BOX_ROWS on the host; 32 k per box, BK), and its bytes.
+constexpr int MN_BOX_ROWS = 32;
+constexpr int MN_BOX_BYTES = MN_BOX_ROWS * 32 * 4;
+
 // A work unit: block tile (tp, tq) of output slice z (batch entry bIdx), k tiles ktBegin ..
 // ktBegin + nk; a piece of a tail tile (below) also names the tile's slot and its piece index.
 struct WorkUnit {
@@ -363,7 +367,7 @@ __device__ __forceinline__ void unit_sync(int cw) {
 }
 
 // This thread's raw wgmma A fragments of one k tile (16 values, module comment) from the P
-// operand's stage at byte offset `sp0` of shared memory (`smem`): SRC_TMA_K, the 128B-swizzled
+// operand's part of the stage at `stage` in shared memory: SRC_TMA_K, the 128B-swizzled
 // K-major tile; SRC_TMA_MN, the [k][32 rows] boxes, 128B-swizzled (k row r at r * 128, its 16-byte
 // chunk c at c ^ (r & 7)).
 template <int PSRC>
@@ -391,7 +395,7 @@ __device__ __forceinline__ void load_p_fragments(float* f, const unsigned char* 
         // other half for r >= 4, so a load of k = t + 4 h by every lane (h fixed) would put the
         // warp's 256 bytes in 16 banks (two-way conflicts). Load i instead takes h = i ^ (t & 1):
         // two of the four k rows in each half, two wavefronts, as few as 256 bytes allow.
-        const unsigned char* sp = stage + (2 * cw + (q >> 1)) * (32 * 32 * 4);
+        const unsigned char* sp = stage + (2 * cw + (q >> 1)) * MN_BOX_BYTES;
         const int c = 4 * (q & 1) + (g >> 1);
         const int odd = t & 1;
         const int r0 = t + 4 * odd;        // load 0: h = odd
@@ -465,8 +469,6 @@ __device__ __forceinline__ void gemm_wgmma_body(
     constexpr u32 P_BYTES = PARTS * P_PART;
     constexpr u32 Q_BYTES = PARTS * Q_PART;
     constexpr u32 STAGE_BYTES = P_BYTES + Q_BYTES;
-    constexpr int MN_BOX_ROWS = 32;  // SRC_TMA_MN: rows per box (32 k per box)
-    constexpr u32 MN_BOX_BYTES = MN_BOX_ROWS * BK * 4;
     // Registers per thread after setmaxnreg (multiples of 8, in 24 .. 256): the producer's and the
     // consumers' shares of the block's entry allocation, 65536 / (384 MINB) rounded down to 8 (168
     // for one block per SM, 80 for two), which they fill exactly: 128 x 40 + 256 x 232 = 384 x 168,

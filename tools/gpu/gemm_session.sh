@@ -6,8 +6,8 @@
 # ours in alternating samples) into LOG and prints its paired lines; `configs LOG LIMIT ONLY SHAPES`
 # runs `gemm_bench --configs --only ONLY` (persistent plans, tuner off) into LOG and prints its
 # rows; `all_tests LIMIT` runs every GPU test of the bundle (final_tests.sh) under $OUT/tests;
-# `full_bench LIMIT` runs the full gemm_bench (fresh cache) into $OUT/gemm_bench.log and prints
-# its headline rows and target lines.
+# `full_bench LIMIT` runs the full gemm_bench (fresh cache) into $OUT/gemm_bench.log, prints
+# its headline rows and target lines and keeps the tuner's files in $OUT/tuning.tar.xz.
 B=${B:-.gpu-bundle}
 OUT=${OUT:-/tmp/gemm-session}; mkdir -p "$OUT"
 T0=$SECONDS
@@ -62,4 +62,5 @@ full_bench() { # limit
   echo "  rc $?"
   grep -E "^\| (2500x2500x500|8x 768|4096x4096x4096 \||8192x8192x8192 \||4096x4096x256 \|)" "$OUT/gemm_bench.log" | cut -c1-250
   grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -c1-400
+  (cd "$GPUKIT_CACHE_DIR" && find . -path '*gemm-tuning*' -type f | tar cJf "$OUT/tuning.tar.xz" -T - 2> /dev/null)
 }

@@ -32,12 +32,7 @@ if [ "$PH" = 1 ] || [ "$PH" = s ]; then
   configs "$OUT/configs.log" 60 wgmma_128x128_pp,wgmma_128x128_pp_c2,wgmma_64x128_pp,wgmma_64x128_pp_c2 \
     "2500,2500,500;8,768,768,768"
 else
-  fresh_cache
-  echo "== gemm_bench ($(el) s)"
-  OUT=$OUT timeout 150 "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
-  echo "  rc $?"
-  grep -E "^\| (2500x2500x500|8x 768|4096x4096x4096 \||8192x8192x8192 \||4096x4096x256 \|)" "$OUT/gemm_bench.log" | cut -c1-250
-  grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -c1-400
+  full_bench 150
   [ -d .gpu-bundle-small ] && OUT=$OUT timeout 130 bash "$here/session_ad.sh"
 fi
 (cd "$OUT" && tar cJf logs_$PH.tar.xz --exclude='*.tar.xz' --exclude=tests --exclude=gemm_bench.tsv . 2> /dev/null)

@@ -27,13 +27,8 @@ if [ "$PH" = 1 ] || [ "$PH" = all ]; then
   fresh_cache
   echo "== paired ($(el) s)"
   paired "$OUT/paired.log" "$B/examples/gemm_bench" "$SH"
-  fresh_cache
-  echo "== gemm_bench ($(el) s)"
   left=$(( 570 - $(el) )); [ "$left" -gt 200 ] && left=200
-  OUT=$OUT timeout "$left" "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
-  echo "  rc $?"
-  grep -E "^\| (2500x2500x500|8x 768|4096x4096x4096 \||8192x8192x8192 \||4096x4096x256 \|)" "$OUT/gemm_bench.log" | cut -c1-250
-  grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -c1-400
+  full_bench "$left"
 elif [ "$PH" = 2 ]; then
   all_tests 400
 fi

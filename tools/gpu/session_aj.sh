@@ -30,8 +30,8 @@ if [ "$PH" = 1 ] || [ "$PH" = 3 ]; then
 fi
 if [ "$PH" = 2 ] || [ "$PH" = 3 ]; then
   full_bench 280
-  (cd "$GPUKIT_CACHE_DIR" && find . -path '*gemm-tuning*' -type f | tar cJf "$OUT/tuning.tar.xz" -T - 2> /dev/null)
-  [ "$PH" = 3 ] && { (cd "$OUT" && tar cJf logs_$PH.tar.xz --exclude='*.tar.xz' --exclude=tests . 2> /dev/null); echo "total $(el) s"; exit 0; }
+fi
+if [ "$PH" = 2 ]; then
   SH="4096,4096,4096;8192,8192,8192;4096,4096,256;2500,2500,500;8,768,768,768;1500,1500,300;1000,1000,1000;1024,1024,1024;3000,3000,3000;2000,6000,400;192,160,32768"
   fresh_cache
   echo "== paired ($(el) s)"
