@@ -516,11 +516,91 @@ fn stream_is_capturing(stream: &Stream) -> bool {
 /// holds it was not written.
 const UNWRITTEN: u32 = 0x7F80_DEAD;
 
+/// Rows of the slices through which [`L2Flush`] reads its buffer.
+const FLUSH_ROWS: usize = 16;
+/// Columns of those slices (one reduction thread per four: 16 x 1024 threads).
+const FLUSH_COLS: usize = 4096;
+
+/// The tuner's L2 flush: a buffer of at least the L2's size, zeroed once, read in full before
+/// each timed run by the split-K reduction (its slices of `FLUSH_ROWS x FLUSH_COLS` summed into
+/// a 256 KB sink, eight slices in flight per thread). Reading leaves the L2 holding clean lines
+/// of the buffer, as the bench's rotated inputs leave it holding clean lines of other inputs. The
+/// flush before this one was a memset of the buffer, which left the L2 full of dirty lines whose
+/// write-back (tens of MB) then shared DRAM with the timed product: 4-6 us at 192x160x32768 on
+/// an H100, more for the plan that reads more, which reordered plans the bench ran the other
+/// way round (GEMM_NOTES.md, version 16).
+struct L2Flush {
+    buf: crate::alloc::DeviceBuffer,
+    sink: crate::alloc::DeviceBuffer,
+    slices: usize,
+    reduce: gpukit_jit::Kernel,
+}
+
+impl L2Flush {
+    /// The flush for `dev` (L2 of `l2` bytes) on `stream`, charged to the current owner; `None`
+    /// when its memory cannot be allocated or zeroed or the reduction cannot be loaded (the
+    /// timed runs then go unflushed, and a product that needs the reduction reports why).
+    fn new(dev: &Device, stream: &Stream, l2: usize) -> Option<Self> {
+        let slice = FLUSH_ROWS * FLUSH_COLS;
+        let slices = (l2 / 4).div_ceil(slice).max(1);
+        let owner = current_owner();
+        let alloc = |bytes: usize| dev.allocator().alloc_for(&owner, bytes, stream).ok();
+        let buf = alloc(slices * slice * 4)?;
+        let sink = alloc(slice * 4)?;
+        buf.zero_async(slices * slice * 4, stream).ok()?;
+        let reduce = kernels::reduce_instantiation().load(dev).ok()?;
+        Some(L2Flush {
+            buf,
+            sink,
+            slices,
+            reduce,
+        })
+    }
+
+    /// Reads the whole buffer on `stream`.
+    fn run(&self, dev: &Device, stream: &Stream) -> Result<()> {
+        let args = flush_args(self.buf.ptr(), self.sink.ptr(), self.slices);
+        // SAFETY: the reduction reads `slices` slices of FLUSH_ROWS x FLUSH_COLS floats (row
+        // stride FLUSH_COLS, slice stride FLUSH_ROWS * FLUSH_COLS) from `buf`, which holds
+        // exactly that many, zeroed, and writes one such slice (ldc FLUSH_COLS, one batch entry,
+        // beta 0: not read) to `sink`; both are this flush's live allocations on the stream's
+        // device, 16-byte aligned, and are freed only through the allocator's stream order after
+        // the launch has run; the arguments match the kernel's signature (checked in the tests).
+        unsafe {
+            self.reduce.launch_unchecked(
+                stream.cuda(),
+                reduce_launch(dev, FLUSH_ROWS * FLUSH_COLS / 4),
+                &args,
+            )
+        }?;
+        Ok(())
+    }
+}
+
+/// The reduction's arguments for [`L2Flush::run`]: `slices` slices of `FLUSH_ROWS x FLUSH_COLS`
+/// floats at `buf` summed into one at `sink` (alpha 1, beta 0).
+fn flush_args(buf: u64, sink: u64, slices: usize) -> Vec<KernelArg> {
+    vec![
+        KernelArg::Ptr(buf),
+        KernelArg::Ptr(sink),
+        (FLUSH_ROWS as i32).into(),
+        (FLUSH_COLS as i32).into(),
+        (FLUSH_COLS as i32).into(),
+        ((FLUSH_ROWS * FLUSH_COLS) as i64).into(),
+        (FLUSH_COLS as i32).into(),
+        0i64.into(),
+        (slices as i32).into(),
+        1i32.into(),
+        1.0f32.into(),
+        0.0f32.into(),
+    ]
+}
+
 /// The tuner's GPU timer: runs plans of one product (the caller's A and B, a scratch C) on the
 /// caller's stream between CUDA events. Each candidate's first run writes a poisoned scratch C
 /// and is checked ([`GpuTimer::check`]); where the product's operands fit in L2 the timed runs
-/// are separated by an L2 flush (so that each reads its operands from memory, as the product
-/// itself does among other work).
+/// are separated by an L2 flush ([`L2Flush`]: each reads its operands from memory, as the
+/// product itself does among other work).
 struct GpuTimer<'a> {
     stream: &'a Stream,
     dev: &'a Device,
@@ -531,14 +611,14 @@ struct GpuTimer<'a> {
     scratch: crate::alloc::DeviceBuffer,
     /// Elements of C checked after a candidate's first run (batch entry, row, column).
     samples: Vec<(usize, usize, usize)>,
-    /// The L2 flush buffer (bytes: the device's L2), where the operands fit in L2.
-    flush: Option<crate::alloc::DeviceBuffer>,
+    /// The L2 flush, where the operands fit in L2.
+    flush: Option<L2Flush>,
 }
 
 impl<'a> GpuTimer<'a> {
     /// The timer of `g` on `stream`: a zeroed scratch C from the device's allocator (charged
     /// to the current owner) and, with `timing` where A, B and C together are smaller than
-    /// twice the L2, a flush buffer of the L2's size. `None` when the scratch C cannot be
+    /// twice the L2, an [`L2Flush`]. `None` when the scratch C cannot be
     /// allocated.
     ///
     /// # Safety
@@ -562,7 +642,7 @@ impl<'a> GpuTimer<'a> {
         }
         let l2 = dev.attributes().l2_cache_bytes;
         let flush = if timing && l2 > 0 && (la + lb + lc) * 4 < 2 * l2 {
-            dev.allocator().alloc_for(&owner, l2, stream).ok()
+            L2Flush::new(dev, stream, l2)
         } else {
             None
         };
@@ -683,18 +763,7 @@ impl tune::Timer for GpuTimer<'_> {
         };
         let mut marks = Vec::with_capacity(reps as usize);
         for _ in 0..reps {
-            // SAFETY: the flush buffer holds len_bytes / 4 words of this call's allocation,
-            // live and ordered on `stream`.
-            unsafe {
-                gpukit_jit::cudarc::driver::sys::cuMemsetD32Async(
-                    flush.ptr(),
-                    0,
-                    flush.len_bytes() / 4,
-                    self.stream.cuda().cu_stream(),
-                )
-            }
-            .result()
-            .map_err(|e| Error::driver("flushing L2 between timed runs", e))?;
+            flush.run(self.dev, self.stream)?;
             let e0 = self.stream.record()?;
             // SAFETY: as above.
             unsafe { run(self.stream, self.dev, &self.g, plan) }?;
@@ -1344,6 +1413,7 @@ mod tests {
             .unwrap();
         gpukit_jit::check_args(&sig, "reduce", &reduce_args(&g, 0, 1, 8192, 8, 64, 3)).unwrap();
         gpukit_jit::check_args(&sig, "scale", &reduce_args(&g, 0, 1, g.c, 8, 0, 0)).unwrap();
+        gpukit_jit::check_args(&sig, "flush", &flush_args(8192, 4096, 190)).unwrap();
         // The tensor maps travel as their 128 bytes each, zeros for an operand read packed.
         let a = wgmma_args(&call(None));
         assert_eq!(a[3], KernelArg::Bytes(vec![0u8; 128]));

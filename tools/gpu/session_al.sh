@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# 2026-12-07, fourteenth session (issue 23): the tuner's L2 flush reads its buffer (the split-K
+# reduction) instead of writing it (a memset, whose dirty lines' write-back shared DRAM with the
+# timed product), bundle of the branch tuner-read-flush (tools/gpu/bundle.sh), about 150 s:
+#   1. gemm_gpu's tuner tests (GPUKIT_REQUIRE_GPU=1), each in its own process;
+#   2. the full gemm_bench (the planner against the best plan on 46 shapes), the tuner's files.
+#   tar xJf .gpu-bundle-al.tar.xz && OUT=$OUT bash tools/gpu/session_al.sh
+set -u
+OUT=${OUT:-/tmp/session-al}
+here=$(dirname "$0")
+. "$here/gemm_session.sh"
+GG=$B/tests/gpukit-core.gemm_gpu.test
+for t in $("$GG" --list 2>/dev/null | sed -n 's/: test$//p' | grep -E "tune|autotuner"); do
+  (fresh_cache; GPUKIT_REQUIRE_GPU=1 timeout 100 "$GG" --exact "$t" > "$OUT/$t.log" 2>&1; echo "$t rc=$? $(grep '^test result' "$OUT/$t.log")") &
+done
+wait
+echo "== tests done ($(el) s)"
+fresh_cache
+OUT=$OUT timeout 170 "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
+echo "gemm_bench rc $?"
+grep -E "^\| (192x160x32768|1024x1024x1024|8x 768|2500x2500x500) " "$OUT/gemm_bench.log" | cut -c1-250 | tail -4
+grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -c1-400
+(cd "$GPUKIT_CACHE_DIR" && find . -path '*gemm-tuning*' -type f | tar cJf "$OUT/tuning.tar.xz" -T - 2> /dev/null)
+echo "total $(el) s"
