@@ -15,10 +15,7 @@ for t in $("$GG" --list 2>/dev/null | sed -n 's/: test$//p' | grep -E "tune|auto
 done
 wait
 echo "== tests done ($(el) s)"
-fresh_cache
-OUT=$OUT timeout 170 "$B/examples/gemm_bench" > "$OUT/gemm_bench.log" 2>&1
-echo "gemm_bench rc $?"
-grep -E "^\| (192x160x32768|1024x1024x1024|8x 768|2500x2500x500) " "$OUT/gemm_bench.log" | cut -c1-250 | tail -4
-grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -c1-400
+full_bench 170
+grep -E "^\| (192x160x32768|1024x1024x1024) " "$OUT/gemm_bench.log" | cut -c1-250 | tail -2
 (cd "$GPUKIT_CACHE_DIR" && find . -path '*gemm-tuning*' -type f | tar cJf "$OUT/tuning.tar.xz" -T - 2> /dev/null)
 echo "total $(el) s"
