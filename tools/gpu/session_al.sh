@@ -17,5 +17,4 @@ wait
 echo "== tests done ($(el) s)"
 full_bench 170
 grep -E "^\| (192x160x32768|1024x1024x1024) " "$OUT/gemm_bench.log" | cut -c1-250 | tail -2
-(cd "$GPUKIT_CACHE_DIR" && find . -path '*gemm-tuning*' -type f | tar cJf "$OUT/tuning.tar.xz" -T - 2> /dev/null)
 echo "total $(el) s"
