@@ -569,7 +569,7 @@ impl L2Flush {
         unsafe {
             self.reduce.launch_unchecked(
                 stream.cuda(),
-                reduce_launch(dev, FLUSH_ROWS * FLUSH_COLS / 4),
+                reduce_launch(dev, FLUSH_ROWS * FLUSH_COLS / 4, self.slices),
                 &args,
             )
         }?;
@@ -1013,7 +1013,7 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
         unsafe {
             reduce.launch_unchecked(
                 stream.cuda(),
-                reduce_launch(dev, nb * g.m * g.n.div_ceil(4)),
+                reduce_launch(dev, nb * g.m * g.n.div_ceil(4), splits),
                 &rargs,
             )
         }?;
@@ -1318,14 +1318,44 @@ fn reduce_args(
     ]
 }
 
-/// Grid of the reduction for `groups` groups of four output columns (one thread each): blocks of
-/// 256 threads, or of 64 when that leaves SMs idle (a small output with many K slices is
-/// latency-bound per thread: spread over more SMs).
-fn reduce_launch(dev: &Device, groups: usize) -> LaunchConfig {
+/// Most threads of one reduction block (`REDUCE_MAX_THREADS` in gemm_reduce.cu).
+const REDUCE_MAX_THREADS: usize = 256;
+
+/// Most lanes (runs of consecutive slices summed by threads of their own) per output group.
+const REDUCE_MAX_LANES: usize = 8;
+
+/// Grid of the reduction of `splits` slices for `groups` groups of four output columns: blocks
+/// of `x` groups times `y` lanes. Each lane sums at least four consecutive slices (one round of
+/// loads in flight), so `y` is the largest power of two up to eight and `splits / 4` (one lane,
+/// the whole sum, below eight slices); `x` is 256 / `y`, or with one lane 64 when 256 would
+/// leave SMs idle (a small output: spread over more SMs).
+fn reduce_launch(dev: &Device, groups: usize, splits: usize) -> LaunchConfig {
     let sms = dev.multiprocessor_count().max(1) as usize;
-    let threads = if groups < sms * 256 { 64 } else { 256 };
-    let blocks = groups.div_ceil(threads).clamp(1, sms * 16) as u32;
-    LaunchConfig::new((blocks, 1, 1), (threads as u32, 1, 1))
+    let (blocks, gx, lanes) = reduce_geometry(sms, groups, splits);
+    LaunchConfig::new((blocks, 1, 1), (gx, lanes, 1))
+}
+
+/// [`reduce_launch`]'s blocks, groups per block and lanes on a device of `sms` SMs.
+fn reduce_geometry(sms: usize, groups: usize, splits: usize) -> (u32, u32, u32) {
+    let lanes = reduce_lanes(splits);
+    let gx = if lanes > 1 {
+        REDUCE_MAX_THREADS / lanes
+    } else if groups < sms * REDUCE_MAX_THREADS {
+        64
+    } else {
+        REDUCE_MAX_THREADS
+    };
+    let blocks = groups.div_ceil(gx).clamp(1, sms * 16);
+    (blocks as u32, gx as u32, lanes as u32)
+}
+
+/// Lanes of the reduction of `splits` slices ([`reduce_launch`]).
+fn reduce_lanes(splits: usize) -> usize {
+    let mut lanes = 1;
+    while lanes * 2 <= REDUCE_MAX_LANES && lanes * 2 * 4 <= splits {
+        lanes *= 2;
+    }
+    lanes
 }
 
 /// `C = beta * C` over all batch entries (the k == 0 / alpha == 0 case).
@@ -1346,7 +1376,7 @@ unsafe fn scale_c(stream: &Stream, dev: &Device, g: &RawGemm) -> Result<()> {
         unsafe {
             reduce.launch_unchecked(
                 stream.cuda(),
-                reduce_launch(dev, nb * g.m * g.n.div_ceil(4)),
+                reduce_launch(dev, nb * g.m * g.n.div_ceil(4), 0),
                 &args,
             )
         }?;
@@ -1368,6 +1398,47 @@ mod tests {
         alpha: 1.0,
         beta: 0.0,
     };
+
+    /// The reduction's blocks stay within the kernel's shared array (the limit read from the
+    /// source), every lane sums at least four slices, and a small
+    /// output over many slices gets every slice's load in flight at once (192 x 160 over 32).
+    #[test]
+    fn reduction_geometry_fits_the_kernel_and_spreads_the_slices() {
+        let src = kernels::REDUCE_SOURCE;
+        let at = src
+            .find("#define REDUCE_MAX_THREADS ")
+            .expect("the kernel's limit");
+        let limit: usize = src[at + 27..]
+            .split_whitespace()
+            .next()
+            .and_then(|t| t.parse().ok())
+            .expect("a number");
+        assert_eq!(limit, REDUCE_MAX_THREADS);
+        for sms in [1, 78, 132] {
+            for groups in [1, 7, 64, 7680, 33_792, 1 << 22] {
+                for splits in 0..=256 {
+                    let (blocks, gx, lanes) = reduce_geometry(sms, groups, splits);
+                    let (gx, lanes) = (gx as usize, lanes as usize);
+                    assert!(gx * lanes <= limit, "{sms} {groups} {splits}");
+                    assert!(blocks >= 1 && blocks as usize <= sms * 16);
+                    assert!(lanes.is_power_of_two() && lanes <= REDUCE_MAX_LANES);
+                    // Lane y sums slices y * splits / lanes .. (y + 1) * splits / lanes.
+                    if lanes > 1 {
+                        for y in 0..lanes {
+                            let run = (y + 1) * splits / lanes - y * splits / lanes;
+                            assert!(
+                                run >= 4,
+                                "{splits} slices, {lanes} lanes: lane {y} has {run}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(reduce_geometry(132, 7680, 32), (240, 32, 8));
+        assert_eq!(reduce_geometry(132, 7680, 4), (120, 64, 1));
+        assert_eq!(reduce_geometry(132, 1 << 22, 2), (2112, 256, 1));
+    }
 
     /// The argument lists built here match the kernels' parsed signatures (count, pointer vs
     /// value, widths) for every instantiation: a mismatch would otherwise surface only on a GPU.
