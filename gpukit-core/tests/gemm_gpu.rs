@@ -609,6 +609,46 @@ fn every_config_and_split_on_awkward_shapes() {
     }
 }
 
+/// The split-K reduction's lanes (eight slices and more are summed in runs of consecutive slices
+/// by threads of their own, then in lane order): outputs of odd widths (the scalar store), a
+/// padded C, beta, a batch, slice counts the lanes do not divide; every element against cuBLAS
+/// DGEMM and the same bits on a second run (`check`).
+#[test]
+fn split_k_reduction_lanes_on_awkward_outputs() {
+    if !gpukit_jit::testing::cublas("split_k_reduction_lanes_on_awkward_outputs") {
+        return;
+    }
+    let configs: Vec<plan::TileConfig> = all_configs()
+        .into_iter()
+        .filter(|c| ["sgemm_64x64", "tf32_64x64", "wgmma_128x128"].contains(&c.name))
+        .collect();
+    let mut seed = 9100;
+    let mut checked = 0;
+    for &(m, n, k, batch) in &[(257, 131, 4800, 1), (7, 301, 3000, 1), (130, 66, 12_000, 3)] {
+        for (ta, tb, pad) in [(false, false, (0, 0, 0)), (true, false, (1, 3, 5))] {
+            let base = Case {
+                ta,
+                tb,
+                pad,
+                batch,
+                alpha: 0.75,
+                ..Case::square(m, n, k)
+            };
+            for plan in plans_for(&configs, &base, &[8, 9, 13, 33, 37, 64]) {
+                assert!(plan.splits >= 8, "{plan:?}");
+                seed += 1;
+                let case = Case {
+                    beta: if seed % 2 == 0 { 0.0 } else { -1.5 },
+                    ..base
+                };
+                check(&case, Precision::Fp32, Some(&plan), seed);
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 60, "only {checked} plans ran");
+}
+
 /// Every plan the autotuner may choose (`plan::enumerate`) on tiny shapes, every element
 /// within its rounding bound: the tuner times candidates and keeps the fastest that wrote
 /// every sampled element, so a plan that is fast but inaccurate on a shape must not exist
