@@ -14,6 +14,25 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
     return static_cast<u32>(__cvta_generic_to_shared(p));
 }
 
+// Programmatic dependent launch (compute capability 9.0; gemm/launch.rs). Every GEMM kernel
+// calls launch_dependents() first: the split-K reduction that may follow it on the stream,
+// launched with programmatic stream serialization, can then start as soon as every block of the
+// GEMM has started (its blocks wait on the SMs the GEMM's last blocks leave idle) instead of
+// after the GEMM has completed. The reduction calls wait_for_prerequisite_grid() before touching
+// memory: it returns once the GEMM grid has completed and its writes are visible. Launched
+// without that attribute, both are no-ops; below sm_90 they compile to nothing.
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // 16-byte asynchronous copy global -> shared; bytes beyond src_bytes (0..16) are zero-filled.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),

@@ -1,4 +1,5 @@
 // Split-K reduction and the beta-only path of gpukit GEMM (see gemm_common.cuh for conventions).
+#include "gemm_common.cuh"
 
 // Sum of slices s .. end - 1 of one group of four columns (slice j at w[j * step]): eight slices
 // in flight, then four, then one at a time; the same additions in the same order (slice s, s + 1,
@@ -55,6 +56,9 @@ extern "C" __global__ void gemm_splitk_reduce(const float* __restrict__ W, float
                                               int ldw, long long strideW, int ldc,
                                               long long strideC, int splits, int batch,
                                               float alpha, float beta) {
+    // Launched after a split-K GEMM with programmatic stream serialization (launch.rs): no
+    // memory is touched before the GEMM grid has completed.
+    wait_for_prerequisite_grid();
     __shared__ float4 part[REDUCE_MAX_THREADS];
     const int gx = blockDim.x, lanes = blockDim.y, x = threadIdx.x, y = threadIdx.y;
     // The host launches at most REDUCE_MAX_THREADS threads a block; more would overrun `part`.

@@ -23,6 +23,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
                int M, int N, int K, int lda, int ldb, int ldc, long long strideA,
                long long strideB, long long strideC, float alpha, float beta, int splits,
                int kPerSplit, int groupM) {
+    launch_dependents();
     static_assert(WM == 64 && (WN == 32 || WN == 64), "warp tile is 64x32 or 64x64");
     // BIG: the 64x64 warp tile (16 x 8 per thread, version 3).
     constexpr bool BIG = WN == 64;

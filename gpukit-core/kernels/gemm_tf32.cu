@@ -52,6 +52,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
               int M, int N, int K, int lda, int ldb, int ldc, long long strideA,
               long long strideB, long long strideC, float alpha, float beta, int splits,
               int kPerSplit, int groupM) {
+    launch_dependents();
     constexpr int WARPS_N = BN / WN;
     constexpr int NT = (BM / WM) * WARPS_N * 32;
     constexpr int MT = WM / 16;  // m16 tiles per warp

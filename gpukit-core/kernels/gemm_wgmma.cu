@@ -439,6 +439,7 @@ __device__ __forceinline__ void gemm_wgmma_body(
     long long strideQ, long long strideC, int pBroadcast, int qBroadcast, float alpha, float beta,
     int splits, int ktPerSplit, int nz, int vec, int groupM, long long tailFrom, int tailPiecesArg,
     float* __restrict__ tailWs, unsigned int* __restrict__ tailCount) {
+    launch_dependents();
     static_assert(BN == 64 || BN == 128 || BN == 256,
                   "consumer warpgroups are 64 x 64, 64 x 128 or 64 x 256");
     static_assert(SPLIT == 1 || SPLIT == 3, "TF32 (1 product) or 3xTF32 (3 products)");

@@ -349,21 +349,10 @@ impl Event {
 /// The first driver version (`cuDriverGetVersion`) with `cuEventElapsedTime_v2`: CUDA 12.8.
 pub(crate) const EVENT_TIMING_DRIVER: i32 = 12080;
 
-/// The `cuDriverGetVersion` of this process's driver (0 if it cannot be read). Call only once a
-/// [`crate::Device`] exists (the driver library is then loaded).
+/// The `cuDriverGetVersion` of this process's driver (0 if it cannot be read):
+/// [`gpukit_jit::libs::driver_version`].
 pub(crate) fn driver_version() -> i32 {
-    static V: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
-    *V.get_or_init(|| {
-        let mut v = 0;
-        // SAFETY: a Device exists (every Event comes from one), so the driver library is loaded
-        // and initialised; the call writes one int into `v`, which outlives it.
-        let status = unsafe { sys::cuDriverGetVersion(&mut v) };
-        if status == sys::CUresult::CUDA_SUCCESS {
-            v
-        } else {
-            0
-        }
-    })
+    gpukit_jit::libs::driver_version()
 }
 
 thread_local! {

@@ -62,6 +62,26 @@ probe!(
     "install the CUDA toolkit's cuSOLVER (or the nvidia-cusolver wheel) and make it visible to the loader"
 );
 
+/// The driver's `cuDriverGetVersion` (13000 for CUDA 13.0), or 0 without a loadable driver or
+/// when it cannot be read. Read once per process; never panics (the library is probed first).
+pub fn driver_version() -> i32 {
+    static V: OnceLock<i32> = OnceLock::new();
+    *V.get_or_init(|| {
+        if !driver_present() {
+            return 0;
+        }
+        let mut v = 0;
+        // SAFETY: libcuda loads (checked above); cuDriverGetVersion exists in every driver, needs
+        // no cuInit, and writes one int into `v`, which outlives the call.
+        let status = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+        if status == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            v
+        } else {
+            0
+        }
+    })
+}
+
 /// True when this process can reach a CUDA driver that reports at least one device.
 ///
 /// Checks library presence first, so this never panics.

@@ -29,6 +29,9 @@ pub fn open_context(ordinal: usize) -> Result<Arc<CudaContext>> {
     CudaContext::new(ordinal).map_err(|e| Error::driver(format!("opening device {ordinal}"), e))
 }
 
+/// The first driver version (`cuDriverGetVersion`) with `cuLaunchKernelEx`: CUDA 12.0.
+pub const LAUNCH_EX_DRIVER: i32 = 12000;
+
 /// Grid, block and dynamic shared memory of a launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaunchConfig {
@@ -317,7 +320,7 @@ impl Kernel {
         // overlapping another argument; `prepare` recorded the use on `stream`, so the memory
         // outlives the queued work (the DeviceMemory contract). Raw arguments carry their
         // creator's `Arg::raw` guarantee; count and widths were checked by check_typed.
-        let result = unsafe { self.enqueue(stream.cu_stream(), cfg, &raw) };
+        let result = unsafe { self.enqueue(stream.cu_stream(), cfg, &raw, false) };
         drop(guards);
         result
     }
@@ -355,7 +358,37 @@ impl Kernel {
             .map_err(|e| Error::driver("binding the context", e))?;
         // SAFETY: the stream belongs to the bound context and is live for this call; the
         // arguments carry the caller's guarantee and were checked above.
-        unsafe { self.enqueue(stream.cu_stream(), cfg, args) }
+        unsafe { self.enqueue(stream.cu_stream(), cfg, args, false) }
+    }
+
+    /// Launches like [`launch_unchecked`](Self::launch_unchecked), with programmatic dependent
+    /// launch allowed (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`, compute
+    /// capability 9.0): the kernel's blocks may start as soon as every block of the kernel before
+    /// it on `stream` has executed `griddepcontrol.launch_dependents` (or exited), instead of
+    /// after that kernel has completed. Where the driver is older than CUDA 12.0 (no
+    /// `cuLaunchKernelEx`) it is a plain launch.
+    ///
+    /// # Safety
+    /// As for [`launch_unchecked`](Self::launch_unchecked), and: the kernel executes
+    /// `griddepcontrol.wait` (which returns once the previous kernel has completed and its memory
+    /// operations are visible) before any access to memory, so that nothing it reads or writes
+    /// can race with the kernel before it; on a device below compute capability 9.0 the launch
+    /// must not be made (the instruction does not exist there).
+    pub unsafe fn launch_programmatic_unchecked(
+        &self,
+        stream: &CudaStream,
+        cfg: LaunchConfig,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        self.check(args)?;
+        stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| Error::driver("binding the context", e))?;
+        let programmatic = crate::libs::driver_version() >= LAUNCH_EX_DRIVER;
+        // SAFETY: as in launch_unchecked; the caller guarantees the kernel waits on the grid
+        // before it before touching memory.
+        unsafe { self.enqueue(stream.cu_stream(), cfg, args, programmatic) }
     }
 
     /// Launches on a raw stream handle (for example a green-context stream) after checking the
@@ -373,18 +406,22 @@ impl Kernel {
     ) -> Result<()> {
         self.check(args)?;
         // SAFETY: forwarded from the caller; the arguments were checked above.
-        unsafe { self.enqueue(stream, cfg, args) }
+        unsafe { self.enqueue(stream, cfg, args, false) }
     }
 
-    /// Queues the launch (arguments already checked).
+    /// Queues the launch (arguments already checked); `programmatic`: through
+    /// `cuLaunchKernelEx` with programmatic stream serialization allowed.
     ///
     /// # Safety
-    /// As for [`launch_raw`](Self::launch_raw), with `args` checked against the signature.
+    /// As for [`launch_raw`](Self::launch_raw), with `args` checked against the signature; with
+    /// `programmatic`, as for [`launch_programmatic_unchecked`](Self::launch_programmatic_unchecked)
+    /// and a driver of at least [`LAUNCH_EX_DRIVER`].
     unsafe fn enqueue(
         &self,
         stream: sys::CUstream,
         cfg: LaunchConfig,
         args: &[KernelArg],
+        programmatic: bool,
     ) -> Result<()> {
         if cfg.grid.0 == 0 || cfg.grid.1 == 0 || cfg.grid.2 == 0 {
             return Ok(());
@@ -401,23 +438,58 @@ impl Kernel {
         }
         let mut params: Vec<*mut std::ffi::c_void> =
             args.iter().map(KernelArg::as_param_ptr).collect();
-        // SAFETY: the caller guarantees stream/context validity and the arguments; `params`
-        // holds one pointer per kernel parameter (count and widths checked against the
-        // signature when known), each pointing into `args`, which outlives this call;
-        // cuLaunchKernel copies the values.
-        unsafe {
-            cudarc::driver::result::launch_kernel(
-                // A CUkernel may be passed wherever a CUfunction is expected; the driver
-                // launches it in the stream's context.
-                inner.kernel as sys::CUfunction,
-                cfg.grid,
-                cfg.block,
-                cfg.shared_mem_bytes,
-                stream,
-                &mut params,
-            )
-        }
-        .map_err(|source| Error::Launch {
+        let launched = if programmatic {
+            let mut attr = sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                // SAFETY: an all-zero union is a valid value of every member (plain integers).
+                value: unsafe { std::mem::zeroed() },
+            };
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            let config = sys::CUlaunchConfig {
+                gridDimX: cfg.grid.0,
+                gridDimY: cfg.grid.1,
+                gridDimZ: cfg.grid.2,
+                blockDimX: cfg.block.0,
+                blockDimY: cfg.block.1,
+                blockDimZ: cfg.block.2,
+                sharedMemBytes: cfg.shared_mem_bytes,
+                hStream: stream,
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: as for cuLaunchKernel below; `config` and the one attribute it points to
+            // live on this frame through the call (the driver copies them), and the driver has
+            // cuLaunchKernelEx (the caller's guarantee: version >= LAUNCH_EX_DRIVER), so cudarc
+            // finds the entry point.
+            unsafe {
+                sys::cuLaunchKernelEx(
+                    &config,
+                    inner.kernel as sys::CUfunction,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            }
+            .result()
+        } else {
+            // SAFETY: the caller guarantees stream/context validity and the arguments; `params`
+            // holds one pointer per kernel parameter (count and widths checked against the
+            // signature when known), each pointing into `args`, which outlives this call;
+            // cuLaunchKernel copies the values.
+            unsafe {
+                cudarc::driver::result::launch_kernel(
+                    // A CUkernel may be passed wherever a CUfunction is expected; the driver
+                    // launches it in the stream's context.
+                    inner.kernel as sys::CUfunction,
+                    cfg.grid,
+                    cfg.block,
+                    cfg.shared_mem_bytes,
+                    stream,
+                    &mut params,
+                )
+            }
+        };
+        launched.map_err(|source| Error::Launch {
             kernel: inner.name.clone(),
             source,
         })

@@ -986,6 +986,7 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
     let slice = g.m * ldw;
     let per_launch = (MAX_GRID_Z / splits).max(1);
     let reduce = kernels::reduce_instantiation().load(dev)?;
+    let programmatic = programmatic_reduction(dev, stream);
     let mut b0 = 0usize;
     while b0 < g.batch {
         let nb = (g.batch - b0).min(per_launch);
@@ -1006,16 +1007,21 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
         // aligned, rows a multiple of 4 floats: vector stores apply).
         unsafe { main.launch(stream, dev, &kernel, g, b0, nb, &target, true) }?;
         let rargs = reduce_args(g, b0, nb, ws.ptr(), ldw, slice, splits);
+        let rcfg = reduce_launch(dev, nb * g.m * g.n.div_ceil(4), splits);
         // SAFETY: the workspace `ws` is this call's live allocation of nb * splits slices, all
         // written by the GEMM kernel before (same stream) and returned to the allocator only
         // after this launch (stream order); C's range is the caller's RawGemm contract (valid on
-        // the stream's device, not overlapping A or B, live until the work has run).
+        // the stream's device, not overlapping A or B, live until the work has run). Launched
+        // programmatically, the reduction may start while the GEMM runs: its first instruction
+        // is griddepcontrol.wait (gemm_reduce.cu), so it touches W and C only after the GEMM
+        // grid has completed and its writes are visible, and only on compute capability 9.0 or
+        // later ([`programmatic_reduction`]), where that instruction exists.
         unsafe {
-            reduce.launch_unchecked(
-                stream.cuda(),
-                reduce_launch(dev, nb * g.m * g.n.div_ceil(4), splits),
-                &rargs,
-            )
+            if programmatic {
+                reduce.launch_programmatic_unchecked(stream.cuda(), rcfg, &rargs)
+            } else {
+                reduce.launch_unchecked(stream.cuda(), rcfg, &rargs)
+            }
         }?;
         b0 += nb;
     }
@@ -1316,6 +1322,23 @@ fn reduce_args(
         (if splits == 0 { 0.0 } else { g.alpha as f32 }).into(),
         (g.beta as f32).into(),
     ]
+}
+
+/// `GPUKIT_GEMM_PDL=off` launches the split-K reduction only after its GEMM has completed (a
+/// plain launch: for comparison); by default it is launched early ([`programmatic_reduction`]).
+pub const PDL_ENV: &str = "GPUKIT_GEMM_PDL";
+
+/// Whether the split-K reduction after a GEMM on `stream` is launched with programmatic stream
+/// serialization (its blocks start while the GEMM's last blocks run, and wait in
+/// `griddepcontrol.wait` for the GEMM grid: the launch gap between the two is hidden): compute
+/// capability 9.0 or later (where the instruction exists), a stream not being captured into a
+/// graph, and not turned off by [`PDL_ENV`] (read once per process).
+fn programmatic_reduction(dev: &Device, stream: &Stream) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| {
+        std::env::var(PDL_ENV).map_or(true, |v| !v.trim().eq_ignore_ascii_case("off"))
+    });
+    on && dev.attributes().compute_capability.0 >= 9 && !stream_is_capturing(stream)
 }
 
 /// Most threads of one reduction block (`REDUCE_MAX_THREADS` in gemm_reduce.cu).

@@ -42,16 +42,7 @@ pub(crate) enum Rounding {
 /// True when the driver has `cuTensorMapEncodeTiled` (CUDA 12.0 and later). Calling it through
 /// cudarc on an older driver would panic.
 pub fn driver_has_tensor_maps() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        if !gpukit_jit::libs::driver_present() {
-            return false;
-        }
-        let mut v = 0i32;
-        // SAFETY: libcuda is present (checked above); the out-pointer is valid.
-        let r = unsafe { sys::cuDriverGetVersion(&mut v) };
-        r == sys::CUresult::CUDA_SUCCESS && v >= 12000
-    })
+    gpukit_jit::libs::driver_version() >= 12000
 }
 
 /// The encoded map of a K-major operand (`op.row_contig == false`), boxes of 32 k x `box_rows`.
