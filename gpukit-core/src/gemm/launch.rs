@@ -521,20 +521,28 @@ const FLUSH_ROWS: usize = 16;
 /// Columns of those slices (one reduction thread per four: 16 x 1024 threads).
 const FLUSH_COLS: usize = 4096;
 
-/// The tuner's L2 flush: a buffer of at least the L2's size, zeroed once, read in full before
-/// each timed run by the split-K reduction (its slices of `FLUSH_ROWS x FLUSH_COLS` summed into
+/// The tuner's L2 flush: a buffer of at least the L2's size, zeroed once, read in full around
+/// the timed runs by the split-K reduction (its slices of `FLUSH_ROWS x FLUSH_COLS` summed into
 /// a 256 KB sink, eight slices in flight per thread). Reading leaves the L2 holding clean lines
 /// of the buffer, as the bench's rotated inputs leave it holding clean lines of other inputs. The
 /// flush before this one was a memset of the buffer, which left the L2 full of dirty lines whose
 /// write-back (tens of MB) then shared DRAM with the timed product: 4-6 us at 192x160x32768 on
 /// an H100, more for the plan that reads more, which reordered plans the bench ran the other
-/// way round (GEMM_NOTES.md, version 16).
+/// way round (GEMM_NOTES.md, version 16). The tuner times each product together with the flush
+/// after it, less a clean flush's time ([`GpuTimer`]'s `time_us`): the write-back of what the
+/// product left dirty is charged to it (GEMM_NOTES.md, version 17).
 struct L2Flush {
     buf: crate::alloc::DeviceBuffer,
     sink: crate::alloc::DeviceBuffer,
     slices: usize,
     reduce: gpukit_jit::Kernel,
+    /// Microseconds of a flush that follows a flush (nothing dirty to write back): the median
+    /// of [`CLEAN_SAMPLES`], measured when the flush is made.
+    clean_us: f64,
 }
+
+/// Timed flushes behind [`L2Flush::clean_us`].
+const CLEAN_SAMPLES: usize = 7;
 
 impl L2Flush {
     /// The flush for `dev` (L2 of `l2` bytes) on `stream`, charged to the current owner; `None`
@@ -549,12 +557,35 @@ impl L2Flush {
         let sink = alloc(slice * 4)?;
         buf.zero_async(slices * slice * 4, stream).ok()?;
         let reduce = kernels::reduce_instantiation().load(dev).ok()?;
-        Some(L2Flush {
+        let mut flush = L2Flush {
             buf,
             sink,
             slices,
             reduce,
-        })
+            clean_us: 0.0,
+        };
+        flush.clean_us = flush.time_clean(dev, stream).ok()?;
+        Some(flush)
+    }
+
+    /// The median time of [`CLEAN_SAMPLES`] flushes, each after another flush (microseconds).
+    fn time_clean(&self, dev: &Device, stream: &Stream) -> Result<f64> {
+        self.run(dev, stream)?;
+        let mut marks = Vec::with_capacity(CLEAN_SAMPLES);
+        for _ in 0..CLEAN_SAMPLES {
+            let e0 = stream.record()?;
+            self.run(dev, stream)?;
+            marks.push((e0, stream.record()?));
+        }
+        if let Some((_, last)) = marks.last() {
+            last.synchronize()?;
+        }
+        let mut us = Vec::with_capacity(CLEAN_SAMPLES);
+        for (a, b) in &marks {
+            us.push(a.elapsed_ms(b)? as f64 * 1e3);
+        }
+        us.sort_by(f64::total_cmp);
+        Ok(us[us.len() / 2])
     }
 
     /// Reads the whole buffer on `stream`.
@@ -600,7 +631,7 @@ fn flush_args(buf: u64, sink: u64, slices: usize) -> Vec<KernelArg> {
 /// caller's stream between CUDA events. Each candidate's first run writes a poisoned scratch C
 /// and is checked ([`GpuTimer::check`]); where the product's operands fit in L2 the timed runs
 /// are separated by an L2 flush ([`L2Flush`]: each reads its operands from memory, as the
-/// product itself does among other work).
+/// product itself does among other work, and pays for the write-back of the lines it dirtied).
 struct GpuTimer<'a> {
     stream: &'a Stream,
     dev: &'a Device,
@@ -761,12 +792,18 @@ impl tune::Timer for GpuTimer<'_> {
             e1.synchronize()?;
             return Ok(e0.elapsed_ms(&e1)? as f64 * 1e3 / reps as f64);
         };
+        // flush | e0 product flush e1 | e0 product flush e1 | ...: each timed window holds the
+        // product and the flush after it, which writes back the dirty lines the product left in
+        // L2 (its split-K slices, pack buffers, C) and leaves the L2 clean for the next product;
+        // the time of a flush with nothing to write back is taken off. A plan that dirties more
+        // of the L2 pays for its write-back, as it does when products follow one another.
+        flush.run(self.dev, self.stream)?;
         let mut marks = Vec::with_capacity(reps as usize);
         for _ in 0..reps {
-            flush.run(self.dev, self.stream)?;
             let e0 = self.stream.record()?;
             // SAFETY: as above.
             unsafe { run(self.stream, self.dev, &self.g, plan) }?;
+            flush.run(self.dev, self.stream)?;
             marks.push((e0, self.stream.record()?));
         }
         if let Some((_, last)) = marks.last() {
@@ -776,8 +813,16 @@ impl tune::Timer for GpuTimer<'_> {
         for (a, b) in &marks {
             ms += a.elapsed_ms(b)? as f64;
         }
-        Ok(ms * 1e3 / reps as f64)
+        Ok(charged_us(ms * 1e3 / reps as f64, flush.clean_us))
     }
+}
+
+/// A timed window of a product and the flush after it (`window_us`) less the time of a flush with
+/// nothing to write back (`clean_us`): the product's time with its write-back, never below a
+/// twentieth of the window (jitter of the flush must not make a short product look free or
+/// negative, which the tuner would reject as a failed measurement).
+fn charged_us(window_us: f64, clean_us: f64) -> f64 {
+    (window_us - clean_us).max(window_us / 20.0)
 }
 
 /// Single-precision GEMM with a given plan (its configuration decides the arithmetic). A plan
@@ -1421,6 +1466,19 @@ mod tests {
         alpha: 1.0,
         beta: 0.0,
     };
+
+    /// A product timed with the flush after it is charged the window less a clean flush, and
+    /// never less than a twentieth of the window (flush jitter on a short product).
+    #[test]
+    fn a_timed_window_is_charged_less_a_clean_flush() {
+        assert_eq!(charged_us(60.0, 20.0), 40.0);
+        assert_eq!(charged_us(21.0, 20.0), 1.05);
+        assert_eq!(charged_us(19.0, 20.0), 0.95);
+        assert!(charged_us(1e-3, 20.0) > 0.0);
+        // The write-back a plan causes shows in its window: the same product leaving 10 us of
+        // dirty lines behind is charged those 10 us.
+        assert_eq!(charged_us(70.0, 20.0) - charged_us(60.0, 20.0), 10.0);
+    }
 
     /// The reduction's blocks stay within the kernel's shared array (the limit read from the
     /// source), every lane sums at least four slices, and a small
