@@ -451,8 +451,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
     constexpr bool P_REGS = PSRC == SRC_TMA_K || PSRC == SRC_TMA_MN;
     static_assert(MINB == 1 || (MINB == 2 && SPLIT == 1 && BN <= 128),
                   "two blocks per SM: TF32 with at most 64 accumulators per thread");
-    static_assert(!PP || (SPLIT == 1 && BN == 128 && MINB == 1),
-                  "ping-pong: TF32, one BM x 128 tile per consumer warpgroup");
+    static_assert(!PP || (SPLIT == 1 && MINB == 1 && (BN == 128 || (BN == 256 && BM == 64))),
+                  "ping-pong: TF32, one BM x 128 or 64 x 256 tile per consumer warpgroup");
     static_assert(BM == 128 || (BM == 64 && PP),
                   "block tiles of 128 rows (one 64-row slab per consumer warpgroup, or both slabs "
                   "per ping-pong unit), or of 64 rows (one slab per ping-pong unit)");

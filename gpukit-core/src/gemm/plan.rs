@@ -400,6 +400,22 @@ const WGMMA_64X128_PP: TileConfig = TileConfig {
     gflops_per_sm: 1900,
 };
 
+/// `wgmma_64x256_pp` (see [`WGMMA_CONFIGS`]).
+const WGMMA_64X256_PP: TileConfig = TileConfig {
+    name: "wgmma_64x256_pp",
+    family: Family::Wgmma,
+    bm: 64,
+    bn: 256,
+    bk: 32,
+    wm: 64,
+    wn: 256,
+    stages: 5,
+    occupancy: 1,
+    pingpong: true,
+    cluster: 1,
+    gflops_per_sm: 2200,
+};
+
 /// The Hopper `wgmma` TF32 configurations: 384 threads (a producer warpgroup and two consumer
 /// warpgroups), k tile 32, one block per SM (168 registers per thread at entry) except
 /// `wgmma_128x128_2` (two).
@@ -453,7 +469,13 @@ const WGMMA_64X128_PP: TileConfig = TileConfig {
 ///   GEMM_NOTES.md version 14): correct in every layout, but 7-13 % slower than the 128-row
 ///   ping-pong tile at 2500x2500x500 and 8 x 768^3 (the partial wave was not their loss); the
 ///   tuner's choice on four mid-size sweep shapes, 1-8 % ahead of the plans it took before.
-pub const WGMMA_CONFIGS: [TileConfig; 9] = [
+/// - `wgmma_64x256_pp` (version 17): the ping-pong tile of 64 x 256 units (one m64n256 wgmma per
+///   k8 step, 128 accumulators per thread, as each consumer of the cooperative 128x256), 5
+///   stages of 40 KB (201 KB with the slack). cuBLAS runs this tile at 8 x 768^3 (64x256x32,
+///   clusters of 3; ncu, version 15), where ours trails it most; half the rows of a 128x256 unit
+///   also halve the last wave's granularity. Planned at the ping-pong 128x128's rate, 2200 per
+///   SM, until measured; the autotuner times it.
+pub const WGMMA_CONFIGS: [TileConfig; 10] = [
     WGMMA_128X256,
     TileConfig {
         name: "wgmma_128x128",
@@ -514,6 +536,7 @@ pub const WGMMA_CONFIGS: [TileConfig; 9] = [
         cluster: 2,
         ..WGMMA_64X128_PP
     },
+    WGMMA_64X256_PP,
 ];
 
 /// The Hopper 3xTF32 configuration `wgmma3_128x128`: block 128x128, k tile 32, 3 stages of
