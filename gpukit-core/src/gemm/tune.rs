@@ -18,8 +18,8 @@
 //!    of every other tile configuration whose estimate is within [`WITHIN`] of the best, for
 //!    the `wgmma` tiles one with P from registers and one with P from shared memory (at most
 //!    [`STAGE_ONE`] in all); after they are timed, the neighbours (the split factors next to
-//!    its own, its other operand layouts) of the winner and of a runner-up within [`RUNNER_UP`]
-//!    of it: at most [`STAGE_TWO`].
+//!    its own, sibling tiles in its operand layout, its other operand layouts) of the winner and
+//!    of a runner-up within [`RUNNER_UP`] of it: at most [`STAGE_TWO`].
 //! 3. **Checking and timing** ([`measure`]): each candidate first runs once untimed (kernel
 //!    compile and load) into a scratch C filled with a signalling NaN, and elements at the
 //!    corners and middles of C (first and last batch entry) are read back: a candidate that left
@@ -105,7 +105,9 @@ pub const PLAN_SPACE_VERSION: u32 = 2;
 /// Most candidates of the first stage.
 pub const STAGE_ONE: usize = 16;
 /// Most candidates of the second stage.
-pub const STAGE_TWO: usize = 6;
+pub const STAGE_TWO: usize = 8;
+/// Most sibling tiles (other configurations in the base's operand layout) per second-stage base.
+pub const SIBLINGS: usize = 2;
 /// The second stage also explores the first stage's runner-up when it is within this fraction
 /// of the winner's time.
 pub const RUNNER_UP: f64 = 0.10;
@@ -698,9 +700,10 @@ pub fn stage_one(model: &Plan, all: &[Plan]) -> Vec<Plan> {
 /// The second stage's candidates around the first stage's leaders `bases` (the winner, then a
 /// runner-up within [`RUNNER_UP`] of it): for each, the plans of `all` with its configuration:
 /// its own split and operands with the other tail choice ([`Plan::tail`]), the split
-/// factors next to its own (same operands and grid), then its configuration and split with
-/// other operand layouts; none of `timed`; at most [`STAGE_TWO`] in all, shared equally between
-/// the bases, the winner's first.
+/// factors next to its own (same operands and grid), then up to [`SIBLINGS`] other
+/// configurations of its family in its operand layout, split and tail, then its configuration
+/// and split with other operand layouts; none of `timed`; at most [`STAGE_TWO`] in all, shared
+/// equally between the bases, the winner's first.
 pub fn stage_two(bases: &[Plan], all: &[Plan], timed: &[Plan]) -> Vec<Plan> {
     let mut v: Vec<Plan> = Vec::new();
     // Each base gets an equal share of the stage.
@@ -718,28 +721,69 @@ pub fn stage_two(bases: &[Plan], all: &[Plan], timed: &[Plan]) -> Vec<Plan> {
         let at = splits.iter().position(|&s| s == w.splits);
         // First the base's twin with or without a tail (same split and operands): a tail
         // changes only the last wave, which the model prices least reliably.
-        let mut want: Vec<(u32, Option<Operands>)> = vec![(w.splits, Some(w.operands))];
+        let mut want: Vec<(u32, Operands)> = vec![(w.splits, w.operands)];
         if let Some(i) = at {
             if i > 0 {
-                want.push((splits[i - 1], Some(w.operands)));
+                want.push((splits[i - 1], w.operands));
             }
             if i + 1 < splits.len() {
-                want.push((splits[i + 1], Some(w.operands)));
+                want.push((splits[i + 1], w.operands));
             }
         }
-        want.push((w.splits, None));
-        for (s, ops) in want {
-            for p in all.iter().filter(|p| {
-                same(p)
-                    && p.splits == s
-                    && ops.is_none_or(|o| p.operands == o)
-                    && (ops.is_some() || p.operands != w.operands)
-            }) {
-                let seen = |q: &Plan| Choice::of(q) == Choice::of(p);
-                if v.len() < cap && !timed.iter().any(seen) && !v.iter().any(seen) {
-                    v.push(*p);
-                }
+        let seen_in = |v: &[Plan], p: &Plan| {
+            let seen = |q: &Plan| Choice::of(q) == Choice::of(p);
+            timed.iter().any(seen) || v.iter().any(seen)
+        };
+        let take = |v: &mut Vec<Plan>, p: &Plan| {
+            if v.len() < cap && !seen_in(v, p) {
+                v.push(*p);
             }
+        };
+        for &(s, ops) in &want {
+            for p in all
+                .iter()
+                .filter(|p| same(p) && p.splits == s && p.operands == ops)
+            {
+                take(&mut v, p);
+            }
+        }
+        // Then the sibling tiles: the cheapest plans of [`SIBLINGS`] other configurations of
+        // the base's family with its operand layout, split and tail, those of its tile size
+        // first. The first stage times
+        // each configuration in one layout per source of P, the model's favourite; the
+        // base's layout, which won, may suit another tile better (3000x2000x300 on an H100:
+        // the first stage timed the ping-pong 128x128 with P:ks Q:pack, not with both
+        // operands packed like the winner, and that plan ran 7 % faster than the winner).
+        // Tiles of the base's size (its ping-pong and clustered variants) first.
+        let sibling = |p: &&Plan| {
+            !same(p)
+                && p.config.family == w.config.family
+                && p.operands == w.operands
+                && p.splits == w.splits
+                && p.tail == w.tail
+        };
+        let same_tile = |p: &&Plan| (p.config.bm, p.config.bn) == (w.config.bm, w.config.bn);
+        let mut siblings = 0;
+        for p in all
+            .iter()
+            .filter(sibling)
+            .filter(same_tile)
+            .chain(all.iter().filter(sibling).filter(|p| !same_tile(p)))
+        {
+            if siblings == SIBLINGS || v.len() >= cap {
+                break;
+            }
+            if !seen_in(&v, p) {
+                take(&mut v, p);
+                siblings += 1;
+            }
+        }
+        // Last, its configuration and split in its other operand layouts.
+        for p in all
+            .iter()
+            .filter(|p| same(p) && p.splits == w.splits && p.operands != w.operands)
+        {
+            take(&mut v, p);
         }
     }
     v
@@ -2048,6 +2092,43 @@ mod tests {
         assert_eq!(Choice::of(&next[0]), twin, "{next:#?}");
         let back = stage_two(&[base.with_tail(true)], &all, &[base.with_tail(true)]);
         assert_eq!(Choice::of(&back[0]), Choice::of(&base), "{back:#?}");
+    }
+
+    /// The second stage times the base's sibling tiles in its operand layout (3000x2000x300 on
+    /// an H100: the cooperative 128x128 with both operands packed won the first stage, and the
+    /// ping-pong 128x128 in that layout, which the first stage had timed only with P:ks Q:pack,
+    /// ran 7 % faster).
+    #[test]
+    fn the_second_stage_times_sibling_tiles_in_the_winners_layout() {
+        let p = Problem::shape(3000, 2000, 300, 1);
+        let (model, all) = tf32_space(&p);
+        let base = *all
+            .iter()
+            .find(|x| {
+                x.config.name == "wgmma_128x128"
+                    && x.operands == Operands::PACKED
+                    && x.splits == 1
+                    && !x.tail
+            })
+            .expect("the cooperative 128x128 with packed operands");
+        let first = stage_one(&model, &all);
+        let next = stage_two(&[base], &all, &first);
+        assert!(next.len() <= STAGE_TWO);
+        let pp = next
+            .iter()
+            .find(|x| x.config.name == "wgmma_128x128_pp")
+            .unwrap_or_else(|| panic!("no ping-pong sibling: {next:#?}"));
+        assert_eq!(pp.operands, base.operands);
+        assert_eq!((pp.splits, pp.tail), (base.splits, base.tail));
+        let siblings = next
+            .iter()
+            .filter(|x| x.config.name != base.config.name)
+            .count();
+        assert!((1..=SIBLINGS).contains(&siblings), "{next:#?}");
+        // Nothing the first stage timed comes again.
+        for x in &next {
+            assert!(first.iter().all(|f| Choice::of(f) != Choice::of(x)));
+        }
     }
 
     #[test]
