@@ -6,6 +6,7 @@
 #   1. gemm_gpu's tuner tests (GPUKIT_REQUIRE_GPU=1), each in its own process;
 #   2. the full gemm_bench (the planner against the best plan on 46 shapes), the tuner's files.
 #   tar xJf .gpu-bundle-ap.tar.xz && OUT=$OUT bash tools/gpu/session_ap.sh
+# Also run (call 8) with .gpu-bundle-ar: call 7's bundle with gemm_bench and gemm_gpu of 80d6f57.
 set -u
 OUT=${OUT:-/tmp/session-ap}
 here=$(dirname "$0")

@@ -474,7 +474,9 @@ const WGMMA_64X256_PP: TileConfig = TileConfig {
 ///   stages of 40 KB (201 KB with the slack). cuBLAS runs this tile at 8 x 768^3 (64x256x32,
 ///   clusters of 3; ncu, version 15), where ours trails it most; half the rows of a 128x256 unit
 ///   also halve the last wave's granularity. Planned at the ping-pong 128x128's rate, 2200 per
-///   SM, until measured; the autotuner times it.
+///   SM; the autotuner times it. Measured on an H100 (2026-12-07, GEMM_NOTES.md version 17):
+///   178.0 TFLOP/s at 8 x 768^3 against 159.1 for the 128x128_pp and the 128x256 (cuBLAS
+///   195.4), the tuner's choice there; behind the 128x128_pp at 2500^2 x 500 and 3000x2000x300.
 pub const WGMMA_CONFIGS: [TileConfig; 10] = [
     WGMMA_128X256,
     TileConfig {
