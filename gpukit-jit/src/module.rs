@@ -351,14 +351,8 @@ impl Kernel {
         cfg: LaunchConfig,
         args: &[KernelArg],
     ) -> Result<()> {
-        self.check(args)?;
-        stream
-            .context()
-            .bind_to_thread()
-            .map_err(|e| Error::driver("binding the context", e))?;
-        // SAFETY: the stream belongs to the bound context and is live for this call; the
-        // arguments carry the caller's guarantee and were checked above.
-        unsafe { self.enqueue(stream.cu_stream(), cfg, args, false) }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.bind_and_enqueue(stream, cfg, args, false) }
     }
 
     /// Launches like [`launch_unchecked`](Self::launch_unchecked), with programmatic dependent
@@ -380,14 +374,33 @@ impl Kernel {
         cfg: LaunchConfig,
         args: &[KernelArg],
     ) -> Result<()> {
+        let programmatic = crate::libs::driver_version() >= LAUNCH_EX_DRIVER;
+        // SAFETY: forwarded from the caller (the kernel waits on the grid before it before
+        // touching memory); `programmatic` only where the driver has cuLaunchKernelEx.
+        unsafe { self.bind_and_enqueue(stream, cfg, args, programmatic) }
+    }
+
+    /// Checks the arguments, binds the stream's context to this thread and queues the launch.
+    ///
+    /// # Safety
+    /// As for [`launch_unchecked`](Self::launch_unchecked); with `programmatic`, as for
+    /// [`launch_programmatic_unchecked`](Self::launch_programmatic_unchecked) and a driver of at
+    /// least [`LAUNCH_EX_DRIVER`].
+    unsafe fn bind_and_enqueue(
+        &self,
+        stream: &CudaStream,
+        cfg: LaunchConfig,
+        args: &[KernelArg],
+        programmatic: bool,
+    ) -> Result<()> {
         self.check(args)?;
         stream
             .context()
             .bind_to_thread()
             .map_err(|e| Error::driver("binding the context", e))?;
-        let programmatic = crate::libs::driver_version() >= LAUNCH_EX_DRIVER;
-        // SAFETY: as in launch_unchecked; the caller guarantees the kernel waits on the grid
-        // before it before touching memory.
+        // SAFETY: the stream belongs to the bound context and is live for this call; the
+        // arguments carry the caller's guarantee and were checked above; `programmatic` as the
+        // caller guarantees.
         unsafe { self.enqueue(stream.cu_stream(), cfg, args, programmatic) }
     }
 

@@ -7,7 +7,10 @@
 # runs `gemm_bench --configs --only ONLY` (persistent plans, tuner off) into LOG and prints its
 # rows; `all_tests LIMIT` runs every GPU test of the bundle (final_tests.sh) under $OUT/tests;
 # `full_bench LIMIT` runs the full gemm_bench (fresh cache) into $OUT/gemm_bench.log, prints
-# its headline rows and target lines and keeps the tuner's files in $OUT/tuning.tar.xz.
+# its headline rows and target lines and keeps the tuner's files in $OUT/tuning.tar.xz;
+# `gemm_tests_matching REGEX LIMIT` runs the gemm_gpu tests whose names match, each in a process
+# of its own (GPUKIT_REQUIRE_GPU=1), one line each; `core_vs_torch` runs core_bench and PyTorch's
+# operations in the same call and joins them ($OUT/core_table.md).
 B=${B:-.gpu-bundle}
 OUT=${OUT:-/tmp/gemm-session}; mkdir -p "$OUT"
 T0=$SECONDS
@@ -63,4 +66,22 @@ full_bench() { # limit
   grep -E "^\| (2500x2500x500|8x 768|4096x4096x4096 \||8192x8192x8192 \||4096x4096x256 \|)" "$OUT/gemm_bench.log" | cut -c1-250
   grep -E "^lowest ratio|^targets|^autotuner: [0-9]" "$OUT/gemm_bench.log" | cut -c1-400
   (cd "$GPUKIT_CACHE_DIR" && find . -path '*gemm-tuning*' -type f | tar cJf "$OUT/tuning.tar.xz" -T - 2> /dev/null)
+}
+gemm_tests_matching() { # regex limit
+  local GG=$B/tests/gpukit-core.gemm_gpu.test t
+  for t in $("$GG" --list 2>/dev/null | sed -n 's/: test$//p' | grep -E "$1"); do
+    (fresh_cache; GPUKIT_REQUIRE_GPU=1 timeout "$2" "$GG" --exact "$t" > "$OUT/$t.log" 2>&1; echo "$t rc=$? $(grep '^test result' "$OUT/$t.log")") &
+  done
+  wait
+  echo "== tests done ($(el) s)"
+}
+core_vs_torch() {
+  local here
+  here=$(dirname "${BASH_SOURCE[0]}")
+  echo "== core_bench beside torch ($(el) s)"
+  fresh_cache
+  CORE_BENCH_TSV="$OUT/gpukit.tsv" timeout 90 "$B/examples/core_bench" > "$OUT/core_bench.log" 2>&1; echo "core_bench rc=$?"
+  timeout 40 python3 "$here/core_torch.py" "$OUT/torch.tsv" > "$OUT/torch.log" 2>&1; echo "torch rc=$?"
+  python3 "$here/core_join.py" "$OUT/gpukit.tsv" "$OUT/torch.tsv" > "$OUT/core_table.md" 2> "$OUT/join.err"
+  grep -iE "operator|fused|target" "$OUT/core_bench.log" | head -30
 }

@@ -20,12 +20,7 @@ here=$(dirname "$0")
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.sm,power.limit,temperature.gpu --format=csv,noheader
 if [ "$PH" = 1 ] || [ "$PH" = 3 ]; then
   [ "$PH" = 1 ] && all_tests 400
-  echo "== core_bench beside torch ($(el) s)"
-  fresh_cache
-  CORE_BENCH_TSV="$OUT/gpukit.tsv" timeout 90 "$B/examples/core_bench" > "$OUT/core_bench.log" 2>&1; echo "core_bench rc=$?"
-  timeout 40 python3 "$here/core_torch.py" "$OUT/torch.tsv" > "$OUT/torch.log" 2>&1; echo "torch rc=$?"
-  python3 "$here/core_join.py" "$OUT/gpukit.tsv" "$OUT/torch.tsv" > "$OUT/core_table.md" 2> "$OUT/join.err"
-  grep -iE "operator|fused|target" "$OUT/core_bench.log" | head -30
+  core_vs_torch
   tail -40 "$OUT/core_table.md"
 fi
 if [ "$PH" = 2 ] || [ "$PH" = 3 ]; then

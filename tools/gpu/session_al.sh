@@ -9,12 +9,7 @@ set -u
 OUT=${OUT:-/tmp/session-al}
 here=$(dirname "$0")
 . "$here/gemm_session.sh"
-GG=$B/tests/gpukit-core.gemm_gpu.test
-for t in $("$GG" --list 2>/dev/null | sed -n 's/: test$//p' | grep -E "tune|autotuner"); do
-  (fresh_cache; GPUKIT_REQUIRE_GPU=1 timeout 100 "$GG" --exact "$t" > "$OUT/$t.log" 2>&1; echo "$t rc=$? $(grep '^test result' "$OUT/$t.log")") &
-done
-wait
-echo "== tests done ($(el) s)"
+gemm_tests_matching "tune|autotuner" 100
 full_bench 170
 grep -E "^\| (192x160x32768|1024x1024x1024) " "$OUT/gemm_bench.log" | cut -c1-250 | tail -2
 echo "total $(el) s"

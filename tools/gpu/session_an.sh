@@ -12,12 +12,7 @@ set -u
 OUT=${OUT:-/tmp/session-an}
 here=$(dirname "$0")
 . "$here/gemm_session.sh"
-GG=$B/tests/gpukit-core.gemm_gpu.test
-for t in $("$GG" --list 2>/dev/null | sed -n 's/: test$//p' | grep -E "split|tune|autotuner|long_k"); do
-  (fresh_cache; GPUKIT_REQUIRE_GPU=1 timeout 150 "$GG" --exact "$t" > "$OUT/$t.log" 2>&1; echo "$t rc=$? $(grep '^test result' "$OUT/$t.log")") &
-done
-wait
-echo "== tests done ($(el) s)"
+gemm_tests_matching "split|tune|autotuner|long_k" 150
 fresh_cache
 echo "== paired ($(el) s)"
 paired "$OUT/paired.log" "$B/examples/gemm_bench" "192,160,32768;256,256,8192;128,128,65536;8,768,768,768;4096,4096,4096;8192,8192,8192"

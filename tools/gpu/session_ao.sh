@@ -23,12 +23,7 @@ if [ "$PH" = 1 ]; then
     done
   done
   full_bench 280
-  echo "== core_bench beside torch ($(el) s)"
-  fresh_cache
-  CORE_BENCH_TSV="$OUT/gpukit.tsv" timeout 90 "$B/examples/core_bench" > "$OUT/core_bench.log" 2>&1; echo "core_bench rc=$?"
-  timeout 40 python3 "$here/core_torch.py" "$OUT/torch.tsv" > "$OUT/torch.log" 2>&1; echo "torch rc=$?"
-  python3 "$here/core_join.py" "$OUT/gpukit.tsv" "$OUT/torch.tsv" > "$OUT/core_table.md" 2> "$OUT/join.err"
-  grep -iE "operator|fused|target" "$OUT/core_bench.log" | head -12
+  core_vs_torch
   grep -iE "met|missed|ratio" "$OUT/core_table.md" | tail -5
 fi
 if [ "$PH" = 2 ]; then
