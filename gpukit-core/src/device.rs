@@ -207,7 +207,7 @@ impl Device {
     /// Needs a CUDA 12.1 or later driver (`cuCtxSetFlags`); older ones get
     /// [`Error::InvalidArgument`] and keep their flags.
     pub fn set_host_wait(&self, wait: HostWait) -> Result<()> {
-        let v = stream::driver_version();
+        let v = gpukit_jit::libs::driver_version();
         if v < CTX_SET_FLAGS_DRIVER {
             return Err(Error::InvalidArgument {
                 op: "Device::set_host_wait".into(),

@@ -315,7 +315,7 @@ impl Event {
     /// bindings call): an older driver gives [`Error::InvalidArgument`] saying so (cudarc would
     /// panic on the missing entry point).
     pub fn elapsed_ms(&self, later: &Event) -> Result<f32> {
-        let v = driver_version();
+        let v = gpukit_jit::libs::driver_version();
         if v < EVENT_TIMING_DRIVER {
             return Err(Error::InvalidArgument {
                 op: "Event::elapsed_ms".into(),
@@ -348,12 +348,6 @@ impl Event {
 
 /// The first driver version (`cuDriverGetVersion`) with `cuEventElapsedTime_v2`: CUDA 12.8.
 pub(crate) const EVENT_TIMING_DRIVER: i32 = 12080;
-
-/// The `cuDriverGetVersion` of this process's driver (0 if it cannot be read):
-/// [`gpukit_jit::libs::driver_version`].
-pub(crate) fn driver_version() -> i32 {
-    gpukit_jit::libs::driver_version()
-}
 
 thread_local! {
     /// The stream scopes of this thread: (context handle, stream), innermost last.

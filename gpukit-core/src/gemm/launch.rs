@@ -19,7 +19,7 @@ use crate::alloc::current_owner;
 use crate::attributes::DeviceAttributes;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::stream::{driver_version, Stream, EVENT_TIMING_DRIVER};
+use crate::stream::{Stream, EVENT_TIMING_DRIVER};
 use gpukit_jit::{KernelArg, LaunchConfig};
 
 /// Grouped tile order of every kernel: GROUP_M tile rows per group (L2 reuse).
@@ -100,7 +100,7 @@ pub fn forget_plans() {
 fn class_key(dev: &Device, precision: Precision, p: &Problem, paths: &Paths) -> tune::ClassKey {
     let device = tune::DeviceKey::new(
         dev.attributes(),
-        driver_version(),
+        gpukit_jit::libs::driver_version(),
         gpukit_jit::nvrtc_version().unwrap_or((0, 0)),
     );
     tune::ClassKey::new(device, precision, p, paths)
@@ -484,7 +484,7 @@ unsafe fn measure_class(
 /// into a CUDA graph (no host waits inside a capture).
 fn can_measure_on(stream: &Stream) -> std::result::Result<(), &'static str> {
     use gpukit_jit::cudarc::driver::sys;
-    if driver_version() < EVENT_TIMING_DRIVER {
+    if gpukit_jit::libs::driver_version() < EVENT_TIMING_DRIVER {
         return Err("the driver is older than CUDA 12.8 (no cuEventElapsedTime_v2)");
     }
     let mut green: sys::CUgreenCtx = std::ptr::null_mut();
@@ -571,19 +571,7 @@ impl L2Flush {
     /// The median time of [`CLEAN_SAMPLES`] flushes, each after another flush (microseconds).
     fn time_clean(&self, dev: &Device, stream: &Stream) -> Result<f64> {
         self.run(dev, stream)?;
-        let mut marks = Vec::with_capacity(CLEAN_SAMPLES);
-        for _ in 0..CLEAN_SAMPLES {
-            let e0 = stream.record()?;
-            self.run(dev, stream)?;
-            marks.push((e0, stream.record()?));
-        }
-        if let Some((_, last)) = marks.last() {
-            last.synchronize()?;
-        }
-        let mut us = Vec::with_capacity(CLEAN_SAMPLES);
-        for (a, b) in &marks {
-            us.push(a.elapsed_ms(b)? as f64 * 1e3);
-        }
+        let mut us = windows_us(stream, CLEAN_SAMPLES, || self.run(dev, stream))?;
         us.sort_by(f64::total_cmp);
         Ok(us[us.len() / 2])
     }
@@ -780,17 +768,14 @@ impl tune::Timer for GpuTimer<'_> {
 
     fn time_us(&mut self, plan: &Plan, reps: u32) -> Result<f64> {
         let reps = reps.max(1);
+        let product = || {
+            // SAFETY: A and B as the caller of `sgemm` guarantees; C is the tuner's scratch of
+            // required_len elements (this RawGemm's own layout), live until after these runs.
+            unsafe { run(self.stream, self.dev, &self.g, plan) }
+        };
         let Some(flush) = &self.flush else {
-            let e0 = self.stream.record()?;
-            for _ in 0..reps {
-                // SAFETY: A and B as the caller of `sgemm` guarantees; C is the tuner's scratch
-                // of required_len elements (this RawGemm's own layout), live until after these
-                // runs.
-                unsafe { run(self.stream, self.dev, &self.g, plan) }?;
-            }
-            let e1 = self.stream.record()?;
-            e1.synchronize()?;
-            return Ok(e0.elapsed_ms(&e1)? as f64 * 1e3 / reps as f64);
+            let w = windows_us(self.stream, 1, || (0..reps).try_for_each(|_| product()))?;
+            return Ok(w[0] / reps as f64);
         };
         // flush | e0 product flush e1 | e0 product flush e1 | ...: each timed window holds the
         // product and the flush after it, which writes back the dirty lines the product left in
@@ -798,23 +783,33 @@ impl tune::Timer for GpuTimer<'_> {
         // the time of a flush with nothing to write back is taken off. A plan that dirties more
         // of the L2 pays for its write-back, as it does when products follow one another.
         flush.run(self.dev, self.stream)?;
-        let mut marks = Vec::with_capacity(reps as usize);
-        for _ in 0..reps {
-            let e0 = self.stream.record()?;
-            // SAFETY: as above.
-            unsafe { run(self.stream, self.dev, &self.g, plan) }?;
-            flush.run(self.dev, self.stream)?;
-            marks.push((e0, self.stream.record()?));
-        }
-        if let Some((_, last)) = marks.last() {
-            last.synchronize()?;
-        }
-        let mut ms = 0.0f64;
-        for (a, b) in &marks {
-            ms += a.elapsed_ms(b)? as f64;
-        }
-        Ok(charged_us(ms * 1e3 / reps as f64, flush.clean_us))
+        let w = windows_us(self.stream, reps as usize, || {
+            product()?;
+            flush.run(self.dev, self.stream)
+        })?;
+        Ok(charged_us(
+            w.iter().sum::<f64>() / reps as f64,
+            flush.clean_us,
+        ))
     }
+}
+
+/// Microseconds of each of `n` windows on `stream`, each holding the work `body` queues,
+/// between two events; waits for the last.
+fn windows_us(stream: &Stream, n: usize, mut body: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
+    let mut marks = Vec::with_capacity(n);
+    for _ in 0..n {
+        let e0 = stream.record()?;
+        body()?;
+        marks.push((e0, stream.record()?));
+    }
+    if let Some((_, last)) = marks.last() {
+        last.synchronize()?;
+    }
+    marks
+        .iter()
+        .map(|(a, b)| Ok(a.elapsed_ms(b)? as f64 * 1e3))
+        .collect()
 }
 
 /// A timed window of a product and the flush after it (`window_us`) less the time of a flush with

@@ -747,36 +747,16 @@ pub fn stage_two(bases: &[Plan], all: &[Plan], timed: &[Plan]) -> Vec<Plan> {
                 take(&mut v, p);
             }
         }
-        // Then the sibling tiles: the cheapest plans of [`SIBLINGS`] other configurations of
-        // the base's family with its operand layout, split and tail, those of its tile size
-        // first. The first stage times
-        // each configuration in one layout per source of P, the model's favourite; the
-        // base's layout, which won, may suit another tile better (3000x2000x300 on an H100:
-        // the first stage timed the ping-pong 128x128 with P:ks Q:pack, not with both
-        // operands packed like the winner, and that plan ran 7 % faster than the winner).
-        // Tiles of the base's size (its ping-pong and clustered variants) first.
-        let sibling = |p: &&Plan| {
-            !same(p)
-                && p.config.family == w.config.family
-                && p.operands == w.operands
-                && p.splits == w.splits
-                && p.tail == w.tail
-        };
-        let same_tile = |p: &&Plan| (p.config.bm, p.config.bn) == (w.config.bm, w.config.bn);
-        let mut siblings = 0;
-        for p in all
-            .iter()
-            .filter(sibling)
-            .filter(same_tile)
-            .chain(all.iter().filter(sibling).filter(|p| !same_tile(p)))
-        {
-            if siblings == SIBLINGS || v.len() >= cap {
-                break;
-            }
-            if !seen_in(&v, p) {
-                take(&mut v, p);
-                siblings += 1;
-            }
+        // Then the sibling tiles ([`siblings`]): the first stage times each configuration in
+        // one layout per source of P, the model's favourite; the base's layout, which won, may
+        // suit another tile better (3000x2000x300 on an H100: the first stage timed the
+        // ping-pong 128x128 with P:ks Q:pack, not with both operands packed like the winner, and
+        // that plan ran 7 % faster than the winner).
+        let room = cap.saturating_sub(v.len()).min(SIBLINGS);
+        let mut seen: Vec<Plan> = timed.to_vec();
+        seen.extend_from_slice(&v);
+        for p in siblings(w, all, &seen, room) {
+            take(&mut v, &p);
         }
         // Last, its configuration and split in its other operand layouts.
         for p in all
@@ -784,6 +764,36 @@ pub fn stage_two(bases: &[Plan], all: &[Plan], timed: &[Plan]) -> Vec<Plan> {
             .filter(|p| same(p) && p.splits == w.splits && p.operands != w.operands)
         {
             take(&mut v, p);
+        }
+    }
+    v
+}
+
+/// Up to `n` sibling tiles of `base` not in `seen`: the cheapest plans of `all` (its order) of
+/// other configurations of the base's family with its operand layout, split and tail, those of
+/// its tile size (its ping-pong and clustered variants) first.
+pub fn siblings(base: &Plan, all: &[Plan], seen: &[Plan], n: usize) -> Vec<Plan> {
+    let sibling = |p: &&Plan| {
+        p.config.name != base.config.name
+            && p.config.family == base.config.family
+            && p.operands == base.operands
+            && p.splits == base.splits
+            && p.tail == base.tail
+            && seen.iter().all(|q| Choice::of(q) != Choice::of(p))
+    };
+    let same_tile = |p: &&Plan| (p.config.bm, p.config.bn) == (base.config.bm, base.config.bn);
+    let mut v: Vec<Plan> = Vec::new();
+    for p in all
+        .iter()
+        .filter(sibling)
+        .filter(same_tile)
+        .chain(all.iter().filter(sibling).filter(|p| !same_tile(p)))
+    {
+        if v.len() == n {
+            break;
+        }
+        if v.iter().all(|q| Choice::of(q) != Choice::of(p)) {
+            v.push(*p);
         }
     }
     v
