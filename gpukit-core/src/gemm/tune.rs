@@ -19,7 +19,8 @@
 //!    the `wgmma` tiles one with P from registers and one with P from shared memory (at most
 //!    [`STAGE_ONE`] in all); after they are timed, the neighbours (the split factors next to
 //!    its own, sibling tiles in its operand layout, its other operand layouts) of the winner and
-//!    of a runner-up within [`RUNNER_UP`] of it: at most [`STAGE_TWO`].
+//!    of a runner-up within [`RUNNER_UP`] of it: at most [`STAGE_TWO`]; and when a plan of that
+//!    second stage wins, its own sibling tiles ([`siblings`], at most [`SIBLINGS`]).
 //! 3. **Checking and timing** ([`measure`]): each candidate first runs once untimed (kernel
 //!    compile and load) into a scratch C filled with a signalling NaN, and elements at the
 //!    corners and middles of C (first and last batch entry) are read back: a candidate that left
@@ -956,6 +957,22 @@ pub fn tune(model: &Plan, all: &[Plan], timer: &mut dyn Timer, warm_budget: Dura
         let m2 = measure(&second, timer, left);
         complete &= m2.complete;
         timed.extend(second.iter().copied().zip(m2.times.iter().copied()));
+    }
+    // Third stage: a second-stage plan that beats the first stage's has its own sibling tiles
+    // timed too (3000x2000x300 on an H100: the packed layout won as the runner-up's other
+    // layout, and the ping-pong tile in that layout, 7 % faster still, was never timed).
+    let times: Vec<f64> = timed.iter().map(|x| x.1).collect();
+    if let Some(i) = fastest(&times) {
+        if i >= first.len() && complete {
+            let plans: Vec<Plan> = timed.iter().map(|x| x.0).collect();
+            let third = siblings(&timed[i].0, all, &plans, SIBLINGS);
+            if !third.is_empty() {
+                let left = warm_budget.saturating_sub(start.elapsed());
+                let m3 = measure(&third, timer, left);
+                complete &= m3.complete;
+                timed.extend(third.iter().copied().zip(m3.times.iter().copied()));
+            }
+        }
     }
     let times: Vec<f64> = timed.iter().map(|x| x.1).collect();
     let chosen = fastest(&times).map(|i| timed[i].0);
@@ -2139,6 +2156,56 @@ mod tests {
         for x in &next {
             assert!(first.iter().all(|f| Choice::of(f) != Choice::of(x)));
         }
+    }
+
+    /// A second-stage plan that wins has its own sibling tiles timed in a third stage: at
+    /// 3000x2000x300 a plan found only in the second stage beats the first stage, and one of its
+    /// siblings, which neither stage timed, is faster still: that sibling is chosen.
+    #[test]
+    fn a_second_stage_winner_has_its_siblings_timed() {
+        let p = Problem::shape(3000, 2000, 300, 1);
+        let (model, all) = tf32_space(&p);
+        let first = stage_one(&model, &all);
+        let bases = [first[0], first[1]];
+        let second = stage_two(&bases, &all, &first);
+        let mut earlier: Vec<Plan> = first.clone();
+        earlier.extend_from_slice(&second);
+        // A second-stage plan with a sibling that neither stage times.
+        let (y, z) = second
+            .iter()
+            .find_map(|y| {
+                siblings(y, &all, &earlier, 1)
+                    .first()
+                    .map(|z| (Choice::of(y), Choice::of(z)))
+            })
+            .expect("a second-stage plan with an untimed sibling");
+        let (w, r) = (Choice::of(&first[0]), Choice::of(&first[1]));
+        let cost = move |x: &Plan| {
+            let c = Choice::of(x);
+            Some(if c == w {
+                100.0
+            } else if c == r {
+                105.0
+            } else if c == y {
+                80.0
+            } else if c == z {
+                60.0
+            } else {
+                1000.0
+            })
+        };
+        let mut t = fake(cost);
+        let (chosen, timed) = run(&model, &all, &mut t);
+        assert_eq!(Choice::of(&chosen.unwrap()), z, "{timed:#?}");
+        assert!(timed.len() <= first.len() + STAGE_TWO + SIBLINGS);
+        // Without a second-stage winner there is no third stage.
+        let mut t = fake(move |x: &Plan| {
+            let c = Choice::of(x);
+            Some(if c == y { 200.0 } else { cost(x).unwrap() })
+        });
+        let (chosen, timed) = run(&model, &all, &mut t);
+        assert_eq!(Choice::of(&chosen.unwrap()), w);
+        assert_eq!(timed.len(), first.len() + second.len());
     }
 
     #[test]
