@@ -239,6 +239,8 @@ __device__ __forceinline__ void wgmma_step_rs(float* d, const u32* a, u32 qk) {
     const u64 db = smem_desc(qk);
     if (BN == 256) {
         wgmma_n256_rs(d, a, db, 1);
+    } else if (BN == 192) {
+        wgmma_n192_rs(d, a, db, 1);
     } else if (BN == 128 && HALVES) {
         wgmma_n64_rs(d, a, db, 1);
         wgmma_n64_rs(d + 32, a, smem_desc(qk + 64 * 128), 1);
@@ -253,6 +255,8 @@ __device__ __forceinline__ void wgmma_step_ss(float* d, u64 da, u32 qk) {
     const u64 db = smem_desc(qk);
     if (BN == 256) {
         wgmma_n256_ss(d, da, db, 1);
+    } else if (BN == 192) {
+        wgmma_n192_ss(d, da, db, 1);
     } else if (BN == 128 && HALVES) {
         wgmma_n64_ss(d, da, db, 1);
         wgmma_n64_ss(d + 32, da, smem_desc(qk + 64 * 128), 1);
@@ -440,8 +444,10 @@ __device__ __forceinline__ void gemm_wgmma_body(
     int splits, int ktPerSplit, int nz, int vec, int groupM, long long tailFrom, int tailPiecesArg,
     float* __restrict__ tailWs, unsigned int* __restrict__ tailCount) {
     launch_dependents();
-    static_assert(BN == 64 || BN == 128 || BN == 256,
-                  "consumer warpgroups are 64 x 64, 64 x 128 or 64 x 256");
+    static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
+                  "consumer warpgroups are 64 x 64, 64 x 128, 64 x 192 or 64 x 256");
+    static_assert(BN != 192 || (!PP && BM == 128 && CM == 1),
+                  "the 64 x 192 warpgroup tile: the cooperative 128 x 192 block, one per cluster");
     static_assert(SPLIT == 1 || SPLIT == 3, "TF32 (1 product) or 3xTF32 (3 products)");
     static_assert(SPLIT == 1 || BN == 128, "3xTF32 keeps two accumulator sets: BN 128 only");
     static_assert(SPLIT == 1 || (PSRC == SRC_PACKED && !QTMA), "3xTF32 reads packed operands");

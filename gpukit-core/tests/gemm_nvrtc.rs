@@ -144,11 +144,11 @@ fn wgmma_kernels_compile_for_sm90a_without_spills() {
         .filter(|i| i.file == SourceFile::Wgmma)
         .collect();
     // 10 operand layouts (P packed beside Q packed or mapped, P into registers in 6, a K-major
-    // P read by wgmma straight from its tensor copies in 2) x 9 TF32 tiles (three cooperative,
+    // P read by wgmma straight from its tensor copies in 2) x 10 TF32 tiles (four cooperative,
     // three ping-pong, and the 128x256 and two ping-pong tiles in clusters of two), the
-    // two-blocks-per-SM tile (the 4 layouts with P in shared memory), the 3xTF32 kernel, 6
+    // two-blocks-per-SM tile (the 4 layouts with P in shared memory), the 3xTF32 kernel, 7
     // packs, the tensor-copy probe.
-    assert_eq!(hopper.len(), 90 + 4 + 1 + 6 + 1, "{hopper:?}");
+    assert_eq!(hopper.len(), 100 + 4 + 1 + 7 + 1, "{hopper:?}");
     // Each GEMM kernel under its entry cap: 65536 registers over its blocks per SM x 384 threads,
     // rounded down to the allocation unit of 8 (168 for one block, 80 for two).
     let caps: Vec<(String, u32)> = plan::WGMMA_CONFIGS

@@ -416,6 +416,22 @@ const WGMMA_64X256_PP: TileConfig = TileConfig {
     gflops_per_sm: 2200,
 };
 
+/// `wgmma_128x192` (see [`WGMMA_CONFIGS`]).
+const WGMMA_128X192: TileConfig = TileConfig {
+    name: "wgmma_128x192",
+    family: Family::Wgmma,
+    bm: 128,
+    bn: 192,
+    bk: 32,
+    wm: 64,
+    wn: 192,
+    stages: 5,
+    occupancy: 1,
+    pingpong: false,
+    cluster: 1,
+    gflops_per_sm: 2200,
+};
+
 /// The Hopper `wgmma` TF32 configurations: 384 threads (a producer warpgroup and two consumer
 /// warpgroups), k tile 32, one block per SM (168 registers per thread at entry) except
 /// `wgmma_128x128_2` (two).
@@ -477,7 +493,14 @@ const WGMMA_64X256_PP: TileConfig = TileConfig {
 ///   SM; the autotuner times it. Measured on an H100 (2026-12-07, GEMM_NOTES.md version 17):
 ///   178.0 TFLOP/s at 8 x 768^3 against 159.1 for the 128x128_pp and the 128x256 (cuBLAS
 ///   195.4), the tuner's choice there; behind the 128x128_pp at 2500^2 x 500 and 3000x2000x300.
-pub const WGMMA_CONFIGS: [TileConfig; 10] = [
+/// - `wgmma_128x192` (version 18): the cooperative tile with 192 columns (each consumer
+///   warpgroup 64 x 192, one m64n192 wgmma per k8 step, 96 accumulators per thread), 5 stages of
+///   40 KB (201 KB with the slack). Where N / 256 leaves much of a last wave idle and N / 192
+///   does not (2048x3000x1000: 192 tiles of 128 x 256 on 132 SMs take two rounds for 1.45 waves
+///   of work, 256 tiles of 128 x 192 take two for 1.94), at nearly the 128 x 256's operand bytes
+///   per flop (1.07 times them; the 128 x 128's are 1.2 times). Planned at the 128 x 128's rate, 2200 per SM, until measured, so
+///   that the model keeps its choices; the autotuner times it wherever it is within reach.
+pub const WGMMA_CONFIGS: [TileConfig; 11] = [
     WGMMA_128X256,
     TileConfig {
         name: "wgmma_128x128",
@@ -539,6 +562,7 @@ pub const WGMMA_CONFIGS: [TileConfig; 10] = [
         ..WGMMA_64X128_PP
     },
     WGMMA_64X256_PP,
+    WGMMA_128X192,
 ];
 
 /// The Hopper 3xTF32 configuration `wgmma3_128x128`: block 128x128, k tile 32, 3 stages of

@@ -44,8 +44,9 @@
 //!    share of the SMs: its timings would be stored for the whole device), or under a driver
 //!    older than CUDA 12.8 (no `cuEventElapsedTime_v2`, which the CUDA 13 bindings call), nor
 //!    one whose scratch C cannot be allocated: those take the model's plan.
-//! 5. **Cost, bounded and reported**: at most `STAGE_ONE + STAGE_TWO` = 22 candidates x (1 +
-//!    ROUNDS x reps) runs (about 100 products of a 250 us shape: 25 ms; 58 of a 5 ms one), one
+//! 5. **Cost, bounded and reported**: at most `STAGE_ONE + STAGE_TWO + SIBLINGS` = 28
+//!    candidates (the last two: the siblings of a second-stage winner) x (1 +
+//!    ROUNDS x reps) runs (about 140 products of a 250 us shape: 35 ms; 84 of a 5 ms one), one
 //!    host wait per candidate for its check and one per timed round. Kernels not yet in the
 //!    kernel cache are compiled by their first run; those runs stop once the class has taken
 //!    [`WARM_BUDGET`] of host time, and such a partial measurement is kept in this
@@ -104,7 +105,7 @@ pub const TUNE_ENV: &str = "GPUKIT_GEMM_TUNE";
 /// Bumped when the meaning of a stored choice changes (part of [`plan_space`]).
 pub const PLAN_SPACE_VERSION: u32 = 2;
 /// Most candidates of the first stage.
-pub const STAGE_ONE: usize = 16;
+pub const STAGE_ONE: usize = 18;
 /// Most candidates of the second stage.
 pub const STAGE_TWO: usize = 8;
 /// Most sibling tiles (other configurations in the base's operand layout) per second-stage base.
