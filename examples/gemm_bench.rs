@@ -1412,12 +1412,16 @@ fn print_plans() -> Res<()> {
             shape_ms += 2.0 * sample(t, 9.0, 3.0) + 2.0 * t;
             let all = plan::enumerate(p, &problem, &attrs, &paths)?;
             let best = all.first().map_or(f64::INFINITY, |x| x.estimate_us);
-            // The autotuner: at most STAGE_ONE + STAGE_TWO candidates x (1 checked run + 2
-            // rounds x reps), plus an L2 flush (about 25 us) before each timed run of products
-            // whose operands fit in L2.
-            let tuned = (tune::STAGE_ONE + tune::STAGE_TWO) as f64;
+            // The autotuner: at most STAGE_ONE + STAGE_TWO + SIBLINGS candidates x (1 checked
+            // run + ROUNDS x reps) and FINALISTS x CONFIRM_ROUNDS x reps confirming runs, plus
+            // an L2 flush (about 25 us) beside each timed run of products whose operands fit in
+            // L2.
+            let tuned = (tune::STAGE_ONE + tune::STAGE_TWO + tune::SIBLINGS) as f64;
             let reps = tune::reps_for(model.estimate_us) as f64;
-            shape_ms += tuned * (t * (1.0 + 2.0 * reps) + 2.0 * reps * 0.025);
+            let rounds = tune::ROUNDS as f64;
+            let confirming = (tune::FINALISTS * tune::CONFIRM_ROUNDS) as f64 * reps;
+            shape_ms += tuned * (t * (1.0 + rounds * reps) + rounds * reps * 0.025)
+                + confirming * (t + 0.025);
             for c in all.iter().filter(|x| x.estimate_us <= 4.0 * best).take(40) {
                 shape_ms += sample(c.estimate_us / 1e3, 5.0, 1.0) + 0.3;
                 cands += 1;

@@ -1409,10 +1409,10 @@ fn sibling(case: &Case) -> Case {
     s
 }
 
-use gpukit_core::gemm::tune::{self, Choice, TuneMode, STAGE_ONE, STAGE_TWO};
+use gpukit_core::gemm::tune::{self, Choice, TuneMode, SIBLINGS, STAGE_ONE, STAGE_TWO};
 
 /// The autotuner on the GPU. Per shape class (see [`tuned_cases`]): a measurement times at most
-/// `STAGE_ONE + STAGE_TWO` candidates of the plan space, checks each candidate's first run on a
+/// `STAGE_ONE + STAGE_TWO + SIBLINGS` candidates of the plan space, checks each candidate's first run on a
 /// poisoned scratch C (none leaves an element unwritten), picks the fastest (the model's plan
 /// kept within 1 %), never touches the caller's C (compared bit for bit: the poison is NaN, so
 /// `==` on floats would never hold), and becomes the plan `plan_for` and `sgemm` use for every
@@ -1456,7 +1456,7 @@ fn autotuner_measures_a_class_once_and_its_choice_runs_correctly() {
             assert_eq!(Choice::of(&report.chosen), Choice::of(&report.model));
         } else {
             assert!(
-                !report.timed.is_empty() && report.timed.len() <= STAGE_ONE + STAGE_TWO,
+                !report.timed.is_empty() && report.timed.len() <= STAGE_ONE + STAGE_TWO + SIBLINGS,
                 "{case:?}: {} candidates of {} plans",
                 report.timed.len(),
                 space.len()
