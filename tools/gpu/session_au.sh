@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# 2026-12-07, sixteenth session (issue 23): the final bundle of this session (the 128x192 tile,
+# the tuner's third stage, its confirmation stage and first-pass cap), tools/gpu/bundle.sh
+# --wheel with the prewarmed kernel cache of .gpu-bundle-as (kernels unchanged since). About 480 s:
+#   1. the full gemm_bench (fresh cache; both planners against the best plan on 46 shapes, cuBLAS
+#      TF32 and SGEMM beside), the tuner's files;
+#   2. gemm_bench --quick --paired on the named shapes;
+#   3. every GPU test of the bundle with GPUKIT_REQUIRE_GPU=1 (final_tests.sh);
+#   4. core_bench beside PyTorch in the same call;
+#   everything in one tar (the host returns about eight files).
+#   tar xJf .gpu-bundle-au.tar.xz && OUT=$OUT bash tools/gpu/session_au.sh
+set -u
+OUT=${OUT:-/tmp/session-au}
+here=$(dirname "$0")
+. "$here/gemm_session.sh"
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.sm,power.limit,temperature.gpu --format=csv,noheader
+full_bench 200
+grep -E "^\| (2048x3000x1000 TT|3000x3000x3000|12288x12288x4096|777x1555x2333|192x160x32768) .*\(.*\(" "$OUT/gemm_bench.log" | cut -c1-250 | tail -5
+fresh_cache
+echo "== paired ($(el) s)"
+paired "$OUT/paired.log" "$B/examples/gemm_bench" "4096,4096,4096;8192,8192,8192;4096,4096,256;8,768,768,768;192,160,32768;2000,6000,400;2500,2500,500;2048,3000,1000;3000,2000,300"
+all_tests 330
+core_vs_torch
+tail -40 "$OUT/core_table.md"
+(cd "$OUT" && tar cJf all.tar.xz --exclude='*.tar.xz' --exclude=tests . 2> /dev/null)
+echo "total $(el) s"
