@@ -918,9 +918,10 @@ pub fn fastest(times: &[f64]) -> Option<usize> {
 }
 
 /// The confirmation stage's finalists among `times` (indices): the fastest candidates within
-/// [`FINAL_WITHIN`] of the fastest, at most [`FINALISTS`], fastest first, the model's plan (index
-/// 0) among them whenever it is within reach (in the last place if it would not have made the
-/// cut), so that [`fastest`]'s rule of keeping it applies to the confirmed times.
+/// [`FINAL_WITHIN`] of the fastest, at most [`FINALISTS`], fastest first, except that the
+/// model's plan (index 0) comes first whenever it is within reach (taking the last place of the
+/// cut if it would not have made it), so that [`fastest`]'s rule of keeping it applies to the
+/// confirmed times.
 pub fn finalists(times: &[f64]) -> Vec<usize> {
     let Some(best) = times
         .iter()
