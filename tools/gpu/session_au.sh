@@ -23,6 +23,8 @@ grep -E "^\| (2048x3000x1000 TT|3000x3000x3000|12288x12288x4096|777x1555x2333|19
 fresh_cache
 echo "== paired ($(el) s)"
 paired "$OUT/paired.log" "$B/examples/gemm_bench" "4096,4096,4096;8192,8192,8192;4096,4096,256;8,768,768,768;192,160,32768;2000,6000,400;2500,2500,500;2048,3000,1000;3000,2000,300"
+# First in name order: what comes back if the call is cut short later.
+(cd "$OUT" && tar cJf a_bench.tar.xz --exclude='*.tar.xz' . 2> /dev/null)
 fi
 if [ "$PH" != bench ]; then
 all_tests 330
