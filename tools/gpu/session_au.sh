@@ -8,7 +8,8 @@
 #   3. every GPU test of the bundle with GPUKIT_REQUIRE_GPU=1 (final_tests.sh);
 #   4. core_bench beside PyTorch in the same call;
 #   everything in one tar (the host returns about eight files). Phase `bench` runs 1 and 2 (with
-#   gemm_gpu's tuner tests first), `tests` 3 and 4, `all` (the default) everything.
+#   gemm_gpu's tuner tests first), `tests` 3 and 4, `all` (the default) everything, `final` 1 to 3
+#   (the tuner tests within 3).
 #   tar xJf .gpu-bundle-au.tar.xz && OUT=$OUT bash tools/gpu/session_au.sh [bench|tests|all]
 set -u
 PH=${1:-all}
@@ -17,7 +18,7 @@ here=$(dirname "$0")
 . "$here/gemm_session.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.sm,power.limit,temperature.gpu --format=csv,noheader
 if [ "$PH" != tests ]; then
-gemm_tests_matching "tune|autotuner" 100
+[ "$PH" != final ] && gemm_tests_matching "tune|autotuner" 100
 full_bench 200
 grep -E "^\| (2048x3000x1000 TT|3000x3000x3000|12288x12288x4096|777x1555x2333|192x160x32768) .*\(.*\(" "$OUT/gemm_bench.log" | cut -c1-250 | tail -5
 fresh_cache
@@ -28,8 +29,10 @@ paired "$OUT/paired.log" "$B/examples/gemm_bench" "4096,4096,4096;8192,8192,8192
 fi
 if [ "$PH" != bench ]; then
 all_tests 330
-core_vs_torch
-tail -40 "$OUT/core_table.md"
+if [ "$PH" != final ]; then
+  core_vs_torch
+  tail -40 "$OUT/core_table.md"
+fi
 fi
 (cd "$OUT" && tar cJf all.tar.xz --exclude='*.tar.xz' --exclude=tests . 2> /dev/null)
 echo "total $(el) s"
