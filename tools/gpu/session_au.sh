@@ -9,7 +9,7 @@
 #   4. core_bench beside PyTorch in the same call;
 #   everything in one tar (the host returns about eight files). Phase `bench` runs 1 and 2 (with
 #   gemm_gpu's tuner tests first), `tests` 3 and 4, `all` (the default) everything, `final` 1 to 3
-#   (the tuner tests within 3).
+#   (the tuner tests within 3), `gemm` 1 and 2 after every gemm_gpu test.
 #   tar xJf .gpu-bundle-au.tar.xz && OUT=$OUT bash tools/gpu/session_au.sh [bench|tests|all]
 set -u
 PH=${1:-all}
@@ -18,7 +18,11 @@ here=$(dirname "$0")
 . "$here/gemm_session.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.sm,power.limit,temperature.gpu --format=csv,noheader
 if [ "$PH" != tests ]; then
-[ "$PH" != final ] && gemm_tests_matching "tune|autotuner" 100
+case $PH in
+  final) ;;
+  gemm) gemm_tests_matching "." 200 ;;
+  *) gemm_tests_matching "tune|autotuner" 100 ;;
+esac
 full_bench 200
 grep -E "^\| (2048x3000x1000 TT|3000x3000x3000|12288x12288x4096|777x1555x2333|192x160x32768) .*\(.*\(" "$OUT/gemm_bench.log" | cut -c1-250 | tail -5
 fresh_cache
@@ -27,7 +31,7 @@ paired "$OUT/paired.log" "$B/examples/gemm_bench" "4096,4096,4096;8192,8192,8192
 # First in name order: what comes back if the call is cut short later.
 (cd "$OUT" && tar cJf a_bench.tar.xz --exclude='*.tar.xz' . 2> /dev/null)
 fi
-if [ "$PH" != bench ]; then
+if [ "$PH" != bench ] && [ "$PH" != gemm ]; then
 all_tests 330
 if [ "$PH" != final ]; then
   core_vs_torch
