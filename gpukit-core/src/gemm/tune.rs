@@ -1967,13 +1967,7 @@ mod tests {
         assert_eq!(stored(&lucky), 103.0);
         assert_eq!(stored(&model), 100.0);
         // Without the lucky round the confirmation has one finalist: nothing is timed again.
-        let mut t = fake(|x: &Plan| {
-            Some(if Choice::of(x) == Choice::of(&model) {
-                100.0
-            } else {
-                300.0
-            })
-        });
+        let mut t = fake(priced(vec![(Choice::of(&model), 100.0)], 300.0));
         let (chosen, timed) = run(&model, &all, &mut t);
         assert_eq!(Choice::of(&chosen.unwrap()), Choice::of(&model));
         assert_eq!(t.timed.len(), ROUNDS * timed.len());
@@ -2038,6 +2032,15 @@ mod tests {
         let r = tune(model, all, t, WARM_BUDGET);
         assert!(r.complete, "an instant fake never runs out of budget");
         (r.chosen, r.timed)
+    }
+
+    /// A cost for [`fake`]: each listed plan at its price (the last entry for a plan wins, so
+    /// that a test can reprice one), every other plan at `rest` microseconds.
+    fn priced(table: Vec<(Choice, f64)>, rest: f64) -> impl Fn(&Plan) -> Option<f64> {
+        move |x: &Plan| {
+            let c = Choice::of(x);
+            Some(table.iter().rev().find(|e| e.0 == c).map_or(rest, |e| e.1))
+        }
     }
 
     fn fake<F: Fn(&Plan) -> Option<f64>>(cost: F) -> Fake<F> {
@@ -2409,29 +2412,13 @@ mod tests {
             })
             .expect("a second-stage plan with an untimed sibling");
         let (w, r) = (Choice::of(&first[0]), Choice::of(&first[1]));
-        let cost = move |x: &Plan| {
-            let c = Choice::of(x);
-            Some(if c == w {
-                100.0
-            } else if c == r {
-                105.0
-            } else if c == y {
-                80.0
-            } else if c == z {
-                60.0
-            } else {
-                1000.0
-            })
-        };
-        let mut t = fake(cost);
+        let prices = vec![(w, 100.0), (r, 105.0), (y, 80.0), (z, 60.0)];
+        let mut t = fake(priced(prices.clone(), 1000.0));
         let (chosen, timed) = run(&model, &all, &mut t);
         assert_eq!(Choice::of(&chosen.unwrap()), z, "{timed:#?}");
         assert!(timed.len() <= first.len() + STAGE_TWO + SIBLINGS);
         // Without a second-stage winner there is no third stage.
-        let mut t = fake(move |x: &Plan| {
-            let c = Choice::of(x);
-            Some(if c == y { 200.0 } else { cost(x).unwrap() })
-        });
+        let mut t = fake(priced([prices, vec![(y, 200.0)]].concat(), 1000.0));
         let (chosen, timed) = run(&model, &all, &mut t);
         assert_eq!(Choice::of(&chosen.unwrap()), w);
         assert_eq!(timed.len(), first.len() + second.len());
@@ -2447,25 +2434,11 @@ mod tests {
         assert!(!near.is_empty(), "{:?} has neighbours", first[1]);
         let best = Choice::of(&near[0]);
         // The winner at 100, the runner-up at 105 (within 10 %), its neighbour at 50.
-        let cost = move |x: &Plan| {
-            let c = Choice::of(x);
-            Some(if c == w {
-                100.0
-            } else if c == r {
-                105.0
-            } else if c == best {
-                50.0
-            } else {
-                1000.0
-            })
-        };
-        let mut t = fake(cost);
+        let prices = vec![(w, 100.0), (r, 105.0), (best, 50.0)];
+        let mut t = fake(priced(prices.clone(), 1000.0));
         assert_eq!(Choice::of(&run(&model, &all, &mut t).0.unwrap()), best);
         // A runner-up 20 % behind is not explored.
-        let mut t = fake(move |x: &Plan| {
-            let c = Choice::of(x);
-            Some(if c == r { 120.0 } else { cost(x).unwrap() })
-        });
+        let mut t = fake(priced([prices, vec![(r, 120.0)]].concat(), 1000.0));
         assert_eq!(Choice::of(&run(&model, &all, &mut t).0.unwrap()), w);
         // Both bases share the stage.
         let two = stage_two(&[first[0], first[1]], &all, &first);
