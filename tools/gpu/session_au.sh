@@ -10,7 +10,7 @@
 #   everything in one tar (the host returns about eight files). Phase `bench` runs 1 and 2 (with
 #   gemm_gpu's tuner tests first), `tests` 3 and 4, `all` (the default) everything, `final` 1 to 3
 #   (the tuner tests within 3), `gemm` 1 and 2 after every gemm_gpu test.
-#   tar xJf .gpu-bundle-au.tar.xz && OUT=$OUT bash tools/gpu/session_au.sh [bench|tests|all]
+#   tar xJf .gpu-bundle-au.tar.xz && OUT=$OUT bash tools/gpu/session_au.sh [bench|tests|all|final|gemm]
 set -u
 PH=${1:-all}
 OUT=${OUT:-/tmp/session-au}
