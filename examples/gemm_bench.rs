@@ -17,7 +17,8 @@
 //! gemm_bench --precompile DIR     # no GPU needed: compile every GEMM kernel for sm_90 (the
 //!                                 # Hopper ones for sm_90a) into a kernel cache at DIR (carry
 //!                                 # it, set GPUKIT_CACHE_DIR=DIR)
-//! gemm_bench --shapes 4096,4096,4096;1024,8192,1024
+//! gemm_bench --shapes 4096,4096,4096;1024,8192,1024;2000,6000,400,NT   # last field: stored
+//!                                 # transposes of A and B (NN, NT, TN, TT; NN when absent)
 //! gemm_bench --explore [--fp32]   # per below-target shape (or --shapes): cuBLAS, our plan
 //!                                 # with host us per call, every config x split x grid
 //! gemm_bench --plans              # no GPU needed: the planner's choices for every shape on this
@@ -454,15 +455,42 @@ fn real_main() -> Res<()> {
 fn parse_shapes(list: &str) -> Res<Vec<Shape>> {
     list.split(';')
         .map(|t| {
-            let v: Vec<usize> = t
-                .split(',')
-                .map(|x| x.trim().parse::<usize>())
+            // An optional last field names the stored transposes of A and B: NN, NT, TN or TT.
+            let mut fields: Vec<&str> = t.split(',').map(str::trim).collect();
+            let layout = match fields.last().map(|l| l.to_ascii_uppercase()) {
+                Some(l) if l.chars().all(|c| c.is_ascii_alphabetic()) => {
+                    fields.pop();
+                    match l.as_str() {
+                        "NN" => (false, false),
+                        "NT" => (false, true),
+                        "TN" => (true, false),
+                        "TT" => (true, true),
+                        _ => {
+                            return Err(format!(
+                                "shape `{t}`: layout `{l}` is not NN, NT, TN or TT"
+                            )
+                            .into())
+                        }
+                    }
+                }
+                _ => (false, false),
+            };
+            let v: Vec<usize> = fields
+                .iter()
+                .map(|x| x.parse::<usize>())
                 .collect::<Result<_, _>>()?;
-            match v.as_slice() {
-                [m, n, k] => Ok(s(*m, *n, *k)),
-                [bt, m, n, k] => Ok(b(*bt, *m, *n, *k)),
-                _ => Err(format!("shape `{t}` is not m,n,k or batch,m,n,k").into()),
-            }
+            let mut shape = match v.as_slice() {
+                [m, n, k] => s(*m, *n, *k),
+                [bt, m, n, k] => b(*bt, *m, *n, *k),
+                _ => {
+                    return Err(format!(
+                        "shape `{t}` is not m,n,k or batch,m,n,k (optionally ending in NN, NT, TN or TT)"
+                    )
+                    .into())
+                }
+            };
+            (shape.ta, shape.tb) = layout;
+            Ok(shape)
         })
         .collect()
 }
@@ -929,7 +957,7 @@ fn explore(bch: &mut Bench, device: &Device, fp32: bool) -> Res<()> {
     let stream = bch.stream.clone();
     let flops = 2.0 * (sh.m * sh.n * sh.k * sh.batch) as f64;
     let tf = |ms: f64| flops / (ms * 1e-3) / 1e12;
-    let name = format!("{sh:?}");
+    let name = shape_name(sh);
     let g0 = bch.raw(0);
     let (ty, prec) = if fp32 {
         (BlasType::F32, Precision::Fp32)
