@@ -442,7 +442,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
     const TmaDesc& tmP, const TmaDesc& tmQ, int PR, int QR, int K, int ldc, long long strideP,
     long long strideQ, long long strideC, int pBroadcast, int qBroadcast, float alpha, float beta,
     int splits, int ktPerSplit, int nz, int vec, int groupM, long long tailFrom, int tailPiecesArg,
-    float* __restrict__ tailWs, unsigned int* __restrict__ tailCount) {
+    float* __restrict__ tailWs, unsigned int* __restrict__ tailCount, const TmaDesc& tmC,
+    int cTma) {
     launch_dependents();
     static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
                   "consumer warpgroups are 64 x 64, 64 x 128, 64 x 192 or 64 x 256");
@@ -476,6 +477,18 @@ __device__ __forceinline__ void gemm_wgmma_body(
     constexpr u32 P_BYTES = PARTS * P_PART;
     constexpr u32 Q_BYTES = PARTS * Q_PART;
     constexpr u32 STAGE_BYTES = P_BYTES + Q_BYTES;
+    // The output through shared memory and the copy engine (cTma; the host's tma::output_map):
+    // each consumer warpgroup stages its slab in chunks of 32 columns (swapped: 32 C rows), as
+    // two 32 x 32 boxes of the map with the 128-byte swizzle, in two buffers of its own after the
+    // stages, and the copy engine writes each chunk to C while the warpgroup goes on (to the next
+    // chunk, then the next unit's main loop). Compiled where the buffers fit beside the stages in
+    // the 227 KB a block may have (the host's TileConfig::stages_output); TF32 only, and the host
+    // asks for it only with beta 0 (C is not read).
+    constexpr u32 C_BOX_BYTES = 32 * 32 * 4;
+    constexpr u32 C_CHUNK_BYTES = 2 * C_BOX_BYTES;
+    constexpr u32 C_STAGE_BYTES = 2 * 2 * C_CHUNK_BYTES;
+    constexpr bool C_TMA =
+        SPLIT == 1 && MINB == 1 && STAGES * STAGE_BYTES + 1024 + C_STAGE_BYTES <= 232448;
     // Registers per thread after setmaxnreg (multiples of 8, in 24 .. 256): the producer's and the
     // consumers' shares of the block's entry allocation, 65536 / (384 MINB) rounded down to 8 (168
     // for one block per SM, 80 for two), which they fill exactly: 128 x 40 + 256 x 232 = 384 x 168,
@@ -905,7 +918,63 @@ __device__ __forceinline__ void gemm_wgmma_body(
     // warps' time in it (GEMM_NOTES.md, version 12).
     const bool interior =
         SPLIT == 1 && vec && (w.tp + 1) * BM <= PR && (w.tq + 1) * BN <= QR;
-    if (interior) {
+    if (C_TMA && cTma) {
+        // Through shared memory and the copy engine (C_TMA above), any tile: the copies write
+        // nothing beyond C's extents. Chunk c of the slab (accumulator columns 32 c .. 32 c + 31,
+        // j = 4 c .. 4 c + 3) goes to buffer c & 1 (BN / 32 is even: the parity runs on across
+        // units) as two boxes of 32 slab rows (swapped: 32 P columns) x 32 C columns (swapped:
+        // 32 C rows, which are Q rows), box row r at r * 128 with its 16-byte chunk at chunk ^ (r
+        // & 7). Before the warpgroup's barrier the leader waits until the previous chunk's
+        // copies have read their buffer (the next chunk's): one barrier per chunk.
+        const int slab0 = w.tp * BM + (PP ? m : cw) * 64;
+        const u32 cbuf = base + STAGES * STAGE_BYTES + cw * (2 * C_CHUNK_BYTES);
+        const int l0 = pRow0 - slab0;
+        const int l1 = pRow1 - slab0;
+#pragma unroll
+        for (int c = 0; c < BN / 32; ++c) {
+            const u32 buf = cbuf + (c & 1) * C_CHUNK_BYTES;
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+                const int j = 4 * c + jj;
+                if (SWAP) {
+                    // C rows 8 jj + 2 t + e of the chunk, columns l0 and l0 + 1 (= l1: SRC_TMA_MN).
+                    const u32 box = buf + (l0 >> 5) * C_BOX_BYTES;
+                    const int col = l0 & 31;
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int r = 8 * jj + 2 * t + e;
+                        st_shared_v2(box + r * 128 + ((((col >> 2) ^ (r & 7)) << 4) | ((col & 3) * 4)),
+                                     alpha * dm[4 * j + e], alpha * dm[4 * j + 2 + e]);
+                    }
+                } else {
+                    // Slab rows l0, l1, columns 8 jj + 2 t and the next.
+                    const int col = 8 * jj + 2 * t;
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int l = h ? l1 : l0;
+                        const int r = l & 31;
+                        const u32 box = buf + (l >> 5) * C_BOX_BYTES;
+                        st_shared_v2(box + r * 128 + ((((col >> 2) ^ (r & 7)) << 4) | ((col & 3) * 4)),
+                                     alpha * dm[4 * j + 2 * h], alpha * dm[4 * j + 2 * h + 1]);
+                    }
+                }
+            }
+            fence_proxy_async_shared();
+            if (leader) bulk_wait<0, true>();
+            unit_sync<true>(cw);
+            if (leader) {
+                const int q0 = w.tq * BN + 32 * c;
+                if (SWAP) {
+                    tma_s2g_3d(&tmC, slab0, q0, w.z, buf);
+                    tma_s2g_3d(&tmC, slab0 + 32, q0, w.z, buf + C_BOX_BYTES);
+                } else {
+                    tma_s2g_3d(&tmC, q0, slab0, w.z, buf);
+                    tma_s2g_3d(&tmC, q0, slab0 + 32, w.z, buf + C_BOX_BYTES);
+                }
+                bulk_commit();
+            }
+        }
+    } else if (interior) {
         // The thread's first two C rows: qBase and qBase + 1 (swapped, from column pRow0), or
         // pRow0 and pRow1 (from column qBase).
         float* r0 = Cb + (SWAP ? (long long)qBase * ldcm + pRow0 : (long long)pRow0 * ldcm + qBase);
@@ -1001,6 +1070,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
     }
     }  // slabs
     }  // work units
+    // The output's last copies: done before the block's shared memory goes.
+    if (C_TMA && cTma && leader) bulk_wait<0, false>();
     }  // consumer warpgroups
 }
 
@@ -1015,10 +1086,12 @@ __global__ void __launch_bounds__(384, MINB)
                int QR, int K, int ldc, long long strideP, long long strideQ, long long strideC,
                int pBroadcast, int qBroadcast, float alpha, float beta, int splits,
                int ktPerSplit, int nz, int vec, int groupM, long long tailFrom, int tailPieces,
-               float* __restrict__ tailWs, unsigned int* __restrict__ tailCount) {
+               float* __restrict__ tailWs, unsigned int* __restrict__ tailCount,
+               const __grid_constant__ TmaDesc tmC, int cTma) {
     gemm_wgmma_body<BN, STAGES, SPLIT, PSRC, QTMA, SWAP, MINB, PP, 1, BM>(
         Pp, Qp, C, tmP, tmQ, PR, QR, K, ldc, strideP, strideQ, strideC, pBroadcast, qBroadcast,
-        alpha, beta, splits, ktPerSplit, nz, vec, groupM, tailFrom, tailPieces, tailWs, tailCount);
+        alpha, beta, splits, ktPerSplit, nz, vec, groupM, tailFrom, tailPieces, tailWs, tailCount,
+        tmC, cTma);
 }
 
 template <int BN, int STAGES, int SPLIT, int PSRC, bool QTMA, bool SWAP, int MINB = 1,
@@ -1029,10 +1102,12 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
                   int QR, int K, int ldc, long long strideP, long long strideQ, long long strideC,
                   int pBroadcast, int qBroadcast, float alpha, float beta, int splits,
                   int ktPerSplit, int nz, int vec, int groupM, long long tailFrom,
-                  int tailPieces, float* __restrict__ tailWs, unsigned int* __restrict__ tailCount) {
+                  int tailPieces, float* __restrict__ tailWs, unsigned int* __restrict__ tailCount,
+                  const __grid_constant__ TmaDesc tmC, int cTma) {
     gemm_wgmma_body<BN, STAGES, SPLIT, PSRC, QTMA, SWAP, MINB, PP, 2, BM>(
         Pp, Qp, C, tmP, tmQ, PR, QR, K, ldc, strideP, strideQ, strideC, pBroadcast, qBroadcast,
-        alpha, beta, splits, ktPerSplit, nz, vec, groupM, tailFrom, tailPieces, tailWs, tailCount);
+        alpha, beta, splits, ktPerSplit, nz, vec, groupM, tailFrom, tailPieces, tailWs, tailCount,
+        tmC, cTma);
 }
 
 // Whether this GPU's tensor copies round f32 to TF32 for a map of type TFLOAT32 (the host plans

@@ -108,6 +108,44 @@ __device__ __forceinline__ void tma_g2s_3d(u32 dst, const TmaDesc* map, int c0, 
         : "memory");
 }
 
+// Makes this thread's generic-proxy writes of shared memory visible to the async proxy (the bulk
+// copies that read them next), as a bulk copy out of shared memory requires.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// The box of `map` at coordinates (c0, c1, c2) written from shared memory at `src` (the box's
+// layout, with the map's swizzle) by the copy engine, in this thread's current bulk async-group;
+// elements beyond the tensor's extents are not written.
+__device__ __forceinline__ void tma_s2g_3d(const TmaDesc* map, int c0, int c1, int c2, u32 src) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+            reinterpret_cast<u64>(map)),
+        "r"(c0), "r"(c1), "r"(c2), "r"(src)
+        : "memory");
+}
+
+// Two floats to shared memory at `addr` (8-byte aligned).
+__device__ __forceinline__ void st_shared_v2(u32 addr, float x, float y) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+
+// Closes this thread's current bulk async-group (tma_s2g_3d's copies).
+__device__ __forceinline__ void bulk_commit() {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most N of this thread's bulk async-groups still read their shared memory
+// (READ), or still have writes to perform (!READ: every write done and visible).
+template <int N, bool READ>
+__device__ __forceinline__ void bulk_wait() {
+    if (READ) {
+        asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+    } else {
+        asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+    }
+}
+
 // Thread-block clusters (a `__cluster_dims__` kernel): this block's rank in its cluster, the
 // cluster's index in the grid and the number of clusters (x dimension; the kernels' clusters
 // lie along x).

@@ -1104,7 +1104,7 @@ impl MainKernel<'_> {
         vec_c: bool,
     ) -> Result<()> {
         let cfg = self.cfg;
-        let smem = cfg.smem_bytes(self.variant.trans_a, self.variant.trans_b);
+        let mut smem = cfg.smem_bytes(self.variant.trans_a, self.variant.trans_b);
         if !cfg.family.is_wgmma() {
             let lc = nonempty(
                 LaunchConfig {
@@ -1124,6 +1124,20 @@ impl MainKernel<'_> {
         let ops = self.variant.operands;
         let (p, q) = operand::p_and_q(g, &ops, b0, nb);
         let (pmap, qmap) = tensor_maps(cfg, &ops, &p, &q, self.p_rounding)?;
+        // The output through shared memory and the copy engine where the kernel has the buffers
+        // and C allows it: vector stores (the map's alignment rules) and beta 0 (C is not read).
+        let cmap = if vec_c && t.beta == 0.0 && stages_output(dev, cfg) {
+            smem += plan::OUTPUT_STAGING_BYTES;
+            let (inner, outer) = if ops.swap {
+                (p.rows, q.rows)
+            } else {
+                (q.rows, p.rows)
+            };
+            let nz = nb * self.splits;
+            Some(tma::output_map(t.c, inner, outer, t.ldc, t.stride_c, nz)?)
+        } else {
+            None
+        };
         // SAFETY: forwarded from the caller (the views lie within A and B).
         let packed = unsafe {
             pack::pack(
@@ -1168,6 +1182,7 @@ impl MainKernel<'_> {
             packed: &packed,
             pmap: pmap.as_deref(),
             qmap: qmap.as_deref(),
+            cmap: cmap.as_deref(),
             target: t,
             vec_c,
             splits: self.splits,
@@ -1261,6 +1276,8 @@ struct WgmmaCall<'a> {
     /// P's and Q's encoded tensor maps, where they are read through one.
     pmap: Option<&'a [u8]>,
     qmap: Option<&'a [u8]>,
+    /// C's encoded tensor map where the kernel writes its output through it.
+    cmap: Option<&'a [u8]>,
     target: &'a Target,
     vec_c: bool,
     splits: usize,
@@ -1301,6 +1318,8 @@ fn wgmma_args(c: &WgmmaCall) -> Vec<KernelArg> {
         (c.tail.pieces as i32).into(),
         KernelArg::Ptr(c.tail.slots),
         KernelArg::Ptr(c.tail.counters),
+        map(c.cmap),
+        (c.cmap.is_some() as i32).into(),
     ]
 }
 
@@ -1362,6 +1381,26 @@ fn reduce_args(
         (if splits == 0 { 0.0 } else { g.alpha as f32 }).into(),
         (g.beta as f32).into(),
     ]
+}
+
+/// `GPUKIT_GEMM_TMA_STORE=off` has the `wgmma` TF32 kernels store their output from registers
+/// (for comparison); by default the configurations that can ([`TileConfig::stages_output`])
+/// write it through shared memory and the copy engine ([`stages_output`]).
+pub const TMA_STORE_ENV: &str = "GPUKIT_GEMM_TMA_STORE";
+
+/// Whether a `wgmma` launch of `cfg` on `dev` writes its output through a tensor map of C: the
+/// kernel has the staging buffers, the device gives a block the shared memory for them, the
+/// driver has tensor maps, and [`TMA_STORE_ENV`] does not turn it off (read once per process).
+fn stages_output(dev: &Device, cfg: &TileConfig) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| {
+        std::env::var(TMA_STORE_ENV).map_or(true, |v| !v.trim().eq_ignore_ascii_case("off"))
+    });
+    on && cfg.stages_output()
+        && dev
+            .attributes()
+            .fits_shared_memory((cfg.max_smem_bytes() + plan::OUTPUT_STAGING_BYTES) as usize)
+        && tma::driver_has_tensor_maps()
 }
 
 /// `GPUKIT_GEMM_PDL=off` launches the split-K reduction only after its GEMM has completed (a
@@ -1530,6 +1569,7 @@ mod tests {
             packed: &packed,
             pmap,
             qmap: None,
+            cmap: Some(&[9u8; 128]),
             target: &TARGET,
             vec_c: true,
             splits: 2,

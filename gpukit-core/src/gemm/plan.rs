@@ -119,7 +119,30 @@ pub struct TileConfig {
     pub gflops_per_sm: u32,
 }
 
+/// Shared memory a `wgmma` TF32 block adds when it writes its output through shared memory and
+/// the copy engine ([`TileConfig::stages_output`]): two buffers of 64 x 32 floats per consumer
+/// warpgroup (`C_STAGE_BYTES` in gemm_wgmma.cu).
+pub const OUTPUT_STAGING_BYTES: u32 = 32 * 1024;
+
+/// The most dynamic shared memory a block may have on compute capability 9.0 (227 KB), the bound
+/// against which gemm_wgmma.cu compiles its output staging (`C_TMA`).
+pub const SM90_SMEM_PER_BLOCK: u32 = 232_448;
+
 impl TileConfig {
+    /// Whether this configuration's kernel is compiled to write its output through shared memory
+    /// and the copy engine (a tensor map of C): a `wgmma` TF32 tile of one block per SM whose
+    /// stages leave [`OUTPUT_STAGING_BYTES`] of the 227 KB a block may have. The consumer
+    /// warpgroups stage each chunk of their tile and go on while the copy engine writes it (the
+    /// next chunk, the next unit's main loop), where `st.global` from registers held them until
+    /// the stores issued: on an H100 at 2000x6000x400 NT, 19 % of the cooperative 128x256's stall
+    /// samples were on those stores (GEMM_NOTES.md, version 20). Used where C allows vector
+    /// stores and beta is 0 ([`super::launch`]).
+    pub fn stages_output(&self) -> bool {
+        self.family == Family::Wgmma
+            && self.occupancy == 1
+            && self.smem_bytes(false, false) + OUTPUT_STAGING_BYTES <= SM90_SMEM_PER_BLOCK
+    }
+
     /// A `wgmma` kernel built for several blocks per SM (`wgmma_128x128_2`): P in shared memory
     /// only ([`config_operand_choices`]), and a candidate only where that many blocks fit.
     pub fn wgmma_of_several_blocks(&self) -> bool {
@@ -1436,6 +1459,41 @@ pub(crate) mod tests {
 
     fn auto() -> Paths {
         Paths::default()
+    }
+
+    /// The tiles that write their output through shared memory are those whose stages leave
+    /// the staging buffers room in 227 KB, and the kernel compiles the same bound.
+    #[test]
+    fn output_staging_is_compiled_where_its_buffers_fit() {
+        let staged: Vec<&str> = all_configs()
+            .filter(|c| c.stages_output())
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(
+            staged,
+            [
+                "wgmma_128x256",
+                "wgmma_128x128",
+                "wgmma_128x64",
+                "wgmma_128x256_c2"
+            ]
+        );
+        for c in all_configs() {
+            let fits = c.smem_bytes(false, false) + OUTPUT_STAGING_BYTES <= SM90_SMEM_PER_BLOCK;
+            assert_eq!(
+                c.stages_output(),
+                c.family == Family::Wgmma && c.occupancy == 1 && fits,
+                "{}",
+                c.name
+            );
+        }
+        // gemm_wgmma.cu's C_TMA: the same buffers (2 consumers x 2 chunks x 2 boxes of 32 x 32
+        // floats) against the same bound.
+        let src = include_str!("../../kernels/gemm_wgmma.cu");
+        assert!(src.contains("C_STAGE_BYTES = 2 * 2 * C_CHUNK_BYTES"));
+        assert!(src.contains("C_BOX_BYTES = 32 * 32 * 4"));
+        assert!(src.contains("+ 1024 + C_STAGE_BYTES <= 232448"));
+        assert_eq!(OUTPUT_STAGING_BYTES, 2 * 2 * 2 * 32 * 32 * 4);
     }
 
     #[test]

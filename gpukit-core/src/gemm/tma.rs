@@ -83,6 +83,34 @@ pub(crate) fn mnmajor_map(op: &OperandView, rounding: Rounding) -> Result<Vec<u8
     )
 }
 
+/// The encoded map of a GEMM output written by the `wgmma` kernel's copies (FLOAT32, boxes of 32
+/// x 32 floats with the 128-byte swizzle): `outer` rows of `inner` contiguous floats, row stride
+/// `ld`, `entries` output slices `stride` floats apart, at `ptr` (C, or a split-K workspace).
+/// Swapped products write C^T's layout: `inner` is then P's extent and `outer` Q's.
+pub(crate) fn output_map(
+    ptr: u64,
+    inner: usize,
+    outer: usize,
+    ld: usize,
+    stride: usize,
+    entries: usize,
+) -> Result<Vec<u8>> {
+    // The same layout as a K-major operand of `outer` rows and `inner` k, boxes of 32 rows.
+    let view = OperandView {
+        ptr,
+        rows: outer,
+        k: inner,
+        ld,
+        stride: if entries > 1 { stride } else { 0 },
+        entries,
+        row_contig: false,
+    };
+    kmajor_map(&view, OUTPUT_BOX_ROWS, Rounding::None)
+}
+
+/// Rows (and columns) of a box of [`output_map`]: 32 floats, one 128-byte swizzle row.
+pub const OUTPUT_BOX_ROWS: u32 = 32;
+
 /// Encodes the 3-D map of `op` (dimension 1's stride: `op.ld`, dimension 2's: `op.stride`).
 fn encode(
     op: &OperandView,
