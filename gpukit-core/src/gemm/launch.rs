@@ -1383,19 +1383,25 @@ fn reduce_args(
     ]
 }
 
-/// `GPUKIT_GEMM_TMA_STORE=off` has the `wgmma` TF32 kernels store their output from registers
-/// (for comparison); by default the configurations that can ([`TileConfig::stages_output`])
-/// write it through shared memory and the copy engine ([`stages_output`]).
+/// `GPUKIT_GEMM_TMA_STORE=on` has the `wgmma` TF32 configurations that can
+/// ([`TileConfig::stages_output`]) write their output through shared memory and the copy engine
+/// ([`stages_output`]); by default (`off`) they store it from registers. Opt-in until it has run
+/// on a GPU: it was built on 2026-12-07 after the last device call of that session could start
+/// (GEMM_NOTES.md, version 20).
 pub const TMA_STORE_ENV: &str = "GPUKIT_GEMM_TMA_STORE";
+
+/// Whether [`TMA_STORE_ENV`]'s value asks for the staged output: `on` (any case, spaces
+/// around); anything else, or no value, keeps the stores from registers.
+fn tma_store_requested(value: Option<&str>) -> bool {
+    value.is_some_and(|v| v.trim().eq_ignore_ascii_case("on"))
+}
 
 /// Whether a `wgmma` launch of `cfg` on `dev` writes its output through a tensor map of C: the
 /// kernel has the staging buffers, the device gives a block the shared memory for them, the
-/// driver has tensor maps, and [`TMA_STORE_ENV`] does not turn it off (read once per process).
+/// driver has tensor maps, and [`TMA_STORE_ENV`] asks for it (read once per process).
 fn stages_output(dev: &Device, cfg: &TileConfig) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| {
-        std::env::var(TMA_STORE_ENV).map_or(true, |v| !v.trim().eq_ignore_ascii_case("off"))
-    });
+    let on = *ON.get_or_init(|| tma_store_requested(std::env::var(TMA_STORE_ENV).ok().as_deref()));
     on && cfg.stages_output()
         && dev
             .attributes()
@@ -1553,6 +1559,18 @@ mod tests {
         assert_eq!(reduce_geometry(132, 7680, 32), (240, 32, 8));
         assert_eq!(reduce_geometry(132, 7680, 4), (120, 64, 1));
         assert_eq!(reduce_geometry(132, 1 << 22, 2), (2112, 256, 1));
+    }
+
+    /// The staged output is opt-in: only `on` turns it on.
+    #[test]
+    fn the_staged_output_is_asked_for_by_on_only() {
+        assert!(!tma_store_requested(None));
+        for v in ["on", "ON", " On "] {
+            assert!(tma_store_requested(Some(v)), "{v:?}");
+        }
+        for v in ["", "off", "1", "auto", "yes", "onn"] {
+            assert!(!tma_store_requested(Some(v)), "{v:?}");
+        }
     }
 
     /// The argument lists built here match the kernels' parsed signatures (count, pointer vs
