@@ -1192,10 +1192,12 @@ impl MainKernel<'_> {
         });
         // SAFETY: this fn's contract (P and Q views within A and B, `t` valid for the outputs of
         // nb * splits entries and not overlapping them, all live until the work has run) is
-        // launch_unchecked's; the tensor maps encode those same views, and the pack buffer and
-        // the tail's workspace (its counters zeroed on this stream before, its slots sized for
-        // every piece of every tail tile: Tail::prepare) are this call's own allocations,
-        // dropped below only in stream order.
+        // launch_unchecked's; the tensor maps encode those same views (C's, where the output is
+        // staged, the outputs of `t`: inner x outer elements of each of the nb * splits slices,
+        // which the copy engine never writes beyond), and the pack buffer and the tail's
+        // workspace (its counters zeroed on this stream before, its slots sized for every piece
+        // of every tail tile: Tail::prepare) are this call's own allocations, dropped below only
+        // in stream order.
         unsafe { kernel.launch_unchecked(stream.cuda(), lc, &args) }?;
         // The pack buffer and the tail's workspace return to the allocator here; stream order
         // keeps them intact until the kernel above has run.
