@@ -302,6 +302,12 @@ __device__ __forceinline__ void store_slab(float* r0, float* r1, int ldc, const 
     }
 }
 
+// Byte offset of float `col` (0 .. 31) of row `r` in a box of 128-byte rows with the 128-byte
+// swizzle: row r at r * 128, its 16-byte chunk c at c ^ (r & 7).
+__device__ __forceinline__ u32 swizzled_byte(int r, int col) {
+    return r * 128 + ((((col >> 2) ^ (r & 7)) << 4) | ((col & 3) * 4));
+}
+
 // Where the P operand's tiles come from (see the top of this file).
 #define SRC_PACKED 0
 #define SRC_TMA_K 1
@@ -943,8 +949,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const int r = 8 * jj + 2 * t + e;
-                        st_shared_v2(box + r * 128 + ((((col >> 2) ^ (r & 7)) << 4) | ((col & 3) * 4)),
-                                     alpha * dm[4 * j + e], alpha * dm[4 * j + 2 + e]);
+                        st_shared_v2(box + swizzled_byte(r, col), alpha * dm[4 * j + e],
+                                     alpha * dm[4 * j + 2 + e]);
                     }
                 } else {
                     // Slab rows l0, l1, columns 8 jj + 2 t and the next.
@@ -954,8 +960,8 @@ __device__ __forceinline__ void gemm_wgmma_body(
                         const int l = h ? l1 : l0;
                         const int r = l & 31;
                         const u32 box = buf + (l >> 5) * C_BOX_BYTES;
-                        st_shared_v2(box + r * 128 + ((((col >> 2) ^ (r & 7)) << 4) | ((col & 3) * 4)),
-                                     alpha * dm[4 * j + 2 * h], alpha * dm[4 * j + 2 * h + 1]);
+                        st_shared_v2(box + swizzled_byte(r, col), alpha * dm[4 * j + 2 * h],
+                                     alpha * dm[4 * j + 2 * h + 1]);
                     }
                 }
             }

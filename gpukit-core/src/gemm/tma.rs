@@ -101,7 +101,7 @@ pub(crate) fn output_map(
         rows: outer,
         k: inner,
         ld,
-        stride: if entries > 1 { stride } else { 0 },
+        stride,
         entries,
         row_contig: false,
     };
@@ -109,7 +109,7 @@ pub(crate) fn output_map(
 }
 
 /// Rows (and columns) of a box of [`output_map`]: 32 floats, one 128-byte swizzle row.
-pub const OUTPUT_BOX_ROWS: u32 = 32;
+const OUTPUT_BOX_ROWS: u32 = 32;
 
 /// Encodes the 3-D map of `op` (dimension 1's stride: `op.ld`, dimension 2's: `op.stride`).
 fn encode(
