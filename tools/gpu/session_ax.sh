@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
 # 2026-12-07, eighteenth session (issue 23), the fourth call: the wgmma TF32 kernels' output
 # through shared memory and the copy engine (a tensor map of C; TileConfig::stages_output: the
-# 128x256, its clustered sibling, the 128x128 and the 128x64), on a bundle of HEAD (rebuild it:
-# .gpu-bundle-ax of 0aacfcf turns the staged output on by default; its kcache holds the kernels)
-# with the prewarmed kernel cache (about 220 s):
+# 128x256, its clustered sibling, the 128x128 and the 128x64), on the bundle of b31dee8 with its
+# prewarmed kernel cache (.gpu-bundle-ay; .gpu-bundle-ax of 0aacfcf turned the staged output on
+# by default and its kernels predate the review's helper) (about 220 s):
 #   1. gemm_bench --quick --paired with the staged output (GPUKIT_GEMM_TMA_STORE=on) and
 #      without (off), one process each, on the shapes the staged tiles take;
 #   2. every gemm_gpu test with GPUKIT_GEMM_TMA_STORE=on (opt-in until measured), one process
 #      each, GPUKIT_REQUIRE_GPU=1 (the staged output in every layout, edge tiles, batches,
 #      split-K slices and tail pieces, against cuBLAS DGEMM).
-#   tar xJf .gpu-bundle-ay.tar.xz && OUT=$OUT bash tools/gpu/session_ax.sh   (ay: HEAD 08f2b87's
-#   binaries with .gpu-bundle-ax's prewarmed kcache; git-ignored, carry it)
+#   tar xJf .gpu-bundle-ay.tar.xz && OUT=$OUT bash tools/gpu/session_ax.sh   (git-ignored: carry it)
 set -u
 OUT=${OUT:-/tmp/session-ax}
 here=$(dirname "$0")
