@@ -7,7 +7,8 @@
 #      paired ratios and faster at 2000x6000x400 NT, else `off` (printed);
 #   3. session_au.sh all under that switch: the full gemm_bench, the paired shapes, every GPU test
 #      with GPUKIT_REQUIRE_GPU=1 (gemm_gpu's tests with `on` run the staged output in every
-#      layout, edge tile, batch and split-K slice against cuBLAS DGEMM), core_bench beside PyTorch.
+#      layout, edge tile, batch and split-K slice against cuBLAS DGEMM), core_bench beside PyTorch;
+#   4. with time left: gemm_bench --configs at 2000x6000x400 NT with the staged output on.
 #   tar xJf .gpu-bundle.tar.xz && OUT=$OUT bash tools/gpu/session_ay.sh
 set -u
 OUT=${OUT:-/tmp/session-ay}
@@ -30,4 +31,10 @@ choice=$(join <(ratios "$OUT/paired_on.log" | sort) <(ratios "$OUT/paired_off.lo
   END { if (n == 5 && s / n >= 0 && nt > 1.0) print "on"; else print "off" }')
 echo "== staged output for the proof run: $choice ($(el) s)"
 GPUKIT_GEMM_TMA_STORE=$choice OUT=$OUT bash "$here/session_au.sh" all
+# With time left under the call's 600 s: the four staged tiles in every layout at 2000x6000x400 NT with the
+# staged output on (persistent plans, tuner off), beside version 20's figures without it.
+if [ $(el) -lt 480 ]; then
+  echo "== configs at 2000x6000x400 NT, staged output on ($(el) s)"
+  GPUKIT_GEMM_TMA_STORE=on configs "$OUT/configs_nt.log" $((570 - $(el))) wgmma_128x256,wgmma_128x256_c2,wgmma_128x128,wgmma_128x64 "2000,6000,400,NT"
+fi
 echo "total $(el) s"
