@@ -31,8 +31,8 @@ choice=$(join <(ratios "$OUT/paired_on.log" | sort) <(ratios "$OUT/paired_off.lo
   END { if (n == 5 && s / n >= 0 && nt > 1.0) print "on"; else print "off" }')
 echo "== staged output for the proof run: $choice ($(el) s)"
 GPUKIT_GEMM_TMA_STORE=$choice OUT=$OUT bash "$here/session_au.sh" all
-# With time left under the call's 600 s: the four staged tiles in every layout at 2000x6000x400 NT with the
-# staged output on (persistent plans, tuner off), beside version 20's figures without it.
+# With time left under the call's 600 s: the four staged tiles in every layout at 2000x6000x400
+# NT with the staged output on (persistent plans, tuner off), beside version 20's without it.
 if [ $(el) -lt 480 ]; then
   echo "== configs at 2000x6000x400 NT, staged output on ($(el) s)"
   GPUKIT_GEMM_TMA_STORE=on configs "$OUT/configs_nt.log" $((570 - $(el))) wgmma_128x256,wgmma_128x256_c2,wgmma_128x128,wgmma_128x64 "2000,6000,400,NT"
