@@ -9,8 +9,11 @@
 #      with GPUKIT_REQUIRE_GPU=1 (gemm_gpu's tests with `on` run the staged output in every
 #      layout, edge tile, batch and split-K slice against cuBLAS DGEMM), core_bench beside PyTorch;
 #   4. with time left: gemm_bench --configs at 2000x6000x400 NT with the staged output on.
-#   tar xJf .gpu-bundle.tar.xz && OUT=$OUT bash tools/gpu/session_ay.sh
+#   `short` instead (about 220 s, for a call with little device time left): 1, then every gemm_gpu
+#   test with the staged output on, one process each.
+#   tar xJf .gpu-bundle.tar.xz && OUT=$OUT bash tools/gpu/session_ay.sh [short]
 set -u
+PH=${1:-full}
 OUT=${OUT:-/tmp/session-ay}
 here=$(dirname "$0")
 . "$here/gemm_session.sh"
@@ -26,6 +29,13 @@ done
 ratios() { # "shape ratio" per paired line, spaces in the shape's name as underscores
   sed -n 's/^paired \([^:]*\):.*ours \/ cuBLAS \([0-9.]*\).*/\1 \2/p' "$1" | sed 's/ \([^ ]*\)$/\t\1/; s/ /_/g; s/\t/ /'
 }
+if [ "$PH" = short ]; then
+  echo "== gemm_gpu tests, staged output on ($(el) s)"
+  GPUKIT_GEMM_TMA_STORE=on gemm_tests_matching "." 150
+  (cd "$OUT" && tar cJf all.tar.xz --exclude='*.tar.xz' . 2> /dev/null)
+  echo "total $(el) s"
+  exit 0
+fi
 choice=$(join <(ratios "$OUT/paired_on.log" | sort) <(ratios "$OUT/paired_off.log" | sort) | awk '
   { n++; s += log($2 / $3); if ($1 ~ /^2000x6000x400/) nt = $2 / $3 }
   END { if (n == 5 && s / n >= 0 && nt > 1.0) print "on"; else print "off" }')
