@@ -21,14 +21,9 @@ SH="2000,6000,400,NT;2500,2500,500;4096,4096,256;4096,4096,4096;192,160,32768"
 for v in on off; do
   echo "== paired, staged output $v ($(el) s)"
   fresh_cache
-  GPUKIT_GEMM_TMA_STORE=$v timeout 50 "$B/examples/gemm_bench" --quick --paired --shapes "$SH" > "$OUT/paired_$v.log" 2>&1
-  echo "  rc $?"
-  grep -E "^paired" "$OUT/paired_$v.log" | sed 's/(medians of 25 alternating samples)//; s/^paired //' | cut -c1-190
+  GPUKIT_GEMM_TMA_STORE=$v paired "$OUT/paired_$v.log" "$B/examples/gemm_bench" "$SH"
 done
 (cd "$OUT" && tar cJf a_paired.tar.xz --exclude='*.tar.xz' . 2> /dev/null)
-ratios() { # "shape ratio" per paired line, spaces in the shape's name as underscores
-  sed -n 's/^paired \([^:]*\):.*ours \/ cuBLAS \([0-9.]*\).*/\1 \2/p' "$1" | sed 's/ \([^ ]*\)$/\t\1/; s/ /_/g; s/\t/ /'
-}
 if [ "$PH" = short ]; then
   echo "== gemm_gpu tests, staged output on ($(el) s)"
   GPUKIT_GEMM_TMA_STORE=on gemm_tests_matching "." 150
@@ -36,6 +31,9 @@ if [ "$PH" = short ]; then
   echo "total $(el) s"
   exit 0
 fi
+ratios() { # "shape ratio" per paired line, spaces in the shape's name as underscores
+  sed -n 's/^paired \([^:]*\):.*ours \/ cuBLAS \([0-9.]*\).*/\1 \2/p' "$1" | sed 's/ \([^ ]*\)$/\t\1/; s/ /_/g; s/\t/ /'
+}
 choice=$(join <(ratios "$OUT/paired_on.log" | sort) <(ratios "$OUT/paired_off.log" | sort) | awk '
   { n++; s += log($2 / $3); if ($1 ~ /^2000x6000x400/) nt = $2 / $3 }
   END { if (n == 5 && s / n >= 0 && nt > 1.0) print "on"; else print "off" }')
