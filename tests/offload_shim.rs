@@ -1145,7 +1145,9 @@ for p in os.listdir("/proc"):
             seen = seen or env_has(p) or env_has(ppid)
     except OSError:
         pass
-print("pipe=" + d.decode(), "server=" + str(seen))
+# One write(2) per line (below PIPE_BUF: atomic), so that the two children's lines never
+# interleave, whatever buffering PYTHONUNBUFFERED asks print() for.
+os.write(1, f"pipe={d.decode()} server={seen}\n".encode())
 "#,
     )
     .unwrap();
