@@ -649,6 +649,58 @@ fn split_k_reduction_lanes_on_awkward_outputs() {
     assert!(checked >= 60, "only {checked} plans ran");
 }
 
+/// The output written through shared memory and the copy engine (`wgmma` TF32 tiles that
+/// stage it, on by default, beta 0) into a padded C whose rows allow vector stores, for row
+/// lengths 128 .. 135 (whole 16-byte units and not), swapped and not, a batch, K slices: every
+/// element against cuBLAS DGEMM, the padding untouched (`check_every_element`). The H100 run of
+/// 2026-12-07 found the padding column of a 257 x 131 output with ldc 132 written.
+#[test]
+fn staged_output_leaves_the_padding_of_every_row_length_alone() {
+    if !gpukit_jit::testing::cublas("staged_output_leaves_the_padding_of_every_row_length_alone") {
+        return;
+    }
+    if !hopper() {
+        println!(
+            "SKIPPED staged_output_leaves_the_padding_of_every_row_length_alone: the device is \
+             not compute capability 9.0"
+        );
+        return;
+    }
+    let configs: Vec<plan::TileConfig> = WGMMA_CONFIGS
+        .iter()
+        .filter(|c| c.stages_output())
+        .copied()
+        .collect();
+    assert!(configs.len() >= 3, "{configs:?}");
+    let mut seed = 9900;
+    let mut checked = 0;
+    for n in 128usize..136 {
+        let ldc = (n + 1).div_ceil(4) * 4;
+        for (ta, tb, batch) in [
+            (false, false, 1),
+            (true, true, 2),
+            (false, true, 1),
+            (true, false, 2),
+        ] {
+            let case = Case {
+                ta,
+                tb,
+                batch,
+                pad: (0, 0, ldc - n),
+                alpha: 0.75,
+                ..Case::square(150, n, 96)
+            };
+            for plan in plans_for(&configs, &case, &[1, 3]) {
+                seed += 1;
+                check_every_element(&case, Precision::Fp32, Some(&plan), seed);
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 200, "only {checked} plans ran");
+    println!("{checked} plans checked");
+}
+
 /// Every plan the autotuner may choose (`plan::enumerate`) on tiny shapes, every element
 /// within its rounding bound: the tuner times candidates and keeps the fastest that wrote
 /// every sampled element, so a plan that is fast but inaccurate on a shape must not exist

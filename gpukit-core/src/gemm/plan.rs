@@ -136,8 +136,8 @@ impl TileConfig {
     /// next chunk, the next unit's main loop), where `st.global` from registers held them until
     /// the stores issued: on an H100 at 2000x6000x400 NT, 19 % of the cooperative 128x256's stall
     /// samples were on those stores (GEMM_NOTES.md, version 20). Used where C allows vector
-    /// stores and beta is 0, with `GPUKIT_GEMM_TMA_STORE=on` (opt-in until measured on a GPU;
-    /// [`super::launch`]).
+    /// stores, its rows are whole 16-byte units and beta is 0, unless `GPUKIT_GEMM_TMA_STORE=off`
+    /// ([`super::launch`]).
     pub fn stages_output(&self) -> bool {
         self.family == Family::Wgmma
             && self.occupancy == 1
