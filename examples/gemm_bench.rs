@@ -40,8 +40,11 @@
 //! plans instead). The plan sweep times, for TF32 and for FP32, every plan the planner weighs
 //! ([`plan::enumerate`]) whose model estimate is within 4x of the best (at most 40, and the
 //! planner's own plan always), and reports the fastest beside the planner's: "planner / best"
-//! is the best plan's time over the planner's plan's time in the same sweep (issue 23: >= 0.95
-//! on every shape).
+//! is the best plan's time over the planner's plan's time (issue 23: >= 0.95 on every shape).
+//! Where the sweep's fastest is another plan, the two are timed again in alternation (5 rounds
+//! of 3 samples) and compared on those medians: the fastest of 40 noisy medians is biased low
+//! (the H100 run of 2026-12-07 had a FP32 plan at 0.88 of a "best" in the sweep that its own
+//! row timed faster than that best); the sweep's own ratio is printed beside it.
 //!
 //! The last table puts it all in one row per shape: the planner's plan and its speed as `sgemm`
 //! runs it, the best plan of the sweep, "planner / best", cuBLAS TF32 and cuBLAS SGEMM beside
@@ -327,7 +330,9 @@ fn real_main() -> Res<()> {
         println!();
         println!(
             "Planner vs the best plan we have (every planned candidate timed in one sweep per \
-             shape, median of 5 samples; planner / best = best time / planner's time):"
+             shape, median of 5 samples; where the fastest is another plan, it and the \
+             planner's timed again in alternation, median of 15 samples each; planner / best = \
+             best time / planner's time):"
         );
         println!("| shape | TF32 planner (plan) | TF32 best (plan) | planner / best | best / cuBLAS TF32 | candidates | FP32 planner (plan) | FP32 best (plan) | planner / best | best / cuBLAS FP32 | candidates |");
         println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
@@ -342,7 +347,7 @@ fn real_main() -> Res<()> {
         println!(
             "One table (issue 23), per shape: the planner's plan as `sgemm` runs it (TFLOP/s, \
              median of 9 samples) beside the best plan we have (plan sweep, median of 5 \
-             samples; planner / best from the same sweep) and cuBLAS (TF32 / SGEMM, median of \
+             samples, the finalists again in alternation; planner / best from those) and cuBLAS (TF32 / SGEMM, median of \
              9 samples); last column: the first product's host time to completion (ms, TF32 / \
              FP32): the autotuner's measurement of the class (candidates timed TF32 / FP32; \
              0: the class was known) and any kernel not in the kernel cache yet:"
@@ -570,10 +575,14 @@ struct Sweep {
     best: (Plan, f64),
     /// Candidates timed.
     count: usize,
+    /// The best's time over the planner's in the sweep itself, before the two were timed again
+    /// in alternation (`planner` and `best` hold those times).
+    sweep_ratio: f64,
 }
 
 /// Times every candidate of `precision` for the shape ([`plan::enumerate`] within 4x of the best
-/// estimate, at most 40, plus `planner`), median of 5 short samples each.
+/// estimate, at most 40, plus `planner`), median of 5 short samples each, then the fastest and
+/// the planner's plan again in alternation where they differ.
 fn sweep_plans(
     bch: &mut Bench,
     device: &Device,
@@ -619,11 +628,40 @@ fn sweep_plans(
             best = Some((*p, ms));
         }
     }
-    let best = best.ok_or("no candidate ran")?;
+    let mut best = best.ok_or("no candidate ran")?;
+    let sweep_ratio = best.1 / mine;
+    // The sweep's best is the fastest of up to 40 medians of 5 short samples, so its time is
+    // biased low by their noise (the winner's curse), while the planner's plan was timed once
+    // among them. Where the two differ, both are timed again in alternation (5 rounds of 3
+    // samples each) and compared on those medians, as the autotuner compares its finalists.
+    if Choice::of(&best.0) != Choice::of(&planner) && mine.is_finite() {
+        let mut time = |p: Plan| {
+            let s = stream.clone();
+            // SAFETY: as above.
+            bch.time_with(
+                move |g: &RawGemm| unsafe { sgemm_with_plan(&s, g, &p) },
+                3,
+                1.0,
+            )
+        };
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..5 {
+            a.push(time(planner)?);
+            b.push(time(best.0)?);
+        }
+        mine = median(a);
+        let other = median(b);
+        best = if other < mine {
+            (best.0, other)
+        } else {
+            (planner, mine)
+        };
+    }
     Ok(Sweep {
         planner: (planner, mine),
         best,
         count: cands.len(),
+        sweep_ratio,
     })
 }
 
@@ -751,13 +789,15 @@ fn measure(bch: &mut Bench, device: &Device, opts: &Opts) -> Res<Row> {
             first32.1
         ));
         planner = Some(format!(
-            "  planner vs best: TF32 {:.2} (best {} {:.1}), FP32 {:.2} (best {} {:.1})",
+            "  planner vs best: TF32 {:.2} (best {} {:.1}; in the sweep {:.2}), FP32 {:.2} (best {} {:.1}; in the sweep {:.2})",
             vs_tf,
             plan_name(&st.best.0),
             tf(st.best.1),
+            st.sweep_ratio,
             vs_32,
             plan_name(&s3.best.0),
-            tf(s3.best.1)
+            tf(s3.best.1),
+            s3.sweep_ratio
         ));
         tsv_best = format!(
             "{vs_tf:.4}\t{}\t{:.2}\t{vs_32:.4}\t{}\t{:.2}",

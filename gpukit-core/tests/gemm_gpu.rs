@@ -651,9 +651,10 @@ fn split_k_reduction_lanes_on_awkward_outputs() {
 
 /// The output written through shared memory and the copy engine (`wgmma` TF32 tiles that
 /// stage it, on by default, beta 0) into a padded C whose rows allow vector stores, for row
-/// lengths 128 .. 135 (whole 16-byte units and not), swapped and not, a batch, K slices: every
-/// element against cuBLAS DGEMM, the padding untouched (`check_every_element`). The H100 run of
-/// 2026-12-07 found the padding column of a 257 x 131 output with ldc 132 written.
+/// lengths 128 .. 135 (whole 16-byte units and not), swapped and not, a batch, 3 K slices (whose
+/// workspace rows, padded to whole units, are staged for every N): every element against cuBLAS
+/// DGEMM, the padding untouched (`check_every_element`). The H100 run of 2026-12-07 found the
+/// padding column of a 257 x 131 output with ldc 132 written.
 #[test]
 fn staged_output_leaves_the_padding_of_every_row_length_alone() {
     if !gpukit_jit::testing::cublas("staged_output_leaves_the_padding_of_every_row_length_alone") {

@@ -879,6 +879,9 @@ pub(super) fn nonempty(lc: LaunchConfig, kernel: &str) -> Result<LaunchConfig> {
 /// Where the main kernel of one batch chunk writes: C itself, or the split-K workspace.
 struct Target {
     c: u64,
+    /// Columns of each row the kernel may write: C's N, or the workspace's whole rows (`ldw`,
+    /// whose padding beyond N is its own scratch).
+    cols: usize,
     ldc: usize,
     stride_c: usize,
     alpha: f32,
@@ -1007,6 +1010,7 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
             let nb = (g.batch - b0).min(MAX_GRID_Z);
             let target = Target {
                 c: g.c + (b0 * g.stride_c * 4) as u64,
+                cols: g.n,
                 ldc: g.ldc,
                 stride_c: g.stride_c,
                 alpha: g.alpha as f32,
@@ -1038,6 +1042,7 @@ unsafe fn run(stream: &Stream, dev: &Device, g: &RawGemm, plan: &Plan) -> Result
             .alloc_for(&current_owner(), len * 4, stream)?;
         let target = Target {
             c: ws.ptr(),
+            cols: ldw,
             ldc: ldw,
             stride_c: slice,
             alpha: 1.0,
@@ -1125,19 +1130,18 @@ impl MainKernel<'_> {
         let (p, q) = operand::p_and_q(g, &ops, b0, nb);
         let (pmap, qmap) = tensor_maps(cfg, &ops, &p, &q, self.p_rounding)?;
         // The output through shared memory and the copy engine where the kernel has the buffers
-        // and C allows it: vector stores (the map's alignment rules), beta 0 (C is not read), and
-        // rows of whole 16-byte units (`inner`, C's row length, a multiple of 4 floats): the H100
-        // run of 2026-12-07 wrote the padding column of a 257 x 131 output with ldc 132 through
-        // the map, whose extent was 131 (GEMM_NOTES.md, version 22).
-        let (inner, outer) = if ops.swap {
-            (p.rows, q.rows)
-        } else {
-            (q.rows, p.rows)
-        };
-        let cmap = if vec_c && t.beta == 0.0 && inner % 4 == 0 && stages_output(dev, cfg) {
+        // and the target allows it: vector stores (the map's alignment rules), beta 0 (C is not
+        // read), and rows of whole 16-byte units (`t.cols` a multiple of 4 floats: the H100 run
+        // of 2026-12-07 wrote C[0][131], the padding of a 257 x 131 output with ldc 132, through
+        // a map whose extent was 131, while extents of whole units kept every padding element;
+        // GEMM_NOTES.md, version 22). A split-K workspace's rows are whole units (`ldw`); C's rows
+        // of a ragged N keep the stores from registers. Rows: M, whichever operand is P.
+        let rows = if ops.swap { q.rows } else { p.rows };
+        let cmap = if vec_c && t.beta == 0.0 && t.cols.is_multiple_of(4) && stages_output(dev, cfg)
+        {
             smem += plan::OUTPUT_STAGING_BYTES;
             let nz = nb * self.splits;
-            Some(tma::output_map(t.c, inner, outer, t.ldc, t.stride_c, nz)?)
+            Some(tma::output_map(t.c, t.cols, rows, t.ldc, t.stride_c, nz)?)
         } else {
             None
         };
@@ -1196,8 +1200,9 @@ impl MainKernel<'_> {
         // SAFETY: this fn's contract (P and Q views within A and B, `t` valid for the outputs of
         // nb * splits entries and not overlapping them, all live until the work has run) is
         // launch_unchecked's; the tensor maps encode those same views (C's, where the output is
-        // staged, the outputs of `t`: inner x outer elements of each of the nb * splits slices,
-        // which the copy engine never writes beyond), and the pack buffer and the tail's
+        // staged, the outputs of `t`: `t.cols` x M elements of each of the nb * splits slices,
+        // within `t`'s rows, and a whole number of 16-byte units per row, the granule at which
+        // the copy engine was seen to stop), and the pack buffer and the tail's
         // workspace (its counters zeroed on this stream before, its slots sized for every piece
         // of every tail tile: Tail::prepare) are this call's own allocations, dropped below only
         // in stream order.
@@ -1507,6 +1512,7 @@ mod tests {
 
     const TARGET: Target = Target {
         c: 4096,
+        cols: 7,
         ldc: 8,
         stride_c: 64,
         alpha: 1.0,
