@@ -40,6 +40,20 @@ fn hopper() -> bool {
     gpu().dev.attributes().supports_wgmma()
 }
 
+/// Whether test `name` runs: cuBLAS and a GPU there (else it skips, or fails under
+/// GPUKIT_REQUIRE_GPU=1), and the `wgmma` kernels on it (compute capability 9.0; else it says it
+/// skips).
+fn wgmma_gpu(name: &str) -> bool {
+    if !gpukit_jit::testing::cublas(name) {
+        return false;
+    }
+    if !hopper() {
+        println!("SKIPPED {name}: the device is not compute capability 9.0");
+        return false;
+    }
+    true
+}
+
 /// Deterministic standard normal numbers (xorshift64* + Box-Muller).
 fn randn(seed: u64, n: usize) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -657,14 +671,7 @@ fn split_k_reduction_lanes_on_awkward_outputs() {
 /// padding column of a 257 x 131 output with ldc 132 written.
 #[test]
 fn staged_output_leaves_the_padding_of_every_row_length_alone() {
-    if !gpukit_jit::testing::cublas("staged_output_leaves_the_padding_of_every_row_length_alone") {
-        return;
-    }
-    if !hopper() {
-        println!(
-            "SKIPPED staged_output_leaves_the_padding_of_every_row_length_alone: the device is \
-             not compute capability 9.0"
-        );
+    if !wgmma_gpu("staged_output_leaves_the_padding_of_every_row_length_alone") {
         return;
     }
     let configs: Vec<plan::TileConfig> = WGMMA_CONFIGS
@@ -750,11 +757,7 @@ fn every_candidate_plan_of_tiny_shapes_is_accurate() {
 /// and 3xTF32. Skips (says so) on devices other than compute capability 9.0.
 #[test]
 fn wgmma_paths_on_awkward_shapes() {
-    if !gpukit_jit::testing::cublas("wgmma_paths_on_awkward_shapes") {
-        return;
-    }
-    if !hopper() {
-        println!("SKIPPED wgmma_paths_on_awkward_shapes: the device is not compute capability 9.0");
+    if !wgmma_gpu("wgmma_paths_on_awkward_shapes") {
         return;
     }
     let configs: Vec<plan::TileConfig> = WGMMA_CONFIGS
@@ -839,13 +842,7 @@ fn wgmma_paths_on_awkward_shapes() {
 /// (tail tiles of several batch entries) and short pieces (K of 3 and 5 k tiles).
 #[test]
 fn tail_pieces_of_the_last_wave_sum_like_whole_tiles() {
-    if !gpukit_jit::testing::cublas("tail_pieces_of_the_last_wave_sum_like_whole_tiles") {
-        return;
-    }
-    if !hopper() {
-        println!(
-            "SKIPPED tail_pieces_of_the_last_wave_sum_like_whole_tiles: the device is not compute capability 9.0"
-        );
+    if !wgmma_gpu("tail_pieces_of_the_last_wave_sum_like_whole_tiles") {
         return;
     }
     let paths = paths_for(&gpu().dev).expect("paths");
