@@ -319,7 +319,7 @@ fn ours_on(
             .iter()
             .zip(&results[1])
             .all(|(x, y)| x.to_bits() == y.to_bits()),
-        "{case:?} {plan:?}: two runs on the same inputs differ (race)"
+        "two runs on the same inputs differ (race): {case:?} {plan:?}"
     );
     let c = results.pop().unwrap();
     let g = case.raw(0, 0, 0);
@@ -335,7 +335,11 @@ fn ours_on(
         if !inside[idx] {
             assert!(
                 x.to_bits() == init.to_bits(),
-                "{case:?} {plan:?}: element {idx} outside C was written"
+                "element {idx} (row {}, column {} of ldc {}) outside C was written: {case:?} \
+                 {plan:?}",
+                idx % g.stride_c.max(1) / g.ldc.max(1),
+                idx % g.stride_c.max(1) % g.ldc.max(1),
+                g.ldc
             );
         }
     }
