@@ -41,8 +41,8 @@
 //! ([`plan::enumerate`]) whose model estimate is within 4x of the best (at most 40, and the
 //! planner's own plan always), and reports the fastest beside the planner's: "planner / best"
 //! is the best plan's time over the planner's plan's time (issue 23: >= 0.95 on every shape).
-//! Where the sweep's fastest is another plan, the two are timed again in alternation (5 rounds
-//! of 3 samples) and compared on those medians: the fastest of 40 noisy medians is biased low
+//! Where the sweep's fastest is another plan, the two are timed again in alternation (15
+//! samples each) and compared on those medians: the fastest of 40 noisy medians is biased low
 //! (the H100 run of 2026-12-07 had a FP32 plan at 0.88 of a "best" in the sweep that its own
 //! row timed faster than that best); the sweep's own ratio is printed beside it.
 //!
@@ -632,25 +632,16 @@ fn sweep_plans(
     let sweep_ratio = best.1 / mine;
     // The sweep's best is the fastest of up to 40 medians of 5 short samples, so its time is
     // biased low by their noise (the winner's curse), while the planner's plan was timed once
-    // among them. Where the two differ, both are timed again in alternation (5 rounds of 3
-    // samples each) and compared on those medians, as the autotuner compares its finalists.
+    // among them. Where the two differ, both are timed again in alternation (15 samples each)
+    // and compared on those medians, as the autotuner compares its finalists.
     if Choice::of(&best.0) != Choice::of(&planner) && mine.is_finite() {
-        let mut time = |p: Plan| {
+        let with = |p: Plan| {
             let s = stream.clone();
             // SAFETY: as above.
-            bch.time_with(
-                move |g: &RawGemm| unsafe { sgemm_with_plan(&s, g, &p) },
-                3,
-                1.0,
-            )
+            move |g: &RawGemm| unsafe { sgemm_with_plan(&s, g, &p) }
         };
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        for _ in 0..5 {
-            a.push(time(planner)?);
-            b.push(time(best.0)?);
-        }
-        mine = median(a);
-        let other = median(b);
+        let other;
+        (mine, other) = bch.time_pair(with(planner), with(best.0), 15, 1.0)?;
         best = if other < mine {
             (best.0, other)
         } else {
