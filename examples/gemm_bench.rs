@@ -29,8 +29,9 @@
 //! sets so that A and B together exceed 256 MB (over four times the H200's 60 MB L2); each
 //! method is warmed up (kernel compile and load, handle creation, the autotuner's first-use
 //! measurement), then timed with CUDA events over repeated launches: the cuBLAS and planner
-//! columns as the median of 9 samples of about 3 ms, the plan sweep as the median of 5 samples
-//! of about 1 ms. Every result is compared with cuBLAS DGEMM on the same inputs (upcast): the
+//! columns as the median of 9 samples of about 3 ms, cuBLAS's and ours taken in turn (cuBLAS,
+//! ours, cuBLAS, ...: both see the same clocks), the plan sweep as the median of 5 samples of
+//! about 1 ms. Every result is compared with cuBLAS DGEMM on the same inputs (upcast): the
 //! error columns are normwise relative errors against that f64 reference, ours beside cuBLAS's,
 //! with C poisoned (NaN) before each checked run so that an unwritten element shows.
 //!
@@ -315,8 +316,8 @@ fn real_main() -> Res<()> {
         println!();
     }
     println!(
-        "GEMM on {}: TFLOP/s, cuBLAS in the same process, median of 9 samples, CUDA events, \
-         inputs rotated beyond L2; errors normwise vs cuBLAS DGEMM on the same inputs",
+        "GEMM on {}: TFLOP/s, cuBLAS in the same process, median of 9 samples (cuBLAS's and \
+         ours in turn), CUDA events, inputs rotated beyond L2; errors normwise vs cuBLAS DGEMM on the same inputs",
         attrs.name
     );
     println!(
@@ -348,7 +349,7 @@ fn real_main() -> Res<()> {
             "One table (issue 23), per shape: the planner's plan as `sgemm` runs it (TFLOP/s, \
              median of 9 samples) beside the best plan we have (plan sweep, median of 5 \
              samples, the finalists again in alternation; planner / best from those) and cuBLAS (TF32 / SGEMM, median of \
-             9 samples); last column: the first product's host time to completion (ms, TF32 / \
+             9 samples taken in turn with the planner's); last column: the first product's host time to completion (ms, TF32 / \
              FP32): the autotuner's measurement of the class (candidates timed TF32 / FP32; \
              0: the class was known) and any kernel not in the kernel cache yet:"
         );
@@ -683,24 +684,24 @@ fn measure(bch: &mut Bench, device: &Device, opts: &Opts) -> Res<Row> {
         move |g: &RawGemm| unsafe { sgemm_with_plan(&s, g, &p) }
     };
 
-    let c32 = bch.time(cublas(BlasType::F32))?;
     let e_c32 = bch.error(cublas(BlasType::F32), &reference)?;
-    let c_tf = bch.time(cublas(BlasType::F32Tf32))?;
     let e_ctf = bch.error(cublas(BlasType::F32Tf32), &reference)?;
     // The first call of each precision tunes the class (what a program's first product of the
     // class costs: measured here on its own, host time to completion); plan_for then names the
-    // choice.
+    // choice. Then cuBLAS and ours are timed in turn, sample by sample (9 each): the GPU's clock
+    // moves with its power draw over tens of milliseconds (up to 14 % between two medians taken
+    // one after the other on the H100 of 2026-12-07), and samples taken in turn see the same
+    // clocks, so the ratio compares the kernels and not the moments they ran at.
     let first32 = first_use(&stream, &g0, ours(Precision::Fp32))?;
-    let o32 = bch.time(ours(Precision::Fp32))?;
+    let (c32, o32) = bch.time_pair(cublas(BlasType::F32), ours(Precision::Fp32), 9, 3.0)?;
     let p32 = plan_for(device, Precision::Fp32, &g0)?;
     let e_o32 = bch.error(ours(Precision::Fp32), &reference)?;
     let firsttf = first_use(&stream, &g0, ours(Precision::Tf32))?;
-    let otf = bch.time(ours(Precision::Tf32))?;
+    let (c_tf, otf) = bch.time_pair(cublas(BlasType::F32Tf32), ours(Precision::Tf32), 9, 3.0)?;
     let ptf = plan_for(device, Precision::Tf32, &g0)?;
     let e_otf = bch.error(ours(Precision::Tf32), &reference)?;
     if opts.paired {
-        // The GPU's clock moves with its power draw over tens of milliseconds: samples taken
-        // in turn see the same clocks, where the two medians above are taken one after the other.
+        // More and longer samples in turn than the table's (25 of about 3 ms each).
         let (c, o) = bch.time_pair(cublas(BlasType::F32Tf32), ours(Precision::Tf32), 25, 3.0)?;
         println!(
             "paired {name}: cuBLAS TF32 {:.1}, ours TF32 {:.1} TFLOP/s ({}), ours / cuBLAS {:.3} (medians of 25 alternating samples)",
