@@ -1,16 +1,22 @@
 //! The shared runtime on the GPU: device attributes, the pinned pool, the handle cache.
+//! The tests share the device's pinned pool (transfers of the handle tests go through it too),
+//! and one asserts its counters, so they take a lock and run one at a time.
 
 mod common;
 
 use common::*;
 use gpukit_core::{BlasHandle, GpuArray, OwnerId, PinnedKind, SolverHandle};
+use parking_lot::Mutex;
 use std::sync::Arc;
+
+static SERIAL: Mutex<()> = Mutex::new(());
 
 #[test]
 fn attributes_are_read_once_and_plausible() {
     let Some(dev) = device("attributes_are_read_once_and_plausible") else {
         return;
     };
+    let _g = SERIAL.lock();
     let a = dev.attributes();
     assert_eq!(a.multiprocessor_count, dev.multiprocessor_count());
     assert_eq!(a.compute_capability, dev.compute_capability());
@@ -38,6 +44,7 @@ fn pinned_buffers_round_trip_and_are_reused() {
     let Some(dev) = device("pinned_buffers_round_trip_and_are_reused") else {
         return;
     };
+    let _g = SERIAL.lock();
     let pool = dev.pinned().clone();
     let n = 3 << 20; // not a power of two
     let mut rng = Rng(7);
@@ -98,6 +105,7 @@ fn one_blas_handle_per_stream_with_workspace_charged_to_its_owner() {
     let Some(dev) = device("one_blas_handle_per_stream_with_workspace_charged_to_its_owner") else {
         return;
     };
+    let _g = SERIAL.lock();
     let s = dev.new_stream(0).unwrap();
     let owner = OwnerId::new("handles-test");
     let h = dev
@@ -183,6 +191,7 @@ fn solver_handle_is_cached_and_usable() {
     let Some(dev) = device("solver_handle_is_cached_and_usable") else {
         return;
     };
+    let _g = SERIAL.lock();
     if !gpukit_jit::libs::cusolver_present() {
         assert!(
             std::env::var("GPUKIT_REQUIRE_GPU").as_deref() != Ok("1"),
