@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# 2026-12-08, twenty-first session (issue 23), on a bundle of 14bbe40 (tools/gpu/bundle.sh) whose
+# gpu_runtime test binary is 0257715's (its tests take a lock), the binary before it in
+# .gpu-extra/gpu_runtime_old:
+#   1. on an H200 only: the proof run (session_au.sh all: tuner tests, the full gemm_bench with
+#      cuBLAS and ours timed in turn, the paired shapes, every GPU test, core_bench beside
+#      PyTorch; about 380 s);
+#   2. gpu_runtime, the fixed binary and the old one, 6 runs each (the old one counted a
+#      concurrent test's pinned-cache hit once in call 2 of this session);
+#   3. gemm_bench --quick at 1024^3 first and last, 4096^3, 8192^3, 2048^3: is cuBLAS's 1024^3
+#      (140 one after the other, 104 in turn with ours in call 2) a first-shape effect?
+#   tar xJf .gpu-bundle.tar.xz && OUT=$OUT bash tools/gpu/session_bc.sh
+set -u
+OUT=${OUT:-/tmp/session-bc}
+here=$(dirname "$0")
+. "$here/gemm_session.sh"
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+  OUT=$OUT bash "$here/session_au.sh" all
+fi
+fresh_cache
+for v in new old; do
+  b=$B/tests/gpukit-core.gpu_runtime.test; [ $v = old ] && b=.gpu-extra/gpu_runtime_old
+  p=0; f=0
+  for i in 1 2 3 4 5 6; do
+    if GPUKIT_REQUIRE_GPU=1 timeout 30 "$b" > "$OUT/rt_$v$i.log" 2>&1; then p=$((p+1)); else f=$((f+1)); fi
+  done
+  echo "$v gpu_runtime: $p runs passed, $f failed ($(el) s)"
+  grep -h "^test result" "$OUT"/rt_$v*.log | sort | uniq -c
+  grep -h "panicked" -A3 "$OUT"/rt_$v*.log | head -8
+done
+timeout 60 "$B/examples/gemm_bench" --quick --shapes "1024,1024,1024;4096,4096,4096;8192,8192,8192;2048,2048,2048;1024,1024,1024" > "$OUT/quick.log" 2>&1
+echo "gemm_bench rc $? ($(el) s)"
+grep -E "^\[" "$OUT/quick.log" | cut -c1-200
+echo "total $(el) s"
