@@ -5,7 +5,7 @@
 #   1. on an H200 only: the proof run (session_au.sh all: tuner tests, the full gemm_bench with
 #      cuBLAS and ours timed in turn, the paired shapes, every GPU test, core_bench beside
 #      PyTorch; about 380 s);
-#   2. gpu_runtime, the fixed binary and the old one, 6 runs each (the old one counted a
+#   2. gpu_runtime, the fixed binary and the old one, 6 runs each (3 after the proof run) (the old one counted a
 #      concurrent test's pinned-cache hit once in call 2 of this session);
 #   3. gemm_bench --quick at 1024^3 first and last, 4096^3, 8192^3, 2048^3: is cuBLAS's 1024^3
 #      (140 one after the other, 104 in turn with ours in call 2) a first-shape effect?
@@ -14,14 +14,16 @@ set -u
 OUT=${OUT:-/tmp/session-bc}
 here=$(dirname "$0")
 . "$here/gemm_session.sh"
+RUNS=6
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   OUT=$OUT bash "$here/session_au.sh" all
+  RUNS=3
 fi
 fresh_cache
 for v in new old; do
   b=$B/tests/gpukit-core.gpu_runtime.test; [ $v = old ] && b=.gpu-extra/gpu_runtime_old
   p=0; f=0
-  for i in 1 2 3 4 5 6; do
+  for i in $(seq "$RUNS"); do
     if GPUKIT_REQUIRE_GPU=1 timeout 30 "$b" > "$OUT/rt_$v$i.log" 2>&1; then p=$((p+1)); else f=$((f+1)); fi
   done
   echo "$v gpu_runtime: $p runs passed, $f failed ($(el) s)"
