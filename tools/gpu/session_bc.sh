@@ -2,11 +2,11 @@
 # 2026-12-08, twenty-first session (issue 23), on a bundle of 14bbe40 (tools/gpu/bundle.sh) whose
 # gpu_runtime test binary is 0257715's (its tests take a lock), the binary before it in
 # .gpu-extra/gpu_runtime_old:
-#   1. on an H200 only: the proof run (session_au.sh final: the full gemm_bench with cuBLAS and
-#      ours timed in turn, the paired shapes, every GPU test; about 330 s: core_bench left out,
-#      for the device time left);
-#   2. gpu_runtime, the fixed binary and the old one, 6 runs each (2 after the proof run) (the old one counted a
-#      concurrent test's pinned-cache hit once in call 2 of this session);
+#   1. on an H200 only: session_au.sh bench (the tuner tests, the full gemm_bench with cuBLAS and
+#      ours timed in turn, the paired shapes; about 90 s: the device time left is too short for
+#      every GPU test too);
+#   2. gpu_runtime, the fixed binary and the old one, 6 runs each (3 on an H200); the old one counted a
+#      concurrent test's pinned-cache hit once in call 2 of this session;
 #   3. gemm_bench --quick at 1024^3 first and last, 4096^3, 8192^3, 2048^3: is cuBLAS's 1024^3
 #      (140 one after the other, 104 in turn with ours in call 2) a first-shape effect?
 #   tar xJf .gpu-bundle.tar.xz && OUT=$OUT bash tools/gpu/session_bc.sh
@@ -16,8 +16,8 @@ here=$(dirname "$0")
 . "$here/gemm_session.sh"
 RUNS=6
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  OUT=$OUT bash "$here/session_au.sh" final
-  RUNS=2
+  OUT=$OUT bash "$here/session_au.sh" bench
+  RUNS=3
 fi
 fresh_cache
 for v in new old; do
