@@ -5,7 +5,7 @@
 #   1. on an H200 only: session_au.sh bench (the tuner tests, the full gemm_bench with cuBLAS and
 #      ours timed in turn, the paired shapes; about 90 s: the device time left is too short for
 #      every GPU test too);
-#   2. gpu_runtime, the fixed binary and the old one, 6 runs each (3 on an H200); the old one counted a
+#   2. gpu_runtime, the fixed binary and the old one, 4 runs each (3 on an H200); the old one counted a
 #      concurrent test's pinned-cache hit once in call 2 of this session;
 #   3. gemm_bench --quick at 1024^3 first and last, 4096^3, 8192^3, 2048^3: is cuBLAS's 1024^3
 #      (140 one after the other, 104 in turn with ours in call 2) a first-shape effect?
@@ -14,7 +14,7 @@ set -u
 OUT=${OUT:-/tmp/session-bc}
 here=$(dirname "$0")
 . "$here/gemm_session.sh"
-RUNS=6
+RUNS=4
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   OUT=$OUT bash "$here/session_au.sh" bench
   RUNS=3
