@@ -606,13 +606,16 @@ fn sweep_plans(
         cands.push(planner);
     }
     let stream = bch.stream.clone();
+    let with = |p: Plan| {
+        let s = stream.clone();
+        // SAFETY: the closure is only called by Bench with its own RawGemms (Bench::raw: live
+        // buffers of this layout, on `stream`).
+        move |g: &RawGemm| unsafe { sgemm_with_plan(&s, g, &p) }
+    };
     let mut best: Option<(Plan, f64)> = None;
     let mut mine = f64::INFINITY;
     for p in &cands {
-        let s = stream.clone();
-        let plan = *p;
-        // SAFETY: the RawGemm comes from Bench::raw (live buffers of this layout, on `stream`).
-        let ms = match bch.time_quick(move |g: &RawGemm| unsafe { sgemm_with_plan(&s, g, &plan) }) {
+        let ms = match bch.time_quick(with(*p)) {
             Ok(ms) => ms,
             Err(e) => {
                 println!(
@@ -637,11 +640,6 @@ fn sweep_plans(
     // among them. Where the two differ, both are timed again in alternation (15 samples each)
     // and compared on those medians, as the autotuner compares its finalists.
     if Choice::of(&best.0) != Choice::of(&planner) && mine.is_finite() {
-        let with = |p: Plan| {
-            let s = stream.clone();
-            // SAFETY: as above.
-            move |g: &RawGemm| unsafe { sgemm_with_plan(&s, g, &p) }
-        };
         let other;
         (mine, other) = bch.time_pair(with(planner), with(best.0), 15, 1.0)?;
         best = if other < mine {
